@@ -1,0 +1,81 @@
+# Replay: `make run` starts the dashboard with demo sessions, `make test` runs every test.
+# Both set up everything they need on a fresh machine (a .venv, the project, Chromium).
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test test-sqlite test-postgres install install-dev browser migrate demo bench clean help
+
+help:
+	@echo "make run    start the dashboard (web + worker) with demo sessions on http://$(HOST):$(PORT)/"
+	@echo "make test   run the whole suite on SQLite and on a throw-away PostgreSQL"
+	@echo "make bench  run the benchmarks under bench/"
+
+$(PY):
+	@PYBIN=$$(.ci/find-python) || exit 1; \
+	echo "Creating $(VENV) with $$PYBIN"; \
+	"$$PYBIN" -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	@touch $@
+
+$(DEV_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@# The reference library: its session_replay module needs only pyyaml and rich (in [dev]),
+	@# while a full install pulls ~75 packages (dspy, litellm ...), so it comes without deps.
+	$(PY) -m pip install --quiet --no-deps 'rlm-code==0.1.13'
+	@touch $@
+
+install: $(STAMP)
+install-dev: $(DEV_STAMP)
+
+# Browser tests drive Debian's Chromium (never a downloaded browser).
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO=sudo; else \
+	    echo "error: Chromium is missing; install the Debian packages chromium and chromium-driver" >&2; exit 1; fi; \
+	  echo "Installing Debian packages chromium chromium-driver"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput -v 0
+
+demo: migrate
+	$(PY) manage.py setup_demo
+
+run: demo
+	@echo "Starting Replay on http://$(HOST):$(PORT)/ (web + worker); Ctrl-C stops both."
+	@trap 'kill 0' INT TERM; \
+	$(PY) manage.py qcluster & \
+	$(PY) manage.py runserver --insecure --noreload $(HOST):$(PORT) & \
+	wait
+
+test: $(DEV_STAMP) browser
+	@rc=0; \
+	echo "=== tests on SQLite ==="; \
+	$(PY) -m pytest || rc=1; \
+	echo "=== tests on PostgreSQL ==="; \
+	$(PY) .ci/with_postgres.py -- $(PY) -m pytest || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
+	exit $$rc
+
+test-sqlite: $(DEV_STAMP)
+	$(PY) -m pytest $(ARGS)
+
+test-postgres: $(DEV_STAMP)
+	$(PY) .ci/with_postgres.py -- $(PY) -m pytest $(ARGS)
+
+bench: $(DEV_STAMP)
+	$(PY) bench/import_bench.py
+	$(PY) bench/replay_bench.py
+
+clean:
+	rm -rf var/ .pytest_cache

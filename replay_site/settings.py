@@ -1,0 +1,240 @@
+"""The only settings file: every deploy value comes from the environment (REPLAY_*, DATABASE_URL).
+
+Each variable is read once, through a helper that raises ImproperlyConfigured on a bad value,
+so a typo in a deployment stops the process at start-up instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_number(name: str, default: float | None, *, minimum: float = 0) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url: str) -> dict:
+    """Turn DATABASE_URL (postgres://user:pw@host:port/name or sqlite:///path) into DATABASES['default']."""
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query))
+    if parts.scheme in {"postgres", "postgresql", "pgsql"}:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": options,
+        }
+    if parts.scheme == "sqlite":
+        path = unquote(parts.path)
+        if path.startswith("//"):  # sqlite:////abs/path
+            path = path[1:]
+        elif path.startswith("/") and not Path(path).is_absolute():
+            path = path.lstrip("/")
+        return sqlite_database(Path(path) if path else BASE_DIR / "var" / "replay.sqlite3")
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}"
+    )
+
+
+def sqlite_database(path: Path) -> dict:
+    # SQLite cannot create the folder of its file; the default lives under var/.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": path,
+        "OPTIONS": {
+            # WAL lets the web server read while the worker writes an import; the busy
+            # timeout makes a writer wait for the other instead of failing at once.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        },
+    }
+
+
+DEBUG = env_bool("REPLAY_DEBUG", False)
+SECRET_KEY = env_str("REPLAY_SECRET_KEY", "")
+if not SECRET_KEY:
+    # A development key for `make run` and the tests; `check --deploy` flags it, and
+    # docs/deployment.md says to set REPLAY_SECRET_KEY in production.
+    SECRET_KEY = "django-insecure-replay-development-key-change-me"
+
+ALLOWED_HOSTS = env_list("REPLAY_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("REPLAY_CSRF_TRUSTED_ORIGINS", [])
+
+DATA_DIR = Path(env_str("REPLAY_DATA_DIR", str(BASE_DIR / "var" / "data")))
+VAR_DIR = BASE_DIR / "var"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "django_q",
+    "sessions_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "replay_site.urls"
+WSGI_APPLICATION = "replay_site.wsgi.application"
+ASGI_APPLICATION = "replay_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.csp",
+            ],
+        },
+    },
+]
+
+_database_url = os.environ.get("DATABASE_URL", "").strip()
+DATABASES = {
+    "default": database_from_url(_database_url)
+    if _database_url
+    else sqlite_database(BASE_DIR / "var" / "replay.sqlite3")
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "sessions:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("REPLAY_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+
+# Uploads stream to disk, never to memory; the import job reads them from there.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024  # JSON bodies of the ingest API (5000 events)
+MAX_UPLOAD_MB = env_number("REPLAY_MAX_UPLOAD_MB", 1024, minimum=1)
+RETENTION_DAYS = env_number("REPLAY_RETENTION_DAYS", None, minimum=1)
+
+# Warning thresholds of the replay context (see docs/api.md, "Warnings").
+WARN_STEP_COST_USD = env_number("REPLAY_WARN_STEP_COST_USD", 0.50)
+WARN_LATENCY_MS = env_number("REPLAY_WARN_LATENCY_MS", 30_000)
+WARN_REPEATED_FAILURES = int(env_number("REPLAY_WARN_REPEATED_FAILURES", 3, minimum=2))
+
+# Security: payloads are hostile. CSP forbids inline scripts and any origin but our own.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    # plotly.js sets inline style attributes on the SVG it draws.
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "font-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+}
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the cookie-free meta tag instead
+# Off by default so `make run` works over plain http on 127.0.0.1; production turns it on
+# (docs/deployment.md), which is what `check --deploy` asks for.
+SESSION_COOKIE_SECURE = env_bool("REPLAY_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_SSL_REDIRECT = env_bool("REPLAY_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = int(env_number("REPLAY_HSTS_SECONDS", 0) or 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = False
+if env_bool("REPLAY_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# django-q2: the ORM broker by default, so one machine needs nothing else.
+Q_CLUSTER = {
+    "name": "replay",
+    "orm": "default",
+    "workers": int(env_number("REPLAY_Q_WORKERS", 1, minimum=1)),
+    "timeout": int(env_number("REPLAY_JOB_TIMEOUT", 3600, minimum=10)),
+    "retry": int(env_number("REPLAY_JOB_TIMEOUT", 3600, minimum=10)) + 60,
+    "max_attempts": 3,
+    "catch_up": False,
+    "poll": 0.5,
+    "sync": env_bool("REPLAY_Q_SYNC", False),
+    "label": "Jobs",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("REPLAY_LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,23 @@
+"""The ninja routers: thin, they validate and call the workflow modules."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import NinjaAPI, Router
+from ninja.security import HttpBearer
+
+from .models import ApiKey
+
+
+class ApiKeyAuth(HttpBearer):
+    """`Authorization: Bearer <key>`; keys are stored hashed (models.ApiKey)."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
+        return ApiKey.authenticate(token)
+
+
+router = Router(auth=ApiKeyAuth(), tags=["sessions"])
+
+
+def register(api: NinjaAPI) -> None:
+    api.add_router("", router)

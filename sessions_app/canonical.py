@@ -1,0 +1,186 @@
+"""The canonical event vocabulary every input format is turned into (docs/formats.md).
+
+A format module yields `ParsedSession`s whose `events` are `CanonicalEvent`s; `ingest.py` writes
+them. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterator
+
+
+class Kind:
+    """Canonical kinds. The source's own type name is kept beside it as `source_type`."""
+
+    SESSION_START = "session_start"
+    SESSION_END = "session_end"
+    STEP_START = "step_start"
+    ACTION = "action"
+    RESULT = "result"
+    STEP_END = "step_end"
+    MEMORY_UPDATE = "memory_update"
+    VARIABLE_UPDATE = "variable_update"
+    STATE = "state"
+    LLM_CALL = "llm_call"
+    LLM_RESPONSE = "llm_response"
+    TOOL_CALL = "tool_call"
+    TOOL_RESPONSE = "tool_response"
+    TOOL_ERROR = "tool_error"
+    CHILD_SPAWN = "child_spawn"
+    CHILD_RESULT = "child_result"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_GRANTED = "approval_granted"
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_EXPIRED = "approval_expired"
+    COST = "cost"
+    FINAL = "final"
+    CHECKPOINT = "checkpoint"
+    ERROR = "error"
+    USER_MESSAGE = "user_message"
+    AGENT_MESSAGE = "agent_message"
+    CHUNK = "chunk"
+    STATUS = "status"
+    CONTEXT = "context"
+    NOTE = "note"
+    CUSTOM = "custom"
+
+
+ALL_KINDS: frozenset[str] = frozenset(
+    value for name, value in vars(Kind).items() if name.isupper() and isinstance(value, str)
+)
+
+# Pairing families: a call kind and the kinds that answer it, matched on `pair_id`.
+PAIR_FAMILIES: dict[str, tuple[str, frozenset[str]]] = {
+    Kind.LLM_CALL: ("llm", frozenset({Kind.LLM_RESPONSE})),
+    Kind.TOOL_CALL: ("tool", frozenset({Kind.TOOL_RESPONSE, Kind.TOOL_ERROR})),
+    Kind.APPROVAL_REQUESTED: (
+        "approval",
+        frozenset({Kind.APPROVAL_GRANTED, Kind.APPROVAL_DENIED, Kind.APPROVAL_EXPIRED}),
+    ),
+    Kind.CHILD_SPAWN: ("child", frozenset({Kind.CHILD_RESULT})),
+}
+RESPONSE_FAMILY: dict[str, str] = {
+    response: family for family, responses in PAIR_FAMILIES.values() for response in responses
+}
+CALL_FAMILY: dict[str, str] = {call: family for call, (family, _) in PAIR_FAMILIES.items()}
+
+
+@dataclass(slots=True)
+class StateChange:
+    """A change to the agent's point-in-time state (REPL variables and memory notes).
+
+    `memory` replaces the notes when not None; `variables` are set (or, with `replace`, become
+    the whole variable state).
+    """
+
+    memory: list[Any] | None = None
+    variables: dict[str, Any] | None = None
+    replace_variables: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.memory is not None:
+            out["memory"] = self.memory
+        if self.variables is not None:
+            out["variables"] = self.variables
+        if self.replace_variables:
+            out["replace"] = True
+        return out
+
+
+@dataclass(slots=True)
+class CanonicalEvent:
+    kind: str
+    source_type: str
+    raw: str  # the original record exactly as received (its text)
+    payload: dict[str, Any]
+    timestamp: datetime | None = None
+    line: int | None = None
+    step: int | None = None
+    depth: int = 0
+    agent_id: str = ""
+    parent_id: str = ""
+    child_id: str = ""
+    tool: str = ""
+    pair_id: str = ""
+    duration_ms: float | None = None
+    cost_usd: float | None = None
+    cost_unpriced: bool = False
+    tokens: int | None = None
+    reward: float | None = None
+    cumulative_reward: float | None = None  # when the source states it, it wins over the sum
+    is_error: bool = False
+    failed: bool | None = None  # for tool/step outcomes: True failed, False succeeded
+    step_state: dict[str, Any] | None = None  # set when this event closes a step
+    state_change: StateChange | None = None
+
+
+@dataclass
+class SessionMeta:
+    """What a format knows about a session; filled in while its events stream."""
+
+    source_session_id: str = ""
+    run_id: str = ""
+    agent_id: str = ""
+    task: str = ""
+    environment: str = ""
+    model: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    completed: bool | None = None
+    failed: bool | None = None
+    final_answer: str = ""
+    total_reward: float | None = None  # session_end / final total_reward overrides the sum
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Named positions: (name, step position or None, seq or None, created_at, created_by)
+    checkpoints: list["CheckpointSpec"] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointSpec:
+    name: str
+    step_pos: int | None = None
+    seq: int | None = None
+    created_at: datetime | None = None
+    created_by: str = ""
+    note: str = ""
+
+
+@dataclass
+class ParsedSession:
+    meta: SessionMeta
+    events: Iterator[CanonicalEvent]
+
+
+@dataclass(slots=True, frozen=True)
+class Problem:
+    """A line the importer could not use as it was: reported, never silently dropped."""
+
+    line: int | None
+    field: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "field": self.field, "message": self.message}
+
+
+class Problems:
+    """Collects problems of one file; keeps the first `limit` in full and counts the rest."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        self.limit = limit
+        self.items: list[Problem] = []
+        self.count = 0
+
+    def add(self, line: int | None, field: str, message: str) -> None:
+        self.count += 1
+        if len(self.items) < self.limit:
+            self.items.append(Problem(line, field, message))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [p.to_dict() for p in self.items]

@@ -1,0 +1,420 @@
+"""Recorded agent sessions as append-only event streams.
+
+The shape of `Event` is what makes every page cheap: each row carries the running totals *after*
+itself (cost, tokens, errors, elapsed time, reward, steps, counts by kind), its pairing and its
+hash-chain link, all computed once at ingest (sessions_app/ingest.py). A page of a session is
+then one indexed range read over `(session, seq)`, whatever the session's length or the offset.
+JSON columns that pages read in bulk (payload, step_state, kind_counts) are stored as text and
+spliced into responses with orjson.Fragment, never decoded by Django's JSONField.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+import orjson
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+GENESIS_HASH = "0" * 64
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    DEFAULT_SLUG = "default"
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def get_default(cls) -> "Project":
+        project, _ = cls.objects.get_or_create(
+            slug=cls.DEFAULT_SLUG, defaults={"name": "Default"}
+        )
+        return project
+
+
+class SessionQuerySet(models.QuerySet):
+    def in_project(self, project: Project | str | None) -> "SessionQuerySet":
+        if project is None or project == "":
+            return self
+        if isinstance(project, Project):
+            return self.filter(project=project)
+        return self.filter(project__slug=project)
+
+    def matching(self, text: str) -> "SessionQuerySet":
+        if not text:
+            return self
+        return self.filter(
+            Q(task__icontains=text)
+            | Q(source_session_id__icontains=text)
+            | Q(run_id__icontains=text)
+            | Q(agent_id__icontains=text)
+            | Q(model__icontains=text)
+            | Q(final_answer__icontains=text)
+        )
+
+
+class Session(models.Model):
+    """One recorded agent session: its identity, its live totals and the head of its hash chain."""
+
+    class Status(models.TextChoices):
+        LIVE = "live", "Live"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+
+    # DO_NOTHING leaves the database's own foreign key to refuse deleting a project that still
+    # has sessions; Python-level PROTECT cannot be mixed with the DB_CASCADE chain below it.
+    project = models.ForeignKey(Project, on_delete=models.DO_NOTHING, related_name="sessions")
+    source_format = models.CharField(max_length=40)
+    source_session_id = models.CharField(max_length=200, blank=True)
+    run_id = models.CharField(max_length=200, blank=True)
+    agent_id = models.CharField(max_length=200, blank=True)
+    task = models.TextField(blank=True)
+    environment = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.LIVE)
+    completed = models.BooleanField(default=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    final_answer = models.TextField(blank=True)
+
+    # Totals, kept current on every append.
+    event_count = models.BigIntegerField(default=0)
+    step_count = models.BigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    tokens = models.BigIntegerField(default=0)
+    error_count = models.BigIntegerField(default=0)  # events flagged as errors
+    step_error_count = models.BigIntegerField(default=0)  # steps with a non-empty error (rlm-code)
+    step_success_count = models.BigIntegerField(default=0)
+    reward = models.FloatField(default=0.0)
+    elapsed_ms = models.FloatField(default=0.0)
+    llm_calls = models.BigIntegerField(default=0)
+    tool_calls = models.BigIntegerField(default=0)
+    models_used = models.JSONField(default=list, blank=True)
+    tools_used = models.JSONField(default=list, blank=True)
+
+    # Hash chain: head of the chain and the result of the last full verification.
+    head_hash = models.CharField(max_length=64, default=GENESIS_HASH)
+    chain_valid = models.BooleanField(null=True, blank=True)
+    chain_broken_seq = models.BigIntegerField(null=True, blank=True)
+    chain_checked_at = models.DateTimeField(null=True, blank=True)
+
+    metadata = models.JSONField(default=dict, blank=True)
+    # What the writer needs to continue a session later (open pairs, streaks, state).
+    ingest_state = models.JSONField(default=dict, blank=True)
+    import_job = models.ForeignKey(
+        "ImportJob", null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="sessions"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # The sessions page: newest first within a project.
+            models.Index(fields=["project", "-created_at"], name="session_project_created"),
+            # Import de-duplication: same source id + same content in a project.
+            models.Index(
+                fields=["project", "source_format", "source_session_id", "head_hash"],
+                name="session_dedupe",
+            ),
+            # Retention clean-up: sessions older than N days.
+            models.Index(fields=["created_at"], name="session_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_session_id or self.pk} ({self.source_format})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("sessions:player", args=[self.pk])
+
+    @property
+    def duration_seconds(self) -> float:
+        if self.started_at and self.ended_at:
+            return (self.ended_at - self.started_at).total_seconds()
+        return self.elapsed_ms / 1000.0
+
+    @property
+    def success_rate(self) -> float:
+        return self.step_success_count / self.step_count if self.step_count else 0.0
+
+
+class EventQuerySet(models.QuerySet):
+    def of_session(self, session: Session | int) -> "EventQuerySet":
+        return self.filter(session=session)
+
+    def up_to(self, seq: int) -> "EventQuerySet":
+        return self.filter(seq__lte=seq)
+
+    def seq_range(self, start: int, stop: int) -> "EventQuerySet":
+        """Events with start <= seq < stop: the keyset page read (never OFFSET)."""
+        return self.filter(seq__gte=start, seq__lt=stop)
+
+
+class Event(models.Model):
+    """One event of a session, with everything a page needs about it precomputed."""
+
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="events")
+    seq = models.BigIntegerField()  # 0, 1, 2 ... gap-free per session: the one true order
+    kind = models.CharField(max_length=32)  # canonical vocabulary, docs/formats.md
+    source_type = models.CharField(max_length=64)
+    ts = models.DateTimeField(null=True, blank=True)
+    line = models.BigIntegerField(null=True, blank=True)  # line of the source file
+    step = models.IntegerField(null=True, blank=True)  # the step number the source recorded
+    step_pos = models.BigIntegerField(null=True, blank=True)  # 0-based position if it closes a step
+    depth = models.IntegerField(default=0)
+    agent_id = models.CharField(max_length=200, blank=True)
+    parent_id = models.CharField(max_length=200, blank=True)
+    child_id = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=200, blank=True)  # tool name, or model for LLM events
+    pair_id = models.CharField(max_length=200, blank=True)  # callId / requestId / child id
+    pair_seq = models.BigIntegerField(null=True, blank=True)
+    pair_duration_ms = models.FloatField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    cost_usd = models.FloatField(null=True, blank=True)
+    cost_unpriced = models.BooleanField(default=False)  # tokens used but no price known
+    tokens = models.BigIntegerField(null=True, blank=True)
+    reward = models.FloatField(null=True, blank=True)
+    is_error = models.BooleanField(default=False)
+    fail_streak = models.IntegerField(default=0)  # consecutive failures of this tool so far
+    payload = models.TextField(default="{}")  # JSON text of the normalised data
+    raw = models.TextField()  # the original record exactly as received: hashed and exported
+    step_state = models.TextField(null=True, blank=True)  # JSON StepState when it closes a step
+    state_change = models.TextField(null=True, blank=True)  # JSON change to variables/memory
+    hash = models.CharField(max_length=64)
+    prev_hash = models.CharField(max_length=64)
+
+    # Running totals after this event: the context at any event is this one row.
+    cost_total = models.FloatField(default=0.0)
+    tokens_total = models.BigIntegerField(default=0)
+    errors_total = models.BigIntegerField(default=0)
+    elapsed_ms = models.FloatField(default=0.0)
+    reward_total = models.FloatField(default=0.0)
+    steps_total = models.BigIntegerField(default=0)
+    kind_counts = models.TextField(default="{}")  # JSON {kind: count} up to and including this
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            # Pages are range reads `seq >= a AND seq < b` on this index; it also makes two
+            # writers racing for the same seq fail instead of interleaving.
+            models.UniqueConstraint(fields=["session", "seq"], name="event_session_seq_uniq"),
+        ]
+        indexes = [
+            # llmHistory / toolResults / pending approvals / search by kind / next user message:
+            # "last N events of these kinds at or before seq".
+            models.Index(fields=["session", "kind", "seq"], name="event_session_kind_seq"),
+            # StepState pages and goto_step: "steps at positions a..b" (rlm-code's step list).
+            models.Index(
+                fields=["session", "step_pos"],
+                name="event_session_step_pos",
+                condition=Q(step_pos__isnull=False),
+            ),
+            # Next/previous error from a position.
+            models.Index(
+                fields=["session", "seq"],
+                name="event_session_error_seq",
+                condition=Q(is_error=True),
+            ),
+            # Live ingest pairs a response with its call written in an earlier batch.
+            models.Index(
+                fields=["session", "pair_id"],
+                name="event_session_pair",
+                condition=~Q(pair_id=""),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.kind}"
+
+    @property
+    def data(self) -> dict:
+        return orjson.loads(self.payload)
+
+    @staticmethod
+    def chain_hash(prev_hash: str, raw: str) -> str:
+        """The chain link: sha256 over the previous hash and the original record's bytes."""
+        return hashlib.sha256(prev_hash.encode("ascii") + raw.encode("utf-8")).hexdigest()
+
+
+class Snapshot(models.Model):
+    """A point-in-time state of a session: variables, memory notes and stats at `seq`.
+
+    Ingest writes a keyframe every few hundred events while the state changes, so the state at
+    any event is one keyframe plus at most that many changes away. Users save named snapshots too.
+    """
+
+    class Kind(models.TextChoices):
+        KEYFRAME = "keyframe", "Keyframe"
+        SAVED = "saved", "Saved"
+        IMPORTED = "imported", "Imported"
+
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="snapshots")
+    seq = models.BigIntegerField()
+    step_pos = models.BigIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=12, choices=Kind.choices, default=Kind.KEYFRAME)
+    variables = models.JSONField(default=dict, blank=True)
+    memory_notes = models.JSONField(default=list, blank=True)
+    stats = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        indexes = [
+            # State at seq N: "latest keyframe with seq <= N".
+            models.Index(fields=["session", "kind", "seq"], name="snapshot_session_kind_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}@{self.seq} ({self.kind})"
+
+
+class Checkpoint(models.Model):
+    """A named position in a session, with who set it and when."""
+
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="checkpoints")
+    name = models.CharField(max_length=200)
+    seq = models.BigIntegerField()
+    step_pos = models.BigIntegerField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["session", "seq", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "name"], name="checkpoint_session_name_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.seq}"
+
+
+class ImportJob(models.Model):
+    """An uploaded (or command-line) file on its way in: the kept original, progress, problems."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    project = models.ForeignKey(Project, on_delete=models.DO_NOTHING, related_name="import_jobs")
+    original_name = models.CharField(max_length=500)
+    stored_path = models.CharField(max_length=1000)  # the kept original under REPLAY_DATA_DIR
+    requested_format = models.CharField(max_length=40, blank=True)
+    detected_format = models.CharField(max_length=40, blank=True)
+    replace = models.BooleanField(default=False)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    bytes_total = models.BigIntegerField(default=0)
+    bytes_done = models.BigIntegerField(default=0)
+    events_done = models.BigIntegerField(default=0)
+    sessions_done = models.IntegerField(default=0)
+    problem_count = models.IntegerField(default=0)
+    problems = models.JSONField(default=list, blank=True)  # [{line, field, message}], capped
+    result = models.JSONField(default=list, blank=True)  # one entry per resulting session
+    error = models.TextField(blank=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # The sessions page lists the newest jobs.
+            models.Index(fields=["-created_at"], name="importjob_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.original_name} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in {self.Status.DONE, self.Status.FAILED}
+
+
+class IngestBatch(models.Model):
+    """A batch appended through the API under a client idempotency key: a retry is a no-op."""
+
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="batches")
+    idempotency_key = models.CharField(max_length=200)
+    first_seq = models.BigIntegerField()
+    count = models.IntegerField()
+    head_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "idempotency_key"], name="ingestbatch_session_key_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}:{self.idempotency_key}"
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self) -> "ApiKeyQuerySet":
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """An API key. Only its SHA-256 is stored; the key itself is shown once, at creation."""
+
+    PREFIX = "rpl_"
+
+    name = models.CharField(max_length=200)
+    key_prefix = models.CharField(max_length=16)  # first characters, to tell keys apart
+    key_hash = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key_prefix}…)"
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def create_key(cls, *, name: str, user=None) -> tuple["ApiKey", str]:
+        key = cls.PREFIX + secrets.token_urlsafe(32)
+        api_key = cls.objects.create(
+            name=name, key_prefix=key[:10], key_hash=cls.hash_key(key), user=user
+        )
+        return api_key, key
+
+    @classmethod
+    def authenticate(cls, key: str) -> "ApiKey | None":
+        if not key:
+            return None
+        api_key = cls.objects.active().filter(key_hash=cls.hash_key(key)).first()
+        if api_key is not None:
+            cls.objects.filter(pk=api_key.pk).update(last_used_at=timezone.now())
+        return api_key
