@@ -20,4 +20,7 @@ router = Router(auth=ApiKeyAuth(), tags=["sessions"])
 
 
 def register(api: NinjaAPI) -> None:
+    from .api_write import router as write_router
+
     api.add_router("", router)
+    api.add_router("", write_router)

@@ -1,0 +1,157 @@
+"""Input formats: one module per format, each turning a file into canonical events, nothing else.
+
+The contract every format module follows:
+
+    NAME: str                                   # "rlm_native", "agentlens", ...
+    def sniff(head: Head) -> bool               # decide by content, never by file name
+    def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]
+
+`parse` streams: it reads the source line by line (or item by item), never the whole file at
+once, and yields one ParsedSession per session the file holds. A ParsedSession's `events` is a
+lazy iterator; its `meta` is complete once the events are exhausted. Every line it cannot use
+becomes a problem `{line, field, message}`; nothing is dropped silently.
+
+Formats that agents can also stream live (rlm-code native, AgentLens) expose a `Converter`
+class: `Converter(state: dict | None)`, `.convert(record: dict, raw: str, line: int | None,
+problems: Problems) -> list[CanonicalEvent]`, `.state() -> dict` (JSON-serialisable, so a later
+batch continues where the last stopped), and `.meta: SessionMeta`. Their `parse` uses it too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Iterator
+
+import orjson
+
+from ..canonical import Problems
+
+BOM = b"\xef\xbb\xbf"
+GZIP_MAGIC = b"\x1f\x8b"
+HEAD_BYTES = 64 * 1024
+
+
+@dataclass
+class Source:
+    """A file or folder to import. `open()` gives a fresh binary stream (gzip undone) each time,
+    so a format may read it more than once (e.g. to group AgentLens events by session)."""
+
+    path: Path
+    display_name: str = ""
+    # Called with the number of compressed/raw bytes read so far; import progress uses it.
+    on_bytes: Callable[[int], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        if not self.display_name:
+            self.display_name = self.path.name
+
+    @property
+    def is_dir(self) -> bool:
+        return self.path.is_dir()
+
+    def open(self) -> IO[bytes]:
+        raw = self.path.open("rb")
+        if raw.read(2) == GZIP_MAGIC:
+            raw.seek(0)
+            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        raw.seek(0)
+        return raw
+
+
+def iter_lines(stream: IO[bytes], *, on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, line bytes without the line ending); a BOM on line 1 is removed."""
+    consumed = 0
+    for number, line in enumerate(stream, start=1):
+        consumed += len(line)
+        if on_bytes is not None and number % 2048 == 0:
+            on_bytes(consumed)
+        if number == 1 and line.startswith(BOM):
+            line = line[3:]
+        yield number, line.rstrip(b"\r\n")
+    if on_bytes is not None:
+        on_bytes(consumed)
+
+
+def load_json_line(
+    number: int, line: bytes, problems: Problems, *, last: bool = False
+) -> dict[str, Any] | None:
+    """Parse one JSON-lines record, reporting why it cannot be used; None means skip it.
+
+    Accepts the bare NaN/Infinity rlm-code's recorder may write (Python's json writes them).
+    """
+    stripped = line.strip()
+    if not stripped:
+        return None
+    try:
+        value = orjson.loads(stripped)
+    except orjson.JSONDecodeError as exc:
+        try:
+            stripped.decode("utf-8")
+        except UnicodeDecodeError as ude:
+            problems.add(number, "line", f"invalid UTF-8 at byte {ude.start}")
+            return None
+        value = _load_with_nan(stripped)
+        if value is None:
+            why = "truncated record (file ends mid-line)" if last else f"malformed JSON: {exc}"
+            problems.add(number, "line", why)
+            return None
+    if not isinstance(value, dict):
+        problems.add(number, "line", f"expected a JSON object, got {type(value).__name__}")
+        return None
+    return value
+
+
+def _load_with_nan(data: bytes) -> Any:
+    import json
+
+    try:
+        return json.loads(data.decode("utf-8"))  # the stdlib accepts NaN / Infinity
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+@dataclass
+class Head:
+    """What detection looks at: the first bytes and the first parsed JSON records."""
+
+    source: Source
+    text: bytes = b""
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, source: Source, *, max_records: int = 20) -> "Head":
+        if source.is_dir:
+            return cls(source=source)
+        with source.open() as stream:
+            text = stream.read(HEAD_BYTES)
+        if text.startswith(BOM):
+            text = text[3:]
+        records = []
+        for line in io.BytesIO(text).readlines()[:max_records]:
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                value = _load_with_nan(line.strip())
+            if isinstance(value, dict):
+                records.append(value)
+        return cls(source=source, text=text, records=records)
+
+
+def registry() -> dict[str, Any]:
+    """Format modules by NAME, in detection order (most specific first)."""
+    from . import agentlens, daycare, flux0, rlm_native, rlm_snapshot, rlm_steps, rlm_trajectory
+
+    modules = [rlm_snapshot, agentlens, flux0, daycare, rlm_native, rlm_trajectory, rlm_steps]
+    return {module.NAME: module for module in modules}
+
+
+def detect(source: Source) -> str | None:
+    head = Head.of(source)
+    for name, module in registry().items():
+        if module.sniff(head):
+            return name
+    return None
