@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 from ninja import NinjaAPI, Router
-from ninja.security import HttpBearer
+from ninja.security import HttpBearer, SessionAuth
 
 from .models import ApiKey
 
@@ -16,7 +16,11 @@ class ApiKeyAuth(HttpBearer):
         return ApiKey.authenticate(token)
 
 
-router = Router(auth=ApiKeyAuth(), tags=["sessions"])
+# An API key, or the dashboard's own login cookie (so the player's scripts can call the API);
+# anonymous requests get 401. SessionAuth checks CSRF on unsafe methods.
+API_AUTH = [ApiKeyAuth(), SessionAuth()]
+
+router = Router(auth=API_AUTH, tags=["sessions"])
 
 
 def register(api: NinjaAPI) -> None:

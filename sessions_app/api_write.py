@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from ninja import Router
 
-from .api import ApiKeyAuth
+from .api import API_AUTH
 
-router = Router(auth=ApiKeyAuth(), tags=["ingest"])
+router = Router(auth=API_AUTH, tags=["ingest"])
