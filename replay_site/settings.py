@@ -214,7 +214,8 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_SSL_REDIRECT = env_bool("REPLAY_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = int(env_number("REPLAY_HSTS_SECONDS", 0) or 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
-SECURE_HSTS_PRELOAD = False
+# Preloading is hard to undo, so it is opt-in (docs/deployment.md).
+SECURE_HSTS_PRELOAD = env_bool("REPLAY_HSTS_PRELOAD", False)
 if env_bool("REPLAY_BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 

@@ -1,0 +1,61 @@
+"""Settings come from the environment and fail loudly; production settings pass check --deploy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION_ENV = {
+    "REPLAY_SECRET_KEY": "k" * 20 + "Zq8-Lm3_Vx7!Rt2@Pw9#Nb4$Hy6%Jc1^Fd5&Gs0*",
+    "REPLAY_ALLOWED_HOSTS": "replay.example.com",
+    "REPLAY_SECURE_COOKIES": "1",
+    "REPLAY_SSL_REDIRECT": "1",
+    "REPLAY_HSTS_SECONDS": "31536000",
+    "REPLAY_HSTS_PRELOAD": "1",
+}
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_")}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True
+    )
+
+
+def test_production_settings_pass_check_deploy():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION_ENV)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "no issues" in result.stdout
+
+
+def test_development_defaults_are_flagged_by_check_deploy():
+    result = manage("check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode != 0
+    assert "security.W009" in result.stderr  # the development secret key
+
+
+def test_a_bad_boolean_stops_start_up_with_a_clear_message():
+    result = manage("check", REPLAY_DEBUG="perhaps")
+    assert result.returncode != 0
+    assert "REPLAY_DEBUG must be a boolean" in result.stderr
+
+
+def test_a_bad_number_stops_start_up_with_a_clear_message():
+    result = manage("check", REPLAY_MAX_UPLOAD_MB="lots")
+    assert result.returncode != 0
+    assert "REPLAY_MAX_UPLOAD_MB must be a number" in result.stderr
+
+
+def test_database_url_selects_postgresql():
+    from replay_site.settings import database_from_url
+
+    db = database_from_url("postgres://u:p%40ss@db.internal:6543/replay?sslmode=require")
+    assert db["ENGINE"] == "django.db.backends.postgresql"
+    assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (
+        "u", "p@ss", "db.internal", "6543", "replay",
+    )
+    assert db["OPTIONS"] == {"sslmode": "require"}
