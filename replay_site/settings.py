@@ -6,6 +6,7 @@ so a typo in a deployment stops the process at start-up instead of misbehaving l
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -174,7 +175,12 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # plotly.min.js (4.8 MB) is served from the pinned plotly package instead of being committed:
+    # {% static 'vendor/plotly/plotly.min.js' %}; see static/vendor/README.md.
+    ("vendor/plotly", Path(importlib.util.find_spec("plotly").origin).parent / "package_data"),
+]
 STATIC_ROOT = Path(env_str("REPLAY_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
 
 # Uploads stream to disk, never to memory; the import job reads them from there.
