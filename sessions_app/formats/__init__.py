@@ -76,6 +76,57 @@ def iter_lines(stream: IO[bytes], *, on_bytes: Callable[[int], None] | None = No
         on_bytes(consumed)
 
 
+def source_stem(name: str) -> str:
+    """A file's stem the way rlm-code names a session without a run_id, extensions in any case
+    and a .gz around them removed: "run_7.JSONL.gz" -> "run_7"."""
+    base = Path(name).name
+    if base.lower().endswith(".gz"):
+        base = base[:-3]
+    for suffix in (".jsonl", ".ndjson", ".json"):
+        if base.lower().endswith(suffix):
+            return base[: -len(suffix)] or base
+    return Path(base).stem or base
+
+
+def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """(line number, record, raw text) for every usable JSON-lines record of a file.
+
+    Everything else becomes a problem on its line: a BOM, invalid UTF-8, malformed JSON, a
+    truncated last line, a value that is not an object. The raw text is the line exactly as
+    received, without its line ending (what the hash chain covers).
+    """
+    on_bytes = source.on_bytes
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    with source.open() as stream:
+        # Progress counts bytes of the file on disk, so a .gz reports against its own size.
+        underlying = getattr(stream, "fileobj", None)
+        consumed = 0
+        number = 0
+        for number, line in enumerate(stream, start=1):
+            if on_bytes is not None:
+                consumed += len(line)
+                if not number & 2047:
+                    on_bytes(underlying.tell() if underlying is not None else consumed)
+            if number == 1 and line.startswith(BOM):
+                problems.add(1, "line", "byte-order mark at the start of the file (ignored)")
+                line = line[3:]
+            last = not line.endswith(b"\n")
+            body = line.rstrip(b"\r\n")
+            try:
+                record = loads(body)
+            except decode_error:
+                record = load_json_line(number, body, problems, last=last)
+                if record is None:
+                    continue
+            if type(record) is not dict:
+                problems.add(number, "line", f"expected a JSON object, got {type(record).__name__}")
+                continue
+            yield number, record, body.decode("utf-8")
+        if on_bytes is not None:
+            on_bytes(underlying.tell() if underlying is not None else consumed)
+
+
 def load_json_line(
     number: int, line: bytes, problems: Problems, *, last: bool = False
 ) -> dict[str, Any] | None:
@@ -143,9 +194,20 @@ class Head:
 
 def registry() -> dict[str, Any]:
     """Format modules by NAME, in detection order (most specific first)."""
-    from . import agentlens, daycare, flux0, rlm_native, rlm_snapshot, rlm_steps, rlm_trajectory
+    from . import (
+        agentlens,
+        daycare,
+        flux0,
+        rlm_native,
+        rlm_sink,
+        rlm_snapshot,
+        rlm_steps,
+        rlm_trajectory,
+    )
 
-    modules = [rlm_snapshot, agentlens, flux0, daycare, rlm_native, rlm_trajectory, rlm_steps]
+    modules = [
+        rlm_snapshot, rlm_sink, agentlens, flux0, daycare, rlm_native, rlm_trajectory, rlm_steps,
+    ]  # fmt: skip
     return {module.NAME: module for module in modules}
 
 

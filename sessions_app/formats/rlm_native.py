@@ -1,11 +1,574 @@
-"""Placeholder until the rlm_native importer lands (being written now); detects nothing."""
+"""rlm-code native session JSONL: what `SessionRecorder` writes (../shared/FORMATS.md 1a).
+
+One record a line: `{"event_type", "timestamp", "step", "data", "run_id"?, "depth"?,
+"parent_id"?, "duration_ms"?}`. A step is assembled from step_start/step_action/step_result and
+closed by step_end, which carries the full StepState (variables with full values included).
+
+Where we deliberately differ from rlm-code's `load_session` (docs/formats.md):
+- tokens are counted once per step: step_result's `tokens_used`, or step_end's when the step had
+  no step_result (rlm-code adds both). `llm_response` tokens_in/tokens_out stay in its payload:
+  the recorder's step tokens already cover them, so counting them too would count twice again.
+- step_end's own fields (action_type, action_code, output, error, duration_ms, ...) fill in what
+  step_start/step_action/step_result did not bring, instead of being ignored;
+- step_end's `variables` and `memory_notes` are kept, as a state change;
+- every line that cannot be used is reported with its number and field.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any, Iterator
+
+from ..canonical import (
+    CanonicalEvent,
+    CheckpointSpec,
+    Kind,
+    ParsedSession,
+    Problems,
+    SessionMeta,
+    StateChange,
+)
+from . import Head, Source, read_records, source_stem
 
 NAME = "rlm_native"
 
+KINDS = {
+    "session_start": Kind.SESSION_START,
+    "session_end": Kind.SESSION_END,
+    "step_start": Kind.STEP_START,
+    "step_action": Kind.ACTION,
+    "step_result": Kind.RESULT,
+    "step_end": Kind.STEP_END,
+    "state_snapshot": Kind.STATE,
+    "memory_update": Kind.MEMORY_UPDATE,
+    "variable_update": Kind.VARIABLE_UPDATE,
+    "llm_request": Kind.LLM_CALL,
+    "llm_response": Kind.LLM_RESPONSE,
+    "child_spawn": Kind.CHILD_SPAWN,
+    "child_result": Kind.CHILD_RESULT,
+    "final_detected": Kind.FINAL,
+    "checkpoint": Kind.CHECKPOINT,
+    "error": Kind.ERROR,
+}
 
-def sniff(head) -> bool:
+# The StepState fields a step carries (rlm-code's StepState without variables/memory_notes,
+# which live in state changes), with rlm-code's defaults.
+STEP_DEFAULTS: dict[str, Any] = {
+    "step": 0,
+    "timestamp": "",
+    "action_type": "",
+    "action_code": "",
+    "action_rationale": "",
+    "success": False,
+    "output": "",
+    "error": "",
+    "reward": 0.0,
+    "cumulative_reward": 0.0,
+    "duration_ms": 0.0,
+    "tokens_used": 0,
+    "raw_action": {},
+    "raw_observation": {},
+}
+_TEXT_FIELDS = ("action_type", "action_code", "action_rationale", "output", "error")
+_MISSING = object()
+_INF = math.inf
+
+
+def sniff(head: Head) -> bool:
+    for record in head.records[:5]:
+        event_type = record.get("event_type")
+        if event_type in KINDS and "iteration" not in record:
+            # TrajectoryLogger files share some names (llm_request, error); only the native
+            # recorder writes ISO text timestamps with a `step`.
+            if event_type == "session_start" or (
+                "step" in record and isinstance(record.get("timestamp"), str)
+            ):
+                return True
     return False
 
 
-def parse(source, problems):
-    raise NotImplementedError("rlm_native importer not written yet")
+def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
+    """One ParsedSession per session_start that follows earlier events (append-mode files)."""
+    stem = source_stem(source.display_name)
+    records = read_records(source, problems)
+    pending: list[tuple[int, dict[str, Any], str]] = []
+    while True:
+        if not pending:
+            first = next(records, None)
+            if first is None:
+                return
+            pending.append(first)
+        converter = Converter(fallback_id=stem)
+        events = _session_events(converter, pending, records, problems)
+        yield ParsedSession(meta=converter.meta, events=events)
+        for _ in events:  # a consumer that stopped early: skip to the next session
+            pass
+        if not pending:
+            return
+
+
+def _session_events(
+    converter: "Converter",
+    pending: list[tuple[int, dict[str, Any], str]],
+    records: Iterator[tuple[int, dict[str, Any], str]],
+    problems: Problems,
+) -> Iterator[CanonicalEvent]:
+    convert = converter.convert
+    number, record, raw = pending.pop()
+    yield from convert(record, raw, number, problems)
+    for number, record, raw in records:
+        if converter.starts_new_session(record):
+            pending.append((number, record, raw))
+            break
+        yield from convert(record, raw, number, problems)
+    converter.finish()
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """ISO 8601 text (rlm-code's `datetime.isoformat()`), or epoch seconds; naive means UTC."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        try:
+            return datetime.fromtimestamp(value, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    return None
+
+
+def number(value: Any, field: str, line: int | None, problems: Problems) -> float | int | None:
+    """A numeric field's value, or None (reported) when it is null, non-numeric or not finite."""
+    kind = type(value)
+    if kind is int:
+        return value
+    if kind is float:
+        if value - value == 0.0:  # false for NaN and both infinities
+            return value
+        problems.add(line, field, f"expected a finite number, got {value}")
+        return None
+    if value is None:
+        problems.add(line, field, "expected a number, got null")
+        return None
+    if kind is bool:
+        return int(value)
+    if kind is str:
+        try:
+            parsed = float(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None and math.isfinite(parsed):
+            problems.add(line, field, f"expected a number, got the string {value[:40]!r} (read as {parsed})")
+            return parsed
+        problems.add(line, field, f"expected a number, got the string {value[:40]!r}")
+        return None
+    problems.add(line, field, f"expected a number, got {_json_type(value)}")
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def mapping(value: Any, field: str, line: int | None, problems: Problems) -> dict[str, Any]:
+    if type(value) is dict:
+        return value
+    if value is None:
+        problems.add(line, field, "expected an object, got null")
+    else:
+        problems.add(line, field, f"expected an object, got {_json_type(value)}")
+    return {}
+
+
+def text(value: Any) -> Any:
+    return "" if value is None else value
+
+
+class Converter:
+    """Turns native records into canonical events, one record at a time.
+
+    Resumable: `state()` is JSON-serialisable and `Converter(state)` continues a session where
+    the last batch stopped (live ingest appends batches of records to one session).
+    """
+
+    def __init__(self, state: dict[str, Any] | None = None, *, fallback_id: str = "") -> None:
+        saved = state or {}
+        self.fallback_id = saved.get("fallback_id", fallback_id)
+        self.step: dict[str, Any] = saved.get("step", {})
+        self.step_tokens_counted: bool = saved.get("step_tokens_counted", False)
+        self.llm_open: list[list[str]] = saved.get("llm_open", [])  # FIFO of [pair_id, model]
+        self.llm_counter: int = saved.get("llm_counter", 0)
+        self.cumulative: float = saved.get("cumulative", 0.0)
+        self.emitted: int = saved.get("emitted", 0)
+        self.steps: int = saved.get("steps", 0)
+        meta = saved.get("meta", {})
+        self.meta = SessionMeta(
+            source_session_id=meta.get("source_session_id", ""),
+            run_id=meta.get("run_id", ""),
+            task=meta.get("task", ""),
+            environment=meta.get("environment", ""),
+            model=meta.get("model", ""),
+            started_at=parse_timestamp(meta.get("started_at")),
+            ended_at=parse_timestamp(meta.get("ended_at")),
+            completed=meta.get("completed", False),
+            failed=meta.get("failed"),
+            final_answer=meta.get("final_answer", ""),
+            total_reward=meta.get("total_reward"),
+        )
+
+    def state(self) -> dict[str, Any]:
+        meta = self.meta
+        return {
+            "fallback_id": self.fallback_id,
+            "step": self.step,
+            "step_tokens_counted": self.step_tokens_counted,
+            "llm_open": self.llm_open,
+            "llm_counter": self.llm_counter,
+            "cumulative": self.cumulative,
+            "emitted": self.emitted,
+            "steps": self.steps,
+            "meta": {
+                "source_session_id": meta.source_session_id,
+                "run_id": meta.run_id,
+                "task": meta.task,
+                "environment": meta.environment,
+                "model": meta.model,
+                "started_at": meta.started_at.isoformat() if meta.started_at else None,
+                "ended_at": meta.ended_at.isoformat() if meta.ended_at else None,
+                "completed": meta.completed,
+                "failed": meta.failed,
+                "final_answer": meta.final_answer,
+                "total_reward": meta.total_reward,
+            },
+        }
+
+    def starts_new_session(self, record: dict[str, Any]) -> bool:
+        """A session_start after events begins the next session of an append-mode file."""
+        return self.emitted > 0 and record.get("event_type") == "session_start"
+
+    def finish(self) -> None:
+        """Complete the metadata once the records of the session are exhausted."""
+        meta = self.meta
+        if not meta.run_id:
+            meta.run_id = self.fallback_id
+        if not meta.source_session_id:
+            meta.source_session_id = meta.run_id
+        meta.failed = not meta.completed
+
+    def convert(
+        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
+    ) -> list[CanonicalEvent]:
+        event_type = record.get("event_type")
+        if type(event_type) is not str or not event_type:
+            problems.add(line, "event_type", "missing event_type; line skipped")
+            return []
+        kind = KINDS.get(event_type)
+        if kind is None:
+            problems.add(line, "event_type", f"unknown event_type {event_type[:60]!r}; kept as a custom event")
+            kind = Kind.CUSTOM
+
+        data = record.get("data", _MISSING)
+        if data is _MISSING:
+            data = {}
+        elif type(data) is not dict:
+            data = mapping(data, "data", line, problems)
+
+        stamp = record.get("timestamp")
+        timestamp = parse_timestamp(stamp)
+        if timestamp is None and stamp is not None:
+            problems.add(line, "timestamp", f"not an ISO 8601 timestamp: {str(stamp)[:40]!r}")
+
+        step = record.get("step")
+        if step is not None and type(step) is not int:
+            value = number(step, "step", line, problems)
+            step = int(value) if value is not None else None
+
+        run_id = record.get("run_id")
+        meta = self.meta
+        if run_id and not meta.run_id and type(run_id) is str:
+            meta.run_id = run_id
+            meta.source_session_id = meta.source_session_id or run_id
+
+        duration = record.get("duration_ms")
+        if duration is not None:
+            duration = number(duration, "duration_ms", line, problems)
+
+        depth = record.get("depth", 0)
+        if type(depth) is not int:
+            depth = int(number(depth, "depth", line, problems) or 0)
+        parent_id = record.get("parent_id") or ""
+
+        event = CanonicalEvent(
+            kind=kind,
+            source_type=event_type,
+            raw=raw,
+            payload=data,
+            timestamp=timestamp,
+            line=line,
+            step=step,
+            depth=depth,
+            parent_id=parent_id if type(parent_id) is str else str(parent_id),
+            duration_ms=duration,
+        )
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, event, data, stamp, line, problems)
+        self.emitted += 1
+        return [event]
+
+    # --- one method per event type -------------------------------------------------------------
+
+    def _session_start(self, event, data, stamp, line, problems) -> None:
+        meta = self.meta
+        meta.task = str(text(data.get("task", "")))
+        meta.environment = str(text(data.get("environment", "")))
+        meta.model = str(text(data.get("model", "")))
+        if event.timestamp is not None and meta.started_at is None:
+            meta.started_at = event.timestamp
+
+    def _step_start(self, event, data, stamp, line, problems) -> None:
+        step = event.step
+        if step is None and "step" in data:
+            value = number(data["step"], "data.step", line, problems)
+            step = int(value) if value is not None else None
+            event.step = step
+        self.step = {"step": step if step is not None else 0, "timestamp": stamp if stamp is not None else ""}
+        self.step_tokens_counted = False
+
+    def _step_action(self, event, data, stamp, line, problems) -> None:
+        action = data.get("action", _MISSING)
+        if action is _MISSING:
+            action = {}
+        elif type(action) is not dict:
+            action = mapping(action, "data.action", line, problems)
+        current = self.step
+        current["action_type"] = text(action.get("action", ""))
+        current["action_code"] = text(action.get("code", ""))
+        current["action_rationale"] = text(data.get("rationale", ""))
+        current["raw_action"] = action
+
+    def _step_result(self, event, data, stamp, line, problems) -> None:
+        observation = data.get("observation", _MISSING)
+        if observation is _MISSING:
+            observation = {}
+        elif type(observation) is not dict:
+            observation = mapping(observation, "data.observation", line, problems)
+        current = self.step
+        success = bool(data.get("success", False))
+        current["success"] = success
+        current["output"] = text(observation.get("output", observation.get("stdout", "")))
+        current["error"] = text(observation.get("error", observation.get("stderr", "")))
+        reward = _field_number(data, "reward", line, problems)
+        current["reward"] = reward if reward is not None else 0.0
+        cumulative = _field_number(data, "cumulative_reward", line, problems)
+        if cumulative is None:
+            cumulative = self.cumulative + current["reward"]
+        current["cumulative_reward"] = cumulative
+        current["duration_ms"] = event.duration_ms or 0.0
+        tokens = _field_number(data, "tokens_used", line, problems)
+        tokens = int(tokens) if tokens is not None else 0
+        current["tokens_used"] = tokens
+        current["raw_observation"] = observation
+        event.tokens = tokens
+        event.cumulative_reward = cumulative
+        event.failed = not success
+        self.step_tokens_counted = True
+
+    def _step_end(self, event, data, stamp, line, problems) -> None:
+        state = self.step
+        self.step = {}
+        # step_end's own fields fill in what the step's earlier events did not bring.
+        if "step" not in state:
+            value = data.get("step", _MISSING)
+            if value is _MISSING or value is None:
+                value = event.step
+            elif type(value) is not int:
+                value = number(value, "data.step", line, problems)
+            state["step"] = int(value) if value is not None else 0
+            state["timestamp"] = data.get("timestamp") or (stamp if stamp is not None else "")
+        action = data.get("action")
+        observation = data.get("observation")
+        fallback_action = action if type(action) is dict else {}
+        fallback_observation = observation if type(observation) is dict else {}
+        for name in _TEXT_FIELDS:
+            if name not in state:
+                value = data.get(name, _MISSING)
+                if value is _MISSING:
+                    value = _legacy_text(name, fallback_action, fallback_observation)
+                state[name] = text(value)
+        if "success" not in state:
+            state["success"] = bool(data.get("success", False))
+        if "reward" not in state:
+            reward = _field_number(data, "reward", line, problems)
+            state["reward"] = reward if reward is not None else 0.0
+        if "cumulative_reward" not in state:
+            cumulative = _field_number(data, "cumulative_reward", line, problems)
+            state["cumulative_reward"] = (
+                cumulative if cumulative is not None else self.cumulative + state["reward"]
+            )
+        if "duration_ms" not in state:
+            duration = _field_number(data, "duration_ms", line, problems)
+            state["duration_ms"] = duration if duration is not None else (event.duration_ms or 0.0)
+        if "tokens_used" not in state:
+            tokens = _field_number(data, "tokens_used", line, problems)
+            state["tokens_used"] = int(tokens) if tokens is not None else 0
+        if "raw_action" not in state:
+            raw_action = data.get("raw_action")
+            state["raw_action"] = raw_action if type(raw_action) is dict else fallback_action
+        if "raw_observation" not in state:
+            raw_observation = data.get("raw_observation")
+            state["raw_observation"] = (
+                raw_observation if type(raw_observation) is dict else fallback_observation
+            )
+        if not self.step_tokens_counted:
+            event.tokens = state["tokens_used"]
+        self.step_tokens_counted = False
+        event.step_state = {name: state[name] for name in STEP_DEFAULTS}
+        event.reward = state["reward"]
+        event.cumulative_reward = state["cumulative_reward"]
+        event.failed = not state["success"]
+        self.cumulative = state["cumulative_reward"]
+        self.steps += 1
+
+        variables = data.get("variables")
+        notes = data.get("memory_notes")
+        if variables is not None and type(variables) is not dict:
+            variables = mapping(variables, "data.variables", line, problems) or None
+        if notes is not None and type(notes) is not list:
+            problems.add(line, "data.memory_notes", f"expected an array, got {_json_type(notes)}")
+            notes = None
+        if variables is not None or notes is not None:
+            event.state_change = StateChange(
+                memory=notes, variables=variables, replace_variables=variables is not None
+            )
+            # They live in the state change; the payload keeps the rest of the step.
+            event.payload = {k: v for k, v in data.items() if k not in ("variables", "memory_notes")}
+
+    def _memory_update(self, event, data, stamp, line, problems) -> None:
+        notes = data.get("notes")
+        if type(notes) is list:
+            event.state_change = StateChange(memory=notes)
+        else:
+            problems.add(line, "data.notes", f"expected an array, got {_json_type(notes) if notes is not None else 'null'}")
+
+    def _variable_update(self, event, data, stamp, line, problems) -> None:
+        # The recorder writes only a 200-character preview; it stands for the value until the
+        # next step_end brings the full variables.
+        name = data.get("name")
+        if type(name) is str and name:
+            event.state_change = StateChange(variables={name: data.get("preview", "")})
+        else:
+            problems.add(line, "data.name", "variable_update without a variable name")
+
+    def _llm_request(self, event, data, stamp, line, problems) -> None:
+        self.llm_counter += 1
+        pair_id = f"llm-{self.llm_counter}"
+        model = data.get("model") or self.meta.model
+        model = str(model)[:200] if model else ""
+        event.pair_id = pair_id
+        event.tool = model
+        self.llm_open.append([pair_id, model])
+
+    def _llm_response(self, event, data, stamp, line, problems) -> None:
+        # The recorder gives responses no id: each answers the oldest open request.
+        for name in ("tokens_in", "tokens_out"):
+            if name in data:
+                number(data[name], f"data.{name}", line, problems)
+        if self.llm_open:
+            pair_id, model = self.llm_open.pop(0)
+            event.pair_id = pair_id
+            event.tool = model
+
+    def _child_spawn(self, event, data, stamp, line, problems) -> None:
+        child_id = data.get("child_id")
+        if child_id:
+            event.child_id = event.pair_id = str(child_id)[:200]
+
+    def _child_result(self, event, data, stamp, line, problems) -> None:
+        child_id = data.get("child_id")
+        if child_id:
+            event.child_id = event.pair_id = str(child_id)[:200]
+        if "success" in data:
+            event.failed = not data.get("success")
+
+    def _final(self, event, data, stamp, line, problems) -> None:
+        self.meta.final_answer = str(text(data.get("answer", "")))
+        self.meta.completed = bool(data.get("completed", True))
+
+    def _checkpoint(self, event, data, stamp, line, problems) -> None:
+        name = data.get("checkpoint_name") or f"checkpoint_{event.step or 0}"
+        self.meta.checkpoints.append(
+            CheckpointSpec(
+                name=str(name),
+                seq=self.emitted,
+                step_pos=self.steps - 1 if self.steps else None,
+                created_at=event.timestamp,
+                created_by="rlm-code",
+            )
+        )
+
+    def _error(self, event, data, stamp, line, problems) -> None:
+        event.is_error = True
+
+    def _session_end(self, event, data, stamp, line, problems) -> None:
+        meta = self.meta
+        if "completed" in data:
+            meta.completed = bool(data["completed"])
+        if "final_response" in data and data["final_response"]:
+            meta.final_answer = str(data["final_response"])
+        if "total_reward" in data:
+            total = number(data["total_reward"], "data.total_reward", line, problems)
+            if total is not None:
+                meta.total_reward = float(total)
+        if event.timestamp is not None:
+            meta.ended_at = event.timestamp
+
+
+def _field_number(data: dict[str, Any], name: str, line: int | None, problems: Problems) -> Any:
+    value = data.get(name, _MISSING)
+    if value is _MISSING:
+        return None
+    kind = type(value)
+    if kind is int or (kind is float and value - value == 0.0):
+        return value
+    return number(value, f"data.{name}", line, problems)
+
+
+def _legacy_text(name: str, action: dict[str, Any], observation: dict[str, Any]) -> Any:
+    """What rlm-code reads from a step_end shaped like the legacy formats (action/observation)."""
+    if name == "action_type":
+        return action.get("action", "")
+    if name == "action_code":
+        return action.get("code", "")
+    if name == "action_rationale":
+        return action.get("reasoning", action.get("rationale", ""))
+    if name == "output":
+        return observation.get("output", observation.get("stdout", ""))
+    return observation.get("error", observation.get("stderr", ""))
+
+
+_HANDLERS = {
+    Kind.SESSION_START: Converter._session_start,
+    Kind.STEP_START: Converter._step_start,
+    Kind.ACTION: Converter._step_action,
+    Kind.RESULT: Converter._step_result,
+    Kind.STEP_END: Converter._step_end,
+    Kind.MEMORY_UPDATE: Converter._memory_update,
+    Kind.VARIABLE_UPDATE: Converter._variable_update,
+    Kind.LLM_CALL: Converter._llm_request,
+    Kind.LLM_RESPONSE: Converter._llm_response,
+    Kind.CHILD_SPAWN: Converter._child_spawn,
+    Kind.CHILD_RESULT: Converter._child_result,
+    Kind.FINAL: Converter._final,
+    Kind.CHECKPOINT: Converter._checkpoint,
+    Kind.ERROR: Converter._error,
+    Kind.SESSION_END: Converter._session_end,
+}

@@ -1,0 +1,363 @@
+"""File -> format detection -> ingest, streaming, with a report of everything that was skipped.
+
+`import_file` is the one import workflow: the management command, the upload job and the demo
+set-up all call it. Each session of a file is written in its own transaction (create, append,
+finish), so a duplicate can be rolled back whole and a failure never leaves half a session.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, connections, transaction
+from django.utils import timezone
+
+from .canonical import CanonicalEvent, ParsedSession, Problems
+from .formats import Source, detect, registry
+from .ingest import append_events, create_session, finish_session
+from .models import ImportJob, Project, Session
+
+logger = logging.getLogger(__name__)
+
+# How often (in events) a job's progress row is refreshed while a session streams in.
+PROGRESS_EVERY = 5000
+# Problems kept in full on a job / outcome; the rest are counted.
+PROBLEMS_KEPT = 1000
+
+
+@dataclass
+class ImportOutcome:
+    """One resulting session of a file, or a file that produced none (`error`)."""
+
+    path: Path
+    session: Session | None = None
+    format: str = ""
+    events: int = 0
+    steps: int = 0
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    duplicate: bool = False
+    unreadable: bool = False  # the file could not be read at all (the command's exit status)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"path": str(self.path), "error": self.error, "problems": self.problems}
+        return {
+            "path": str(self.path),
+            "session": self.session.pk if self.session is not None else None,
+            "format": self.format,
+            "events": self.events,
+            "steps": self.steps,
+            "problems": self.problems,
+            "duplicate": self.duplicate,
+        }
+
+
+class _Duplicate(Exception):
+    """Raised inside a session's transaction to roll back a session that is already stored."""
+
+    def __init__(self, existing: Session) -> None:
+        self.existing = existing
+
+
+class _Empty(Exception):
+    """Raised inside a session's transaction to roll back a session without events."""
+
+
+def import_file(
+    *,
+    path: Path,
+    project: Project,
+    format: str | None = None,
+    replace: bool = False,
+    job: ImportJob | None = None,
+    created_by: str = "",
+) -> list[ImportOutcome]:
+    """Import every session a file (or folder) holds; never raises on bad input.
+
+    Detection is by content unless `format` names one. Importing the same content again returns
+    the stored session (`duplicate=True`); `replace=True` deletes the stored one(s) of the same
+    source id and imports afresh. A plain folder imports each file in it.
+    """
+    path = Path(path)
+    display_name = job.original_name if job is not None and job.original_name else path.name
+    progress = _JobProgress(job)
+    progress.start(path, created_by)
+
+    unreadable = _unreadable(path)
+    if unreadable:
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {unreadable}", unreadable=True)
+        progress.finish([outcome], Problems(), "")
+        return [outcome]
+
+    source = Source(path=path, display_name=display_name, on_bytes=progress.bytes_read)
+    try:
+        fmt = _choose_format(source, format)
+    except _FormatError as exc:
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {exc}", unreadable=exc.unreadable)
+        progress.finish([outcome], Problems(), "")
+        return [outcome]
+    if fmt is None:
+        if path.is_dir():
+            return _import_folder(path, project, format, replace, created_by)
+        outcome = ImportOutcome(
+            path=path,
+            error=f"{display_name}: not a recognised session format (nothing importable)",
+        )
+        progress.finish([outcome], Problems(), "")
+        return [outcome]
+
+    progress.detected(fmt)
+    problems = Problems(limit=PROBLEMS_KEPT)
+    outcomes: list[ImportOutcome] = []
+    created: set[int] = set()
+    try:
+        for parsed in registry()[fmt].parse(source, problems):
+            outcome = _import_session(
+                parsed, path, project, fmt, replace, job, created, progress, problems
+            )
+            if outcome is not None:
+                outcomes.append(outcome)
+    except OSError as exc:  # the stream broke mid-file (a corrupt .gz, a vanished file)
+        problems.add(None, "file", f"could not read further: {exc}")
+    except Exception as exc:  # a bug must not become a traceback for the user; log it for us
+        logger.exception("import of %s failed", path)
+        problems.add(None, "file", f"import stopped: {type(exc).__name__}: {exc}")
+
+    kept = problems.to_list()
+    for outcome in outcomes:
+        outcome.problems = kept
+    if not outcomes:
+        outcomes = [ImportOutcome(path=path, format=fmt, error=_nothing_importable(display_name, fmt, problems), problems=kept)]
+    progress.finish(outcomes, problems, fmt)
+    return outcomes
+
+
+def _import_session(
+    parsed: ParsedSession,
+    path: Path,
+    project: Project,
+    fmt: str,
+    replace: bool,
+    job: ImportJob | None,
+    created: set[int],
+    progress: "_JobProgress",
+    problems: Problems,
+) -> ImportOutcome | None:
+    counter = _Counter(parsed.events)
+    try:
+        with transaction.atomic():
+            session = create_session(
+                project=project, source_format=fmt, meta=parsed.meta, import_job=job
+            )
+            result = append_events(
+                session=session, events=counter, on_progress=progress.events_written
+            )
+            if result.event_count == 0:
+                raise _Empty
+            finish_session(session=session, meta=parsed.meta)
+            same_source = Session.objects.filter(
+                project=project, source_format=fmt, source_session_id=session.source_session_id
+            ).exclude(pk__in=created | {session.pk})
+            if replace:
+                _delete_sessions(same_source)
+            else:
+                existing = same_source.filter(head_hash=session.head_hash).order_by("pk").first()
+                if existing is not None:
+                    raise _Duplicate(existing)
+    except _Empty:
+        for _ in counter:  # finish reading the session so the next one starts at its line
+            pass
+        return None
+    except _Duplicate as dup:
+        return ImportOutcome(
+            path=path, session=dup.existing, format=fmt, events=dup.existing.event_count,
+            steps=dup.existing.step_count, duplicate=True,
+        )  # fmt: skip
+    created.add(session.pk)
+    progress.session_done(session.event_count)
+    return ImportOutcome(
+        path=path, session=session, format=fmt, events=session.event_count,
+        steps=session.step_count,
+    )  # fmt: skip
+
+
+def _delete_sessions(sessions) -> None:
+    # Events, snapshots and checkpoints go with them through the database's own cascade.
+    for pk in list(sessions.values_list("pk", flat=True)):
+        Session.objects.filter(pk=pk).delete()
+
+
+class _Counter:
+    """Passes events through, counting them for progress."""
+
+    def __init__(self, events) -> None:
+        self.events = iter(events)
+        self.count = 0
+
+    def __iter__(self) -> "_Counter":
+        return self
+
+    def __next__(self) -> CanonicalEvent:
+        event = next(self.events)
+        self.count += 1
+        return event
+
+
+class _FormatError(Exception):
+    def __init__(self, message: str, *, unreadable: bool = False) -> None:
+        super().__init__(message)
+        self.unreadable = unreadable
+
+
+def _choose_format(source: Source, requested: str | None) -> str | None:
+    formats = registry()
+    if requested:
+        if requested not in formats:
+            known = ", ".join(sorted(formats))
+            raise _FormatError(f"unknown format {requested!r} (known: {known})")
+        return requested
+    try:
+        return detect(source)
+    except (OSError, EOFError) as exc:
+        raise _FormatError(f"cannot read: {exc}", unreadable=True) from exc
+
+
+def _unreadable(path: Path) -> str:
+    """Why a path cannot be read at all, or "" when it can."""
+    try:
+        if path.is_dir():
+            path.iterdir()
+            return ""
+        with path.open("rb") as stream:
+            stream.read(1)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    return ""
+
+
+def _import_folder(
+    path: Path, project: Project, format: str | None, replace: bool, created_by: str
+) -> list[ImportOutcome]:
+    outcomes: list[ImportOutcome] = []
+    for child in sorted(path.iterdir()):
+        if child.name.startswith("."):
+            continue
+        outcomes.extend(
+            import_file(
+                path=child, project=project, format=format, replace=replace, created_by=created_by
+            )
+        )
+    if not outcomes:
+        outcomes.append(ImportOutcome(path=path, error=f"{path.name}: empty folder (nothing importable)"))
+    return outcomes
+
+
+def _nothing_importable(name: str, fmt: str, problems: Problems) -> str:
+    message = f"{name}: nothing importable as {fmt}"
+    if problems.count:
+        first = problems.items[0]
+        where = f"line {first.line}" if first.line is not None else "file"
+        message += f" ({problems.count} problem(s); first: {where}, {first.field}: {first.message})"
+    return message
+
+
+class _JobProgress:
+    """Keeps an ImportJob row current while a file streams in.
+
+    The sessions are written inside their own transaction, so a plain UPDATE of the job row
+    would stay invisible to the page polling it until the session commits. On PostgreSQL the
+    progress therefore goes through a second, autocommit connection (with a short lock timeout:
+    progress must never stall the import). SQLite allows one writer at a time, so there the row
+    is updated on the import's own connection and shows at each commit.
+    """
+
+    def __init__(self, job: ImportJob | None) -> None:
+        self.job = job
+        self.bytes_done = 0
+        self.events_done = 0
+        self.last_reported = 0
+        self._side = None
+
+    def start(self, path: Path, created_by: str) -> None:
+        if self.job is None:
+            return
+        job = self.job
+        job.status = ImportJob.Status.RUNNING
+        job.started_at = timezone.now()
+        job.created_by = job.created_by or created_by[:150]
+        try:
+            job.bytes_total = path.stat().st_size if path.is_file() else 0
+        except OSError:
+            job.bytes_total = 0
+        job.save(update_fields=["status", "started_at", "bytes_total", "created_by"])
+
+    def detected(self, fmt: str) -> None:
+        if self.job is not None:
+            self.job.detected_format = fmt
+            self.job.save(update_fields=["detected_format"])
+
+    def bytes_read(self, count: int) -> None:
+        self.bytes_done = count
+
+    def events_written(self, stored_in_session: int) -> None:
+        # append_events calls this after each flushed batch with the session's stored count.
+        total = self.events_done + stored_in_session
+        if self.job is None or total - self.last_reported < PROGRESS_EVERY:
+            return
+        self.last_reported = total
+        self._write(bytes_done=self.bytes_done, events_done=total)
+
+    def session_done(self, events: int) -> None:
+        self.events_done += events
+        self.last_reported = self.events_done
+
+    def _write(self, **values: Any) -> None:
+        job = self.job
+        for name, value in values.items():
+            setattr(job, name, value)
+        if connection.vendor == "postgresql" and connection.in_atomic_block:
+            try:
+                side = self._side_connection()
+                with side.cursor() as cursor:
+                    cursor.execute("SET lock_timeout = '500ms'")
+                    sets = ", ".join(f"{name} = %s" for name in values)
+                    cursor.execute(
+                        f"UPDATE {ImportJob._meta.db_table} SET {sets} WHERE id = %s",
+                        [*values.values(), job.pk],
+                    )
+            except Exception:  # progress is best effort; the final row is written below
+                logger.warning("could not update progress of import job %s", job.pk, exc_info=True)
+            return
+        ImportJob.objects.filter(pk=job.pk).update(**values)
+
+    def _side_connection(self):
+        if self._side is None:
+            self._side = connections.create_connection("default")
+            self._side.set_autocommit(True)
+        return self._side
+
+    def finish(self, outcomes: list[ImportOutcome], problems: Problems, fmt: str) -> None:
+        if self._side is not None:
+            self._side.close()
+            self._side = None
+        job = self.job
+        if job is None:
+            return
+        stored = [o for o in outcomes if o.error is None]
+        job.detected_format = fmt or job.detected_format
+        job.problems = problems.to_list()
+        job.problem_count = problems.count
+        job.result = [o.to_dict() for o in outcomes]
+        job.sessions_done = len(stored)
+        job.events_done = sum(o.events for o in stored if not o.duplicate)
+        job.bytes_done = job.bytes_total or self.bytes_done
+        job.error = "\n".join(o.error for o in outcomes if o.error)
+        job.status = ImportJob.Status.DONE if stored else ImportJob.Status.FAILED
+        job.finished_at = timezone.now()
+        job.save()

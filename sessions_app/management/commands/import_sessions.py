@@ -1,0 +1,71 @@
+"""Import recorded sessions from files or folders: `import_sessions PATH [PATH ...]`.
+
+Exit status 0 unless a file could not be read at all; files with problems still import what is
+good and list what was skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from django.core.management.base import BaseCommand, CommandError
+
+from sessions_app.formats import registry
+from sessions_app.importing import ImportOutcome, import_file
+from sessions_app.models import Project
+
+
+class Command(BaseCommand):
+    help = "Import recorded agent sessions (format detected by content unless --format is given)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("paths", nargs="+", metavar="PATH")
+        parser.add_argument("--format", choices=sorted(registry()), help="skip detection")
+        parser.add_argument("--project", help="project slug (default: the default project)")
+        parser.add_argument("--replace", action="store_true", help="re-import sessions already stored")
+        parser.add_argument("--json", action="store_true", help="one JSON object a line per result")
+
+    def handle(self, *args, **options) -> None:
+        project = self._project(options["project"])
+        unreadable = 0
+        reported: set[Path] = set()
+        for name in options["paths"]:
+            for outcome in import_file(
+                path=Path(name), project=project, format=options["format"],
+                replace=options["replace"], created_by="import_sessions",
+            ):  # fmt: skip
+                unreadable += outcome.unreadable
+                if options["json"]:
+                    self.stdout.write(orjson.dumps(outcome.to_dict()).decode())
+                else:
+                    self._print(outcome, with_problems=outcome.path not in reported)
+                    reported.add(outcome.path)
+        if unreadable:
+            raise CommandError(f"{unreadable} file(s) could not be read", returncode=1)
+
+    def _project(self, slug: str | None) -> Project:
+        if not slug:
+            return Project.get_default()
+        project, created = Project.objects.get_or_create(slug=slug, defaults={"name": slug})
+        if created:
+            self.stderr.write(f"created project {slug!r}")
+        return project
+
+    def _print(self, outcome: ImportOutcome, *, with_problems: bool) -> None:
+        if outcome.error:
+            self.stderr.write(f"error: {outcome.error}")
+        else:
+            verb = "already imported as" if outcome.duplicate else "imported as"
+            self.stdout.write(
+                f"{outcome.path}: {verb} session {outcome.session.pk} ({outcome.format}, "
+                f"{outcome.events} events, {outcome.steps} steps, "
+                f"{len(outcome.problems)} problem(s))"
+            )
+        if not with_problems:  # a file's problems are shared by all its sessions
+            return
+        for problem in outcome.problems[:20]:
+            where = f"line {problem['line']}" if problem["line"] is not None else "file"
+            self.stderr.write(f"  {outcome.path}: {where}: {problem['field']}: {problem['message']}")
+        if len(outcome.problems) > 20:
+            self.stderr.write(f"  ... {len(outcome.problems) - 20} more problem(s)")

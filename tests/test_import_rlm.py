@@ -1,0 +1,260 @@
+"""Conformance: files written by rlm-code itself, imported by us, compared with rlm-code's own
+`load_session(...).get_summary()` and step list. Every deliberate difference (docs/formats.md)
+is asserted explicitly."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+from rlm_code.rlm.session_replay import SessionReplayer, load_session
+
+from sessions_app.canonical import Kind
+from sessions_app.importing import import_file
+from sessions_app.models import Checkpoint, Event, Session
+
+from .builders_rlm import (
+    record_failing_session,
+    record_full_session,
+    write_steps_only_session,
+)
+
+STEP_FIELDS = (
+    "step", "timestamp", "action_type", "action_code", "action_rationale", "success", "output",
+    "error", "reward", "cumulative_reward", "duration_ms", "tokens_used", "raw_action",
+    "raw_observation",
+)  # fmt: skip
+
+
+def imported_steps(session: Session) -> list[dict]:
+    rows = (
+        Event.objects.filter(session=session, step_pos__isnull=False)
+        .order_by("step_pos")
+        .values_list("step_pos", "step_state")
+    )
+    steps = []
+    for position, (step_pos, text) in enumerate(rows):
+        assert step_pos == position
+        steps.append(orjson.loads(text))
+    return steps
+
+
+def state_at_steps(session: Session) -> list[dict]:
+    """Variables and memory at each step end, replayed from the stored state changes."""
+    variables: dict = {}
+    memory: list = []
+    states = []
+    for change, step_pos in (
+        Event.objects.filter(session=session).order_by("seq").values_list("state_change", "step_pos")
+    ):
+        if change:
+            change = orjson.loads(change)
+            if "memory" in change:
+                memory = change["memory"]
+            if "variables" in change:
+                variables = dict(change["variables"]) if change.get("replace") else {**variables, **change["variables"]}
+        if step_pos is not None:
+            states.append({"variables": variables, "memory": memory})
+    return states
+
+
+def assert_summary_matches(session: Session, replayer: SessionReplayer, *, tokens_divisor: int = 1) -> None:
+    summary = replayer.get_summary()
+    assert session.source_session_id == summary["session_id"]
+    assert session.run_id == summary["run_id"]
+    assert session.task[:100] == summary["task"]
+    assert session.environment == summary["environment"]
+    assert session.model == summary["model"]
+    assert session.completed == summary["completed"]
+    assert session.step_count == summary["total_steps"]
+    assert session.reward == pytest.approx(summary["total_reward"])
+    assert session.tokens * tokens_divisor == summary["total_tokens"]
+    assert session.duration_seconds == pytest.approx(summary["duration_seconds"], abs=1e-6)
+    assert session.success_rate == pytest.approx(summary["success_rate"])
+    assert session.step_error_count == summary["error_count"]
+
+
+def assert_steps_match(session: Session, replayer: SessionReplayer) -> list[dict]:
+    ours = imported_steps(session)
+    theirs = replayer.snapshot.steps
+    assert len(ours) == len(theirs)
+    for position, (mine, reference) in enumerate(zip(ours, theirs)):
+        expected = reference.to_dict()
+        for name in STEP_FIELDS:
+            assert mine[name] == expected[name], (position, name)
+        assert "variables" not in mine and "memory_notes" not in mine
+    return ours
+
+
+def import_one(path: Path, project, **kwargs) -> Session:
+    outcomes = import_file(path=path, project=project, **kwargs)
+    assert len(outcomes) == 1, [o.to_dict() for o in outcomes]
+    assert outcomes[0].error is None, outcomes[0].error
+    return outcomes[0].session
+
+
+def test_native_session_matches_rlm_summary_and_every_step(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    recorder = record_full_session(path)
+    replayer = load_session(path)
+
+    session = import_one(path, project)
+
+    assert session.source_format == "rlm_native"
+    # Deliberate difference: rlm-code adds step_result's and step_end's tokens_used.
+    assert_summary_matches(session, replayer, tokens_divisor=2)
+    assert session.tokens == sum(150 + step for step in range(1, 7)) == recorder._total_tokens
+    assert session.task == recorder.task  # the full task is kept; the summary cuts it at 100
+    assert session.final_answer == "The answer is 42 — 答案"
+    assert session.status == Session.Status.COMPLETED
+    assert_steps_match(session, replayer)
+
+
+def test_native_keeps_variables_and_memory_that_rlm_drops(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    recorder = record_full_session(path)
+    replayer = load_session(path)
+
+    session = import_one(path, project)
+
+    states = state_at_steps(session)
+    assert len(states) == len(recorder._steps)
+    for state, recorded, reference in zip(states, recorder._steps, replayer.snapshot.steps):
+        assert state["variables"] == recorded.variables != {}
+        assert reference.variables == {}  # what rlm-code's loader gives
+        assert state["memory"] == recorded.memory_notes == reference.memory_notes
+
+
+def test_native_pairs_llm_calls_and_child_spawns(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    record_full_session(path)
+
+    session = import_one(path, project)
+
+    calls = list(Event.objects.filter(session=session, kind=Kind.LLM_CALL).order_by("seq"))
+    responses = {e.seq: e for e in Event.objects.filter(session=session, kind=Kind.LLM_RESPONSE)}
+    assert len(calls) == 6 == session.llm_calls
+    for call in calls:
+        response = responses[call.pair_seq]
+        assert response.pair_id == call.pair_id
+        assert response.seq == call.seq + 1
+        assert response.pair_duration_ms == 412.5
+        assert call.tool == response.tool == "gpt-4o-mini"
+        # tokens_in/out stay in the payload: the step already counts them
+        assert response.tokens is None and response.data["tokens_in"] > 100
+    assert session.models_used == ["gpt-4o-mini"]
+    spawns = list(Event.objects.filter(session=session, kind=Kind.CHILD_SPAWN).order_by("seq"))
+    assert [s.child_id for s in spawns] == ["child_001", "child_002"]
+    for spawn in spawns:
+        result = Event.objects.get(session=session, seq=spawn.pair_seq)
+        assert result.kind == Kind.CHILD_RESULT and result.child_id == spawn.child_id
+
+
+def test_native_error_events_are_flagged_but_not_step_errors(project, tmp_path):
+    path = tmp_path / "failing.jsonl"
+    record_failing_session(path)
+    replayer = load_session(path)
+
+    session = import_one(path, project)
+
+    assert_summary_matches(session, replayer, tokens_divisor=2)
+    assert session.error_count == 3  # the three `error` events
+    assert session.step_error_count == replayer.get_summary()["error_count"] == 3
+    assert session.completed is False and session.status == Session.Status.FAILED
+    errors = Event.objects.filter(session=session, is_error=True)
+    assert set(errors.values_list("kind", flat=True)) == {Kind.ERROR}
+    assert_steps_match(session, replayer)
+
+
+def test_native_checkpoint_event_becomes_a_named_checkpoint(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, checkpoint_at=2)
+
+    session = import_one(path, project)
+
+    checkpoint = Checkpoint.objects.get(session=session)
+    event = Event.objects.get(session=session, seq=checkpoint.seq)
+    assert checkpoint.name == "before_refactor"
+    assert event.kind == Kind.CHECKPOINT
+    assert checkpoint.step_pos == 1  # after the second step closed
+
+
+def test_native_large_unicode_output_survives_byte_for_byte(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, large_output_at=2)
+    raw_lines = path.read_text(encoding="utf-8").splitlines()
+
+    session = import_one(path, project)
+
+    step = imported_steps(session)[1]
+    assert step["output"] == "grand résultat " * 20_000
+    stored_raw = list(Event.objects.filter(session=session).order_by("seq").values_list("raw", flat=True))
+    assert stored_raw == raw_lines
+
+
+def test_file_appended_with_two_sessions_yields_two_sessions(project, tmp_path):
+    path = tmp_path / "appended.jsonl"
+    first = record_full_session(path, run_id="run_one", steps=3)
+    second = record_failing_session(path, run_id="run_two")
+    combined = load_session(path)  # rlm-code merges both into one session
+
+    outcomes = import_file(path=path, project=project)
+
+    assert [o.session.source_session_id for o in outcomes] == ["run_one", "run_two"]
+    one, two = (o.session for o in outcomes)
+    assert one.step_count == len(first._steps) and two.step_count == len(second._steps)
+    assert one.step_count + two.step_count == combined.total_steps
+    assert one.task == first.task and two.task == second.task
+    assert one.completed is True and two.completed is False
+    # Each session matches what rlm-code reads from its own lines alone.
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    starts = [n for n, line in enumerate(lines) if '"session_start"' in line]
+    assert len(starts) == 2
+    for session, part in zip((one, two), (lines[: starts[1]], lines[starts[1] :])):
+        alone = tmp_path / f"{session.source_session_id}.jsonl"
+        alone.write_text("".join(part), encoding="utf-8")
+        assert_summary_matches(session, load_session(alone), tokens_divisor=2)
+        assert_steps_match(session, load_session(alone))
+
+
+def test_step_end_fields_fill_in_when_no_action_or_result_came(project, tmp_path):
+    path = tmp_path / "ends_only.jsonl"
+    write_steps_only_session(path)
+    replayer = load_session(path)
+
+    session = import_one(path, project)
+    ours = imported_steps(session)
+    theirs = [s.to_dict() for s in replayer.snapshot.steps]
+
+    assert len(ours) == len(theirs) == 2
+    # Deliberate difference: rlm-code ignores step_end's own action/output/error/duration.
+    assert [s["action_type"] for s in theirs] == ["", ""]
+    assert [s["action_type"] for s in ours] == ["run_python", "submit"]
+    assert [s["action_code"] for s in ours] == ["a = 1", ""]
+    assert [s["output"] for s in ours] == ["done", ""]
+    assert [s["error"] for s in ours] == ["", "boom"]
+    assert [s["duration_ms"] for s in ours] == [7.0, 3.0]
+    assert [s["duration_ms"] for s in theirs] == [0.0, 0.0]
+    # ...while the fields rlm-code does read from step_end agree.
+    for name in ("step", "timestamp", "success", "reward", "cumulative_reward", "tokens_used"):
+        assert [s[name] for s in ours] == [s[name] for s in theirs], name
+    # Without step_result the step_end tokens are the only count: no double counting to undo.
+    assert session.tokens == replayer.get_summary()["total_tokens"] == 44
+    assert session.step_error_count == 1 and replayer.get_summary()["error_count"] == 0
+
+
+def test_gzipped_upper_case_extension_imports_like_the_plain_file(project, tmp_path):
+    plain = tmp_path / "full.jsonl"
+    record_full_session(plain)
+    packed = tmp_path / "FULL.JSONL.GZ"
+    with plain.open("rb") as src, gzip.open(packed, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+    session = import_one(packed, project)
+
+    replayer = load_session(plain)
+    assert_summary_matches(session, replayer, tokens_divisor=2)
+    assert_steps_match(session, replayer)
