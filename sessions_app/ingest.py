@@ -360,11 +360,14 @@ def append_events(
     session: Session,
     events: Iterable[CanonicalEvent],
     on_progress: Callable[[int], None] | None = None,
+    format_state: dict[str, Any] | None = None,
 ) -> AppendResult:
     """Append events after the session's last one, in one transaction.
 
     The session row is locked first, so two writers appending to one session take turns and
     seqs stay unique and gap-free (the unique (session, seq) constraint backs this up).
+    `format_state` (live ingest) replaces the format converter's saved state in the same
+    transaction, so the next batch continues exactly where this one stopped.
     """
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
@@ -376,6 +379,8 @@ def append_events(
             if on_progress is not None and len(writer.buffer) == 0:
                 on_progress(writer.stored)
         writer.flush()
+        if format_state is not None:
+            state.format_state = format_state
         if locked.started_at is None and state.first_ts_ms is not None:
             locked.started_at = datetime.fromtimestamp(state.first_ts_ms / 1000.0, tz=UTC)
         state.save_to(locked)

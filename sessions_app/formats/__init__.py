@@ -196,6 +196,7 @@ def registry() -> dict[str, Any]:
     """Format modules by NAME, in detection order (most specific first)."""
     from . import (
         agentlens,
+        canonical_json,
         daycare,
         flux0,
         rlm_native,
@@ -207,6 +208,7 @@ def registry() -> dict[str, Any]:
 
     modules = [
         rlm_snapshot, rlm_sink, agentlens, flux0, daycare, rlm_native, rlm_trajectory, rlm_steps,
+        canonical_json,
     ]  # fmt: skip
     return {module.NAME: module for module in modules}
 

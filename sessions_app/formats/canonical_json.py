@@ -1,0 +1,259 @@
+"""Replay's own canonical events as JSON: what the ingest API accepts and an NDJSON file format.
+
+One JSON object per event, validated by `CanonicalEventIn` (the same schema for API batches and
+file lines, docs/ingest.md "Canonical events"):
+
+    {"kind": "llm_call", "timestamp": "2026-02-08T10:30:00Z", "payload": {...},
+     "tool": "gpt-4o", "pair_id": "c1", "tokens": 12, "cost_usd": 0.001, ...}
+
+As a file: one event a line. A `session_start` event names the session in its payload (`task`,
+`environment`, `model`, `session_id`, `run_id`, `agent_id`, `metadata`); a `session_start` that
+follows other events begins the next session of the file. `session_end` may state `status`
+("completed" | "failed"), `completed`, `final_answer` and `total_reward`; `final` may state
+`answer`.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any, Iterator
+
+from pydantic import BaseModel
+from pydantic import ConfigDict, Field, FiniteFloat, ValidationError, field_validator
+
+from ..canonical import (
+    ALL_KINDS,
+    CanonicalEvent,
+    Kind,
+    ParsedSession,
+    Problems,
+    SessionMeta,
+    StateChange,
+)
+from . import Head, Source, read_records, source_stem
+
+NAME = "canonical"
+
+# Keys that only Replay's canonical events carry together; other formats' records never do.
+_SIGNATURE_KEYS = frozenset({"kind", "payload"})
+_FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
+
+
+class StateChangeIn(BaseModel):
+    """A change to the agent's variables and memory notes at this event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: list[Any] | None = None
+    variables: dict[str, Any] | None = None
+    replace: bool = False  # the variables become the whole variable state
+
+
+class CanonicalEventIn(BaseModel):
+    """One canonical event. Unknown fields are refused so a typo never passes silently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="canonical kind, docs/formats.md (e.g. llm_call, step_end)")
+    source_type: str = Field("", max_length=64, description="the source's own type name")
+    timestamp: datetime | None = Field(None, description="ISO 8601; without a zone it is UTC")
+    payload: dict[str, Any] = Field(default_factory=dict)
+    step: int | None = None
+    depth: int = Field(0, ge=0)
+    agent_id: str = Field("", max_length=200)
+    parent_id: str = Field("", max_length=200)
+    child_id: str = Field("", max_length=200)
+    tool: str = Field("", max_length=200, description="tool name, or the model of an LLM event")
+    pair_id: str = Field("", max_length=200, description="pairs a call with its response")
+    duration_ms: FiniteFloat | None = Field(None, ge=0)
+    cost_usd: FiniteFloat | None = Field(None, ge=0)
+    cost_unpriced: bool = False
+    tokens: int | None = Field(None, ge=0)
+    reward: FiniteFloat | None = None
+    cumulative_reward: FiniteFloat | None = None
+    is_error: bool = False
+    failed: bool | None = None
+    step_state: dict[str, Any] | None = Field(
+        None, description="set when this event closes a step (rlm-code StepState fields)"
+    )
+    state_change: StateChangeIn | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value not in ALL_KINDS:
+            raise ValueError(f"{value!r} is not a canonical kind")
+        return value
+
+
+def event_from_record(record: dict[str, Any], raw: str, line: int | None) -> CanonicalEvent:
+    """Validate one record and build its CanonicalEvent; raises pydantic's ValidationError."""
+    item = CanonicalEventIn.model_validate(record)
+    timestamp = item.timestamp
+    if timestamp is not None and timestamp.tzinfo is None:
+        timestamp = timestamp.replace(tzinfo=UTC)
+    change = item.state_change
+    return CanonicalEvent(
+        kind=item.kind,
+        source_type=item.source_type or item.kind,
+        raw=raw,
+        payload=item.payload,
+        timestamp=timestamp,
+        line=line,
+        step=item.step,
+        depth=item.depth,
+        agent_id=item.agent_id,
+        parent_id=item.parent_id,
+        child_id=item.child_id,
+        tool=item.tool,
+        pair_id=item.pair_id,
+        duration_ms=item.duration_ms,
+        cost_usd=item.cost_usd,
+        cost_unpriced=item.cost_unpriced,
+        tokens=item.tokens,
+        reward=item.reward,
+        cumulative_reward=item.cumulative_reward,
+        is_error=item.is_error,
+        failed=item.failed,
+        step_state=item.step_state,
+        state_change=None
+        if change is None
+        else StateChange(
+            memory=change.memory, variables=change.variables, replace_variables=change.replace
+        ),
+    )
+
+
+def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """(field path, message) for each error, e.g. ("state_change.memory", "Input should be ...")."""
+    out = []
+    for error in exc.errors(include_url=False):
+        path = ".".join(str(part) for part in error["loc"]) or "event"
+        message = error["msg"]
+        if message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        out.append((path, message))
+    return out
+
+
+class Converter:
+    """The live-ingest contract (formats/__init__.py): canonical events need no state across
+    batches, but session_start / session_end / final fill `meta` as they pass."""
+
+    def __init__(self, state: dict | None = None) -> None:
+        self.meta = SessionMeta()
+
+    def convert(
+        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
+    ) -> list[CanonicalEvent]:
+        try:
+            event = event_from_record(record, raw, line)
+        except ValidationError as exc:
+            for path, message in validation_problems(exc):
+                problems.add(line, path, message)
+            return []
+        _note_meta(self.meta, event)
+        return [event]
+
+    def state(self) -> dict:
+        return {}
+
+
+def _note_meta(meta: SessionMeta, event: CanonicalEvent) -> None:
+    payload = event.payload
+    if event.kind == Kind.SESSION_START:
+        for name, keys in (
+            ("task", ("task",)), ("environment", ("environment",)), ("model", ("model",)),
+            ("source_session_id", ("session_id", "source_session_id")), ("run_id", ("run_id",)),
+            ("agent_id", ("agent_id",)),
+        ):  # fmt: skip
+            for key in keys:
+                value = payload.get(key)
+                if isinstance(value, str) and value and not getattr(meta, name):
+                    setattr(meta, name, value)
+        if isinstance(payload.get("metadata"), dict):
+            meta.metadata.update(payload["metadata"])
+        if meta.started_at is None:
+            meta.started_at = event.timestamp
+    elif event.kind == Kind.SESSION_END:
+        status = payload.get("status")
+        if status in ("completed", "failed"):
+            meta.completed = status == "completed"
+            meta.failed = status == "failed"
+        elif isinstance(payload.get("completed"), bool):
+            meta.completed = payload["completed"]
+        answer = payload.get("final_answer")
+        if isinstance(answer, str) and answer:
+            meta.final_answer = answer
+        total = payload.get("total_reward")
+        if isinstance(total, (int, float)) and not isinstance(total, bool) and math.isfinite(total):
+            meta.total_reward = float(total)
+        meta.ended_at = event.timestamp or meta.ended_at
+    elif event.kind == Kind.FINAL:
+        answer = payload.get("answer")
+        if isinstance(answer, str) and answer:
+            meta.final_answer = answer
+        meta.completed = True if meta.completed is None else meta.completed
+    if not meta.run_id and event.agent_id and not meta.agent_id:
+        meta.agent_id = event.agent_id
+
+
+def looks_canonical(record: dict[str, Any]) -> bool:
+    return (
+        _SIGNATURE_KEYS <= record.keys()
+        and record.get("kind") in ALL_KINDS
+        and isinstance(record.get("payload"), dict)
+        and not (_FOREIGN_KEYS & record.keys())
+    )
+
+
+def sniff(head: Head) -> bool:
+    """Every parsed head record is a canonical event (flux0 records also carry `kind` and
+    `payload`, but with `recording_id` and `offset`)."""
+    return bool(head.records) and all(looks_canonical(record) for record in head.records)
+
+
+def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
+    records = read_records(source, problems)
+    pending: list[tuple[int, dict[str, Any], str]] = []
+    while True:
+        session = _next_session(records, pending, problems, source)
+        if session is None:
+            return
+        yield session
+        # The caller drains the events before asking for the next session; make sure the
+        # iterator really reached the boundary even if it stopped early.
+        for _ in session.events:
+            pass
+
+
+def _next_session(
+    records: Iterator[tuple[int, dict[str, Any], str]],
+    pending: list[tuple[int, dict[str, Any], str]],
+    problems: Problems,
+    source: Source,
+) -> ParsedSession | None:
+    first = pending.pop() if pending else next(records, None)
+    if first is None:
+        return None
+    converter = Converter()
+
+    def events() -> Iterator[CanonicalEvent]:
+        yielded = False
+        item: tuple[int, dict[str, Any], str] | None = first
+        while item is not None:
+            number, record, raw = item
+            if yielded and record.get("kind") == Kind.SESSION_START:
+                pending.append(item)  # the next session begins here
+                break
+            for event in converter.convert(record, raw, number, problems):
+                yielded = True
+                yield event
+            item = next(records, None)
+        if not converter.meta.source_session_id:
+            converter.meta.source_session_id = converter.meta.run_id or source_stem(
+                source.display_name
+            )
+
+    return ParsedSession(meta=converter.meta, events=events())

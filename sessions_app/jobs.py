@@ -1,0 +1,150 @@
+"""Background jobs: the only module that imports django_q.
+
+Each job is a pair: `enqueue_x` (called after the triggering transaction commits, with ids, never
+model instances) and `run_x` (what a qcluster worker executes). Progress lives on database rows
+(ImportJob) that pages poll.
+
+Re-delivery: the ORM broker hands a task to a worker again when it was not acknowledged within
+Q_CLUSTER["retry"] seconds (the worker was killed, the machine rebooted), so every `run_x` must
+be safe to run twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, time, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django_q.models import Schedule
+from django_q.tasks import async_task
+
+from .models import ImportJob, Session
+from .retention import CleanupResult, delete_expired_sessions
+from .uploads import decompressed_size_within_limit, too_large_message
+
+logger = logging.getLogger(__name__)
+
+CLEANUP_SCHEDULE_NAME = "replay-retention-cleanup"
+CLEANUP_HOUR_UTC = 3  # a quiet hour for the daily clean-up
+
+
+def enqueue_import(*, job_id: int) -> str:
+    return async_task(
+        "sessions_app.jobs.run_import", job_id=job_id, task_name=f"import-{job_id}", group="imports"
+    )
+
+
+def run_import(*, job_id: int) -> None:
+    """Import a stored upload. A job found RUNNING was interrupted mid-way (worker killed): the
+    sessions its earlier attempt left half-written are removed first, and completed ones are
+    recognised by the importer's content de-duplication, so a re-run never duplicates."""
+    from .importing import import_file  # the importer imports formats; keep worker start light
+
+    job = ImportJob.objects.select_related("project").filter(pk=job_id).first()
+    if job is None:
+        logger.warning("import job %s no longer exists", job_id)
+        return
+    if job.finished:
+        return  # delivered again after it had finished: nothing to do
+    if job.status == ImportJob.Status.RUNNING:
+        discarded = discard_partial_sessions(job=job)
+        logger.warning("import job %s: re-running after an interruption (%s partial sessions removed)", job_id, discarded)
+
+    _mark(job, status=ImportJob.Status.RUNNING, started_at=timezone.now(), finished_at=None,
+          error="", bytes_done=0, events_done=0)  # fmt: skip
+    path = Path(job.stored_path)
+    try:
+        if not path.is_file():
+            _fail(job, f"The stored upload {path.name} is missing from REPLAY_DATA_DIR.")
+            return
+        within, size = decompressed_size_within_limit(path)
+        if not within:
+            _fail(job, too_large_message(size, what="decompressed upload"))
+            return
+        outcomes = list(
+            import_file(
+                path=path,
+                project=job.project,
+                format=job.requested_format or None,
+                replace=job.replace,
+                job=job,
+            )
+        )
+    except Exception as exc:  # reported on the job; the traceback goes to the worker's log
+        logger.exception("import job %s failed", job_id)
+        _fail(job, f"The import stopped: {type(exc).__name__}: {exc}")
+        return
+    job.refresh_from_db()
+    if job.finished:
+        return  # the importer recorded the outcome itself
+    errors = [o.error for o in outcomes if getattr(o, "error", "")]
+    if errors and len(errors) == len(outcomes):
+        _fail(job, "; ".join(errors)[:2000])
+    else:
+        _mark(job, status=ImportJob.Status.DONE, finished_at=timezone.now())
+
+
+def discard_partial_sessions(*, job: ImportJob) -> int:
+    """Delete the sessions an interrupted attempt of `job` left unfinished (still live)."""
+    with transaction.atomic():
+        deleted = Session.objects.filter(import_job=job, status=Session.Status.LIVE).delete()
+    return deleted[1].get(Session._meta.label, 0)
+
+
+def _mark(job: ImportJob, **fields) -> None:
+    ImportJob.objects.filter(pk=job.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(job, name, value)
+
+
+def _fail(job: ImportJob, message: str) -> None:
+    _mark(job, status=ImportJob.Status.FAILED, error=message, finished_at=timezone.now())
+
+
+def enqueue_cleanup(*, days: float | None = None, include_checkpointed: bool = False) -> str:
+    return async_task(
+        "sessions_app.jobs.run_cleanup",
+        days=days,
+        include_checkpointed=include_checkpointed,
+        task_name="retention-cleanup",
+        group="cleanup",
+    )
+
+
+def run_cleanup(
+    *, days: float | None = None, include_checkpointed: bool = False, dry_run: bool = False
+) -> dict:
+    """Delete sessions older than `days` (default REPLAY_RETENTION_DAYS; unset keeps all)."""
+    if days is None:
+        days = settings.RETENTION_DAYS
+    result: CleanupResult = delete_expired_sessions(
+        days=days, include_checkpointed=include_checkpointed, dry_run=dry_run
+    )
+    if result.sessions:
+        logger.info("retention: deleted %s sessions (%s events)", result.sessions, result.events)
+    return result.to_dict()
+
+
+def schedule_jobs() -> Schedule:
+    """Create (or repair) the daily clean-up schedule; safe to call on every start."""
+    defaults = {"func": "sessions_app.jobs.run_cleanup", "schedule_type": Schedule.DAILY,
+                "repeats": -1, "args": None, "kwargs": None}  # fmt: skip
+    schedule = Schedule.objects.filter(name=CLEANUP_SCHEDULE_NAME).first()
+    if schedule is None:
+        return Schedule.objects.create(
+            name=CLEANUP_SCHEDULE_NAME, next_run=_next_quiet_hour(timezone.now()), **defaults
+        )
+    changed = [name for name, value in defaults.items() if getattr(schedule, name) != value]
+    if changed:
+        for name in changed:
+            setattr(schedule, name, defaults[name])
+        schedule.save(update_fields=changed)
+    return schedule
+
+
+def _next_quiet_hour(now: datetime) -> datetime:
+    today = datetime.combine(now.date(), time(CLEANUP_HOUR_UTC), tzinfo=now.tzinfo)
+    return today if today > now else today + timedelta(days=1)

@@ -1,0 +1,178 @@
+"""Accepting an uploaded file: keep the original under REPLAY_DATA_DIR, create its ImportJob and
+enqueue the import once the job row is committed. The API (POST /api/imports) and the dashboard's
+upload form both call `accept_upload`; the import itself runs in a worker (sessions_app/jobs.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files.move import file_move_safe
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+
+from .formats import GZIP_MAGIC, registry
+from .models import ImportJob, Project
+
+# The extensions we keep on the stored copy (decoration only: formats are detected by content).
+_KEPT_SUFFIXES = (".jsonl.gz", ".ndjson.gz", ".json.gz", ".jsonl", ".ndjson", ".json", ".gz")
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class UploadRejected(Exception):
+    """An upload refused before any job exists; `status` is the HTTP status to answer."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UploadTooLarge(UploadRejected):
+    status = 413
+
+
+def max_upload_bytes() -> int:
+    return int(settings.MAX_UPLOAD_MB * 1024 * 1024)
+
+
+def too_large_message(size: int | None = None, *, what: str = "upload") -> str:
+    limit = f"{settings.MAX_UPLOAD_MB:g} MB"
+    stated = f" ({size / 1024 / 1024:.1f} MB)" if size is not None else ""
+    return f"The {what}{stated} exceeds the limit of {limit} (REPLAY_MAX_UPLOAD_MB)."
+
+
+def check_declared_size(content_length: str | int | None) -> None:
+    """Refuse a request body larger than the limit before reading any of it."""
+    try:
+        length = int(content_length or 0)
+    except (TypeError, ValueError):
+        return
+    # The multipart envelope adds a few hundred bytes around the file itself.
+    if length > max_upload_bytes() + 64 * 1024:
+        raise UploadTooLarge(too_large_message(length))
+
+
+def accept_upload(
+    *,
+    uploaded_file: UploadedFile,
+    project: Project,
+    format: str = "",
+    created_by: str = "",
+    replace: bool = False,
+) -> ImportJob:
+    """Keep the uploaded file and queue its import; raises UploadRejected / UploadTooLarge.
+
+    The stored name is generated (never derived from the client's file name); the client's
+    name is kept on the job for display only.
+    """
+    if format and format not in registry():
+        known = ", ".join(sorted(registry()))
+        raise UploadRejected(f"Unknown format {format!r}; known formats: {known}.")
+    size = uploaded_file.size or 0
+    if size > max_upload_bytes():
+        raise UploadTooLarge(too_large_message(size))
+    if size == 0:
+        raise UploadRejected("The uploaded file is empty.")
+    _refuse_oversized_gzip(uploaded_file)
+
+    original_name = display_name(uploaded_file.name or "upload")
+    stored = _store(uploaded_file, original_name)
+    try:
+        with transaction.atomic():
+            job = ImportJob.objects.create(
+                project=project,
+                original_name=original_name,
+                stored_path=str(stored),
+                requested_format=format,
+                replace=replace,
+                bytes_total=size,
+                created_by=created_by[:150],
+            )
+            job_id = job.pk
+
+            def enqueue() -> None:
+                from .jobs import enqueue_import
+
+                enqueue_import(job_id=job_id)
+
+            transaction.on_commit(enqueue)
+    except BaseException:
+        stored.unlink(missing_ok=True)
+        raise
+    return job
+
+
+def display_name(name: str) -> str:
+    """The client's file name without any folder part or control characters (display only)."""
+    base = re.split(r"[\\/]", name)[-1]
+    base = _UNSAFE_NAME.sub("", base).strip()
+    return (base or "upload")[:500]
+
+
+def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
+    lowered = original_name.lower()
+    suffix = next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
+    now = timezone.now()
+    folder = Path(settings.DATA_DIR) / "uploads" / f"{now:%Y}" / f"{now:%m}"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o750)
+    target = folder / f"{uuid.uuid4().hex}{suffix}"
+    temporary_path = getattr(uploaded_file, "temporary_file_path", None)
+    if temporary_path is not None:
+        # Large uploads are already on disk: a rename, not a second copy of a 1 GB file.
+        file_move_safe(temporary_path(), str(target), allow_overwrite=False)
+    else:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        with os.fdopen(fd, "wb") as out:
+            for chunk in uploaded_file.chunks():
+                out.write(chunk)
+    os.chmod(target, 0o640)
+    return target
+
+
+def _refuse_oversized_gzip(uploaded_file: UploadedFile) -> None:
+    """A gzip file's last 4 bytes state its (last member's) size modulo 2**32. A stated size
+    above the limit proves the content is larger (the true size is at least that), so it is
+    refused at once; smaller claims prove nothing and the import checks while decompressing."""
+    uploaded_file.seek(0)
+    magic = uploaded_file.read(2)
+    if magic != GZIP_MAGIC or (uploaded_file.size or 0) < 18:
+        uploaded_file.seek(0)
+        return
+    uploaded_file.seek(-4, os.SEEK_END)
+    stated = int.from_bytes(uploaded_file.read(4), "little")
+    uploaded_file.seek(0)
+    if stated > max_upload_bytes():
+        raise UploadTooLarge(too_large_message(stated, what="decompressed upload"))
+
+
+def decompressed_size_within_limit(path: Path) -> tuple[bool, int]:
+    """Stream a stored gzip file to count its decompressed bytes, stopping at the limit.
+
+    (True, size) when within the limit (or not gzip: its size on disk), (False, bytes counted)
+    as soon as the limit is passed, so a gzip bomb costs at most the limit's worth of work."""
+    import gzip
+    import zlib
+
+    limit = max_upload_bytes()
+    with path.open("rb") as raw:
+        if raw.read(2) != GZIP_MAGIC:
+            return True, path.stat().st_size
+        raw.seek(0)
+        total = 0
+        try:
+            with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+                while chunk := stream.read(1024 * 1024):
+                    total += len(chunk)
+                    if total > limit:
+                        return False, total
+        except (OSError, EOFError, zlib.error):
+            # A damaged or truncated gzip: the import reports what it could read.
+            return True, total
+    return True, total

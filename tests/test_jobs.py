@@ -1,0 +1,244 @@
+"""Background jobs: uploads kept and queued after commit, imports run by a real qcluster worker,
+a killed import run again without duplicates, retention clean-up and its daily schedule."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+from django_q.models import OrmQ, Schedule
+
+from sessions_app import jobs
+from sessions_app.ingest import set_checkpoint
+from sessions_app.models import Event, ImportJob, Session
+from sessions_app.uploads import UploadTooLarge, accept_upload
+
+from .builders_ingest import write_canonical_file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def data_dir(settings, tmp_path) -> Path:
+    settings.DATA_DIR = tmp_path / "data"
+    return settings.DATA_DIR
+
+
+def upload_of(path: Path, name: str | None = None) -> SimpleUploadedFile:
+    return SimpleUploadedFile(name or path.name, path.read_bytes())
+
+
+def queued_import_job_ids() -> list[int]:
+    return [
+        task.task["kwargs"]["job_id"]
+        for task in OrmQ.objects.all()
+        if task.task.get("func") == "sessions_app.jobs.run_import"
+    ]
+
+
+# --- uploads -------------------------------------------------------------------------------------
+
+
+def test_upload_is_kept_under_a_generated_name_never_the_clients(project, data_dir, tmp_path):
+    source = write_canonical_file(tmp_path / "x.jsonl", events=8)
+    job = accept_upload(
+        uploaded_file=upload_of(source, "../../etc/passwd.jsonl"), project=project, created_by="ann"
+    )
+    stored = Path(job.stored_path)
+    assert stored.is_file() and stored.read_bytes() == source.read_bytes()
+    assert stored.resolve().is_relative_to(data_dir.resolve())
+    assert "passwd" not in stored.name and ".." not in job.stored_path
+    assert stored.suffix == ".jsonl"
+    assert job.original_name == "passwd.jsonl"
+    assert (job.status, job.created_by, job.bytes_total) == ("queued", "ann", source.stat().st_size)
+
+
+def test_upload_is_enqueued_only_after_its_transaction_commits(
+    project, data_dir, tmp_path, django_capture_on_commit_callbacks
+):
+    source = write_canonical_file(tmp_path / "x.jsonl", events=8)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        job = accept_upload(uploaded_file=upload_of(source), project=project)
+        assert queued_import_job_ids() == []
+    assert len(callbacks) == 1
+    callbacks[0]()
+    assert queued_import_job_ids() == [job.pk]
+
+
+def test_upload_over_the_size_limit_is_refused_with_a_clear_message(project, data_dir, settings):
+    settings.MAX_UPLOAD_MB = 1
+    too_big = SimpleUploadedFile("big.jsonl", b"x" * (1024 * 1024 + 1))
+    with pytest.raises(UploadTooLarge) as refused:
+        accept_upload(uploaded_file=too_big, project=project)
+    assert refused.value.status == 413
+    assert "REPLAY_MAX_UPLOAD_MB" in refused.value.message and "1 MB" in refused.value.message
+    assert not ImportJob.objects.exists()
+
+
+def test_gzip_stating_a_decompressed_size_over_the_limit_is_refused_at_upload(
+    project, data_dir, settings
+):
+    settings.MAX_UPLOAD_MB = 1
+    bomb = gzip.compress(b"\n" * (3 * 1024 * 1024))  # 3 MB of newlines: a few KB compressed
+    assert len(bomb) < 1024 * 1024
+    with pytest.raises(UploadTooLarge) as refused:
+        accept_upload(uploaded_file=SimpleUploadedFile("b.jsonl.gz", bomb), project=project)
+    assert "decompressed upload" in refused.value.message
+
+
+def test_gzip_hiding_its_size_fails_the_job_once_decompressed_past_the_limit(
+    project, data_dir, settings, tmp_path
+):
+    settings.MAX_UPLOAD_MB = 1
+    # Two gzip members: the trailer of the last (tiny) one is all a quick look can see.
+    bomb = gzip.compress(b"\n" * (3 * 1024 * 1024)) + gzip.compress(b"\n")
+    job = accept_upload(uploaded_file=SimpleUploadedFile("b.jsonl.gz", bomb), project=project)
+    jobs.run_import(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert "decompressed upload" in job.error and "REPLAY_MAX_UPLOAD_MB" in job.error
+    assert not Session.objects.exists()
+
+
+# --- run_import ----------------------------------------------------------------------------------
+
+
+def test_run_import_imports_every_session_of_the_upload(project, data_dir, tmp_path):
+    source = write_canonical_file(tmp_path / "three.jsonl.gz", sessions=3, events=10, compress=True)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    jobs.run_import(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "done" and job.detected_format == "canonical"
+    assert job.sessions_done == 3 and job.events_done == 3 * 12
+    sessions = Session.objects.filter(import_job=job).order_by("source_session_id")
+    assert [s.source_session_id for s in sessions] == [f"file-session-{i}" for i in range(3)]
+    assert all(s.status == "completed" and s.final_answer == "42" for s in sessions)
+
+
+def test_run_import_of_a_finished_job_does_nothing(project, data_dir, tmp_path):
+    source = write_canonical_file(tmp_path / "one.jsonl", events=10)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    jobs.run_import(job_id=job.pk)
+    jobs.run_import(job_id=job.pk)  # delivered twice by the broker
+    assert Session.objects.count() == 1
+
+
+def test_run_import_reports_a_missing_stored_file_on_the_job(project, data_dir, tmp_path):
+    source = write_canonical_file(tmp_path / "one.jsonl", events=10)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    Path(job.stored_path).unlink()
+    jobs.run_import(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "failed" and "missing" in job.error
+
+
+def test_rerun_after_an_interruption_discards_half_written_sessions(project, data_dir, tmp_path, make_session):
+    source = write_canonical_file(tmp_path / "two.jsonl", sessions=2, events=10)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    # What a killed attempt can leave: the job RUNNING and a session still live under it.
+    ImportJob.objects.filter(pk=job.pk).update(status="running", started_at=timezone.now())
+    partial = make_session(events=5, source_session_id="file-session-1")
+    Session.objects.filter(pk=partial.pk).update(import_job=job)
+    jobs.run_import(job_id=job.pk)
+    assert not Session.objects.filter(pk=partial.pk).exists()
+    assert sorted(Session.objects.values_list("source_session_id", flat=True)) == [
+        "file-session-0", "file-session-1",
+    ]  # fmt: skip
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+def age(session: Session, days: float) -> None:
+    Session.objects.filter(pk=session.pk).update(
+        created_at=timezone.now() - timedelta(days=days),
+        status="completed",
+    )
+    Session.objects.filter(pk=session.pk).update(updated_at=timezone.now() - timedelta(days=days))
+
+
+def test_cleanup_deletes_old_sessions_with_their_events_and_keeps_checkpointed_ones(make_session):
+    old, old_checkpointed, recent = make_session(events=10), make_session(events=10), make_session(events=10)
+    age(old, 40)
+    age(old_checkpointed, 40)
+    set_checkpoint(session=old_checkpointed, name="keep me", seq=3)
+    result = jobs.run_cleanup(days=30)
+    assert result["sessions"] == 1 and result["events"] == 10 and result["kept_checkpointed"] == 1
+    assert set(Session.objects.values_list("pk", flat=True)) == {old_checkpointed.pk, recent.pk}
+    assert not Event.objects.filter(session_id=old.pk).exists()
+
+
+def test_cleanup_can_include_checkpointed_sessions(make_session):
+    old = make_session(events=4)
+    age(old, 40)
+    set_checkpoint(session=old, name="cp", seq=1)
+    assert jobs.run_cleanup(days=30, include_checkpointed=True)["sessions"] == 1
+    assert not Session.objects.exists()
+
+
+def test_cleanup_without_retention_setting_keeps_everything(make_session, settings):
+    settings.RETENTION_DAYS = None
+    old = make_session(events=4)
+    age(old, 4000)
+    assert jobs.run_cleanup()["sessions"] == 0
+    assert Session.objects.filter(pk=old.pk).exists()
+
+
+def test_cleanup_uses_the_retention_setting(make_session, settings):
+    settings.RETENTION_DAYS = 7
+    old, recent = make_session(events=2), make_session(events=2)
+    age(old, 8)
+    age(recent, 6)
+    assert jobs.run_cleanup()["sessions"] == 1
+    assert list(Session.objects.values_list("pk", flat=True)) == [recent.pk]
+
+
+def test_cleanup_never_deletes_a_live_session_still_receiving_events(make_session):
+    live = make_session(events=2)
+    Session.objects.filter(pk=live.pk).update(created_at=timezone.now() - timedelta(days=40))
+    assert jobs.run_cleanup(days=30)["sessions"] == 0
+
+
+def test_cleanup_command_dry_run_counts_without_deleting(make_session, capsys):
+    old = make_session(events=6)
+    age(old, 10)
+    call_command("cleanup_sessions", "--days", "5", "--dry-run")
+    assert "Would delete 1 session(s) (6 events)" in capsys.readouterr().out
+    assert Session.objects.filter(pk=old.pk).exists()
+    call_command("cleanup_sessions", "--days", "5")
+    assert "Deleted 1 session(s) (6 events)" in capsys.readouterr().out
+    assert not Session.objects.filter(pk=old.pk).exists()
+
+
+def test_cleanup_command_keeps_checkpointed_unless_included(make_session, capsys):
+    old = make_session(events=3)
+    age(old, 10)
+    set_checkpoint(session=old, name="cp", seq=0)
+    call_command("cleanup_sessions", "--days", "5")
+    assert "kept 1 checkpointed" in capsys.readouterr().out
+    assert Session.objects.filter(pk=old.pk).exists()
+    call_command("cleanup_sessions", "--days", "5", "--include-checkpointed")
+    assert not Session.objects.filter(pk=old.pk).exists()
+
+
+def test_schedule_jobs_creates_one_daily_cleanup_schedule_however_often_it_runs(db):
+    call_command("schedule_jobs")
+    Schedule.objects.filter(name=jobs.CLEANUP_SCHEDULE_NAME).update(schedule_type=Schedule.HOURLY)
+    call_command("schedule_jobs")  # repairs instead of duplicating
+    schedules = Schedule.objects.filter(func="sessions_app.jobs.run_cleanup")
+    assert schedules.count() == 1
+    schedule = schedules.get()
+    assert schedule.schedule_type == Schedule.DAILY and schedule.repeats == -1
+    assert schedule.next_run > timezone.now() - timedelta(minutes=1)
