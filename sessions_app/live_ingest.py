@@ -1,0 +1,280 @@
+"""Live ingest: agents stream batches of events into a session while they run.
+
+A batch is converted to canonical events by its format's `Converter` (formats/__init__.py) and
+appended in one transaction with the session row locked, so concurrent writers take turns and
+seqs stay unique and gap-free. A batch carrying an `idempotency_key` is recorded (IngestBatch) in
+that same transaction: a retry of it returns the first result and writes nothing. The
+converter's state (open steps, pending LLM calls ...) is saved on the session between batches.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from django.db import IntegrityError, transaction
+
+from .canonical import CanonicalEvent, Problems, SessionMeta
+from .ingest import AppendResult, append_events, create_session, finish_session
+from .models import IngestBatch, Project, Session
+
+# Formats an agent can stream, and the module holding each one's Converter.
+LIVE_FORMATS = {
+    "canonical": "sessions_app.formats.canonical_json",
+    "rlm_native": "sessions_app.formats.rlm_native",
+    "agentlens": "sessions_app.formats.agentlens",
+}
+MAX_BATCH = 5000
+# A live session's source_format until its first batch says which format it streams.
+UNDECIDED_FORMAT = "live"
+_META_FIELDS = ("source_session_id", "run_id", "agent_id", "task", "environment", "model")
+
+
+class IngestError(Exception):
+    """A request the writer refuses; `status` is the HTTP status, `errors` name index + field."""
+
+    status = 400
+
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errors = errors or []
+
+
+class SessionNotLive(IngestError):
+    status = 409
+
+
+@dataclass
+class BatchResult:
+    stored: int
+    first_seq: int
+    event_count: int
+    head_hash: str
+    format: str
+    replayed: bool = False  # a retry of a batch already stored under the same key
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def create_live_session(
+    *,
+    project: Project,
+    meta: SessionMeta,
+    format: str = "",
+    idempotency_key: str = "",
+) -> tuple[Session, bool]:
+    """A new live session, or (with a key) the one an earlier attempt of this request created.
+
+    Returns (session, created)."""
+    if format and format not in LIVE_FORMATS:
+        raise IngestError(f"format must be one of {', '.join(LIVE_FORMATS)}, got {format!r}")
+    with transaction.atomic():
+        if idempotency_key:
+            # Lock the project row so two retries of one create cannot both miss each other.
+            Project.objects.select_for_update().filter(pk=project.pk).first()
+            existing = (
+                Session.objects.filter(project=project, metadata__idempotency_key=idempotency_key)
+                .order_by("pk")
+                .first()
+            )
+            if existing is not None:
+                return existing, False
+            meta.metadata = {**meta.metadata, "idempotency_key": idempotency_key}
+        session = create_session(
+            project=project, source_format=format or UNDECIDED_FORMAT, meta=meta
+        )
+    return session, True
+
+
+def detect_batch_format(records: list[Any]) -> str | None:
+    first = records[0] if records else None
+    if not isinstance(first, dict):
+        return None
+    if "event_type" in first:
+        return "rlm_native"
+    if "eventType" in first:
+        return "agentlens"
+    if "kind" in first:
+        return "canonical"
+    return None
+
+
+def append_batch(
+    *,
+    session_id: int,
+    records: list[Any],
+    format: str | None = None,
+    idempotency_key: str = "",
+) -> BatchResult:
+    """Convert and append one batch (1..MAX_BATCH JSON records) to a live session.
+
+    Raises IngestError (400: names each bad record's index and field; nothing is stored),
+    SessionNotLive (409) or Session.DoesNotExist.
+    """
+    if not 1 <= len(records) <= MAX_BATCH:
+        raise IngestError(f"a batch holds 1 to {MAX_BATCH} events, got {len(records)}")
+    try:
+        with transaction.atomic():
+            session = Session.objects.select_for_update().get(pk=session_id)
+            if idempotency_key:
+                done = IngestBatch.objects.filter(
+                    session=session, idempotency_key=idempotency_key
+                ).first()
+                if done is not None:
+                    return _replayed(done, session)
+            if session.status != Session.Status.LIVE:
+                raise SessionNotLive(
+                    f"session {session.pk} is {session.status}; events can only be appended "
+                    "to a live session"
+                )
+            name = format or detect_batch_format(records)
+            if name is None and type(records[0]) is not dict:
+                got = type(records[0]).__name__
+                raise IngestError(
+                    f"events[0].event: expected a JSON object, got {got}",
+                    [{"index": 0, "field": "event", "message": f"expected a JSON object, got {got}"}],
+                )
+            if name is None:
+                raise IngestError(
+                    "cannot tell the format of events[0]; set \"format\" to one of "
+                    + ", ".join(LIVE_FORMATS),
+                    [{"index": 0, "field": "format", "message": "unrecognised event shape"}],
+                )
+            saved_states = dict((session.ingest_state or {}).get("format_state") or {})
+            converter = _converter(name, saved_states.get(name))
+            events, warnings = _convert(converter, name, records)
+            saved_states[name] = converter.state()
+            result = append_events(session=session, events=events, format_state=saved_states)
+            _note_format_and_meta(session, name, converter.meta)
+            if idempotency_key:
+                IngestBatch.objects.create(
+                    session=session,
+                    idempotency_key=idempotency_key,
+                    first_seq=result.first_seq,
+                    count=result.stored,
+                    head_hash=result.head_hash,
+                )
+    except IntegrityError:
+        # Another request stored this key between our check and our insert (only possible if
+        # the session lock did not serialise them): the batch is stored once, answer as a retry.
+        if idempotency_key:
+            done = IngestBatch.objects.filter(
+                session_id=session_id, idempotency_key=idempotency_key
+            ).first()
+            if done is not None:
+                return _replayed(done, Session.objects.get(pk=session_id))
+        raise
+    return _result(result, name, warnings)
+
+
+def _result(result: AppendResult, name: str, warnings: list[dict[str, Any]]) -> BatchResult:
+    return BatchResult(
+        stored=result.stored,
+        first_seq=result.first_seq,
+        event_count=result.event_count,
+        head_hash=result.head_hash,
+        format=name,
+        warnings=warnings,
+    )
+
+
+def _replayed(done: IngestBatch, session: Session) -> BatchResult:
+    return BatchResult(
+        stored=done.count,
+        first_seq=done.first_seq,
+        event_count=done.first_seq + done.count,
+        head_hash=done.head_hash,
+        format=session.source_format,
+        replayed=True,
+    )
+
+
+def _converter(name: str, state: dict | None):
+    if name not in LIVE_FORMATS:
+        raise IngestError(
+            f"format must be one of {', '.join(LIVE_FORMATS)}, got {name!r}",
+            [{"index": None, "field": "format", "message": f"unknown format {name!r}"}],
+        )
+    module = importlib.import_module(LIVE_FORMATS[name])
+    converter_class = getattr(module, "Converter", None)
+    if converter_class is None:
+        raise IngestError(f"the {name} format cannot be streamed live yet")
+    return converter_class(state or None)
+
+
+def _convert(converter, name: str, records: list[Any]) -> tuple[list[CanonicalEvent], list[dict]]:
+    """All events of the batch, or IngestError naming every record that cannot be used.
+
+    Canonical events follow our own schema, so any problem refuses the batch. A foreign format's
+    converter reports soft problems on records it still converts (an unknown rlm-code event type
+    becomes a custom event): those are stored and returned as warnings, like the file importer
+    reports them; a record it cannot convert at all refuses the batch.
+    """
+    problems = Problems(limit=100)
+    events: list[CanonicalEvent] = []
+    errors: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
+    dumps = orjson.dumps
+    for index, record in enumerate(records):
+        if type(record) is not dict:
+            errors.append(
+                {"index": index, "field": "event",
+                 "message": f"expected a JSON object, got {type(record).__name__}"}
+            )  # fmt: skip
+            continue
+        before = problems.count
+        kept = len(problems.items)
+        # The original record as received: its JSON text as orjson writes it (compact, keys in
+        # the order sent). The hash chain covers these bytes.
+        converted = converter.convert(record, dumps(record).decode(), index, problems)
+        if problems.count != before:
+            found = [
+                {"index": index, "field": p.field, "message": p.message}
+                for p in problems.items[kept:]
+            ] or [{"index": index, "field": "event", "message": "invalid event"}]
+            if converted and name != "canonical":
+                warnings.extend(found)
+            else:
+                errors.extend(found)
+        events.extend(converted)
+    if errors:
+        first = errors[0]
+        raise IngestError(
+            f"events[{first['index']}].{first['field']}: {first['message']}"
+            + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+            + "; nothing was stored",
+            errors[:100],
+        )
+    return events, warnings[:100]
+
+
+def _note_format_and_meta(session: Session, name: str, meta: SessionMeta) -> None:
+    """What the stream itself says (rlm-code's session_start task/model ...) fills the session's
+    empty fields; values given when the session was created win."""
+    changed = []
+    if session.source_format == UNDECIDED_FORMAT:
+        session.source_format = name
+        changed.append("source_format")
+    for name_ in _META_FIELDS:
+        value = getattr(meta, name_, "")
+        if value and not getattr(session, name_):
+            setattr(session, name_, value if name_ == "task" else value[:200])
+            changed.append(name_)
+    if changed:
+        session.save(update_fields=changed)
+
+
+def end_live_session(*, session_id: int, status: str, final_answer: str | None = None) -> Session:
+    """Close a live session as completed or failed. Ending it again with the same status is a
+    no-op (a client retrying after a lost response); a different status is refused (409)."""
+    if status not in (Session.Status.COMPLETED, Session.Status.FAILED):
+        raise IngestError(f"status must be completed or failed, got {status!r}")
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(pk=session_id)
+        if session.status == status:
+            return session
+        if session.status != Session.Status.LIVE:
+            raise SessionNotLive(f"session {session.pk} is already {session.status}")
+        return finish_session(session=session, status=status, final_answer=final_answer)
