@@ -1,0 +1,245 @@
+"""Server-Sent Event streams of a session's events: paced replay (flux0's record & replay) and the
+live tail of a session that is still being written.
+
+Both read the database a page at a time by keyset (`seq > last ORDER BY seq LIMIT n`), so a
+stream holds at most one page of a session, whatever its length. Frames (docs/ingest.md):
+
+    event: event | chunk | status      one stored event, as JSON (chunk/status: flux0 kinds)
+    id: <seq>
+    data: {"seq": 12, "kind": "llm_call", ..., "payload": {...}, "wait_ms": 250.0, ...}
+
+    event: pause    data: {"resume_after": 41, "next_seq": 42, "reason": "user_message"}
+    event: end      data: {"reason": "end_of_session" | "session_ended" | "max_duration", ...}
+    : keepalive     (an SSE comment while nothing else is sent)
+
+Generators take `sleep` and `clock` so tests can check the timing they ask for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import orjson
+from django.db import DatabaseError, connection
+
+from .canonical import Kind
+from .models import Event, Session
+
+logger = logging.getLogger(__name__)
+
+PAGE = 500
+# Longest single sleep; a longer wait is cut into pieces with a keep-alive comment between them
+# so proxies do not drop an idle connection.
+MAX_SLEEP_SLICE = 15.0
+# A wait at least this long first gives the database connection back (WSGI threads would
+# otherwise hold an idle PostgreSQL connection for the whole recorded gap).
+RELEASE_CONNECTION_AFTER = 2.0
+
+_COLUMNS = (
+    "seq", "kind", "source_type", "ts", "step", "step_pos", "depth", "agent_id", "tool",
+    "pair_id", "pair_seq", "duration_ms", "cost_usd", "tokens", "reward", "is_error", "payload",
+    "step_state", "cost_total", "tokens_total", "elapsed_ms",
+)  # fmt: skip
+_FRAGMENTS = {"payload", "step_state"}  # stored JSON text, spliced without decoding
+_FRAME_NAMES = {Kind.CHUNK: b"chunk", Kind.STATUS: b"status"}
+
+
+@dataclass(slots=True)
+class _Row:
+    seq: int
+    kind: str
+    ts_ms: float | None
+    body: dict
+
+
+def frame(name: str | bytes, data: dict, *, event_id: int | None = None) -> bytes:
+    """One SSE frame. orjson never writes a raw newline, so `data` fits on one line."""
+    head = name if isinstance(name, bytes) else name.encode()
+    out = b"event: " + head + b"\n"
+    if event_id is not None:
+        out += b"id: %d\n" % event_id
+    return out + b"data: " + orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS) + b"\n\n"
+
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+def _pages(session_id: int, after: int, page: int = PAGE) -> Iterator[list[_Row]]:
+    """Pages of events with seq > after, in seq order, one keyset query per page."""
+    last = after
+    while True:
+        rows = list(
+            Event.objects.filter(session_id=session_id, seq__gt=last)
+            .order_by("seq")
+            .values_list(*_COLUMNS)[:page]
+        )
+        if not rows:
+            return
+        out = []
+        for values in rows:
+            body = dict(zip(_COLUMNS, values))
+            for name in _FRAGMENTS:
+                if body[name] is not None:
+                    body[name] = orjson.Fragment(body[name])
+            ts = body["ts"]
+            out.append(_Row(body["seq"], body["kind"], ts.timestamp() * 1000.0 if ts else None, body))
+        last = out[-1].seq
+        yield out
+        if len(rows) < page:
+            return
+
+
+def _release_connection() -> None:
+    # Inside a transaction (a test's, or ATOMIC_REQUESTS) the connection must stay; otherwise
+    # Django opens a new one at the next query.
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+def _event_frame(row: _Row, extra: dict) -> bytes:
+    row.body.update(extra)
+    return frame(_FRAME_NAMES.get(row.kind, b"event"), row.body, event_id=row.seq)
+
+
+def _wait(seconds: float, sleep: Callable[[float], None], clock: Callable[[], float],
+          until: float) -> Iterator[bytes]:  # fmt: skip
+    """Sleep until `until` on `clock`, yielding keep-alives through long waits."""
+    if seconds >= RELEASE_CONNECTION_AFTER:
+        _release_connection()
+    while True:
+        left = until - clock()
+        if left <= 0:
+            return
+        if left > MAX_SLEEP_SLICE:
+            sleep(MAX_SLEEP_SLICE)
+            yield KEEPALIVE
+        else:
+            sleep(left)
+            return
+
+
+def paced_stream(
+    *,
+    session: Session,
+    after: int = -1,
+    pacing: float = 1.0,
+    max_gap: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[bytes]:
+    """Replay a session's events after seq `after` at the recorded pace, one turn at a time.
+
+    The first frame goes at once; each next one after the recorded gap to the previous event
+    (never negative; events without a timestamp follow at once), capped at `max_gap` seconds
+    when set, times `pacing` (0 instant, 1 recorded time, 0.5 twice as fast). The gap counts
+    from when the previous frame was handed to the server, so slow reads never accumulate.
+
+    The stream stops before the next user message (a turn boundary) with a `pause` frame
+    naming where to resume; the events before a session's first user message play together
+    with its first turn. At the end of the session comes an `end` frame.
+    """
+    try:
+        yield from _paced(session, after, pacing, max_gap, sleep, clock)
+    except DatabaseError:
+        logger.exception("stream of session %s failed", session.pk)
+        yield frame("error", {"message": "the stream stopped: database error"})
+    finally:
+        _release_connection()
+
+
+def _paced(session, after, pacing, max_gap, sleep, clock) -> Iterator[bytes]:
+    from_start = after < 0
+    sent = 0
+    user_turns = 0
+    last_seq = after
+    last_ts: float | None = None
+    last_sent_at = 0.0
+    for page in _pages(session.pk, after):
+        for row in page:
+            if row.kind == Kind.USER_MESSAGE and sent and (user_turns or not from_start):
+                yield frame(
+                    "pause",
+                    {"resume_after": last_seq, "next_seq": row.seq, "reason": "user_message"},
+                )
+                return
+            extra: dict = {}
+            if sent:
+                gap_ms = 0.0
+                if row.ts_ms is not None and last_ts is not None:
+                    gap_ms = max(0.0, row.ts_ms - last_ts)
+                wait_ms = gap_ms
+                if max_gap is not None and gap_ms > max_gap * 1000.0:
+                    wait_ms = max_gap * 1000.0
+                    extra["compressed_from_ms"] = gap_ms
+                wait_ms *= pacing
+                extra["gap_ms"] = gap_ms
+                extra["wait_ms"] = wait_ms
+                if wait_ms > 0:
+                    yield from _wait(wait_ms / 1000.0, sleep, clock, last_sent_at + wait_ms / 1000.0)
+            else:
+                extra["gap_ms"] = 0.0
+                extra["wait_ms"] = 0.0
+            if row.ts_ms is not None:
+                last_ts = row.ts_ms
+            if row.kind == Kind.USER_MESSAGE:
+                user_turns += 1
+            last_seq = row.seq
+            sent += 1
+            last_sent_at = clock()
+            yield _event_frame(row, extra)
+    yield frame("end", {"reason": "end_of_session", "last_seq": last_seq, "sent": sent})
+
+
+def tail_stream(
+    *,
+    session: Session,
+    after: int = -1,
+    poll_interval: float = 0.5,
+    max_seconds: float = 300.0,
+    heartbeat_seconds: float = 15.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[bytes]:
+    """Push a live session's events as they are appended, polling by keyset after the last
+    seq sent. Ends when the session has ended and everything was sent, or after
+    `max_seconds` (the `end` frame then says where to resume)."""
+    try:
+        yield from _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, sleep, clock)
+    except DatabaseError:
+        logger.exception("tail of session %s failed", session.pk)
+        yield frame("error", {"message": "the stream stopped: database error"})
+    finally:
+        _release_connection()
+
+
+def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, sleep, clock):
+    started = clock()
+    last_beat = started
+    last_seq = after
+    while True:
+        for page in _pages(session.pk, last_seq):
+            for row in page:
+                last_seq = row.seq
+                yield _event_frame(row, {})
+            last_beat = clock()
+        state = Session.objects.filter(pk=session.pk).values_list("status", "event_count").first()
+        if state is None:
+            yield frame("end", {"reason": "session_deleted", "last_seq": last_seq})
+            return
+        status, event_count = state
+        if status != Session.Status.LIVE and last_seq >= event_count - 1:
+            yield frame("end", {"reason": "session_ended", "status": status, "last_seq": last_seq})
+            return
+        now = clock()
+        if now - started >= max_seconds:
+            yield frame(
+                "end", {"reason": "max_duration", "resume_after": last_seq, "last_seq": last_seq}
+            )
+            return
+        if now - last_beat >= heartbeat_seconds:
+            last_beat = now
+            yield KEEPALIVE
+        sleep(poll_interval)
