@@ -67,8 +67,9 @@ def frame(name: str | bytes, data: dict, *, event_id: int | None = None) -> byte
 KEEPALIVE = b": keepalive\n\n"
 
 
-def _pages(session_id: int, after: int, page: int = PAGE) -> Iterator[list[_Row]]:
+def _pages(session_id: int, after: int) -> Iterator[list[_Row]]:
     """Pages of events with seq > after, in seq order, one keyset query per page."""
+    page = PAGE
     last = after
     while True:
         rows = list(

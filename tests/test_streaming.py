@@ -1,0 +1,279 @@
+"""Server-Sent Event streams: paced replay (recorded gaps x pacing, turn pauses, compressed idle
+gaps, keyset pages) and the live tail."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import orjson
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from sessions_app import streaming
+from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
+from sessions_app.ingest import append_events, create_session, finish_session
+from sessions_app.models import ApiKey, Session
+
+from .builders_ingest import T0
+
+
+@pytest.fixture
+def api(db) -> Client:
+    return Client(headers={"authorization": f"Bearer {ApiKey.create_key(name='viewer')[1]}"})
+
+
+def timed_session(project, spec: list[tuple[str, float | None]], **meta) -> Session:
+    """A session whose events have these kinds at these offsets (ms) from T0."""
+    session = create_session(project=project, source_format=meta.pop("source_format", "canonical"),
+                             meta=SessionMeta(**meta))  # fmt: skip
+    events = [
+        CanonicalEvent(
+            kind=kind, source_type=kind, raw=orjson.dumps({"n": n, "kind": kind}).decode(),
+            payload={"n": n, "text": f"<b>{kind} {n}</b>"},
+            timestamp=None if at is None else T0 + timedelta(milliseconds=at),
+        )  # fmt: skip
+        for n, (kind, at) in enumerate(spec)
+    ]
+    append_events(session=session, events=events)
+    return session
+
+
+def frames_of(chunks) -> list[tuple[str, dict | None, float]]:
+    """(event name, data, arrival time) per SSE frame; comments come as (":", None, t)."""
+    out = []
+    for chunk in chunks:
+        arrived = time.monotonic()
+        for block in chunk.decode().split("\n\n"):
+            if not block.strip():
+                continue
+            if block.startswith(":"):
+                out.append((":", None, arrived))
+                continue
+            fields = dict(line.split(": ", 1) for line in block.splitlines())
+            out.append((fields["event"], orjson.loads(fields["data"]), arrived))
+    return out
+
+
+def stream(api: Client, session: Session, **params) -> list[tuple[str, dict | None, float]]:
+    response = api.get(f"/api/sessions/{session.pk}/stream", params)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/event-stream")
+    assert response["Cache-Control"] == "no-cache"
+    return frames_of(response.streaming_content)
+
+
+# --- pacing --------------------------------------------------------------------------------------
+
+GAPS_MS = [0, 300, 120, 0, 450, 200]  # recorded gaps between consecutive events
+
+
+def gapped_spec() -> list[tuple[str, float]]:
+    at, spec = 0.0, []
+    for gap in GAPS_MS:
+        at += gap
+        spec.append((Kind.TOOL_CALL, at))
+    return spec
+
+
+@pytest.mark.parametrize("pacing", [1.0, 0.5, 2.0])
+def test_inter_event_waits_match_recorded_gaps_times_pacing_within_50ms(api, project, pacing):
+    session = timed_session(project, gapped_spec())
+    frames = stream(api, session, pacing=pacing)
+    events = [f for f in frames if f[0] == "event"]
+    assert [data["seq"] for _, data, _ in events] == list(range(len(GAPS_MS)))
+    arrivals = [t for _, _, t in events]
+    waited = [(b - a) * 1000 for a, b in zip(arrivals, arrivals[1:])]
+    expected = [gap * pacing for gap in GAPS_MS[1:]]
+    for got, want in zip(waited, expected):
+        assert abs(got - want) <= 50, (waited, expected)
+    assert [data["wait_ms"] for _, data, _ in events[1:]] == pytest.approx(expected)
+    assert [data["gap_ms"] for _, data, _ in events[1:]] == pytest.approx(GAPS_MS[1:])
+    assert frames[-1][0] == "end" and frames[-1][1]["last_seq"] == len(GAPS_MS) - 1
+
+
+def test_pacing_zero_streams_at_once(api, project):
+    session = timed_session(project, [(Kind.TOOL_CALL, i * 5000.0) for i in range(20)])
+    started = time.monotonic()
+    frames = stream(api, session, pacing=0)
+    assert time.monotonic() - started < 1.0  # 95 s recorded
+    assert len([f for f in frames if f[0] == "event"]) == 20
+    assert all(data["wait_ms"] == 0 for name, data, _ in frames if name == "event")
+
+
+def test_idle_gaps_longer_than_max_gap_are_compressed_and_say_so(api, project):
+    session = timed_session(project, [(Kind.TOOL_CALL, 0), (Kind.TOOL_RESPONSE, 60_000), (Kind.NOTE, 60_100)])
+    frames = stream(api, session, pacing=1, max_gap=0.2)
+    events = [f for f in frames if f[0] == "event"]
+    first, second, third = events
+    assert second[1]["compressed_from_ms"] == 60_000 and second[1]["wait_ms"] == pytest.approx(200)
+    assert abs((second[2] - first[2]) * 1000 - 200) <= 50
+    assert "compressed_from_ms" not in third[1] and third[1]["wait_ms"] == pytest.approx(100)
+
+
+def test_events_without_timestamps_and_clock_going_backwards_follow_at_once(project):
+    session = timed_session(project, [(Kind.NOTE, 1000), (Kind.NOTE, None), (Kind.NOTE, 400), (Kind.NOTE, 700)])
+    slept: list[float] = []
+    clock = iter(range(100))
+    frames = frames_of(streaming.paced_stream(session=session, pacing=1, sleep=slept.append,
+                                              clock=lambda: float(next(clock))))  # fmt: skip
+    waits = [data["wait_ms"] for name, data, _ in frames if name == "event"]
+    assert waits == [0, 0, 0, 300]  # none, missing ts, 400 after 1000, then 300 after 400
+
+
+def test_a_long_wait_sends_keepalives_instead_of_going_silent(project):
+    session = timed_session(project, [(Kind.NOTE, 0), (Kind.NOTE, 40_000)])
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    frames = frames_of(streaming.paced_stream(session=session, pacing=1, sleep=sleep, clock=lambda: now[0]))
+    assert [name for name, _, _ in frames] == ["event", ":", ":", "event", "end"]
+    assert sum(slept) == pytest.approx(40.0) and max(slept) <= streaming.MAX_SLEEP_SLICE
+
+
+# --- turns ---------------------------------------------------------------------------------------
+
+
+def conversation(project) -> Session:
+    kinds = [Kind.SESSION_START, Kind.USER_MESSAGE, Kind.CHUNK, Kind.CHUNK, Kind.STATUS,
+             Kind.USER_MESSAGE, Kind.CHUNK, Kind.STATUS, Kind.USER_MESSAGE, Kind.AGENT_MESSAGE]  # fmt: skip
+    return timed_session(project, [(kind, i * 10.0) for i, kind in enumerate(kinds)], source_format="flux0")
+
+
+def test_stream_stops_before_the_next_user_message_and_says_where_to_resume(api, project):
+    session = conversation(project)
+    first = stream(api, session, pacing=0)
+    # The preamble plays with the first turn; the stream stops before the second user message.
+    assert [d["seq"] for n, d, _ in first if n in ("event", "chunk", "status")] == [0, 1, 2, 3, 4]
+    assert first[-1][:2] == ("pause", {"resume_after": 4, "next_seq": 5, "reason": "user_message"})
+    second = stream(api, session, pacing=0, after=4)
+    assert [d["seq"] for n, d, _ in second if n != "pause"] == [5, 6, 7]
+    assert second[-1][1]["resume_after"] == 7
+    third = stream(api, session, pacing=0, after=7)
+    assert [d["seq"] for n, d, _ in third if n not in ("end",)] == [8, 9]
+    assert third[-1][0] == "end" and third[-1][1] == {"reason": "end_of_session", "last_seq": 9, "sent": 2}
+
+
+def test_a_stream_resumed_mid_turn_finishes_that_turn(api, project):
+    session = conversation(project)
+    frames = stream(api, session, pacing=0, after=2)
+    assert [d["seq"] for n, d, _ in frames if n != "pause"] == [3, 4]
+    assert frames[-1][1]["resume_after"] == 4
+
+
+def test_flux0_chunks_and_statuses_keep_their_event_names(api, project):
+    session = conversation(project)
+    names = [(name, data["kind"]) for name, data, _ in stream(api, session, pacing=0) if name != "pause"]
+    assert names == [("event", "session_start"), ("event", "user_message"), ("chunk", "chunk"),
+                     ("chunk", "chunk"), ("status", "status")]  # fmt: skip
+
+
+def test_frames_carry_the_event_as_json_with_its_seq_as_id(api, project):
+    session = timed_session(project, [(Kind.TOOL_CALL, 0)])
+    response = api.get(f"/api/sessions/{session.pk}/stream", {"pacing": 0})
+    text = b"".join(response.streaming_content).decode()
+    block = text.split("\n\n")[0]
+    assert block.splitlines()[:2] == ["event: event", "id: 0"]
+    data = orjson.loads(block.splitlines()[2].removeprefix("data: "))
+    assert data["payload"] == {"n": 0, "text": "<b>tool_call 0</b>"}  # JSON data, never HTML
+    assert data["kind"] == "tool_call" and data["ts"].startswith("2026-02-08T10:30:00")
+
+
+def test_last_event_id_resumes_a_reconnecting_event_source(api, project):
+    session = timed_session(project, [(Kind.NOTE, i * 10.0) for i in range(5)])
+    response = api.get(f"/api/sessions/{session.pk}/stream", {"pacing": 0}, headers={"last-event-id": "2"})
+    seqs = [d["seq"] for n, d, _ in frames_of(response.streaming_content) if n == "event"]
+    assert seqs == [3, 4]
+
+
+# --- pages ---------------------------------------------------------------------------------------
+
+
+def test_the_stream_reads_a_page_at_a_time_by_keyset(api, project, monkeypatch):
+    monkeypatch.setattr(streaming, "PAGE", 10)
+    session = timed_session(project, [(Kind.NOTE, float(i)) for i in range(35)])
+    with CaptureQueriesContext(connection) as queries:
+        frames = stream(api, session, pacing=0)
+    assert len([f for f in frames if f[0] == "event"]) == 35
+    reads = [q["sql"] for q in queries.captured_queries if 'FROM "sessions_app_event"' in q["sql"]]
+    assert len(reads) == 4
+    assert all("LIMIT 10" in sql and "OFFSET" not in sql for sql in reads)
+    assert all('"seq" >' in sql for sql in reads)
+
+
+def test_stream_errors(api, project):
+    assert api.get("/api/sessions/404404/stream").status_code == 404
+    session = timed_session(project, [(Kind.NOTE, 0)])
+    bad_pacing = api.get(f"/api/sessions/{session.pk}/stream", {"pacing": -1})
+    bad_gap = api.get(f"/api/sessions/{session.pk}/stream", {"max_gap": 0})
+    assert bad_pacing.status_code == bad_gap.status_code == 400
+    assert bad_pacing.json()["detail"].startswith("pacing:")
+    assert bad_gap.json()["detail"].startswith("max_gap:")
+    assert api.get("/api/sessions/404404/tail").status_code == 404
+
+
+# --- live tail -----------------------------------------------------------------------------------
+
+
+def test_tail_pushes_events_as_they_are_appended_until_the_session_ends(project):
+    session = timed_session(project, [(Kind.NOTE, 0), (Kind.NOTE, 10)])
+    arrivals = iter([
+        lambda: append_events(session=session, events=[_note(2), _note(3)]),
+        lambda: None,  # a poll that finds nothing new
+        lambda: append_events(session=session, events=[_note(4)]),
+        lambda: finish_session(session=session, status="completed"),
+    ])  # fmt: skip
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:  # time passes: the agent writes meanwhile
+        polls.append(seconds)
+        next(arrivals)()
+
+    frames = frames_of(streaming.tail_stream(session=session, poll_interval=0.25, sleep=sleep))
+    assert [d["seq"] for n, d, _ in frames if n == "event"] == [0, 1, 2, 3, 4]
+    assert frames[-1][:2] == ("end", {"reason": "session_ended", "status": "completed", "last_seq": 4})
+    assert polls == [0.25] * 4
+
+
+def _note(n: int) -> CanonicalEvent:
+    return CanonicalEvent(kind=Kind.NOTE, source_type="note", raw=f'{{"n":{n}}}', payload={"n": n},
+                          timestamp=T0 + timedelta(seconds=n))  # fmt: skip
+
+
+def test_tail_stops_after_its_maximum_duration_saying_where_to_resume(project):
+    session = timed_session(project, [(Kind.NOTE, 0)])
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    frames = frames_of(streaming.tail_stream(session=session, after=-1, poll_interval=1.0, max_seconds=40,
+                                             heartbeat_seconds=15, sleep=sleep, clock=lambda: now[0]))  # fmt: skip
+    names = [name for name, _, _ in frames]
+    assert names[0] == "event" and names[-1] == "end"
+    assert names.count(":") == 2  # heartbeats at 15 s and 30 s of silence
+    assert frames[-1][1] == {"reason": "max_duration", "resume_after": 0, "last_seq": 0}
+
+
+def test_tail_over_http_sends_what_exists_then_ends_for_an_ended_session(api, project, settings):
+    session = timed_session(project, [(Kind.NOTE, 0), (Kind.NOTE, 1)])
+    finish_session(session=session, status="completed")
+    response = api.get(f"/api/sessions/{session.pk}/tail", {"after": 0})
+    frames = frames_of(response.streaming_content)
+    assert [(n, d.get("seq")) for n, d, _ in frames] == [("event", 1), ("end", None)]
+
+
+def test_tail_of_a_live_session_times_out_over_http(api, project, settings):
+    settings.TAIL_MAX_SECONDS = 0.3
+    settings.TAIL_POLL_SECONDS = 0.05
+    session = timed_session(project, [(Kind.NOTE, 0)])
+    started = time.monotonic()
+    frames = frames_of(api.get(f"/api/sessions/{session.pk}/tail").streaming_content)
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert frames[-1][1]["reason"] == "max_duration"
