@@ -1,11 +1,643 @@
-"""Placeholder until the agentlens importer lands (being written now); detects nothing."""
+"""AgentLens events (agentkitai/agentlens; ../shared/FORMATS.md section 2).
+
+An event: `{id, timestamp, sessionId, agentId, eventType, severity, payload, metadata, prevHash,
+hash}`. A file holds them as JSON lines, a JSON array, or the `{"events": [...]}` body of
+`POST /api/events` (also one such body a line). One file may hold several sessions: a first pass
+lists the session ids (and whether each session is stored newest first, as AgentLens' event
+query returns it), then one streaming pass per session converts its events. Nothing holds more
+than one read block plus one event, except a newest-first session, which is turned around in
+blocks of REVERSE_BLOCK events.
+
+Mapping (docs/formats.md "AgentLens"): eventType -> canonical kind as in KINDS; pairs by
+`callId` (tool and LLM calls) and `requestId` (approvals); tokens from `usage`, cost from
+`costUsd`, latency from `latencyMs` / `durationMs`; severity error/critical, tool_error and an
+LLM finishReason "error" are errors. A step closes at each llm_response, tool_response,
+tool_error and approval decision.
+
+Cost is counted once: every llm_response and cost_tracked `costUsd` counts (AgentLens adds both
+too), except a cost_tracked that restates an llm_response already priced: one naming its callId
+(payload or metadata `callId`), or the one right after a priced llm_response with the same
+model, cost and token total. That one keeps its figures in its payload but adds nothing. A
+cost_tracked naming an llm_response that had tokens but no price supplies the price and adds its
+cost only. Tokens used without any price mark the event `cost_unpriced` (never a silent $0).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
+from . import Head, Source
+from ._json_records import Record, clip, iter_records, monotonic_progress, number, parse_iso, text
 
 NAME = "agentlens"
+BODY_KEYS = ("events",)
+
+KINDS: dict[str, str] = {
+    "session_started": Kind.SESSION_START,
+    "session_ended": Kind.SESSION_END,
+    "llm_call": Kind.LLM_CALL,
+    "llm_response": Kind.LLM_RESPONSE,
+    "tool_call": Kind.TOOL_CALL,
+    "tool_response": Kind.TOOL_RESPONSE,
+    "tool_error": Kind.TOOL_ERROR,
+    "approval_requested": Kind.APPROVAL_REQUESTED,
+    "approval_granted": Kind.APPROVAL_GRANTED,
+    "approval_denied": Kind.APPROVAL_DENIED,
+    "approval_expired": Kind.APPROVAL_EXPIRED,
+    "cost_tracked": Kind.COST,
+    "custom": Kind.CUSTOM,
+    # FormBridge forms and AgentLens' own alerts carry no step content of their own.
+    "form_submitted": Kind.CUSTOM,
+    "form_completed": Kind.CUSTOM,
+    "form_expired": Kind.CUSTOM,
+    "alert_triggered": Kind.NOTE,
+    "alert_resolved": Kind.NOTE,
+    # Older servers' replay endpoint still lists these types.
+    "error": Kind.ERROR,
+    "decision": Kind.CUSTOM,
+    "observation": Kind.CUSTOM,
+}
+SEVERITIES = frozenset({"debug", "info", "warn", "error", "critical"})
+ERROR_SEVERITIES = frozenset({"error", "critical"})
+APPROVAL_OUTCOME = {
+    Kind.APPROVAL_GRANTED: "granted",
+    Kind.APPROVAL_DENIED: "denied",
+    Kind.APPROVAL_EXPIRED: "expired",
+}
+
+# Open calls and priced responses remembered for pairing details and cost de-duplication; a
+# session that never answers its calls cannot grow the (JSON) converter state without bound.
+MAX_REMEMBERED = 2000
+# Newest-first sessions are turned around this many events at a time (one file pass each).
+REVERSE_BLOCK = 20000
+# Step outputs keep this much text; the whole value stays in the event's payload.
+STEP_TEXT_LIMIT = 4000
+
+_HAS_EVENT_TYPE = re.compile(rb'"eventType"\s*:')
+_HAS_SESSION_ID = re.compile(rb'"sessionId"\s*:')
 
 
-def sniff(head) -> bool:
-    return False
+def sniff(head: Head) -> bool:
+    for record in head.records[:10]:
+        if "eventType" in record and "sessionId" in record:
+            return True
+        events = record.get("events")
+        if isinstance(events, list) and events and isinstance(events[0], dict):
+            return "eventType" in events[0]
+    lead = head.text.lstrip()[:1]
+    if lead not in (b"[", b"{"):
+        return False
+    return bool(_HAS_EVENT_TYPE.search(head.text) and _HAS_SESSION_ID.search(head.text))
 
 
-def parse(source, problems):
-    raise NotImplementedError("agentlens importer not written yet")
+@dataclass
+class _SessionInfo:
+    count: int = 0
+    first_line: int = 0
+    agent_id: str = ""
+    increases: int = 0
+    decreases: int = 0
+    last_ts: datetime | None = None
+
+    @property
+    def order(self) -> str:
+        if self.decreases and not self.increases:
+            return "newest_first"
+        return "mixed" if self.decreases else "ascending"
+
+
+def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
+    sessions = _list_sessions(source, problems)
+    progress = monotonic_progress(source.on_bytes)
+    for session_id, info in sessions.items():
+        converter = Converter()
+        meta = converter.meta
+        meta.source_session_id = session_id
+        meta.agent_id = info.agent_id
+        order = info.order
+        meta.metadata["agentlens"] = {"time_order": order}
+        if order == "newest_first":
+            meta.metadata["agentlens"]["reversed"] = True
+            records = _reversed_records(source, session_id, info.count)
+        else:
+            if order == "mixed":
+                problems.add(
+                    info.first_line, "timestamp",
+                    f"session {session_id}: events are not in time order; kept in file order",
+                )  # fmt: skip
+            records = _session_records(source, session_id, progress)
+        yield ParsedSession(meta=meta, events=_convert_all(converter, records, problems))
+
+
+def _convert_all(
+    converter: "Converter", records: Iterator[Record], problems: Problems
+) -> Iterator[CanonicalEvent]:
+    for record in records:
+        yield from converter.convert(record.value, record.text, record.line, problems)
+    converter.finish()
+
+
+def _list_sessions(source: Source, problems: Problems) -> dict[str, _SessionInfo]:
+    """The first pass: session ids in order of appearance, with their size and time order.
+
+    File-level problems (malformed lines, BOM, ...) are reported here, once; the per-session
+    passes report only field problems of their own events.
+    """
+    sessions: dict[str, _SessionInfo] = {}
+    for record in iter_records(source, problems, body_keys=BODY_KEYS):
+        session_id = record.value.get("sessionId")
+        if not isinstance(session_id, str) or not session_id.strip():
+            problems.add(record.line, "sessionId", "missing or empty sessionId: event skipped")
+            continue
+        info = sessions.get(session_id)
+        if info is None:
+            info = sessions[session_id] = _SessionInfo(first_line=record.line)
+        info.count += 1
+        agent_id = record.value.get("agentId")
+        if not info.agent_id and isinstance(agent_id, str):
+            info.agent_id = agent_id
+        ts = _quiet_timestamp(record.value.get("timestamp"))
+        if ts is not None:
+            if info.last_ts is not None:
+                if ts > info.last_ts:
+                    info.increases += 1
+                elif ts < info.last_ts:
+                    info.decreases += 1
+            info.last_ts = ts
+    return sessions
+
+
+def _quiet_timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_iso(value, "", None, _SILENT)
+    except (TypeError, ValueError):
+        return None
+
+
+class _SilentProblems(Problems):
+    def add(self, line: int | None, field: str, message: str) -> None:
+        pass
+
+
+_SILENT = _SilentProblems(limit=0)
+
+
+def _session_records(source: Source, session_id: str, progress) -> Iterator[Record]:
+    for record in iter_records(source, _SILENT, body_keys=BODY_KEYS, on_bytes=progress):
+        if record.value.get("sessionId") == session_id:
+            yield record
+
+
+def _reversed_records(source: Source, session_id: str, count: int) -> Iterator[Record]:
+    """A newest-first session in time order, REVERSE_BLOCK events (one file pass) at a time."""
+    high = count
+    while high > 0:
+        low = max(0, high - REVERSE_BLOCK)
+        block: list[Record] = []
+        index = 0
+        for record in _session_records(source, session_id, None):
+            if index >= high:
+                break
+            if index >= low:
+                block.append(record)
+            index += 1
+        yield from reversed(block)
+        high = low
+
+
+def _str(payload: dict[str, Any], key: str) -> str:
+    value = payload.get(key)
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else text(value)
+
+
+class Converter:
+    """AgentLens events of one session -> canonical events; also used for live ingest batches.
+
+    Its state (open calls, the last priced LLM response, step count, source chain check) is
+    plain JSON, so a later batch continues exactly where the last one stopped.
+    """
+
+    def __init__(self, state: dict[str, Any] | None = None) -> None:
+        state = state or {}
+        self.meta = SessionMeta()
+        self._calls: dict[str, dict[str, Any]] = dict(state.get("calls", {}))
+        self._responses: dict[str, dict[str, Any]] = dict(state.get("responses", {}))
+        self._last_priced: dict[str, Any] | None = state.get("last_priced")
+        self._steps: int = state.get("steps", 0)
+        self._last_hash: str | None = state.get("last_hash")
+        self._seen: int = state.get("seen", 0)
+        self._chain: dict[str, Any] = dict(
+            state.get("chain", {"links": 0, "breaks": 0, "first_break_line": None})
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "calls": self._calls,
+            "responses": self._responses,
+            "last_priced": self._last_priced,
+            "steps": self._steps,
+            "last_hash": self._last_hash,
+            "seen": self._seen,
+            "chain": self._chain,
+        }
+
+    def finish(self) -> None:
+        """Record what only the whole session tells: the source's own hash-chain links."""
+        info = self.meta.metadata.setdefault("agentlens", {})
+        info["source_chain"] = dict(self._chain)
+        if self._calls:
+            info["unanswered_calls"] = len(self._calls)
+
+    def convert(
+        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
+    ) -> list[CanonicalEvent]:
+        event_type = record.get("eventType")
+        if not isinstance(event_type, str) or not event_type:
+            problems.add(line, "eventType", "missing eventType: kept as a custom event")
+            event_type = ""
+            kind = Kind.CUSTOM
+        else:
+            kind = KINDS.get(event_type)
+            if kind is None:
+                problems.add(line, "eventType", f"unknown eventType {event_type!r}: kept as a custom event")
+                kind = Kind.CUSTOM
+
+        timestamp = parse_iso(record.get("timestamp"), "timestamp", line, problems)
+        severity = record.get("severity", "info")
+        if severity not in SEVERITIES:
+            problems.add(line, "severity", f"unknown severity {clip(text(severity), 40)!r}: taken as info")
+            severity = "info"
+        source_payload = record.get("payload", {})
+        if source_payload is None:
+            problems.add(line, "payload", "null payload (taken as empty)")
+            source_payload = {}
+        elif not isinstance(source_payload, dict):
+            problems.add(line, "payload", f"payload is a {type(source_payload).__name__}, not an object")
+            source_payload = {"value": source_payload}
+
+        payload = dict(source_payload)
+        envelope: dict[str, Any] = {"id": record.get("id"), "severity": severity}
+        metadata = record.get("metadata")
+        if metadata:
+            envelope["metadata"] = metadata
+        envelope["prevHash"] = record.get("prevHash")
+        envelope["hash"] = record.get("hash")
+        payload["_source"] = envelope
+
+        agent_id = record.get("agentId")
+        event = CanonicalEvent(
+            kind=kind,
+            source_type=event_type or "missing",
+            raw=raw,
+            payload=payload,
+            timestamp=timestamp,
+            line=line,
+            agent_id=agent_id if isinstance(agent_id, str) else "",
+            is_error=severity in ERROR_SEVERITIES or kind == Kind.ERROR,
+        )
+        self._check_chain(record, line)
+        self._fill_meta(record, kind, source_payload, timestamp, event)
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, event, source_payload, metadata if isinstance(metadata, dict) else {}, line, problems)
+        self._seen += 1
+        return [event]
+
+    # Per kind -----------------------------------------------------------------------------
+
+    def _tool_call(self, event, payload, metadata, line, problems) -> None:
+        call_id = _str(payload, "callId")
+        event.tool = _str(payload, "toolName")
+        event.pair_id = call_id
+        if not call_id:
+            problems.add(line, "payload.callId", "tool_call without callId: it cannot be paired")
+            return
+        self._remember_call(call_id, {
+            "kind": "tool", "name": event.tool, "ts": _ms(event.timestamp),
+            "arguments": clip(text(payload.get("arguments")), STEP_TEXT_LIMIT),
+        })  # fmt: skip
+
+    def _tool_outcome(self, event, payload, metadata, line, problems) -> None:
+        call_id = _str(payload, "callId")
+        call = self._calls.pop(call_id, None) if call_id else None
+        if not call_id:
+            problems.add(line, "payload.callId", f"{event.source_type} without callId: it cannot be paired")
+        event.pair_id = call_id
+        event.tool = _str(payload, "toolName") or (call or {}).get("name", "")
+        event.duration_ms = number(payload, "durationMs", "payload.durationMs", line, problems)
+        failed = event.kind == Kind.TOOL_ERROR
+        event.failed = failed
+        if failed:
+            event.is_error = True
+            error = _str(payload, "error") or "tool error"
+            code = _str(payload, "errorCode")
+            output = ""
+        else:
+            error = ""
+            code = ""
+            output = text(payload.get("result"))
+        self._close_step(
+            event,
+            action_type="tool_call",
+            action_code=f"{event.tool}({(call or {}).get('arguments', '')})",
+            success=not failed,
+            output=output,
+            error=f"{error} [{code}]" if code else error,
+            duration_ms=self._duration(event, call),
+            tokens=0,
+            raw_action={"callId": call_id, "toolName": event.tool, "arguments": (call or {}).get("arguments", "")},
+        )
+
+    def _llm_call(self, event, payload, metadata, line, problems) -> None:
+        call_id = _str(payload, "callId")
+        event.tool = _str(payload, "model")
+        event.pair_id = call_id
+        if not call_id:
+            problems.add(line, "payload.callId", "llm_call without callId: it cannot be paired")
+            return
+        self._remember_call(call_id, {
+            "kind": "llm", "name": event.tool, "ts": _ms(event.timestamp),
+            "prompt": clip(_last_message(payload.get("messages")), STEP_TEXT_LIMIT),
+        })  # fmt: skip
+
+    def _llm_response(self, event, payload, metadata, line, problems) -> None:
+        call_id = _str(payload, "callId")
+        call = self._calls.pop(call_id, None) if call_id else None
+        if not call_id:
+            problems.add(line, "payload.callId", "llm_response without callId: it cannot be paired")
+        event.pair_id = call_id
+        event.tool = _str(payload, "model") or (call or {}).get("name", "")
+        tokens = _tokens(payload, "usage", line, problems)
+        cost = number(payload, "costUsd", "payload.costUsd", line, problems)
+        event.tokens = tokens
+        event.cost_usd = cost
+        event.cost_unpriced = cost is None and bool(tokens)
+        event.duration_ms = number(payload, "latencyMs", "payload.latencyMs", line, problems)
+        finish = _str(payload, "finishReason")
+        if finish == "error":
+            event.is_error = True
+        key = call_id or f"#{self._seen}"
+        self._remember(self._responses, key, {"model": event.tool, "cost": cost, "tokens": tokens})
+        self._last_priced = (
+            {"callId": key, "model": event.tool, "cost": cost, "tokens": tokens}
+            if cost is not None
+            else None
+        )
+        self._close_step(
+            event,
+            action_type="llm_call",
+            action_code=event.tool,
+            action_rationale=(call or {}).get("prompt", ""),
+            success=not event.is_error,
+            output=text(payload.get("completion")),
+            error="LLM call ended with finishReason=error" if finish == "error" else "",
+            duration_ms=self._duration(event, call),
+            tokens=tokens or 0,
+            raw_action={"callId": call_id, "model": event.tool, "provider": _str(payload, "provider")},
+        )
+
+    def _cost(self, event, payload, metadata, line, problems) -> None:
+        cost = number(payload, "costUsd", "payload.costUsd", line, problems)
+        tokens = _cost_tokens(payload, line, problems)
+        model = _str(payload, "model")
+        reference = _str(payload, "callId") or _str(metadata, "callId")
+        if not reference:
+            trigger = _str(payload, "trigger")
+            reference = trigger if trigger in self._responses else ""
+        response = self._responses.get(reference) if reference else None
+        last = self._last_priced
+        self._last_priced = None
+        if response is None and last is not None and (
+            last["model"] == model and last["cost"] == cost and last["tokens"] == tokens
+        ):
+            reference, response = last["callId"], self._responses.get(last["callId"])
+        if response is not None and not response.get("costed"):
+            response["costed"] = True
+            if response["cost"] is not None:
+                event.payload["_replay"] = {"counted_on": "llm_response", "callId": reference}
+                return
+            # The response used tokens without a price: this event supplies the price only.
+            event.cost_usd = cost
+            event.payload["_replay"] = {"prices": "llm_response", "callId": reference}
+            return
+        event.cost_usd = cost
+        event.tokens = tokens
+        event.cost_unpriced = cost is None and bool(tokens)
+
+    def _approval_request(self, event, payload, metadata, line, problems) -> None:
+        request_id = _str(payload, "requestId")
+        event.pair_id = request_id
+        if not request_id:
+            problems.add(line, "payload.requestId", "approval_requested without requestId: it cannot be paired")
+            return
+        self._remember_call(request_id, {
+            "kind": "approval", "name": _str(payload, "action"), "ts": _ms(event.timestamp),
+            "arguments": clip(text(payload.get("params")), STEP_TEXT_LIMIT),
+        })  # fmt: skip
+
+    def _approval_decision(self, event, payload, metadata, line, problems) -> None:
+        request_id = _str(payload, "requestId")
+        request = self._calls.pop(request_id, None) if request_id else None
+        event.pair_id = request_id
+        if not request_id:
+            problems.add(line, "payload.requestId", f"{event.source_type} without requestId: it cannot be paired")
+        outcome = APPROVAL_OUTCOME[event.kind]
+        action = _str(payload, "action") or (request or {}).get("name", "")
+        decided_by = _str(payload, "decidedBy")
+        reason = _str(payload, "reason")
+        output = outcome + (f" by {decided_by}" if decided_by else "") + (f": {reason}" if reason else "")
+        self._close_step(
+            event,
+            action_type="approval",
+            action_code=action,
+            success=outcome == "granted",
+            output=output,
+            error="",
+            duration_ms=self._duration(event, request),
+            tokens=0,
+            raw_action={"requestId": request_id, "action": action, "params": (request or {}).get("arguments", "")},
+        )
+
+    # Helpers ------------------------------------------------------------------------------
+
+    def _fill_meta(self, record, kind, payload, timestamp, event) -> None:
+        meta = self.meta
+        session_id = record.get("sessionId")
+        if not meta.source_session_id and isinstance(session_id, str):
+            meta.source_session_id = session_id
+        if not meta.agent_id and event.agent_id:
+            meta.agent_id = event.agent_id
+        if kind == Kind.SESSION_START:
+            meta.started_at = meta.started_at or timestamp
+            name = _str(payload, "agentName")
+            if name:
+                meta.metadata.setdefault("agentlens", {})["agentName"] = name
+            task = _str(payload, "task")
+            if task and not meta.task:
+                meta.task = task
+            tags = payload.get("tags")
+            if tags:
+                meta.metadata.setdefault("agentlens", {})["tags"] = tags
+        elif kind == Kind.SESSION_END:
+            meta.ended_at = timestamp or meta.ended_at
+            reason = _str(payload, "reason")
+            meta.completed = reason == "completed"
+            meta.failed = reason in ("error", "timeout")
+            info = meta.metadata.setdefault("agentlens", {})
+            info["endReason"] = reason
+            summary = _str(payload, "summary")
+            if summary:
+                info["summary"] = summary
+        elif kind in (Kind.LLM_CALL, Kind.LLM_RESPONSE):
+            model = _str(payload, "model")
+            if model and not meta.model:
+                meta.model = model
+
+    def _check_chain(self, record: dict[str, Any], line: int | None) -> None:
+        """Does each event's prevHash name the previous event's hash (AgentLens' own chain)?"""
+        prev = record.get("prevHash")
+        current = record.get("hash")
+        chain = self._chain
+        if self._seen > 0 or prev is not None:
+            expected = self._last_hash if self._seen > 0 else None
+            if prev == expected:
+                chain["links"] += 1
+            else:
+                chain["breaks"] += 1
+                if chain["first_break_line"] is None:
+                    chain["first_break_line"] = line
+        self._last_hash = current if isinstance(current, str) else None
+
+    def _close_step(
+        self,
+        event: CanonicalEvent,
+        *,
+        action_type: str,
+        action_code: str,
+        success: bool,
+        output: str,
+        error: str,
+        duration_ms: float | None,
+        tokens: int,
+        raw_action: dict[str, Any],
+        action_rationale: str = "",
+    ) -> None:
+        self._steps += 1
+        event.step = self._steps
+        event.step_state = {
+            "step": self._steps,
+            "timestamp": event.timestamp.isoformat() if event.timestamp is not None else "",
+            "action_type": action_type,
+            "action_code": action_code,
+            "action_rationale": action_rationale,
+            "success": success,
+            "output": clip(output, STEP_TEXT_LIMIT),
+            "error": clip(error, STEP_TEXT_LIMIT),
+            "reward": 0.0,
+            "cumulative_reward": 0.0,
+            "duration_ms": duration_ms or 0.0,
+            "tokens_used": tokens,
+            "raw_action": raw_action,
+            "raw_observation": {"eventType": event.source_type, "id": event.payload["_source"].get("id")},
+        }
+
+    def _duration(self, event: CanonicalEvent, call: dict[str, Any] | None) -> float | None:
+        if event.duration_ms is not None:
+            return event.duration_ms
+        if call is not None and call.get("ts") is not None and event.timestamp is not None:
+            return max(0.0, _ms(event.timestamp) - call["ts"])
+        return None
+
+    def _remember_call(self, key: str, value: dict[str, Any]) -> None:
+        self._remember(self._calls, key, value)
+
+    @staticmethod
+    def _remember(store: dict[str, Any], key: str, value: dict[str, Any]) -> None:
+        store.pop(key, None)
+        store[key] = value
+        while len(store) > MAX_REMEMBERED:
+            del store[next(iter(store))]
+
+
+_HANDLERS = {
+    Kind.TOOL_CALL: Converter._tool_call,
+    Kind.TOOL_RESPONSE: Converter._tool_outcome,
+    Kind.TOOL_ERROR: Converter._tool_outcome,
+    Kind.LLM_CALL: Converter._llm_call,
+    Kind.LLM_RESPONSE: Converter._llm_response,
+    Kind.COST: Converter._cost,
+    Kind.APPROVAL_REQUESTED: Converter._approval_request,
+    Kind.APPROVAL_GRANTED: Converter._approval_decision,
+    Kind.APPROVAL_DENIED: Converter._approval_decision,
+    Kind.APPROVAL_EXPIRED: Converter._approval_decision,
+}
+
+
+def _ms(value: datetime | None) -> float | None:
+    return value.timestamp() * 1000.0 if value is not None else None
+
+
+def _tokens(payload: dict[str, Any], key: str, line: int | None, problems: Problems) -> int | None:
+    """Total tokens of a `usage` object: its total, else input + output (either spelling)."""
+    if key not in payload:
+        return None
+    usage = payload[key]
+    field = f"payload.{key}"
+    if usage is None:
+        problems.add(line, field, "null usage (no tokens counted)")
+        return None
+    if not isinstance(usage, dict):
+        problems.add(line, field, f"usage is a {type(usage).__name__}, not an object")
+        return None
+    return _token_total(usage, field, line, problems)
+
+
+def _token_total(usage: dict[str, Any], field: str, line: int | None, problems: Problems) -> int | None:
+    for name in ("totalTokens", "total"):
+        if name in usage:
+            total = number(usage, name, f"{field}.{name}", line, problems)
+            if total is not None:
+                return int(total)
+    parts = [
+        number(usage, name, f"{field}.{name}", line, problems)
+        for name in ("inputTokens", "input", "outputTokens", "output")
+        if name in usage
+    ]
+    present = [part for part in parts if part is not None]
+    return int(sum(present)) if present else None
+
+
+def _cost_tokens(payload: dict[str, Any], line: int | None, problems: Problems) -> int | None:
+    """cost_tracked tokens: flat inputTokens/outputTokens/totalTokens, or a `tokens` number or
+    object (../shared/FORMATS.md writes `tokens`)."""
+    if "tokens" in payload:
+        tokens = payload["tokens"]
+        if isinstance(tokens, dict):
+            return _token_total(tokens, "payload.tokens", line, problems)
+        value = number(payload, "tokens", "payload.tokens", line, problems)
+        return int(value) if value is not None else None
+    return _token_total(payload, "payload", line, problems)
+
+
+def _last_message(messages: Any) -> str:
+    """The last message sent to the model, as text: the prompt a step's rationale shows."""
+    if not isinstance(messages, list) or not messages:
+        return ""
+    last = messages[-1]
+    if not isinstance(last, dict):
+        return text(last)
+    content = last.get("content")
+    if isinstance(content, list):
+        return " ".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and part.get("text")
+        )
+    return text(content)

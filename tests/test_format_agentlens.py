@@ -1,0 +1,383 @@
+"""AgentLens events (FORMATS.md section 2): the three containers, sessions grouped by sessionId,
+pairing and durations, approvals, costs counted once, unpriced tokens, steps, bad input.
+
+The fixtures under fixtures/agentlens/ hold the same 24 events of two interleaved sessions
+(`ses_deploy_7f3a`: 15 events, `ses_triage_2b91`: 9) as JSON lines, a pretty-printed JSON array
+and an `{"events": [...]}` ingest body; the expected figures below are read off those events.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import orjson
+import pytest
+
+from sessions_app.canonical import Kind, Problems
+from sessions_app.formats import Head, Source, agentlens, detect
+from sessions_app.formats import _json_records
+from sessions_app.models import Session
+
+from .builders_formats import FIXTURES, ingest_file, payload, problem_keys, rows, step_state
+
+DIR = FIXTURES / "agentlens"
+CONTAINERS = ["two_sessions.ndjson", "two_sessions_array.json", "two_sessions_body.json"]
+DEPLOY, TRIAGE = "ses_deploy_7f3a", "ses_triage_2b91"
+DEPLOY_KINDS = [
+    "session_start", "llm_call", "llm_response", "cost", "tool_call", "tool_response", "tool_call",
+    "tool_error", "tool_call", "tool_error", "approval_requested", "approval_denied", "llm_call",
+    "llm_response", "session_end",
+]  # fmt: skip
+TRIAGE_KINDS = [
+    "session_start", "llm_call", "llm_response", "cost", "approval_requested", "approval_granted",
+    "tool_call", "tool_response", "session_end",
+]  # fmt: skip
+
+
+def source_events(name: str) -> list[dict]:
+    return [orjson.loads(line) for line in (DIR / name).read_bytes().splitlines() if line.strip()]
+
+
+def by_id(sessions: list[Session]) -> dict[str, Session]:
+    return {session.source_session_id: session for session in sessions}
+
+
+@pytest.mark.parametrize("name", CONTAINERS + ["triage_newest_first.json"])
+def test_agentlens_is_detected_by_content_whatever_the_file_name(name, tmp_path):
+    renamed = tmp_path / "events.txt"
+    shutil.copy(DIR / name, renamed)
+    assert detect(Source(path=renamed)) == "agentlens"
+
+
+@pytest.mark.parametrize(
+    "other", ["flux0/support_chat.jsonl", "daycare/complete_new.jsonl", "daycare/complete_old.jsonl"]
+)
+def test_other_formats_are_not_taken_for_agentlens(other):
+    assert not agentlens.sniff(Head.of(Source(path=FIXTURES / other)))
+
+
+@pytest.mark.parametrize("name", CONTAINERS)
+def test_each_container_yields_one_session_per_session_id_in_first_seen_order(name, project):
+    sessions, problems = ingest_file(agentlens, DIR / name, project)
+    assert [s.source_session_id for s in sessions] == [DEPLOY, TRIAGE]
+    assert problems.count == 0
+    deploy, triage = sessions
+    assert [e.kind for e in rows(deploy)] == DEPLOY_KINDS
+    assert [e.kind for e in rows(triage)] == TRIAGE_KINDS
+    assert (deploy.agent_id, triage.agent_id) == ("deploy-bot", "triage-bot")
+    assert (deploy.event_count, triage.event_count) == (15, 9)
+
+
+def test_the_three_containers_give_identical_sessions(project):
+    stored = {}
+    for name in CONTAINERS:
+        sessions, _ = ingest_file(agentlens, DIR / name, project)
+        stored[name] = [
+            [(e.kind, e.tool, e.pair_id, e.cost_usd, e.tokens, e.step_pos, orjson.loads(e.raw)) for e in rows(s)]
+            for s in sessions
+        ]
+    assert stored[CONTAINERS[0]] == stored[CONTAINERS[1]] == stored[CONTAINERS[2]]
+
+
+def test_raw_is_each_events_exact_source_text_and_lines_are_where_it_starts(project):
+    ndjson_lines = (DIR / "two_sessions.ndjson").read_text().splitlines()
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    for event in rows(sessions[0]) + rows(sessions[1]):
+        assert event.raw == ndjson_lines[event.line - 1]
+
+    array_lines = (DIR / "two_sessions_array.json").read_text().splitlines()
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions_array.json", project)
+    for event in rows(sessions[0]):
+        # A pretty-printed element keeps its own indentation and line breaks.
+        assert event.raw.startswith("{\n")
+        assert array_lines[event.line - 1].strip() == "{"
+        first_key = array_lines[event.line].strip()
+        assert first_key == f'"id": "{orjson.loads(event.raw)["id"]}",'
+
+
+def test_source_id_hash_and_prev_hash_are_kept_in_the_payload(project):
+    originals = {e["id"]: e for e in source_events("two_sessions.ndjson")}
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    for event in rows(sessions[0]):
+        source = payload(event)["_source"]
+        original = originals[source["id"]]
+        assert (source["hash"], source["prevHash"], source["severity"]) == (
+            original["hash"], original["prevHash"], original["severity"],
+        )  # fmt: skip
+        for key, value in original["payload"].items():
+            assert payload(event)[key] == value
+    meta = sessions[0].metadata["agentlens"]
+    assert meta["source_chain"] == {"links": 14, "breaks": 0, "first_break_line": None}
+
+
+def test_calls_pair_with_their_responses_and_errors_by_call_id(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    events = rows(sessions[0])
+    calls = {e.pair_id: e for e in events if e.kind in (Kind.TOOL_CALL, Kind.LLM_CALL)}
+    answers = {e.pair_id: e for e in events if e.kind in (Kind.TOOL_RESPONSE, Kind.TOOL_ERROR, Kind.LLM_RESPONSE)}
+    assert set(calls) == set(answers) == {"llm_01", "tc_01", "tc_02", "tc_03", "llm_02"}
+    for pair_id, call in calls.items():
+        assert call.pair_seq == answers[pair_id].seq
+        assert answers[pair_id].pair_seq == call.seq
+    # The source's own durationMs / latencyMs wins over the timestamp difference.
+    assert calls["tc_01"].pair_duration_ms == 120
+    assert calls["tc_02"].pair_duration_ms == 4000
+    assert calls["llm_01"].pair_duration_ms == 1150
+    assert calls["llm_02"].pair_duration_ms == 1800
+    assert (calls["tc_01"].tool, calls["llm_01"].tool) == ("read_file", "claude-sonnet-4-20250514")
+
+
+def test_approvals_pair_by_request_id_and_close_a_step_with_the_decision(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    deploy, triage = sessions
+    request, denied = [e for e in rows(deploy) if e.pair_id == "apr_01"]
+    assert (request.kind, denied.kind) == (Kind.APPROVAL_REQUESTED, Kind.APPROVAL_DENIED)
+    assert request.pair_seq == denied.seq
+    assert request.pair_duration_ms == 60000  # no duration in the source: 10:30:13 -> 10:31:13
+    denial = step_state(denied)
+    assert denial["action_type"] == "approval"
+    assert denial["action_code"] == "deploy api v2.3 to prod"
+    assert denial["success"] is False
+    assert denial["output"] == "denied by alice: smoke tests are red"
+    assert denial["duration_ms"] == 60000
+    granted = next(e for e in rows(triage) if e.kind == Kind.APPROVAL_GRANTED)
+    assert step_state(granted)["success"] is True
+    assert step_state(granted)["output"] == "granted by bob"
+
+
+def test_cost_tracked_restating_a_priced_llm_response_is_not_counted_twice(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    deploy, triage = sessions
+    response, cost = [e for e in rows(deploy) if e.kind in (Kind.LLM_RESPONSE, Kind.COST)][:2]
+    assert (response.cost_usd, response.tokens) == (0.0048, 1280)
+    assert (cost.cost_usd, cost.tokens) == (None, None)
+    assert payload(cost)["_replay"] == {"counted_on": "llm_response", "callId": "llm_01"}
+    assert payload(cost)["costUsd"] == 0.0048  # the source's figure stays visible
+    assert deploy.cost_usd == pytest.approx(0.0048)
+    # A cost_tracked for something else (an embedding call) counts, as AgentLens counts it.
+    embedding = next(e for e in rows(triage) if e.kind == Kind.COST)
+    assert (embedding.cost_usd, embedding.tokens) == (0.0001, 5000)
+    assert triage.cost_usd == pytest.approx(0.0121)
+    assert triage.tokens == 6200
+    assert [e.cost_total for e in rows(triage)][-1] == pytest.approx(0.0121)
+
+
+def test_tokens_used_without_a_price_are_flagged_unpriced_not_free(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    deploy = sessions[0]
+    second = [e for e in rows(deploy) if e.kind == Kind.LLM_RESPONSE][1]
+    assert second.pair_id == "llm_02"
+    assert (second.tokens, second.cost_usd, second.cost_unpriced) == (2150, None, True)
+    assert not any(e.cost_unpriced for e in rows(deploy) if e.pair_id != "llm_02")
+    assert deploy.tokens == 1280 + 2150
+
+
+def test_steps_close_at_llm_responses_tool_outcomes_and_approval_decisions(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    deploy = sessions[0]
+    steps = [e for e in rows(deploy) if e.step_pos is not None]
+    assert [e.kind for e in steps] == [
+        "llm_response", "tool_response", "tool_error", "tool_error", "approval_denied", "llm_response",
+    ]  # fmt: skip
+    assert [e.step_pos for e in steps] == list(range(6))
+    states = [step_state(e) for e in steps]
+    assert [s["step"] for s in states] == [1, 2, 3, 4, 5, 6]
+    assert [s["action_type"] for s in states] == ["llm_call", "tool_call", "tool_call", "tool_call", "approval", "llm_call"]
+    assert [s["success"] for s in states] == [True, True, False, False, False, True]
+    assert states[0]["output"] == "I'll read the deploy config and run the smoke tests first."
+    assert states[0]["action_rationale"] == "Review the deploy plan for api v2.3 and ship it if green."
+    assert states[0]["tokens_used"] == 1280
+    assert states[1]["action_code"] == 'read_file({"path":"config/deploy.yaml"})'
+    assert states[1]["output"] == "replicas: 3\nimage: registry.local/api:v2.3\n"
+    assert states[2]["error"] == "2 of 41 smoke tests failed [E_TESTS]"
+    assert states[2]["duration_ms"] == 4000
+    assert states[5]["tokens_used"] == 2150
+    assert deploy.step_count == 6
+    assert deploy.step_error_count == 2
+    assert deploy.step_success_count == 3
+
+
+def test_repeated_failures_of_one_tool_build_a_fail_streak(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    outcomes = [(e.tool, e.fail_streak) for e in rows(sessions[0]) if e.kind in (Kind.TOOL_RESPONSE, Kind.TOOL_ERROR)]
+    assert outcomes == [("read_file", 0), ("run_tests", 1), ("run_tests", 2)]
+
+
+def test_errors_come_from_severity_and_tool_errors(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    deploy, triage = sessions
+    assert [e.seq for e in rows(deploy) if e.is_error] == [7, 9]
+    assert deploy.error_count == 2
+    assert triage.error_count == 0
+
+
+def test_session_fields_come_from_session_started_and_session_ended(project):
+    sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    deploy, triage = by_id(sessions)[DEPLOY], by_id(sessions)[TRIAGE]
+    assert deploy.status == Session.Status.FAILED  # reason "error"
+    assert triage.status == Session.Status.COMPLETED and triage.completed
+    assert deploy.started_at.isoformat() == "2026-02-08T10:30:00+00:00"
+    assert deploy.ended_at.isoformat() == "2026-02-08T10:31:16+00:00"
+    assert deploy.elapsed_ms == 76000
+    assert deploy.model == "claude-sonnet-4-20250514"
+    assert deploy.models_used == ["claude-sonnet-4-20250514"]
+    assert deploy.tools_used == ["read_file", "run_tests"]
+    assert (deploy.llm_calls, deploy.tool_calls) == (2, 3)
+    assert deploy.metadata["agentlens"]["endReason"] == "error"
+    assert deploy.metadata["agentlens"]["summary"] == "deploy blocked by failing smoke tests"
+    assert deploy.metadata["agentlens"]["tags"] == ["prod", "api"]
+
+
+def test_a_newest_first_export_is_put_back_in_time_order(project):
+    sessions, problems = ingest_file(agentlens, DIR / "triage_newest_first.json", project)
+    assert problems.count == 0
+    (triage,) = sessions
+    events = rows(triage)
+    assert [e.kind for e in events] == TRIAGE_KINDS
+    assert [e.ts for e in events] == sorted(e.ts for e in events)
+    lines = [e.line for e in events]
+    assert lines == sorted(lines, reverse=True)
+    assert triage.metadata["agentlens"]["time_order"] == "newest_first"
+    assert triage.metadata["agentlens"]["source_chain"]["breaks"] == 0
+    assert triage.cost_usd == pytest.approx(0.0121)
+
+
+def test_a_newest_first_session_larger_than_one_block_keeps_every_event(project, tmp_path, monkeypatch):
+    monkeypatch.setattr(agentlens, "REVERSE_BLOCK", 4)
+    sessions, _ = ingest_file(agentlens, DIR / "triage_newest_first.json", project)
+    assert [e.kind for e in rows(sessions[0])] == TRIAGE_KINDS
+
+
+def test_events_out_of_time_order_stay_in_file_order_with_a_problem(project, tmp_path):
+    events = source_events("two_sessions.ndjson")
+    triage = [e for e in events if e["sessionId"] == TRIAGE]
+    triage[2], triage[3] = triage[3], triage[2]
+    path = tmp_path / "mixed.ndjson"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in triage) + b"\n")
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert [e.kind for e in rows(sessions[0])][2:4] == ["cost", "llm_response"]
+    assert problem_keys(problems) == [(1, "timestamp")]
+    assert "not in time order" in problems.items[0].message
+    assert sessions[0].metadata["agentlens"]["time_order"] == "mixed"
+
+
+def test_a_cost_tracked_naming_an_unpriced_call_prices_it_without_recounting_tokens():
+    converter = agentlens.Converter()
+    problems = Problems()
+    base = {"sessionId": "s", "agentId": "a", "severity": "info", "timestamp": "2026-02-08T10:30:00Z"}
+    response = {**base, "eventType": "llm_response", "payload": {
+        "callId": "c1", "model": "gpt-4o", "completion": "x", "usage": {"inputTokens": 70, "outputTokens": 30}}}
+    cost = {**base, "eventType": "cost_tracked", "payload": {
+        "callId": "c1", "model": "gpt-4o", "totalTokens": 100, "costUsd": 0.002}}
+    (first,) = converter.convert(response, orjson.dumps(response).decode(), 1, problems)
+    (second,) = converter.convert(cost, orjson.dumps(cost).decode(), 2, problems)
+    assert (first.tokens, first.cost_usd, first.cost_unpriced) == (100, None, True)
+    assert (second.tokens, second.cost_usd, second.cost_unpriced) == (None, 0.002, False)
+    assert second.payload["_replay"] == {"prices": "llm_response", "callId": "c1"}
+    assert problems.count == 0
+
+
+def test_converter_state_carries_pairs_steps_and_cost_dedupe_across_batches():
+    events = [e for e in source_events("two_sessions.ndjson") if e["sessionId"] == DEPLOY]
+
+    def convert(batches):
+        converted, state = [], None
+        for batch in batches:
+            converter = agentlens.Converter(orjson.loads(orjson.dumps(state)) if state else None)
+            for index, record in enumerate(batch):
+                converted.extend(converter.convert(record, orjson.dumps(record).decode(), index, Problems()))
+            state = converter.state()
+        return [(e.kind, e.tool, e.pair_id, e.cost_usd, e.tokens, e.step, e.step_state) for e in converted]
+
+    whole = convert([events])
+    # Split between the priced llm_response and the cost_tracked restating it, and mid-pairs.
+    assert convert([events[:3], events[3:5], events[5:]]) == whole
+    assert whole[3][3] is None  # still recognised as a restatement after the split
+
+
+def test_one_request_body_a_line_is_read_element_by_element(project, tmp_path):
+    events = source_events("two_sessions.ndjson")
+    path = tmp_path / "bodies.ndjson"
+    bodies = [events[:10], events[10:]]
+    path.write_bytes(b"\n".join(orjson.dumps({"events": body}) for body in bodies) + b"\n")
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert problems.count == 0
+    assert [s.event_count for s in sessions] == [15, 9]
+    first = rows(sessions[0])[0]
+    assert first.line == 1 and orjson.loads(first.raw) == events[0]
+
+
+def test_array_elements_are_the_same_whatever_the_read_block_size(monkeypatch):
+    expected = [e for e in source_events("two_sessions.ndjson")]
+    for block in (1, 5, 64, 4096):
+        monkeypatch.setattr(_json_records, "READ_BLOCK", block)
+        for name in ("two_sessions_array.json", "two_sessions_body.json"):
+            problems = Problems()
+            records = list(_json_records.iter_records(Source(path=DIR / name), problems, body_keys=("events",)))
+            assert [r.value for r in records] == expected, (block, name)
+            assert problems.count == 0
+
+
+def test_bad_lines_are_reported_by_line_and_field_and_the_good_ones_import(project):
+    sessions, problems = ingest_file(agentlens, DIR / "bad_input.ndjson", project)
+    assert problem_keys(problems) == [
+        (1, "line"),  # BOM
+        (3, "line"),  # malformed JSON
+        (6, "sessionId"),  # sessionId null
+        (8, "line"),  # invalid UTF-8
+        (11, "line"),  # truncated last line
+        (2, "payload"),  # payload null
+        (2, "payload.callId"),  # so the call cannot be paired
+        (4, "payload.usage.totalTokens"),  # null number
+        (4, "payload.costUsd"),  # "free"
+        (5, "eventType"),  # unknown type "telepathy"
+        (9, "payload.durationMs"),  # null number
+        (10, "timestamp"),  # "yesterday"
+    ]
+    messages = {(p.line, p.field): p.message for p in problems.items}
+    assert messages[(1, "line")] == "byte-order mark at the start of the file (ignored)"
+    assert messages[(8, "line")].startswith("invalid UTF-8")
+    assert messages[(11, "line")] == "truncated record (file ends mid-line)"
+    assert messages[(4, "payload.costUsd")] == "not a number: free (ignored)"
+    assert messages[(5, "eventType")] == "unknown eventType 'telepathy': kept as a custom event"
+    (session,) = sessions
+    events = rows(session)
+    assert [e.line for e in events] == [1, 2, 4, 5, 7, 9, 10]
+    assert [e.kind for e in events] == [
+        "session_start", "llm_call", "llm_response", "custom", "tool_call", "tool_response", "session_end",
+    ]  # fmt: skip
+    response = events[2]
+    # totalTokens null -> input + output; costUsd "free" -> no price: unpriced, not $0.
+    assert (response.tokens, response.cost_usd, response.cost_unpriced) == (15, None, True)
+    assert events[3].source_type == "telepathy"
+    assert events[6].ts is None and session.status == Session.Status.COMPLETED
+
+
+def test_a_truncated_or_broken_array_reports_where_and_keeps_the_whole_elements(project, tmp_path):
+    text = (DIR / "two_sessions_array.json").read_bytes()
+    cut = text[: text.index(b'"eventType": "tool_call"', 4000)]  # ends inside an element
+    path = tmp_path / "cut.json"
+    path.write_bytes(cut)
+    sessions, problems = ingest_file(agentlens, path, project)
+    whole = sum(s.event_count for s in sessions)
+    element_starts = [n for n, line in enumerate(cut.split(b"\n"), start=1) if line == b"  {"]
+    assert problem_keys(problems) == [(element_starts[-1], "line")]
+    assert problems.items[0].message == "truncated record (file ends mid-line)"
+    assert whole == cut.count(b'"eventType"')  # the cut element stops before its eventType
+
+    broken = text.replace(b'"ses_triage_2b91"', b'"ses_\xff_triage"', 1)
+    path.write_bytes(broken)
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert [p.field for p in problems.items] == ["line"]
+    assert problems.items[0].message.startswith("invalid UTF-8")
+    assert sum(s.event_count for s in sessions) == 23
+
+
+def test_a_file_without_events_reports_it_once(project, tmp_path):
+    path = tmp_path / "empty.json"
+    path.write_text('{\n  "total": 0,\n  "hasMore": false\n}\n')
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert sessions == []
+    assert [(p.line, p.field, p.message) for p in problems.items] == [
+        (None, "file", 'no top-level array or "events" list found')
+    ]
