@@ -42,6 +42,10 @@ EVENT_COLUMNS = (
     "tokens_total", "errors_total", "elapsed_ms", "reward_total", "steps_total", "kind_counts",
 )  # fmt: skip
 _COL = {name: i for i, name in enumerate(EVENT_COLUMNS)}
+_LLM_KINDS = frozenset({Kind.LLM_CALL, Kind.LLM_RESPONSE})
+_NON_STR_KEYS = orjson.OPT_NON_STR_KEYS
+_dumps = orjson.dumps
+_sha256 = hashlib.sha256
 _TABLE = Event._meta.db_table
 
 
@@ -139,13 +143,26 @@ def _db_timestamp(value: datetime | None) -> Any:
     if value is None:
         return None
     if connection.vendor == "sqlite":
-        # What Django's SQLite backend stores for an aware datetime with USE_TZ: naive UTC text.
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.isoformat(" ")
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
+        return _sqlite_timestamp(value)
+    return _postgres_timestamp(value)
+
+
+def _sqlite_timestamp(value: datetime | None) -> Any:
+    # What Django's SQLite backend stores for an aware datetime with USE_TZ: naive UTC text.
+    if value is None:
+        return None
+    if value.tzinfo is UTC:
+        # The common case (ISO text with +00:00 / Z): drop the "+00:00" suffix, no conversion.
+        return value.isoformat(" ")[:-6]
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.isoformat(" ")
+
+
+def _postgres_timestamp(value: datetime | None) -> Any:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
 
 
 def _insert_rows(rows: list[list]) -> None:
@@ -193,61 +210,78 @@ class _EventWriter:
         self.pair_updates: list[tuple[int, float | None, int]] = []
         self.keyframes: list[Snapshot] = []
         self.stored = 0
+        self.session_pk = session.pk
+        # Resolved once: `connection.vendor` goes through Django's per-thread connection proxy,
+        # which costs more than the rest of a row's timestamp handling.
+        self.db_timestamp = _sqlite_timestamp if connection.vendor == "sqlite" else _postgres_timestamp
 
     def add(self, event: CanonicalEvent) -> None:
+        # The hot path of every import: one call per event. Attribute reads are hoisted into
+        # locals because at 100k events each one shows up in the profile (bench/import_bench.py).
         state = self.state
         seq = state.next_seq
         state.next_seq = seq + 1
         kind = event.kind
+        timestamp = event.timestamp
 
-        ts_ms = event.timestamp.timestamp() * 1000.0 if event.timestamp is not None else None
-        if ts_ms is not None:
-            if state.first_ts_ms is None:
-                state.first_ts_ms = ts_ms
+        if timestamp is not None:
+            ts_ms = timestamp.timestamp() * 1000.0
+            first_ts = state.first_ts_ms
+            if first_ts is None:
+                state.first_ts_ms = first_ts = ts_ms
             state.last_ts_ms = ts_ms
-            state.elapsed_ms = max(state.elapsed_ms, ts_ms - state.first_ts_ms)
+            if ts_ms - first_ts > state.elapsed_ms:
+                state.elapsed_ms = ts_ms - first_ts
+        else:
+            ts_ms = None
 
-        if event.cost_usd is not None:
-            state.cost_total += event.cost_usd
-        if event.tokens is not None:
-            state.tokens_total += event.tokens
-        if event.is_error:
+        cost = event.cost_usd
+        if cost is not None:
+            state.cost_total += cost
+        tokens = event.tokens
+        if tokens is not None:
+            state.tokens_total += tokens
+        is_error = event.is_error
+        if is_error:
             state.errors_total += 1
+        reward = event.reward
         if event.cumulative_reward is not None:
             state.reward_total = event.cumulative_reward
-        elif event.reward is not None:
-            state.reward_total += event.reward
+        elif reward is not None:
+            state.reward_total += reward
         counts = state.kind_counts
         counts[kind] = counts.get(kind, 0) + 1
 
         step_pos = None
         step_state_json = None
-        if event.step_state is not None:
+        step_state = event.step_state
+        if step_state is not None:
             step_pos = state.steps_total
-            state.steps_total += 1
-            if event.step_state.get("error"):
+            state.steps_total = step_pos + 1
+            if step_state.get("error"):
                 state.step_errors += 1
-            if event.step_state.get("success"):
+            if step_state.get("success"):
                 state.step_successes += 1
-            step_state_json = orjson.dumps(event.step_state, option=orjson.OPT_NON_STR_KEYS).decode()
+            step_state_json = _dumps(step_state, option=_NON_STR_KEYS).decode()
 
         tool = event.tool
+        fail_streak = 0
         if tool:
-            bucket = state.models if kind in (Kind.LLM_CALL, Kind.LLM_RESPONSE) else state.tools
+            bucket = state.models if kind in _LLM_KINDS else state.tools
             if tool not in bucket:
                 bucket.append(tool)
-        fail_streak = 0
-        if event.failed is not None and tool:
-            fail_streak = state.fail_streaks.get(tool, 0) + 1 if event.failed else 0
-            state.fail_streaks[tool] = fail_streak
+            if event.failed is not None:
+                fail_streak = state.fail_streaks.get(tool, 0) + 1 if event.failed else 0
+                state.fail_streaks[tool] = fail_streak
 
         pair_seq = None
         pair_duration = None
-        if event.pair_id:
+        pair_id = event.pair_id
+        if pair_id:
             if kind in CALL_FAMILY:
-                state.open_pairs[f"{CALL_FAMILY[kind]}|{event.pair_id}"] = [seq, ts_ms]
+                state.open_pairs[f"{CALL_FAMILY[kind]}|{pair_id}"] = [seq, ts_ms]
             elif kind in RESPONSE_FAMILY:
-                opened = state.open_pairs.pop(f"{RESPONSE_FAMILY[kind]}|{event.pair_id}", None)
+                opened = state.open_pairs.pop(f"{RESPONSE_FAMILY[kind]}|{pair_id}", None)
                 if opened is not None:
                     pair_seq, call_ts = opened
                     if event.duration_ms is not None:
@@ -257,8 +291,8 @@ class _EventWriter:
                     self._link_call(pair_seq, pair_duration, seq)
 
         state_change_json = None
-        if event.state_change is not None:
-            change = event.state_change
+        change = event.state_change
+        if change is not None:
             if change.memory is not None:
                 state.memory = list(change.memory)
             if change.variables is not None:
@@ -267,26 +301,24 @@ class _EventWriter:
                 else:
                     state.variables.update(change.variables)
             state.state_dirty = True
-            state_change_json = orjson.dumps(
-                change.to_dict(), option=orjson.OPT_NON_STR_KEYS
-            ).decode()
+            state_change_json = _dumps(change.to_dict(), option=_NON_STR_KEYS).decode()
 
         raw = event.raw
         prev = state.head
-        digest = hashlib.sha256(prev.encode("ascii") + raw.encode("utf-8", "surrogatepass")).hexdigest()
+        digest = _sha256(prev.encode("ascii") + raw.encode("utf-8", "surrogatepass")).hexdigest()
         state.head = digest
 
         self.buffer.append(
             [
-                self.session.pk, seq, kind, event.source_type[:64], _db_timestamp(event.timestamp),
+                self.session_pk, seq, kind, event.source_type[:64], self.db_timestamp(timestamp),
                 event.line, event.step, step_pos, event.depth, event.agent_id[:200],
-                event.parent_id[:200], event.child_id[:200], tool[:200], event.pair_id[:200],
-                pair_seq, pair_duration, event.duration_ms, event.cost_usd, event.cost_unpriced,
-                event.tokens, event.reward, event.is_error, fail_streak,
-                orjson.dumps(event.payload, option=orjson.OPT_NON_STR_KEYS).decode(), raw,
+                event.parent_id[:200], event.child_id[:200], tool[:200], pair_id[:200],
+                pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,
+                tokens, reward, is_error, fail_streak,
+                _dumps(event.payload, option=_NON_STR_KEYS).decode(), raw,
                 step_state_json, state_change_json, digest, prev, state.cost_total,
                 state.tokens_total, state.errors_total, state.elapsed_ms, state.reward_total,
-                state.steps_total, orjson.dumps(counts).decode(),
+                state.steps_total, _dumps(counts).decode(),
             ]
         )  # fmt: skip
 

@@ -70,6 +70,7 @@ STEP_DEFAULTS: dict[str, Any] = {
     "raw_action": {},
     "raw_observation": {},
 }
+_STEP_END_KEPT_ELSEWHERE = frozenset(STEP_DEFAULTS) | {"variables", "memory_notes"}
 _TEXT_FIELDS = ("action_type", "action_code", "action_rationale", "output", "error")
 _MISSING = object()
 _INF = math.inf
@@ -449,8 +450,9 @@ class Converter:
             event.state_change = StateChange(
                 memory=notes, variables=variables, replace_variables=variables is not None
             )
-            # They live in the state change; the payload keeps the rest of the step.
-            event.payload = {k: v for k, v in data.items() if k not in ("variables", "memory_notes")}
+        # The step lives in step_state and the variables/memory in the state change; the payload
+        # keeps only what neither holds (the original line stays whole in `raw`).
+        event.payload = {k: v for k, v in data.items() if k not in _STEP_END_KEPT_ELSEWHERE}
 
     def _memory_update(self, event, data, stamp, line, problems) -> None:
         notes = data.get("notes")

@@ -1,0 +1,228 @@
+"""Import speed and memory against rlm-code's own loader, measured in the same run.
+
+    .venv/bin/python bench/import_bench.py [--steps 20000] [--runs 3] [--file PATH] [--keep]
+    .venv/bin/python .ci/with_postgres.py -- .venv/bin/python bench/import_bench.py
+
+Generates (unless --file is given) a native rlm-code session with rlm-code's own SessionRecorder:
+20,000 steps, about 100,000 events and 50 MB. Then, for each of `--runs` rounds, times in a fresh
+child process (so neither pollutes the other's memory figure):
+  - rlm-code: `load_session(path)` + `get_summary()` (what it does on every look);
+  - ours: `import_file` into a fresh SQLite database, and into PostgreSQL when DATABASE_URL
+    points there (a fresh database created on that server, dropped afterwards).
+Prints the medians, the ratio ours/rlm (target <= 1.0), events per second and peak RSS (target
+under 200 MiB). The figures depend on the machine and its load: compare ratios, not seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def generate(path: Path, steps: int) -> None:
+    """A realistic session written by rlm-code's SessionRecorder (its own event building and
+    json.dumps line format); only the file handle is kept open instead of reopened per event,
+    which makes writing 100,000 events take seconds instead of minutes."""
+    from rlm_code.rlm.session_replay import SessionRecorder
+
+    class StreamingRecorder(SessionRecorder):
+        def __init__(self, *args, handle, **kwargs):
+            self._handle = handle
+            super().__init__(*args, **kwargs)
+
+        def _write_event(self, event) -> None:
+            self._handle.write(json.dumps(event.to_dict()) + "\n")
+
+        def _record_event(self, event_type, data, duration_ms=None):
+            event = super()._record_event(event_type, data, duration_ms)
+            self._events.clear()  # the recorder keeps every event; the bench needs none
+            return event
+
+    with path.open("w", encoding="utf-8") as handle:
+        recorder = StreamingRecorder(
+            session_id="session_bench", run_id="run_bench",
+            task="Analyse the quarterly report and compute the growth figures per region",
+            environment="pure_rlm", model="gpt-4o-mini", output_path=path, handle=handle,
+        )  # fmt: skip
+        notes: list[str] = []
+        for step in range(1, steps + 1):
+            recorder.record_step_start(step)
+            if step % 2:
+                recorder.record_llm_request(
+                    f"Step {step}: given the variables so far, write the next code cell. " * 4,
+                    model="gpt-4o-mini",
+                )
+                recorder.record_llm_response(
+                    f"```python\nregion_{step % 12} = df[df.region == {step % 12}].sum()\n```",
+                    tokens_in=820 + step % 50, tokens_out=64, duration_ms=640.0,
+                )  # fmt: skip
+            code = f"region_{step % 12} = df[df.region == {step % 12}].sum()\nprint(region_{step % 12})"
+            action = {"action": "run_python", "code": code}
+            recorder.record_action(action, rationale=f"Compute the totals of region {step % 12}")
+            failed = step % 9 == 0
+            observation = (
+                {"success": False, "stdout": "", "stderr": f"KeyError: 'region_{step}'"}
+                if failed
+                else {"success": True, "output": f"revenue    {step * 17.5:.2f}\ncost    {step * 9.25:.2f}\n"}
+            )
+            reward = -0.1 if failed else 0.2
+            recorder.record_result(observation, reward=reward, success=not failed, duration_ms=35.0, tokens_used=884)
+            if step % 4 == 0:
+                recorder.record_variable_update(f"region_{step % 12}", {"revenue": step * 17.5, "cost": step * 9.25})
+            if step % 50 == 0:
+                notes = (notes + [f"region {step % 12} checked at step {step}"])[-8:]
+                recorder.record_memory_update(notes)
+            recorder.record_step_end(action, observation, reward=reward, success=not failed, duration_ms=35.0, tokens_used=884)
+        recorder.record_final("Growth per region computed", completed=True)
+        recorder.end_session()
+
+
+RLM_CHILD = r"""
+import json, resource, sys, time
+from rlm_code.rlm.session_replay import load_session
+start = time.perf_counter()
+replayer = load_session(sys.argv[1])
+summary = replayer.get_summary()
+elapsed = time.perf_counter() - start
+print(json.dumps({"seconds": elapsed, "events": None, "steps": summary["total_steps"],
+                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+OURS_CHILD = r"""
+import json, os, resource, sys, time
+sys.path.insert(0, sys.argv[2])
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "replay_site.settings")
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from pathlib import Path
+from sessions_app.importing import import_file
+from sessions_app.models import Project
+project = Project.get_default()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+start = time.perf_counter()
+outcomes = import_file(path=Path(sys.argv[1]), project=project)
+elapsed = time.perf_counter() - start
+outcome = outcomes[0]
+assert outcome.error is None, outcome.error
+print(json.dumps({"seconds": elapsed, "events": outcome.events, "steps": outcome.steps,
+                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "baseline_mib": before}))
+"""
+
+
+def run_child(code: str, args: list[str], env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [PYTHON, "-c", code, *args], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def sqlite_env(workdir: Path, n: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = f"sqlite:///{workdir / f'bench_{n}.sqlite3'}"
+    return env
+
+
+class PostgresDatabases:
+    """Fresh databases on the server DATABASE_URL points to, dropped afterwards."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.created: list[str] = []
+
+    def env(self, n: int) -> dict[str, str]:
+        import psycopg
+        from urllib.parse import urlsplit, urlunsplit
+
+        name = f"replay_import_bench_{os.getpid()}_{n}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        parts = urlsplit(self.url)
+        env = dict(os.environ)
+        env["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
+        return env
+
+    def drop_all(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def report(label: str, runs: list[dict], reference: float | None) -> None:
+    seconds = statistics.median(r["seconds"] for r in runs)
+    peak = max(r["peak_mib"] for r in runs)
+    events = runs[0]["events"]
+    line = f"{label:<22} median {seconds:6.2f} s   runs {', '.join(f'{r['seconds']:.2f}' for r in runs)}   peak RSS {peak:6.1f} MiB"
+    if events:
+        line += f"   {events / seconds:8,.0f} events/s"
+    if reference:
+        line += f"   ratio ours/rlm {seconds / reference:.2f}"
+    print(line, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--file", type=Path, help="an existing native session file to use")
+    parser.add_argument("--keep", action="store_true", help="keep the generated file")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="import_bench_") as tmp:
+        workdir = Path(tmp)
+        path = args.file
+        if path is None:
+            path = workdir / "bench_session.jsonl"
+            started = time.perf_counter()
+            generate(path, args.steps)
+            print(f"generated {path} in {time.perf_counter() - started:.1f} s")
+        lines = sum(1 for _ in path.open("rb"))
+        print(f"file: {lines:,} events, {path.stat().st_size / 1e6:.1f} MB, {args.steps:,} steps")
+
+        rlm_runs, sqlite_runs, pg_runs = [], [], []
+        url = os.environ.get("DATABASE_URL", "")
+        postgres = PostgresDatabases(url) if url.startswith(("postgres://", "postgresql://")) else None
+        try:
+            for n in range(args.runs):
+                rlm_runs.append(run_child(RLM_CHILD, [str(path)], dict(os.environ)))
+                sqlite_runs.append(run_child(OURS_CHILD, [str(path), str(ROOT)], sqlite_env(workdir, n)))
+                if postgres is not None:
+                    pg_runs.append(run_child(OURS_CHILD, [str(path), str(ROOT)], postgres.env(n)))
+        finally:
+            if postgres is not None:
+                postgres.drop_all()
+
+        rlm_median = statistics.median(r["seconds"] for r in rlm_runs)
+        print(f"rlm-code steps: {rlm_runs[0]['steps']:,}; ours: {sqlite_runs[0]['steps']:,} steps, "
+              f"{sqlite_runs[0]['events']:,} events")  # fmt: skip
+        report("rlm-code load_session", rlm_runs, None)
+        report("ours, SQLite", sqlite_runs, rlm_median)
+        if pg_runs:
+            report("ours, PostgreSQL", pg_runs, rlm_median)
+        print(f"our process before importing (Django loaded): {sqlite_runs[0]['baseline_mib']:.1f} MiB")
+        if args.keep and args.file is None:
+            kept = ROOT / "var" / path.name
+            kept.parent.mkdir(exist_ok=True)
+            path.replace(kept)
+            print(f"kept {kept}")
+
+
+if __name__ == "__main__":
+    main()
