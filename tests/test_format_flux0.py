@@ -1,0 +1,241 @@
+"""flux0 recordings (FORMATS.md section 3): agent messages rebuilt from JSON Patch chunks, user
+messages as turn anchors, statuses, tool calls from patch documents, bad input.
+
+fixtures/flux0/support_chat.jsonl is one recording (`NFoW8vKYTo`, source session `t2Ykiruy65`)
+of two user turns: a plain answer streamed in 5 text chunks, then a refund done through a tool
+call whose name and JSON arguments are streamed as patches, its result, and a 3-chunk answer.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime
+
+import orjson
+import pytest
+
+from sessions_app.canonical import Kind
+from sessions_app.formats import Head, Source, detect, flux0
+from sessions_app.formats.flux0 import PatchError, apply_operation, content_text
+
+from .builders_formats import FIXTURES, ingest_file, payload, problem_keys, rows, step_state
+
+DIR = FIXTURES / "flux0"
+CHAT = DIR / "support_chat.jsonl"
+
+
+def records() -> list[dict]:
+    return [orjson.loads(line) for line in CHAT.read_bytes().splitlines()]
+
+
+def imported(project):
+    sessions, problems = ingest_file(flux0, CHAT, project)
+    assert problems.count == 0
+    (session,) = sessions
+    return session, rows(session)
+
+
+def test_flux0_is_detected_by_content_whatever_the_file_name(tmp_path):
+    renamed = tmp_path / "recording.log"
+    shutil.copy(CHAT, renamed)
+    assert detect(Source(path=renamed)) == "flux0"
+    for other in ("agentlens/two_sessions.ndjson", "daycare/complete_new.jsonl"):
+        assert not flux0.sniff(Head.of(Source(path=FIXTURES / other)))
+
+
+def test_one_recording_is_one_session_named_by_its_source_session(project):
+    session, events = imported(project)
+    assert session.source_session_id == "t2Ykiruy65"
+    assert session.run_id == "NFoW8vKYTo"
+    assert session.metadata["recording_id"] == "NFoW8vKYTo"
+    assert session.metadata["turns"] == 2
+    assert session.task == "Hi, my order #4411 hasn't arrived yet."
+    assert session.agent_id == "k75P208WN6"
+    assert session.completed is True
+    assert events[0].kind == Kind.SESSION_START
+    assert session.started_at.isoformat() == "2025-08-24T18:20:18.001821+00:00"
+
+
+def test_every_record_is_kept_with_its_exact_text_and_recorded_time(project):
+    _, events = imported(project)
+    source = CHAT.read_text().splitlines()
+    originals = [e for e in events if e.source_type not in ("rebuilt_message", "rebuilt_tool_call", "rebuilt_tool_result")]
+    assert [e.line for e in originals] == list(range(1, len(source) + 1))
+    for event in originals:
+        assert event.raw == source[event.line - 1]
+        created = orjson.loads(event.raw)["created_at"]
+        assert event.ts == datetime.fromisoformat(created)
+
+
+def test_chunks_stay_events_at_their_recorded_pace(project):
+    _, events = imported(project)
+    chunks = [e for e in events if e.kind == Kind.CHUNK]
+    assert len(chunks) == 12
+    first_turn = chunks[:5]
+    gaps = [(b.ts - a.ts).total_seconds() * 1000 for a, b in zip(first_turn, first_turn[1:])]
+    assert gaps == [85.0, 85.0, 85.0, 85.0]
+    assert [payload(c)["patches"][0]["value"] for c in first_turn] == [
+        "Sorry", " to hear", " that! ", "Order #4411 ", "shipped on Monday and arrives tomorrow.",
+    ]  # fmt: skip
+    assert all(c.agent_id == "k75P208WN6" for c in chunks)
+
+
+def test_agent_messages_are_rebuilt_from_their_patch_chunks(project):
+    _, events = imported(project)
+    messages = [e for e in events if e.kind == Kind.AGENT_MESSAGE]
+    assert [payload(m)["text"] for m in messages] == [
+        "Sorry to hear that! Order #4411 shipped on Monday and arrives tomorrow.",
+        "Done — I refunded the €4.99 shipping fee.",
+    ]
+    first = payload(messages[0])
+    assert first["messages"] == [{"event_id": "run_a1", "text": first["text"], "chunks": 5}]
+    assert first["correlation_id"] == "corr_01"
+    assert (first["agent_id"], first["agent_name"]) == ("k75P208WN6", "support-agent")
+    # The rebuilt message sits right after its correlation's `completed` status, on its line.
+    completed = events[events.index(messages[0]) - 1]
+    assert (completed.kind, payload(completed)["status"]) == (Kind.STATUS, "completed")
+    assert (messages[0].line, messages[0].raw, messages[0].ts) == (completed.line, completed.raw, completed.ts)
+
+
+def test_user_messages_anchor_turns_and_each_turn_closes_a_step(project):
+    session, events = imported(project)
+    users = [e for e in events if e.kind == Kind.USER_MESSAGE]
+    assert [payload(u)["text"] for u in users] == [
+        "Hi, my order #4411 hasn't arrived yet.", "It's a gift, can you refund the shipping fee?",
+    ]  # fmt: skip
+    assert [u.step for u in users] == [1, 2]
+    steps = [e for e in events if e.step_pos is not None]
+    assert [e.kind for e in steps] == [Kind.AGENT_MESSAGE, Kind.AGENT_MESSAGE]
+    first, second = (step_state(e) for e in steps)
+    assert (first["step"], second["step"]) == (1, 2)
+    assert first["action_type"] == "agent_turn"
+    assert first["action_rationale"] == "Hi, my order #4411 hasn't arrived yet."
+    assert second["output"] == "Done — I refunded the €4.99 shipping fee."
+    assert first["success"] and second["success"]
+    assert first["duration_ms"] == 1330.0  # user message 18:20:23.2018 -> completed 18:20:24.5318
+    assert second["duration_ms"] == 3410.0
+    assert session.step_count == 2
+    # Every event of a turn carries the turn number, so "step N" finds its chunks too.
+    assert {e.step for e in events if e.seq > users[1].seq} == {2}
+
+
+def test_statuses_become_status_events_in_order(project):
+    _, events = imported(project)
+    statuses = [payload(e)["status"] for e in events if e.kind == Kind.STATUS]
+    assert statuses == [
+        "processing", "typing", "ready", "completed",
+        "processing", "ready", "ready", "processing", "typing", "ready", "completed",
+    ]  # fmt: skip
+
+
+def test_tool_call_patches_rebuild_the_call_with_parsed_arguments_and_pair_with_its_result(project):
+    session, events = imported(project)
+    call = next(e for e in events if e.kind == Kind.TOOL_CALL)
+    result = next(e for e in events if e.kind == Kind.TOOL_RESPONSE)
+    assert (call.tool, call.pair_id) == ("refund_shipping", "call_r1")
+    assert payload(call)["args"] == {"order_id": "4411", "amount": 4.99}  # streamed in two pieces
+    assert payload(result)["tool_call"]["data"] == {"result": "refunded 4.99 EUR to card ending 0042"}
+    assert (result.tool, result.pair_id, result.is_error) == ("refund_shipping", "call_r1", False)
+    assert call.pair_seq == result.seq and result.pair_seq == call.seq
+    assert session.tools_used == ["refund_shipping"]
+    message = next(e for e in events if e.kind == Kind.AGENT_MESSAGE and e.step == 2)
+    assert call.seq < result.seq < message.seq
+
+
+def test_a_recording_cut_mid_turn_keeps_the_partial_answer(project, tmp_path):
+    lines = CHAT.read_bytes().splitlines()
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(b"\n".join(lines[:23]) + b"\n")  # stops after two of the last 3 chunks
+    sessions, problems = ingest_file(flux0, path, project)
+    assert problems.count == 0
+    session = sessions[0]
+    last = rows(session)[-1]
+    assert last.kind == Kind.AGENT_MESSAGE
+    assert payload(last)["text"] == "Done — I refunded the €4.99 "
+    assert payload(last)["unfinished"] is True
+    assert step_state(last)["raw_observation"] == {"unfinished": True}
+    assert (last.line, last.raw) == (23, lines[22].decode())
+    assert session.completed is False
+
+
+def test_two_recordings_in_one_file_become_two_sessions(project, tmp_path):
+    first = records()
+    second = [{**r, "recording_id": "Other12345"} for r in first[:11]]
+    second[0]["payload"] = {"source_session_id": "s_other"}
+    path = tmp_path / "two.jsonl"
+    mixed = first[:5] + second + first[5:]
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in mixed) + b"\n")
+    sessions, problems = ingest_file(flux0, path, project)
+    assert [s.source_session_id for s in sessions] == ["t2Ykiruy65", "s_other"]
+    assert [s.event_count for s in sessions] == [30, 12]  # 26 records + 4 rebuilt; 11 + 1
+    assert problems.count == 0
+
+
+def test_json_patch_add_and_replace_follow_rfc_6902_on_the_paths_flux0_uses():
+    doc = apply_operation(None, {"op": "add", "path": "/-", "value": "Hel"})
+    doc = apply_operation(doc, {"op": "add", "path": "/-", "value": "lo"})
+    assert content_text(doc) == "Hello"
+    doc = apply_operation(doc, {"op": "add", "path": "/0", "value": ">"})
+    doc = apply_operation(doc, {"op": "replace", "path": "/2", "value": "LO"})
+    assert doc == [">", "Hel", "LO"]
+    tools = apply_operation(None, {"op": "add", "path": "/tool_calls/0", "value": {"tool_name": "", "args": []}})
+    tools = apply_operation(tools, {"op": "replace", "path": "/tool_calls/0/tool_name", "value": "search"})
+    tools = apply_operation(tools, {"op": "add", "path": "/tool_calls/0/args/-", "value": '{"q": 1}'})
+    assert tools == {"tool_calls": [{"tool_name": "search", "args": ['{"q": 1}']}]}
+    keyed = apply_operation({}, {"op": "add", "path": "/a~1b/c~0d", "value": 1})
+    assert keyed == {"a/b": {"c~d": 1}}
+    assert apply_operation({"x": 1}, {"op": "replace", "path": "", "value": "whole"}) == "whole"
+    value = {"nested": [1]}
+    doc = apply_operation({}, {"op": "add", "path": "/v", "value": value})
+    doc["v"]["nested"].append(2)
+    assert value == {"nested": [1]}  # the chunk's own payload is never changed
+
+
+@pytest.mark.parametrize(
+    ("doc", "operation", "message"),
+    [
+        ([], {"op": "remove", "path": "/0"}, "unsupported op 'remove'"),
+        (["a"], {"op": "replace", "path": "/3", "value": "x"}, "index 3 does not exist"),
+        (["a"], {"op": "add", "path": "/5", "value": "x"}, "past the end"),
+        ({}, {"op": "replace", "path": "/missing", "value": 1}, "replace of missing key"),
+        (["a"], {"op": "replace", "path": "/-", "value": 1}, "replace cannot target '-'"),
+        ("text", {"op": "add", "path": "/-", "value": 1}, "cannot set '-' inside a str"),
+        ({}, {"op": "add", "path": "no-slash", "value": 1}, "does not start with '/'"),
+        ({}, {"op": "add", "path": "/k"}, "missing value"),
+        ({}, "add", "operation is not an object"),
+    ],
+)
+def test_json_patch_operations_it_cannot_apply_raise_patch_errors(doc, operation, message):
+    with pytest.raises(PatchError, match=message):
+        apply_operation(doc, operation)
+
+
+def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(project):
+    sessions, problems = ingest_file(flux0, DIR / "bad_input.jsonl", project)
+    assert problem_keys(problems) == [
+        (3, "line"),  # malformed JSON
+        (10, "line"),  # invalid UTF-8
+        (13, "line"),  # truncated last line
+        (4, "payload.patches[0]"),  # unsupported op "remove"
+        (5, "payload.patches[0]"),  # replace past the end of the rebuilt list
+        (6, "kind"),  # unknown kind "snapshot"
+        (7, "payload.event_id"),  # chunk without event_id
+        (8, "created_at"),  # "not-a-date"
+        (9, "offset"),  # offset 3 after 8
+        (11, "payload"),  # null payload
+        (11, "payload.source"),
+        (11, "payload.type"),
+    ]
+    messages = {(p.line, p.field): p.message for p in problems.items}
+    assert messages[(4, "payload.patches[0]")] == "unsupported op 'remove' (flux0 streams add and replace): operation skipped"
+    assert messages[(9, "offset")] == "offset 3 after 8: kept in file order"
+    assert messages[(13, "line")] == "truncated record (file ends mid-line)"
+    (session,) = sessions
+    events = rows(session)
+    assert [e.line for e in events] == [1, 2, 4, 5, 6, 7, 8, 9, 11, 12, 12]
+    message = events[-1]
+    # The good operations of the damaged chunks still rebuild the message.
+    assert payload(message)["text"] == "Hello!"
+    assert payload(message)["messages"][0]["incomplete"] is True
+    assert events[4].kind == Kind.CUSTOM and events[4].source_type == "snapshot"
+    assert events[6].ts is None
