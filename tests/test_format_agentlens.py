@@ -381,3 +381,34 @@ def test_a_file_without_events_reports_it_once(project, tmp_path):
     assert [(p.line, p.field, p.message) for p in problems.items] == [
         (None, "file", 'no top-level array or "events" list found')
     ]
+
+
+# End to end through the importer: detection, one transaction per session, de-duplication -------
+
+
+def test_import_file_detects_a_gzipped_array_and_stores_each_session(project, tmp_path):
+    import gzip
+
+    from sessions_app.importing import import_file
+
+    path = tmp_path / "EXPORT.JSON.GZ"
+    path.write_bytes(gzip.compress((DIR / "two_sessions_array.json").read_bytes()))
+    outcomes = import_file(path=path, project=project)
+    assert [(o.format, o.events, o.steps, o.error, o.duplicate) for o in outcomes] == [
+        ("agentlens", 15, 6, None, False), ("agentlens", 9, 3, None, False),
+    ]  # fmt: skip
+    assert [o.session.source_session_id for o in outcomes] == [DEPLOY, TRIAGE]
+    assert outcomes[0].session.cost_usd == pytest.approx(0.0048)
+    again = import_file(path=path, project=project)
+    assert [(o.duplicate, o.session.pk) for o in again] == [(True, o.session.pk) for o in outcomes]
+
+
+def test_import_file_reports_bad_lines_and_keeps_the_good_ones(project):
+    from sessions_app.importing import import_file
+
+    (outcome,) = import_file(path=DIR / "bad_input.ndjson", project=project)
+    assert (outcome.format, outcome.events, outcome.error) == ("agentlens", 7, None)
+    assert [(p["line"], p["field"]) for p in outcome.problems][:5] == [
+        (1, "line"), (3, "line"), (6, "sessionId"), (8, "line"), (11, "line"),
+    ]  # fmt: skip
+    assert len(outcome.problems) == 12

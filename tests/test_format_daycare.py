@@ -274,3 +274,25 @@ def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(pro
     assert events[2].tokens is None  # the total was unusable and no input/output fallback applies
     (step,) = [e for e in events if e.step_pos is not None]
     assert step_state(step)["output"] == "up"
+
+
+@pytest.mark.parametrize("name", ["complete_new.jsonl", "pending_vm_start.jsonl"])
+def test_each_source_line_is_stored_once_in_order_so_the_original_can_be_written_back(name, project):
+    _, events = imported(name, project)
+    written, last_line = [], None
+    for event in events:  # what the original export does: one record per source line
+        if event.line != last_line:
+            written.append(event.raw)
+        last_line = event.line
+    assert "\n".join(written) + "\n" == (DIR / name).read_text()
+
+
+def test_import_file_detects_a_history_and_records_its_pending_phase(project):
+    from sessions_app.importing import import_file
+
+    (outcome,) = import_file(path=DIR / "pending_tool_call.jsonl", project=project)
+    assert (outcome.format, outcome.events, outcome.steps, outcome.error) == ("daycare", 7, 1, None)
+    assert outcome.session.metadata["pending_phase"] == "tool_call"
+    assert outcome.session.source_session_id == "pending_tool_call"
+    (bad,) = import_file(path=DIR / "bad_input.jsonl", project=project)
+    assert (bad.format, bad.events, len(bad.problems)) == ("daycare", 9, 10)

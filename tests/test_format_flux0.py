@@ -239,3 +239,25 @@ def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(pro
     assert payload(message)["messages"][0]["incomplete"] is True
     assert events[4].kind == Kind.CUSTOM and events[4].source_type == "snapshot"
     assert events[6].ts is None
+
+
+def test_each_source_line_is_stored_once_in_order_so_the_original_can_be_written_back(project):
+    _, events = imported(project)
+    written, last_line = [], None
+    for event in events:  # what the original export does: one record per source line
+        if event.line != last_line:
+            written.append(event.raw)
+        last_line = event.line
+    assert "\n".join(written) + "\n" == CHAT.read_text()
+
+
+def test_import_file_detects_and_imports_the_recording(project, tmp_path):
+    from sessions_app.importing import import_file
+
+    path = tmp_path / "Recording.NDJSON"
+    shutil.copy(CHAT, path)
+    (outcome,) = import_file(path=path, project=project)
+    assert (outcome.format, outcome.events, outcome.steps, outcome.error) == ("flux0", 30, 2, None)
+    assert outcome.session.source_session_id == "t2Ykiruy65"
+    (bad,) = import_file(path=DIR / "bad_input.jsonl", project=project)
+    assert (bad.format, bad.events, len(bad.problems)) == ("flux0", 11, 12)
