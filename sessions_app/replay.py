@@ -36,6 +36,7 @@ from .models import GENESIS_HASH, Event, Session, Snapshot
 EVENT_TABLE = Event._meta.db_table
 HISTORY_LIMIT = 50  # llmHistory / toolResults / pendingApprovals, as AgentLens caps them
 MAX_PAGE = 5000
+SEARCH_FANOUT = 32  # probes per query of the filtered-offset search
 LLM_KINDS = (Kind.LLM_CALL, Kind.LLM_RESPONSE)
 TOOL_RESULT_KINDS = (Kind.TOOL_RESPONSE, Kind.TOOL_ERROR)
 # Calls that should get an answer; a missing one is a warning.
@@ -648,16 +649,16 @@ def _kind_total(session: Session, kinds: Sequence[str]) -> int:
 
 
 def _seq_of_nth(session: Session, kinds: Sequence[str], nth: int, lo: int) -> int:
-    """The seq of the nth (1-based) event of these kinds, by a 16-ary search over seq.
+    """The seq of the nth (1-based) event of these kinds, by a k-ary search over seq.
 
     Each event stores the running count of every kind up to itself, so "how many events of
-    these kinds are at or before seq s" is one indexed row; each round reads 15 of them in one
-    query and narrows the interval sixteen-fold: about 5 queries for 100,000 events.
+    these kinds are at or before seq s" is one indexed row; each round reads SEARCH_FANOUT of
+    them in one query and narrows the interval as many times: 4 queries for 100,000 events.
     """
     hi = session.event_count - 1
     while lo < hi:
         width = hi - lo
-        probes = sorted({lo + (width * i) // 16 for i in range(16)})
+        probes = sorted({lo + (width * i) // SEARCH_FANOUT for i in range(SEARCH_FANOUT)})
         found = dict(
             _fetch(
                 f"SELECT seq, kind_counts FROM {EVENT_TABLE} WHERE session_id = %s "

@@ -1,0 +1,376 @@
+"""Exports, as streaming generators of bytes (a chunk of events read at a time, never a whole
+session in memory):
+
+- `export_native_jsonl`: rlm-code's native session JSONL, synthesised for any source format,
+  which rlm-code's own `load_session` loads with the summary our `get_summary` gives;
+- `export_snapshot`: a `SessionSnapshot.to_dict()` JSON document (rlm-code `SessionReplayer
+  .from_file` loads it);
+- `export_original`: the records exactly as received, one per line.
+
+Deliberate choices in the native export (docs/api.md, "Exports"):
+- no `step_result` lines: rlm-code adds a step's tokens once for step_result and again for
+  step_end, so each step is written as step_start, step_action and a step_end carrying the
+  observation, reward, success and tokens; rlm-code then counts tokens once, as we do. The price:
+  rlm-code reads a step's duration only from step_result, so it shows 0 ms for exported steps
+  (the step_end line still carries the real `duration_ms`).
+- events rlm-code has no type for (tool calls, approvals, messages, costs ...) are left out; the
+  `original` export keeps everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+from typing import Any, Iterator
+
+import orjson
+from django.db import connection
+from django.utils import timezone
+
+from .canonical import Kind
+from .models import Event, Session
+from .replay import get_summary, iter_step_states, state_at
+
+CHUNK = 2000
+# Events of an unfinished step are held back so they can follow its step_start line; a step
+# that runs longer than this is written as it comes instead (memory stays bounded).
+STEP_BUFFER = 2000
+_TABLE = Event._meta.db_table
+_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def _iso(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
+
+
+def _as_utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        from django.utils.dateparse import parse_datetime
+
+        value = parse_datetime(value)
+        if value is None:
+            return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _event_chunks(session: Session, columns: str, count: int) -> Iterator[list[tuple]]:
+    """Rows of the first `count` events in seq order, CHUNK at a time (keyset reads)."""
+    next_seq = 0
+    while next_seq < count:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns} FROM {_TABLE} WHERE session_id = %s AND seq >= %s AND seq < %s "
+                f"ORDER BY seq LIMIT {CHUNK}",
+                [session.pk, next_seq, count],
+            )
+            rows = cursor.fetchall()
+        if not rows:
+            return
+        yield rows
+        next_seq = rows[-1][0] + 1
+
+
+# --------------------------------------------------------------------------------------------
+# Original records
+
+
+def export_original(*, session: Session) -> Iterator[bytes]:
+    """Every stored record exactly as received, one per line, in seq order.
+
+    A record a format turned into several events is stored on each of them; it is written once
+    (consecutive events from the same source line).
+    """
+    last_line: int | None = None
+    for rows in _event_chunks(session, "seq, line, raw", session.event_count):
+        out = []
+        for _seq, line, raw in rows:
+            if line is not None and line == last_line:
+                continue
+            last_line = line
+            out.append(raw.encode("utf-8", "surrogatepass") + b"\n")
+        yield b"".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# rlm-code native JSONL
+
+
+def _native_run_id(session: Session) -> str:
+    return session.run_id or session.source_session_id or f"replay-{session.pk}"
+
+
+class _NativeWriter:
+    """Builds rlm-code native lines while the events stream in seq order."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.run_id = _native_run_id(session)
+        self.variables: dict[str, Any] = {}
+        self.memory: list[Any] = []
+        self.step_number = 0
+        self.pending: list[bytes] = []  # lines of the step in progress
+
+    def line(self, event_type: str, timestamp: str, data: dict[str, Any], *, step: int | None = None,
+             depth: int = 0, parent_id: str = "", duration_ms: float | None = None) -> bytes:
+        record: dict[str, Any] = {
+            "event_type": event_type,
+            "timestamp": timestamp,
+            "step": self.step_number if step is None else step,
+            "data": data,
+            "run_id": self.run_id,
+        }
+        if depth:
+            record["depth"] = depth
+        if parent_id:
+            record["parent_id"] = parent_id
+        if duration_ms is not None:
+            record["duration_ms"] = duration_ms
+        return orjson.dumps(record, option=_OPTIONS) + b"\n"
+
+    def state_lines(self, change: dict[str, Any], timestamp: str, *, memory_only: bool = False) -> list[bytes]:
+        """memory_update / variable_update lines for what a state change actually changed."""
+        out = []
+        if change.get("memory") is not None:
+            notes = list(change["memory"])
+            if notes != self.memory:
+                self.memory = notes
+                out.append(self.line("memory_update", timestamp, {"notes": notes}))
+        variables = change.get("variables")
+        if isinstance(variables, dict):
+            new = dict(variables) if change.get("replace") else {**self.variables, **variables}
+            if not memory_only:
+                for name, value in new.items():
+                    if name not in self.variables or self.variables[name] != value:
+                        out.append(self.line("variable_update", timestamp, {
+                            "name": name, "type": type(value).__name__, "preview": str(value)[:200],
+                        }))
+            self.variables = new
+        return out
+
+    def flush_pending(self) -> list[bytes]:
+        out, self.pending = self.pending, []
+        return out
+
+
+def _action(step: dict[str, Any]) -> dict[str, Any]:
+    """The step_action `action` rlm-code reads action_type/action_code/raw_action from."""
+    raw = step.get("raw_action") or {}
+    if raw.get("action", "") == step["action_type"] and raw.get("code", "") == step["action_code"]:
+        return raw
+    return {**raw, "action": step["action_type"], "code": step["action_code"]}
+
+
+def _observation(step: dict[str, Any]) -> dict[str, Any]:
+    """The step_end `observation` rlm-code reads output/error/raw_observation from."""
+    raw = step.get("raw_observation") or {}
+    output = raw.get("output", raw.get("stdout", ""))
+    error = raw.get("error", raw.get("stderr", ""))
+    if output == step["output"] and error == step["error"]:
+        return raw
+    return {**raw, "output": step["output"], "error": step["error"]}
+
+
+def _text(payload: dict[str, Any], *names: str) -> str:
+    for name in names:
+        value = payload.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _llm_request_data(payload: dict[str, Any], model: str) -> dict[str, Any]:
+    if "prompt_preview" in payload:
+        return payload
+    prompt = _text(payload, "prompt", "text", "content")
+    if not prompt and payload.get("messages") is not None:
+        prompt = orjson.dumps(payload["messages"], option=_OPTIONS).decode()
+    return {"prompt_preview": prompt[:500], "prompt_length": len(prompt), "model": model}
+
+
+def _llm_response_data(payload: dict[str, Any]) -> dict[str, Any]:
+    if "response_preview" in payload:
+        return payload
+    response = _text(payload, "response", "completion", "text", "content")
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    return {
+        "response_preview": response[:500],
+        "response_length": len(response),
+        "tokens_in": usage.get("input", usage.get("prompt_tokens", 0)) or 0,
+        "tokens_out": usage.get("output", usage.get("completion_tokens", 0)) or 0,
+    }
+
+
+def _times(session: Session) -> tuple[datetime, datetime]:
+    """Start and end stamps whose difference is exactly our duration_seconds (rlm-code
+    computes the duration from the session_start and session_end lines)."""
+    start = session.started_at
+    if start is None:
+        first = Event.objects.filter(session=session, ts__isnull=False).order_by("seq").values_list("ts", flat=True).first()
+        start = first or session.created_at
+    start = _as_utc(start)
+    if session.started_at is not None and session.ended_at is not None:
+        end = _as_utc(session.ended_at)
+    else:
+        end = start + timedelta(seconds=session.duration_seconds)
+    return start, end
+
+
+_NATIVE_PASSTHROUGH = {
+    Kind.CHILD_SPAWN: "child_spawn",
+    Kind.CHILD_RESULT: "child_result",
+    Kind.FINAL: "final_detected",
+    Kind.CHECKPOINT: "checkpoint",
+    Kind.ERROR: "error",
+}
+
+
+def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
+    """rlm-code native session JSONL for any session (see the module docstring)."""
+    writer = _NativeWriter(session)
+    start, end = _times(session)
+    yield writer.line("session_start", _iso(start), {
+        "task": session.task, "environment": session.environment, "model": session.model,
+    }, step=0)
+    columns = (
+        "seq, kind, source_type, ts, step, depth, parent_id, child_id, tool, duration_ms, "
+        "is_error, payload, step_state, state_change"
+    )
+    steps = 0
+    for rows in _event_chunks(session, columns, session.event_count):
+        out: list[bytes] = []
+        for (seq, kind, source_type, ts, step, depth, parent_id, child_id, tool, duration_ms,
+             is_error, payload_text, step_text, change_text) in rows:  # fmt: skip
+            stamp = _iso(_as_utc(ts)) or _iso(start)
+            change = orjson.loads(change_text) if change_text else None
+            if step_text is not None:
+                # A step closes here: its start, the events it held, its action, its end.
+                state = orjson.loads(step_text)
+                number = state.get("step", step if step is not None else steps)
+                writer.step_number = number
+                state_lines = writer.state_lines(change, stamp, memory_only=True) if change else []
+                full = {name: state.get(name, default) for name, default in _STEP_FIELDS}
+                full["raw_action"] = state.get("raw_action") or {}
+                full["raw_observation"] = state.get("raw_observation") or {}
+                step_start_ts = full["timestamp"] or stamp
+                out.append(writer.line("step_start", step_start_ts, {"step": number}, step=number))
+                out.extend(writer.flush_pending())
+                out.append(writer.line("step_action", stamp, {
+                    "action": _action(full), "rationale": full["action_rationale"],
+                }, step=number))
+                out.extend(state_lines)
+                end_data = {
+                    **{name: full[name] for name, _ in _STEP_FIELDS},
+                    "memory_notes": writer.memory,
+                    "variables": writer.variables,
+                    "raw_action": full["raw_action"],
+                    "raw_observation": full["raw_observation"],
+                    "observation": _observation(full),
+                }
+                out.append(writer.line("step_end", stamp, end_data, step=number))
+                steps += 1
+                continue
+
+            lines: list[bytes] = []
+            if change:
+                lines.extend(writer.state_lines(change, stamp))
+            payload = orjson.loads(payload_text) if payload_text else {}
+            if not isinstance(payload, dict):
+                payload = {"value": payload}
+            if kind == Kind.LLM_CALL:
+                lines.append(writer.line("llm_request", stamp, _llm_request_data(payload, tool), depth=depth, parent_id=parent_id))
+            elif kind == Kind.LLM_RESPONSE:
+                lines.append(writer.line("llm_response", stamp, _llm_response_data(payload), depth=depth, parent_id=parent_id, duration_ms=duration_ms))
+            elif kind in _NATIVE_PASSTHROUGH:
+                lines.append(writer.line(_NATIVE_PASSTHROUGH[kind], stamp, _passthrough_data(kind, payload, child_id, session), depth=depth, parent_id=parent_id))
+            writer.pending.extend(lines)
+            if len(writer.pending) > STEP_BUFFER:
+                out.extend(writer.flush_pending())
+        if out:
+            yield b"".join(out)
+    tail = writer.flush_pending()
+    end_data: dict[str, Any] = {
+        "completed": session.completed,
+        "total_steps": session.step_count,
+        "total_reward": session.reward,
+        "total_tokens": session.tokens,
+    }
+    if session.final_answer:
+        end_data["final_response"] = session.final_answer
+    tail.append(writer.line("session_end", _iso(end), end_data))
+    yield b"".join(tail)
+
+
+_STEP_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("step", 0), ("timestamp", ""), ("action_type", ""), ("action_code", ""),
+    ("action_rationale", ""), ("success", False), ("output", ""), ("error", ""), ("reward", 0.0),
+    ("cumulative_reward", 0.0), ("duration_ms", 0.0), ("tokens_used", 0),
+)  # fmt: skip
+
+
+def _passthrough_data(kind: str, payload: dict[str, Any], child_id: str, session: Session) -> dict[str, Any]:
+    if kind == Kind.CHILD_SPAWN:
+        return {"child_id": payload.get("child_id", child_id), "task": str(payload.get("task", ""))[:200],
+                "depth": payload.get("depth", 1)}
+    if kind == Kind.CHILD_RESULT:
+        return {"child_id": payload.get("child_id", child_id), "success": bool(payload.get("success", True)),
+                "result_preview": str(payload.get("result_preview", payload.get("result", "")))[:200]}
+    if kind == Kind.FINAL:
+        return {"answer": payload.get("answer", session.final_answer), "completed": payload.get("completed", True)}
+    if kind == Kind.CHECKPOINT:
+        return {"checkpoint_name": payload.get("checkpoint_name", payload.get("name", "")),
+                "step": payload.get("step", 0)}
+    return {"error": _text(payload, "error", "message") or orjson.dumps(payload, option=_OPTIONS).decode(),
+            "recoverable": payload.get("recoverable", True)}
+
+
+# --------------------------------------------------------------------------------------------
+# Snapshot JSON
+
+
+def export_snapshot(*, session: Session) -> Iterator[bytes]:
+    """A `SessionSnapshot.to_dict()` document: the steps stream a chunk at a time."""
+    summary = get_summary(session=session)
+    steps = session.step_count
+    head = {
+        "snapshot_id": hashlib.md5(f"{summary['session_id']}:{steps}".encode()).hexdigest()[:12],
+        "session_id": summary["session_id"],
+        "run_id": summary["run_id"],
+        "created_at": _iso(session.ended_at) or timezone.now().isoformat(),
+        "step": steps,
+        "total_steps": steps,
+        "task": session.task,
+        "environment": session.environment,
+        "model": session.model,
+        "completed": session.completed,
+        "final_answer": session.final_answer,
+        "total_reward": session.reward,
+        "total_tokens": session.tokens,
+        "duration_seconds": session.duration_seconds,
+    }
+    opening = orjson.dumps(head, option=_OPTIONS)
+    yield opening[:-1] + b',"steps":['
+    batch: list[bytes] = []
+    first = True
+    for _pos, _seq, step in iter_step_states(session=session):
+        batch.append(orjson.dumps(step, option=_OPTIONS))
+        if len(batch) >= 500:
+            yield (b"" if first else b",") + b",".join(batch)
+            first, batch = False, []
+    if batch:
+        yield (b"" if first else b",") + b",".join(batch)
+    final = state_at(session=session, seq=session.event_count - 1) if session.event_count else {
+        "variables": {}, "memory_notes": [],
+    }
+    metadata = {
+        **(session.metadata or {}),
+        "replay_session_id": session.pk,
+        "source_format": session.source_format,
+    }
+    closing = {"memory_notes": final["memory_notes"], "variables": final["variables"], "metadata": metadata}
+    yield b"]," + orjson.dumps(closing, option=_OPTIONS)[1:]

@@ -1,0 +1,109 @@
+"""Builders for the replay engine and read-API tests: real rlm-code sessions imported through
+importing.import_file, hand-made canonical events for pairing and warnings, an API client."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from django.test import Client
+from rlm_code.rlm.session_replay import SessionRecorder
+
+from sessions_app.canonical import CanonicalEvent, SessionMeta
+from sessions_app.importing import import_file
+from sessions_app.ingest import append_events, create_session, finish_session
+from sessions_app.models import ApiKey, Project, Session
+
+from .builders_rlm import record_full_session
+from .conftest import T0
+
+
+def import_one(path: Path, project: Project | None = None) -> Session:
+    outcomes = import_file(path=path, project=project or Project.get_default())
+    sessions = [o.session for o in outcomes if o.session is not None]
+    assert len(sessions) == 1, [o.to_dict() for o in outcomes]
+    return sessions[0]
+
+
+def recorded_session(tmp_path: Path, name: str = "full", **kwargs: Any) -> tuple[Session, SessionRecorder, Path]:
+    """A session recorded by rlm-code's SessionRecorder (every method used), imported by us."""
+    path = tmp_path / f"{name}.jsonl"
+    recorder = record_full_session(path, run_id=f"run_{name}", **kwargs)
+    return import_one(path), recorder, path
+
+
+def record_variant(
+    path: Path,
+    *,
+    run_id: str,
+    steps: int,
+    change_at: int | None = None,
+    change: str = "code",
+    tokens: int = 100,
+) -> SessionRecorder:
+    """A plain recorder session of `steps` steps; from step index `change_at` on, the action's
+    code, type or success differs from the base variant (for diff tests)."""
+    recorder = SessionRecorder(
+        session_id=f"s_{run_id}", run_id=run_id, task="Compare me", environment="pure_rlm",
+        model="gpt-4o", output_path=path,
+    )  # fmt: skip
+    for index in range(steps):
+        recorder.record_step_start(index + 1)
+        changed = change_at is not None and index >= change_at
+        action = {
+            "action": "final" if changed and change == "type" else "run_python",
+            "code": f"x = {index}" + (" + 1" if changed and change == "code" else ""),
+        }
+        success = not (changed and change == "success")
+        recorder.record_action(action, rationale=f"r{index}")
+        observation = {"success": success, "output": f"out {index}"}
+        recorder.record_result(observation, reward=0.5 if success else -0.5, success=success, duration_ms=3.0, tokens_used=tokens)
+        recorder.record_variable_update("i", index)
+        recorder.record_step_end(action, observation, reward=0.5 if success else -0.5, success=success, duration_ms=3.0, tokens_used=tokens)
+    recorder.end_session()
+    return recorder
+
+
+def event(kind: str, at_ms: float, **fields: Any) -> CanonicalEvent:
+    """A canonical event at T0 + at_ms; raw is a small JSON record naming it."""
+    payload = fields.pop("payload", {"kind": kind, "at": at_ms})
+    return CanonicalEvent(
+        kind=kind,
+        source_type=fields.pop("source_type", kind),
+        raw=orjson.dumps({"kind": kind, "at": at_ms, **{k: str(v) for k, v in fields.items()}}).decode(),
+        payload=payload,
+        timestamp=T0 + timedelta(milliseconds=at_ms),
+        **fields,
+    )
+
+
+def session_of(events: list[CanonicalEvent], *, finish: bool = True, **meta: Any) -> Session:
+    session = create_session(
+        project=Project.get_default(), source_format=meta.pop("source_format", "canonical"),
+        meta=SessionMeta(**meta),
+    )  # fmt: skip
+    append_events(session=session, events=events)
+    if finish:
+        finish_session(session=session)
+    session.refresh_from_db()
+    return session
+
+
+def api_key(name: str = "tests") -> str:
+    _, key = ApiKey.create_key(name=name)
+    return key
+
+
+@pytest.fixture
+def api(db) -> Client:
+    """A test client that sends a valid API key with every request."""
+    return Client(HTTP_AUTHORIZATION=f"Bearer {api_key()}")
+
+
+def get_json(client: Client, url: str, status: int = 200) -> Any:
+    response = client.get(url)
+    assert response.status_code == status, (response.status_code, response.content[:500])
+    return orjson.loads(response.content)
