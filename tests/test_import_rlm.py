@@ -5,12 +5,13 @@ is asserted explicitly."""
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 
 import orjson
 import pytest
-from rlm_code.rlm.session_replay import SessionReplayer, load_session
+from rlm_code.rlm.session_replay import SessionReplayer, SessionStore, load_session
 
 from sessions_app.canonical import Kind
 from sessions_app.importing import import_file
@@ -19,7 +20,11 @@ from sessions_app.models import Checkpoint, Event, Session
 from .builders_rlm import (
     record_failing_session,
     record_full_session,
+    write_documented_trajectory,
+    write_runner_steps,
+    write_sink_folder,
     write_steps_only_session,
+    write_trajectory_logger_session,
 )
 
 STEP_FIELDS = (
@@ -258,3 +263,175 @@ def test_gzipped_upper_case_extension_imports_like_the_plain_file(project, tmp_p
     replayer = load_session(plain)
     assert_summary_matches(session, replayer, tokens_divisor=2)
     assert_steps_match(session, replayer)
+
+
+def test_documented_trajectory_dialect_matches_rlm(project, tmp_path):
+    path = tmp_path / "trajectory.jsonl"
+    write_documented_trajectory(path)
+    replayer = load_session(path)
+
+    session = import_one(path, project)
+
+    assert session.source_format == "rlm_trajectory"
+    assert replayer.total_steps == 3
+    # rlm-code adds iteration_output's and iteration_end's tokens_used, as with native files.
+    assert_summary_matches(session, replayer, tokens_divisor=2)
+    assert_steps_match(session, replayer)
+    assert session.final_answer == "done"
+    sub = Event.objects.get(session=session, source_type="sub_llm_request")
+    assert sub.kind == Kind.LLM_CALL and sub.step_state is None
+
+
+def test_trajectory_logger_dialect_loads_the_steps_rlm_misses(project, tmp_path):
+    path = tmp_path / "logger.jsonl"
+    write_trajectory_logger_session(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    replayer = load_session(path)
+    assert replayer.total_steps == 0  # rlm-code's loader finds no step in its own logger's files
+
+    session = import_one(path, project)
+    steps = imported_steps(session)
+
+    assert session.source_format == "rlm_trajectory"
+    assert session.source_session_id == session.run_id == "traj_logger"
+    assert session.task == "Summarise the report — résumé"
+    assert session.model == "gpt-4o"
+    assert session.event_count == len(lines)  # nothing dropped
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert [s["action_code"] for s in steps] == ["print(1)", "print(2)", "print(3)"]
+    assert [s["action_rationale"] for s in steps] == ["think 1", "think 2", "think 3"]
+    assert [s["output"] for s in steps] == ["1\n", "2\n", "3\n"]
+    assert [s["tokens_used"] for s in steps] == [61, 62, 63]
+    assert [s["duration_ms"] for s in steps] == [12.0, 12.0, 12.0]
+    assert all(s["success"] for s in steps) and session.success_rate == 1.0
+    assert session.tokens == 61 + 62 + 63
+    assert steps[0]["timestamp"].endswith("+00:00")  # epoch seconds shown as ISO text
+    assert session.completed is True and session.final_answer == "Report summarised"
+    assert session.error_count == 1 and session.step_error_count == 0
+    # Each step closes on its own output line, before the next iteration starts.
+    closing = list(
+        Event.objects.filter(session=session, step_pos__isnull=False).order_by("seq").values_list("source_type", "line")
+    )
+    assert [source for source, _ in closing] == ["iteration_output"] * 3
+    starts = list(Event.objects.filter(session=session, source_type="iteration_start").order_by("seq").values_list("line", flat=True))
+    assert closing[0][1] < starts[1] and closing[1][1] < starts[2]
+    # LLM calls pair with their responses, sub-LLM calls apart from the agent's own.
+    for call in Event.objects.filter(session=session, kind=Kind.LLM_CALL):
+        response = Event.objects.get(session=session, seq=call.pair_seq)
+        assert response.kind == Kind.LLM_RESPONSE
+        assert response.source_type.startswith("sub_") == call.source_type.startswith("sub_")
+    assert Event.objects.filter(session=session, source_type="context_load", kind=Kind.CONTEXT).count() == 1
+
+
+def test_runner_step_file_matches_rlm_except_the_task_it_ignores(project, tmp_path):
+    path = tmp_path / "runner.jsonl"
+    write_runner_steps(path)
+    replayer = load_session(path)
+    summary = replayer.get_summary()
+
+    session = import_one(path, project)
+
+    assert session.source_format == "rlm_steps"
+    assert_steps_match(session, replayer)
+    assert session.source_session_id == summary["session_id"] == "runner_1"
+    assert session.step_count == summary["total_steps"] == 4
+    assert session.tokens == summary["total_tokens"] == sum(110 * i for i in range(1, 5))
+    assert session.reward == summary["total_reward"] == 1.0
+    assert session.completed is summary["completed"] is True
+    assert session.success_rate == summary["success_rate"] == 0.75
+    assert session.step_error_count == summary["error_count"] == 1
+    assert session.final_answer == "runner answer"
+    # Deliberate differences: rlm-code reads task/environment only from a session_start these
+    # files never have, and so has no start time for a duration either.
+    assert summary["task"] == "" and session.task == "Runner task ✓"
+    assert summary["environment"] == "" and session.environment == "pure_rlm"
+    assert summary["duration_seconds"] == 0.0 and session.duration_seconds == 8.0
+    assert Event.objects.filter(session=session, kind=Kind.CONTEXT).count() == 1
+    cumulative = [s["cumulative_reward"] for s in imported_steps(session)]
+    assert cumulative == [0.5, 1.0, 0.5, 1.0]
+
+
+def test_snapshot_json_matches_rlm_and_keeps_each_steps_variables(project, tmp_path):
+    recorder = record_full_session(tmp_path / "full.jsonl", end=False)
+    snapshot = recorder.get_snapshot()
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(snapshot.to_dict(), indent=2), encoding="utf-8")
+    replayer = load_session(path)
+
+    session = import_one(path, project)
+
+    assert session.source_format == "rlm_snapshot"
+    # A snapshot states its totals once: no double counting to undo.
+    assert_summary_matches(session, replayer)
+    assert session.final_answer == snapshot.final_answer
+    assert_steps_match(session, replayer)
+    states = state_at_steps(session)
+    assert [s["variables"] for s in states] == [step.variables for step in snapshot.steps]
+    assert [s["memory"] for s in states] == [step.memory_notes for step in snapshot.steps]
+    raw = Event.objects.filter(session=session).order_by("seq").values_list("raw", flat=True)
+    assert orjson.loads(raw[0]) == json.loads(json.dumps(snapshot.steps[0].to_dict()))
+
+
+def test_snapshot_final_state_differing_from_last_step_becomes_a_state_event(project, tmp_path):
+    recorder = record_full_session(tmp_path / "full.jsonl", end=False, steps=2)
+    recorder.record_variable_update("late", "after the last step")
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(recorder.get_snapshot().to_dict()), encoding="utf-8")
+
+    session = import_one(path, project)
+
+    last = Event.objects.filter(session=session).order_by("-seq").first()
+    assert last.kind == Kind.STATE and last.step_pos is None
+    assert orjson.loads(last.state_change)["variables"]["late"] == "after the last step"
+    assert session.step_count == 2
+
+
+def test_session_store_folder_becomes_sessions_with_named_checkpoints(project, tmp_path):
+    recorder = record_full_session(tmp_path / "full.jsonl", end=False, steps=4, checkpoint_at=None)
+    store_dir = tmp_path / "store"
+    store = SessionStore(base_dir=store_dir)
+    early = recorder.get_snapshot()
+    early.steps = early.steps[:2]
+    early.total_steps = 2
+    store.save_checkpoint(early, name="after_two")
+    store.save_snapshot(early)  # an older, shorter snapshot of the same session
+    store.save_snapshot(recorder.get_snapshot())
+    other = record_failing_session(tmp_path / "other.jsonl")
+    store.save_checkpoint(other.get_snapshot(), name="only_a_checkpoint")
+
+    outcomes = import_file(path=store_dir, project=project)
+
+    assert all(o.error is None for o in outcomes), [o.to_dict() for o in outcomes]
+    sessions = {o.session.source_session_id: o.session for o in outcomes}
+    assert set(sessions) == {"session_run_full", "session_run_failing"}
+    full = sessions["session_run_full"]
+    assert full.source_format == "rlm_snapshot" and full.step_count == 4
+    checkpoint = Checkpoint.objects.get(session=full)
+    assert checkpoint.name == "after_two" and checkpoint.step_pos == 1
+    assert Event.objects.get(session=full, seq=checkpoint.seq).step_pos == 1
+    failing = sessions["session_run_failing"]
+    assert failing.step_count == 3
+    assert list(Checkpoint.objects.filter(session=failing).values_list("name", flat=True)) == ["only_a_checkpoint"]
+
+
+def test_sink_folder_gives_one_session_per_run_where_rlm_loads_no_steps(project, tmp_path):
+    base = tmp_path / "observability"
+    write_sink_folder(base)
+    assert load_session(base / "steps" / "sink_a.jsonl").total_steps == 0
+
+    outcomes = import_file(path=base, project=project)
+
+    assert [o.error for o in outcomes] == [None, None]
+    sessions = {o.session.run_id: o.session for o in outcomes}
+    a, b = sessions["sink_a"], sessions["sink_b"]
+    assert a.source_format == "rlm_sink"
+    assert (a.step_count, b.step_count) == (3, 4)
+    assert a.task == "Sink task sink_a" and a.environment == "generic" and a.model == "gpt-4o"
+    assert (a.completed, b.completed) == (True, False)
+    assert a.reward == 0.5 and b.reward == 1.0
+    steps = imported_steps(a)
+    assert [s["action_type"] for s in steps] == ["run_python"] * 3
+    assert [s["success"] for s in steps] == [True, False, True]
+    assert [s["cumulative_reward"] for s in steps] == [0.5, 0.0, 0.5]
+    assert a.step_success_count == 2
+    assert Event.objects.filter(session=a, kind=Kind.SESSION_END, source_type="run_summary").count() == 1

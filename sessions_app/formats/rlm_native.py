@@ -275,7 +275,24 @@ class Converter:
         if kind is None:
             problems.add(line, "event_type", f"unknown event_type {event_type[:60]!r}; kept as a custom event")
             kind = Kind.CUSTOM
+        event, data, stamp = self.base_event(record, raw, line, problems, event_type, kind)
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, event, data, stamp, line, problems)
+        self.emitted += 1
+        return [event]
 
+    def base_event(
+        self,
+        record: dict[str, Any],
+        raw: str,
+        line: int | None,
+        problems: Problems,
+        event_type: str,
+        kind: str,
+        step_key: str = "step",
+    ) -> tuple[CanonicalEvent, dict[str, Any], Any]:
+        """The event with the fields every record type shares; (event, data, raw timestamp)."""
         data = record.get("data", _MISSING)
         if data is _MISSING:
             data = {}
@@ -285,11 +302,14 @@ class Converter:
         stamp = record.get("timestamp")
         timestamp = parse_timestamp(stamp)
         if timestamp is None and stamp is not None:
-            problems.add(line, "timestamp", f"not an ISO 8601 timestamp: {str(stamp)[:40]!r}")
+            problems.add(line, "timestamp", f"not a timestamp: {str(stamp)[:40]!r}")
 
-        step = record.get("step")
+        step = record.get(step_key)
+        if step is None and step_key != "step":
+            step_key = "step"
+            step = record.get("step")
         if step is not None and type(step) is not int:
-            value = number(step, "step", line, problems)
+            value = number(step, step_key, line, problems)
             step = int(value) if value is not None else None
 
         run_id = record.get("run_id")
@@ -319,11 +339,7 @@ class Converter:
             parent_id=parent_id if type(parent_id) is str else str(parent_id),
             duration_ms=duration,
         )
-        handler = _HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, event, data, stamp, line, problems)
-        self.emitted += 1
-        return [event]
+        return event, data, stamp
 
     # --- one method per event type -------------------------------------------------------------
 
@@ -384,9 +400,18 @@ class Converter:
         self.step_tokens_counted = True
 
     def _step_end(self, event, data, stamp, line, problems) -> None:
+        self.close_step(event, data, stamp, line, problems)
+        self.state_change_of(event, data, line, problems)
+        # The step lives in step_state and the variables/memory in the state change; the payload
+        # keeps only what neither holds (the original line stays whole in `raw`).
+        event.payload = {k: v for k, v in data.items() if k not in _STEP_END_KEPT_ELSEWHERE}
+
+    def close_step(self, event, data, stamp, line, problems) -> None:
+        """Close the open step on `event`: the StepState merged from the step's earlier events,
+        with `data` (a step_end's own fields, or the legacy action/observation shape) filling
+        in what they did not bring."""
         state = self.step
         self.step = {}
-        # step_end's own fields fill in what the step's earlier events did not bring.
         if "step" not in state:
             value = data.get("step", _MISSING)
             if value is _MISSING or value is None:
@@ -430,7 +455,7 @@ class Converter:
                 raw_observation if type(raw_observation) is dict else fallback_observation
             )
         if not self.step_tokens_counted:
-            event.tokens = state["tokens_used"]
+            event.tokens = (event.tokens or 0) + state["tokens_used"]
         self.step_tokens_counted = False
         event.step_state = {name: state[name] for name in STEP_DEFAULTS}
         event.reward = state["reward"]
@@ -439,6 +464,8 @@ class Converter:
         self.cumulative = state["cumulative_reward"]
         self.steps += 1
 
+    def state_change_of(self, event, data, line, problems) -> None:
+        """A step end's `variables` (the whole variable state) and `memory_notes`."""
         variables = data.get("variables")
         notes = data.get("memory_notes")
         if variables is not None and type(variables) is not dict:
@@ -450,9 +477,6 @@ class Converter:
             event.state_change = StateChange(
                 memory=notes, variables=variables, replace_variables=variables is not None
             )
-        # The step lives in step_state and the variables/memory in the state change; the payload
-        # keeps only what neither holds (the original line stays whole in `raw`).
-        event.payload = {k: v for k, v in data.items() if k not in _STEP_END_KEPT_ELSEWHERE}
 
     def _memory_update(self, event, data, stamp, line, problems) -> None:
         notes = data.get("notes")

@@ -1,11 +1,161 @@
-"""Placeholder until the rlm_steps importer lands (being written now); detects nothing."""
+"""rlm-code runner's legacy step JSONL (../shared/FORMATS.md 1c).
+
+`{"type": "step", run_id, environment, framework, task, timestamp, step, action {action, code,
+reasoning?}, observation {...}, reward, usage {prompt_tokens, completion_tokens, total_calls},
+depth, parent_run_id}` lines, one per step, closed by `{"type": "final", completed, steps,
+total_reward, final_response, usage}`; pure-RLM runs start with a `{"type": "context"}` line.
+
+Each step line is a whole step: success is `observation.success` when present, else "no error
+and no stderr"; tokens are prompt + completion; the cumulative reward is the running sum. Unlike
+rlm-code we keep the task and environment every step line carries (its loader only reads them
+from a session_start, which these files never have).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ..canonical import Kind, ParsedSession, Problems
+from . import Head, Source, read_records, source_stem
+from .rlm_native import Converter, mapping, number, text
 
 NAME = "rlm_steps"
 
+KINDS = {"step": Kind.STEP_END, "final": Kind.SESSION_END, "context": Kind.CONTEXT}
 
-def sniff(head) -> bool:
+
+def sniff(head: Head) -> bool:
+    for record in head.records[:5]:
+        kind = record.get("type")
+        if kind == "step" and ("action" in record or "observation" in record):
+            return True
+        if kind == "final" and ("total_reward" in record or "completed" in record):
+            return True
+        if kind == "context" and "event_type" not in record:
+            return True
     return False
 
 
-def parse(source, problems):
-    raise NotImplementedError("rlm_steps importer not written yet")
+def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
+    """One session per file, or one per `final` line when a file holds several runs."""
+    stem = source_stem(source.display_name)
+    records = read_records(source, problems)
+    pending: list[tuple[int, dict[str, Any], str]] = []
+    while True:
+        if not pending:
+            first = next(records, None)
+            if first is None:
+                return
+            pending.append(first)
+        converter = StepsConverter(fallback_id=stem)
+        events = _session_events(converter, pending, records, problems)
+        yield ParsedSession(meta=converter.meta, events=events)
+        for _ in events:
+            pass
+        if not pending:
+            return
+
+
+def _session_events(converter, pending, records, problems):
+    line, record, raw = pending.pop()
+    yield from converter.convert(record, raw, line, problems)
+    for line, record, raw in records:
+        if converter.starts_new_session(record):
+            pending.append((line, record, raw))
+            break
+        yield from converter.convert(record, raw, line, problems)
+    converter.finish()
+
+
+class StepsConverter(Converter):
+    def __init__(self, state: dict[str, Any] | None = None, *, fallback_id: str = "") -> None:
+        super().__init__(state, fallback_id=fallback_id)
+        self.ended = False
+
+    def starts_new_session(self, record: dict[str, Any]) -> bool:
+        # A line after a run's `final` begins the next run appended to the file.
+        return self.ended and record.get("type") in ("step", "context")
+
+    def convert(self, record, raw, line, problems):
+        kind_name = record.get("type")
+        if type(kind_name) is not str or not kind_name:
+            problems.add(line, "type", "missing type; line skipped")
+            return []
+        kind = KINDS.get(kind_name)
+        if kind is None:
+            problems.add(line, "type", f"unknown type {kind_name[:60]!r}; kept as a custom event")
+            kind = Kind.CUSTOM
+        # The whole record is the event's data in this format.
+        event, _, stamp = self.base_event(
+            {**record, "data": {}}, raw, line, problems, kind_name, kind
+        )
+        event.payload = record
+        if kind == Kind.STEP_END:
+            self._step(event, record, stamp, line, problems)
+        elif kind == Kind.SESSION_END:
+            self._final_line(event, record, line, problems)
+        self.emitted += 1
+        return [event]
+
+    def _step(self, event, record, stamp, line, problems) -> None:
+        meta = self.meta
+        for name in ("task", "environment"):
+            if not getattr(meta, name) and record.get(name):
+                setattr(meta, name, str(record[name]))
+        if meta.started_at is None and event.timestamp is not None:
+            meta.started_at = event.timestamp
+        parent = record.get("parent_run_id")
+        if parent:
+            event.parent_id = str(parent)[:200]
+        action = record.get("action", {})
+        if type(action) is not dict:
+            action = mapping(action, "action", line, problems)
+        observation = record.get("observation", {})
+        if type(observation) is not dict:
+            observation = mapping(observation, "observation", line, problems)
+        success = observation.get("success")
+        if success is None:
+            success = not bool(observation.get("error") or observation.get("stderr"))
+        usage = record.get("usage", {})
+        if type(usage) is not dict:
+            usage = mapping(usage, "usage", line, problems)
+        tokens = 0
+        for name in ("prompt_tokens", "completion_tokens"):
+            if name in usage:
+                value = number(usage[name], f"usage.{name}", line, problems)
+                tokens += int(value) if value is not None else 0
+        reward = 0.0
+        if "reward" in record:
+            value = number(record["reward"], "reward", line, problems)
+            reward = value if value is not None else 0.0
+        step = event.step
+        if step is None and "step" in record and record["step"] is not None:
+            step = 0
+        self.step = {}
+        self.step_tokens_counted = False
+        step_data = {
+            "step": step if step is not None else 0,
+            "timestamp": stamp if stamp is not None else "",
+            "action": action,
+            "observation": observation,
+            "action_rationale": text(action.get("reasoning", action.get("rationale", ""))),
+            "reward": reward,
+            "success": bool(success),
+            "tokens_used": tokens,
+        }
+        self.close_step(event, step_data, stamp, line, problems)
+
+    def _final_line(self, event, record, line, problems) -> None:
+        meta = self.meta
+        self.ended = True
+        if "completed" in record:
+            meta.completed = bool(record["completed"])
+        answer = record.get("final_response")
+        if answer:
+            meta.final_answer = str(answer)
+        if "total_reward" in record:
+            total = number(record["total_reward"], "total_reward", line, problems)
+            if total is not None:
+                meta.total_reward = float(total)
+        if event.timestamp is not None:
+            meta.ended_at = event.timestamp
