@@ -1,0 +1,57 @@
+"""GET .../export?format=jsonl|snapshot|original (streamed) and GET .../verify."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from rlm_code.rlm.session_replay import load_session
+
+from sessions_app import replay
+from sessions_app.models import Event
+
+from .builders_replay import api, get_json, recorded_session  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+def download(client, url: str) -> tuple[bytes, dict]:
+    response = client.get(url)
+    assert response.status_code == 200, response.content[:300]
+    assert response.streaming
+    return b"".join(response.streaming_content), response.headers
+
+
+@pytest.mark.parametrize("fmt,suffix", [("jsonl", ".jsonl"), ("snapshot", ".json")])
+def test_exports_download_and_load_in_rlm_code(api, tmp_path, fmt, suffix):
+    session, _, _ = recorded_session(tmp_path, steps=3)
+    content, headers = download(api, f"/api/sessions/{session.pk}/export?format={fmt}")
+    assert headers["Content-Disposition"] == f'attachment; filename="run_full{suffix}"'
+    path = tmp_path / f"download{suffix}"
+    path.write_bytes(content)
+    summary = replay.get_summary(session=session)
+    assert load_session(path).get_summary() == {k: summary[k] for k in load_session(path).get_summary()}
+
+
+def test_original_export_is_the_uploaded_file(api, tmp_path):
+    session, _, original = recorded_session(tmp_path, steps=3)
+    content, _ = download(api, f"/api/sessions/{session.pk}/export?format=original")
+    assert content == original.read_bytes()
+
+
+def test_export_format_must_be_known(api, make_session):
+    session = make_session(events=3)
+    body = get_json(api, f"/api/sessions/{session.pk}/export?format=csv", 400)
+    assert body["detail"].startswith("format: Input should be 'jsonl', 'snapshot' or 'original'")
+    assert get_json(api, "/api/sessions/5555/export", 404)["detail"] == "session 5555 not found"
+
+
+def test_verify_finds_a_tampered_event_at_its_seq(api, make_session):
+    session = make_session(events=200)
+    assert get_json(api, f"/api/sessions/{session.pk}/verify")["chainValid"] is True
+    Event.objects.filter(session=session, seq=123).update(raw=orjson.dumps({"i": 123, "kind": "edited"}).decode())
+    body = get_json(api, f"/api/sessions/{session.pk}/verify")
+    assert (body["chainValid"], body["firstBrokenSeq"], body["events"]) == (False, 123, 200)
+    # The stored result now marks every replay page of the session.
+    page = get_json(api, f"/api/sessions/{session.pk}/replay?limit=5")
+    assert page["chainValid"] is False
+    assert get_json(api, f"/api/sessions/{session.pk}/summary")["chainValid"] is False
