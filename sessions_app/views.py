@@ -1,12 +1,60 @@
-"""Dashboard views: small functions that look up, validate, call a workflow and render."""
+"""Dashboard views: small functions that look up, validate the query string, call a workflow and
+render. An htmx request gets the named partial of the page's template (whose root element has
+the partial's name as id); a history-restore request and a plain request get the full page.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
+from functools import wraps
+from urllib.parse import urlencode
+from typing import Any, Callable
+
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from .models import Session
+from . import chain, charts, diffing, replay, timeline
+from .forms import PACES, SPEEDS, CheckpointForm, CompareForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm
+from .frames import frame_at, step_seqs
+from .ingest import set_checkpoint
+from .listing import list_sessions, recent_jobs
+from .models import Checkpoint, Project, Session
+from .uploads import UploadRejected, accept_upload, check_declared_size, display_name
+
+LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors")
+
+
+def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Anonymous visitors go to the login page and never reach a view's data. htmx would follow
+    a plain redirect and swap the login form into a panel, so it is told to load the page."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if request.htmx:
+            current = request.htmx.current_url_abs_path or request.get_full_path()
+            return HttpResponseClientRedirect(redirect_to_login(current).url)
+        return redirect_to_login(request.get_full_path())
+
+    return wrapper
+
+
+def wants_partial(request: HttpRequest) -> bool:
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def render_page(
+    request: HttpRequest, template: str, partial: str, context: dict[str, Any]
+) -> HttpResponse:
+    name = f"{template}#{partial}" if wants_partial(request) else template
+    response = render(request, name, context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 @login_required
@@ -15,12 +63,210 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def session_list(request: HttpRequest) -> HttpResponse:
-    sessions = Session.objects.select_related("project")[:100]
-    return render(request, "sessions_app/session_list.html", {"sessions": sessions})
+    form = SessionFilterForm(request.GET)
+    values = form.values()
+    page = list_sessions(
+        filters={name: values[name] for name in LIST_FILTERS},
+        sort=values["sort"],
+        after=values["after"],
+        before=values["before"],
+    )
+    context: dict[str, Any] = {"form": form, "page": page}
+    if not wants_partial(request):
+        context |= _imports_context(request) | {"upload_form": UploadForm()}
+    return render_page(request, "sessions_app/session_list.html", "session-table", context)
 
 
 @login_required
+@require_POST
+def upload(request: HttpRequest) -> HttpResponse:
+    form = UploadForm(request.POST, request.FILES)
+    errors: list[str] = []
+    try:
+        check_declared_size(request.META.get("CONTENT_LENGTH"))
+    except UploadRejected as exc:
+        errors.append(exc.message)
+    if not errors and form.is_valid():
+        project = form.cleaned_data["project"] or Project.get_default()
+        for uploaded in form.cleaned_data["files"]:
+            try:
+                accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
+                              created_by=request.user.get_username())  # fmt: skip
+            except UploadRejected as exc:
+                errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
+    elif not errors:
+        errors = [f"{form[name].label}: {' '.join(messages)}" for name, messages in form.errors.items()]
+    if not request.htmx:
+        return redirect("sessions:list")
+    return _imports_response(request, upload_errors=errors)
+
+
+@login_required
+@require_GET
+def imports(request: HttpRequest) -> HttpResponse:
+    """The upload panel's job list; it re-fetches itself every second while a job runs."""
+    return _imports_response(request, upload_errors=[])
+
+
+def _imports_context(request: HttpRequest) -> dict[str, Any]:
+    jobs = recent_jobs(created_by=request.user.get_username())
+    return {"jobs": jobs, "jobs_running": any(not job.finished for job in jobs)}
+
+
+def _imports_response(request: HttpRequest, *, upload_errors: list[str]) -> HttpResponse:
+    context = _imports_context(request) | {"upload_errors": upload_errors}
+    response = render(request, "sessions_app/session_list.html#imports", context)
+    patch_vary_headers(response, ["HX-Request"])
+    if not context["jobs_running"]:
+        # The last poll: the sessions table reloads itself to show what was imported.
+        trigger_client_event(response, "sessions-changed")
+    return response
+
+
+
+# --- the player -------------------------------------------------------------------------------
+
+
+def _session(session_id: int) -> Session:
+    return get_object_or_404(Session.objects.select_related("project"), pk=session_id)
+
+
+@login_required
+@require_GET
 def player(request: HttpRequest, session_id: int) -> HttpResponse:
-    session = get_object_or_404(Session, pk=session_id)
-    return render(request, "sessions_app/player.html", {"session": session})
+    session = _session(session_id)
+    state = PlayerForm(request.GET).values()
+    live = session.status == Session.Status.LIVE
+    # Without a step a finished session opens at its start, a live one at its newest event.
+    seq = state["step"] if state["step"] is not None or live else 0
+    frame = frame_at(session=session, seq=seq, kinds=state["types"])
+    partial = wants_partial(request)
+    context: dict[str, Any] = {
+        "session": session, "frame": frame, "state": state, "live": live, "oob": partial,
+        "keep": _player_link_suffix(state),
+    }  # fmt: skip
+    if live or not partial:
+        context["overview"] = timeline.session_overview(session=session)
+    if not partial:
+        context |= _player_page(session)
+    return render_page(request, "sessions_app/player.html", "step-list", context)
+
+
+def _player_link_suffix(state: dict[str, Any]) -> str:
+    """The query string every step link of the player carries after `?step=N` (built once per
+    frame instead of once per link)."""
+    params: list[tuple[str, str]] = [("types", kind) for kind in state["types"]]
+    params += [("speed", state["speed"]), ("pace", state["pace"])]
+    return "&" + urlencode(params)
+
+
+def _player_page(session: Session) -> dict[str, Any]:
+    """What only the full player page shows (the frame's partial leaves these alone)."""
+    metadata = session.metadata if isinstance(session.metadata, dict) else {}
+    recovery = None
+    if metadata.get("pending_phase"):
+        recovery = {"phase": metadata["pending_phase"], "action": metadata.get("pending_action", ""),
+                    "seq": metadata.get("pending_event_index")}  # fmt: skip
+    export_url = reverse("api:export", args=[session.pk])
+    kind_counts = (session.ingest_state or {}).get("kind_counts") or {}
+    return {
+        "summary": replay.get_summary(session=session),
+        "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
+        "kind_options": sorted(kind_counts.items(), key=lambda item: (-item[1], item[0])),
+        "recovery": recovery,
+        "exports": [
+            {"url": f"{export_url}?format=jsonl", "label": "rlm-code JSONL"},
+            {"url": f"{export_url}?format=snapshot", "label": "snapshot JSON"},
+            {"url": f"{export_url}?format=original", "label": "original records"},
+        ],
+        "speeds": [(s, f"{s}×") for s in SPEEDS],
+        "paces": PACES,
+        "categories": timeline.CATEGORY_NAMES,
+    }
+
+
+@login_required
+@require_GET
+def search(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Events matching the search box, from the current step on."""
+    session = _session(session_id)
+    query = SearchForm(request.GET).values()
+    start = query["step"] or 0
+    found = None
+    if query["q"] or query["errors"] or query["kind"]:
+        found = replay.search(session=session, q=query["q"], kind=query["kind"] or None,
+                              errors=query["errors"], from_seq=start, limit=20)  # fmt: skip
+    context = {"session": session, "search": found, "search_from": start}
+    response = render(request, "sessions_app/player.html#search-results", context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+@login_required
+@require_POST
+def checkpoint(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _session(session_id)
+    form = CheckpointForm(request.POST)
+    error = ""
+    if form.is_valid() and form.cleaned_data["step"] < max(session.event_count, 1):
+        set_checkpoint(session=session, name=form.cleaned_data["name"], seq=form.cleaned_data["step"],
+                       created_by=request.user.get_username())  # fmt: skip
+    else:
+        error = "A checkpoint needs a name and a step of this session."
+    if not request.htmx:
+        return redirect(f"{session.get_absolute_url()}?step={form.cleaned_data.get('step') or 0}")
+    context = {
+        "session": session, "checkpoint_error": error, "oob": True,
+        "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
+        "overview": timeline.session_overview(session=session),
+    }  # fmt: skip
+    return render(request, "sessions_app/player.html#checkpoints", context, status=400 if error else 200)
+
+
+@login_required
+@require_POST
+def verify(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Re-hash the stored records now and show the chain badge's new state."""
+    session = _session(session_id)
+    chain.verify_chain(session=session)
+    if not request.htmx:
+        return redirect(session.get_absolute_url())
+    return render(request, "sessions_app/player.html#chain-badge", {"session": session})
+
+
+@login_required
+@require_GET
+def session_charts(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The player's charts, loaded when scrolled into view (plotly.js is 4.8 MB)."""
+    session = _session(session_id)
+    figures = charts.player_figures(session=session)
+    context = {"session": session, "charts": figures, "chart_names": list(figures["figures"])}
+    response = render(request, "sessions_app/player.html#charts", context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# --- the diff view ----------------------------------------------------------------------------
+
+DIFF_PAGE = 50
+
+
+@login_required
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    form = CompareForm(request.GET)
+    if not form.is_valid():
+        return render(request, "sessions_app/diff.html", {"form": form}, status=400)
+    a, b = _session(form.cleaned_data["a"]), _session(form.cleaned_data["b"])
+    offset = form.cleaned_data["offset"] or 0
+    diff = diffing.diff_sessions(a=a, b=b, offset=offset, limit=DIFF_PAGE)
+    stop = offset + DIFF_PAGE
+    context = {
+        "form": form, "a": a, "b": b, "diff": diff, "offset": offset, "page": DIFF_PAGE,
+        "seqs_a": step_seqs(session=a, start=offset, stop=stop),
+        "seqs_b": step_seqs(session=b, start=offset, stop=stop),
+        "cost_delta": b.cost_usd - a.cost_usd,
+    }  # fmt: skip
+    return render_page(request, "sessions_app/diff.html", "diff-rows", context)

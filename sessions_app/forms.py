@@ -1,0 +1,199 @@
+"""Forms that validate the dashboard's query strings and posts.
+
+The URL holds the state of every page (docs/dashboard.md lists the parameters); a bad value in a
+hand-edited or stale link never raises: the field falls back to its default, so any link still
+opens a page.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from .canonical import ALL_KINDS
+from .models import Project, Session
+
+SPEEDS = ("1", "2", "5", "10")
+PACES = (("steps", "steps"), ("recorded", "recorded time"))
+
+# Sort keys of the sessions page: URL value -> (column, descending). Every column is non-null,
+# so keyset pagination on (column, id) is total.
+SESSION_SORTS: dict[str, tuple[str, bool]] = {
+    "-created": ("created_at", True),
+    "created": ("created_at", False),
+    "-cost": ("cost_usd", True),
+    "-tokens": ("tokens", True),
+    "-steps": ("step_count", True),
+    "-events": ("event_count", True),
+    "-errors": ("error_count", True),
+    "-duration": ("elapsed_ms", True),
+}
+SORT_LABELS = {
+    "-created": "newest", "created": "oldest", "-cost": "cost", "-tokens": "tokens",
+    "-steps": "steps", "-events": "events", "-errors": "errors", "-duration": "duration",
+}  # fmt: skip
+
+
+def format_choices() -> list[tuple[str, str]]:
+    from .formats import registry
+
+    return [(name, name) for name in registry()]
+
+
+class KindListField(forms.Field):
+    """Event kinds as repeated parameters (`types=a&types=b`) or one comma list (`types=a,b`);
+    unknown kinds are dropped rather than refused, so an old link keeps working."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[str]:
+        if not value:
+            return []
+        items = value if isinstance(value, (list, tuple)) else [value]
+        kinds: list[str] = []
+        for item in items:
+            for kind in str(item).split(","):
+                kind = kind.strip()
+                if kind in ALL_KINDS and kind not in kinds:
+                    kinds.append(kind)
+        return kinds
+
+
+class QueryForm(forms.Form):
+    """A form over request.GET whose invalid fields fall back to their initial value."""
+
+    def values(self) -> dict[str, Any]:
+        self.is_valid()
+        out: dict[str, Any] = {}
+        for name, field in self.fields.items():
+            if name in self.cleaned_data:
+                out[name] = self.cleaned_data[name]
+            else:
+                out[name] = field.initial
+        return out
+
+
+class PlayerForm(QueryForm):
+    step = forms.IntegerField(required=False, min_value=0)
+    types = KindListField(required=False)
+    speed = forms.ChoiceField(required=False, choices=[(s, f"{s}×") for s in SPEEDS], initial="1")
+    pace = forms.ChoiceField(required=False, choices=PACES, initial="steps")
+
+    def values(self) -> dict[str, Any]:
+        out = super().values()
+        out["speed"] = out["speed"] or "1"
+        out["pace"] = out["pace"] or "steps"
+        return out
+
+
+class SearchForm(QueryForm):
+    q = forms.CharField(required=False, max_length=200, strip=True)
+    step = forms.IntegerField(required=False, min_value=0)
+    kind = forms.ChoiceField(required=False, choices=[("", "any kind")] + [(k, k) for k in sorted(ALL_KINDS)])
+    errors = forms.BooleanField(required=False)
+
+
+class CheckpointForm(forms.Form):
+    name = forms.CharField(max_length=200, strip=True)
+    step = forms.IntegerField(min_value=0)
+
+
+class CompareForm(forms.Form):
+    a = forms.IntegerField(min_value=1)
+    b = forms.IntegerField(min_value=1)
+    offset = forms.IntegerField(required=False, min_value=0)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("a") is not None and data.get("a") == data.get("b"):
+            raise ValidationError("Pick two different sessions to compare.")
+        return data
+
+
+class SessionFilterForm(QueryForm):
+    q = forms.CharField(required=False, max_length=200, strip=True, label="Search")
+    project = forms.ModelChoiceField(
+        required=False, queryset=Project.objects.all(), to_field_name="slug", empty_label="all projects"
+    )
+    format = forms.ChoiceField(required=False)
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *Session.Status.choices])
+    model = forms.CharField(required=False, max_length=200, strip=True)
+    start = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    end = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+    errors = forms.ChoiceField(
+        required=False, label="Errors", choices=[("", "any"), ("yes", "with errors"), ("no", "without")]
+    )
+    sort = forms.ChoiceField(
+        required=False, choices=list(SORT_LABELS.items()), initial="-created"
+    )
+    after = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+    before = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["format"].choices = [("", "any format"), *format_choices()]
+
+    def values(self) -> dict[str, Any]:
+        out = super().values()
+        out["sort"] = out["sort"] or "-created"
+        out["after"] = parse_cursor(out["after"], out["sort"])
+        out["before"] = parse_cursor(out["before"], out["sort"])
+        return out
+
+
+def parse_cursor(value: str | None, sort: str) -> tuple[Any, int] | None:
+    """`<sort value>~<id>` of the row a page starts after (or ends before); None when malformed."""
+    if not value or "~" not in value:
+        return None
+    raw, _, pk = value.rpartition("~")
+    column, _ = SESSION_SORTS[sort]
+    try:
+        key: Any
+        if column == "created_at":
+            key = datetime.fromisoformat(raw)
+            if key.tzinfo is None:
+                return None
+        elif column in {"cost_usd", "elapsed_ms"}:
+            key = float(raw)
+        else:
+            key = int(raw)
+        return key, int(pk)
+    except ValueError:
+        return None
+
+
+def format_cursor(session: Session, sort: str) -> str:
+    column, _ = SESSION_SORTS[sort]
+    value = getattr(session, column)
+    text = value.isoformat() if isinstance(value, datetime) else repr(value)
+    return f"{text}~{session.pk}"
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data: Any, initial: Any = None) -> list[Any]:
+        single = super().clean
+        if isinstance(data, (list, tuple)):
+            return [single(item, initial) for item in data]
+        return [single(data, initial)]
+
+
+class UploadForm(forms.Form):
+    files = MultipleFileField(label="Session files")
+    project = forms.ModelChoiceField(queryset=Project.objects.all(), to_field_name="slug", required=False,
+                                     empty_label="Default project")
+    format = forms.ChoiceField(required=False, label="Format")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["format"].choices = [("", "detect from content"), *format_choices()]

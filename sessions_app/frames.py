@@ -1,0 +1,322 @@
+"""What the player shows at one event: the step list's window, the context, where the controls
+lead (previous/next visible event, next turn boundary, errors), and the structure around the
+event (the daycare run_python block it is in, child agents and their own cost).
+
+Every read is bounded: the window is one range read (replay.events_around), the context a few
+indexed reads (replay.context_at), navigation one indexed lookup each, and the structure reads
+only the events of one block. Nothing here depends on the session's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from . import replay
+from .canonical import Kind
+from .models import Event, Session
+
+BEFORE = 10  # events shown before the current one
+AFTER = 20  # and after it
+COLLAPSE_KINDS = frozenset({Kind.CHUNK, Kind.STATUS})
+COLLAPSE_MIN = 3  # a run of this many streamed chunks in a row shows as one foldable row
+PREVIEW_CHARS = 160
+BLOCK_EVENTS = 200  # inner tool calls of one run_python block shown at most
+CHILDREN = 50
+# The context panel lists at most this many variables and memory notes, each clipped; every one
+# of them is in the snapshot export. A session that sets 20,000 variables would otherwise make
+# every frame a megabyte of HTML.
+SHOWN_VARIABLES = 150
+SHOWN_HISTORY = 20
+SHOWN_NOTES = 100
+SHOWN_VALUE_CHARS = 1000
+
+# Payload keys that say what an event is about, in the order they are tried for a preview.
+_PREVIEW_KEYS = (
+    "text", "completion", "content", "message", "answer", "final_answer", "result", "output",
+    "error", "response_preview", "prompt_preview", "code", "task", "toolResult", "arguments",
+    "toolArgs", "action", "status", "notes", "name", "data",
+)  # fmt: skip
+
+
+@dataclass
+class Frame:
+    session: Session
+    seq: int
+    events: list[dict[str, Any]]  # rows of the step list, chunk runs folded into groups
+    context: dict[str, Any] | None
+    nav: dict[str, Any]
+    kinds: list[str]
+    block: dict[str, Any] | None = None
+    children: list[dict[str, Any]] = field(default_factory=list)
+    variables: list[tuple[str, str]] = field(default_factory=list)  # (name, clipped value)
+    variables_hidden: int = 0
+    memory: list[str] = field(default_factory=list)
+    memory_hidden: int = 0
+
+    @property
+    def event(self) -> dict[str, Any] | None:
+        return self.context["event"] if self.context else None
+
+    @property
+    def step_done(self) -> bool:
+        """Whether the step shown in the context has closed by this event (its output exists)."""
+        if not self.context or self.context.get("stepSeq") is None:
+            return False
+        return self.seq >= self.context["stepSeq"]
+
+
+def _epoch_ms(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000.0
+    except ValueError:
+        return None
+
+
+def preview(event: dict[str, Any]) -> str:
+    """A one-line description of an event from its payload (display text, escaped later)."""
+    payload = event.get("payload")
+    if not isinstance(payload, dict):
+        return _clip(_text(payload))
+    if event.get("kind") == Kind.LLM_CALL and isinstance(payload.get("messages"), list) and payload["messages"]:
+        last = payload["messages"][-1]
+        if isinstance(last, dict):
+            return _clip(_text(last.get("content")))
+    for key in _PREVIEW_KEYS:
+        value = payload.get(key)
+        if value not in (None, "", [], {}):
+            return _clip(_text(value))
+    return _clip(_text(payload)) if payload else ""
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+
+
+def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _clip_block(text: str, limit: int = SHOWN_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _rows(events: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
+    """Step-list rows: each event with its preview and time, runs of chunks folded."""
+    rows: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if len(run) >= COLLAPSE_MIN:
+            rows.append({
+                "group": True, "kind": run[0]["kind"], "events": list(run), "count": len(run),
+                "first": run[0]["seq"], "last": run[-1]["seq"],
+                "open": run[0]["seq"] <= seq <= run[-1]["seq"],
+            })  # fmt: skip
+        else:
+            rows.extend(run)
+        run.clear()
+
+    for event in events:
+        event["preview"] = preview(event)
+        event["ts_ms"] = _epoch_ms(event.get("timestamp"))
+        event["current"] = event["seq"] == seq
+        event["depth_class"] = min(event.get("depth") or 0, 6)
+        if event["kind"] in COLLAPSE_KINDS and (not run or run[-1]["kind"] == event["kind"]):
+            run.append(event)
+            continue
+        flush()
+        if event["kind"] in COLLAPSE_KINDS:
+            run.append(event)
+        else:
+            rows.append(event)
+    flush()
+    return rows
+
+
+def _kind_totals(session: Session) -> dict[str, int]:
+    return (session.ingest_state or {}).get("kind_counts") or {}
+
+
+def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
+    """The player at event `seq` (the last event when None), with only `kinds` in the step list
+    (all kinds when empty); the context always counts every event."""
+    last_event = max(session.event_count - 1, 0)
+    seq = last_event if seq is None else max(0, min(seq, last_event))
+    window = replay.events_around(session=session, seq=seq, kinds=kinds or None, before=BEFORE, after=AFTER)
+    events = window["events"]
+    context = replay.context_at(session=session, seq=seq) if session.event_count else None
+    if context is not None:
+        for key in ("llmHistory", "toolResults", "pendingApprovals"):
+            # The panel lists the most recent entries; the count says how many the context holds.
+            context[f"{key}Shown"] = context[key][-SHOWN_HISTORY:]
+            for entry in context[f"{key}Shown"]:
+                # The panel lists history as one line each (the full event is a click away).
+                entry["preview"] = preview(entry)
+                entry.pop("payload", None)
+
+    earlier = [e for e in events if e["seq"] < seq]
+    later = [e for e in events if e["seq"] > seq]
+    ts = _epoch_ms(context["event"]["timestamp"]) if context else None
+    nav: dict[str, Any] = {
+        "seq": seq,
+        "prev": earlier[-1]["seq"] if earlier else None,
+        "next": later[0]["seq"] if later else None,
+        "next_ts": _epoch_ms(later[0]["timestamp"]) if later else None,
+        "first": 0,
+        "last": last_event,
+        "last_event": last_event,
+        "count": session.event_count,
+        "ts": ts,
+        "turn": None,
+        "turn_ts": None,
+        "prev_error": None,
+        "next_error": None,
+    }
+    if _kind_totals(session).get(Kind.USER_MESSAGE):
+        turn = replay.next_turn_boundary(session=session, seq=seq)
+        if turn is not None:
+            nav["turn"] = turn
+            shown = next((e for e in later if e["seq"] == turn), None)
+            nav["turn_ts"] = _epoch_ms(shown["timestamp"]) if shown else _ts_of(session, turn)
+    if session.error_count or session.step_error_count:
+        nav["next_error"] = replay.next_error(session=session, seq=seq, direction=1)
+        nav["prev_error"] = replay.next_error(session=session, seq=seq, direction=-1)
+
+    frame = Frame(session=session, seq=seq, events=_rows(events, seq), context=context, nav=nav, kinds=kinds)
+    if context is not None:
+        variables = context.get("variables") or {}
+        names = list(variables)[-SHOWN_VARIABLES:]
+        frame.variables = [(str(name), _clip_block(_text(variables[name]))) for name in names]
+        frame.variables_hidden = len(variables) - len(names)
+        notes = list(context.get("memoryNotes") or [])
+        frame.memory = [_clip_block(_text(note)) for note in notes[-SHOWN_NOTES:]]
+        frame.memory_hidden = len(notes) - len(frame.memory)
+        if session.source_format == "daycare":
+            frame.block = run_python_block(session=session, seq=seq, context=context)
+        if _kind_totals(session).get(Kind.CHILD_SPAWN):
+            frame.children = child_agents(session=session, seq=seq)
+    return frame
+
+
+def _ts_of(session: Session, seq: int) -> float | None:
+    # [:1] rather than .first(): Event's default ordering is by session, and ordering by a
+    # foreign key joins the session table to sort by the session's own ordering.
+    found = list(Event.objects.filter(session=session, seq=seq).values_list("ts", flat=True)[:1])
+    return found[0].timestamp() * 1000.0 if found and found[0] else None
+
+
+def run_python_block(*, session: Session, seq: int, context: dict[str, Any]) -> dict[str, Any] | None:
+    """The daycare run_python block event `seq` belongs to, as it stood at `seq`: its code, the
+    inner tool calls with their results, the print output so far and, once complete, the result.
+    """
+    event = context["event"]
+    step = context.get("step")
+    step_seq = context.get("stepSeq")
+    if event.get("step") is None or step is None or step_seq is None:
+        return None
+    # The block runs from its rlm_start (step_start) to its rlm_complete (the step's closing
+    # event); only what had happened by `seq` is shown.
+    start = (
+        Event.objects.filter(session=session, kind=Kind.STEP_START, seq__lte=min(seq, step_seq))
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if start is None:
+        return None
+    inner = list(
+        Event.objects.filter(
+            session=session, seq__gte=start, seq__lte=min(seq, step_seq),
+            kind__in=[Kind.TOOL_CALL, Kind.TOOL_RESPONSE, Kind.TOOL_ERROR],
+        )
+        .order_by("seq")
+        .values_list("seq", "kind", "tool", "payload", "pair_seq", "pair_duration_ms", "is_error")[:BLOCK_EVENTS]
+    )  # fmt: skip
+    calls: list[dict[str, Any]] = []
+    by_seq: dict[int, dict[str, Any]] = {}
+    print_output: list[Any] = []
+    for inner_seq, kind, tool, payload_text, pair_seq, duration, is_error in inner:
+        payload = orjson.loads(payload_text) if payload_text else {}
+        if kind == Kind.TOOL_CALL:
+            call = {"seq": inner_seq, "tool": tool, "args": payload.get("toolArgs", payload.get("arguments")),
+                    "result": None, "result_seq": None, "is_error": False, "duration_ms": duration}  # fmt: skip
+            calls.append(call)
+            by_seq[inner_seq] = call
+            printed = payload.get("printOutput")
+            if isinstance(printed, list):
+                print_output = printed
+        else:
+            call = by_seq.get(pair_seq) if pair_seq is not None else None
+            if call is None:
+                call = {"seq": None, "tool": tool, "args": None, "duration_ms": None}
+                calls.append(call)
+            call.update(result=payload.get("toolResult", payload.get("result")), result_seq=inner_seq,
+                        is_error=bool(is_error))  # fmt: skip
+    complete = seq >= step_seq
+    if complete:
+        observation = step.get("raw_observation") or {}
+        if isinstance(observation.get("printOutput"), list):
+            print_output = observation["printOutput"]
+    pending = session.metadata.get("pending_phase") if isinstance(session.metadata, dict) else None
+    return {
+        "step": step.get("step"),
+        "start_seq": start,
+        "end_seq": step_seq,
+        "code": step.get("action_code", ""),
+        "description": step.get("action_rationale", ""),
+        "calls": calls,
+        "print_output": print_output,
+        "complete": complete,
+        "output": step.get("output") if complete else None,
+        "error": step.get("error") if complete else None,
+        "interrupted": bool(pending) and str(step.get("error", "")).startswith("interrupted"),
+    }
+
+
+def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
+    """Child agents spawned up to `seq`, each with its own cost: what the session spent between
+    the spawn and the child's result (running totals at both ends, no scan)."""
+    spawns = list(
+        Event.objects.filter(session=session, kind=Kind.CHILD_SPAWN, seq__lte=seq)
+        .order_by("-seq")
+        .values_list("seq", "child_id", "pair_id", "depth", "payload", "pair_seq", "cost_total", "tokens_total")[:CHILDREN]
+    )
+    spawns.reverse()
+    ends = {
+        row[0]: row[1:]
+        for row in Event.objects.filter(session=session, seq__in=[s[5] for s in spawns if s[5] is not None])
+        .values_list("seq", "cost_total", "tokens_total", "is_error")
+    }
+    children = []
+    for spawn_seq, child_id, pair_id, depth, payload_text, result_seq, cost0, tokens0 in spawns:
+        payload = orjson.loads(payload_text) if payload_text else {}
+        end = ends.get(result_seq) if result_seq is not None and result_seq <= seq else None
+        children.append({
+            "seq": spawn_seq, "child_id": child_id or pair_id, "depth": depth,
+            "task": _clip(_text(payload.get("task")), 120),
+            "result_seq": result_seq if end else None,
+            "finished": end is not None,
+            "cost": (end[0] - cost0) if end else None,
+            "tokens": (end[1] - tokens0) if end else None,
+            "failed": bool(end[2]) if end else False,
+        })  # fmt: skip
+    return children
+
+
+def step_seqs(*, session: Session, start: int, stop: int) -> dict[int, int]:
+    """{step position: seq of the event closing it} for positions start..stop-1 (one range read
+    on the step_pos index): links from a step into the player."""
+    return dict(
+        Event.objects.filter(session=session, step_pos__gte=start, step_pos__lt=stop).values_list("step_pos", "seq")
+    )

@@ -1,0 +1,110 @@
+"""The sessions page's query: filters, sort and keyset pages (never OFFSET: a page deep in a
+long list costs the same as the first, ../shared/PERFORMANCE.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from .forms import SESSION_SORTS, format_cursor
+from .models import ImportJob, Project, Session
+
+PER_PAGE = 50
+
+
+@dataclass
+class SessionPage:
+    sessions: list[Session]
+    total: int
+    next_cursor: str | None  # `after=` of the following page
+    previous_cursor: str | None  # `before=` of the preceding page
+    is_first: bool
+
+
+def filter_sessions(
+    *,
+    q: str = "",
+    project: Project | None = None,
+    format: str = "",
+    status: str = "",
+    model: str = "",
+    start: date | None = None,
+    end: date | None = None,
+    errors: str = "",
+):
+    sessions = Session.objects.in_project(project).matching(q)
+    if format:
+        sessions = sessions.filter(source_format=format)
+    if status:
+        sessions = sessions.filter(status=status)
+    if model:
+        sessions = sessions.filter(model__icontains=model)
+    # A session's date is when it ran (its first event), not when it was imported.
+    if start:
+        sessions = sessions.filter(started_at__gte=_day_start(start))
+    if end:
+        sessions = sessions.filter(started_at__lt=_day_start(end + timedelta(days=1)))
+    has_errors = Q(error_count__gt=0) | Q(step_error_count__gt=0)
+    if errors == "yes":
+        sessions = sessions.filter(has_errors)
+    elif errors == "no":
+        sessions = sessions.exclude(has_errors)
+    return sessions
+
+
+def list_sessions(
+    *,
+    filters: dict[str, Any],
+    sort: str,
+    after: tuple[Any, int] | None = None,
+    before: tuple[Any, int] | None = None,
+    per_page: int = PER_PAGE,
+) -> SessionPage:
+    """One page of the filtered sessions in `sort` order, starting after `after` or ending
+    before `before` (a row's sort value and id)."""
+    sessions = filter_sessions(**filters)
+    total = sessions.count()
+    column, descending = SESSION_SORTS[sort]
+    order = [f"-{column}", "-id"] if descending else [column, "id"]
+    backwards = before is not None and after is None
+    cursor = before if backwards else after
+    if cursor is not None:
+        value, pk = cursor
+        # Rows strictly past the cursor in the page's direction, id breaking ties.
+        forward = descending != backwards
+        op = "lt" if forward else "gt"
+        sessions = sessions.filter(
+            Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": pk})
+        )
+    if backwards:
+        order = [o[1:] if o.startswith("-") else f"-{o}" for o in order]
+    rows = list(sessions.select_related("project").order_by(*order)[: per_page + 1])
+    more = len(rows) > per_page
+    rows = rows[:per_page]
+    if backwards:
+        rows.reverse()
+        has_next, has_previous = True, more
+    else:
+        has_next, has_previous = more, cursor is not None
+    return SessionPage(
+        sessions=rows,
+        total=total,
+        next_cursor=format_cursor(rows[-1], sort) if rows and has_next else None,
+        previous_cursor=format_cursor(rows[0], sort) if rows and has_previous else None,
+        is_first=not has_previous,
+    )
+
+
+def recent_jobs(*, created_by: str, limit: int = 10) -> list[ImportJob]:
+    """The uploads a user started most recently, newest first (what the upload panel shows)."""
+    return list(
+        ImportJob.objects.filter(created_by=created_by).select_related("project")[:limit]
+    )
+
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())

@@ -1,0 +1,20 @@
+// The diff view's scrubber: draws how long each session is and where they first diverge under
+// the range input (htmx does the rest: moving it fetches the aligned rows at that step).
+"use strict";
+
+(function () {
+  function share(el, attr) {
+    const total = parseFloat(el.getAttribute("data-total")) || 1;
+    return Math.max(0, Math.min(1, (parseFloat(el.getAttribute(attr)) || 0) / total));
+  }
+  function draw() {
+    document.querySelectorAll(".diff-lengths [data-steps]").forEach(function (el) {
+      el.style.width = (share(el, "data-steps") * 100).toFixed(2) + "%";
+    });
+    document.querySelectorAll(".diff-lengths .div-mark").forEach(function (el) {
+      el.style.left = (share(el, "data-step") * 100).toFixed(2) + "%";
+    });
+  }
+  document.addEventListener("DOMContentLoaded", draw);
+  document.addEventListener("htmx:historyRestore", draw);
+})();

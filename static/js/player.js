@@ -1,0 +1,340 @@
+// The player: controls, keyboard, scrubber, playback pace and the live tail.
+//
+// The server renders everything; this script only decides *when* to ask for which step. A step
+// is fetched by submitting the #controls form (htmx: GET, swap #step-list, replace the URL);
+// the response carries the frame's facts (#frame-data: previous/next visible event, next turn
+// boundary, errors, timestamps) and the side panels out of band.
+"use strict";
+
+(function () {
+  const IDLE_MAX_MS = 1500; // a recorded gap longer than this (after speed) is compressed
+  const DRAG_EVERY_MS = 120; // while scrubbing, at most one step request per this interval
+  const player = { playing: false, timer: null, stopAt: null, dragging: false, dragTimer: null,
+                   pendingSeq: null, source: null, lastLive: 0, frameAskedAt: 0 };
+
+  function $(id) { return document.getElementById(id); }
+  function readJson(id) {
+    const el = $(id);
+    if (!el) return null;
+    try { return JSON.parse(el.textContent); } catch (e) { return null; }
+  }
+  function frame() { return readJson("frame-data"); }
+  function onPlayer() { return !!$("controls") && !!$("step-list"); }
+
+  // ---- navigation -------------------------------------------------------------------------
+  function go(seq) {
+    const form = $("controls");
+    if (!form || seq === null || seq === undefined) return;
+    const f = frame();
+    if (f) seq = Math.max(0, Math.min(seq, f.last_event));
+    form.elements.step.value = String(seq);
+    player.frameAskedAt = performance.now();
+    form.requestSubmit();
+  }
+
+  function status(text) {
+    const el = $("play-status");
+    if (el) el.textContent = text;
+  }
+
+  // ---- playback -----------------------------------------------------------------------------
+  function speed() {
+    const el = $("speed");
+    const value = el ? parseFloat(el.value) : 1;
+    return value > 0 ? value : 1;
+  }
+  function recordedPace() {
+    const el = $("pace");
+    return !!el && el.value === "recorded";
+  }
+
+  function setPlaying(on, reason) {
+    player.playing = on;
+    if (on) player.frameAskedAt = performance.now();
+    clearTimeout(player.timer);
+    player.timer = null;
+    const button = $("play");
+    if (button) {
+      button.setAttribute("aria-pressed", on ? "true" : "false");
+      button.textContent = on ? "❚❚ Pause" : "▶ Play";
+    }
+    if (!on && reason) status(reason);
+    if (on) scheduleNext();
+  }
+
+  function scheduleNext() {
+    if (!player.playing) return;
+    const f = frame();
+    if (!f) return setPlaying(false);
+    if (f.next === null) return setPlaying(false, "Stopped at the end.");
+    let target = f.next;
+    let targetTs = f.next_ts;
+    let boundary = false;
+    if (f.turn !== null && f.turn <= target) {
+      target = f.turn;
+      targetTs = f.turn_ts;
+      boundary = true;
+    }
+    let delay = 1000 / speed();
+    let note = "Playing at " + speed() + "×";
+    if (recordedPace()) {
+      const gap = f.ts !== null && targetTs !== null ? Math.max(0, targetTs - f.ts) : 0;
+      delay = gap / speed();
+      note = "Playing in recorded time at " + speed() + "×";
+      if (delay > IDLE_MAX_MS) {
+        note = "Idle " + humanMs(gap) + " compressed to " + (IDLE_MAX_MS / 1000) + " s";
+        delay = IDLE_MAX_MS;
+      }
+    }
+    status(note);
+    player.stopAt = boundary ? target : null;
+    // The pace counts from when this frame was asked for, so the server's answer time is part
+    // of the gap rather than added to it.
+    const wait = Math.max(0, delay - (performance.now() - player.frameAskedAt));
+    player.timer = setTimeout(function () { go(target); }, wait);
+  }
+
+  function afterFrame() {
+    const f = frame();
+    if (!f) return;
+    updateControls(f);
+    if (!player.dragging) placeCursor(f.seq);
+    scrollCurrentIntoView();
+    if (!player.playing) return;
+    if (player.stopAt !== null && f.seq >= player.stopAt) {
+      player.stopAt = null;
+      setPlaying(false, "Stopped at the next user message (turn boundary).");
+      return;
+    }
+    scheduleNext();
+  }
+
+  function updateControls(f) {
+    const set = function (id, disabled) { const el = $(id); if (el) el.disabled = disabled; };
+    set("step-back", f.prev === null);
+    set("step-forward", f.next === null);
+    set("start", f.seq === f.first);
+    set("end", f.seq === f.last);
+    set("prev-error", f.prev_error === null);
+    set("next-error", f.next_error === null);
+  }
+
+  function scrollCurrentIntoView() {
+    const list = $("step-list");
+    const row = list && list.querySelector('[aria-current="step"]');
+    if (row && row.scrollIntoView) row.scrollIntoView({ block: "nearest" });
+  }
+
+  function humanMs(ms) {
+    const s = ms / 1000;
+    if (s < 60) return s.toFixed(1) + " s";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + " m " + Math.round(s % 60) + " s";
+    return Math.floor(m / 60) + " h " + (m % 60) + " m";
+  }
+
+  function act(action) {
+    const f = frame();
+    if (!f) return;
+    switch (action) {
+      case "play": return setPlaying(!player.playing);
+      case "step-back": setPlaying(false); return go(f.prev);
+      case "step-forward": setPlaying(false); return go(f.next);
+      case "start": setPlaying(false); return go(f.first);
+      case "end": setPlaying(false); return go(f.last);
+      case "next-error": setPlaying(false); return go(f.next_error);
+      case "prev-error": setPlaying(false); return go(f.prev_error);
+    }
+  }
+
+  document.addEventListener("click", function (event) {
+    if (!onPlayer()) return;
+    const button = event.target.closest("[data-action]");
+    if (button) {
+      event.preventDefault();
+      act(button.getAttribute("data-action"));
+      return;
+    }
+    // Jumps from the step list, search results, checkpoints: stay on the page, replace history.
+    const link = event.target.closest("a[data-seq]");
+    if (link && !event.ctrlKey && !event.metaKey && !event.shiftKey && event.button === 0) {
+      event.preventDefault();
+      setPlaying(false);
+      go(parseInt(link.getAttribute("data-seq"), 10));
+    }
+  });
+
+  document.addEventListener("keydown", function (event) {
+    if (!onPlayer() || event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target;
+    const typing = target.closest && target.closest("input, textarea, select, [contenteditable]");
+    if (typing) {
+      if (event.key === "Escape") target.blur();
+      return;
+    }
+    const keys = { " ": "play", ArrowLeft: "step-back", ArrowRight: "step-forward", Home: "start",
+                   End: "end", e: "next-error", E: "prev-error" };
+    if (event.key === "/") {
+      const box = $("search-q");
+      if (box) { event.preventDefault(); box.focus(); box.select(); }
+      return;
+    }
+    const action = keys[event.key];
+    if (action) {
+      event.preventDefault();
+      act(action);
+    }
+  });
+
+  // Every kind ticked is no filter at all: leave `types` out of the URL rather than list them.
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (!onPlayer() || event.detail.verb !== "get") return;
+    const boxes = document.querySelectorAll('#filters input[name="types"]');
+    if (boxes.length && Array.prototype.every.call(boxes, function (box) { return box.checked; })) {
+      event.detail.parameters.delete("types");
+    }
+  });
+
+  // Changing the speed or pace while playing takes effect from the next frame.
+  document.addEventListener("change", function (event) {
+    if (event.target.id === "speed" || event.target.id === "pace") {
+      if (player.playing) { clearTimeout(player.timer); scheduleNext(); }
+    }
+  });
+
+  // ---- scrubber -----------------------------------------------------------------------------
+  function samples() {
+    const data = readJson("scrubber-data");
+    return data && data.samples && data.samples.length > 1 ? data.samples : null;
+  }
+  function xAt(seq, s) {
+    if (seq <= s[0][0]) return s[0][1];
+    for (let i = 1; i < s.length; i++) {
+      if (seq <= s[i][0]) {
+        const span = s[i][0] - s[i - 1][0] || 1;
+        return s[i - 1][1] + (s[i][1] - s[i - 1][1]) * (seq - s[i - 1][0]) / span;
+      }
+    }
+    return s[s.length - 1][1];
+  }
+  function seqAt(x, s) {
+    for (let i = 1; i < s.length; i++) {
+      if (x <= s[i][1]) {
+        const width = s[i][1] - s[i - 1][1];
+        if (width <= 0) return Math.max(0, s[i][0]);
+        const exact = s[i - 1][0] + (s[i][0] - s[i - 1][0]) * (x - s[i - 1][1]) / width;
+        return Math.max(0, Math.min(s[i][0], Math.ceil(exact)));
+      }
+    }
+    return Math.max(0, s[s.length - 1][0]);
+  }
+  function placeCursor(seq) {
+    const s = samples();
+    const cursor = $("scrubber-cursor");
+    if (!s || !cursor) return;
+    const x = (xAt(seq - 1, s) + xAt(seq, s)) / 2;
+    cursor.style.left = (x * 100).toFixed(3) + "%";
+    const track = $("scrubber");
+    if (track) track.setAttribute("aria-valuenow", String(seq));
+  }
+  function pointerSeq(event) {
+    const track = $("scrubber-track");
+    const s = samples();
+    if (!track || !s) return null;
+    const box = track.getBoundingClientRect();
+    const x = Math.max(0, Math.min(1, (event.clientX - box.left) / (box.width || 1)));
+    return seqAt(x, s);
+  }
+  function dragTo(seq, final) {
+    if (seq === null) return;
+    placeCursor(seq);
+    const tip = $("scrubber-tip");
+    if (tip) tip.textContent = "#" + seq;
+    player.pendingSeq = seq;
+    if (final) {
+      clearTimeout(player.dragTimer);
+      player.dragTimer = null;
+      go(seq);
+      return;
+    }
+    if (!player.dragTimer) {
+      player.dragTimer = setTimeout(function () {
+        player.dragTimer = null;
+        if (player.dragging) go(player.pendingSeq);
+      }, DRAG_EVERY_MS);
+    }
+  }
+  document.addEventListener("pointerdown", function (event) {
+    const track = event.target.closest && event.target.closest("#scrubber-track");
+    if (!track || event.button !== 0) return;
+    event.preventDefault();
+    setPlaying(false);
+    player.dragging = true;
+    track.setPointerCapture(event.pointerId);
+    dragTo(pointerSeq(event), false);
+  });
+  document.addEventListener("pointermove", function (event) {
+    if (player.dragging) dragTo(pointerSeq(event), false);
+  });
+  function endDrag(event) {
+    if (!player.dragging) return;
+    player.dragging = false;
+    dragTo(pointerSeq(event), true);
+  }
+  document.addEventListener("pointerup", endDrag);
+  document.addEventListener("pointercancel", function () { player.dragging = false; });
+
+  // ---- live tail ----------------------------------------------------------------------------
+  // A live session's player follows new events: the API's SSE tail (same-origin, the login
+  // cookie authenticates it) tells us the newest seq; when "follow" is on we jump there.
+  function startLive() {
+    const root = $("player");
+    if (!root || root.getAttribute("data-live") !== "true" || player.source || !window.EventSource) return;
+    const f = frame();
+    const after = f ? f.last_event : -1;
+    const url = root.getAttribute("data-tail-url") + "?after=" + encodeURIComponent(after);
+    const source = new EventSource(url);
+    player.source = source;
+    const onEvent = function (message) {
+      let seq = null;
+      try {
+        const data = JSON.parse(message.data);
+        seq = typeof data.seq === "number" ? data.seq : (data.event && data.event.seq);
+        if (seq === undefined && Array.isArray(data.events) && data.events.length) {
+          seq = data.events[data.events.length - 1].seq;
+        }
+      } catch (e) { return; }
+      if (typeof seq !== "number") return;
+      const counter = $("live-count");
+      if (counter) counter.textContent = String(seq + 1);
+      const follow = $("follow");
+      const now = Date.now();
+      if (follow && follow.checked && !player.dragging && now - player.lastLive > 500) {
+        player.lastLive = now;
+        go(seq);
+      }
+    };
+    source.onmessage = onEvent;
+    source.addEventListener("event", onEvent);
+    source.addEventListener("end", function () { source.close(); player.source = null; status("The session ended."); });
+  }
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    if (onPlayer() && event.target.id === "step-list") afterFrame();
+  });
+  document.addEventListener("htmx:historyRestore", function () {
+    setPlaying(false);
+    if (player.source) { player.source.close(); player.source = null; }
+    if (onPlayer()) { afterFrame(); startLive(); }
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    if (!onPlayer()) return;
+    afterFrame();
+    startLive();
+  });
+  // Exposed for the charts: clicking a point jumps the player.
+  document.addEventListener("replay:goto", function (event) {
+    setPlaying(false);
+    go(event.detail.seq);
+  });
+})();
