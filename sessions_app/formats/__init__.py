@@ -106,7 +106,7 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
         for number, line in enumerate(stream, start=1):
             if on_bytes is not None:
                 consumed += len(line)
-                if not number & 2047:
+                if not number & 255:
                     on_bytes(underlying.tell() if underlying is not None else consumed)
             if number == 1 and line.startswith(BOM):
                 problems.add(1, "line", "byte-order mark at the start of the file (ignored)")
@@ -147,7 +147,11 @@ def load_json_line(
             return None
         value = _load_with_nan(stripped)
         if value is None:
-            why = "truncated record (file ends mid-line)" if last else f"malformed JSON: {exc}"
+            why = (
+                "truncated record (file ends mid-line)"
+                if last
+                else f"malformed JSON at column {exc.colno}: {exc.msg}"
+            )
             problems.add(number, "line", why)
             return None
     if not isinstance(value, dict):
@@ -157,12 +161,19 @@ def load_json_line(
 
 
 def _load_with_nan(data: bytes) -> Any:
+    """The stdlib parser, which accepts the bare NaN / Infinity rlm-code may write. JSON has no
+    such values (orjson would write them back as null, and the database's JSON checks refuse
+    them), so they are read as null; a numeric field holding one is then reported as null."""
     import json
 
     try:
-        return json.loads(data.decode("utf-8"))  # the stdlib accepts NaN / Infinity
+        return json.loads(data.decode("utf-8"), parse_constant=_constant_as_null)
     except (ValueError, UnicodeDecodeError):
         return None
+
+
+def _constant_as_null(name: str) -> None:
+    return None
 
 
 @dataclass

@@ -318,8 +318,10 @@ class Converter:
             meta.run_id = run_id
             meta.source_session_id = meta.source_session_id or run_id
 
-        duration = record.get("duration_ms")
-        if duration is not None:
+        duration = record.get("duration_ms", _MISSING)
+        if duration is _MISSING:
+            duration = None
+        elif type(duration) is not float or duration - duration != 0.0:
             duration = number(duration, "duration_ms", line, problems)
 
         depth = record.get("depth", 0)

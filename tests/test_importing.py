@@ -1,0 +1,429 @@
+"""The import workflow and the import_sessions command: detection, duplicates, --replace, bad
+input reported by line and field, job progress, --json output."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from sessions_app import importing
+from sessions_app.canonical import Kind
+from sessions_app.importing import import_file
+from sessions_app.models import Event, ImportJob, Project, Session
+
+from .builders_rlm import (
+    record_failing_session,
+    record_full_session,
+    write_documented_trajectory,
+    write_runner_steps,
+    write_trajectory_logger_session,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "rlm"
+
+
+def problem_keys(problems: list[dict]) -> list[tuple]:
+    return [(p["line"], p["field"]) for p in problems]
+
+
+# --- detection ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("writer", "expected"),
+    [
+        (record_full_session, "rlm_native"),
+        (write_documented_trajectory, "rlm_trajectory"),
+        (write_trajectory_logger_session, "rlm_trajectory"),
+        (write_runner_steps, "rlm_steps"),
+    ],
+)
+@pytest.mark.parametrize("name", ["session.jsonl", "SESSION.JSON", "session.NDJSON", "session.txt", "session.Jsonl.GZ"])
+def test_format_is_detected_by_content_whatever_the_name(project, tmp_path, writer, expected, name):
+    plain = tmp_path / "plain"
+    writer(plain)
+    path = tmp_path / name
+    if name.lower().endswith(".gz"):
+        with plain.open("rb") as src, gzip.open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    else:
+        plain.rename(path)
+
+    outcomes = import_file(path=path, project=project)
+
+    assert [o.format for o in outcomes] == [expected]
+    assert outcomes[0].error is None and outcomes[0].steps > 0
+
+
+def test_explicit_format_overrides_detection(project, tmp_path):
+    path = tmp_path / "native.jsonl"
+    record_full_session(path, steps=2)
+
+    outcome = import_file(path=path, project=project, format="rlm_trajectory")[0]
+
+    # Read as a trajectory, the native names are unknown: kept as custom events, each reported.
+    assert outcome.format == "rlm_trajectory"
+    assert outcome.session.source_format == "rlm_trajectory"
+    assert outcome.steps == 0
+    assert any(p["field"] == "event_type" and "step_start" in p["message"] for p in outcome.problems)
+
+
+def test_unknown_explicit_format_is_one_clear_error(project, tmp_path):
+    path = tmp_path / "native.jsonl"
+    record_full_session(path, steps=1)
+
+    [outcome] = import_file(path=path, project=project, format="bogus")
+
+    assert outcome.session is None
+    assert "unknown format 'bogus'" in outcome.error and "rlm_native" in outcome.error
+    assert Session.objects.count() == 0
+
+
+def test_session_id_falls_back_to_the_file_stem_without_a_run_id(project, tmp_path):
+    source = tmp_path / "with_run.jsonl"
+    record_full_session(source, steps=1)
+    lines = [orjson.loads(line) for line in source.read_bytes().splitlines()]
+    for record in lines:
+        record.pop("run_id", None)
+    path = tmp_path / "My Run.JSONL.gz"
+    with gzip.open(path, "wb") as out:
+        out.write(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+
+    session = import_file(path=path, project=project)[0].session
+
+    assert session.source_session_id == session.run_id == "My Run"
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def test_native_bad_input_is_reported_by_line_and_field_and_the_rest_imported(project):
+    [outcome] = import_file(path=FIXTURES / "native_bad.jsonl", project=project)
+
+    assert outcome.error is None
+    assert problem_keys(outcome.problems) == [
+        (1, "line"),  # BOM
+        (3, "line"),  # malformed JSON
+        (4, "line"),  # invalid UTF-8
+        (5, "data.reward"),  # "lots"
+        (5, "data.tokens_used"),  # null
+        (7, "data"),  # data: null
+        (7, "data.notes"),
+        (8, "event_type"),  # unknown, kept as custom
+        (9, "event_type"),  # missing
+        (11, "line"),  # not an object
+        (12, "timestamp"),
+        (14, "line"),  # truncated last line
+    ]
+    assert "truncated" in outcome.problems[-1]["message"]
+    assert "invalid UTF-8" in outcome.problems[2]["message"]
+    session = outcome.session
+    lines = list(Event.objects.filter(session=session).order_by("seq").values_list("line", flat=True))
+    assert lines == [1, 2, 5, 6, 7, 8, 12, 13]
+    assert Event.objects.get(session=session, line=8).kind == Kind.CUSTOM
+    step = orjson.loads(Event.objects.get(session=session, line=6).step_state)
+    assert step["reward"] == 0.0 and step["tokens_used"] == 0 and step["success"] is True
+    # Bare NaN / Infinity are accepted; JSON has no such values, so they are stored as null.
+    change = orjson.loads(Event.objects.get(session=session, line=6).state_change)
+    assert change["variables"] == {"x": None, "y": None}
+    assert session.step_count == 1 and session.error_count == 1
+
+
+def test_trajectory_bad_input_is_reported_by_line(project):
+    [outcome] = import_file(path=FIXTURES / "trajectory_bad.jsonl", project=project)
+
+    assert problem_keys(outcome.problems) == [
+        (4, "tokens_out"), (5, "line"), (6, "data"), (7, "duration_ms"), (8, "event_type"),
+    ]  # fmt: skip
+    assert outcome.steps == 2 and outcome.events == 8
+
+
+def test_runner_steps_bad_input_is_reported_by_line(project):
+    [outcome] = import_file(path=FIXTURES / "steps_bad.jsonl", project=project)
+
+    assert problem_keys(outcome.problems) == [
+        (2, "usage.prompt_tokens"), (3, "action"), (3, "reward"), (4, "line"), (5, "type"),
+        (6, "total_reward"),
+    ]  # fmt: skip
+    assert outcome.steps == 2
+    assert outcome.session.tokens == 3 + 12
+
+
+def test_snapshot_bad_input_keeps_the_good_steps(project):
+    [outcome] = import_file(path=FIXTURES / "snapshot_bad.json", project=project)
+
+    assert problem_keys(outcome.problems) == [
+        (8, "steps[1].reward"), (8, "steps[1].tokens_used"), (9, "steps"), (9, "line"),
+    ]  # fmt: skip
+    assert outcome.steps == 2
+    assert outcome.session.source_session_id == "bad_snap"
+    assert outcome.session.duration_seconds == 10.0
+
+
+def test_sink_folder_bad_input_names_the_file_of_each_problem(project):
+    [outcome] = import_file(path=FIXTURES / "sink_bad", project=project)
+
+    assert sorted(problem_keys(outcome.problems), key=str) == sorted(
+        [(2, "runs.jsonl:run_id"), (1, "runs.jsonl:total_reward"),
+         (2, "steps/run_x.jsonl:reward"), (3, "steps/run_x.jsonl:line")], key=str,
+    )  # fmt: skip
+    assert outcome.steps == 2 and outcome.session.task == "sink"
+
+
+def test_file_with_nothing_importable_fails_with_one_message(project):
+    outcomes = import_file(path=FIXTURES / "nothing.jsonl", project=project)
+
+    assert len(outcomes) == 1
+    assert outcomes[0].error == "nothing.jsonl: not a recognised session format (nothing importable)"
+    assert outcomes[0].unreadable is False
+    assert Session.objects.count() == 0
+
+
+def test_known_format_with_only_bad_lines_fails_with_one_message_naming_the_first_problem(project):
+    outcomes = import_file(path=FIXTURES / "nothing.jsonl", project=project, format="rlm_native")
+
+    assert len(outcomes) == 1
+    assert outcomes[0].error.startswith("nothing.jsonl: nothing importable as rlm_native (3 problem(s); first: line 1")
+    assert problem_keys(outcomes[0].problems) == [(1, "line"), (2, "line"), (3, "line")]
+
+
+def test_missing_file_is_an_unreadable_error(project, tmp_path):
+    [outcome] = import_file(path=tmp_path / "gone.jsonl", project=project)
+
+    assert outcome.unreadable is True and outcome.error == "gone.jsonl: no such file"
+
+
+# --- duplicates and --replace ------------------------------------------------------------------
+
+
+def test_importing_the_same_file_twice_returns_the_stored_session(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, steps=3)
+    first = import_file(path=path, project=project)[0]
+    events_before = Event.objects.count()
+
+    again = import_file(path=path, project=project)[0]
+
+    assert again.duplicate is True and first.duplicate is False
+    assert again.session.pk == first.session.pk
+    assert Session.objects.count() == 1 and Event.objects.count() == events_before
+
+
+def test_same_source_id_with_other_content_is_a_new_session(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, steps=3)
+    first = import_file(path=path, project=project)[0]
+    longer = tmp_path / "longer.jsonl"
+    record_full_session(longer, steps=4)  # the same run_id, different content
+
+    second = import_file(path=longer, project=project)[0]
+
+    assert second.duplicate is False and second.session.pk != first.session.pk
+    assert first.session.source_session_id == second.session.source_session_id
+
+
+def test_replace_deletes_the_stored_session_and_imports_again(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, steps=3)
+    first = import_file(path=path, project=project)[0].session
+
+    replaced = import_file(path=path, project=project, replace=True)[0]
+
+    assert replaced.duplicate is False and replaced.session.pk != first.pk
+    assert not Session.objects.filter(pk=first.pk).exists()
+    assert not Event.objects.filter(session_id=first.pk).exists()
+    assert Session.objects.count() == 1
+
+
+def test_replace_keeps_both_sessions_of_an_appended_file(project, tmp_path):
+    path = tmp_path / "appended.jsonl"
+    record_full_session(path, run_id="same", steps=2)
+    record_failing_session(path, run_id="same")
+    import_file(path=path, project=project)
+
+    outcomes = import_file(path=path, project=project, replace=True)
+
+    assert len(outcomes) == 2 and not any(o.duplicate for o in outcomes)
+    assert set(Session.objects.values_list("pk", flat=True)) == {o.session.pk for o in outcomes}
+
+
+def test_duplicates_are_per_project(project, tmp_path):
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, steps=2)
+    other = Project.objects.create(name="Other", slug="other")
+    import_file(path=path, project=project)
+
+    outcome = import_file(path=path, project=other)[0]
+
+    assert outcome.duplicate is False and outcome.session.project == other
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+def test_job_gets_progress_while_importing_and_its_result_at_the_end(project, tmp_path, monkeypatch):
+    path = tmp_path / "long.jsonl"
+    record_full_session(path, steps=300, large_output_at=None, checkpoint_at=None, fail_at=frozenset())
+    record_failing_session(path)
+    job = ImportJob.objects.create(project=project, original_name="long.jsonl", stored_path=str(path))
+    seen: list[tuple[int, int]] = []
+    write = importing._JobProgress._write
+
+    def spy(self, **values):
+        seen.append((values["events_done"], values["bytes_done"]))
+        write(self, **values)
+
+    monkeypatch.setattr(importing._JobProgress, "_write", spy)
+    monkeypatch.setattr(importing, "PROGRESS_EVERY", 500)
+    monkeypatch.setattr("sessions_app.ingest.BATCH_ROWS", 250)
+
+    outcomes = import_file(path=path, project=project, job=job, created_by="alice")
+
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.DONE and job.error == ""
+    assert job.detected_format == "rlm_native"
+    assert job.sessions_done == 2
+    assert job.events_done == sum(o.events for o in outcomes) > 2500
+    assert job.bytes_total == job.bytes_done == path.stat().st_size
+    assert [r["session"] for r in job.result] == [o.session.pk for o in outcomes]
+    assert job.problem_count == 0 and job.problems == []
+    assert job.created_by == "alice" and job.started_at and job.finished_at
+    assert set(Session.objects.values_list("import_job", flat=True)) == {job.pk}
+    # Progress was written while the first session streamed in, growing each time.
+    assert len(seen) >= 2
+    assert [events for events, _ in seen] == sorted(events for events, _ in seen)
+    assert all(0 < done <= job.bytes_total for _, done in seen)
+
+
+def test_job_of_a_file_with_nothing_importable_fails_with_its_problems(project):
+    job = ImportJob.objects.create(project=project, original_name="upload.jsonl", stored_path="x")
+
+    import_file(path=FIXTURES / "nothing.jsonl", project=project, format="rlm_native", job=job)
+
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.FAILED
+    assert job.error.startswith("upload.jsonl: nothing importable as rlm_native")
+    assert job.problem_count == 3 and len(job.problems) == 3
+    assert job.sessions_done == 0
+
+
+def test_job_records_bad_lines_of_a_good_file(project):
+    job = ImportJob.objects.create(project=project, original_name="bad.jsonl", stored_path="x")
+
+    import_file(path=FIXTURES / "native_bad.jsonl", project=project, job=job)
+
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.DONE
+    assert job.problem_count == 12 and job.problems[0] == {
+        "line": 1, "field": "line", "message": "byte-order mark at the start of the file (ignored)",
+    }  # fmt: skip
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def run_command(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("import_sessions", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_command_json_prints_one_object_per_session(project, tmp_path):
+    path = tmp_path / "appended.jsonl"
+    record_full_session(path, run_id="one", steps=2)
+    record_failing_session(path, run_id="two")
+
+    out, _ = run_command(str(path), str(FIXTURES / "nothing.jsonl"), "--json")
+
+    lines = [orjson.loads(line) for line in out.splitlines()]
+    sessions = {s.source_session_id: s for s in Session.objects.all()}
+    assert lines[0] == {
+        "path": str(path), "session": sessions["one"].pk, "format": "rlm_native",
+        "events": sessions["one"].event_count, "steps": 2, "problems": [], "duplicate": False,
+    }  # fmt: skip
+    assert lines[1]["session"] == sessions["two"].pk and lines[1]["steps"] == 3
+    assert lines[2]["path"] == str(FIXTURES / "nothing.jsonl")
+    assert "nothing importable" in lines[2]["error"] and "session" not in lines[2]
+    assert len(lines) == 3
+
+
+def test_command_lists_problems_and_exits_zero_for_damaged_files(project):
+    out, err = run_command(str(FIXTURES / "native_bad.jsonl"))
+
+    assert "imported as session" in out and "12 problem(s)" in out
+    assert "line 3: line: malformed JSON" in err
+    assert "line 14: line: truncated record" in err
+
+
+def test_command_fails_only_when_a_file_cannot_be_read(project, tmp_path):
+    path = tmp_path / "ok.jsonl"
+    record_full_session(path, steps=1)
+
+    with pytest.raises(CommandError) as raised:
+        run_command(str(path), str(tmp_path / "missing.jsonl"), "--json")
+
+    assert raised.value.returncode == 1
+    assert Session.objects.count() == 1  # the readable file was still imported
+
+
+def test_command_replace_and_project(project, tmp_path):
+    path = tmp_path / "ok.jsonl"
+    record_full_session(path, steps=1)
+    run_command(str(path), "--project", "team-a")
+    first = Session.objects.get()
+
+    out, _ = run_command(str(path), "--project", "team-a", "--replace", "--json")
+
+    second = Session.objects.get()
+    assert second.pk != first.pk and second.project.slug == "team-a"
+    assert orjson.loads(out)["session"] == second.pk
+
+
+def test_command_format_option_overrides_detection(project, tmp_path):
+    path = tmp_path / "steps.log"
+    write_runner_steps(path)
+
+    out, _ = run_command(str(path), "--format", "rlm_steps", "--json")
+
+    assert orjson.loads(out)["format"] == "rlm_steps"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_job_progress_is_visible_to_other_connections_while_a_session_streams_in(tmp_path, monkeypatch):
+    from django.db import connection, connections
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has one writer: progress shows at each session's commit there")
+    project = Project.get_default()
+    path = tmp_path / "long.jsonl"
+    record_full_session(path, steps=150, large_output_at=None, checkpoint_at=None, fail_at=frozenset())
+    job = ImportJob.objects.create(project=project, original_name="long.jsonl", stored_path=str(path))
+    observed: list[tuple[int, int]] = []
+    write = importing._JobProgress._write
+
+    def spy(self, **values):
+        write(self, **values)
+        reader = connections.create_connection("default")
+        try:
+            with reader.cursor() as cursor:
+                cursor.execute("SELECT events_done FROM sessions_app_importjob WHERE id = %s", [job.pk])
+                observed.append((values["events_done"], cursor.fetchone()[0]))
+        finally:
+            reader.close()
+
+    monkeypatch.setattr(importing._JobProgress, "_write", spy)
+    monkeypatch.setattr(importing, "PROGRESS_EVERY", 200)
+    monkeypatch.setattr("sessions_app.ingest.BATCH_ROWS", 100)
+
+    import_file(path=path, project=project, job=job)
+
+    assert len(observed) >= 3
+    assert all(written == seen for written, seen in observed)
