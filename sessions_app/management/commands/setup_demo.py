@@ -33,7 +33,8 @@ class Command(BaseCommand):
         project = Project.get_default()
         demo_dir = settings.BASE_DIR / "demo"
         loaded = 0
-        for path in sorted(demo_dir.iterdir()):
+        paths = sorted(demo_dir.iterdir()) if demo_dir.is_dir() else []
+        for path in paths:
             if path.name.startswith((".", "README")) or path.suffix == ".py":
                 continue
             for outcome in import_file(path=path, project=project):
