@@ -412,3 +412,34 @@ def test_import_file_reports_bad_lines_and_keeps_the_good_ones(project):
         (1, "line"), (3, "line"), (6, "sessionId"), (8, "line"), (11, "line"),
     ]  # fmt: skip
     assert len(outcome.problems) == 12
+
+
+def test_elements_with_unbalanced_braces_in_strings_or_many_objects_split_correctly(tmp_path):
+    events = source_events("two_sessions.ndjson")[:4]
+    events[1]["payload"]["messages"][0]["content"] = 'fix this: if (x) { return "}" } } ]'
+    events[2]["payload"]["completion"] = "{" * 700  # never balances: the structural walk decides
+    deep: dict = {"leaf": "}"}
+    for _ in range(100):
+        deep = {"n": deep}
+    events[3]["payload"]["deep"] = deep
+    # More closing braces than the fast path looks at: the structural walk decides.
+    events[3]["payload"]["rows"] = [{"row": n} for n in range(600)]
+    path = tmp_path / "tricky.json"
+    path.write_bytes(orjson.dumps(events, option=orjson.OPT_INDENT_2))
+    problems = Problems()
+    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
+    assert [r.value for r in records] == events
+    assert problems.count == 0
+
+
+def test_remembered_calls_stay_bounded_and_recent_ones_still_pair(monkeypatch):
+    monkeypatch.setattr(agentlens, "MAX_REMEMBERED", 4)
+    converter = agentlens.Converter()
+    base = {"sessionId": "s", "agentId": "a", "severity": "info", "timestamp": "2026-02-08T10:30:00Z"}
+    for n in range(10):
+        call = {**base, "eventType": "tool_call", "payload": {"toolName": "t", "callId": f"c{n}", "arguments": {"n": n}}}
+        converter.convert(call, "{}", n, Problems())
+    assert len(converter.state()["calls"]) <= 4
+    answer = {**base, "eventType": "tool_response", "payload": {"toolName": "t", "callId": "c9", "result": "ok"}}
+    (event,) = converter.convert(answer, "{}", 11, Problems())
+    assert event.step_state["action_code"] == 't({"n":9})'

@@ -199,7 +199,18 @@ def test_an_rlm_start_with_a_snapshot_and_no_complete_is_pending_at_tool_call(pr
     assert state["error"].startswith("interrupted (tool_call phase)")
     assert state["raw_observation"]["pending_phase"] == "tool_call"
     assert state["action_code"].startswith("for n in (301, 300, 299):")
+    assert state["duration_ms"] == 400  # rlm_start -> the last record of the block
     assert session.completed is False
+
+
+def test_records_after_the_interrupted_block_do_not_hide_its_step(project, tmp_path):
+    records = history("pending_tool_call.jsonl")
+    after = [{"type": "note", "at": AT0 + 2500, "text": "worker restarted"}, {"type": "start", "at": AT0 + 9000}]
+    sessions, _ = ingest_file(daycare, write(tmp_path, records + after), project)
+    events = rows(sessions[0])
+    (step,) = [e for e in events if e.step_pos is not None]
+    assert step.source_type == "rlm_tool_call" and step.line == 6
+    assert [e.source_type for e in events[-2:]] == ["note", "start"]  # order unchanged
 
 
 def test_an_rlm_start_with_neither_snapshot_nor_complete_is_pending_at_error(project):

@@ -28,10 +28,14 @@ READ_BLOCK = 1 << 20
 # How many leading lines decide between JSON lines and one pretty-printed JSON object.
 SNIFF_LINES = 20
 
-_OUTSIDE = re.compile(rb'[\[\]{}",:]')
-_INSIDE = re.compile(rb'["\\]')
+# Runs a value's scan skips in one regex call: everything but brackets and quotes, or whole
+# strings (escapes included), so a bracket inside a string never counts.
+_IN_VALUE = re.compile(rb'(?:[^"\[\]{}]+|"(?:[^"\\]|\\.)*")*', re.DOTALL)
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_SCALAR = re.compile(rb'[^\s,\]}]*')
+_WS = re.compile(rb'[ \t\r\n]*')
 _LBRACKET, _RBRACKET, _LBRACE, _RBRACE = 0x5B, 0x5D, 0x7B, 0x7D
-_QUOTE, _COMMA, _COLON, _BACKSLASH = 0x22, 0x2C, 0x3A, 0x5C
+_QUOTE, _COMMA, _COLON = 0x22, 0x2C, 0x3A
 
 
 @dataclass(slots=True)
@@ -89,10 +93,10 @@ def iter_records(
         if container == "lines":
             yield from _records_of_lines(rest, problems, body_keys)
         else:
-            for line, raw, last in split_array(
+            for line, raw, last, value in split_array(
                 rest, problems, body_keys=body_keys if container == "body" else ()
             ):
-                record = _load(line, raw, problems, last=last)
+                record = _load(line, raw, problems, last=last, value=value)
                 if record is not None:
                     yield Record(line, raw, record)
 
@@ -136,8 +140,8 @@ def _records_of_lines(
             yield Record(number, body, record)
             continue
         # A whole request body on one line: its elements, each with its exact bytes.
-        for _, raw, _last in split_array([body], problems, body_keys=body_keys, first_line=number):
-            element = _load(number, raw, problems)
+        for _, raw, _last, value in split_array([body], problems, body_keys=body_keys, first_line=number):
+            element = _load(number, raw, problems, value=value)
             if element is not None:
                 yield Record(number, raw, element)
 
@@ -163,11 +167,14 @@ def _lines(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes, bool]]:
         yield number + 1, pending.rstrip(b"\r"), True
 
 
-def _load(number: int, raw: bytes, problems: Problems, *, last: bool = False) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return load_json_line(number, raw, problems, last=last)
+def _load(
+    number: int, raw: bytes, problems: Problems, *, last: bool = False, value: Any = None
+) -> dict[str, Any] | None:
+    if value is None or value is _UNPARSED:
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return load_json_line(number, raw, problems, last=last)
     if type(value) is not dict:
         problems.add(number, "line", f"expected a JSON object, got {type(value).__name__}")
         return None
@@ -180,158 +187,252 @@ def split_array(
     *,
     body_keys: tuple[str, ...] = (),
     first_line: int = 1,
-) -> Iterator[tuple[int, bytes, bool]]:
-    """(line, exact bytes, file ended inside it) of each element of a JSON array.
+) -> Iterator[tuple[int, bytes, bool, Any]]:
+    """(line, exact bytes, file ended inside it, parsed value or _UNPARSED) of each element of
+    a JSON array.
 
     The array is the document itself, or with `body_keys` the value of one of those keys of the
-    top-level object. Elements are cut at the separators of the array's own depth; strings
-    (with their escapes) are skipped whole so brackets inside them do not count.
+    top-level object. An object element ends at the first `}` where its braces balance and its
+    bytes parse: counting brackets and letting orjson validate is far faster than walking the
+    bytes in Python. When that takes too many tries (deep nesting, a malformed element) the
+    element's end is found structurally instead: brackets are counted, strings (with their
+    escapes) skipped whole so brackets inside them do not count.
     """
-    keys = {key.encode() for key in body_keys}
-    source = iter(chunks)
-    buf = b""
-    pos = 0
-    line = first_line  # the line number at byte `line_pos`
-    line_pos = 0
-    depth = 0
-    target: int | None = None  # container depth whose separators cut elements
-    found = False
-    root_object = False
-    expect_key = False
-    key_start = -1
-    last_key: bytes | None = None
-    value_pending = False  # after `"events":` at depth 1, waiting for its `[`
-    elem_from = -1  # first byte after the separator that opened the current element
-    after_comma = False
-    in_string = False
-    string_start = -1
+    return _ArraySplitter(chunks, problems, {key.encode() for key in body_keys}, body_keys, first_line).elements()
 
-    def refill() -> bool:
-        nonlocal buf, pos, line, line_pos, elem_from, string_start, key_start
-        block = next(source, None)
-        if block is None:
+
+_UNPARSED = object()
+# Failed orjson tries, and closing braces looked at, before an element's end is found
+# structurally instead.
+MAX_PARSE_TRIES = 8
+MAX_CANDIDATES = 512
+
+
+class _Incomplete(Exception):
+    """The input ended inside a value."""
+
+
+class _ArraySplitter:
+    """Positions are absolute offsets in the stream; `buf` holds the bytes from `base` on."""
+
+    def __init__(
+        self,
+        chunks: Iterable[bytes],
+        problems: Problems,
+        keys: set[bytes],
+        body_keys: tuple[str, ...],
+        first_line: int,
+    ) -> None:
+        self.chunks = iter(chunks)
+        self.problems = problems
+        self.keys = keys
+        self.body_keys = body_keys
+        self.buf = b""
+        self.base = 0
+        self.line = first_line  # the line number at absolute position `line_pos`
+        self.line_pos = 0
+        self.eof = False
+
+    # Buffer -----------------------------------------------------------------------------------
+
+    def more(self, keep: int) -> bool:
+        """Drop the bytes before `keep` and read at least as many as are kept (so a value that
+        spans many blocks is rescanned a logarithmic number of times); False at the end."""
+        if self.eof:
             return False
-        anchor = pos
-        if target is not None and elem_from >= 0:
-            anchor = min(anchor, elem_from)
-        if in_string:
-            anchor = min(anchor, string_start)
-        line += buf.count(b"\n", line_pos, anchor)
-        buf = buf[anchor:] + block
-        pos -= anchor
-        line_pos = 0
-        if elem_from >= 0:
-            elem_from -= anchor
-        if string_start >= 0:
-            string_start -= anchor
-        if key_start >= 0:
-            key_start -= anchor
-        return True
-
-    def cut(end: int, *, truncated: bool = False) -> tuple[int, bytes, bool] | None:
-        nonlocal line, line_pos
-        piece = buf[elem_from:end]
-        stripped = piece.lstrip()
-        if not stripped.strip():
-            return None
-        start = elem_from + (len(piece) - len(stripped))
-        line += buf.count(b"\n", line_pos, start)
-        line_pos = start
-        return line, stripped.rstrip(), truncated
-
-    while True:
-        if in_string:
-            match = _INSIDE.search(buf, pos)
-            if match is None:
-                pos = len(buf)
-                if not refill():
-                    break
-                continue
-            j = match.start()
-            if buf[j] == _BACKSLASH:
-                if j + 1 >= len(buf):
-                    pos = j
-                    if not refill():
-                        break
-                    continue
-                pos = j + 2
-                continue
-            in_string = False
-            pos = j + 1
-            if key_start >= 0:
-                last_key = buf[key_start + 1 : j]
-                key_start = -1
-            continue
-        match = _OUTSIDE.search(buf, pos)
-        if match is None:
-            pos = len(buf)
-            if not refill():
+        self.line_at(keep)
+        drop = keep - self.base
+        kept = self.buf[drop:]
+        parts = [kept]
+        added = 0
+        while added <= len(kept):
+            block = next(self.chunks, None)
+            if block is None:
+                self.eof = True
                 break
-            continue
-        j = match.start()
-        c = buf[j]
-        pos = j + 1
-        if c == _QUOTE:
-            in_string = True
-            string_start = j
-            if root_object and depth == 1 and expect_key:
-                key_start = j
-                expect_key = False
-            elif depth == 1:
-                value_pending = False
-            continue
-        if c == _LBRACKET or c == _LBRACE:
-            if depth == 0:
-                if c == _LBRACKET and not keys and not found:
-                    target, found, elem_from, after_comma = 1, True, j + 1, False
-                elif c == _LBRACE and keys:
-                    root_object, expect_key = True, True
-            elif depth == 1 and root_object:
-                if c == _LBRACKET and value_pending and not found:
-                    target, found, elem_from, after_comma = 2, True, j + 1, False
-                value_pending = False
-            depth += 1
-            continue
-        if c == _RBRACKET or c == _RBRACE:
-            if target is not None and depth == target and c == _RBRACKET:
-                element = cut(j)
-                if element is not None:
-                    yield element
-                elif after_comma:
-                    problems.add(line, "line", "empty array element (trailing comma)")
-                target, elem_from = None, -1
-            depth -= 1
-            if depth < 0:
-                problems.add(line + buf.count(b"\n", line_pos, j), "line", "unbalanced closing bracket; the rest of the file is ignored")
-                return
-            continue
-        if c == _COMMA:
-            if target is not None and depth == target:
-                element = cut(j)
-                if element is not None:
-                    yield element
-                else:
-                    problems.add(line + buf.count(b"\n", line_pos, j), "line", "empty array element")
-                elem_from, after_comma = j + 1, True
-            elif root_object and depth == 1:
-                expect_key, value_pending = True, False
-            continue
-        if c == _COLON and root_object and depth == 1:
-            value_pending = last_key in keys
-            continue
+            parts.append(block)
+            added += len(block)
+        self.buf = b"".join(parts)
+        self.base = keep
+        return added > 0
 
-    if target is not None:
-        element = cut(len(buf), truncated=True)
-        if element is not None:
-            yield element
+    def line_at(self, position: int) -> int:
+        if position > self.line_pos:
+            start = self.line_pos - self.base
+            self.line += self.buf.count(b"\n", max(start, 0), position - self.base)
+            self.line_pos = position
+        return self.line
+
+    def byte_at(self, position: int, keep: int) -> int | None:
+        """The byte at `position`, reading on as needed; None at the end of the input."""
+        while position - self.base >= len(self.buf):
+            if not self.more(keep):
+                return None
+        return self.buf[position - self.base]
+
+    def skip_ws(self, position: int, keep: int) -> int:
+        while True:
+            index = position - self.base
+            end = _WS.match(self.buf, index).end()
+            if end < len(self.buf):
+                return self.base + end
+            position = self.base + end
+            if not self.more(min(keep, position)):
+                return position
+
+    def match_until(self, pattern: re.Pattern[bytes], position: int, keep: int) -> int:
+        """Where `pattern` (a run of skippable bytes) stops matching from `position`: at a
+        bracket. Reads on while it stops at the end of the buffer or before a string the buffer
+        cuts off; raises _Incomplete when the input ends first."""
+        while True:
+            end = pattern.match(self.buf, position - self.base).end()
+            if end < len(self.buf) and self.buf[end] != _QUOTE:
+                return self.base + end
+            position = self.base + end
+            if not self.more(keep):
+                raise _Incomplete
+
+    def skip_value(self, position: int, keep: int) -> int:
+        """The end (exclusive) of the value starting at `position` (not whitespace)."""
+        first = self.byte_at(position, keep)
+        if first is None:
+            raise _Incomplete
+        if first in (_LBRACE, _LBRACKET):
+            depth = 0
+            while True:
+                position = self.match_until(_IN_VALUE, position, keep)
+                c = self.buf[position - self.base]
+                position += 1
+                if c in (_LBRACE, _LBRACKET):
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth == 0:
+                        return position
+        if first == _QUOTE:
+            while True:
+                found = _STRING.match(self.buf, position - self.base)
+                if found is not None:
+                    return self.base + found.end()
+                if not self.more(keep):
+                    raise _Incomplete
+        while True:  # a number or literal: up to the next separator
+            end = _SCALAR.match(self.buf, position - self.base).end()
+            if end < len(self.buf):
+                return self.base + end
+            if not self.more(keep):
+                return self.base + end
+
+    def parse_object(self, start: int) -> tuple[int, Any] | None:
+        """(end, value) of the object at `start`, found by trying orjson on the first slices
+        whose braces balance (counted in C, strings not excluded, so only a filter); None
+        after MAX_PARSE_TRIES failed tries or MAX_CANDIDATES closing braces (brackets inside
+        strings, a malformed element): the caller then walks the element structurally."""
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        balance = 0
+        counted = start  # bytes before this are in `balance`
+        tries = candidates = 0
+        while tries < MAX_PARSE_TRIES and candidates < MAX_CANDIDATES:
+            index = self.buf.find(b"}", counted - self.base)
+            if index < 0:
+                if not self.more(start):
+                    return None
+                continue
+            candidates += 1
+            # The bytes since the last candidate hold exactly one `}`: this one.
+            balance += self.buf.count(b"{", counted - self.base, index) - 1
+            counted = self.base + index + 1
+            if balance == 0:
+                try:
+                    return counted, loads(self.buf[start - self.base : index + 1])
+                except decode_error:
+                    tries += 1
+        return None
+
+    # Structure --------------------------------------------------------------------------------
+
+    def find_array(self) -> int | None:
+        """The position just inside the array holding the elements, or None (reported)."""
+        position = self.skip_ws(0, 0)
+        first = self.byte_at(position, position)
+        if first == _LBRACKET and not self.keys:
+            return position + 1
+        if first != _LBRACE or not self.keys:
+            self._no_array()
+            return None
+        position += 1
+        try:
+            while True:
+                position = self.skip_ws(position, position)
+                c = self.byte_at(position, position)
+                if c == _RBRACE or c is None:
+                    break
+                if c != _QUOTE:
+                    raise _Incomplete
+                key_end = self.skip_value(position, position)
+                key = self.buf[position + 1 - self.base : key_end - 1 - self.base]
+                position = self.skip_ws(key_end, key_end)
+                if self.byte_at(position, position) != _COLON:
+                    raise _Incomplete
+                position = self.skip_ws(position + 1, position + 1)
+                if key in self.keys and self.byte_at(position, position) == _LBRACKET:
+                    return position + 1
+                position = self.skip_ws(self.skip_value(position, position), position)
+                if self.byte_at(position, position) == _COMMA:
+                    position += 1
+        except _Incomplete:
+            pass
+        self._no_array()
+        return None
+
+    def _no_array(self) -> None:
+        if self.keys:
+            wanted = " or ".join(f'"{key}"' for key in self.body_keys)
+            self.problems.add(None, "file", f"no top-level array or {wanted} list found")
         else:
-            problems.add(line + buf.count(b"\n", line_pos, len(buf)), "line", "file ends before the array is closed")
-    elif not found:
-        if keys:
-            wanted = " or ".join(f'"{key}"' for key in body_keys)
-            problems.add(None, "file", f"no top-level array or {wanted} list found")
-        else:
-            problems.add(None, "file", "no top-level JSON array found")
+            self.problems.add(None, "file", "no top-level JSON array found")
+
+    def elements(self) -> Iterator[tuple[int, bytes, bool]]:
+        position = self.find_array()
+        if position is None:
+            return
+        after_comma = False
+        while True:
+            position = self.skip_ws(position, position)
+            c = self.byte_at(position, position)
+            if c is None:
+                self.problems.add(self.line_at(position), "line", "file ends before the array is closed")
+                return
+            if c == _RBRACKET:
+                if after_comma:
+                    self.problems.add(self.line_at(position), "line", "empty array element (trailing comma)")
+                return
+            if c == _COMMA:
+                self.problems.add(self.line_at(position), "line", "empty array element")
+                position += 1
+                after_comma = True
+                continue
+            start = position
+            value = _UNPARSED
+            found = self.parse_object(start) if c == _LBRACE else None
+            if found is not None:
+                end, value = found
+            else:
+                try:
+                    end = self.skip_value(start, start)
+                except _Incomplete:
+                    line = self.line_at(start)
+                    yield line, self.buf[start - self.base :].rstrip(), True, _UNPARSED
+                    return
+            line = self.line_at(start)
+            yield line, self.buf[start - self.base : end - self.base], False, value
+            position = self.skip_ws(end, end)
+            c = self.byte_at(position, position)
+            after_comma = c == _COMMA
+            if after_comma:
+                position += 1
+            elif c not in (_RBRACKET, None):
+                self.problems.add(self.line_at(position), "line", "missing ',' between array elements")
 
 
 # Values -----------------------------------------------------------------------------------------

@@ -564,8 +564,12 @@ class Converter:
     def _remember(store: dict[str, Any], key: str, value: dict[str, Any]) -> None:
         store.pop(key, None)
         store[key] = value
-        while len(store) > MAX_REMEMBERED:
-            del store[next(iter(store))]
+        if len(store) > MAX_REMEMBERED:
+            # Keep the newer half. (Deleting the oldest key one at a time is quadratic: a dict
+            # skips its deleted slots from the front on every `next(iter(...))`.)
+            newer = list(store.items())[-(MAX_REMEMBERED // 2) :]
+            store.clear()
+            store.update(newer)
 
 
 _HANDLERS = {

@@ -20,8 +20,8 @@ Mapping (docs/formats.md "daycare"):
 Recovery: when the history ends mid-block, the phase a restart would resume is computed exactly
 as daycare's `agentLoopPendingPhaseResolve` does and recorded in the session's metadata
 (`pending_phase` vm_start | tool_call | error, `pending_tool_call_id`, ...). An interrupted block
-(tool_call or error phase) whose records end the history also closes a (failed) step on its last
-event, so step navigation shows where it stopped.
+(tool_call or error phase) also closes a (failed) step on its last event, so step navigation
+shows where it stopped.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ RESUME_MESSAGE = {
     "error": "a restart completes the block with isError=true: 'Process was restarted before any tool call'",
 }
 STEP_TEXT_LIMIT = 4000
+# Events held back after the latest event of an open block (see _History.events).
+HOLD_LIMIT = 1000
 
 # daycare's tagExtractAll: non-overlapping <run_python ...>...</run_python> pairs, content trimmed.
 _RUN_PYTHON_OPEN = re.compile(r"<run_python(\s[^>]*)?>", re.IGNORECASE)
@@ -138,15 +140,27 @@ class _History:
         self.unassigned_tokens = 0  # tokens of the message whose first block has not started
 
     def events(self, source: Source) -> Iterator[CanonicalEvent]:
-        held: CanonicalEvent | None = None
+        # The latest event of a block still open is held back, with whatever follows it (up to
+        # HOLD_LIMIT events), so that if the history ends before the block completes, that
+        # event can still close the block's (failed) step.
+        held: list[CanonicalEvent] = []
         for record in iter_records(source, self.problems, body_keys=BODY_KEYS, on_bytes=source.on_bytes):
             for event in self.convert(record.value, record.text, record.line):
-                if held is not None:
-                    yield held
-                held = event
-        self.finish(held)
-        if held is not None:
-            yield held
+                if event.step is not None and event.step_state is None and event.step in self.open_steps():
+                    yield from held
+                    held = [event]
+                elif held:
+                    held.append(event)
+                    if len(held) > HOLD_LIMIT:
+                        yield from held
+                        held = []
+                else:
+                    yield event
+        self.finish(held[0] if held else None)
+        yield from held
+
+    def open_steps(self) -> set[int]:
+        return {block["step"] for block in self.blocks.values()}
 
     def convert(self, record: dict[str, Any], raw: str, line: int) -> list[CanonicalEvent]:
         problems = self.problems
@@ -432,7 +446,10 @@ class _History:
         return text(value)
 
     def finish(self, last: CanonicalEvent | None) -> None:
-        """The recovery phase, exactly as daycare's agentLoopPendingPhaseResolve decides it."""
+        """The recovery phase, exactly as daycare's agentLoopPendingPhaseResolve decides it.
+
+        `last` is the latest event of a block still open (held back), if any.
+        """
         metadata = self.meta.metadata
         pending = None
         pending_id = ""
@@ -480,10 +497,16 @@ class _History:
         last.step_state = _step_state(
             step=block["step"], event=last, code=block["code"], description=block["description"],
             success=False, output="", error=f"interrupted ({phase} phase): {RESUME_MESSAGE[phase]}",
-            duration_ms=None, tokens=block["tokens"],
+            duration_ms=_elapsed_ms(block["at"], last), tokens=block["tokens"],
             raw_action={"toolCallId": call_id, "code": block["code"]},
             raw_observation={"pending_phase": phase, "innerTools": block["inner_tools"]},
         )  # fmt: skip
+
+
+def _elapsed_ms(start_ms: float | None, event: CanonicalEvent) -> float | None:
+    if start_ms is None or event.timestamp is None:
+        return None
+    return max(0.0, event.timestamp.timestamp() * 1000.0 - start_ms)
 
 
 def _step_state(
