@@ -242,3 +242,166 @@ def test_schedule_jobs_creates_one_daily_cleanup_schedule_however_often_it_runs(
     schedule = schedules.get()
     assert schedule.schedule_type == Schedule.DAILY and schedule.repeats == -1
     assert schedule.next_run > timezone.now() - timedelta(minutes=1)
+
+
+# --- a real qcluster worker ----------------------------------------------------------------------
+
+
+class WorkerDatabase:
+    """This test's database as a separate process can open it.
+
+    PostgreSQL: the test database itself (a transactional test commits, so a worker sees it).
+    SQLite: pytest-django's test database lives in this process's memory, so it is copied to a
+    file for the worker (`push`) and the worker's results are copied back (`pull`) with SQLite's
+    online backup.
+    """
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.file: Path | None = None
+        config = connection.settings_dict
+        if connection.vendor == "postgresql":
+            auth = config["USER"] + (f":{config['PASSWORD']}" if config["PASSWORD"] else "")
+            self.url = f"postgres://{auth}@{config['HOST'] or 'localhost'}:{config['PORT'] or 5432}/{config['NAME']}"
+        elif connection.is_in_memory_db():
+            self.file = tmp_path / "worker.sqlite3"
+            self.url = f"sqlite:///{self.file}"
+        else:
+            self.url = f"sqlite:///{Path(config['NAME']).resolve()}"
+
+    def push(self) -> None:
+        if self.file is not None:
+            connection.ensure_connection()
+            target = sqlite3.connect(self.file)
+            connection.connection.backup(target)
+            target.close()
+
+    def pull(self) -> None:
+        if self.file is not None:
+            source = sqlite3.connect(self.file, timeout=30)
+            source.backup(connection.connection)
+            source.close()
+
+    def scalar(self, sql: str, params: tuple = ()):
+        """One value read the way the worker's writes are visible from here."""
+        if self.file is not None:
+            db = sqlite3.connect(self.file, timeout=30)
+            try:
+                row = db.execute(sql, params).fetchone()
+            finally:
+                db.close()
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(sql.replace("?", "%s"), params)
+                row = cursor.fetchone()
+        return row[0] if row else None
+
+    def start(self, *args: str, log: Path) -> subprocess.Popen:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_Q")}
+        env.update(DATABASE_URL=self.url, REPLAY_LOG_LEVEL="INFO", PYTHONUNBUFFERED="1")
+        # Its own process group, so stopping it also stops the workers it forks.
+        return subprocess.Popen(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, start_new_session=True,
+            stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def stop(process: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """SIGTERM to the cluster's main process stops it cleanly (signalling its whole group at
+    once leaves it hanging); SIGKILL goes to the whole group, as when a machine dies."""
+    if process.poll() is None:
+        if sig == signal.SIGKILL:
+            os.killpg(process.pid, sig)
+        else:
+            os.kill(process.pid, sig)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=20)
+
+
+def wait_for(condition, *, timeout: float, what: str, log: Path, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}; worker log:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def worker_db(transactional_db, tmp_path) -> WorkerDatabase:
+    return WorkerDatabase(tmp_path)
+
+
+JOB_STATUS = "SELECT status FROM sessions_app_importjob WHERE id = ?"
+
+
+def test_an_upload_is_imported_by_a_real_qcluster_worker(worker_db, data_dir, tmp_path, project):
+    from django.test import Client
+
+    from sessions_app.models import ApiKey
+
+    api = Client(headers={"authorization": f"Bearer {ApiKey.create_key(name='up')[1]}"})
+    source = write_canonical_file(tmp_path / "queued.jsonl.gz", sessions=3, events=40, compress=True)
+    with source.open("rb") as handle:
+        response = api.post("/api/imports", {"file": handle})  # autocommit: enqueued at once
+    assert response.status_code == 202
+    job_id = response.json()["job"]
+    assert queued_import_job_ids() == [job_id]
+
+    worker_db.push()
+    log = tmp_path / "qcluster.log"
+    cluster = worker_db.start("qcluster", log=log)
+    try:
+        wait_for(lambda: worker_db.scalar(JOB_STATUS, (job_id,)) in ("done", "failed"),
+                 timeout=90, what="the worker to finish the import", log=log)  # fmt: skip
+        # The broker drops the task once the worker acknowledges it.
+        wait_for(lambda: worker_db.scalar("SELECT COUNT(*) FROM django_q_ormq") == 0,
+                 timeout=30, what="the task to be acknowledged", log=log)  # fmt: skip
+    finally:
+        stop(cluster)
+    worker_db.pull()
+
+    status = api.get(response.json()["status_url"]).json()
+    assert status["status"] == "done", status
+    assert status["sessions_done"] == 3 and status["events_done"] == 3 * 42
+    assert Session.objects.filter(import_job_id=job_id).count() == 3
+    assert Event.objects.count() == 3 * 42
+
+
+def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(
+    worker_db, data_dir, tmp_path, project
+):
+    sessions, events = 16, 2500
+    source = write_canonical_file(tmp_path / "big.jsonl", sessions=sessions, events=events)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)  # enqueued (autocommit)
+    worker_db.push()
+    log = tmp_path / "qcluster.log"
+    cluster = worker_db.start("qcluster", log=log)
+    committed = "SELECT COUNT(*) FROM sessions_app_session WHERE import_job_id = ?"
+    try:
+        wait_for(lambda: (worker_db.scalar(committed, (job.pk,)) or 0) >= 2,
+                 timeout=90, what="two sessions to be committed", log=log, every=0.01)  # fmt: skip
+    finally:
+        stop(cluster, signal.SIGKILL)  # the worker dies mid-import, without any clean-up
+    worker_db.pull()
+    job.refresh_from_db()
+    survived = Session.objects.filter(import_job=job).count()
+    assert job.status == "running", "the import finished before it could be killed; enlarge the file"
+    assert 2 <= survived < sessions
+
+    jobs.run_import(job_id=job.pk)  # what the broker's re-delivery does
+
+    job.refresh_from_db()
+    assert job.status == "done"
+    stored = Session.objects.filter(project=project)
+    assert stored.count() == sessions
+    assert sorted(stored.values_list("source_session_id", flat=True)) == sorted(
+        f"file-session-{i}" for i in range(sessions)
+    )
+    assert set(stored.values_list("event_count", flat=True)) == {events + 2}
+    assert Event.objects.count() == sessions * (events + 2)
+    # The sessions the killed attempt had finished were recognised, not written again.
+    assert sum(1 for entry in job.result if entry.get("duplicate")) == survived
