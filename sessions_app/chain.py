@@ -8,13 +8,13 @@ flat whatever the session's length.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
 from .models import GENESIS_HASH, Event, Session
+from .replay import link_hash
 
 CHUNK = 5000
 _TABLE = Event._meta.db_table
@@ -36,7 +36,6 @@ def verify_chain(*, session: Session, chunk: int = CHUNK) -> dict[str, Any]:
     first_broken: int | None = None
     broken = 0
     checked = 0
-    sha256 = hashlib.sha256
     while next_seq < count:
         with connection.cursor() as cursor:
             cursor.execute(
@@ -48,11 +47,7 @@ def verify_chain(*, session: Session, chunk: int = CHUNK) -> dict[str, Any]:
         if not rows:
             break
         for seq, raw, digest, prev in rows:
-            ok = (
-                seq == next_seq
-                and prev == expected_prev
-                and sha256(prev.encode("ascii") + raw.encode("utf-8", "surrogatepass")).hexdigest() == digest
-            )
+            ok = seq == next_seq and prev == expected_prev and link_hash(prev, raw) == digest
             if not ok:
                 broken += 1
                 if first_broken is None:

@@ -74,8 +74,25 @@ _COLUMNS = (
     "errors_total", "elapsed_ms", "reward_total", "steps_total", "kind_counts", "raw", "hash",
     "prev_hash",
 )  # fmt: skip
-_SELECT = ", ".join(_COLUMNS)
 Row = namedtuple("Row", _COLUMNS)
+
+# On SQLite, Django's connection converts declared datetime and bool columns with a Python
+# function per value (a fifth of a page's read time); the same columns as expressions come back
+# as text and integers: the timestamp is already ISO 8601 (ingest stores naive UTC).
+_SQLITE_EXPRESSIONS = {
+    "ts": "replace(ts, ' ', 'T') || 'Z' AS ts",
+    "is_error": "(is_error = 1) AS is_error",
+    "cost_unpriced": "(cost_unpriced = 1) AS cost_unpriced",
+}
+
+
+def _columns(names: Sequence[str]) -> str:
+    if connection.vendor == "sqlite":
+        return ", ".join(_SQLITE_EXPRESSIONS.get(name, name) for name in names)
+    return ", ".join(names)
+
+
+_PAIRED = ("seq", "kind", "source_type", "ts", "is_error")
 
 
 class ReplayParameterError(ValueError):
@@ -93,13 +110,13 @@ def _fetch(sql: str, params: Sequence[Any]) -> list[tuple]:
 
 
 def _rows(where: str, params: Sequence[Any], *, order: str = "seq", limit: int | None = None) -> list[Row]:
-    sql = f"SELECT {_SELECT} FROM {EVENT_TABLE} WHERE session_id = %s AND {where} ORDER BY {order}"
+    sql = f"SELECT {_columns(_COLUMNS)} FROM {EVENT_TABLE} WHERE session_id = %s AND {where} ORDER BY {order}"
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     return [Row._make(r) for r in _fetch(sql, params)]
 
 
-def _union_rows(arms: list[tuple[str, list[Any]]], *, columns: str = _SELECT) -> list[tuple]:
+def _union_rows(arms: list[tuple[str, list[Any]]], *, columns: str | None = None) -> list[tuple]:
     """One statement of several `(WHERE ..., ORDER BY ... LIMIT ...)` arms.
 
     Each arm reads one kind on the `(session, kind, seq)` index; a single `kind IN (...)` with
@@ -107,6 +124,7 @@ def _union_rows(arms: list[tuple[str, list[Any]]], *, columns: str = _SELECT) ->
     """
     if not arms:
         return []
+    columns = columns or _columns(_COLUMNS)
     parts = []
     params: list[Any] = []
     for i, (tail, arm_params) in enumerate(arms):
@@ -119,6 +137,8 @@ def _iso(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
+        if value.endswith("Z"):
+            return value
         value = parse_datetime(value)
         if value is None:
             return None
@@ -445,11 +465,20 @@ def steps_page(*, session: Session, offset: int, limit: int) -> dict[str, Any]:
 # Warnings
 
 
-def warnings_for(row: Row, *, session: Session) -> list[dict[str, Any]]:
+Thresholds = namedtuple("Thresholds", "cost_usd latency_ms repeated_failures")
+
+
+def thresholds() -> Thresholds:
+    """The warning thresholds, read once per request (settings are a lazy object)."""
+    return Thresholds(settings.WARN_STEP_COST_USD, settings.WARN_LATENCY_MS, settings.WARN_REPEATED_FAILURES)
+
+
+def warnings_for(row: Row, *, session: Session, limits: Thresholds | None = None) -> list[dict[str, Any]]:
     """Warnings triggered at this event (thresholds: settings.WARN_*; docs/api.md, "Warnings")."""
+    limits = limits or thresholds()
     found: list[dict[str, Any]] = []
-    cost_limit = settings.WARN_STEP_COST_USD
-    latency_limit = settings.WARN_LATENCY_MS
+    cost_limit = limits.cost_usd
+    latency_limit = limits.latency_ms
     if row.cost_usd is not None and cost_limit is not None and row.cost_usd > cost_limit:
         found.append({
             "type": "cost",
@@ -491,7 +520,7 @@ def warnings_for(row: Row, *, session: Session) -> list[dict[str, Any]]:
                 "value": open_ms,
                 "threshold": latency_limit,
             })
-    repeat_limit = settings.WARN_REPEATED_FAILURES
+    repeat_limit = limits.repeated_failures
     if row.fail_streak and row.fail_streak >= repeat_limit:
         found.append({
             "type": "repeated_failure",
@@ -514,7 +543,7 @@ def _step_index(row: Row, step_count: int) -> int | None:
     return min(index, step_count - 1)
 
 
-def _context_base(row: Row, session: Session, *, splice: bool) -> dict[str, Any]:
+def _context_base(row: Row, session: Session, *, splice: bool, limits: Thresholds | None = None) -> dict[str, Any]:
     return {
         "eventIndex": row.seq,
         "totalEvents": session.event_count,
@@ -525,7 +554,7 @@ def _context_base(row: Row, session: Session, *, splice: bool) -> dict[str, Any]
         "toolResults": [],
         "pendingApprovals": [],
         "errorCount": row.errors_total,
-        "warnings": warnings_for(row, session=session),
+        "warnings": warnings_for(row, session=session, limits=limits),
         "tokens": row.tokens_total,
         "reward": row.reward_total,
         "stepIndex": _step_index(row, session.step_count),
@@ -585,8 +614,7 @@ def context_at(*, session: Session, seq: int) -> dict[str, Any] | None:
     context["pairDurationMs"] = row.pair_duration_ms
     if row.pair_seq is not None:
         paired = _fetch(
-            f"SELECT seq, kind, source_type, ts, is_error FROM {EVENT_TABLE} "
-            "WHERE session_id = %s AND seq = %s",
+            f"SELECT {_columns(_PAIRED)} FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s",
             [session.pk, row.pair_seq],
         )
         if paired:
@@ -680,14 +708,20 @@ def _filtered_rows(session: Session, kinds: Sequence[str], first: int, last: int
     return sorted((Row._make(r) for r in _union_rows(arms)), key=lambda r: r.seq)
 
 
+def link_hash(prev_hash: str, raw: str) -> str:
+    """sha256(previous hash + the record's UTF-8 bytes), as ingest computes it."""
+    try:
+        data = (prev_hash + raw).encode()
+    except UnicodeEncodeError:  # a lone surrogate (from a "\\ud800" escape): ingest kept it
+        data = (prev_hash + raw).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
 def _chain_links(rows: list[Row], before: Row | None) -> bool:
     """Re-hash the page's own rows and check each links to the row before it when adjacent."""
     previous = before
     for row in rows:
-        digest = hashlib.sha256(
-            row.prev_hash.encode("ascii") + row.raw.encode("utf-8", "surrogatepass")
-        ).hexdigest()
-        if digest != row.hash:
+        if link_hash(row.prev_hash, row.raw) != row.hash:
             return False
         if row.seq == 0 and row.prev_hash != GENESIS_HASH:
             return False
@@ -743,7 +777,7 @@ def replay_page(
     paired: dict[int, dict[str, Any]] = {}
     if missing_pairs:
         for found in _fetch(
-            f"SELECT seq, kind, source_type, ts, is_error FROM {EVENT_TABLE} WHERE session_id = %s "
+            f"SELECT {_columns(_PAIRED)} FROM {EVENT_TABLE} WHERE session_id = %s "
             f"AND seq IN ({', '.join(['%s'] * len(missing_pairs))})",
             [session.pk, *missing_pairs],
         ):
@@ -816,15 +850,26 @@ def _page_contexts(
 
     contexts = []
     referenced: set[int] = set()
+    # Each step's history is a window of these sorted lists, and windows only move forward:
+    # collect their union as merged index ranges instead of set-adding 100 seqs per step.
+    llm_spans = _Spans()
+    tool_spans = _Spans()
+    limits = thresholds()
     for row in rows:
-        context = _context_base(row, session, splice=splice)
+        context = _context_base(row, session, splice=splice, limits=limits)
         end = bisect.bisect_right(llm_seqs, row.seq)
-        context["llmHistory"] = llm_seqs[max(0, end - HISTORY_LIMIT):end]
+        start = max(0, end - HISTORY_LIMIT)
+        context["llmHistory"] = llm_seqs[start:end]
+        llm_spans.add(start, end)
         end = bisect.bisect_right(tool_seqs, row.seq)
-        context["toolResults"] = tool_seqs[max(0, end - HISTORY_LIMIT):end]
-        context["pendingApprovals"] = _pending(requests, row.seq) if requests else []
-        referenced.update(context["llmHistory"], context["toolResults"], context["pendingApprovals"])
+        start = max(0, end - HISTORY_LIMIT)
+        context["toolResults"] = tool_seqs[start:end]
+        tool_spans.add(start, end)
+        if requests:
+            context["pendingApprovals"] = _pending(requests, row.seq)
+            referenced.update(context["pendingApprovals"])
         contexts.append(context)
+    referenced.update(llm_spans.values(llm_seqs), tool_spans.values(tool_seqs))
 
     outside = sorted(seq for seq in referenced if seq not in by_seq)
     fetch = [seq for seq in outside if seq not in known]
@@ -843,6 +888,24 @@ def _page_contexts(
         else:
             maps["approvals"][seq] = event_dict(row, splice=splice)
     return contexts
+
+
+class _Spans:
+    """The union of [start, end) index ranges added in non-decreasing order."""
+
+    def __init__(self) -> None:
+        self.spans: list[list[int]] = []
+
+    def add(self, start: int, end: int) -> None:
+        if start >= end:
+            return
+        if self.spans and start <= self.spans[-1][1]:
+            self.spans[-1][1] = max(self.spans[-1][1], end)
+        else:
+            self.spans.append([start, end])
+
+    def values(self, items: list[int]) -> list[int]:
+        return [value for start, end in self.spans for value in items[start:end]]
 
 
 def resolve_page_context(page: dict[str, Any]) -> list[dict[str, Any] | None]:
