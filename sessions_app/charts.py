@@ -122,7 +122,7 @@ def latency_figure(*, session: Session) -> dict[str, Any]:
             rows = list(of_kind.order_by("seq").values_list("seq", "pair_duration_ms", "tool")[:MAX_POINTS])
             label = [tool or kind for *_, tool in rows]
         else:
-            width = max(1, session.event_count // MAX_POINTS)
+            width = max(1, -(-session.event_count // MAX_POINTS))  # ceil: at most MAX_POINTS buckets
             grouped = (
                 of_kind.annotate(bucket=_bucket(width))
                 .values("bucket")

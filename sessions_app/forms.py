@@ -189,7 +189,8 @@ class MultipleFileField(forms.FileField):
 
 
 class UploadForm(forms.Form):
-    files = MultipleFileField(label="Session files")
+    # Empty files reach accept_upload, whose message names the file among several.
+    files = MultipleFileField(label="Session files", allow_empty_file=True)
     project = forms.ModelChoiceField(queryset=Project.objects.all(), to_field_name="slug", required=False,
                                      empty_label="Default project")
     format = forms.ChoiceField(required=False, label="Format")

@@ -52,6 +52,8 @@ class Frame:
     kinds: list[str]
     block: dict[str, Any] | None = None
     children: list[dict[str, Any]] = field(default_factory=list)
+    conversation: list[dict[str, Any]] = field(default_factory=list)
+    typing: str = ""  # the agent's reply so far, rebuilt from this turn's streamed chunks
     variables: list[tuple[str, str]] = field(default_factory=list)  # (name, clipped value)
     variables_hidden: int = 0
     memory: list[str] = field(default_factory=list)
@@ -78,6 +80,21 @@ def _epoch_ms(iso: str | None) -> float | None:
         return None
 
 
+def message_text(payload: Any) -> str:
+    """The text of a user or agent message: `text` (daycare, flux0's rebuilt messages) or the
+    content parts of a flux0 emitted message."""
+    if not isinstance(payload, dict):
+        return _text(payload)
+    if isinstance(payload.get("text"), str):
+        return payload["text"]
+    data = payload.get("data")
+    if isinstance(data, dict) and isinstance(data.get("parts"), list):
+        return "".join(
+            part.get("content", "") for part in data["parts"] if isinstance(part, dict) and isinstance(part.get("content"), str)
+        )
+    return ""
+
+
 def preview(event: dict[str, Any]) -> str:
     """A one-line description of an event from its payload (display text, escaped later)."""
     payload = event.get("payload")
@@ -87,6 +104,10 @@ def preview(event: dict[str, Any]) -> str:
         last = payload["messages"][-1]
         if isinstance(last, dict):
             return _clip(_text(last.get("content")))
+    if event.get("kind") in (Kind.USER_MESSAGE, Kind.AGENT_MESSAGE):
+        text = message_text(payload)
+        if text:
+            return _clip(text)
     for key in _PREVIEW_KEYS:
         value = payload.get(key)
         if value not in (None, "", [], {}):
@@ -206,6 +227,8 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
             frame.block = run_python_block(session=session, seq=seq, context=context)
         if _kind_totals(session).get(Kind.CHILD_SPAWN):
             frame.children = child_agents(session=session, seq=seq)
+        if _kind_totals(session).get(Kind.USER_MESSAGE):
+            frame.conversation, frame.typing = conversation(session=session, seq=seq, kinds=_kind_totals(session))
     return frame
 
 
@@ -320,3 +343,37 @@ def step_seqs(*, session: Session, start: int, stop: int) -> dict[int, int]:
     return dict(
         Event.objects.filter(session=session, step_pos__gte=start, step_pos__lt=stop).values_list("step_pos", "seq")
     )
+
+
+CONVERSATION_MESSAGES = 10
+TYPING_CHUNKS = 2000
+
+
+def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[list[dict[str, Any]], str]:
+    """The last user and agent messages up to `seq` (flux0's rebuilt message of each turn,
+    daycare's messages), oldest first, and, while a turn is still streaming, the reply so far
+    rebuilt from its chunks (text appended at `/-`, as flux0 streams message text). `kinds` are
+    the session's counts by kind: kinds it never had are not looked for."""
+    found: list[tuple[int, str, str]] = []
+    for kind in (k for k in (Kind.USER_MESSAGE, Kind.AGENT_MESSAGE) if kinds.get(k)):
+        found += Event.objects.filter(session=session, kind=kind, seq__lte=seq).order_by("-seq").values_list(
+            "seq", "kind", "payload"
+        )[:CONVERSATION_MESSAGES]
+    found.sort()
+    found = found[-CONVERSATION_MESSAGES:]
+    messages = [
+        {"seq": s, "kind": kind, "user": kind == Kind.USER_MESSAGE, "text": _clip_block(message_text(orjson.loads(p)), 4000)}
+        for s, kind, p in found
+    ]
+    typing = ""
+    if messages and messages[-1]["user"] and kinds.get(Kind.CHUNK):
+        pieces: list[str] = []
+        for (payload_text,) in Event.objects.filter(
+            session=session, kind=Kind.CHUNK, seq__gt=messages[-1]["seq"], seq__lte=seq
+        ).order_by("seq").values_list("payload")[:TYPING_CHUNKS]:
+            payload = orjson.loads(payload_text)
+            for patch in payload.get("patches") or []:
+                if isinstance(patch, dict) and patch.get("path") == "/-" and isinstance(patch.get("value"), str):
+                    pieces.append(patch["value"])
+        typing = _clip_block("".join(pieces), 4000)
+    return messages, typing

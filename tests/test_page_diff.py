@@ -1,0 +1,103 @@
+"""The diff view: two sessions' steps side by side, the first divergence, metric deltas, the
+synchronized scrubber's partial, links into both players."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from sessions_app.models import Event, Session
+
+from .builders_dashboard import build_session, conversation_events, logged_in, user  # noqa: F401
+
+COMPARE = reverse("sessions:diff")
+
+
+@pytest.fixture
+def pair(db) -> tuple[Session, Session]:
+    a = build_session(conversation_events(turns=3), source_session_id="run-a", task="first try")
+    events = conversation_events(turns=4)
+    # B's second step runs different code: the sessions diverge at step 1.
+    step_ends = [e for e in events if e.step_state is not None]
+    step_ends[1].step_state = {**step_ends[1].step_state, "action_code": "x = 'other'"}
+    b = build_session(events, source_session_id="run-b", task="second try")
+    return a, b
+
+
+def test_full_page_shows_divergence_deltas_and_aligned_steps(logged_in, pair):
+    a, b = pair
+    response = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk})
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" in html
+    assert "First divergence at step 1</strong>: Different code" in html
+    assert 'class="divergence-row" id="diff-step-1"' in html
+    rows = re.findall(r'<tr class="[^"]*" id="diff-step-(\d+)"', html)
+    assert [int(r) for r in rows] == [0, 1, 2, 3]  # B's extra step is aligned against nothing
+    # Deltas are B - A.
+    assert "<td>Steps</td><td class=\"num\">3</td><td class=\"num\">4</td><td class=\"num\">1</td>" in html
+    assert f"<td class=\"num\">{b.tokens - a.tokens}</td>" in html
+    assert 'id="diff-scrubber"' in html and 'id="diff-offset"' in html
+    assert "HX-Request" in response["Vary"]
+
+
+def test_every_row_links_into_both_players_at_that_step(logged_in, pair):
+    a, b = pair
+    html = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk}).content.decode()
+    for session in (a, b):
+        for pos, seq in Event.objects.filter(session=session, step_pos__isnull=False).values_list("step_pos", "seq"):
+            assert f'href="{reverse("sessions:player", args=[session.pk])}?step={seq}"' in html, (session, pos)
+
+
+def test_htmx_request_gets_only_the_rows_from_the_scrubber_offset(logged_in, pair):
+    a, b = pair
+    response = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk, "offset": 2}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="diff-rows"')
+    assert "<html" not in html and 'id="diff-scrubber"' not in html
+    assert [int(r) for r in re.findall(r'id="diff-step-(\d+)"', html)] == [2, 3]
+
+
+def test_history_restore_request_gets_the_full_page(logged_in, pair):
+    a, b = pair
+    response = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk, "offset": 2}, HTTP_HX_REQUEST="true",
+                             HTTP_HX_HISTORY_RESTORE_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert "<html" in html and 'id="diff-scrubber"' in html and 'value="2"' in html
+
+
+def test_anonymous_visitor_is_sent_to_login_and_sees_no_steps(client, pair):
+    a, b = pair
+    response = client.get(COMPARE, {"a": a.pk, "b": b.pk})
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    assert b"run-a" not in response.content
+
+
+@pytest.mark.parametrize("params", [{}, {"a": "1"}, {"a": "x", "b": "y"}, {"a": "1", "b": "1"}])
+def test_bad_parameters_get_a_clear_400(logged_in, pair, params):
+    response = logged_in.get(COMPARE, params)
+    assert response.status_code == 400
+    assert b"Pick" in response.content or b"This field is required" in response.content or b"whole number" in response.content
+
+
+def test_unknown_session_is_404(logged_in, pair):
+    assert logged_in.get(COMPARE, {"a": pair[0].pk, "b": 10**6}).status_code == 404
+
+
+def test_identical_sessions_have_no_divergence(logged_in, db):
+    a = build_session(conversation_events(turns=2), source_session_id="x")
+    b = build_session(conversation_events(turns=2), source_session_id="y")
+    html = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk}).content.decode()
+    assert "No divergence</strong>: the steps match" in html
+    assert "divergence-row" not in html
+
+
+def test_step_code_in_the_diff_is_escaped(logged_in, db):
+    a = build_session(conversation_events(turns=1), source_session_id="x")
+    events = conversation_events(turns=1)
+    end = next(e for e in events if e.step_state is not None)
+    end.step_state = {**end.step_state, "action_code": "print('<script>window.__pwned=1</script>')"}
+    b = build_session(events, source_session_id="y")
+    html = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk}).content.decode()
+    assert "<script>window.__pwned" not in html and "&lt;script&gt;window.__pwned" in html

@@ -1,0 +1,381 @@
+"""The player page: full page, the frame partial with its out-of-band panels, history restore,
+login, pinned query counts, filters that leave the context alone, hostile payloads, daycare
+blocks, flux0 turns, child agents, checkpoints, search, charts and the scrubber overview."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from sessions_app import charts, timeline
+from sessions_app.canonical import Kind
+from sessions_app.importing import import_file
+from sessions_app.models import Checkpoint, Event, Project, Session
+
+from .builders_dashboard import (  # noqa: F401
+    XSS_IMG,
+    XSS_SCRIPT,
+    build_session,
+    child_agent_events,
+    conversation_events,
+    hostile_events,
+    logged_in,
+    turn_length,
+    user,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def url(session: Session) -> str:
+    return reverse("sessions:player", args=[session.pk])
+
+
+def frame_data(html: str) -> dict:
+    found = re.search(r'<script id="frame-data" type="application/json">(.*?)</script>', html, re.S)
+    assert found, "the frame carries its navigation facts"
+    return json.loads(found.group(1))
+
+
+def current_row(html: str) -> int:
+    found = re.search(r'aria-current="step">\s*<a href="[^"]*" data-seq="(\d+)"', html)
+    assert found
+    return int(found.group(1))
+
+
+def context_panel(html: str) -> str:
+    start = html.index('<section id="context-panel"')
+    return html[start: html.index("</section>\n", html.index("Pending approvals", start))]
+
+
+@pytest.fixture
+def talk(db) -> Session:
+    return build_session(conversation_events(turns=3), source_session_id="talk", task="answer questions")
+
+
+def test_full_page_has_every_control_and_panel(logged_in, talk):
+    response = logged_in.get(url(talk), {"step": 5})
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" in html
+    for element_id in ("scrubber", "scrubber-overview", "step-list", "play", "step-back", "step-forward", "speed",
+                       "filters", "context-panel", "search-q", "checkpoint-form", "charts", "chain-badge"):  # fmt: skip
+        assert f'id="{element_id}"' in html, element_id
+    assert current_row(html) == 5
+    assert frame_data(html)["seq"] == 5
+    assert 'id="scrubber-data"' in html
+    # Exports of all three kinds, through the API the login cookie opens.
+    for fmt in ("jsonl", "snapshot", "original"):
+        assert f"{reverse('api:export', args=[talk.pk])}?format={fmt}" in html
+    assert "HX-Request" in response["Vary"]
+
+
+def test_htmx_request_gets_the_step_list_with_side_panels_out_of_band(logged_in, talk):
+    response = logged_in.get(url(talk), {"step": 7, "speed": "5"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="step-list"')
+    assert "<html" not in html and 'id="filters"' not in html and 'id="scrubber"' not in html
+    assert '<section id="context-panel" class="context-panel" aria-label="Context at event #7" hx-swap-oob="true">' in html
+    assert '<output id="step-status" class="step-status" hx-swap-oob="true">' in html
+    assert current_row(html) == 7
+    # Links inside the frame keep the player's state.
+    href = re.search(r'<a href="([^"]*)" data-seq="8"', html).group(1)
+    assert href.startswith("?step=8&amp;") and "speed=5" in href
+    assert "HX-Request" in response["Vary"]
+
+
+def test_history_restore_request_gets_the_full_page(logged_in, talk):
+    response = logged_in.get(url(talk), {"step": 7}, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true")
+    html = response.content.decode()
+    assert "<html" in html and 'id="filters"' in html and 'id="scrubber"' in html
+    assert current_row(html) == 7
+    assert 'hx-swap-oob' not in html.split('id="step-list"')[1].split("</section>")[0]
+
+
+@pytest.mark.parametrize("path", ["player", "search", "charts"])
+def test_anonymous_visitor_is_sent_to_login_and_sees_nothing(client, talk, path):
+    target = url(talk) if path == "player" else reverse(f"sessions:{path}", args=[talk.pk])
+    response = client.get(target, {"q": "question"})
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login") + "?next=")
+    assert b"question" not in response.content and b"talk" not in response.content
+
+
+def test_anonymous_cannot_write_checkpoints_or_verify(client, talk):
+    assert client.post(reverse("sessions:checkpoint", args=[talk.pk]), {"name": "x", "step": 1}).status_code == 302
+    assert client.post(reverse("sessions:verify", args=[talk.pk])).status_code == 302
+    assert not Checkpoint.objects.exists()
+
+
+def test_anonymous_htmx_step_request_is_redirected_by_htmx(client, talk):
+    response = client.get(url(talk), {"step": 3}, HTTP_HX_REQUEST="true")
+    assert response["HX-Redirect"].startswith(reverse("login"))
+    assert b"step-list" not in response.content
+
+
+def test_unknown_session_is_404(logged_in, talk):
+    assert logged_in.get(reverse("sessions:player", args=[talk.pk + 100])).status_code == 404
+
+
+# Pinned query counts, at an event inside an open step of a conversation with errors:
+# Django's session and user rows, the session, the window (1), the context (9: event row,
+# history, keyframe, state changes, paired event, the open step's seq, its StepState, and that
+# step's keyframe and changes), the next turn boundary (1), next/previous error (2 each), and
+# the conversation's last user messages (1).
+FRAME_QUERIES = 19
+PAGE_QUERIES = FRAME_QUERIES + 3  # + overview samples, checkpoint marks, checkpoint list
+
+
+def test_step_partial_query_count_is_pinned(logged_in, talk, django_assert_num_queries):
+    with django_assert_num_queries(FRAME_QUERIES):
+        response = logged_in.get(url(talk), {"step": 14}, HTTP_HX_REQUEST="true")
+    assert current_row(response.content.decode()) == 14
+
+
+def test_full_page_query_count_is_pinned(logged_in, talk, django_assert_num_queries):
+    with django_assert_num_queries(PAGE_QUERIES):
+        response = logged_in.get(url(talk), {"step": 14})
+    assert response.status_code == 200
+
+
+def test_query_count_does_not_depend_on_session_length(logged_in, make_session):
+    small, large = make_session(events=60), make_session(events=3000)
+    counts = []
+    for session, seq in ((small, 30), (large, 2950)):
+        with CaptureQueriesContext(connection) as queries:
+            logged_in.get(url(session), {"step": seq}, HTTP_HX_REQUEST="true")
+        counts.append(len(queries))
+    assert counts[0] == counts[1]
+
+
+def test_step_defaults_and_bounds(logged_in, talk):
+    assert frame_data(logged_in.get(url(talk)).content.decode())["seq"] == 0
+    last = talk.event_count - 1
+    assert frame_data(logged_in.get(url(talk), {"step": 10**9}).content.decode())["seq"] == last
+    assert frame_data(logged_in.get(url(talk), {"step": "-4"}).content.decode())["seq"] == 0
+    assert frame_data(logged_in.get(url(talk), {"step": "abc", "speed": "99", "types": "nope"}).content.decode())["seq"] == 0
+
+
+def test_frame_knows_neighbours_turn_boundary_and_errors(logged_in, talk):
+    turn = turn_length()
+    data = frame_data(logged_in.get(url(talk), {"step": 2}).content.decode())
+    assert (data["prev"], data["next"]) == (1, 3)
+    assert data["turn"] == turn  # the next user message
+    assert data["next_error"] == turn + 10  # the failing tool call of the second turn
+    assert data["prev_error"] is None
+    later = frame_data(logged_in.get(url(talk), {"step": 2 * turn + 1}).content.decode())
+    assert later["turn"] is None and later["prev_error"] == turn + 11  # the failed step closes it
+    assert later["next_error"] is None
+
+
+def test_filters_hide_kinds_but_leave_the_context_numbers_alone(logged_in, talk):
+    seq = 17
+    everything = logged_in.get(url(talk), {"step": seq}, HTTP_HX_REQUEST="true").content.decode()
+    filtered = logged_in.get(url(talk), {"step": seq, "types": "tool_call,tool_error"}, HTTP_HX_REQUEST="true").content.decode()
+    shown = {int(s) for s in re.findall(r'<li class="event kind-(?:\w+)[^"]*"[^>]*>\s*<a href="[^"]*" data-seq="(\d+)"', filtered)}
+    kinds = dict(Event.objects.filter(session=talk).values_list("seq", "kind"))
+    assert shown and all(kinds[s] in {"tool_call", "tool_error"} for s in shown)
+    assert len(shown) < talk.event_count
+    def without_links(html: str) -> str:
+        return re.sub(r'href="[^"]*"', "", context_panel(html))
+
+    assert without_links(everything) == without_links(filtered)
+    data = frame_data(filtered)
+    assert kinds[data["next"]] in {"tool_call", "tool_error"} and kinds[data["prev"]] in {"tool_call", "tool_error"}
+
+
+def test_hostile_payloads_are_shown_as_text(logged_in, db):
+    session = build_session(hostile_events(), source_session_id="<i>evil</i>", task=XSS_SCRIPT)
+    for step in range(session.event_count):
+        html = logged_in.get(url(session), {"step": step}).content.decode()
+        assert XSS_SCRIPT not in html and XSS_IMG not in html and "<b>tool</b>" not in html
+        assert "<i>evil</i>" not in html
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html  # the step's memory note
+    assert "&lt;img src=" in html
+
+
+def test_step_state_shows_code_highlighted_and_output_only_once_it_happened(logged_in, talk):
+    before = context_panel(logged_in.get(url(talk), {"step": 3}).content.decode())
+    assert '<span class="tok-bi">print</span>' in before  # the open step's code, highlighted
+    assert "out 0" not in before and "in progress" in before
+    closing = turn_length() - 1
+    after = context_panel(logged_in.get(url(talk), {"step": closing}).content.decode())
+    assert "out 0" in after and "success" in after
+
+
+def test_context_panel_shows_totals_history_memory_and_variables_at_that_step(logged_in, talk):
+    seq = turn_length() + 4  # second turn, after its second LLM response
+    panel = context_panel(logged_in.get(url(talk), {"step": seq}).content.decode())
+    row = Event.objects.get(session=talk, seq=seq)
+    assert f"${row.cost_total:.4f}" in panel and f"<dd>{row.tokens_total}</dd>" in panel
+    assert "note 0" in panel and "note 1" not in panel  # memory as it was then
+    assert "<th>v0</th>" in panel and "<th>v1</th>" not in panel
+    assert "answer 1.1" in panel  # LLM history up to this point
+    assert "question 1" in panel  # conversation so far
+
+
+def test_daycare_block_shows_inner_calls_print_output_and_recovery_phase(logged_in, db):
+    (outcome,) = import_file(path=FIXTURES / "daycare" / "pending_tool_call.jsonl", project=Project.get_default())
+    session = outcome.session
+    assert session.metadata["pending_phase"] == "tool_call"
+    last = session.event_count - 1
+    html = logged_in.get(url(session), {"step": last}).content.decode()
+    assert "pending recovery: tool_call" in html
+    panel = context_panel(html)
+    assert "run_python block" in panel
+    assert "github_issue" in panel and "Crash on resume" in panel  # inner call, result, print output
+    assert '<span class="tok-kw">for</span>' in panel  # the block's code, highlighted
+    assert "interrupted" in panel
+
+
+def test_daycare_complete_block_shows_result_and_error(logged_in, db):
+    (outcome,) = import_file(path=FIXTURES / "daycare" / "complete_new.jsonl", project=Project.get_default())
+    session = outcome.session
+    closing = Event.objects.get(session=session, step_pos=0).seq
+    panel = context_panel(logged_in.get(url(session), {"step": closing}).content.decode())
+    assert "channel_not_found" in panel and "send_message" in panel and "github_search" in panel
+    middle = context_panel(logged_in.get(url(session), {"step": closing - 3}).content.decode())
+    assert "<strong>github_search</strong>" in middle  # only what had happened by then
+    assert "<strong>send_message</strong>" not in middle and "channel_not_found" not in middle
+
+
+def test_flux0_turns_show_rebuilt_messages_and_the_reply_while_it_streams(logged_in, db):
+    (outcome,) = import_file(path=FIXTURES / "flux0" / "support_chat.jsonl", project=Project.get_default())
+    session = outcome.session
+    streaming = context_panel(logged_in.get(url(session), {"step": 6}).content.decode())
+    assert "agent (streaming)" in streaming and "Sorry to hear that!" in streaming
+    assert "arrives tomorrow" not in streaming
+    later = context_panel(logged_in.get(url(session), {"step": 12}).content.decode())
+    assert "Sorry to hear that! Order #4411 shipped on Monday and arrives tomorrow." in later
+    step_list = logged_in.get(url(session), {"step": 6}).content.decode()
+    assert "× chunk" in step_list  # the streamed chunks fold into one row
+
+
+def test_child_agents_are_nested_with_their_own_cost(logged_in, db):
+    session = build_session(child_agent_events(), source_session_id="parent")
+    html = logged_in.get(url(session), {"step": 5}).content.decode()
+    assert 'class="event kind-llm_response depth-1' in html
+    panel = context_panel(html)
+    assert "kid-1" in panel and "own cost $0.2500" in panel
+    running = context_panel(logged_in.get(url(session), {"step": 3}).content.decode())
+    assert "kid-1" in running and "running" in running
+
+
+def test_checkpoint_is_saved_at_the_current_step_and_marked_on_the_scrubber(logged_in, talk):
+    response = logged_in.post(reverse("sessions:checkpoint", args=[talk.pk]), {"name": "before <retry>", "step": 9},
+                              HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<section id="checkpoints"')
+    assert Checkpoint.objects.get(session=talk).seq == 9
+    assert "before &lt;retry&gt;" in html and 'data-seq="9"' in html
+    assert 'id="scrubber-overview" class="scrubber-overview" hx-swap-oob="true"' in html
+    assert "checkpoint before &lt;retry&gt; (#9)" in html
+    bad = logged_in.post(reverse("sessions:checkpoint", args=[talk.pk]), {"name": "", "step": 9}, HTTP_HX_REQUEST="true")
+    assert bad.status_code == 400 and b"needs a name" in bad.content
+
+
+def test_search_lists_matches_from_the_current_step(logged_in, talk):
+    response = logged_in.get(reverse("sessions:search", args=[talk.pk]), {"q": "answer 2", "step": 0},
+                             HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="search-results"')
+    seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', html)]
+    payloads = {e.seq: e.payload for e in Event.objects.filter(session=talk, seq__in=seqs)}
+    assert seqs and all("answer 2" in payloads[s] for s in seqs)
+    errors = logged_in.get(reverse("sessions:search", args=[talk.pk]), {"errors": "on", "step": 0}, HTTP_HX_REQUEST="true")
+    error_seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', errors.content.decode())]
+    assert error_seqs == [turn_length() + 10, turn_length() + 11]
+
+
+def test_verify_rehashes_and_reports_the_broken_seq(logged_in, talk):
+    Event.objects.filter(session=talk, seq=4).update(raw='{"tampered": true}')
+    response = logged_in.post(reverse("sessions:verify", args=[talk.pk]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert b"broken at seq 4" in response.content
+    assert b"broken at seq 4" in logged_in.get(url(talk)).content
+
+
+def test_live_session_page_follows_the_tail(logged_in, db):
+    session = build_session(conversation_events(turns=1), finish=False, source_session_id="live")
+    html = logged_in.get(url(session)).content.decode()
+    assert 'data-live="true"' in html
+    assert reverse("api:tail_session", args=[session.pk]) in html
+    assert frame_data(html)["seq"] == session.event_count - 1  # a live session opens at its newest event
+    partial = logged_in.get(url(session), {"step": 1}, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="scrubber-overview" class="scrubber-overview" hx-swap-oob="true"' in partial
+
+
+def test_charts_partial_holds_four_figures_whose_points_name_their_seq(logged_in, talk):
+    response = logged_in.get(reverse("sessions:charts", args=[talk.pk]), HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="charts"')
+    assert "vendor/plotly/plotly.min.js" in html
+    data = json.loads(re.search(r'<script id="chart-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    assert set(data["figures"]) == {"reward", "cost", "tokens", "latency"}
+    steps = list(Event.objects.filter(session=talk, step_pos__isnull=False).order_by("seq").values_list("seq", "reward_total"))
+    cumulative = data["figures"]["reward"]["data"][1]
+    assert cumulative["customdata"] == [seq for seq, _ in steps]
+    assert cumulative["y"] == [total for _, total in steps]
+
+
+def test_charts_of_a_long_session_are_sampled(make_session):
+    session = make_session(events=5000)
+    figures = charts.player_figures(session=session)["figures"]
+    for name, figure in figures.items():
+        for trace in figure["data"]:
+            assert len(trace["x"]) <= charts.MAX_POINTS, name
+    cost = figures["cost"]["data"][0]
+    last = Event.objects.get(session=session, seq=session.event_count - 1)
+    assert cost["x"][-1] == last.seq and cost["y"][-1] == pytest.approx(last.cost_total, abs=1e-6)
+    latency = figures["latency"]["data"][0]
+    assert max(latency["y"]) == pytest.approx(
+        max(Event.objects.filter(session=session, kind=Kind.LLM_CALL).values_list("pair_duration_ms", flat=True)), abs=0.1
+    )
+
+
+def test_scrubber_overview_counts_every_event_once_and_marks_errors(make_session):
+    session = make_session(events=1000)
+    overview = timeline.session_overview(session=session, buckets=120)
+    assert overview.samples[0] == [-1, 0.0] and overview.samples[-1] == [999, 1.0]
+    xs = [x for _, x in overview.samples]
+    assert xs == sorted(xs)
+    # Every column is drawn full height, split by kind: the total drawn height equals columns.
+    drawn = sum(float(h) for d in overview.paths.values() for h in re.findall(r"v([\d.]+)h", d))
+    assert drawn == pytest.approx(timeline.HEIGHT * 120, rel=1e-3)
+    errors_buckets = overview.error_buckets
+    assert errors_buckets > 0 and overview.error_path.count("M") == errors_buckets
+
+
+def test_scrubber_positions_follow_time_and_compress_idle_gaps(db):
+    from datetime import timedelta
+
+    from .builders_dashboard import _event
+
+    events = [_event(i, Kind.NOTE) for i in range(10)]
+    for i, event in enumerate(events):
+        event.timestamp = events[0].timestamp + timedelta(seconds=i if i < 5 else 3600 + i)
+    session = build_session(events, source_session_id="idle")
+    overview = timeline.session_overview(session=session)
+    assert len(overview.idle) == 1 and overview.idle[0].seconds == pytest.approx(3601, abs=1)
+    # The hour of idling does not squeeze the ten events into a sliver of the scrubber.
+    assert timeline.position_of(4, overview.samples) > 0.2
+    assert timeline.position_of(5, overview.samples) > timeline.position_of(4, overview.samples)
+
+
+def test_highlighter_escapes_everything_it_wraps():
+    from sessions_app.highlighting import highlight_json, highlight_python
+
+    html = highlight_python("x = '</pre><script>alert(1)</script>'  # <b>\nif x: pass")
+    assert "<script>" not in html and "&lt;/pre&gt;&lt;script&gt;" in html and '<span class="tok-kw">if</span>' in html
+    assert "&lt;b&gt;" in html
+    broken = highlight_python("def (:\n  <img src=x onerror=1>")
+    assert "<img" not in broken and "&lt;img" in broken
+    data = highlight_json(orjson.dumps({"k": "<img src=x onerror=1>"}, option=orjson.OPT_INDENT_2).decode())
+    assert "<img" not in data and '<span class="tok-key">' in data

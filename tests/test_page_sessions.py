@@ -1,0 +1,225 @@
+"""The sessions page: list, filters, keyset pages, upload form and live import progress."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from sessions_app import jobs
+from sessions_app.models import Event, ImportJob, Project, Session
+
+from .builders_dashboard import conversation_events, build_session, logged_in, user  # noqa: F401
+from .builders_rlm import record_failing_session
+
+LIST = reverse("sessions:list")
+
+
+def _ids(html: str) -> list[int]:
+    return [int(pk) for pk in re.findall(r'<tr data-session="(\d+)">', html)]
+
+
+@pytest.fixture
+def two_sessions(db) -> tuple[Session, Session]:
+    ok = build_session(conversation_events(turns=1), source_session_id="run-ok", task="sort the list",
+                       model="gpt-4o")  # fmt: skip
+    bad = build_session(conversation_events(turns=2), source_session_id="run-bad", task="fetch the page",
+                        model="claude-3")  # fmt: skip
+    Session.objects.filter(pk=ok.pk).update(chain_valid=True)
+    Session.objects.filter(pk=bad.pk).update(chain_valid=False, chain_broken_seq=7, status=Session.Status.FAILED)
+    return Session.objects.get(pk=ok.pk), Session.objects.get(pk=bad.pk)
+
+
+def test_full_page_lists_sessions_with_their_totals_and_chain_status(logged_in, two_sessions):
+    ok, bad = two_sessions
+    response = logged_in.get(LIST)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "<html" in html and 'id="upload-form"' in html and 'id="session-filters"' in html
+    assert set(_ids(html)) == {ok.pk, bad.pk}
+    row = html[html.index(f'<tr data-session="{bad.pk}">'):]
+    row = row[: row.index("</tr>")]
+    assert f">{bad.step_count}<" in row and f">{bad.event_count}<" in row and f">{bad.tokens}<" in row
+    assert f"${bad.cost_usd:.4f}" in row
+    assert "broken at seq 7" in row
+    assert "verified" in html
+    assert response["Vary"] and "HX-Request" in response["Vary"]
+
+
+def test_htmx_request_gets_only_the_session_table(logged_in, two_sessions):
+    response = logged_in.get(LIST, {"q": "sort"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="session-table"')
+    assert "<html" not in html and 'id="upload-form"' not in html
+    assert _ids(html) == [two_sessions[0].pk]
+    assert "HX-Request" in response["Vary"]
+
+
+def test_history_restore_request_gets_the_full_page(logged_in, two_sessions):
+    response = logged_in.get(LIST, {"q": "sort"}, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true")
+    html = response.content.decode()
+    assert "<html" in html and 'id="upload-form"' in html
+    assert _ids(html) == [two_sessions[0].pk]
+
+
+def test_anonymous_visitor_is_sent_to_login_and_sees_no_session(client, two_sessions):
+    response = client.get(LIST)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login") + "?next=")
+    assert b"run-ok" not in response.content
+    imports = client.get(reverse("sessions:imports"))
+    assert imports.status_code == 302
+    upload = client.post(reverse("sessions:upload"), {"files": SimpleUploadedFile("a.jsonl", b"{}\n")})
+    assert upload.status_code == 302 and ImportJob.objects.count() == 0
+
+
+def test_anonymous_htmx_request_is_told_to_load_the_login_page(client, two_sessions):
+    response = client.get(LIST, HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/sessions/?q=x")
+    assert response.status_code == 200
+    assert response["HX-Redirect"].startswith(reverse("login") + "?next=")
+    assert b"run-ok" not in response.content
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"q": "fetch"}, ["bad"]),
+        ({"model": "claude"}, ["bad"]),
+        ({"status": "failed"}, ["bad"]),
+        ({"status": "completed"}, ["ok"]),
+        ({"errors": "yes"}, ["bad"]),
+        ({"errors": "no"}, ["ok"]),
+        ({"format": "canonical"}, ["bad", "ok"]),
+        ({"format": "flux0"}, []),
+        ({"project": "default"}, ["bad", "ok"]),
+        ({"start": "2026-02-08", "end": "2026-02-08"}, ["bad", "ok"]),
+        ({"start": "2026-02-09"}, []),
+        ({"end": "2026-02-07"}, []),
+    ],
+)
+def test_filters_narrow_the_list(logged_in, two_sessions, params, expected):
+    ok, bad = two_sessions
+    by_name = {"ok": ok.pk, "bad": bad.pk}
+    html = logged_in.get(LIST, params, HTTP_HX_REQUEST="true").content.decode()
+    assert sorted(_ids(html)) == sorted(by_name[name] for name in expected)
+
+
+def test_sort_orders_rows(logged_in, two_sessions):
+    ok, bad = two_sessions
+    html = logged_in.get(LIST, {"sort": "-events"}, HTTP_HX_REQUEST="true").content.decode()
+    assert _ids(html) == [bad.pk, ok.pk]
+    html = logged_in.get(LIST, {"sort": "created"}, HTTP_HX_REQUEST="true").content.decode()
+    assert _ids(html) == [ok.pk, bad.pk]
+
+
+def test_bad_query_values_fall_back_instead_of_failing(logged_in, two_sessions):
+    response = logged_in.get(LIST, {"sort": "drop table", "start": "yesterday", "errors": "maybe",
+                                    "project": "nope", "after": "garbage"})  # fmt: skip
+    assert response.status_code == 200
+    assert set(_ids(response.content.decode())) == {s.pk for s in two_sessions}
+
+
+def test_keyset_pages_cover_every_session_once_in_both_directions(logged_in, project):
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    made = [
+        Session.objects.create(project=project, source_format="canonical", source_session_id=f"s{i}",
+                               created_at=base + timedelta(minutes=i // 3), tokens=i % 4)  # fmt: skip
+        for i in range(123)
+    ]
+    seen: list[int] = []
+    params: dict[str, str] = {"sort": "-tokens"}
+    pages = []
+    while True:
+        html = logged_in.get(LIST, params, HTTP_HX_REQUEST="true").content.decode()
+        ids = _ids(html)
+        pages.append(ids)
+        seen += ids
+        found = re.search(r'rel="next" href="[^"]*after=([^"&]+)', html)
+        if not found:
+            break
+        params = {"sort": "-tokens", "after": found.group(1).replace("%7E", "~").replace("%2B", "+").replace("%3A", ":")}
+    assert [len(p) for p in pages] == [50, 50, 23]
+    assert sorted(seen) == sorted(s.pk for s in made)
+    tokens = {s.pk: s.tokens for s in made}
+    assert [tokens[pk] for pk in seen] == sorted((tokens[pk] for pk in seen), reverse=True)
+    # Back from the last page: "Previous" gives exactly the second page.
+    found = re.search(r'rel="prev" href="[^"]*before=([^"&]+)', html)
+    assert found
+    before = found.group(1).replace("%7E", "~").replace("%2B", "+").replace("%3A", ":")
+    previous = _ids(logged_in.get(LIST, {"sort": "-tokens", "before": before}, HTTP_HX_REQUEST="true").content.decode())
+    assert previous == pages[1]
+
+
+def test_upload_creates_jobs_that_poll_until_done_then_show_problems_by_line(logged_in, tmp_path, django_capture_on_commit_callbacks, monkeypatch):
+    path = tmp_path / "failing.jsonl"
+    record_failing_session(path)
+    good = path.read_bytes()
+    broken = good + b'{"event_type": "step_start", "timestamp": "not a time", "step": 99, "data": {}}\n{not json\n'
+    queued: list[int] = []
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: queued.append(kwargs["job_id"]) or "task")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = logged_in.post(
+            reverse("sessions:upload"),
+            {"files": [SimpleUploadedFile("one.jsonl", good), SimpleUploadedFile("two.jsonl", broken)], "format": ""},
+            HTTP_HX_REQUEST="true",
+        )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<section id="imports"')
+    assert len(queued) == 2 and ImportJob.objects.filter(created_by="analyst").count() == 2
+    # Still queued: the panel re-fetches itself every second.
+    assert 'hx-trigger="every 1s"' in html and "one.jsonl" in html and "two.jsonl" in html
+    assert "HX-Trigger" not in response
+
+    for job_id in queued:
+        jobs.run_import(job_id=job_id)
+    poll = logged_in.get(reverse("sessions:imports"), HTTP_HX_REQUEST="true")
+    html = poll.content.decode()
+    assert 'hx-trigger="every 1s"' not in html  # done: the loop stops
+    assert "sessions-changed" in json.loads(poll["HX-Trigger"])
+    session = Session.objects.get(import_job__original_name="two.jsonl")
+    assert reverse("sessions:player", args=[session.pk]) in html
+    job = ImportJob.objects.get(original_name="two.jsonl")
+    assert job.problem_count >= 1
+    broken_lines = {problem["line"] for problem in job.problems}
+    for line in broken_lines:
+        assert f"<td>{line}</td>" in html
+    assert good.count(b"\n") + 2 in broken_lines
+
+
+def test_upload_of_an_empty_file_is_refused_with_its_name(logged_in, monkeypatch):
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    response = logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("empty.jsonl", b"")]},
+                              HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "empty.jsonl" in html and "error" in html
+    assert ImportJob.objects.count() == 0
+
+
+def test_upload_with_an_unknown_format_is_refused(logged_in, monkeypatch):
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    response = logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("a.jsonl", b"{}\n")], "format": "nope"},
+                              HTTP_HX_REQUEST="true")  # fmt: skip
+    assert "Format" in response.content.decode() and ImportJob.objects.count() == 0
+
+
+def test_compare_form_posts_two_picked_sessions_to_the_diff_view(logged_in, two_sessions):
+    html = logged_in.get(LIST).content.decode()
+    assert f'action="{reverse("sessions:diff")}"' in html
+    for session in two_sessions:
+        assert f'name="a" value="{session.pk}" form="compare-form"' in html
+        assert f'name="b" value="{session.pk}" form="compare-form"' in html
+
+
+def test_session_list_query_count_does_not_grow_with_rows(logged_in, project, django_assert_max_num_queries):
+    for i in range(30):
+        build_session(conversation_events(turns=1), source_session_id=f"r{i}")
+    with django_assert_max_num_queries(8):
+        response = logged_in.get(LIST, HTTP_HX_REQUEST="true")
+    assert len(_ids(response.content.decode())) == 30
+    assert Event.objects.count() > 0 and Project.objects.count() == 1
