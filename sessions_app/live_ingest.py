@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 from django.db import IntegrityError, transaction
 
-from .canonical import CanonicalEvent, Problems, SessionMeta
-from .ingest import AppendResult, append_events, create_session, finish_session
+from .canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta
+from .ingest import AppendResult, append_events, create_session, finish_session, set_checkpoint
 from .models import IngestBatch, Project, Session
 
 # Formats an agent can stream, and the module holding each one's Converter.
@@ -144,10 +144,12 @@ def append_batch(
                 )
             saved_states = dict((session.ingest_state or {}).get("format_state") or {})
             converter = _converter(name, saved_states.get(name))
+            specs_before = len(converter.meta.checkpoints)
             events, warnings = _convert(converter, name, records)
             saved_states[name] = converter.state()
             result = append_events(session=session, events=events, format_state=saved_states)
             _note_format_and_meta(session, name, converter.meta)
+            _write_checkpoints(session, events, converter.meta.checkpoints[specs_before:], result)
             if idempotency_key:
                 IngestBatch.objects.create(
                     session=session,
@@ -264,6 +266,19 @@ def _note_format_and_meta(session: Session, name: str, meta: SessionMeta) -> Non
             changed.append(name_)
     if changed:
         session.save(update_fields=changed)
+
+
+def _write_checkpoints(
+    session: Session, events: list[CanonicalEvent], specs: list[CheckpointSpec], result: AppendResult
+) -> None:
+    """A checkpoint event names its position, as it does in an imported file; the seq is the
+    event's own (a converter's count would drift if a session mixed formats)."""
+    positions = [i for i, event in enumerate(events) if event.kind == Kind.CHECKPOINT]
+    for spec, index in zip(specs, positions):
+        set_checkpoint(
+            session=session, name=spec.name[:200], seq=result.first_seq + index,
+            created_by=(spec.created_by or "live ingest")[:150], note=spec.note,
+        )  # fmt: skip
 
 
 def end_live_session(*, session_id: int, status: str, final_answer: str | None = None) -> Session:

@@ -428,3 +428,16 @@ def test_upload_without_a_file_or_with_an_unknown_format_or_project_is_a_400(api
 
 def test_status_of_an_unknown_import_is_a_404(api, project):
     assert api.get("/api/imports/31337").status_code == 404
+
+
+def test_a_checkpoint_event_names_its_position_and_keeps_the_session(api, project):
+    from sessions_app.models import Checkpoint
+
+    sid = new_session(api)["id"]
+    append(api, sid, list(canonical_records(5)))
+    batch = list(canonical_records(3, start=5))
+    batch.insert(2, {"kind": "checkpoint", "payload": {"name": "before retry", "note": "why"}})
+    append(api, sid, batch)
+    checkpoint = Checkpoint.objects.get(session_id=sid)
+    assert (checkpoint.name, checkpoint.seq, checkpoint.note) == ("before retry", 7, "why")
+    assert Event.objects.get(session_id=sid, seq=7).kind == "checkpoint"

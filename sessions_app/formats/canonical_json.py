@@ -10,7 +10,7 @@ As a file: one event a line. A `session_start` event names the session in its pa
 `environment`, `model`, `session_id`, `run_id`, `agent_id`, `metadata`); a `session_start` that
 follows other events begins the next session of the file. `session_end` may state `status`
 ("completed" | "failed"), `completed`, `final_answer` and `total_reward`; `final` may state
-`answer`.
+`answer`; `checkpoint` names a position (`name`, optional `note`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pydantic import ConfigDict, Field, FiniteFloat, ValidationError, field_vali
 from ..canonical import (
     ALL_KINDS,
     CanonicalEvent,
+    CheckpointSpec,
     Kind,
     ParsedSession,
     Problems,
@@ -143,6 +144,7 @@ class Converter:
 
     def __init__(self, state: dict | None = None) -> None:
         self.meta = SessionMeta()
+        self.emitted = int((state or {}).get("emitted", 0))  # events so far: a checkpoint's seq
 
     def convert(
         self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
@@ -154,10 +156,19 @@ class Converter:
                 problems.add(line, path, message)
             return []
         _note_meta(self.meta, event)
+        if event.kind == Kind.CHECKPOINT:
+            name = event.payload.get("name") or event.payload.get("checkpoint_name")
+            self.meta.checkpoints.append(
+                CheckpointSpec(
+                    name=str(name or f"checkpoint_{self.emitted}"), seq=self.emitted,
+                    created_at=event.timestamp, note=str(event.payload.get("note") or ""),
+                )
+            )  # fmt: skip
+        self.emitted += 1
         return [event]
 
     def state(self) -> dict:
-        return {}
+        return {"emitted": self.emitted}
 
 
 def _note_meta(meta: SessionMeta, event: CanonicalEvent) -> None:
