@@ -52,6 +52,7 @@ demo: migrate
 	$(PY) manage.py setup_demo
 
 run: demo
+	$(PY) manage.py schedule_jobs
 	@echo "Starting Replay on http://$(HOST):$(PORT)/ (web + worker); Ctrl-C stops both."
 	@trap 'kill 0' INT TERM; \
 	$(PY) manage.py qcluster & \
