@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from rlm_code.rlm.session_replay import SessionReplayer, SessionStore, load_session
+from rlm_code.rlm.session_replay import SessionRecorder, SessionReplayer, SessionStore, load_session
 
 from sessions_app.canonical import Kind
 from sessions_app.importing import import_file
@@ -435,3 +435,31 @@ def test_sink_folder_gives_one_session_per_run_where_rlm_loads_no_steps(project,
     assert [s["cumulative_reward"] for s in steps] == [0.5, 0.0, 0.5]
     assert a.step_success_count == 2
     assert Event.objects.filter(session=a, kind=Kind.SESSION_END, source_type="run_summary").count() == 1
+
+
+def test_step_variables_are_exact_at_every_step_even_as_changes(project, tmp_path):
+    path = tmp_path / "vars.jsonl"
+    recorder = SessionRecorder(session_id="s", run_id="vars", task="t", environment="e", output_path=path)
+    plan = [
+        {"a": 1, "b": [1, 2]},  # first step: everything new
+        {"a": True, "b": [1, 2]},  # 1 -> True is a change although Python calls them equal
+        {"a": True},  # b disappeared: the whole state is replaced
+        {"a": True, "c": "x"},
+    ]
+    for step, variables in enumerate(plan, start=1):
+        recorder.record_step_start(step)
+        recorder.record_variable_update("a", "preview only")  # stands in until the step end
+        recorder._variables = dict(variables)
+        recorder.record_step_end({"action": "run_python"}, {"output": ""}, reward=0.0, success=True)
+    recorder.end_session()
+
+    session = import_one(path, project)
+
+    assert [s["variables"] for s in state_at_steps(session)] == plan
+    assert [type(s["variables"]["a"]) for s in state_at_steps(session)] == [int, bool, bool, bool]
+    changes = [
+        orjson.loads(text)
+        for text in Event.objects.filter(session=session, kind=Kind.STEP_END).order_by("seq").values_list("state_change", flat=True)
+    ]
+    assert changes[2] == {"variables": {"a": True}, "replace": True}
+    assert changes[3] == {"variables": {"a": True, "c": "x"}}  # a was a preview again before it

@@ -115,14 +115,18 @@ def _session_events(
     records: Iterator[tuple[int, dict[str, Any], str]],
     problems: Problems,
 ) -> Iterator[CanonicalEvent]:
-    convert = converter.convert
+    convert = converter.convert_one
     number, record, raw = pending.pop()
-    yield from convert(record, raw, number, problems)
+    event = convert(record, raw, number, problems)
+    if event is not None:
+        yield event
     for number, record, raw in records:
-        if converter.starts_new_session(record):
-            pending.append((number, record, raw))
+        if converter.emitted and record.get("event_type") == "session_start":
+            pending.append((number, record, raw))  # the next session of an appended file
             break
-        yield from convert(record, raw, number, problems)
+        event = convert(record, raw, number, problems)
+        if event is not None:
+            yield event
     converter.finish()
 
 
@@ -210,6 +214,9 @@ class Converter:
         self.cumulative: float = saved.get("cumulative", 0.0)
         self.emitted: int = saved.get("emitted", 0)
         self.steps: int = saved.get("steps", 0)
+        # The variables and memory as the writer holds them, to store step ends as changes.
+        self.variables: dict[str, Any] = saved.get("variables", {})
+        self.memory: list[Any] | None = saved.get("memory")
         meta = saved.get("meta", {})
         self.meta = SessionMeta(
             source_session_id=meta.get("source_session_id", ""),
@@ -236,6 +243,8 @@ class Converter:
             "cumulative": self.cumulative,
             "emitted": self.emitted,
             "steps": self.steps,
+            "variables": self.variables,
+            "memory": self.memory,
             "meta": {
                 "source_session_id": meta.source_session_id,
                 "run_id": meta.run_id,
@@ -267,10 +276,17 @@ class Converter:
     def convert(
         self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
     ) -> list[CanonicalEvent]:
+        event = self.convert_one(record, raw, line, problems)
+        return [] if event is None else [event]
+
+    def convert_one(
+        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
+    ) -> CanonicalEvent | None:
+        """`convert` for formats that give at most one event a record (the import hot path)."""
         event_type = record.get("event_type")
         if type(event_type) is not str or not event_type:
             problems.add(line, "event_type", "missing event_type; line skipped")
-            return []
+            return None
         kind = KINDS.get(event_type)
         if kind is None:
             problems.add(line, "event_type", f"unknown event_type {event_type[:60]!r}; kept as a custom event")
@@ -280,7 +296,7 @@ class Converter:
         if handler is not None:
             handler(self, event, data, stamp, line, problems)
         self.emitted += 1
-        return [event]
+        return event
 
     def base_event(
         self,
@@ -467,7 +483,13 @@ class Converter:
         self.steps += 1
 
     def state_change_of(self, event, data, line, problems) -> None:
-        """A step end's `variables` (the whole variable state) and `memory_notes`."""
+        """A step end's `variables` (the whole variable state) and `memory_notes`.
+
+        Stored as the change against the state just before the step end (what the writer holds
+        after the earlier changes, previews included): the state at every event is the same as
+        with the whole dict each time, without writing every variable again at every step. A
+        variable that disappeared makes it a whole replacement.
+        """
         variables = data.get("variables")
         notes = data.get("memory_notes")
         if variables is not None and type(variables) is not dict:
@@ -475,15 +497,33 @@ class Converter:
         if notes is not None and type(notes) is not list:
             problems.add(line, "data.memory_notes", f"expected an array, got {_json_type(notes)}")
             notes = None
-        if variables is not None or notes is not None:
-            event.state_change = StateChange(
-                memory=notes, variables=variables, replace_variables=variables is not None
-            )
+        changed = None
+        replace = False
+        if variables is not None:
+            current = self.variables
+            if any(name not in variables for name in current):
+                changed, replace = variables, True
+            else:
+                # The type test keeps 1 -> True or 1 -> 1.0 a change (Python calls them equal).
+                changed = {
+                    name: value
+                    for name, value in variables.items()
+                    if type(old := current.get(name, _MISSING)) is not type(value) or old != value
+                } or None
+            self.variables = variables
+        if notes is not None:
+            if notes == self.memory:
+                notes = None
+            else:
+                self.memory = notes
+        if changed is not None or notes is not None or replace:
+            event.state_change = StateChange(memory=notes, variables=changed, replace_variables=replace)
 
     def _memory_update(self, event, data, stamp, line, problems) -> None:
         notes = data.get("notes")
         if type(notes) is list:
             event.state_change = StateChange(memory=notes)
+            self.memory = notes
         else:
             problems.add(line, "data.notes", f"expected an array, got {_json_type(notes) if notes is not None else 'null'}")
 
@@ -492,7 +532,9 @@ class Converter:
         # next step_end brings the full variables.
         name = data.get("name")
         if type(name) is str and name:
-            event.state_change = StateChange(variables={name: data.get("preview", "")})
+            preview = data.get("preview", "")
+            event.state_change = StateChange(variables={name: preview})
+            self.variables = {**self.variables, name: preview}
         else:
             problems.add(line, "data.name", "variable_update without a variable name")
 
