@@ -443,3 +443,21 @@ def test_remembered_calls_stay_bounded_and_recent_ones_still_pair(monkeypatch):
     answer = {**base, "eventType": "tool_response", "payload": {"toolName": "t", "callId": "c9", "result": "ok"}}
     (event,) = converter.convert(answer, "{}", 11, Problems())
     assert event.step_state["action_code"] == 't({"n":9})'
+
+
+def test_live_batches_through_the_api_workflow_store_what_the_file_import_stores(project):
+    from sessions_app.canonical import SessionMeta
+    from sessions_app.live_ingest import append_batch, create_live_session
+
+    events = [e for e in source_events("two_sessions.ndjson") if e["sessionId"] == DEPLOY]
+    session, _ = create_live_session(project=project, meta=SessionMeta(source_session_id=DEPLOY))
+    for batch in (events[:3], events[3:8], events[8:]):  # splits a priced answer from its restatement
+        result = append_batch(session_id=session.pk, records=batch)
+        assert (result.format, result.warnings) == ("agentlens", [])
+    session.refresh_from_db()
+    imported = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)[0][0]
+    live = [(e.kind, e.tool, e.pair_id, e.pair_seq, e.cost_usd, e.tokens, e.step_pos, e.fail_streak) for e in rows(session)]
+    filed = [(e.kind, e.tool, e.pair_id, e.pair_seq, e.cost_usd, e.tokens, e.step_pos, e.fail_streak) for e in rows(imported)]
+    assert live == filed
+    assert session.cost_usd == pytest.approx(0.0048)
+    assert (session.source_format, session.step_count) == ("agentlens", 6)
