@@ -46,6 +46,15 @@ _LLM_KINDS = frozenset({Kind.LLM_CALL, Kind.LLM_RESPONSE})
 _NON_STR_KEYS = orjson.OPT_NON_STR_KEYS
 _dumps = orjson.dumps
 _sha256 = hashlib.sha256
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return _dumps(value).decode()
+    except TypeError:
+        # Non-string keys (a format's int-keyed dict): written as strings. Tried second
+        # because the option makes every dump about twice as slow.
+        return _dumps(value, option=_NON_STR_KEYS).decode()
 _TABLE = Event._meta.db_table
 
 
@@ -262,7 +271,7 @@ class _EventWriter:
                 state.step_errors += 1
             if step_state.get("success"):
                 state.step_successes += 1
-            step_state_json = _dumps(step_state, option=_NON_STR_KEYS).decode()
+            step_state_json = _json_text(step_state)
 
         tool = event.tool
         fail_streak = 0
@@ -301,7 +310,7 @@ class _EventWriter:
                 else:
                     state.variables.update(change.variables)
             state.state_dirty = True
-            state_change_json = _dumps(change.to_dict(), option=_NON_STR_KEYS).decode()
+            state_change_json = _json_text(change.to_dict())
 
         raw = event.raw
         prev = state.head
@@ -315,7 +324,7 @@ class _EventWriter:
                 event.parent_id[:200], event.child_id[:200], tool[:200], pair_id[:200],
                 pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,
                 tokens, reward, is_error, fail_streak,
-                _dumps(event.payload, option=_NON_STR_KEYS).decode(), raw,
+                _json_text(event.payload), raw,
                 step_state_json, state_change_json, digest, prev, state.cost_total,
                 state.tokens_total, state.errors_total, state.elapsed_ms, state.reward_total,
                 state.steps_total, _dumps(counts).decode(),
