@@ -441,3 +441,25 @@ def test_a_checkpoint_event_names_its_position_and_keeps_the_session(api, projec
     checkpoint = Checkpoint.objects.get(session_id=sid)
     assert (checkpoint.name, checkpoint.seq, checkpoint.note) == ("before retry", 7, "why")
     assert Event.objects.get(session_id=sid, seq=7).kind == "checkpoint"
+
+
+def test_agentlens_batches_give_the_same_events_as_importing_the_file(api, project):
+    path = Path(__file__).parent / "fixtures" / "agentlens" / "two_sessions.ndjson"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    first_id = records[0]["sessionId"]
+    mine = [r for r in records if r["sessionId"] == first_id]
+    sid = new_session(api, source_session_id=first_id)["id"]
+    half = len(mine) // 2
+    for part in (mine[:half], mine[half:]):
+        response = append(api, sid, part)
+        assert response.status_code == 200, response.content
+        assert response.json()["format"] == "agentlens" and response.json()["warnings"] == []
+    imported = next(o.session for o in import_file(path=path, project=project)
+                    if o.session.source_session_id == first_id)  # fmt: skip
+    columns = ("kind", "source_type", "tool", "pair_seq", "cost_usd", "tokens", "is_error",
+               "step_pos", "cost_total", "tokens_total", "errors_total")  # fmt: skip
+    live_rows = list(Event.objects.filter(session_id=sid).order_by("seq").values_list(*columns))
+    file_rows = list(Event.objects.filter(session=imported).order_by("seq").values_list(*columns))
+    assert len(live_rows) == len(mine) and live_rows == file_rows
+    assert [orjson.loads(p) for p in Event.objects.filter(session_id=sid).order_by("seq").values_list("payload", flat=True)] == [
+        orjson.loads(p) for p in Event.objects.filter(session=imported).order_by("seq").values_list("payload", flat=True)]  # fmt: skip
