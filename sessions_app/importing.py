@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from .canonical import CanonicalEvent, ParsedSession, Problems
+from .canonical import ParsedSession, Problems
 from .formats import Source, detect, registry
 from .ingest import append_events, create_session, finish_session
 from .models import ImportJob, Project, Session
@@ -140,7 +140,8 @@ def import_file(
     for outcome in outcomes:
         outcome.problems = kept
     if not outcomes:
-        outcomes = [ImportOutcome(path=path, format=fmt, error=_nothing_importable(display_name, fmt, problems), problems=kept)]
+        error = _nothing_importable(display_name, fmt, problems)
+        outcomes = [ImportOutcome(path=path, format=fmt, error=error, problems=kept)]
     progress.finish(outcomes, problems, fmt)
     return outcomes
 
@@ -156,14 +157,14 @@ def _import_session(
     progress: "_JobProgress",
     problems: Problems,
 ) -> ImportOutcome | None:
-    counter = _Counter(parsed.events)
+    events = iter(parsed.events)
     try:
         with transaction.atomic():
             session = create_session(
                 project=project, source_format=fmt, meta=parsed.meta, import_job=job
             )
             result = append_events(
-                session=session, events=counter, on_progress=progress.events_written
+                session=session, events=events, on_progress=progress.events_written
             )
             if result.event_count == 0:
                 raise _Empty
@@ -172,13 +173,14 @@ def _import_session(
                 project=project, source_format=fmt, source_session_id=session.source_session_id
             ).exclude(pk__in=created | {session.pk})
             if replace:
-                _delete_sessions(same_source)
+                # Events, snapshots and checkpoints go too, through the database's own cascade.
+                same_source.delete()
             else:
                 existing = same_source.filter(head_hash=session.head_hash).order_by("pk").first()
                 if existing is not None:
                     raise _Duplicate(existing)
     except _Empty:
-        for _ in counter:  # finish reading the session so the next one starts at its line
+        for _ in events:  # finish reading the session so the next one starts at its line
             pass
         return None
     except _Duplicate as dup:
@@ -192,28 +194,6 @@ def _import_session(
         path=path, session=session, format=fmt, events=session.event_count,
         steps=session.step_count,
     )  # fmt: skip
-
-
-def _delete_sessions(sessions) -> None:
-    # Events, snapshots and checkpoints go with them through the database's own cascade.
-    for pk in list(sessions.values_list("pk", flat=True)):
-        Session.objects.filter(pk=pk).delete()
-
-
-class _Counter:
-    """Passes events through, counting them for progress."""
-
-    def __init__(self, events) -> None:
-        self.events = iter(events)
-        self.count = 0
-
-    def __iter__(self) -> "_Counter":
-        return self
-
-    def __next__(self) -> CanonicalEvent:
-        event = next(self.events)
-        self.count += 1
-        return event
 
 
 class _FormatError(Exception):

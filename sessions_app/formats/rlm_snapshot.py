@@ -188,7 +188,7 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             elif depth == 1 and c == 0x7D:
                 if value_from >= 0 and key is not None:
                     value = piece(value_from, j)
-                    if value is not None and not array_seen_for(key, array_key, array_seen):
+                    if value is not None and not (key == array_key and array_seen):
                         yield Member(key, value[0], value[1], False)
                 return
             depth -= 1
@@ -215,10 +215,6 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         if element is not None:
             yield Member(array_key, element[0], element[1], True, truncated=True)
     problems.add(line_at(len(buf)), "line", "file ends before the snapshot object is closed (truncated)")
-
-
-def array_seen_for(key: str, array_key: str, seen: bool) -> bool:
-    return key == array_key and seen
 
 
 def _load(member: Member, problems: Problems) -> Any:
