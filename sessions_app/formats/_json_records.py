@@ -435,6 +435,13 @@ class _ArraySplitter:
                 self.problems.add(self.line_at(position), "line", "missing ',' between array elements")
 
 
+class DiscardProblems(Problems):
+    """For a second pass over a file whose file-level problems the first pass reported."""
+
+    def add(self, line: int | None, field: str, message: str) -> None:
+        pass
+
+
 # Values -----------------------------------------------------------------------------------------
 
 _MISSING = object()

@@ -32,9 +32,19 @@ from typing import Any
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from ._json_records import Record, clip, iter_records, monotonic_progress, number, parse_iso, text
+from ._json_records import (
+    DiscardProblems,
+    Record,
+    clip,
+    iter_records,
+    monotonic_progress,
+    number,
+    parse_iso,
+    text,
+)
 
 NAME = "agentlens"
+Json = dict[str, Any]
 BODY_KEYS = ("events",)
 
 KINDS: dict[str, str] = {
@@ -173,20 +183,11 @@ def _list_sessions(source: Source, problems: Problems) -> dict[str, _SessionInfo
 
 
 def _quiet_timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_iso(value, "", None, _SILENT)
-    except (TypeError, ValueError):
-        return None
+    # The session's own pass reports a bad timestamp; the listing pass only orders by it.
+    return parse_iso(value, "", None, _SILENT) if isinstance(value, str) else None
 
 
-class _SilentProblems(Problems):
-    def add(self, line: int | None, field: str, message: str) -> None:
-        pass
-
-
-_SILENT = _SilentProblems(limit=0)
+_SILENT = DiscardProblems(limit=0)
 
 
 def _session_records(source: Source, session_id: str, progress) -> Iterator[Record]:
@@ -314,7 +315,9 @@ class Converter:
 
     # Per kind -----------------------------------------------------------------------------
 
-    def _tool_call(self, event, payload, metadata, line, problems) -> None:
+    def _tool_call(
+        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
+    ) -> None:
         call_id = _str(payload, "callId")
         event.tool = _str(payload, "toolName")
         event.pair_id = call_id
@@ -326,7 +329,9 @@ class Converter:
             "arguments": clip(text(payload.get("arguments")), STEP_TEXT_LIMIT),
         })  # fmt: skip
 
-    def _tool_outcome(self, event, payload, metadata, line, problems) -> None:
+    def _tool_outcome(
+        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
+    ) -> None:
         call_id = _str(payload, "callId")
         call = self._calls.pop(call_id, None) if call_id else None
         if not call_id:
@@ -357,7 +362,9 @@ class Converter:
             raw_action={"callId": call_id, "toolName": event.tool, "arguments": (call or {}).get("arguments", "")},
         )
 
-    def _llm_call(self, event, payload, metadata, line, problems) -> None:
+    def _llm_call(
+        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
+    ) -> None:
         call_id = _str(payload, "callId")
         event.tool = _str(payload, "model")
         event.pair_id = call_id
@@ -369,7 +376,9 @@ class Converter:
             "prompt": clip(_last_message(payload.get("messages")), STEP_TEXT_LIMIT),
         })  # fmt: skip
 
-    def _llm_response(self, event, payload, metadata, line, problems) -> None:
+    def _llm_response(
+        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
+    ) -> None:
         call_id = _str(payload, "callId")
         call = self._calls.pop(call_id, None) if call_id else None
         if not call_id:
@@ -405,7 +414,9 @@ class Converter:
             raw_action={"callId": call_id, "model": event.tool, "provider": _str(payload, "provider")},
         )
 
-    def _cost(self, event, payload, metadata, line, problems) -> None:
+    def _cost(
+        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
+    ) -> None:
         cost = number(payload, "costUsd", "payload.costUsd", line, problems)
         tokens = _cost_tokens(payload, line, problems)
         model = _str(payload, "model")
@@ -433,7 +444,9 @@ class Converter:
         event.tokens = tokens
         event.cost_unpriced = cost is None and bool(tokens)
 
-    def _approval_request(self, event, payload, metadata, line, problems) -> None:
+    def _approval_request(
+        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
+    ) -> None:
         request_id = _str(payload, "requestId")
         event.pair_id = request_id
         if not request_id:
@@ -444,7 +457,9 @@ class Converter:
             "arguments": clip(text(payload.get("params")), STEP_TEXT_LIMIT),
         })  # fmt: skip
 
-    def _approval_decision(self, event, payload, metadata, line, problems) -> None:
+    def _approval_decision(
+        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
+    ) -> None:
         request_id = _str(payload, "requestId")
         request = self._calls.pop(request_id, None) if request_id else None
         event.pair_id = request_id

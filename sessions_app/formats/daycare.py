@@ -69,7 +69,8 @@ HOLD_LIMIT = 1000
 _RUN_PYTHON_OPEN = re.compile(r"<run_python(\s[^>]*)?>", re.IGNORECASE)
 _RUN_PYTHON_CLOSE = re.compile(r"</run_python\s*>", re.IGNORECASE)
 _TYPE_IN_TEXT = re.compile(
-    rb'"type"\s*:\s*"(rlm_start|rlm_tool_call|rlm_tool_result|rlm_complete|assistant_message|user_message|tool_result|assistant_rewrite)"'
+    rb'"type"\s*:\s*"(rlm_start|rlm_tool_call|rlm_tool_result|rlm_complete|assistant_message'
+    rb'|user_message|tool_result|assistant_rewrite)"'
 )
 _AT_IN_TEXT = re.compile(rb'"at"\s*:\s*\d')
 
@@ -197,12 +198,16 @@ class _History:
 
     # Per record type ----------------------------------------------------------------------
 
-    def _user_message(self, event, record, at_ms, line):
+    def _user_message(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
         message = self._text_field(record, "text", line)
         if message and not self.meta.task:
             self.meta.task = clip(message, 500)
 
-    def _assistant_message(self, event, record, at_ms, line):
+    def _assistant_message(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
         problems = self.problems
         text_parts: list[str] = []
         calls: list[dict[str, Any]] = []
@@ -236,7 +241,11 @@ class _History:
         event.payload["text"] = message
 
         # run_python blocks: native calls, else the <run_python> tags of the older text shape.
-        blocks = [(call["id"], call["code"]) for call in calls if call["name"] == RUN_PYTHON and call["code"].strip()]
+        blocks = [
+            (call["id"], call["code"])
+            for call in calls
+            if call["name"] == RUN_PYTHON and call["code"].strip()
+        ]
         if not calls:
             blocks = [("", code) for code in extract_run_python(message) if code]
         if blocks:
@@ -277,7 +286,10 @@ class _History:
             derived.append(
                 CanonicalEvent(
                     kind=Kind.TOOL_CALL, source_type="assistant_message.toolCall", raw=event.raw,
-                    payload={"id": call["id"], "name": call["name"], "arguments": call["arguments"], "derived_from_line": line},
+                    payload={
+                        "id": call["id"], "name": call["name"], "arguments": call["arguments"],
+                        "derived_from_line": line,
+                    },
                     timestamp=event.timestamp, line=line, tool=call["name"], pair_id=call["id"],
                 )  # fmt: skip
             )
@@ -302,7 +314,9 @@ class _History:
             self.problems.add(line, f"{field}.arguments.code", "run_python call without code")
         return {"id": call_id, "name": name, "arguments": arguments, "code": code}
 
-    def _tool_result(self, event, record, at_ms, line):
+    def _tool_result(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
         call_id = self._text_field(record, "toolCallId", line)
         event.pair_id = call_id
         name = self.outer_calls.pop(call_id, "")
@@ -318,7 +332,9 @@ class _History:
             event.failed = is_error
             event.is_error = is_error
 
-    def _rlm_start(self, event, record, at_ms, line):
+    def _rlm_start(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
         call_id = self._text_field(record, "toolCallId", line)
         code = self._text_field(record, "code", line)
         self.step += 1
@@ -343,7 +359,9 @@ class _History:
                 "at": at_ms, "line": line, "block_index": index, "event_index": self.position,
             }
 
-    def _rlm_tool_call(self, event, record, at_ms, line):
+    def _rlm_tool_call(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
         call_id = self._text_field(record, "toolCallId", line)
         name = self._text_field(record, "toolName", line)
         count = number(record, "toolCallCount", "toolCallCount", line, self.problems)
@@ -370,7 +388,9 @@ class _History:
                     "tool": name, "event_index": self.position,
                 }  # fmt: skip
 
-    def _rlm_tool_result(self, event, record, at_ms, line):
+    def _rlm_tool_result(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
         call_id = self._text_field(record, "toolCallId", line)
         name = self._text_field(record, "toolName", line)
         is_error = record.get("toolIsError")
@@ -390,12 +410,17 @@ class _History:
         if inner is None:
             self.problems.add(line, "toolCallId", "rlm_tool_result with no rlm_tool_call before it: not paired")
         elif inner["name"] != name:
-            self.problems.add(line, "toolName", f"result of {name!r} but the pending inner call is {inner['name']!r}: not paired")
+            self.problems.add(
+                line, "toolName",
+                f"result of {name!r} but the pending inner call is {inner['name']!r}: not paired",
+            )  # fmt: skip
         else:
             event.pair_id = inner["pair_id"]
             block["inner"] = None
 
-    def _rlm_complete(self, event, record, at_ms, line):
+    def _rlm_complete(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
         call_id = self._text_field(record, "toolCallId", line)
         is_error = record.get("isError")
         if not isinstance(is_error, bool):
@@ -454,7 +479,9 @@ class _History:
         pending = None
         pending_id = ""
         for call_id, start in self.starts.items():  # insertion order: the first wins a tie
-            if pending is None or (start["at"] is not None and (pending["at"] is None or start["at"] > pending["at"])):
+            if pending is None or (
+                start["at"] is not None and (pending["at"] is None or start["at"] > pending["at"])
+            ):
                 pending, pending_id = start, call_id
         if pending is not None:
             snapshot = self.latest_call.get(pending_id)

@@ -32,7 +32,15 @@ import orjson
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from ._json_records import Record, clip, iter_records, monotonic_progress, parse_iso, text
+from ._json_records import (
+    DiscardProblems,
+    Record,
+    clip,
+    iter_records,
+    monotonic_progress,
+    parse_iso,
+    text,
+)
 
 NAME = "flux0"
 RECORD_KINDS = ("header", "chunk", "emitted")
@@ -81,14 +89,9 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
         yield ParsedSession(meta=meta, events=recording.events(_records_of(source, recording_id, progress)))
 
 
-class _SilentProblems(Problems):
-    def add(self, line: int | None, field: str, message: str) -> None:
-        pass
-
-
 def _records_of(source: Source, recording_id: str, progress) -> Iterator[Record]:
     # File-level problems were reported by the listing pass; this pass stays quiet about them.
-    for record in iter_records(source, _SilentProblems(limit=0), on_bytes=progress):
+    for record in iter_records(source, DiscardProblems(limit=0), on_bytes=progress):
         if record.value.get("recording_id") == recording_id:
             yield record
 
@@ -323,7 +326,10 @@ class _Recording:
                 problems.add(line, f"payload.patches[{index}]", f"{exc}: operation skipped")
                 doc.broken = True
             except (KeyError, IndexError, TypeError) as exc:
-                problems.add(line, f"payload.patches[{index}]", f"cannot apply ({type(exc).__name__}: {exc}): operation skipped")
+                problems.add(
+                    line, f"payload.patches[{index}]",
+                    f"cannot apply ({type(exc).__name__}: {exc}): operation skipped",
+                )  # fmt: skip
                 doc.broken = True
 
     def _emitted(
@@ -388,7 +394,8 @@ class _Recording:
         if event_type is None:
             problems.add(line, "payload.type", "missing type: kept as a custom event")
         else:
-            problems.add(line, "payload.type", f"unknown emitted type {clip(text(event_type), 40)!r}: kept as a custom event")
+            kept = f"unknown emitted type {clip(text(event_type), 40)!r}: kept as a custom event"
+            problems.add(line, "payload.type", kept)
         return [event]
 
     def _tool_results(self, calls: list[Any], event: CanonicalEvent, line: int) -> list[CanonicalEvent]:
@@ -486,7 +493,10 @@ class _Recording:
                 try:
                     args = orjson.loads(joined) if joined else {}
                 except orjson.JSONDecodeError:
-                    self.problems.add(line, "payload.patches", f"tool call {call.get('tool_call_id')!r}: streamed args are not JSON; kept as text")
+                    self.problems.add(
+                        line, "payload.patches",
+                        f"tool call {call.get('tool_call_id')!r}: streamed args are not JSON; kept as text",
+                    )  # fmt: skip
                     args = joined
             name = call.get("tool_name") if isinstance(call.get("tool_name"), str) else ""
             call_id = call.get("tool_call_id") if isinstance(call.get("tool_call_id"), str) else ""
