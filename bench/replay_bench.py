@@ -5,13 +5,14 @@
 
 1. Generates (unless --file) a native rlm-code session with rlm-code's SessionRecorder (the
    generator of bench/import_bench.py): 20,000 steps, about 105,000 events, ~50 MB.
-2. Times rlm-code's `load_session(path)` + `get_summary()` on it (median of 3): what an rlm-code
-   user pays on every look, and the yardstick for every ratio below.
-3. In a child process per database (a fresh temporary SQLite file; plus the PostgreSQL of
+2. In a child process per database (a fresh temporary SQLite file; plus the PostgreSQL of
    DATABASE_URL when it is set), imports the file with `importing.import_file` twice (two
-   projects: two 20,000-step sessions for the compare), then times through Django's test Client,
-   i.e. the whole stack (URL routing, API-key auth, ninja, the workflow, orjson), one warm-up
-   request then the median of --runs:
+   projects: two 20,000-step sessions for the compare), sends each request once (warm-up, and
+   its answer is checked), then runs --runs rounds; each round times rlm-code's
+   `load_session(path)` + `get_summary()` (what an rlm-code user pays on every look, the
+   yardstick of every ratio) and then one request of each kind below, through Django's test
+   Client, i.e. the whole stack (URL routing, API-key auth, ninja, the workflow, orjson).
+   Interleaving keeps both sides under the same machine load. Timed requests:
      - GET /api/sessions/{id}/replay?offset=N&limit=1000&includeContext=true, N = 0, 50,000, 99,000
      - GET /api/sessions/{id}/steps/{last}  (a single step at the end)
      - GET /api/sessions/{id}/summary
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 PAGE_OFFSETS = (0, 50_000, 99_000)
 
 CHILD = r"""
-import json, os, statistics, sys, time
+import gc, json, os, statistics, sys, time
 sys.path.insert(0, sys.argv[2])
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "replay_site.settings")
 import django
@@ -64,51 +65,50 @@ session, other = a.session, b.session
 _, key = ApiKey.create_key(name="bench")
 client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
 
-def measure(url):
-    response = client.get(url)  # warm-up
+from rlm_code.rlm.session_replay import load_session
+
+urls = {f"page {offset}": f"/api/sessions/{session.pk}/replay?offset={offset}&limit=1000&includeContext=true" for offset in offsets}
+urls["step"] = f"/api/sessions/{session.pk}/steps/{session.step_count - 1}"
+urls["summary"] = f"/api/sessions/{session.pk}/summary"
+urls["compare"] = f"/api/compare?a={session.pk}&b={other.pk}"
+bodies = {}
+for name, url in urls.items():  # warm-up, and the answers checked below
+    response = client.get(url)
     assert response.status_code == 200, (url, response.status_code, response.content[:300])
-    times = []
-    for _ in range(runs):
+    bodies[name] = (json.loads(response.content), len(response.content))
+# Rounds interleave rlm-code's load with our requests, so both see the same machine load.
+times = {name: [] for name in urls}
+loads = []
+for _ in range(runs):
+    t0 = time.perf_counter()
+    load_session(path).get_summary()
+    loads.append(time.perf_counter() - t0)
+    gc.collect()  # rlm-code's garbage is collected here, not during our requests
+    for name, url in urls.items():
         t0 = time.perf_counter()
         response = client.get(url)
-        times.append(time.perf_counter() - t0)
+        times[name].append(time.perf_counter() - t0)
         assert response.status_code == 200
-    return {"url": url, "median_s": statistics.median(times), "min_s": min(times), "bytes": len(response.content),
-            "body": json.loads(response.content)}
+
+def figure(name):
+    return {"url": urls[name], "median_s": statistics.median(times[name]), "min_s": min(times[name]),
+            "bytes": bodies[name][1]}
 
 results = {"vendor": connection.vendor, "events": session.event_count, "steps": session.step_count,
-           "import_s": import_s, "pages": []}
+           "import_s": import_s, "load_s": statistics.median(loads), "pages": []}
 for offset in offsets:
-    m = measure(f"/api/sessions/{session.pk}/replay?offset={offset}&limit=1000&includeContext=true")
-    body = m.pop("body")
+    body = bodies[f"page {offset}"][0]
     assert len(body["steps"]) == min(1000, session.event_count - offset), len(body["steps"])
     assert body["steps"][0]["event"]["seq"] == offset and body["steps"][0]["context"] is not None
-    m["offset"] = offset
-    results["pages"].append(m)
-m = measure(f"/api/sessions/{session.pk}/steps/{session.step_count - 1}")
-assert m.pop("body")["step"] == session.step_count
-results["step"] = m
-m = measure(f"/api/sessions/{session.pk}/summary")
-assert m.pop("body")["total_steps"] == session.step_count
-results["summary"] = m
-m = measure(f"/api/compare?a={session.pk}&b={other.pk}")
-body = m.pop("body")
+    results["pages"].append({**figure(f"page {offset}"), "offset": offset})
+assert bodies["step"][0]["step"] == session.step_count
+assert bodies["summary"][0]["total_steps"] == session.step_count
+body = bodies["compare"][0]
 assert body["a_steps"] == body["b_steps"] == session.step_count and body["first_divergence_step"] is None
-results["compare"] = m
+for name in ("step", "summary", "compare"):
+    results[name] = figure(name)
 print("RESULT " + json.dumps(results))
 """
-
-
-def time_rlm_load(path: Path, runs: int) -> tuple[float, dict]:
-    from rlm_code.rlm.session_replay import load_session
-
-    times = []
-    summary: dict = {}
-    for _ in range(runs):
-        started = time.perf_counter()
-        summary = load_session(path).get_summary()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), summary
 
 
 def run_child(path: Path, database_url: str, runs: int) -> dict:
@@ -124,10 +124,12 @@ def run_child(path: Path, database_url: str, runs: int) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
-def report(result: dict, load_s: float) -> None:
+def report(result: dict) -> None:
+    load_s = result["load_s"]
     ms = lambda s: f"{s * 1000:8.1f} ms"  # noqa: E731
     print(f"\n== {result['vendor']}: {result['events']:,} events, {result['steps']:,} steps "
           f"(imported in {result['import_s']:.1f} s)")
+    print(f"rlm-code load_session + get_summary, interleaved with the requests: median {load_s:.2f} s")
     print(f"{'what':44} {'median':>11} {'size':>10} {'load/this':>10}  target")
     for page in result["pages"]:
         print(f"{'replay page offset=' + format(page['offset'], ','):44} {ms(page['median_s'])} "
@@ -171,16 +173,14 @@ def main() -> None:
         generate(path, args.steps)
         print(f"generated {path.stat().st_size / 1e6:.1f} MB with rlm-code's SessionRecorder in {time.perf_counter() - started:.1f} s")
 
-    load_s, summary = time_rlm_load(path, 3)
-    print(f"rlm-code load_session + get_summary: median {load_s:.2f} s over 3 runs "
-          f"({summary['total_steps']:,} steps)")
-    print("(our figures: Django test Client, full stack: routing, API-key auth, ninja, workflow, orjson)")
+    print("our figures: Django test Client, full stack (routing, API-key auth, ninja, workflow, orjson);")
+    print(f"medians of {args.runs} rounds, each round = one rlm-code load, then one request of each kind")
 
     targets = [f"sqlite:///{tmp.name}/bench.sqlite3"]
     if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
         targets.append(os.environ["DATABASE_URL"])
     for url in targets:
-        report(run_child(path, url, args.runs), load_s)
+        report(run_child(path, url, args.runs))
     tmp.cleanup()
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 from collections import namedtuple
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any, Iterable, Sequence
 
 import orjson
@@ -302,16 +303,33 @@ class _State:
         return self.variables, self.memory
 
 
+SNAPSHOT_TABLE = Snapshot._meta.db_table
+
+
 def _keyframe_at_or_before(session: Session, seq: int) -> tuple[int, dict[str, Any], list[Any]]:
-    found = (
-        Snapshot.objects.filter(session=session, kind=Snapshot.Kind.KEYFRAME, seq__lte=seq)
-        .order_by("-seq")
-        .values_list("seq", "variables", "memory_notes")
-        .first()
+    # Raw, so the JSON is decoded by orjson (Django's JSONField uses the json module); Django
+    # hands JSON columns over as text on both backends.
+    found = _fetch(
+        f"SELECT seq, variables, memory_notes FROM {SNAPSHOT_TABLE} WHERE session_id = %s "
+        "AND kind = %s AND seq <= %s ORDER BY seq DESC LIMIT 1",
+        [session.pk, Snapshot.Kind.KEYFRAME.value, seq],
     )
-    if found is None:
+    if not found:
         return -1, {}, []
-    return found[0], dict(found[1] or {}), list(found[2] or [])
+    keyframe_seq, variables, memory = found[0]
+    return keyframe_seq, _decoded(variables, {}), _decoded(memory, [])
+
+
+def _decoded(value: Any, default: Any) -> Any:
+    if value is None:
+        return default
+    if isinstance(value, (str, bytes)):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            # JSONField writes with the json module, which may write a bare NaN.
+            value = json.loads(value)
+    return value if isinstance(value, type(default)) else default
 
 
 def _change_window(keyframe_seq: int, seq: int) -> int:
@@ -1095,7 +1113,3 @@ def event_at(*, session: Session, seq: int) -> dict[str, Any] | None:
     """One event in the API shape."""
     found = _rows("seq = %s", [session.pk, seq])
     return event_dict(found[0]) if found else None
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).replace(tzinfo=None).isoformat() + "Z"
