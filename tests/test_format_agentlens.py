@@ -461,3 +461,31 @@ def test_live_batches_through_the_api_workflow_store_what_the_file_import_stores
     assert live == filed
     assert session.cost_usd == pytest.approx(0.0048)
     assert (session.source_format, session.step_count) == ("agentlens", 6)
+
+
+def test_a_small_body_with_one_event_a_line_is_read_as_one_document(project, tmp_path):
+    events = source_events("two_sessions.ndjson")
+    triage = [e for e in events if e["sessionId"] == TRIAGE]
+    path = tmp_path / "body.json"
+    # The last element's line is a complete object on its own: it must not pass for JSON lines.
+    path.write_bytes(b'{"events": [\n' + b",\n".join(orjson.dumps(e) for e in triage) + b"\n]}\n")
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert problems.count == 0
+    assert [e.kind for e in rows(sessions[0])] == TRIAGE_KINDS
+
+
+def test_json_lines_with_a_damaged_first_line_or_a_first_line_longer_than_a_block(project, tmp_path, monkeypatch):
+    lines = (DIR / "two_sessions.ndjson").read_bytes().splitlines()
+    path = tmp_path / "damaged.ndjson"
+    path.write_bytes(b"\n".join([lines[0][:50], *lines[1:]]) + b"\n")
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert problem_keys(problems) == [(1, "line")]
+    assert sum(s.event_count for s in sessions) == 23
+
+    monkeypatch.setattr(_json_records, "READ_BLOCK", 64)  # every line is longer than a block
+    sessions, problems = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
+    assert problems.count == 0
+    assert [s.event_count for s in sessions] == [15, 9]
+    sessions, problems = ingest_file(agentlens, DIR / "two_sessions_body.json", project)
+    assert problems.count == 0
+    assert [s.event_count for s in sessions] == [15, 9]

@@ -261,3 +261,14 @@ def test_import_file_detects_and_imports_the_recording(project, tmp_path):
     assert outcome.session.source_session_id == "t2Ykiruy65"
     (bad,) = import_file(path=DIR / "bad_input.jsonl", project=project)
     assert (bad.format, bad.events, len(bad.problems)) == ("flux0", 11, 12)
+
+
+def test_a_json_array_of_records_is_detected_and_imported(project, tmp_path):
+    path = tmp_path / "export.json"
+    path.write_bytes(orjson.dumps(records(), option=orjson.OPT_INDENT_2))
+    assert detect(Source(path=path)) == "flux0"
+    sessions, problems = ingest_file(flux0, path, project)
+    assert problems.count == 0
+    assert [payload(e)["text"] for e in rows(sessions[0]) if e.kind == Kind.AGENT_MESSAGE][1] == (
+        "Done — I refunded the €4.99 shipping fee."
+    )

@@ -25,8 +25,8 @@ from ..canonical import Problems
 from . import BOM, Source, load_json_line
 
 READ_BLOCK = 1 << 20
-# How many leading lines decide between JSON lines and one pretty-printed JSON object.
-SNIFF_LINES = 20
+# Bytes read, at most, to find the end of the first line before deciding the container.
+DECIDE_BYTES = 1 << 16
 
 # Runs a value's scan skips in one regex call: everything but brackets and quotes, or whole
 # strings (escapes included), so a bracket inside a string never counts.
@@ -34,6 +34,8 @@ _IN_VALUE = re.compile(rb'(?:[^"\[\]{}]+|"(?:[^"\\]|\\.)*")*', re.DOTALL)
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR = re.compile(rb'[^\s,\]}]*')
 _WS = re.compile(rb'[ \t\r\n]*')
+# An object whose first value is a list: how a request body (`{"events": [`) opens.
+_BODY_OPENING = re.compile(rb'\{\s*"[^"]*"\s*:\s*\[')
 _LBRACKET, _RBRACKET, _LBRACE, _RBRACE = 0x5B, 0x5D, 0x7B, 0x7D
 _QUOTE, _COMMA, _COLON = 0x22, 0x2C, 0x3A
 
@@ -79,13 +81,20 @@ def iter_records(
 
         chunks = blocks()
         first = next(chunks, b"")
+        whole_file = False
+        while b"\n" not in first and len(first) < DECIDE_BYTES:
+            block = next(chunks, None)
+            if block is None:
+                whole_file = True
+                break
+            first += block
         if first.startswith(BOM):
             problems.add(1, "line", "byte-order mark at the start of the file (ignored)")
             first = first[3:]
         lead = first.lstrip()
         if lead.startswith(b"["):
             container = "array"
-        elif lead.startswith(b"{") and body_keys and not _looks_like_lines(first, body_keys):
+        elif lead.startswith(b"{") and body_keys and not _looks_like_lines(first, whole_file=whole_file):
             container = "body"
         else:
             container = "lines"
@@ -107,21 +116,26 @@ def _prepend(first: bytes, chunks: Iterator[bytes]) -> Iterator[bytes]:
     yield from chunks
 
 
-def _looks_like_lines(first: bytes, body_keys: tuple[str, ...]) -> bool:
-    """True when one of the first lines is a complete JSON object on its own: JSON lines."""
+def _looks_like_lines(first: bytes, *, whole_file: bool) -> bool:
+    """JSON lines, or one JSON object spread over lines (a request body)?
+
+    The first non-empty line decides: a complete object on its own means JSON lines; a line that
+    only opens a body (`{`, `{"events": [`, ...) means one object. Anything else is a damaged
+    first line of JSON lines, reported as such while the rest still imports. (A whole body on
+    one line counts as JSON lines too: that line's list is read element by element.)
+    """
     lines = first.split(b"\n")
-    if len(first) >= READ_BLOCK:
-        lines = lines[:-1]  # the last piece may be cut by the block boundary
-    for line in lines[:SNIFF_LINES]:
+    for index, line in enumerate(lines):
         line = line.strip()
-        if not line.startswith(b"{"):
+        if not line:
             continue
+        opening = line == b"{" or _BODY_OPENING.match(line) is not None
+        if index == len(lines) - 1 and not whole_file:
+            return not opening  # a first line longer than we read: only its opening can tell
         try:
-            value = orjson.loads(line)
+            return isinstance(orjson.loads(line), dict)
         except orjson.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return True
+            return not opening
     return False
 
 

@@ -23,6 +23,7 @@ Mapping (docs/formats.md "flux0"):
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,11 +49,18 @@ ERROR_STATUSES = frozenset({"error", "failed"})
 STEP_TEXT_LIMIT = 4000
 
 
+_RECORDING_ID_IN_TEXT = re.compile(rb'"recording_id"\s*:')
+_KIND_IN_TEXT = re.compile(rb'"kind"\s*:\s*"(header|chunk|emitted)"')
+
+
 def sniff(head: Head) -> bool:
     for record in head.records[:10]:
         if "recording_id" in record and record.get("kind") in RECORD_KINDS and "offset" in record:
             return True
-    return False
+    # A JSON array of records (an export of the recording store).
+    return head.text.lstrip()[:1] == b"[" and bool(
+        _RECORDING_ID_IN_TEXT.search(head.text) and _KIND_IN_TEXT.search(head.text)
+    )
 
 
 @dataclass
