@@ -187,6 +187,7 @@ def test_steps_close_at_llm_responses_tool_outcomes_and_approval_decisions(proje
     assert states[0]["output"] == "I'll read the deploy config and run the smoke tests first."
     assert states[0]["action_rationale"] == "Review the deploy plan for api v2.3 and ship it if green."
     assert states[0]["tokens_used"] == 1280
+    assert states[0]["timestamp"] == "2026-02-08T10:30:02.150Z"
     assert states[1]["action_code"] == 'read_file({"path":"config/deploy.yaml"})'
     assert states[1]["output"] == "replicas: 3\nimage: registry.local/api:v2.3\n"
     assert states[2]["error"] == "2 of 41 smoke tests failed [E_TESTS]"

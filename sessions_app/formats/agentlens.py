@@ -236,6 +236,7 @@ class Converter:
         self._steps: int = state.get("steps", 0)
         self._last_hash: str | None = state.get("last_hash")
         self._seen: int = state.get("seen", 0)
+        self._timestamp_text = ""
         self._chain: dict[str, Any] = dict(
             state.get("chain", {"links": 0, "breaks": 0, "first_break_line": None})
         )
@@ -273,6 +274,7 @@ class Converter:
                 kind = Kind.CUSTOM
 
         timestamp = parse_iso(record.get("timestamp"), "timestamp", line, problems)
+        self._timestamp_text = record.get("timestamp")
         severity = record.get("severity", "info")
         if severity not in SEVERITIES:
             problems.add(line, "severity", f"unknown severity {clip(text(severity), 40)!r}: taken as info")
@@ -550,7 +552,8 @@ class Converter:
         event.step = self._steps
         event.step_state = {
             "step": self._steps,
-            "timestamp": event.timestamp.isoformat() if event.timestamp is not None else "",
+            # The source's own ISO text (already validated), as rlm-code's StepState keeps it.
+            "timestamp": self._timestamp_text if event.timestamp is not None else "",
             "action_type": action_type,
             "action_code": action_code,
             "action_rationale": action_rationale,
