@@ -9,8 +9,9 @@
 (function () {
   const IDLE_MAX_MS = 1500; // a recorded gap longer than this (after speed) is compressed
   const DRAG_EVERY_MS = 120; // while scrubbing, at most one step request per this interval
+  const FOLLOW_EVERY_MS = 300; // a live session's player jumps to new events at most this often
   const player = { playing: false, timer: null, stopAt: null, dragging: false, dragTimer: null,
-                   pendingSeq: null, source: null, lastLive: 0, frameAskedAt: 0 };
+                   pendingSeq: null, source: null, liveLast: -1, followTimer: null, frameAskedAt: 0 };
 
   function $(id) { return document.getElementById(id); }
   function readJson(id) {
@@ -26,7 +27,7 @@
     const form = $("controls");
     if (!form || seq === null || seq === undefined) return;
     const f = frame();
-    if (f) seq = Math.max(0, Math.min(seq, f.last_event));
+    if (f) seq = Math.max(0, Math.min(seq, Math.max(f.last_event, player.liveLast)));
     form.elements.step.value = String(seq);
     player.frameAskedAt = performance.now();
     form.requestSubmit();
@@ -167,7 +168,10 @@
   document.addEventListener("keydown", function (event) {
     if (!onPlayer() || event.ctrlKey || event.metaKey || event.altKey) return;
     const target = event.target;
-    const typing = target.closest && target.closest("input, textarea, select, [contenteditable]");
+    // Shortcuts stay out of the way of text entry only; a focused checkbox or button still
+    // lets space, arrows and e/E drive the player.
+    const typing = target.closest && (target.closest("textarea, select, [contenteditable]") ||
+      (target.matches("input") && !/^(checkbox|radio|button|submit|range)$/.test(target.type)));
     if (typing) {
       if (event.key === "Escape") target.blur();
       return;
@@ -305,17 +309,20 @@
         }
       } catch (e) { return; }
       if (typeof seq !== "number") return;
+      player.liveLast = Math.max(player.liveLast, seq);
       const counter = $("live-count");
-      if (counter) counter.textContent = String(seq + 1);
+      if (counter) counter.textContent = String(player.liveLast + 1);
       const follow = $("follow");
-      const now = Date.now();
-      if (follow && follow.checked && !player.dragging && now - player.lastLive > 500) {
-        player.lastLive = now;
-        go(seq);
+      // A burst of events moves the player once per FOLLOW_EVERY_MS, always to the newest.
+      if (follow && follow.checked && !player.dragging && !player.playing && !player.followTimer) {
+        player.followTimer = setTimeout(function () {
+          player.followTimer = null;
+          go(player.liveLast);
+        }, FOLLOW_EVERY_MS);
       }
     };
     source.onmessage = onEvent;
-    source.addEventListener("event", onEvent);
+    ["event", "chunk", "status"].forEach(function (name) { source.addEventListener(name, onEvent); });
     source.addEventListener("end", function () { source.close(); player.source = null; status("The session ended."); });
   }
 

@@ -1,0 +1,102 @@
+"""Real headless Chromium (Debian's /usr/bin/chromium, never a downloaded browser) driving the
+dashboard on pytest-django's live server. Every page a test opens is watched: requests to any
+other host are blocked and recorded, console errors and page errors are recorded, and both
+must stay empty."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from django.contrib.auth import get_user_model
+
+# Playwright's sync API runs an event loop in the test's thread; Django refuses ORM calls from
+# a thread with a running loop unless told that this is deliberate.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]  # fmt: skip
+PASSWORD = "correct horse battery staple"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Browser:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: install the Debian packages chromium and chromium-driver (make browser)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@dataclass
+class Watch:
+    host: str
+    requests: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def assert_clean(self) -> None:
+        assert self.requests, "the page made requests"
+        assert self.outside == [], f"requests outside the server: {self.outside}"
+        assert {urlsplit(url).netloc for url in self.requests} == {self.host}
+        assert self.errors == [], f"console errors: {self.errors}"
+
+
+@pytest.fixture
+def watched(browser: Browser, live_server) -> tuple[Page, Watch]:
+    host = urlsplit(live_server.url).netloc
+    watch = Watch(host=host)
+    context = browser.new_context(viewport={"width": 1440, "height": 1000}, base_url=live_server.url)
+
+    def route(route) -> None:
+        url = route.request.url
+        if urlsplit(url).netloc != host:
+            watch.outside.append(url)
+            route.abort()
+        else:
+            route.continue_()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.on("request", lambda request: watch.requests.append(request.url))
+    page.on("console", lambda message: watch.errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: watch.errors.append(f"page error: {error}"))
+    yield page, watch
+    context.close()
+    watch.assert_clean()
+
+
+@pytest.fixture
+def analyst(transactional_db):
+    return get_user_model().objects.create_user(username="analyst", password=PASSWORD)
+
+
+def log_in(page: Page, next_path: str = "/sessions/") -> None:
+    """Open a page anonymously, land on the login form, log in, come back to the page."""
+    page.goto(next_path)
+    assert "/accounts/login/" in page.url
+    page.fill("#id_username", "analyst")
+    page.fill("#id_password", PASSWORD)
+    page.click("form button[type=submit]")
+    page.wait_for_url(f"**{next_path}")
+
+
+def save_screenshot(page: Page, name: str, tmp_path: Path) -> Path:
+    """Screenshots go to tmp_path; with REPLAY_SCREENSHOTS=1 they also refresh docs/screenshots/."""
+    target = tmp_path / name
+    page.screenshot(path=str(target), full_page=True)
+    if os.environ.get("REPLAY_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        (SCREENSHOTS / name).write_bytes(target.read_bytes())
+    return target

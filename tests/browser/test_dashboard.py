@@ -1,0 +1,339 @@
+"""The dashboard in real headless Chromium: log in, upload and watch the import finish, play,
+scrub, filter, jump to errors, reload deep links, compare two sessions; hostile payloads run
+nothing; every page stays on our own server and logs no console error (see conftest.Watch)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django_q.conf import Conf
+from playwright.sync_api import Page
+
+from sessions_app.ingest import append_events, finish_session
+from sessions_app.models import Event, Session
+
+from ..builders_dashboard import XSS_IMG, XSS_SCRIPT, build_session, conversation_events, hostile_events, turn_length
+from ..builders_replay import import_one, record_variant
+from ..builders_rlm import record_failing_session, record_full_session
+from .conftest import log_in, save_screenshot
+
+pytestmark = pytest.mark.browser
+
+
+def frame(page: Page) -> dict:
+    return json.loads(page.locator("#frame-data").text_content())
+
+
+def wait_until(page: Page, expression: str, arg: object = None, timeout: float = 15.0) -> None:
+    """Poll a JavaScript expression until it is truthy. (Playwright's wait_for_function evaluates
+    its predicate with eval inside the page, which our CSP rightly refuses; page.evaluate goes
+    through the DevTools protocol instead.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        if page.evaluate(expression, arg):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {expression} ({arg!r})")
+        time.sleep(0.05)
+
+
+def settle(page: Page) -> None:
+    """Wait until htmx has no request in flight (it marks the requesting element) twice in a row."""
+    quiet = 0
+    deadline = time.monotonic() + 15
+    while quiet < 3:
+        quiet = 0 if page.evaluate("!!document.querySelector('.htmx-request')") else quiet + 1
+        if time.monotonic() > deadline:
+            raise AssertionError("htmx requests never settled")
+        time.sleep(0.1)
+
+
+def wait_for_seq(page: Page, seq: int) -> None:
+    wait_until(
+        page,
+        "seq => { const el = document.getElementById('frame-data'); return !!el && JSON.parse(el.textContent).seq === seq }",
+        seq,
+    )
+
+
+def query(page: Page) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(page.url).query)
+
+
+def history_length(page: Page) -> int:
+    return page.evaluate("history.length")
+
+
+def test_login_upload_two_files_and_watch_the_imports_finish(watched, analyst, tmp_path, monkeypatch):
+    page, watch = watched
+    # The import runs in the upload request itself (django-q's sync mode), as a worker would.
+    monkeypatch.setattr(Conf, "SYNC", True)
+    good, failing = tmp_path / "full.jsonl", tmp_path / "failing.jsonl"
+    record_full_session(good, run_id="run_upload")
+    record_failing_session(failing)
+    failing.write_bytes(failing.read_bytes() + b"{not json\n")
+
+    log_in(page)
+    assert page.locator("#session-table tbody tr").first.inner_text().startswith("No sessions")
+    page.set_input_files("#upload-form input[type=file]", [str(good), str(failing)])
+    page.wait_for_selector('.job[data-status="done"] >> text=full.jsonl')
+    page.wait_for_selector('.job[data-status="done"] >> text=failing.jsonl')
+    problems = page.locator(".job", has_text="failing.jsonl").locator("details.problems")
+    problems.locator("summary").click()
+    bad_line = failing.read_bytes().count(b"\n")
+    assert problems.locator("td", has_text=re.compile(rf"^{bad_line}$")).count() == 1
+    # The finished imports refresh the table (no reload): both sessions are listed.
+    wait_until(page, "document.querySelectorAll('#session-table tr[data-session]').length === 2")
+    page.locator("#session-table a", has_text="run_upload").click()
+    page.wait_for_selector("#step-list")
+    session = Session.objects.get(run_id="run_upload")
+    assert page.url.endswith(f"/sessions/{session.pk}/")
+    assert frame(page)["count"] == session.event_count
+    watch.assert_clean()
+
+
+@pytest.fixture
+def talk(transactional_db) -> Session:
+    return build_session(conversation_events(turns=3), source_session_id="talk", task="answer three questions")
+
+
+def test_play_advances_at_the_chosen_speed_and_stops_at_the_next_user_message(watched, analyst, talk):
+    page, watch = watched
+    log_in(page, f"/sessions/{talk.pk}/?step=0&speed=10")
+    started = time.monotonic()
+    page.click("#play")
+    page.wait_for_selector('#play[aria-pressed="false"]', timeout=20_000)
+    elapsed = time.monotonic() - started
+    turn = turn_length()
+    assert frame(page)["seq"] == turn  # stopped on the second user message
+    assert "turn boundary" in page.locator("#play-status").inner_text()
+    assert elapsed >= 0.9 * turn / 10  # 10 steps a second, never faster
+    assert query(page)["step"] == [str(turn)]
+
+    # At 1x the same player moves about one step a second.
+    page.select_option("#speed", "1")
+    wait_until(page, "new URLSearchParams(location.search).get('speed') === '1'")
+    page.keyboard.press(" ")
+    page.wait_for_timeout(2500)
+    page.keyboard.press(" ")
+    advanced = frame(page)["seq"] - turn
+    assert 1 <= advanced <= 3
+    page.wait_for_timeout(1200)
+    assert frame(page)["seq"] - turn == advanced  # paused means paused
+    watch.assert_clean()
+
+
+def test_recorded_pace_follows_the_real_gaps(watched, analyst, talk):
+    page, watch = watched
+    # Events are one second apart: at 5x in recorded time each step takes 200 ms.
+    log_in(page, f"/sessions/{talk.pk}/?step=0&speed=5&pace=recorded")
+    started = time.monotonic()
+    page.click("#play")
+    page.wait_for_selector('#play[aria-pressed="false"]', timeout=20_000)
+    elapsed = time.monotonic() - started
+    assert frame(page)["seq"] == turn_length()
+    assert elapsed >= 0.9 * turn_length() * 0.2
+    watch.assert_clean()
+
+
+def test_scrub_filter_jump_to_error_and_reload_the_deep_link(watched, analyst, talk):
+    page, watch = watched
+    log_in(page, f"/sessions/{talk.pk}/")
+    kinds = dict(Event.objects.filter(session=talk).values_list("seq", "kind"))
+    before = history_length(page)
+
+    # Click on the scrubber: a jump that replaces history.
+    track = page.locator("#scrubber-track").bounding_box()
+    page.mouse.click(track["x"] + track["width"] * 0.5, track["y"] + track["height"] / 2)
+    wait_until(page, "JSON.parse(document.getElementById('frame-data').textContent).seq > 0")
+    seq = frame(page)["seq"]
+    assert abs(seq - talk.event_count / 2) <= 2
+    assert query(page)["step"] == [str(seq)] and history_length(page) == before
+
+    # Drag it: the step follows the pointer.
+    page.mouse.move(track["x"] + track["width"] * 0.1, track["y"] + 10)
+    page.mouse.down()
+    page.mouse.move(track["x"] + track["width"] * 0.9, track["y"] + 10, steps=12)
+    page.mouse.up()
+    wait_until(page, "seq => JSON.parse(document.getElementById('frame-data').textContent).seq > seq", seq)
+    settle(page)
+    dragged = frame(page)["seq"]
+    assert abs(dragged - talk.event_count * 0.9) <= 2
+
+    # Home, then keyboard steps.
+    page.keyboard.press("Home")
+    wait_for_seq(page, 0)
+    page.keyboard.press("ArrowRight")
+    wait_for_seq(page, 1)
+    page.keyboard.press("ArrowRight")
+    wait_for_seq(page, 2)
+    page.keyboard.press("ArrowLeft")
+    wait_for_seq(page, 1)
+    totals = page.locator("#context-panel .context-totals").inner_text()
+
+    # Filter out the LLM events: pushes history, hides them, keeps the context numbers.
+    page.uncheck('#filters input[value="llm_call"]')
+    wait_until(page, "new URLSearchParams(location.search).getAll('types').length > 0")
+    wait_until(page, "!document.querySelector('#step-list .kind-llm_call')")
+    assert history_length(page) == before + 1
+    assert "llm_call" not in query(page)["types"]
+    assert page.locator("#context-panel .context-totals").inner_text() == totals
+    assert page.locator("#step-list .kind-llm_response").count() > 0
+
+    # e: next error (the failing tool call of the second turn), E: back.
+    page.keyboard.press("e")
+    first_error = turn_length() + 10
+    wait_for_seq(page, first_error)
+    assert kinds[first_error] == "tool_error"
+    page.keyboard.press("e")
+    wait_for_seq(page, first_error + 1)  # the failed step
+    page.keyboard.press("E")
+    wait_for_seq(page, first_error)
+
+    # Reload the deep link: same step, same filter.
+    page.reload()
+    page.wait_for_selector("#step-list")
+    assert frame(page)["seq"] == first_error
+    assert not page.locator('#filters input[value="llm_call"]').is_checked()
+    assert page.locator("#step-list .kind-llm_call").count() == 0
+    assert page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{first_error}")
+
+    # Back undoes the filter (a history restore asks the server for the whole page).
+    page.go_back()
+    wait_until(page, "new URLSearchParams(location.search).getAll('types').length === 0")
+    page.wait_for_selector("#step-list .kind-llm_call")
+
+    # "/" focuses the search box; a search lists matches that jump the player.
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "search-q"
+    page.keyboard.type("answer 2.3")
+    page.keyboard.press("Enter")
+    match = page.locator("#search-results a[data-seq]").first
+    match.wait_for()
+    target = int(match.get_attribute("data-seq"))
+    match.click()
+    wait_for_seq(page, target)
+    watch.assert_clean()
+
+
+def test_checkpoint_and_chart_click_jump_the_player(watched, analyst, talk):
+    page, watch = watched
+    log_in(page, f"/sessions/{talk.pk}/?step=7")
+    page.fill("#checkpoint-name", "before the failure")
+    page.click("#checkpoint-form button[type=submit]")
+    link = page.locator("#checkpoints a", has_text="before the failure")
+    link.wait_for()
+    assert link.get_attribute("data-seq") == "7"
+    assert page.locator("#scrubber-overview path.checkpoint-mark").count() == 1
+    page.keyboard.press("End")
+    wait_for_seq(page, talk.event_count - 1)
+    link.click()
+    wait_for_seq(page, 7)
+
+    page.locator("#charts").scroll_into_view_if_needed()
+    wait_until(page, "document.querySelectorAll('#charts .chart[data-ready=true]').length === 4", timeout=30)
+    point = page.locator("#chart-reward .scatterlayer .trace").first.locator("path.point").nth(1)
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    box = point.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    second_step = Event.objects.get(session=talk, step_pos=1).seq
+    wait_for_seq(page, second_step)
+    watch.assert_clean()
+
+
+def test_live_session_follows_new_events_over_the_tail(watched, analyst, transactional_db):
+    page, watch = watched
+    first_turn = conversation_events(turns=2)
+    session = build_session(first_turn[: turn_length()], finish=False, source_session_id="live-run")
+    log_in(page, f"/sessions/{session.pk}/")
+    assert page.locator("#player").get_attribute("data-live") == "true"
+    assert frame(page)["seq"] == turn_length() - 1
+    deadline = time.monotonic() + 10
+    while not any("/tail?after=" in url for url in watch.requests):
+        assert time.monotonic() < deadline, "the player never opened the tail stream"
+        page.wait_for_timeout(50)
+    append_events(session=session, events=first_turn[turn_length():])
+    newest = 2 * turn_length() - 1
+    wait_for_seq(page, newest)
+    assert page.locator("#live-count").inner_text() == str(newest + 1)
+    assert page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{newest}")
+    finish_session(session=session)
+    page.goto("/sessions/")  # leaving closes the stream
+    watch.assert_clean()
+
+
+def test_hostile_payloads_show_as_text_and_run_nothing(watched, analyst, transactional_db):
+    page, watch = watched
+    session = build_session(hostile_events(), source_session_id="hostile", task=XSS_SCRIPT)
+    log_in(page, f"/sessions/{session.pk}/?step=0")
+    for seq in range(session.event_count):
+        if seq:
+            page.keyboard.press("ArrowRight")
+            wait_for_seq(page, seq)
+        text = page.locator("body").inner_text()
+        assert "window.__pwned" in text
+        assert page.evaluate("window.__pwned") is None
+        assert page.locator("#step-list img, #context-panel img, #step-list script:not([type]), #context-panel script:not([type])").count() == 0
+    panel = page.locator("#context-panel").inner_text()
+    assert XSS_SCRIPT in panel and XSS_IMG in panel
+    page.goto("/sessions/")
+    assert XSS_SCRIPT in page.locator("#session-table").inner_text()
+    assert page.evaluate("window.__pwned") is None
+    watch.assert_clean()
+
+
+def test_diff_view_shows_the_divergence_and_scrubs_both_sides(watched, analyst, tmp_path, transactional_db):
+    page, watch = watched
+    record_variant(tmp_path / "a.jsonl", run_id="base", steps=8)
+    record_variant(tmp_path / "b.jsonl", run_id="changed", steps=9, change_at=3)
+    a, b = import_one(tmp_path / "a.jsonl"), import_one(tmp_path / "b.jsonl")
+
+    log_in(page, "/sessions/")
+    page.check(f'input[name="a"][value="{a.pk}"]')
+    page.check(f'input[name="b"][value="{b.pk}"]')
+    page.click(".compare-button")
+    page.wait_for_selector("#divergence")
+    assert "First divergence at step 3: Different code" in page.locator("#divergence").inner_text()
+    row = page.locator("tr.divergence-row")
+    assert row.get_attribute("id") == "diff-step-3"
+    assert "Different code" in row.inner_text()
+    deltas = page.locator("table.deltas").inner_text()
+    assert re.search(r"Steps\s+8\s+9\s+1", deltas)
+
+    page.locator("#diff-offset").fill("5")
+    wait_until(page, "document.querySelector('#diff-rows tbody tr').id === 'diff-step-5'")
+    assert query(page)["offset"] == ["5"]
+
+    # Each side links into its own player at that step.
+    link = page.locator("#diff-step-5 td.side-b a.open-player")
+    link.click()
+    page.wait_for_selector("#step-list")
+    assert frame(page)["seq"] == Event.objects.get(session=b, step_pos=5).seq
+    watch.assert_clean()
+
+
+def test_screenshots_of_the_player_and_the_diff_view(watched, analyst, tmp_path, transactional_db):
+    """Run with REPLAY_SCREENSHOTS=1 to refresh docs/screenshots/ (README images)."""
+    page, watch = watched
+    record_full_session(tmp_path / "full.jsonl", run_id="run_screenshot", steps=8, large_output_at=None)
+    session = import_one(tmp_path / "full.jsonl")
+    record_variant(tmp_path / "a.jsonl", run_id="baseline", steps=10)
+    record_variant(tmp_path / "b.jsonl", run_id="candidate", steps=12, change_at=4)
+    a, b = import_one(tmp_path / "a.jsonl"), import_one(tmp_path / "b.jsonl")
+    seq = Event.objects.get(session=session, step_pos=3).seq
+
+    log_in(page, f"/sessions/{session.pk}/?step={seq}")
+    page.locator("#charts").scroll_into_view_if_needed()
+    wait_until(page, "document.querySelectorAll('#charts .chart[data-ready=true]').length === 4", timeout=30)
+    page.evaluate("window.scrollTo(0, 0)")
+    player = save_screenshot(page, "player.png", tmp_path)
+    page.goto(f"/compare/?a={a.pk}&b={b.pk}")
+    page.wait_for_selector("tr.divergence-row")
+    diff = save_screenshot(page, "diff.png", tmp_path)
+    assert player.stat().st_size > 20_000 and diff.stat().st_size > 20_000
+    watch.assert_clean()
