@@ -44,10 +44,11 @@
       event.target.form.requestSubmit();
     }
   });
+  // After a successful upload or checkpoint, the form is ready for the next one.
   document.addEventListener("htmx:afterRequest", function (event) {
-    if (event.detail.elt && event.detail.elt.id === "upload-form" && event.detail.successful) {
-      const input = event.detail.elt.querySelector('input[type="file"]');
-      if (input) input.value = "";
+    const form = event.detail.elt;
+    if (form && (form.id === "upload-form" || form.id === "checkpoint-form") && event.detail.successful) {
+      form.reset();
     }
   });
 })();
