@@ -306,18 +306,39 @@ class _State:
 SNAPSHOT_TABLE = Snapshot._meta.db_table
 
 
-def _keyframe_at_or_before(session: Session, seq: int) -> tuple[int, dict[str, Any], list[Any]]:
-    # Raw, so the JSON is decoded by orjson (Django's JSONField uses the json module); Django
-    # hands JSON columns over as text on both backends.
-    found = _fetch(
-        f"SELECT seq, variables, memory_notes FROM {SNAPSHOT_TABLE} WHERE session_id = %s "
-        "AND kind = %s AND seq <= %s ORDER BY seq DESC LIMIT 1",
-        [session.pk, Snapshot.Kind.KEYFRAME.value, seq],
+def _state_union(session_id: int, target_sql: str, target_params: list[Any]) -> tuple[str, list[Any]]:
+    """One statement giving the state at the seq `target_sql` evaluates to: the latest keyframe
+    at or before it (part 1) and the changes to apply on top (part 2, see _change_window).
+
+    One round trip instead of two; the JSON is decoded here by orjson, not by JSONField.
+    """
+    cast = "::text" if connection.vendor == "postgresql" else ""
+    keyframe = (
+        f"SELECT seq FROM {SNAPSHOT_TABLE} WHERE session_id = %s AND kind = %s "
+        f"AND seq <= {target_sql} ORDER BY seq DESC LIMIT 1"
     )
-    if not found:
-        return -1, {}, []
-    keyframe_seq, variables, memory = found[0]
-    return keyframe_seq, _decoded(variables, {}), _decoded(memory, [])
+    keyframe_params = [session_id, Snapshot.Kind.KEYFRAME.value, *target_params]
+    sql = (
+        f"SELECT * FROM (SELECT 1 AS part, seq, variables{cast} AS a, memory_notes{cast} AS b "
+        f"FROM {SNAPSHOT_TABLE} WHERE session_id = %s AND kind = %s AND seq <= {target_sql} "
+        "ORDER BY seq DESC LIMIT 1) AS keyframe "
+        f"UNION ALL SELECT 2, seq, state_change, NULL FROM {EVENT_TABLE} WHERE session_id = %s "
+        f"AND state_change IS NOT NULL AND seq <= {target_sql} AND seq > COALESCE(({keyframe}), -1) "
+        f"AND seq <= COALESCE(({keyframe}), -1) + {KEYFRAME_EVERY}"
+    )
+    params = [*keyframe_params, session_id, *target_params, *keyframe_params, *keyframe_params]
+    return sql, params
+
+
+def _state_from(rows: Iterable[tuple]) -> _State:
+    """The state from _state_union rows sorted by (part, seq)."""
+    state = _State({}, [])
+    for part, _seq, a, b in rows:
+        if part == 1:
+            state = _State(_decoded(a, {}), _decoded(b, []))
+        elif part == 2:
+            state.apply(a)
+    return state
 
 
 def _decoded(value: Any, default: Any) -> Any:
@@ -344,21 +365,12 @@ def _change_window(keyframe_seq: int, seq: int) -> int:
 
 
 def _state_at(session: Session, seq: int) -> _State:
-    keyframe_seq, variables, memory = _keyframe_at_or_before(session, seq)
-    state = _State(variables, memory)
-    upto = _change_window(keyframe_seq, seq)
-    if upto > keyframe_seq:
-        for (change,) in _fetch(
-            f"SELECT state_change FROM {EVENT_TABLE} WHERE session_id = %s AND seq > %s "
-            "AND seq <= %s AND state_change IS NOT NULL ORDER BY seq",
-            [session.pk, keyframe_seq, upto],
-        ):
-            state.apply(change)
-    return state
+    sql, params = _state_union(session.pk, "%s", [seq])
+    return _state_from(_fetch(sql + " ORDER BY part, seq", params))
 
 
 def state_at(*, session: Session, seq: int) -> dict[str, Any]:
-    """Variables and memory notes as they were just after event `seq` (2 queries)."""
+    """Variables and memory notes as they were just after event `seq` (1 query)."""
     state = _state_at(session, seq)
     return {"variables": state.variables, "memory_notes": state.memory}
 
@@ -390,18 +402,20 @@ def step_seq(*, session: Session, index: int) -> int | None:
 
 def step_state_at(*, session: Session, index: int) -> dict[str, Any] | None:
     """rlm-code's StepState at position `index` (as `goto_step`), with the variables and memory
-    notes as they were when that step closed; None outside the step list. 3 queries."""
+    notes as they were when that step closed; None outside the step list. 1 query."""
     if index < 0 or index >= session.step_count:
         return None
-    found = _fetch(
-        f"SELECT seq, step_state FROM {EVENT_TABLE} WHERE session_id = %s AND step_pos = %s",
-        [session.pk, index],
+    step_sql = f"(SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND step_pos = %s)"
+    state_sql, state_params = _state_union(session.pk, step_sql, [session.pk, index])
+    rows = _fetch(
+        f"SELECT 0 AS part, seq, step_state AS a, NULL AS b FROM {EVENT_TABLE} "
+        f"WHERE session_id = %s AND step_pos = %s UNION ALL {state_sql} ORDER BY part, seq",
+        [session.pk, index, *state_params],
     )
-    if not found:
+    if not rows or rows[0][0] != 0:
         return None
-    seq, text = found[0]
-    state = _state_at(session, seq)
-    return _step_state(text, state.variables, state.memory)
+    state = _state_from(rows[1:])
+    return _step_state(rows[0][2], state.variables, state.memory)
 
 
 def iter_step_states(
@@ -433,17 +447,9 @@ def iter_step_states(
 
 def _state_before_steps(session: Session, first_seq: int) -> tuple[_State, int]:
     """The state just before the first step of a page, and the seq it is current at."""
-    keyframe_seq, variables, memory = _keyframe_at_or_before(session, first_seq)
-    state = _State(variables, memory)
-    upto = _change_window(keyframe_seq, first_seq - 1)
-    if upto > keyframe_seq:
-        for (change,) in _fetch(
-            f"SELECT state_change FROM {EVENT_TABLE} WHERE session_id = %s AND seq > %s "
-            "AND seq <= %s AND state_change IS NOT NULL ORDER BY seq",
-            [session.pk, keyframe_seq, upto],
-        ):
-            state.apply(change)
-    return state, max(keyframe_seq, first_seq - 1)
+    if first_seq <= 0:
+        return _State({}, []), -1
+    return _state_at(session, first_seq - 1), first_seq - 1
 
 
 def _changes_in(session: Session, after: int, upto: int) -> list[tuple[int, str]]:
@@ -467,7 +473,7 @@ def _merge_steps(rows: list[tuple], changes: list[tuple[int, str]], state: _Stat
 
 
 def steps_page(*, session: Session, offset: int, limit: int) -> dict[str, Any]:
-    """`{"total", "steps": [StepState...]}` for positions offset..offset+limit-1 (4 queries).
+    """`{"total", "steps": [StepState...]}` for positions offset..offset+limit-1 (3 queries).
 
     The state is computed once for the first step and carried forward through the page.
     """
@@ -608,7 +614,7 @@ def _pending(requests: list[tuple[int, int | None]], seq: int) -> list[int]:
 
 def context_at(*, session: Session, seq: int) -> dict[str, Any] | None:
     """The AgentLens context at event `seq`, with LLM history, tool results and pending
-    approvals inlined, plus the point-in-time state and the current step (about 7 queries)."""
+    approvals inlined, plus the point-in-time state and the current step (about 5 queries)."""
     if seq < 0 or seq >= session.event_count:
         return None
     found = _rows("seq = %s", [session.pk, seq])

@@ -72,7 +72,7 @@ def test_replay_page_query_count_is_pinned(api, session, django_assert_num_queri
 
 def test_single_step_query_count_is_pinned(api, session, django_assert_num_queries):
     for index in (0, 250, session.step_count - 1):
-        with django_assert_num_queries(6):  # auth 2, session 1, step row + keyframe + changes
+        with django_assert_num_queries(4):  # auth 2, session 1, the step with its state
             response = api.get(f"/api/sessions/{session.pk}/steps/{index}")
         assert response.status_code == 200
         assert orjson.loads(response.content) == replay.step_state_at(session=session, index=index)
