@@ -19,7 +19,13 @@ PRODUCTION_ENV = {
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_")}
+    # The child sees a deployment's environment: none of ours, and not the async-safety switch
+    # the browser tests set for their own process (check --deploy rightly rejects it).
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("REPLAY_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"
+    }
     full_env.update(env)
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True
