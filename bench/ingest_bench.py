@@ -12,9 +12,10 @@ Migrates a fresh temporary SQLite database (or uses the PostgreSQL of DATABASE_U
 2. file: writes the same events as a canonical NDJSON file and imports it with
    `importing.import_file` in this process (the path the upload job takes).
 
-Both sessions must end with the same event count and the same chain head (the API stores each
-event's JSON exactly as the file line holds it). Prints events/s of each and the ratio API /
-file (target: >= 0.5). Request bodies are encoded before the clock starts.
+Both sessions must hold the same events (the file has one session_start line more) and the same
+totals (tokens, cost, steps). Prints events/s of each and the ratio API / file (target: >= 0.5).
+Request bodies are encoded before the clock starts; the server runs in its own process, the
+import in this one, one after the other, on the same database.
 """
 
 from __future__ import annotations
