@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import orjson
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -33,9 +34,19 @@ class ApiKeyAuth(HttpBearer):
         return ApiKey.authenticate(token)
 
 
+class LoginCookieAuth(SessionAuth):
+    """The dashboard's login cookie. Without a session cookie there is nothing to check, so a
+    request with a wrong API key gets 401, not the 403 of a CSRF check it never needed."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        if settings.SESSION_COOKIE_NAME not in request.COOKIES:
+            return None
+        return super()._get_key(request)
+
+
 # An API key, or the dashboard's own login cookie (so the player's scripts can call the API);
-# anonymous requests get 401. SessionAuth checks CSRF on unsafe methods.
-API_AUTH = [ApiKeyAuth(), SessionAuth()]
+# anonymous requests get 401. The cookie path checks CSRF on unsafe methods.
+API_AUTH = [ApiKeyAuth(), LoginCookieAuth()]
 
 router = Router(auth=API_AUTH, tags=["sessions"])
 

@@ -1,0 +1,60 @@
+"""Who may call the API: an API key, or the dashboard's login (with CSRF on writes)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from sessions_app.models import ApiKey
+
+
+@pytest.fixture
+def csrf_client() -> Client:
+    return Client(enforce_csrf_checks=True)
+
+
+def test_a_wrong_key_on_a_write_is_401_not_a_csrf_403(db, csrf_client):
+    response = csrf_client.post(
+        "/api/sessions", {"task": "x"}, content_type="application/json",
+        headers={"Authorization": "Bearer rpl_not-a-key"},
+    )
+    assert response.status_code == 401
+
+
+def test_no_credentials_at_all_is_401(db, csrf_client):
+    assert csrf_client.get("/api/sessions").status_code == 401
+    assert csrf_client.post("/api/sessions", {}, content_type="application/json").status_code == 401
+
+
+def test_a_valid_key_writes_without_csrf(db, csrf_client):
+    _, key = ApiKey.create_key(name="ci")
+    response = csrf_client.post(
+        "/api/sessions", {"task": "x"}, content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status_code == 201
+
+
+def test_a_logged_in_write_without_csrf_token_is_refused(db, csrf_client):
+    user = get_user_model().objects.create_user("ana", password="pw-123456789")
+    csrf_client.force_login(user)
+    assert csrf_client.get("/api/sessions").status_code == 200
+    response = csrf_client.post("/api/sessions", {"task": "x"}, content_type="application/json")
+    assert response.status_code == 403
+
+
+def test_a_revoked_key_is_refused(db, csrf_client):
+    from django.utils import timezone
+
+    api_key, key = ApiKey.create_key(name="old")
+    ApiKey.objects.filter(pk=api_key.pk).update(revoked_at=timezone.now())
+    response = csrf_client.get("/api/sessions", headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 401
+
+
+def test_keys_are_stored_hashed(db):
+    api_key, key = ApiKey.create_key(name="stored")
+    api_key.refresh_from_db()
+    assert key not in (api_key.key_hash, api_key.key_prefix)
+    assert api_key.key_hash == ApiKey.hash_key(key)
