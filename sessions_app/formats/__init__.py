@@ -15,6 +15,12 @@ Formats that agents can also stream live (rlm-code native, AgentLens) expose a `
 class: `Converter(state: dict | None)`, `.convert(record: dict, raw: str, line: int | None,
 problems: Problems) -> list[CanonicalEvent]`, `.state() -> dict` (JSON-serialisable, so a later
 batch continues where the last stopped), and `.meta: SessionMeta`. Their `parse` uses it too.
+
+Helpers here for JSON-lines formats: `read_records(source, problems)` yields (line, record, raw
+text) for every usable line and reports the rest (BOM, invalid UTF-8, malformed JSON, truncated
+last line, non-objects); `source_stem(name)` is a file's stem the way rlm-code names a session
+without a run id. A format that reads a folder gets a Source whose `is_dir` is true and a Head
+without text; its `sniff` looks at the folder's layout.
 """
 
 from __future__ import annotations
