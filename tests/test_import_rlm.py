@@ -463,3 +463,26 @@ def test_step_variables_are_exact_at_every_step_even_as_changes(project, tmp_pat
     ]
     assert changes[2] == {"variables": {"a": True}, "replace": True}
     assert changes[3] == {"variables": {"a": True, "c": "x"}}  # a was a preview again before it
+
+
+def test_session_from_create_recorder_matches_rlm(project, tmp_path):
+    from rlm_code.rlm.session_replay import create_recorder
+
+    recorder = create_recorder("Count the words in README — ünïcode", "generic", output_dir=tmp_path)
+    for step in (1, 2):
+        recorder.record_step_start(step)
+        action = {"action": "run_python", "code": f"len(text.split()) * {step}"}
+        recorder.record_action(action, rationale="count")
+        observation = {"success": True, "output": str(412 * step)}
+        recorder.record_result(observation, reward=0.5, success=True, duration_ms=3.0, tokens_used=40)
+        recorder.record_step_end(action, observation, reward=0.5, success=True, duration_ms=3.0, tokens_used=40)
+    recorder.record_final("412 words")
+    recorder.end_session()
+    [path] = tmp_path.glob("session_*.jsonl")
+    replayer = load_session(path)
+
+    session = import_one(path, project)
+
+    assert session.run_id == recorder.run_id and session.run_id.startswith("run_")
+    assert_summary_matches(session, replayer, tokens_divisor=2)
+    assert_steps_match(session, replayer)
