@@ -1,6 +1,6 @@
 """Replay reads against rlm-code's own load_session of the same file, timed in one run.
 
-    .venv/bin/python bench/replay_bench.py [--steps 20000] [--runs 5] [--file PATH]
+    .venv/bin/python bench/replay_bench.py [--steps 20000] [--runs 5] [--repeat 3] [--file PATH]
     .venv/bin/python .ci/with_postgres.py -- .venv/bin/python bench/replay_bench.py
 
 1. Generates (unless --file) a native rlm-code session with rlm-code's SessionRecorder (the
@@ -10,8 +10,8 @@
    projects: two 20,000-step sessions for the compare), sends each request once (warm-up, and
    its answer is checked), then runs --runs rounds; each round times rlm-code's
    `load_session(path)` + `get_summary()` (what an rlm-code user pays on every look, the
-   yardstick of every ratio) and then one request of each kind below, through Django's test
-   Client, i.e. the whole stack (URL routing, API-key auth, ninja, the workflow, orjson).
+   yardstick of every ratio) and then --repeat requests of each kind below, through Django's
+   test Client, i.e. the whole stack (URL routing, API-key auth, ninja, the workflow, orjson).
    Interleaving keeps both sides under the same machine load. Timed requests:
      - GET /api/sessions/{id}/replay?offset=N&limit=1000&includeContext=true, N = 0, 50,000, 99,000
      - GET /api/sessions/{id}/steps/{last}  (a single step at the end)
@@ -56,6 +56,7 @@ from sessions_app.importing import import_file
 from sessions_app.models import ApiKey, Project
 
 path, runs, offsets = Path(sys.argv[1]), int(sys.argv[3]), [int(x) for x in sys.argv[4].split(",")]
+repeat = int(sys.argv[5])
 started = time.perf_counter()
 a = import_file(path=path, project=Project.get_default())[0]
 import_s = time.perf_counter() - started
@@ -85,10 +86,11 @@ for _ in range(runs):
     loads.append(time.perf_counter() - t0)
     gc.collect()  # rlm-code's garbage is collected here, not during our requests
     for name, url in urls.items():
-        t0 = time.perf_counter()
-        response = client.get(url)
-        times[name].append(time.perf_counter() - t0)
-        assert response.status_code == 200
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            response = client.get(url)
+            times[name].append(time.perf_counter() - t0)
+            assert response.status_code == 200
 
 def figure(name):
     return {"url": urls[name], "median_s": statistics.median(times[name]), "min_s": min(times[name]),
@@ -111,10 +113,10 @@ print("RESULT " + json.dumps(results))
 """
 
 
-def run_child(path: Path, database_url: str, runs: int) -> dict:
+def run_child(path: Path, database_url: str, runs: int, repeat: int) -> dict:
     env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "replay_site.settings"}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), str(ROOT), str(runs), ",".join(map(str, PAGE_OFFSETS))],
+        [sys.executable, "-c", CHILD, str(path), str(ROOT), str(runs), ",".join(map(str, PAGE_OFFSETS)), str(repeat)],
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:
@@ -159,7 +161,8 @@ def report(result: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="rounds, each with one rlm-code load")
+    parser.add_argument("--repeat", type=int, default=3, help="requests of each kind per round")
     parser.add_argument("--file", type=Path, help="an existing native rlm-code JSONL to use")
     args = parser.parse_args()
 
@@ -174,13 +177,13 @@ def main() -> None:
         print(f"generated {path.stat().st_size / 1e6:.1f} MB with rlm-code's SessionRecorder in {time.perf_counter() - started:.1f} s")
 
     print("our figures: Django test Client, full stack (routing, API-key auth, ninja, workflow, orjson);")
-    print(f"medians of {args.runs} rounds, each round = one rlm-code load, then one request of each kind")
+    print(f"{args.runs} rounds, each = one rlm-code load, then {args.repeat} requests of each kind; medians")
 
     targets = [f"sqlite:///{tmp.name}/bench.sqlite3"]
     if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
         targets.append(os.environ["DATABASE_URL"])
     for url in targets:
-        report(run_child(path, url, args.runs))
+        report(run_child(path, url, args.runs, args.repeat))
     tmp.cleanup()
 
 
