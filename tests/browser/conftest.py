@@ -13,11 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.contrib.auth import get_user_model
 
-# Playwright's sync API runs an event loop in the test's thread; Django refuses ORM calls from
-# a thread with a running loop unless told that this is deliberate.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -28,14 +24,20 @@ PASSWORD = "correct horse battery staple"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Browser:
+    """One Chromium per test module. Playwright's sync API keeps an event loop running in this
+    thread while it is open, and Django refuses ORM calls from such a thread unless told the
+    mix is deliberate: the permission lasts exactly as long as the browser, so the rest of the
+    suite (and the subprocesses it starts) run without it."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: install the Debian packages chromium and chromium-driver (make browser)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield launched
+            launched.close()
 
 
 @dataclass
