@@ -108,8 +108,10 @@ django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from pathlib import Path
+from sessions_app.formats import registry
 from sessions_app.importing import import_file
 from sessions_app.models import Project
+registry()  # import every format module now, as rlm-code's module is imported before its timing
 project = Project.get_default()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 start, cpu = time.perf_counter(), time.process_time()
