@@ -11,7 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .forms import SESSION_SORTS, format_cursor
-from .models import ImportJob, Project, Session
+from .models import ImportJob, Project, Session, SessionQuerySet
 
 PER_PAGE = 50
 
@@ -35,7 +35,7 @@ def filter_sessions(
     start: date | None = None,
     end: date | None = None,
     errors: str = "",
-):
+) -> SessionQuerySet:
     sessions = Session.objects.in_project(project).matching(q)
     if format:
         sessions = sessions.filter(source_format=format)

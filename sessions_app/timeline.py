@@ -143,7 +143,7 @@ def session_overview(*, session: Session, buckets: int = BUCKETS) -> Overview:
             error_parts.append(f"M{middle:.2f} 0V{HEIGHT * 0.45:.2f}")
         x += share
         samples.append([last, round(x, 6)])
-    if samples:
+    if len(samples) > 1:
         samples[-1][1] = 1.0
 
     overview = Overview(

@@ -6,8 +6,8 @@ the partial's name as id); a history-restore request and a plain request get the
 from __future__ import annotations
 
 from functools import wraps
-from urllib.parse import urlencode
 from typing import Any, Callable
+from urllib.parse import urlencode
 
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse

@@ -119,6 +119,14 @@ def test_anonymous_htmx_step_request_is_redirected_by_htmx(client, talk):
     assert b"step-list" not in response.content
 
 
+def test_a_session_without_events_still_opens(logged_in, db):
+    session = build_session([], finish=False, source_session_id="empty")
+    for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+        response = logged_in.get(url(session), **headers)
+        assert response.status_code == 200
+        assert "has no events yet" in response.content.decode()
+
+
 def test_unknown_session_is_404(logged_in, talk):
     assert logged_in.get(reverse("sessions:player", args=[talk.pk + 100])).status_code == 404
 
