@@ -167,7 +167,11 @@ class EventQuerySet(models.QuerySet):
 class Event(models.Model):
     """One event of a session, with everything a page needs about it precomputed."""
 
-    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="events")
+    # No index of its own: the unique (session, seq) index below starts with session and serves
+    # every "events of a session" lookup; a second index would only slow each insert.
+    session = models.ForeignKey(
+        Session, on_delete=models.DB_CASCADE, related_name="events", db_index=False
+    )
     seq = models.BigIntegerField()  # 0, 1, 2 ... gap-free per session: the one true order
     kind = models.CharField(max_length=32)  # canonical vocabulary, docs/formats.md
     source_type = models.CharField(max_length=64)
