@@ -33,7 +33,7 @@ from typing import IO, Any, Callable, Iterator
 
 import orjson
 
-from ..canonical import Problems
+from ..canonical import CanonicalEvent, ParsedSession, Problems
 
 BOM = b"\xef\xbb\xbf"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -131,6 +131,41 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
             yield number, record, body.decode("utf-8")
         if on_bytes is not None:
             on_bytes(underlying.tell() if underlying is not None else consumed)
+
+
+Record = tuple[int, dict[str, Any], str]  # (line, parsed record, raw text)
+
+
+def parse_appended_sessions(
+    source: Source,
+    problems: Problems,
+    *,
+    new_converter: Callable[[str], Any],
+    session_events: Callable[[Any, list[Record], Iterator[Record], Problems], Iterator[CanonicalEvent]],
+) -> Iterator[ParsedSession]:
+    """Split a JSON-lines file that appends several sessions into one ParsedSession each.
+
+    rlm-code's writers open their file in append mode, so a file can hold run after run.
+    `session_events(converter, pending, records, problems)` streams one session's events and,
+    when it meets the first record of the next session, puts that record back into `pending`.
+    `new_converter(stem)` makes the converter of each session (the file stem is its fallback id).
+    """
+    stem = source_stem(source.display_name)
+    records = read_records(source, problems)
+    pending: list[Record] = []
+    while True:
+        if not pending:
+            first = next(records, None)
+            if first is None:
+                return
+            pending.append(first)
+        converter = new_converter(stem)
+        events = session_events(converter, pending, records, problems)
+        yield ParsedSession(meta=converter.meta, events=events)
+        for _ in events:  # a consumer that stopped early: skip to the next session
+            pass
+        if not pending:
+            return
 
 
 def load_json_line(

@@ -29,7 +29,7 @@ from ..canonical import (
     SessionMeta,
     StateChange,
 )
-from . import Head, Source, read_records, source_stem
+from . import Head, Source, parse_appended_sessions
 
 NAME = "rlm_native"
 
@@ -91,22 +91,12 @@ def sniff(head: Head) -> bool:
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
     """One ParsedSession per session_start that follows earlier events (append-mode files)."""
-    stem = source_stem(source.display_name)
-    records = read_records(source, problems)
-    pending: list[tuple[int, dict[str, Any], str]] = []
-    while True:
-        if not pending:
-            first = next(records, None)
-            if first is None:
-                return
-            pending.append(first)
-        converter = Converter(fallback_id=stem)
-        events = _session_events(converter, pending, records, problems)
-        yield ParsedSession(meta=converter.meta, events=events)
-        for _ in events:  # a consumer that stopped early: skip to the next session
-            pass
-        if not pending:
-            return
+    return parse_appended_sessions(
+        source,
+        problems,
+        new_converter=lambda stem: Converter(fallback_id=stem),
+        session_events=_session_events,
+    )
 
 
 def _session_events(

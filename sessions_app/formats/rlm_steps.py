@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..canonical import Kind, ParsedSession, Problems
-from . import Head, Source, read_records, source_stem
+from . import Head, Source, parse_appended_sessions
 from .rlm_native import Converter, mapping, number, text
 
 NAME = "rlm_steps"
@@ -38,22 +38,12 @@ def sniff(head: Head) -> bool:
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
     """One session per file, or one per `final` line when a file holds several runs."""
-    stem = source_stem(source.display_name)
-    records = read_records(source, problems)
-    pending: list[tuple[int, dict[str, Any], str]] = []
-    while True:
-        if not pending:
-            first = next(records, None)
-            if first is None:
-                return
-            pending.append(first)
-        converter = StepsConverter(fallback_id=stem)
-        events = _session_events(converter, pending, records, problems)
-        yield ParsedSession(meta=converter.meta, events=events)
-        for _ in events:
-            pass
-        if not pending:
-            return
+    return parse_appended_sessions(
+        source,
+        problems,
+        new_converter=lambda stem: StepsConverter(fallback_id=stem),
+        session_events=_session_events,
+    )
 
 
 def _session_events(converter, pending, records, problems):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems
-from . import Head, Source, read_records, source_stem
+from . import Head, Source, parse_appended_sessions
 from .rlm_native import Converter, mapping, number, text
 
 NAME = "rlm_trajectory"
@@ -59,22 +59,12 @@ def sniff(head: Head) -> bool:
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
     """One ParsedSession per run_start that follows earlier events (the logger appends)."""
-    stem = source_stem(source.display_name)
-    records = read_records(source, problems)
-    pending: list[tuple[int, dict[str, Any], str]] = []
-    while True:
-        if not pending:
-            first = next(records, None)
-            if first is None:
-                return
-            pending.append(first)
-        converter = TrajectoryConverter(fallback_id=stem)
-        events = _session_events(converter, pending, records, problems)
-        yield ParsedSession(meta=converter.meta, events=events)
-        for _ in events:
-            pass
-        if not pending:
-            return
+    return parse_appended_sessions(
+        source,
+        problems,
+        new_converter=lambda stem: TrajectoryConverter(fallback_id=stem),
+        session_events=_session_events,
+    )
 
 
 def _session_events(converter, pending, records, problems) -> Iterator[CanonicalEvent]:
