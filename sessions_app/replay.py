@@ -310,24 +310,22 @@ def _state_union(session_id: int, target_sql: str, target_params: list[Any]) -> 
     """One statement giving the state at the seq `target_sql` evaluates to: the latest keyframe
     at or before it (part 1) and the changes to apply on top (part 2, see _change_window).
 
-    One round trip instead of two; the JSON is decoded here by orjson, not by JSONField.
+    One round trip instead of two; the target and the keyframe are common table expressions so
+    each is looked up (and planned) once. The JSON is decoded by orjson, not by JSONField.
     """
     cast = "::text" if connection.vendor == "postgresql" else ""
-    keyframe = (
-        f"SELECT seq FROM {SNAPSHOT_TABLE} WHERE session_id = %s AND kind = %s "
-        f"AND seq <= {target_sql} ORDER BY seq DESC LIMIT 1"
-    )
-    keyframe_params = [session_id, Snapshot.Kind.KEYFRAME.value, *target_params]
     sql = (
-        f"SELECT * FROM (SELECT 1 AS part, seq, variables{cast} AS a, memory_notes{cast} AS b "
-        f"FROM {SNAPSHOT_TABLE} WHERE session_id = %s AND kind = %s AND seq <= {target_sql} "
-        "ORDER BY seq DESC LIMIT 1) AS keyframe "
+        f"WITH target AS (SELECT {target_sql} AS seq), "
+        f"keyframe AS (SELECT seq, variables, memory_notes FROM {SNAPSHOT_TABLE} "
+        "WHERE session_id = %s AND kind = %s AND seq <= (SELECT seq FROM target) "
+        "ORDER BY seq DESC LIMIT 1) "
+        f"SELECT 1 AS part, seq, variables{cast} AS a, memory_notes{cast} AS b FROM keyframe "
         f"UNION ALL SELECT 2, seq, state_change, NULL FROM {EVENT_TABLE} WHERE session_id = %s "
-        f"AND state_change IS NOT NULL AND seq <= {target_sql} AND seq > COALESCE(({keyframe}), -1) "
-        f"AND seq <= COALESCE(({keyframe}), -1) + {KEYFRAME_EVERY}"
+        "AND state_change IS NOT NULL AND seq <= (SELECT seq FROM target) "
+        "AND seq > COALESCE((SELECT seq FROM keyframe), -1) "
+        f"AND seq <= COALESCE((SELECT seq FROM keyframe), -1) + {KEYFRAME_EVERY}"
     )
-    params = [*keyframe_params, session_id, *target_params, *keyframe_params, *keyframe_params]
-    return sql, params
+    return sql, [*target_params, session_id, Snapshot.Kind.KEYFRAME.value, session_id]
 
 
 def _state_from(rows: Iterable[tuple]) -> _State:
@@ -365,7 +363,7 @@ def _change_window(keyframe_seq: int, seq: int) -> int:
 
 
 def _state_at(session: Session, seq: int) -> _State:
-    sql, params = _state_union(session.pk, "%s", [seq])
+    sql, params = _state_union(session.pk, "CAST(%s AS BIGINT)", [seq])
     return _state_from(_fetch(sql + " ORDER BY part, seq", params))
 
 
@@ -408,9 +406,9 @@ def step_state_at(*, session: Session, index: int) -> dict[str, Any] | None:
     step_sql = f"(SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND step_pos = %s)"
     state_sql, state_params = _state_union(session.pk, step_sql, [session.pk, index])
     rows = _fetch(
-        f"SELECT 0 AS part, seq, step_state AS a, NULL AS b FROM {EVENT_TABLE} "
-        f"WHERE session_id = %s AND step_pos = %s UNION ALL {state_sql} ORDER BY part, seq",
-        [session.pk, index, *state_params],
+        f"{state_sql} UNION ALL SELECT 0, seq, step_state, NULL FROM {EVENT_TABLE} "
+        "WHERE session_id = %s AND step_pos = %s ORDER BY part, seq",
+        [*state_params, session.pk, index],
     )
     if not rows or rows[0][0] != 0:
         return None
