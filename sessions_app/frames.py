@@ -19,8 +19,8 @@ from . import replay
 from .canonical import Kind
 from .models import Event, Session
 
-BEFORE = 10  # events shown before the current one
-AFTER = 20  # and after it
+BEFORE = 8  # events shown before the current one
+AFTER = 16  # and after it
 COLLAPSE_KINDS = frozenset({Kind.CHUNK, Kind.STATUS})
 COLLAPSE_MIN = 3  # a run of this many streamed chunks in a row shows as one foldable row
 PREVIEW_CHARS = 160
@@ -132,6 +132,18 @@ def _clip_block(text: str, limit: int = SHOWN_VALUE_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
+def _pair_label(event: dict[str, Any]) -> str:
+    """`1.2 s ↔ #42`: the paired event and the time between the call and its answer."""
+    if event.get("pairSeq") is None:
+        return ""
+    duration = event.get("pairDurationMs")
+    if duration is None:
+        return f"↔ #{event['pairSeq']}"
+    seconds = duration / 1000.0
+    shown = f"{duration:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+    return f"{shown} ↔ #{event['pairSeq']}"
+
+
 def _rows(events: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
     """Step-list rows: each event with its preview and time, runs of chunks folded."""
     rows: list[dict[str, Any]] = []
@@ -151,6 +163,8 @@ def _rows(events: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
     for event in events:
         event["preview"] = preview(event)
         event["ts_ms"] = _epoch_ms(event.get("timestamp"))
+        event["clock"] = (event.get("timestamp") or "")[11:23]  # HH:MM:SS.mmm of the ISO time
+        event["pair"] = _pair_label(event)
         event["current"] = event["seq"] == seq
         event["depth_class"] = min(event.get("depth") or 0, 6)
         if event["kind"] in COLLAPSE_KINDS and (not run or run[-1]["kind"] == event["kind"]):
