@@ -49,7 +49,7 @@ migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 
 demo: migrate
-	$(PY) manage.py setup_demo
+	$(PY) manage.py setup_demo --url http://$(HOST):$(PORT)/
 
 run: demo
 	$(PY) manage.py schedule_jobs

@@ -21,6 +21,9 @@ DEMO_USER = "demo"
 class Command(BaseCommand):
     help = "Create the demo login and import the demo sessions under demo/."
 
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--url", default="http://127.0.0.1:8000/", help="where the dashboard will be")
+
     def handle(self, *args, **options) -> None:
         password = self._demo_password()
         user_model = get_user_model()
@@ -43,7 +46,7 @@ class Command(BaseCommand):
                 else:
                     loaded += 1
         self.stdout.write(f"Demo sessions available: {loaded}")
-        self.stdout.write(f"Log in at http://127.0.0.1:8000/ with  username: {DEMO_USER}  password: {password}")
+        self.stdout.write(f"Log in at {options['url']} with  username: {DEMO_USER}  password: {password}")
 
     def _demo_password(self) -> str:
         # Kept under var/ so a second `make run` prints the same, still valid, password.
