@@ -420,5 +420,10 @@ class ApiKey(models.Model):
             return None
         api_key = cls.objects.active().filter(key_hash=cls.hash_key(key)).first()
         if api_key is not None:
-            cls.objects.filter(pk=api_key.pk).update(last_used_at=timezone.now())
+            # At most one write a minute per key: a write on every request would cost more than
+            # serving a single step, and "last used" needs no finer grain.
+            now = timezone.now()
+            if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() > 60:
+                cls.objects.filter(pk=api_key.pk).update(last_used_at=now)
+                api_key.last_used_at = now
         return api_key

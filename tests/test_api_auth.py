@@ -58,3 +58,15 @@ def test_keys_are_stored_hashed(db):
     api_key.refresh_from_db()
     assert key not in (api_key.key_hash, api_key.key_prefix)
     assert api_key.key_hash == ApiKey.hash_key(key)
+
+
+def test_last_used_is_recorded_without_a_write_per_request(db, csrf_client, django_assert_num_queries):
+    api_key, key = ApiKey.create_key(name="busy")
+    headers = {"Authorization": f"Bearer {key}"}
+    assert csrf_client.get("/api/sessions", headers=headers).status_code == 200
+    api_key.refresh_from_db()
+    first_use = api_key.last_used_at
+    assert first_use is not None
+    assert ApiKey.authenticate(key).last_used_at == first_use  # within the minute: no new write
+    with django_assert_num_queries(1):  # the lookup only
+        ApiKey.authenticate(key)
