@@ -393,9 +393,14 @@ def step_seq(*, session: Session, index: int) -> int | None:
     """The seq of the event that closes step `index` (0-based position)."""
     if index < 0 or index >= session.step_count:
         return None
-    return (
-        Event.objects.filter(session=session, step_pos=index).values_list("seq", flat=True).first()
+    # No ORDER BY (`.first()` would add the model's (session, seq) ordering, and SQLite then
+    # walks the whole session in seq order instead of probing the step_pos index).
+    found = (
+        Event.objects.filter(session=session, step_pos=index)
+        .order_by()
+        .values_list("seq", flat=True)[:1]
     )
+    return next(iter(found), None)
 
 
 def step_state_at(*, session: Session, index: int) -> dict[str, Any] | None:
@@ -1006,6 +1011,12 @@ def _step_error_sql() -> str:
     return "(step_state IS NOT NULL AND COALESCE(json_extract(step_state, '$.error'), '') <> '')"
 
 
+def _flagged_error_sql() -> str:
+    """`is_error` spelled the way each planner matches the partial index event_session_error_seq:
+    SQLite only uses it when the query repeats its `is_error = 1` literally."""
+    return "is_error" if connection.vendor == "postgresql" else "is_error = 1"
+
+
 def _error_sql() -> str:
     return f"(is_error OR {_step_error_sql()})"
 
@@ -1019,7 +1030,7 @@ def next_error(*, session: Session, seq: int, direction: int = 1) -> int | None:
     forward = direction >= 0
     op, order = (">", "ASC") if forward else ("<", "DESC")
     flagged = _fetch(
-        f"SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND is_error AND seq {op} %s "
+        f"SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND {_flagged_error_sql()} AND seq {op} %s "
         f"ORDER BY seq {order} LIMIT 1",
         [session.pk, seq],
     )
