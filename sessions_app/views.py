@@ -82,13 +82,14 @@ def session_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def upload(request: HttpRequest) -> HttpResponse:
-    form = UploadForm(request.POST, request.FILES)
     errors: list[str] = []
     try:
+        # Before the form touches request.POST/FILES, which would read the whole body first.
         check_declared_size(request.META.get("CONTENT_LENGTH"))
     except UploadRejected as exc:
         errors.append(exc.message)
-    if not errors and form.is_valid():
+    form = UploadForm(request.POST, request.FILES) if not errors else None
+    if form is not None and form.is_valid():
         project = form.cleaned_data["project"] or Project.get_default()
         for uploaded in form.cleaned_data["files"]:
             try:
@@ -96,7 +97,7 @@ def upload(request: HttpRequest) -> HttpResponse:
                               created_by=request.user.get_username())  # fmt: skip
             except UploadRejected as exc:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
-    elif not errors:
+    elif form is not None:
         errors = [f"{form[name].label}: {' '.join(messages)}" for name, messages in form.errors.items()]
     if not request.htmx:
         return redirect("sessions:list")
