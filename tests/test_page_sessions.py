@@ -210,6 +210,17 @@ def test_upload_with_an_unknown_format_is_refused(logged_in, monkeypatch):
     assert "Format" in response.content.decode() and ImportJob.objects.count() == 0
 
 
+def test_oversize_upload_is_refused_before_its_body_is_read(logged_in, monkeypatch, settings):
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    settings.MAX_UPLOAD_MB = 1
+    big = SimpleUploadedFile("big.jsonl", b"{}\n" * (700 * 1024))  # 2.1 MB
+    response = logged_in.post(reverse("sessions:upload"), {"files": [big]}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "exceeds the limit of 1 MB" in html
+    assert ImportJob.objects.count() == 0
+
+
 def test_compare_form_posts_two_picked_sessions_to_the_diff_view(logged_in, two_sessions):
     html = logged_in.get(LIST).content.decode()
     assert f'action="{reverse("sessions:diff")}"' in html
