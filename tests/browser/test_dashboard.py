@@ -121,6 +121,7 @@ def test_play_advances_at_the_chosen_speed_and_stops_at_the_next_user_message(wa
     page.keyboard.press(" ")
     page.wait_for_timeout(2500)
     page.keyboard.press(" ")
+    settle(page)  # a frame asked for just before the pause still lands
     advanced = frame(page)["seq"] - turn
     assert 1 <= advanced <= 3
     page.wait_for_timeout(1200)
