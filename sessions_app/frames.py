@@ -145,21 +145,9 @@ def _pair_label(event: dict[str, Any]) -> str:
 
 
 def _rows(events: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
-    """Step-list rows: each event with its preview and time, runs of chunks folded."""
-    rows: list[dict[str, Any]] = []
-    run: list[dict[str, Any]] = []
-
-    def flush() -> None:
-        if len(run) >= COLLAPSE_MIN:
-            rows.append({
-                "group": True, "kind": run[0]["kind"], "events": list(run), "count": len(run),
-                "first": run[0]["seq"], "last": run[-1]["seq"],
-                "open": run[0]["seq"] <= seq <= run[-1]["seq"],
-            })  # fmt: skip
-        else:
-            rows.extend(run)
-        run.clear()
-
+    """Step-list rows: each event with its preview, clock time and pair label. A run of
+    COLLAPSE_MIN or more streamed chunks folds into one row: its first event `opens` the group
+    (kind, count, seq range, open when the current event is inside) and its last `closes` it."""
     for event in events:
         event["preview"] = preview(event)
         event["ts_ms"] = _epoch_ms(event.get("timestamp"))
@@ -167,16 +155,20 @@ def _rows(events: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
         event["pair"] = _pair_label(event)
         event["current"] = event["seq"] == seq
         event["depth_class"] = min(event.get("depth") or 0, 6)
-        if event["kind"] in COLLAPSE_KINDS and (not run or run[-1]["kind"] == event["kind"]):
-            run.append(event)
-            continue
-        flush()
-        if event["kind"] in COLLAPSE_KINDS:
-            run.append(event)
-        else:
-            rows.append(event)
-    flush()
-    return rows
+    start = 0
+    while start < len(events):
+        kind = events[start]["kind"]
+        stop = start + 1
+        if kind in COLLAPSE_KINDS:
+            while stop < len(events) and events[stop]["kind"] == kind:
+                stop += 1
+            if stop - start >= COLLAPSE_MIN:
+                first, last = events[start]["seq"], events[stop - 1]["seq"]
+                events[start]["opens"] = {"kind": kind, "count": stop - start, "first": first, "last": last,
+                                          "open": first <= seq <= last}  # fmt: skip
+                events[stop - 1]["closes"] = True
+        start = stop
+    return events
 
 
 def _kind_totals(session: Session) -> dict[str, int]:
