@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-GENESIS_HASH = "0" * 64
+from .event_rows import GENESIS_HASH
 
 
 class Project(models.Model):
