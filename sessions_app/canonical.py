@@ -97,6 +97,9 @@ class CanonicalEvent:
     raw: str  # the original record exactly as received (its text)
     payload: dict[str, Any]
     timestamp: datetime | None = None
+    # The same instant as naive UTC text "YYYY-MM-DD HH:MM:SS[.ffffff]" when the format has it
+    # at hand (formatting an aware datetime is one of the dearest steps of an import).
+    timestamp_text: str | None = None
     line: int | None = None
     step: int | None = None
     depth: int = 0
@@ -178,6 +181,12 @@ class Problems:
         self.count += 1
         if len(self.items) < self.limit:
             self.items.append(Problem(line, field, message))
+
+    def extend(self, other: "Problems") -> None:
+        """Take over another collector's problems (a parse worker's), limit and count kept."""
+        room = max(self.limit - len(self.items), 0)
+        self.items.extend(other.items[:room])
+        self.count += other.count
 
     def __len__(self) -> int:
         return self.count

@@ -54,8 +54,10 @@ def json_text(value: Any) -> str:
         return _dumps(value, option=_NON_STR_KEYS).decode()
 
 
-def sqlite_timestamp(value: datetime | None) -> Any:
+def sqlite_timestamp(value: datetime | None, text: str | None = None) -> Any:
     # What Django's SQLite backend stores for an aware datetime with USE_TZ: naive UTC text.
+    if text is not None:
+        return text
     if value is None:
         return None
     if value.tzinfo is UTC:
@@ -66,7 +68,7 @@ def sqlite_timestamp(value: datetime | None) -> Any:
     return value.isoformat(" ")
 
 
-def postgres_timestamp(value: datetime | None) -> Any:
+def postgres_timestamp(value: datetime | None, text: str | None = None) -> Any:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
@@ -151,6 +153,7 @@ class EventRows:
         state.next_seq = seq + 1
         kind = event.kind
         timestamp = event.timestamp
+        db_timestamp = self.db_timestamp
 
         if timestamp is not None:
             ts_ms = timestamp.timestamp() * 1000.0
@@ -238,7 +241,7 @@ class EventRows:
 
         self.rows.append(
             [
-                self.session_pk, seq, kind, event.source_type[:64], self.db_timestamp(timestamp),
+                self.session_pk, seq, kind, event.source_type[:64], db_timestamp(timestamp, event.timestamp_text),
                 event.line, event.step, step_pos, event.depth, event.agent_id[:200],
                 event.parent_id[:200], event.child_id[:200], tool[:200], pair_id[:200],
                 pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from .canonical import ParsedSession, Problems
 from .formats import Source, detect, registry
-from .ingest import append_events, create_session, finish_session
+from .ingest import append_batches, append_events, create_session, finish_session
 from .models import ImportJob, Project, Session
+from .parse_worker import ParseWorker, WorkerFailed, WorkerSession
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +123,7 @@ def import_file(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for parsed in registry()[fmt].parse(source, problems):
+        for parsed in _sessions_of(source, fmt, problems):
             outcome = _import_session(
                 parsed, path, project, fmt, replace, job, created, progress, problems
             )
@@ -129,6 +131,8 @@ def import_file(
                 outcomes.append(outcome)
     except OSError as exc:  # the stream broke mid-file (a corrupt .gz, a vanished file)
         problems.add(None, "file", f"could not read further: {exc}")
+    except WorkerFailed:
+        pass  # the parse worker's own problem already says why
     except Exception as exc:  # a bug must not become a traceback for the user; log it for us
         logger.exception("import of %s failed", path)
         problems.add(None, "file", f"import stopped: {type(exc).__name__}: {exc}")
@@ -146,8 +150,19 @@ def import_file(
     return outcomes
 
 
+def _sessions_of(source: Source, fmt: str, problems: Problems):
+    """The file's sessions: parsed here, or for a large file by the parse worker, which builds
+    the rows in a second process while this one writes them (parse_worker.py)."""
+    threshold = settings.IMPORT_WORKER_MIN_MB
+    if threshold is not None and source.path.is_file():
+        if source.path.stat().st_size >= threshold * 1024 * 1024:
+            worker = ParseWorker(source=source, format=fmt, problems=problems, vendor=connection.vendor)
+            return worker.sessions()
+    return registry()[fmt].parse(source, problems)
+
+
 def _import_session(
-    parsed: ParsedSession,
+    parsed: ParsedSession | WorkerSession,
     path: Path,
     project: Project,
     fmt: str,
@@ -157,15 +172,24 @@ def _import_session(
     progress: "_JobProgress",
     problems: Problems,
 ) -> ImportOutcome | None:
-    events = iter(parsed.events)
+    # A worker session's rows are read by append_batches; only a parsed one has events here.
+    events = iter(()) if isinstance(parsed, WorkerSession) else iter(parsed.events)
     try:
         with transaction.atomic():
             session = create_session(
                 project=project, source_format=fmt, meta=parsed.meta, import_job=job
             )
-            result = append_events(
-                session=session, events=events, on_progress=progress.events_written
-            )
+            if isinstance(parsed, WorkerSession):
+                result = append_batches(
+                    session=session,
+                    batches=parsed.batches(session.pk),
+                    final_state=parsed.state,
+                    on_progress=progress.events_written,
+                )
+            else:
+                result = append_events(
+                    session=session, events=events, on_progress=progress.events_written
+                )
             if result.event_count == 0:
                 raise _Empty
             finish_session(session=session, meta=parsed.meta)

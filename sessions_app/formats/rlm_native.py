@@ -122,18 +122,32 @@ def _session_events(
 
 def parse_timestamp(value: Any) -> datetime | None:
     """ISO 8601 text (rlm-code's `datetime.isoformat()`), or epoch seconds; naive means UTC."""
+    return parse_timestamp_text(value)[0]
+
+
+def parse_timestamp_text(value: Any) -> tuple[datetime | None, str | None]:
+    """`parse_timestamp`, and for naive ISO text (what rlm-code writes) the same instant as
+    the UTC text a database stores (CanonicalEvent.timestamp_text), formatted while it is cheap:
+    a naive datetime formats in a quarter of the time an aware one takes."""
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value)
         except ValueError:
-            return None
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+            return None, None
+        if parsed.tzinfo is not None:
+            return parsed, None
+        try:
+            # Parsing again with the offset costs a sixth of `parsed.replace(tzinfo=UTC)`.
+            aware = datetime.fromisoformat(value + "+00:00")
+        except ValueError:
+            aware = parsed.replace(tzinfo=UTC)
+        return aware, parsed.isoformat(" ")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         try:
-            return datetime.fromtimestamp(value, tz=UTC)
+            return datetime.fromtimestamp(value, tz=UTC), None
         except (OverflowError, OSError, ValueError):
-            return None
-    return None
+            return None, None
+    return None, None
 
 
 def number(value: Any, field: str, line: int | None, problems: Problems) -> float | int | None:
@@ -306,7 +320,7 @@ class Converter:
             data = mapping(data, "data", line, problems)
 
         stamp = record.get("timestamp")
-        timestamp = parse_timestamp(stamp)
+        timestamp, timestamp_text = parse_timestamp_text(stamp)
         if timestamp is None and stamp is not None:
             problems.add(line, "timestamp", f"not a timestamp: {str(stamp)[:40]!r}")
 
@@ -341,6 +355,7 @@ class Converter:
             raw=raw,
             payload=data,
             timestamp=timestamp,
+            timestamp_text=timestamp_text,
             line=line,
             step=step,
             depth=depth,

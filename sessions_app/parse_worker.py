@@ -1,0 +1,250 @@
+"""A second process that parses a large file into Event rows while this one writes them.
+
+An import is two jobs of about equal weight: Python work per event (reading and parsing the
+line, the format's conversion, the running totals, the hash chain, the JSON of the stored
+columns) and the database's bulk write of the rows. In one process they add up; SQLite's
+`executemany` cannot overlap with Python work in a thread either, because it takes the GIL back
+for every row (measured: no gain). So for a large file `importing.import_file` starts this
+module as a child process (`python -m sessions_app.parse_worker`): the child runs the format's
+parser and `event_rows.EventRows` (the same code the in-process path runs) and streams batches
+of finished rows through a pipe; the importing process, which holds the database transaction,
+only writes them. On two cores the two halves run side by side (bench/import_bench.py).
+
+The child never touches the database and imports no Django. The conversation on its pipes:
+
+    child -> parent   ("session", SessionMeta)          a session begins (metadata so far)
+    parent -> child   "<session pk>\\n"                  the row the events belong to
+    child -> parent   ("rows", Batch, bytes_read) ...    finished rows, in seq order
+    child -> parent   ("end", SessionMeta, WriterState)  the session's events are exhausted
+    ... the next session of the file, if any ...
+    child -> parent   ("failed", message, traceback)     reading stopped (then "done")
+    child -> parent   ("done", Problems)                 every problem of the file
+
+Each message is one pickle, preceded by its length. The pipe holds little, so a slow database
+makes the child wait instead of piling rows up in memory.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import logging
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from .canonical import Problems, SessionMeta
+from .event_rows import Batch, EventRows, WriterState
+from .formats import Source
+
+logger = logging.getLogger(__name__)
+
+# Rows per message: big enough that pickling and the pipe cost little per row, small enough
+# that both processes stay busy (the writer starts on the first batch while the next is built).
+BATCH_ROWS = 2000
+_HEADER = struct.Struct("<Q")
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_FORMAT_MODULES = {
+    "rlm_native": "rlm_native", "rlm_trajectory": "rlm_trajectory", "rlm_steps": "rlm_steps",
+    "rlm_snapshot": "rlm_snapshot", "rlm_sink": "rlm_sink", "agentlens": "agentlens",
+    "flux0": "flux0", "daycare": "daycare", "canonical": "canonical_json",
+}  # fmt: skip
+
+
+class WorkerFailed(Exception):
+    """The child stopped before it finished the file; the message says why."""
+
+
+def _send(stream: IO[bytes], message: tuple) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)))
+    stream.write(data)
+
+
+def _receive(stream: IO[bytes]) -> tuple | None:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)
+
+
+# --- the child -----------------------------------------------------------------------------
+
+
+def _run_child(request: dict[str, Any], out: IO[bytes], answers: IO[bytes]) -> None:
+    # The child allocates millions of short-lived acyclic objects and exits when done: the
+    # cyclic collector would only rescan them.
+    gc.disable()
+    module = importlib.import_module(f"sessions_app.formats.{_FORMAT_MODULES[request['format']]}")
+    problems = Problems(limit=request["problems_kept"])
+    read = [0]
+    source = Source(
+        path=Path(request["path"]),
+        display_name=request["display_name"],
+        on_bytes=lambda count: read.__setitem__(0, count),
+    )
+    batch_rows = request["batch_rows"]
+    try:
+        for parsed in module.parse(source, problems):
+            _send(out, ("session", parsed.meta))
+            out.flush()
+            session_pk = int(answers.readline())
+            state = WriterState()
+            rows = EventRows(session_pk=session_pk, state=state, vendor=request["vendor"])
+            add = rows.add
+            for event in parsed.events:
+                add(event)
+                if len(rows.rows) >= batch_rows:
+                    _send(out, ("rows", rows.take(), read[0]))
+            _send(out, ("rows", rows.take(), read[0]))
+            _send(out, ("end", parsed.meta, state))
+    except OSError as exc:  # the stream broke mid-file (a corrupt .gz, a vanished file)
+        problems.add(None, "file", f"could not read further: {exc}")
+    except Exception as exc:  # a bug: reported as a problem, with the traceback for the log
+        _send(out, ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    _send(out, ("done", problems))
+    out.flush()
+
+
+def main() -> None:
+    request = pickle.loads(bytes.fromhex(sys.argv[1]))
+    out = os.fdopen(sys.stdout.fileno(), "wb", buffering=1 << 16, closefd=False)
+    _run_child(request, out, sys.stdin.buffer)
+
+
+# --- the parent ----------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerSession:
+    """One session of the file as the child streams it: `meta` is complete (the child's final
+    metadata) once `batches()` is exhausted, like a ParsedSession's after its events."""
+
+    worker: "ParseWorker"
+    meta: SessionMeta
+    final_state: WriterState | None = None
+
+    def batches(self, session_pk: int) -> Iterator[Batch]:
+        """The rows of this session, built for the session row `session_pk`."""
+        return self.worker._batches(self, session_pk)
+
+    def state(self) -> WriterState:
+        if self.final_state is None:
+            raise WorkerFailed("the parse worker stopped before the end of the session")
+        return self.final_state
+
+
+class ParseWorker:
+    """The parent's side: starts the child, yields its sessions, merges its problems."""
+
+    def __init__(
+        self, *, source: Source, format: str, problems: Problems, vendor: str, batch_rows: int = BATCH_ROWS
+    ) -> None:
+        self.source = source
+        self.problems = problems
+        request = {
+            "path": str(source.path),
+            "display_name": source.display_name,
+            "format": format,
+            "vendor": vendor,
+            "problems_kept": problems.limit,
+            "batch_rows": batch_rows,
+        }
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sessions_app.parse_worker", pickle.dumps(request).hex()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=_PROJECT_ROOT,
+            env=env,
+            bufsize=1 << 16,
+        )
+        self.finished = False
+
+    def sessions(self) -> Iterator[WorkerSession]:
+        """The file's sessions, in order; the child is stopped however the caller leaves."""
+        try:
+            while True:
+                message = self._next()
+                if message is None:
+                    return
+                if message[0] != "session":
+                    raise WorkerFailed(f"unexpected message {message[0]!r} from the parse worker")
+                session = WorkerSession(worker=self, meta=message[1])
+                yield session
+                if session.final_state is None:
+                    # The caller did not read this session's rows (it failed before): nothing
+                    # more can follow in order, so stop here.
+                    return
+        finally:
+            self.close()
+
+    def _batches(self, session: WorkerSession, session_pk: int) -> Iterator[Batch]:
+        stdin = self.process.stdin
+        stdin.write(f"{session_pk}\n".encode())
+        stdin.flush()
+        on_bytes = self.source.on_bytes
+        while True:
+            message = self._next()
+            if message is None:
+                return
+            if message[0] == "rows":
+                if on_bytes is not None:
+                    on_bytes(message[2])
+                yield message[1]
+            elif message[0] == "end":
+                session.meta, session.final_state = message[1], message[2]
+                return
+            else:
+                raise WorkerFailed(f"unexpected message {message[0]!r} from the parse worker")
+
+    def _next(self) -> tuple | None:
+        """The next message about sessions; None once the child has said all it will."""
+        if self.finished:
+            return None
+        message = _receive(self.process.stdout)
+        reported = False
+        if message is not None and message[0] == "failed":
+            logger.error("import of %s failed in the parse worker:\n%s", self.source.path, message[2])
+            self.problems.add(None, "file", f"import stopped: {message[1]}")
+            reported = True
+            message = _receive(self.process.stdout)
+        if message is None:
+            self.finished = True
+            code = self.process.wait()
+            if not reported:
+                self.problems.add(
+                    None, "file", f"import stopped: the parse worker exited with status {code}"
+                )
+            return None
+        if message[0] == "done":
+            self.finished = True
+            self.problems.extend(message[1])
+            return None
+        return message
+
+    def close(self) -> None:
+        process = self.process
+        if process.poll() is None and not self.finished:
+            process.kill()
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        process.wait()
+
+
+if __name__ == "__main__":
+    main()
