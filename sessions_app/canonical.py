@@ -182,12 +182,6 @@ class Problems:
         if len(self.items) < self.limit:
             self.items.append(Problem(line, field, message))
 
-    def extend(self, other: "Problems") -> None:
-        """Take over another collector's problems (a parse worker's), limit and count kept."""
-        room = max(self.limit - len(self.items), 0)
-        self.items.extend(other.items[:room])
-        self.count += other.count
-
     def __len__(self) -> int:
         return self.count
 

@@ -74,7 +74,7 @@ def postgres_timestamp(value: datetime | None, text: str | None = None) -> Any:
     return value.replace(tzinfo=UTC)
 
 
-@dataclass
+@dataclass(slots=True)
 class WriterState:
     """Everything the row builder carries from one event to the next; saved on the session so
     a later append (live ingest) continues exactly where the last one stopped."""

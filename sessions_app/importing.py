@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from .canonical import ParsedSession, Problems
 from .formats import Source, detect, registry
-from .ingest import append_batches, append_events, create_session, finish_session
+from .ingest import append_batches, append_events, bulk_write_cache, create_session, finish_session
 from .models import ImportJob, Project, Session
 from .parse_worker import ParseWorker, WorkerFailed, WorkerSession
 
@@ -129,7 +129,7 @@ def import_file(
             )
             if outcome is not None:
                 outcomes.append(outcome)
-    except OSError as exc:  # the stream broke mid-file (a corrupt .gz, a vanished file)
+    except (OSError, EOFError) as exc:  # the stream broke mid-file (a cut .gz, a vanished file)
         problems.add(None, "file", f"could not read further: {exc}")
     except WorkerFailed:
         pass  # the parse worker's own problem already says why
@@ -175,7 +175,7 @@ def _import_session(
     # A worker session's rows are read by append_batches; only a parsed one has events here.
     events = iter(()) if isinstance(parsed, WorkerSession) else iter(parsed.events)
     try:
-        with transaction.atomic():
+        with bulk_write_cache(), transaction.atomic():
             session = create_session(
                 project=project, source_format=fmt, meta=parsed.meta, import_job=job
             )

@@ -29,7 +29,10 @@ from .event_rows import (
 )
 from .models import Checkpoint, Event, Project, Session, Snapshot
 
-__all__ = ["KEYFRAME_EVERY", "append_events", "append_batches", "create_session", "finish_session"]
+__all__ = [
+    "KEYFRAME_EVERY", "append_batches", "append_events", "bulk_write_cache", "create_session",
+    "finish_session",
+]  # fmt: skip
 
 # Rows buffered before one bulk write; large enough to amortise each round trip.
 BATCH_ROWS = 5000
@@ -202,10 +205,10 @@ def append_events(
 
 
 @contextmanager
-def _large_write_cache() -> Iterator[None]:
-    """A 64 MiB page cache for SQLite while a large file is written (default 2 MiB): the
-    indexes' pages stay in memory instead of being spilled and read back (bench/import_bench.py).
-    Only for the import's own connection and only meanwhile; PostgreSQL sizes its own buffers."""
+def bulk_write_cache() -> Iterator[None]:
+    """A 64 MiB page cache for SQLite while a file is imported (default 2 MiB): the indexes'
+    pages stay in memory instead of being spilled and read back (bench/import_bench.py). Only
+    for the import's own connection and only meanwhile; PostgreSQL sizes its own buffers."""
     if connection.vendor != "sqlite":
         yield
         return
@@ -236,7 +239,7 @@ def append_batches(
     """Write rows built elsewhere (the parse worker of parallel_import.py) into a session that
     has no events yet, in one transaction; `final_state()` is the builder's state after the
     last batch, asked for once the batches are exhausted."""
-    with transaction.atomic(), _large_write_cache():
+    with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         if locked.event_count:
             raise ValueError("append_batches writes a new session's first events only")
