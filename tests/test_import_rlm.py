@@ -486,3 +486,36 @@ def test_session_from_create_recorder_matches_rlm(project, tmp_path):
     assert session.run_id == recorder.run_id and session.run_id.startswith("run_")
     assert_summary_matches(session, replayer, tokens_divisor=2)
     assert_steps_match(session, replayer)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-22T05:47:01.346935+00:00",  # what rlm-code 0.1.13 writes
+        "2026-11-22T05:47:01.346935",  # naive: UTC
+        "2026-11-22T05:47:01+00:00",
+        "2026-11-22T05:47:01.000000",  # Django writes no ".000000"
+        "2026-11-22T05:47:01.346935Z",
+        "2026-11-22T07:47:01.346935+02:00",
+        "2026-11-22",  # a date alone: "+00:00" appended would read as a time of day
+        "2026-W47-7T05:47:01.346935+00:00",  # ISO week date: same length, other shape
+        "2026-11-22T05:47:01.5",
+    ],
+)
+def test_timestamp_text_taken_from_the_source_is_what_django_stores(text):
+    from datetime import UTC
+
+    from django.db import connection
+
+    from sessions_app.formats.rlm_native import parse_timestamp_text
+
+    moment, stored = parse_timestamp_text(text)
+    assert moment is not None and moment.tzinfo is not None
+    # The text the SQLite writer stores unchanged must be what Django's own backend would write.
+    django_text = connection.ops.adapt_datetimefield_value(moment) if connection.vendor == "sqlite" else None
+    expected = moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
+    assert stored is None or stored == expected
+    if django_text is not None and stored is not None:
+        assert stored == django_text
+    if text.endswith(("+00:00", "Z")) and "W" not in text or "+" not in text and "Z" not in text:
+        assert stored is not None  # the cheap path is taken where the text allows it
