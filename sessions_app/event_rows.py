@@ -238,6 +238,10 @@ class EventRows:
         prev = state.head
         digest = _sha256(prev.encode("ascii") + raw.encode("utf-8", "surrogatepass")).hexdigest()
         state.head = digest
+        try:
+            payload = _dumps(event.payload).decode()
+        except TypeError:  # non-string keys: json_text's slower second try
+            payload = json_text(event.payload)
 
         self.rows.append(
             [
@@ -246,7 +250,7 @@ class EventRows:
                 event.parent_id[:200], event.child_id[:200], tool[:200], pair_id[:200],
                 pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,
                 tokens, reward, is_error, fail_streak,
-                json_text(event.payload), raw,
+                payload, raw,
                 step_state_json, state_change_json, digest, prev, state.cost_total,
                 state.tokens_total, state.errors_total, state.elapsed_ms, state.reward_total,
                 state.steps_total, _dumps(counts).decode(),

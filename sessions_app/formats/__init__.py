@@ -106,23 +106,19 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
     decode_error = orjson.JSONDecodeError
     with source.open() as stream:
         # Progress counts bytes of the file on disk, so a .gz reports against its own size.
-        underlying = getattr(stream, "fileobj", None)
-        consumed = 0
+        position = getattr(stream, "fileobj", stream).tell
         number = 0
         for number, line in enumerate(stream, start=1):
-            if on_bytes is not None:
-                consumed += len(line)
-                if not number & 255:
-                    on_bytes(underlying.tell() if underlying is not None else consumed)
+            if on_bytes is not None and not number & 255:
+                on_bytes(position())
             if number == 1 and line.startswith(BOM):
                 problems.add(1, "line", "byte-order mark at the start of the file (ignored)")
                 line = line[3:]
-            last = not line.endswith(b"\n")
             body = line.rstrip(b"\r\n")
             try:
                 record = loads(body)
             except decode_error:
-                record = load_json_line(number, body, problems, last=last)
+                record = load_json_line(number, body, problems, last=not line.endswith(b"\n"))
                 if record is None:
                     continue
             if type(record) is not dict:
@@ -130,7 +126,7 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
                 continue
             yield number, record, body.decode("utf-8")
         if on_bytes is not None:
-            on_bytes(underlying.tell() if underlying is not None else consumed)
+            on_bytes(position())
 
 
 Record = tuple[int, dict[str, Any], str]  # (line, parsed record, raw text)
