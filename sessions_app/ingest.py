@@ -131,6 +131,38 @@ def _write_batch(session: Session, batch: Batch) -> None:
         Snapshot.objects.bulk_create([_snapshot(session, keyframe) for keyframe in batch.keyframes])
 
 
+@contextmanager
+def _batch_writer(session: Session) -> Iterator[Callable[[Batch], None]]:
+    """A function that writes one batch, for as long as a session's append lasts.
+
+    On PostgreSQL every batch goes into one COPY that stays open: the server inserts and
+    indexes rows while we build (or receive) the next ones, instead of each batch's COPY
+    waiting for the server to finish before the next batch is read. Calls answered in a later
+    batch and the state keyframes are written once the COPY ends (no other statement can run on
+    the connection during it). On SQLite each batch is one executemany.
+    """
+    if connection.vendor != "postgresql":
+        yield lambda batch: _write_batch(session, batch)
+        return
+    pair_updates: list[tuple[int, float | None, int]] = []
+    keyframes: list[Keyframe] = []
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor:
+        with cursor.copy(f"COPY {_TABLE} ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy:
+            write_row = copy.write_row
+
+            def write(batch: Batch) -> None:
+                for row in batch.rows:
+                    write_row(row)
+                pair_updates.extend(batch.pair_updates)
+                keyframes.extend(batch.keyframes)
+
+            yield write
+    _update_pairs(session.pk, pair_updates)
+    if keyframes:
+        Snapshot.objects.bulk_create([_snapshot(session, keyframe) for keyframe in keyframes])
+
+
 def _snapshot(session: Session, keyframe: Keyframe) -> Snapshot:
     return Snapshot(
         session=session,
@@ -187,13 +219,18 @@ def append_events(
         first_seq = state.next_seq
         rows = EventRows(session_pk=locked.pk, state=state, vendor=connection.vendor)
         stored = 0
-        for event in events:
-            rows.add(event)
-            if len(rows.rows) >= BATCH_ROWS:
-                stored += _flush(locked, rows)
-                if on_progress is not None:
-                    on_progress(stored)
-        stored += _flush(locked, rows)
+        with _batch_writer(locked) as write:
+            for event in events:
+                rows.add(event)
+                if len(rows.rows) >= BATCH_ROWS:
+                    batch = rows.take()
+                    write(batch)
+                    stored += len(batch.rows)
+                    if on_progress is not None:
+                        on_progress(stored)
+            batch = rows.take()
+            write(batch)
+            stored += len(batch.rows)
         if format_state is not None:
             state.format_state = format_state
         save_state_to(state, locked)
@@ -223,12 +260,6 @@ def bulk_write_cache() -> Iterator[None]:
             cursor.execute(f"PRAGMA cache_size = {int(before)}")
 
 
-def _flush(session: Session, rows: EventRows) -> int:
-    batch = rows.take()
-    _write_batch(session, batch)
-    return len(batch.rows)
-
-
 def append_batches(
     *,
     session: Session,
@@ -236,7 +267,7 @@ def append_batches(
     final_state: Callable[[], WriterState],
     on_progress: Callable[[int], None] | None = None,
 ) -> AppendResult:
-    """Write rows built elsewhere (the parse worker of parallel_import.py) into a session that
+    """Write rows built elsewhere (the parse worker of parse_worker.py) into a session that
     has no events yet, in one transaction; `final_state()` is the builder's state after the
     last batch, asked for once the batches are exhausted."""
     with transaction.atomic():
@@ -244,11 +275,12 @@ def append_batches(
         if locked.event_count:
             raise ValueError("append_batches writes a new session's first events only")
         stored = 0
-        for batch in batches:
-            _write_batch(locked, batch)
-            stored += len(batch.rows)
-            if on_progress is not None:
-                on_progress(stored)
+        with _batch_writer(locked) as write:
+            for batch in batches:
+                write(batch)
+                stored += len(batch.rows)
+                if on_progress is not None:
+                    on_progress(stored)
         state = final_state()
         save_state_to(state, locked)
         locked.save()
