@@ -71,3 +71,29 @@ def write_canonical_file(
     data = b"".join(orjson.dumps(line) + b"\n" for line in lines)
     path.write_bytes(gzip.compress(data) if compress else data)
     return path
+
+
+def watch_job_progress(monkeypatch: Any, job: Any) -> list[tuple[int, int]]:
+    """Spy on an import job's progress writes: each time the importer writes events_done, read
+    the row back through a connection of its own. The list gets (written, seen by the other
+    connection) pairs; they are equal when progress is visible while the import runs."""
+    from django.db import connections
+
+    from sessions_app import importing
+
+    observed: list[tuple[int, int]] = []
+    write = importing._JobProgress._write
+
+    def spy(self: Any, **values: Any) -> None:
+        write(self, **values)
+        reader = connections.create_connection("default")
+        try:
+            with reader.cursor() as cursor:
+                cursor.execute("SELECT events_done FROM sessions_app_importjob WHERE id = %s", [job.pk])
+                observed.append((values["events_done"], cursor.fetchone()[0]))
+        finally:
+            reader.close()
+
+    monkeypatch.setattr(importing._JobProgress, "_write", spy)
+    monkeypatch.setattr(importing, "PROGRESS_EVERY", 200)
+    return observed

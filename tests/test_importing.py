@@ -18,6 +18,7 @@ from sessions_app.canonical import Kind
 from sessions_app.importing import import_file
 from sessions_app.models import Event, ImportJob, Project, Session
 
+from .builders_ingest import watch_job_progress
 from .builders_rlm import (
     record_failing_session,
     record_full_session,
@@ -397,33 +398,35 @@ def test_command_format_option_overrides_detection(project, tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_job_progress_is_visible_to_other_connections_while_a_session_streams_in(tmp_path, monkeypatch):
-    from django.db import connection, connections
+@pytest.mark.parametrize("worker_mb", [None, 0], ids=["in-process", "parse-worker"])
+def test_job_progress_is_visible_to_other_connections_while_a_session_streams_in(
+    tmp_path, monkeypatch, settings, worker_mb
+):
+    from django.db import connection
 
+    settings.IMPORT_WORKER_MIN_MB = worker_mb
+    started = []
+    monkeypatch.setattr(importing.ParseWorker, "sessions", _counted(importing.ParseWorker.sessions, started))
+    monkeypatch.setattr("sessions_app.parse_worker.BATCH_ROWS", 100)
     if connection.vendor != "postgresql":
         pytest.skip("SQLite has one writer: progress shows at each session's commit there")
     project = Project.get_default()
     path = tmp_path / "long.jsonl"
     record_full_session(path, steps=150, large_output_at=None, checkpoint_at=None, fail_at=frozenset())
     job = ImportJob.objects.create(project=project, original_name="long.jsonl", stored_path=str(path))
-    observed: list[tuple[int, int]] = []
-    write = importing._JobProgress._write
-
-    def spy(self, **values):
-        write(self, **values)
-        reader = connections.create_connection("default")
-        try:
-            with reader.cursor() as cursor:
-                cursor.execute("SELECT events_done FROM sessions_app_importjob WHERE id = %s", [job.pk])
-                observed.append((values["events_done"], cursor.fetchone()[0]))
-        finally:
-            reader.close()
-
-    monkeypatch.setattr(importing._JobProgress, "_write", spy)
-    monkeypatch.setattr(importing, "PROGRESS_EVERY", 200)
+    observed = watch_job_progress(monkeypatch, job)
     monkeypatch.setattr("sessions_app.ingest.BATCH_ROWS", 100)
 
     import_file(path=path, project=project, job=job)
 
     assert len(observed) >= 3
     assert all(written == seen for written, seen in observed)
+    assert len(started) == (1 if worker_mb == 0 else 0)
+
+
+def _counted(method, calls: list):
+    def counted(self, *args, **kwargs):
+        calls.append(self)
+        return method(self, *args, **kwargs)
+
+    return counted

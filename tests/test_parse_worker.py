@@ -466,41 +466,6 @@ def test_job_gets_progress_and_the_same_result_through_the_worker(
     assert all(0 < done <= job.bytes_total for _, done in seen)
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_job_progress_from_the_worker_is_visible_to_other_connections(settings, tmp_path, worker, monkeypatch):
-    from django.db import connection, connections
-
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite has one writer: progress shows at each session's commit there")
-    project = Project.get_default()
-    path = tmp_path / "long.jsonl"
-    record_full_session(path, steps=150, large_output_at=None, checkpoint_at=None, fail_at=frozenset())
-    job = ImportJob.objects.create(project=project, original_name="long.jsonl", stored_path=str(path))
-    observed: list[tuple[int, int]] = []
-    write = importing._JobProgress._write
-
-    def spy(self, **values):
-        write(self, **values)
-        reader = connections.create_connection("default")
-        try:
-            with reader.cursor() as cursor:
-                cursor.execute("SELECT events_done FROM sessions_app_importjob WHERE id = %s", [job.pk])
-                observed.append((values["events_done"], cursor.fetchone()[0]))
-        finally:
-            reader.close()
-
-    monkeypatch.setattr(importing._JobProgress, "_write", spy)
-    monkeypatch.setattr(importing, "PROGRESS_EVERY", 200)
-    worker.batch_rows = 100
-
-    import_through_worker(settings, path, project, job=job)
-
-    assert worker.started == 1
-    assert len(observed) >= 3
-    assert all(written == seen for written, seen in observed)
-
-
 # --- 7. a worker that breaks down mid-file ----------------------------------------------------
 
 
