@@ -122,8 +122,10 @@ def import_file(
     # counting frees them anyway; collection resumes, and catches up, when the file is done.
     collecting = gc.isenabled()
     gc.disable()
+    sessions = None
     try:
-        for parsed in _sessions_of(source, fmt, problems):
+        sessions = _sessions_of(source, fmt, problems)
+        for parsed in sessions:
             outcome = _import_session(
                 parsed, path, project, fmt, replace, job, created, progress, problems
             )
@@ -137,6 +139,10 @@ def import_file(
         logger.exception("import of %s failed", path)
         problems.add(None, "file", f"import stopped: {type(exc).__name__}: {exc}")
     finally:
+        # However the loop ended, a parse worker is stopped now, not whenever its generator
+        # happens to be collected.
+        if sessions is not None and hasattr(sessions, "close"):
+            sessions.close()
         if collecting:
             gc.enable()
 
