@@ -605,8 +605,7 @@ def search(request: HttpRequest, session_id: int, query: Query[SearchQuery]):
     )  # fmt: skip
     if query.at is not None:
         found["at"] = query.at
-        found["nextError"] = replay.next_error(session=session, seq=query.at, direction=1)
-        found["previousError"] = replay.next_error(session=session, seq=query.at, direction=-1)
+        found["previousError"], found["nextError"] = replay.errors_around(session=session, seq=query.at)
     return _json(found)
 
 

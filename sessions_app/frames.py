@@ -217,8 +217,7 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
             shown = next((e for e in later if e["seq"] == turn), None)
             nav["turn_ts"] = _epoch_ms(shown["timestamp"]) if shown else _ts_of(session, turn)
     if session.error_count or session.step_error_count:
-        nav["next_error"] = replay.next_error(session=session, seq=seq, direction=1)
-        nav["prev_error"] = replay.next_error(session=session, seq=seq, direction=-1)
+        nav["prev_error"], nav["next_error"] = replay.errors_around(session=session, seq=seq)
 
     frame = Frame(session=session, seq=seq, events=_rows(events, seq), context=context, nav=nav, kinds=kinds)
     if context is not None:

@@ -134,9 +134,9 @@ def test_unknown_session_is_404(logged_in, talk):
 # Pinned query counts, at an event inside an open step of a conversation with errors:
 # Django's session and user rows, the session, the window (1), the context (6: event row,
 # history, state at the event, paired event, the open step's seq, its StepState with its state),
-# the next turn boundary (1), next/previous error (2 each), and the conversation's last user
-# messages (1).
-FRAME_QUERIES = 16
+# the next turn boundary (1), previous and next error (1: replay.errors_around), and the
+# conversation's last user messages (1).
+FRAME_QUERIES = 13
 PAGE_QUERIES = FRAME_QUERIES + 3  # + overview samples, checkpoint marks, checkpoint list
 
 

@@ -92,6 +92,23 @@ def test_next_and_previous_error_include_error_steps(make_session):
     assert replay.next_error(session=session, seq=errors[-1], direction=1) is None
 
 
+def test_errors_around_is_previous_and_next_error_in_one_statement(make_session, django_assert_num_queries):
+    session = make_session(events=100)
+    errors = sorted(r["seq"] for r in replay.search(session=session, errors=True, limit=100)["results"])
+    assert errors, "the session needs errors of both sorts"
+    for seq in range(-1, 101):
+        expected = (
+            max((e for e in errors if e < seq), default=None),
+            min((e for e in errors if e > seq), default=None),
+        )
+        with django_assert_num_queries(1):
+            around = replay.errors_around(session=session, seq=seq)
+        assert around == expected == (
+            replay.next_error(session=session, seq=seq, direction=-1),
+            replay.next_error(session=session, seq=seq, direction=1),
+        )
+
+
 def test_next_turn_boundary_is_the_next_user_message():
     session = session_of([
         event(Kind.USER_MESSAGE, 0),
