@@ -92,7 +92,13 @@
     // The pace counts from when this frame was asked for, so the server's answer time is part
     // of the gap rather than added to it.
     const wait = Math.max(0, delay - (performance.now() - player.frameAskedAt));
-    player.timer = setTimeout(function () { go(target); }, wait);
+    // One pending frame at most, and none once paused: a second schedule (two settles of one
+    // frame) would otherwise leave a timer that pause cannot clear, moving a paused player.
+    clearTimeout(player.timer);
+    player.timer = setTimeout(function () {
+      player.timer = null;
+      if (player.playing) go(target);
+    }, wait);
   }
 
   function afterFrame() {
