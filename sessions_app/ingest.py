@@ -1,10 +1,12 @@
 """Writes: create sessions, append canonical events (seq, running totals, pairing, hash chain,
 state keyframes), finish sessions, set checkpoints.
 
-Everything a page later needs is computed here, once, as events stream in; see models.Event.
-The rows go to the database through `_insert_rows`, the one place that uses each backend's raw
-bulk path (SQLite `executemany`, PostgreSQL `COPY`): Django's `bulk_create` is ten times slower
-for this (../shared/PERFORMANCE.md). The ORM is used everywhere else.
+Everything a page later needs is computed once, as events stream in, by event_rows.EventRows
+(see models.Event); a large file's rows may come built from the parse worker (parse_worker.py,
+`append_batches`). The rows go to the database through `_batch_writer` and `_insert_rows`, the
+only places that use each backend's raw bulk path (SQLite `executemany`, PostgreSQL `COPY`):
+Django's `bulk_create` is ten times slower for this (../shared/PERFORMANCE.md). The ORM is used
+everywhere else.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ piling rows up in memory.
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
 import marshal
 import os
@@ -45,21 +44,16 @@ from typing import IO, Any, Iterator
 
 from .canonical import Problems, SessionMeta
 from .event_rows import Batch, EventRows, Keyframe, WriterState
-from .formats import Source
+from .formats import Source, format_module
 
 logger = logging.getLogger(__name__)
 
-# Rows per message: big enough that pickling and the pipe cost little per row, small enough
+# Rows per message: big enough that marshalling and the pipe cost little per row, small enough
 # that both processes stay busy (the writer starts on the first batch while the next is built).
 BATCH_ROWS = 2000
 _HEADER = struct.Struct("<Qc")
 _PICKLED, _MARSHALLED = b"p", b"m"
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
-_FORMAT_MODULES = {
-    "rlm_native": "rlm_native", "rlm_trajectory": "rlm_trajectory", "rlm_steps": "rlm_steps",
-    "rlm_snapshot": "rlm_snapshot", "rlm_sink": "rlm_sink", "agentlens": "agentlens",
-    "flux0": "flux0", "daycare": "daycare", "canonical": "canonical_json",
-}  # fmt: skip
 
 
 class WorkerFailed(Exception):
@@ -121,7 +115,7 @@ def _run_child(request: dict[str, Any], out: IO[bytes], answers: IO[bytes]) -> N
     # The child allocates millions of short-lived acyclic objects and exits when done: the
     # cyclic collector would only rescan them.
     gc.disable()
-    module = importlib.import_module(f"sessions_app.formats.{_FORMAT_MODULES[request['format']]}")
+    module = format_module(request["format"])
     problems = Problems(limit=request["problems_kept"])
     read = [0]
     source = Source(
@@ -234,9 +228,11 @@ class ParseWorker:
             self.close()
 
     def _batches(self, session: WorkerSession, session_pk: int) -> Iterator[Batch]:
-        stdin = self.process.stdin
-        stdin.write(f"{session_pk}\n".encode())
-        stdin.flush()
+        try:
+            self.process.stdin.write(f"{session_pk}\n".encode())
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child is gone: _next reports how it ended
         on_bytes = self.source.on_bytes
         while True:
             message = self._next()

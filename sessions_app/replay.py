@@ -355,7 +355,7 @@ def _change_window(keyframe_seq: int, seq: int) -> int:
     """Last seq that can hold a change to apply on top of `keyframe_seq` to get the state at `seq`.
 
     Ingest writes a keyframe at the first event at least KEYFRAME_EVERY after the previous one
-    once the state has changed (ingest._EventWriter.add), so when the latest keyframe at or
+    once the state has changed (event_rows.EventRows.add), so when the latest keyframe at or
     before `seq` is K, any change after K lies before K + KEYFRAME_EVERY. Reading the changes
     over that window only is what keeps the cost flat even where the state never changes.
     """

@@ -26,6 +26,7 @@ without text; its `sniff` looks at the folder's layout.
 from __future__ import annotations
 
 import gzip
+import importlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,25 +241,24 @@ class Head:
         return cls(source=source, text=text, records=records)
 
 
+# Each format's NAME and its module, in detection order (most specific first).
+_MODULES = {
+    "rlm_snapshot": "rlm_snapshot", "rlm_sink": "rlm_sink", "agentlens": "agentlens",
+    "flux0": "flux0", "daycare": "daycare", "rlm_native": "rlm_native",
+    "rlm_trajectory": "rlm_trajectory", "rlm_steps": "rlm_steps", "canonical": "canonical_json",
+}  # fmt: skip
+
+
+def format_module(name: str) -> Any:
+    """The module of one format, importing no other (the parse worker needs only its own)."""
+    module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
+    assert module.NAME == name, (module.NAME, name)
+    return module
+
+
 def registry() -> dict[str, Any]:
     """Format modules by NAME, in detection order (most specific first)."""
-    from . import (
-        agentlens,
-        canonical_json,
-        daycare,
-        flux0,
-        rlm_native,
-        rlm_sink,
-        rlm_snapshot,
-        rlm_steps,
-        rlm_trajectory,
-    )
-
-    modules = [
-        rlm_snapshot, rlm_sink, agentlens, flux0, daycare, rlm_native, rlm_trajectory, rlm_steps,
-        canonical_json,
-    ]  # fmt: skip
-    return {module.NAME: module for module in modules}
+    return {name: format_module(name) for name in _MODULES}
 
 
 def detect(source: Source) -> str | None:
