@@ -92,6 +92,25 @@ def generate(path: Path, steps: int) -> None:
         recorder.end_session()
 
 
+def session_file(path: Path | None, steps: int, folder: Path) -> Path:
+    """The session a bench replays: the file given, or one of `steps` steps generated in `folder`."""
+    if path is not None:
+        return path
+    path = folder / "bench_session.jsonl"
+    started = time.perf_counter()
+    generate(path, steps)
+    print(f"generated {path.stat().st_size / 1e6:.1f} MB with rlm-code's SessionRecorder in {time.perf_counter() - started:.1f} s")
+    return path
+
+
+def database_urls(folder: Path) -> list[str]:
+    """A fresh SQLite file in `folder`, and the PostgreSQL of DATABASE_URL when it points there."""
+    urls = [f"sqlite:///{folder}/bench.sqlite3"]
+    if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        urls.append(os.environ["DATABASE_URL"])
+    return urls
+
+
 RLM_CHILD = r"""
 import json, resource, sys, time
 from rlm_code.rlm.session_replay import load_session

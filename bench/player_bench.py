@@ -32,12 +32,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
+from import_bench import database_urls, session_file  # noqa: E402
 
 CHILD = r"""
 import gc, gzip, json, os, re, statistics, sys, time
@@ -167,21 +167,11 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = tempfile.TemporaryDirectory(prefix="replay-player-bench-")
-    path = args.file
-    if path is None:
-        from import_bench import generate
-
-        path = Path(tmp.name) / "bench_session.jsonl"
-        started = time.perf_counter()
-        generate(path, args.steps)
-        print(f"generated {path.stat().st_size / 1e6:.1f} MB with rlm-code's SessionRecorder in {time.perf_counter() - started:.1f} s")
+    path = session_file(args.file, args.steps, Path(tmp.name))
     print("our figures: Django test Client, full stack (middleware, login session, view, templates);")
     print(f"medians of {args.runs} rounds, each round = one rlm-code load, then one request of each kind")
 
-    targets = [f"sqlite:///{tmp.name}/bench.sqlite3"]
-    if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
-        targets.append(os.environ["DATABASE_URL"])
-    for url in targets:
+    for url in database_urls(Path(tmp.name)):
         report(run_child(path, url, args.runs))
     tmp.cleanup()
 

@@ -28,16 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
+from import_bench import database_urls, session_file  # noqa: E402
 
 PAGE_OFFSETS = (0, 50_000, 99_000)
 
@@ -167,22 +166,12 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = tempfile.TemporaryDirectory(prefix="replay-bench-")
-    path = args.file
-    if path is None:
-        from import_bench import generate
-
-        path = Path(tmp.name) / "bench_session.jsonl"
-        started = time.perf_counter()
-        generate(path, args.steps)
-        print(f"generated {path.stat().st_size / 1e6:.1f} MB with rlm-code's SessionRecorder in {time.perf_counter() - started:.1f} s")
+    path = session_file(args.file, args.steps, Path(tmp.name))
 
     print("our figures: Django test Client, full stack (routing, API-key auth, ninja, workflow, orjson);")
     print(f"{args.runs} rounds, each = one rlm-code load, then {args.repeat} requests of each kind; medians")
 
-    targets = [f"sqlite:///{tmp.name}/bench.sqlite3"]
-    if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
-        targets.append(os.environ["DATABASE_URL"])
-    for url in targets:
+    for url in database_urls(Path(tmp.name)):
         report(run_child(path, url, args.runs, args.repeat))
     tmp.cleanup()
 

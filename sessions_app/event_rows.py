@@ -238,11 +238,6 @@ class EventRows:
         prev = state.head
         digest = _sha256(prev.encode("ascii") + raw.encode("utf-8", "surrogatepass")).hexdigest()
         state.head = digest
-        try:
-            payload = _dumps(event.payload).decode()
-        except TypeError:  # non-string keys: json_text's slower second try
-            payload = json_text(event.payload)
-
         self.rows.append(
             [
                 self.session_pk, seq, kind, event.source_type[:64], db_timestamp(timestamp, event.timestamp_text),
@@ -250,7 +245,7 @@ class EventRows:
                 event.parent_id[:200], event.child_id[:200], tool[:200], pair_id[:200],
                 pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,
                 tokens, reward, is_error, fail_streak,
-                payload, raw,
+                json_text(event.payload), raw,
                 step_state_json, state_change_json, digest, prev, state.cost_total,
                 state.tokens_total, state.errors_total, state.elapsed_ms, state.reward_total,
                 state.steps_total, _dumps(counts).decode(),

@@ -3,8 +3,8 @@ state keyframes), finish sessions, set checkpoints.
 
 Everything a page later needs is computed once, as events stream in, by event_rows.EventRows
 (see models.Event); a large file's rows may come built from the parse worker (parse_worker.py,
-`append_batches`). The rows go to the database through `_batch_writer` and `_insert_rows`, the
-only places that use each backend's raw bulk path (SQLite `executemany`, PostgreSQL `COPY`):
+`append_batches`). The rows go to the database through `_row_writer`, the
+only place that uses each backend's raw bulk path (SQLite `executemany`, PostgreSQL `COPY`):
 Django's `bulk_create` is ten times slower for this (../shared/PERFORMANCE.md). The ORM is used
 everywhere else.
 """
@@ -92,30 +92,62 @@ def save_state_to(state: WriterState, session: Session) -> None:
         session.started_at = datetime.fromtimestamp(state.first_ts_ms / 1000.0, tz=UTC)
 
 
-def _insert_rows(rows: list[list]) -> None:
-    """The raw bulk path of each backend, inside the caller's transaction."""
-    if not rows:
-        return
+@contextmanager
+def _row_writer() -> Iterator[Callable[[list[list]], None]]:
+    """The raw bulk path of each backend, open for as long as a session's append lasts, inside
+    the caller's transaction.
+
+    On PostgreSQL it is one COPY that stays open: the server inserts and indexes rows while we
+    build (or receive) the next ones, instead of each batch's COPY waiting for the server to
+    finish before the next batch is read. On SQLite each batch is one executemany.
+    """
     connection.ensure_connection()
     raw_connection = connection.connection
+    columns = ", ".join(EVENT_COLUMNS)
     if connection.vendor == "postgresql":
-        columns = ", ".join(EVENT_COLUMNS)
         with raw_connection.cursor() as cursor:
             with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-    else:
-        placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
-        sql = f"INSERT INTO {_TABLE} ({', '.join(EVENT_COLUMNS)}) VALUES ({placeholders})"
-        cursor = raw_connection.cursor()
-        try:
-            cursor.executemany(sql, rows)
-        finally:
-            cursor.close()
+                write_row = copy.write_row
+
+                def write_rows(rows: list[list]) -> None:
+                    for row in rows:
+                        write_row(row)
+
+                yield write_rows
+        return
+    placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
+    sql = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
+    cursor = raw_connection.cursor()
+    try:
+        yield lambda rows: cursor.executemany(sql, rows)
+    finally:
+        cursor.close()
+
+
+@contextmanager
+def _batch_writer(session: Session) -> Iterator[Callable[[Batch], None]]:
+    """A function that writes one batch, for as long as a session's append lasts.
+
+    Calls answered in a later batch and the state keyframes are written once the rows are: no
+    other statement can run on a PostgreSQL connection during its COPY.
+    """
+    pair_updates: list[tuple[int, float | None, int]] = []
+    keyframes: list[Keyframe] = []
+    with _row_writer() as write_rows:
+
+        def write(batch: Batch) -> None:
+            write_rows(batch.rows)
+            pair_updates.extend(batch.pair_updates)
+            keyframes.extend(batch.keyframes)
+
+        yield write
+    _update_pairs(session.pk, pair_updates)
+    if keyframes:
+        Snapshot.objects.bulk_create([_snapshot(session, keyframe) for keyframe in keyframes])
 
 
 def _update_pairs(session_id: int, updates: list[tuple[int, float | None, int]]) -> None:
-    """Point calls written in an earlier batch at the response that just arrived."""
+    """Point calls written in an earlier batch at the response that arrived in a later one."""
     if not updates:
         return
     with connection.cursor() as cursor:
@@ -124,45 +156,6 @@ def _update_pairs(session_id: int, updates: list[tuple[int, float | None, int]])
             "WHERE session_id = %s AND seq = %s",
             [(pair_seq, duration, session_id, seq) for seq, duration, pair_seq in updates],
         )
-
-
-def _write_batch(session: Session, batch: Batch) -> None:
-    _insert_rows(batch.rows)
-    _update_pairs(session.pk, batch.pair_updates)
-    if batch.keyframes:
-        Snapshot.objects.bulk_create([_snapshot(session, keyframe) for keyframe in batch.keyframes])
-
-
-@contextmanager
-def _batch_writer(session: Session) -> Iterator[Callable[[Batch], None]]:
-    """A function that writes one batch, for as long as a session's append lasts.
-
-    On PostgreSQL every batch goes into one COPY that stays open: the server inserts and
-    indexes rows while we build (or receive) the next ones, instead of each batch's COPY
-    waiting for the server to finish before the next batch is read. Calls answered in a later
-    batch and the state keyframes are written once the COPY ends (no other statement can run on
-    the connection during it). On SQLite each batch is one executemany.
-    """
-    if connection.vendor != "postgresql":
-        yield lambda batch: _write_batch(session, batch)
-        return
-    pair_updates: list[tuple[int, float | None, int]] = []
-    keyframes: list[Keyframe] = []
-    connection.ensure_connection()
-    with connection.connection.cursor() as cursor:
-        with cursor.copy(f"COPY {_TABLE} ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy:
-            write_row = copy.write_row
-
-            def write(batch: Batch) -> None:
-                for row in batch.rows:
-                    write_row(row)
-                pair_updates.extend(batch.pair_updates)
-                keyframes.extend(batch.keyframes)
-
-            yield write
-    _update_pairs(session.pk, pair_updates)
-    if keyframes:
-        Snapshot.objects.bulk_create([_snapshot(session, keyframe) for keyframe in keyframes])
 
 
 def _snapshot(session: Session, keyframe: Keyframe) -> Snapshot:

@@ -136,10 +136,6 @@ def parse_timestamp_text(value: Any) -> tuple[datetime | None, str | None]:
             return None, None
         tz = parsed.tzinfo
         if tz is UTC:
-            # rlm-code's own shape first, in one test: "2026-11-22T05:47:01.346935+00:00".
-            if len(value) == 32 and value[4:20:3] == "--T::." and value[26:] == "+00:00":
-                if value[20:26] != "000000":
-                    return parsed, value[:10] + " " + value[11:26]
             if value.endswith("+00:00"):
                 return parsed, _naive_utc_text(value[:-6], parsed)
             if value.endswith("Z"):
