@@ -8,6 +8,8 @@ and an `{"events": [...]}` ingest body; the expected figures below are read off 
 
 from __future__ import annotations
 
+import itertools
+import re
 import shutil
 
 import orjson
@@ -372,6 +374,83 @@ def test_a_truncated_or_broken_array_reports_where_and_keeps_the_whole_elements(
     assert [p.field for p in problems.items] == ["line"]
     assert problems.items[0].message.startswith("invalid UTF-8")
     assert sum(s.event_count for s in sessions) == 23
+
+
+# One damaged element of the pretty-printed array (the 8th, a tool_call of ses_deploy_7f3a):
+# (what is done to it, the problems it gives as (line offset from its first line, message start)).
+DAMAGE = {
+    "unclosed string": (lambda e: e.replace(b'"tool_call"', b'"tool_call', 1), [(0, "malformed JSON")]),
+    "extra opening brace": (lambda e: e.replace(b'"eventType"', b'{"eventType"', 1), [(0, "malformed JSON")]),
+    "closing brace inside": (
+        lambda e: e.replace(b'"eventType"', b'}"eventType"', 1),
+        [(0, "malformed JSON"), (5, "unexpected text after an array element")],
+    ),
+    "missing comma inside": (lambda e: e.replace(b'"tool_call",', b'"tool_call"', 1), [(0, "malformed JSON")]),
+}
+
+
+def damaged_array(text: bytes, damage, element: int = 7) -> tuple[bytes, int]:
+    """The array with its `element`th element damaged, and the line that element starts on."""
+    starts = [m.start() for m in re.finditer(rb"\n  \{", text)]
+    begin, end = starts[element] + 1, starts[element + 1]
+    return text[:begin] + damage(text[begin:end]) + text[end:], text.count(b"\n", 0, begin) + 1
+
+
+@pytest.mark.parametrize("block", [7, 4096, 1 << 20])
+@pytest.mark.parametrize("name", list(DAMAGE))
+def test_a_malformed_element_costs_only_itself_not_the_elements_after_it(name, block, monkeypatch, tmp_path):
+    damage, expected = DAMAGE[name]
+    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
+    text = (DIR / "two_sessions_array.json").read_bytes()
+    data, line = damaged_array(text, damage)
+    path = tmp_path / "damaged.json"
+    path.write_bytes(data)
+    problems = Problems()
+    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
+    events = source_events("two_sessions.ndjson")
+    assert [r.value for r in records] == events[:7] + events[8:]
+    assert [(p.line - line, p.message[: len(m)]) for p, (_, m) in zip(problems.items, expected)] == expected, problems.items
+    assert problems.count == len(expected)
+
+
+def test_a_stray_closing_brace_between_elements_is_skipped_not_read_for_ever():
+    text = (DIR / "two_sessions_array.json").read_bytes()
+    data, line = damaged_array(text, lambda e: b"}\n  " + e)
+    problems = Problems()
+    # At most 30 elements are taken: a scan that stood on the brace would give 30 empty ones.
+    elements = list(itertools.islice(_json_records.split_array([data], problems), 30))
+    assert [orjson.loads(raw) for _, raw, _, _ in elements] == source_events("two_sessions.ndjson")
+    assert [(p.line, p.message) for p in problems.items] == [
+        (line, "unexpected '}' between array elements (skipped)")
+    ]
+
+
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_text_after_the_last_element_is_skipped_to_the_end_with_one_problem(block, monkeypatch):
+    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
+    text = (DIR / "two_sessions_array.json").read_bytes().rstrip()
+    assert text.endswith(b"}\n]")
+    data = text[:-2] + b' "oops": [1, 2\n  ] more\n]\n'
+    problems = Problems()
+    elements = list(_json_records.split_array(iter([data[i : i + block] for i in range(0, len(data), block)]), problems))
+    assert [orjson.loads(raw) for _, raw, _, _ in elements] == source_events("two_sessions.ndjson")
+    assert [(p.line, p.message) for p in problems.items] == [
+        (text.count(b"\n"), "unexpected text after an array element (skipped to the end of the file)")
+    ]
+
+
+def test_a_malformed_element_of_an_ingest_body_keeps_the_rest_and_imports(project, tmp_path):
+    events = source_events("two_sessions.ndjson")
+    body = orjson.dumps({"events": events}, option=orjson.OPT_INDENT_2)
+    broken = body.replace(b'"eventType": "approval_requested"', b'"eventType": "approval_requested', 1)
+    path = tmp_path / "body.json"
+    path.write_bytes(broken)
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert sum(s.event_count for s in sessions) == 23
+    assert [p.field for p in problems.items] == ["line"]
+    assert problems.items[0].message.startswith("malformed JSON")
+    element_line = broken[: broken.index(b"approval_requested")].rfind(b"\n    {")
+    assert problems.items[0].line == broken.count(b"\n", 0, element_line) + 2
 
 
 def test_a_file_without_events_reports_it_once(project, tmp_path):

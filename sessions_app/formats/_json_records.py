@@ -406,6 +406,43 @@ class _ArraySplitter:
         else:
             self.problems.add(None, "file", "no top-level JSON array found")
 
+    def line_indent(self, position: int) -> bytes | None:
+        """The whitespace before `position` on its line, when nothing else precedes it there (a
+        pretty-printed array's element); None for an element that shares its line."""
+        index = position - self.base
+        newline = self.buf.rfind(b"\n", 0, index)
+        if newline < 0:
+            return None
+        indent = self.buf[newline + 1 : index]
+        return indent if not indent.strip() else None
+
+    def next_sibling(self, position: int, stop: int | None, indent: bytes | None) -> int | None:
+        """Where the next element starts, between `position` and `stop` (the end of the input
+        when None, all of which the buffer then holds): the next line opening an object at the
+        element's own indentation. Inside a well-formed pretty-printed element every line is
+        indented deeper, so such a line is the next element. None for one-line arrays."""
+        if indent is None:
+            return None
+        found = self.buf.find(
+            b"\n" + indent + b"{",
+            position - self.base,
+            len(self.buf) if stop is None else stop - self.base,
+        )
+        return None if found < 0 else self.base + found + 1 + len(indent)
+
+    def skip_to_sibling(self, position: int, indent: bytes) -> int | None:
+        """`next_sibling` from `position` to wherever it is, reading on as needed; the bytes
+        passed over are dropped, so memory stays one block whatever is skipped."""
+        searched = position
+        while True:
+            found = self.next_sibling(searched, self.base + len(self.buf), indent)
+            if found is not None:
+                return found
+            # The pattern may straddle the block boundary: search its length back again.
+            searched = max(searched, self.base + len(self.buf) - len(indent) - 2)
+            if not self.more(searched):
+                return None
+
     def elements(self) -> Iterator[tuple[int, bytes, bool]]:
         position = self.find_array()
         if position is None:
@@ -426,15 +463,34 @@ class _ArraySplitter:
                 position += 1
                 after_comma = True
                 continue
+            if c == _RBRACE:
+                # A stray closing brace: skipped, or the scan would stand on it for ever.
+                self.problems.add(
+                    self.line_at(position), "line", "unexpected '}' between array elements (skipped)"
+                )
+                position += 1
+                continue
             start = position
+            indent = self.line_indent(start)
             value = _UNPARSED
             found = self.parse_object(start) if c == _LBRACE else None
             if found is not None:
                 end, value = found
             else:
                 try:
-                    end = self.skip_value(start, start)
+                    end: int | None = self.skip_value(start, start)
                 except _Incomplete:
+                    end = None
+                sibling = self.next_sibling(start + 1, end, indent) if c == _LBRACE else None
+                if sibling is not None:
+                    # A malformed element (an unclosed string, a bracket too many) swallowed the
+                    # elements after it: it ends where the next one starts, the rest is kept.
+                    line = self.line_at(start)
+                    broken = self.buf[start - self.base : sibling - self.base].rstrip(b", \t\r\n")
+                    yield line, broken, False, _UNPARSED
+                    position, after_comma = sibling, True
+                    continue
+                if end is None:
                     line = self.line_at(start)
                     yield line, self.buf[start - self.base :].rstrip(), True, _UNPARSED
                     return
@@ -445,7 +501,24 @@ class _ArraySplitter:
             after_comma = c == _COMMA
             if after_comma:
                 position += 1
-            elif c not in (_RBRACKET, None):
+            elif c not in (_RBRACKET, _RBRACE, _LBRACE, None):
+                where = self.line_at(position)
+                if indent is None:
+                    self.problems.add(where, "line", "missing ',' between array elements")
+                    continue
+                # Text after a whole element (the rest of a broken one): skipped to the next
+                # element at the same indentation, as one problem.
+                sibling = self.skip_to_sibling(position, indent)
+                if sibling is None:  # the input is read to its end
+                    self.problems.add(
+                        where, "line", "unexpected text after an array element (skipped to the end of the file)"
+                    )
+                    return
+                self.problems.add(
+                    where, "line", "unexpected text after an array element (skipped to the next element)"
+                )
+                position, after_comma = sibling, True
+            elif c == _LBRACE:
                 self.problems.add(self.line_at(position), "line", "missing ',' between array elements")
 
 
