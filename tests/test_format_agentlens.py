@@ -413,6 +413,19 @@ def test_a_malformed_element_costs_only_itself_not_the_elements_after_it(name, b
     assert problems.count == len(expected)
 
 
+def test_a_valid_element_with_a_nested_line_at_its_own_indentation_is_not_cut():
+    # Hand-formatted: a nested object opens a line at the element's indentation. The element is
+    # valid, so it stays whole even though braces in a string send it down the structural walk.
+    events = source_events("two_sessions.ndjson")[:3]
+    events[1]["payload"]["note"] = "}" * 20
+    middle = orjson.dumps(events[1]).replace(b'"payload":', b'"payload":\n  ')
+    data = b"[\n  " + orjson.dumps(events[0]) + b",\n  " + middle + b",\n  " + orjson.dumps(events[2]) + b"\n]\n"
+    problems = Problems()
+    elements = list(_json_records.split_array([data], problems))
+    assert [orjson.loads(raw) for _, raw, _, _ in elements] == events
+    assert problems.count == 0
+
+
 def test_a_stray_closing_brace_between_elements_is_skipped_not_read_for_ever():
     text = (DIR / "two_sessions_array.json").read_bytes()
     data, line = damaged_array(text, lambda e: b"}\n  " + e)

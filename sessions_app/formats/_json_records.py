@@ -481,7 +481,15 @@ class _ArraySplitter:
                     end: int | None = self.skip_value(start, start)
                 except _Incomplete:
                     end = None
-                sibling = self.next_sibling(start + 1, end, indent) if c == _LBRACE else None
+                sibling = None
+                if c == _LBRACE and indent is not None:
+                    if end is not None:
+                        try:  # valid after all (braces in strings, deep nesting): not cut
+                            value = orjson.loads(self.buf[start - self.base : end - self.base])
+                        except orjson.JSONDecodeError:
+                            pass
+                    if value is _UNPARSED:
+                        sibling = self.next_sibling(start + 1, end, indent)
                 if sibling is not None:
                     # A malformed element (an unclosed string, a bracket too many) swallowed the
                     # elements after it: it ends where the next one starts, the rest is kept.
