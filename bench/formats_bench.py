@@ -4,7 +4,7 @@
     .venv/bin/python .ci/with_postgres.py -- .venv/bin/python bench/formats_bench.py
 
 Generates realistic files of each size (AgentLens as one pretty-printed JSON array holding two
-interleaved sessions, so both the array splitter and the pass per session are exercised; AgentLens
+interleaved sessions, so both the array splitter and the per-session spool are exercised; AgentLens
 as JSON lines; a flux0 recording of short turns streamed in many chunks; a daycare history of
 run_python blocks), then imports each with `import_file` into a fresh SQLite database (and
 PostgreSQL when DATABASE_URL points there) in a child process, and prints seconds, events per

@@ -245,10 +245,6 @@ def test_a_newest_first_export_is_put_back_in_time_order(project):
     assert triage.cost_usd == pytest.approx(0.0121)
 
 
-def test_a_newest_first_session_larger_than_one_block_keeps_every_event(project, tmp_path, monkeypatch):
-    monkeypatch.setattr(agentlens, "REVERSE_BLOCK", 4)
-    sessions, _ = ingest_file(agentlens, DIR / "triage_newest_first.json", project)
-    assert [e.kind for e in rows(sessions[0])] == TRIAGE_KINDS
 
 
 def test_events_out_of_time_order_stay_in_file_order_with_a_problem(project, tmp_path):

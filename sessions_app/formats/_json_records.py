@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
+import struct
+import tempfile
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -628,3 +634,111 @@ def monotonic_progress(on_bytes: Callable[[int], None] | None) -> Callable[[int]
             on_bytes(count)
 
     return report
+
+
+# Spooling records by session ---------------------------------------------------------------------
+
+_FRAME = struct.Struct("<QI")  # a spooled record: its line, the length of its bytes, the bytes
+# Spool files kept open at once while a file is split by session (each holds one write buffer).
+SPOOL_OPEN_FILES = 64
+_SPOOL_BUFFER = 1 << 16
+
+
+class RecordSpool:
+    """A file's records grouped by session on disk as the file is read once, then read back a
+    session at a time: two passes over the records whatever the number of sessions in the file
+    (a pass per session made a file of many sessions quadratic), in any order, newest first too.
+
+    Memory holds one write buffer per open group file, at most SPOOL_OPEN_FILES of them, and a
+    newest-first group's record offsets. The disk holds the records' bytes, in a temporary folder
+    removed by `close()`. Group keys are the file's own text, so they never reach a file name:
+    each group is a numbered file.
+    """
+
+    def __init__(self, *, file_bytes: int = 0) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="replay-spool-"))
+        self.groups: dict[str, int] = {}
+        self.handles: OrderedDict[int, IO[bytes]] = OrderedDict()
+        self.total = 0
+        self.read = 0
+        # Reading back reports progress in bytes of the source file (`file_bytes`), in the
+        # proportion of the spool read so far, so a job's progress bar moves with the writes.
+        self.file_bytes = file_bytes
+
+    def add(self, key: str, line: int, raw: bytes) -> None:
+        number = self.groups.get(key)
+        if number is None:
+            number = self.groups[key] = len(self.groups)
+        handle = self.handles.get(number)
+        if handle is None:
+            if len(self.handles) >= SPOOL_OPEN_FILES:
+                self.handles.popitem(last=False)[1].close()
+            handle = self.handles[number] = open(self._path(number), "ab", buffering=_SPOOL_BUFFER)
+        else:
+            self.handles.move_to_end(number)
+        handle.write(_FRAME.pack(line, len(raw)))
+        handle.write(raw)
+        self.total += _FRAME.size + len(raw)
+
+    def records(
+        self, key: str, *, newest_first: bool = False, on_bytes: Callable[[int], None] | None = None
+    ) -> Iterator[Record]:
+        """The group's records in the order they were added, or the reverse; each group once."""
+        number = self.groups[key]
+        handle = self.handles.pop(number, None)
+        if handle is not None:
+            handle.close()
+        path = self._path(number)
+        with open(path, "rb") as stream:
+            frames = _frames_reversed(stream) if newest_first else _frames(stream)
+            for count, (line, raw) in enumerate(frames, start=1):
+                self.read += _FRAME.size + len(raw)
+                if on_bytes is not None and not count & 255:
+                    on_bytes(self.file_bytes * self.read // max(self.total, 1))
+                # The first pass took these bytes for a JSON object; read them the same way.
+                value = load_json_line(line, raw, _QUIET)
+                if value is not None:
+                    yield Record(line, raw, value)
+        if on_bytes is not None:
+            on_bytes(self.file_bytes * self.read // max(self.total, 1))
+        path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
+        self.handles.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _path(self, number: int) -> Path:
+        return self.folder / f"{number}.records"
+
+
+_QUIET = DiscardProblems(limit=0)
+
+
+def _frames(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    read, size = stream.read, _FRAME.size
+    while header := read(size):
+        line, length = _FRAME.unpack(header)
+        yield line, read(length)
+
+
+def _frames_reversed(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    offsets = array("Q")
+    position = 0
+    while header := stream.read(_FRAME.size):
+        offsets.append(position)
+        position += _FRAME.size + _FRAME.unpack(header)[1]
+        stream.seek(position)
+    for offset in reversed(offsets):
+        stream.seek(offset)
+        line, length = _FRAME.unpack(stream.read(_FRAME.size))
+        yield line, stream.read(length)
+
+
+def file_bytes(source: Source) -> int:
+    """The size on disk of a file (what import progress counts), 0 for a folder or when gone."""
+    try:
+        return source.path.stat().st_size
+    except OSError:
+        return 0

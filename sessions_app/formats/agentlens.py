@@ -2,11 +2,12 @@
 
 An event: `{id, timestamp, sessionId, agentId, eventType, severity, payload, metadata, prevHash,
 hash}`. A file holds them as JSON lines, a JSON array, or the `{"events": [...]}` body of
-`POST /api/events` (also one such body a line). One file may hold several sessions: a first pass
-lists the session ids (and whether each session is stored newest first, as AgentLens' event
-query returns it), then one streaming pass per session converts its events. Nothing holds more
-than one read block plus one event, except a newest-first session, which is turned around in
-blocks of REVERSE_BLOCK events.
+`POST /api/events` (also one such body a line). One file may hold several sessions: the one pass
+over the file lists the session ids (and whether each session is stored newest first, as
+AgentLens' event query returns it) and spools each event to its session's file on disk
+(`_json_records.RecordSpool`); each session is then converted from its own spool, newest-first
+ones read backwards. Two passes over the events whatever the number of sessions, and memory
+holds one read block, one event and the spool's write buffers.
 
 Mapping (docs/formats.md "AgentLens"): eventType -> canonical kind as in KINDS; pairs by
 `callId` (tool and LLM calls) and `requestId` (approvals); tokens from `usage`, cost from
@@ -35,7 +36,9 @@ from . import Head, Source
 from ._json_records import (
     DiscardProblems,
     Record,
+    RecordSpool,
     clip,
+    file_bytes,
     iter_records,
     monotonic_progress,
     number,
@@ -83,8 +86,6 @@ APPROVAL_OUTCOME = {
 # Open calls and priced responses remembered for pairing details and cost de-duplication; a
 # session that never answers its calls cannot grow the (JSON) converter state without bound.
 MAX_REMEMBERED = 2000
-# Newest-first sessions are turned around this many events at a time (one file pass each).
-REVERSE_BLOCK = 20000
 # Step outputs keep this much text; the whole value stays in the event's payload.
 STEP_TEXT_LIMIT = 4000
 
@@ -122,26 +123,28 @@ class _SessionInfo:
 
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
-    sessions = _list_sessions(source, problems)
-    progress = monotonic_progress(source.on_bytes)
-    for session_id, info in sessions.items():
-        converter = Converter()
-        meta = converter.meta
-        meta.source_session_id = session_id
-        meta.agent_id = info.agent_id
-        order = info.order
-        meta.metadata["agentlens"] = {"time_order": order}
-        if order == "newest_first":
-            meta.metadata["agentlens"]["reversed"] = True
-            records = _reversed_records(source, session_id, info.count)
-        else:
-            if order == "mixed":
+    spool = RecordSpool(file_bytes=file_bytes(source))
+    try:
+        sessions = _list_sessions(source, problems, spool)
+        progress = monotonic_progress(source.on_bytes)
+        for session_id, info in sessions.items():
+            converter = Converter()
+            meta = converter.meta
+            meta.source_session_id = session_id
+            meta.agent_id = info.agent_id
+            order = info.order
+            meta.metadata["agentlens"] = {"time_order": order}
+            if order == "newest_first":
+                meta.metadata["agentlens"]["reversed"] = True
+            elif order == "mixed":
                 problems.add(
                     info.first_line, "timestamp",
                     f"session {session_id}: events are not in time order; kept in file order",
                 )  # fmt: skip
-            records = _session_records(source, session_id, progress)
-        yield ParsedSession(meta=meta, events=_convert_all(converter, records, problems))
+            records = spool.records(session_id, newest_first=order == "newest_first", on_bytes=progress)
+            yield ParsedSession(meta=meta, events=_convert_all(converter, records, problems))
+    finally:
+        spool.close()
 
 
 def _convert_all(
@@ -152,11 +155,12 @@ def _convert_all(
     converter.finish()
 
 
-def _list_sessions(source: Source, problems: Problems) -> dict[str, _SessionInfo]:
-    """The first pass: session ids in order of appearance, with their size and time order.
+def _list_sessions(source: Source, problems: Problems, spool: RecordSpool) -> dict[str, _SessionInfo]:
+    """The pass over the file: session ids in order of appearance, with their size and time
+    order; each event goes to its session's spool.
 
-    File-level problems (malformed lines, BOM, ...) are reported here, once; the per-session
-    passes report only field problems of their own events.
+    File-level problems (malformed lines, BOM, ...) are reported here, once; the conversion of
+    each session reports only field problems of its own events.
     """
     sessions: dict[str, _SessionInfo] = {}
     for record in iter_records(source, problems, body_keys=BODY_KEYS):
@@ -168,6 +172,7 @@ def _list_sessions(source: Source, problems: Problems) -> dict[str, _SessionInfo
         if info is None:
             info = sessions[session_id] = _SessionInfo(first_line=record.line)
         info.count += 1
+        spool.add(session_id, record.line, record.raw)
         agent_id = record.value.get("agentId")
         if not info.agent_id and isinstance(agent_id, str):
             info.agent_id = agent_id
@@ -188,29 +193,6 @@ def _quiet_timestamp(value: Any) -> datetime | None:
 
 
 _SILENT = DiscardProblems(limit=0)
-
-
-def _session_records(source: Source, session_id: str, progress) -> Iterator[Record]:
-    for record in iter_records(source, _SILENT, body_keys=BODY_KEYS, on_bytes=progress):
-        if record.value.get("sessionId") == session_id:
-            yield record
-
-
-def _reversed_records(source: Source, session_id: str, count: int) -> Iterator[Record]:
-    """A newest-first session in time order, REVERSE_BLOCK events (one file pass) at a time."""
-    high = count
-    while high > 0:
-        low = max(0, high - REVERSE_BLOCK)
-        block: list[Record] = []
-        index = 0
-        for record in _session_records(source, session_id, None):
-            if index >= high:
-                break
-            if index >= low:
-                block.append(record)
-            index += 1
-        yield from reversed(block)
-        high = low
 
 
 def _str(payload: dict[str, Any], key: str) -> str:

@@ -4,7 +4,9 @@ A record: `{id, recording_id, offset, kind, created_at, payload}`, kind `header`
 `{source_session_id}`), `chunk` (`{correlation_id, event_id, seq, patches, metadata}`) or
 `emitted` (`{id, source, type, correlation_id, data, metadata}`). One recording is one session,
 named by the header's source_session_id (else the recording id); a file holding several
-recordings yields one session each (a first pass lists them, then one pass per recording).
+recordings yields one session each (the pass over the file lists them and spools each record to
+its recording's file on disk, `_json_records.RecordSpool`; each recording is then read from its
+own spool: two passes whatever the number of recordings).
 
 Mapping (docs/formats.md "flux0"):
 - header -> session_start; emitted user message -> user_message, the turn anchor; emitted
@@ -34,9 +36,10 @@ import orjson
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
 from ._json_records import (
-    DiscardProblems,
     Record,
+    RecordSpool,
     clip,
+    file_bytes,
     iter_records,
     monotonic_progress,
     parse_iso,
@@ -71,6 +74,28 @@ class _RecordingInfo:
 
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
+    spool = RecordSpool(file_bytes=file_bytes(source))
+    try:
+        recordings = _list_recordings(source, problems, spool)
+        progress = monotonic_progress(source.on_bytes)
+        for recording_id, info in recordings.items():
+            meta = SessionMeta(
+                source_session_id=info.source_session_id or recording_id,
+                run_id=recording_id,
+                metadata={"recording_id": recording_id},
+            )
+            if info.source_session_id:
+                meta.metadata["source_session_id"] = info.source_session_id
+            recording = _Recording(meta, problems)
+            records = spool.records(recording_id, on_bytes=progress)
+            yield ParsedSession(meta=meta, events=recording.events(records))
+    finally:
+        spool.close()
+
+
+def _list_recordings(source: Source, problems: Problems, spool: RecordSpool) -> dict[str, _RecordingInfo]:
+    """The pass over the file: recordings in order of appearance, each record to its spool.
+    File-level problems are reported here, once."""
     recordings: dict[str, _RecordingInfo] = {}
     for record in iter_records(source, problems):
         recording_id = record.value.get("recording_id")
@@ -80,28 +105,12 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
         info = recordings.get(recording_id)
         if info is None:
             info = recordings[recording_id] = _RecordingInfo(first_line=record.line)
+        spool.add(recording_id, record.line, record.raw)
         if record.value.get("kind") == "header" and not info.source_session_id:
             payload = record.value.get("payload")
             if isinstance(payload, dict) and isinstance(payload.get("source_session_id"), str):
                 info.source_session_id = payload["source_session_id"]
-    progress = monotonic_progress(source.on_bytes)
-    for recording_id, info in recordings.items():
-        meta = SessionMeta(
-            source_session_id=info.source_session_id or recording_id,
-            run_id=recording_id,
-            metadata={"recording_id": recording_id},
-        )
-        if info.source_session_id:
-            meta.metadata["source_session_id"] = info.source_session_id
-        recording = _Recording(meta, problems)
-        yield ParsedSession(meta=meta, events=recording.events(_records_of(source, recording_id, progress)))
-
-
-def _records_of(source: Source, recording_id: str, progress) -> Iterator[Record]:
-    # File-level problems were reported by the listing pass; this pass stays quiet about them.
-    for record in iter_records(source, DiscardProblems(limit=0), on_bytes=progress):
-        if record.value.get("recording_id") == recording_id:
-            yield record
+    return recordings
 
 
 # JSON Patch -------------------------------------------------------------------------------------
