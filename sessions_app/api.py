@@ -397,7 +397,7 @@ class VerifyOut(Schema):
 class SessionListQuery(Schema):
     project: str | None = Field(None, description="project slug")
     format: str | None = None
-    status: Literal["live", "completed", "failed"] | None = None
+    status: Literal["live", "completed", "failed", "interrupted"] | None = None
     model: str | None = None
     q: str | None = Field(None, max_length=200, description="text in task, ids, agent, model, answer")
     limit: int = Field(50, ge=1, le=500)

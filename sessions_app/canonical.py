@@ -134,6 +134,7 @@ class SessionMeta:
     ended_at: datetime | None = None
     completed: bool | None = None
     failed: bool | None = None
+    interrupted: bool = False  # the recording stops mid-action (session status "interrupted")
     final_answer: str = ""
     total_reward: float | None = None  # session_end / final total_reward overrides the sum
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -169,6 +170,25 @@ class Problem:
         return {"line": self.line, "field": self.field, "message": self.message}
 
 
+def without_nul(text: str) -> str:
+    """Text as stored: U+0000 becomes U+FFFD. PostgreSQL's text and jsonb refuse the character
+    (SQLite keeps it); both databases store the same text. The original record, hashed and
+    exported, keeps it (as JSON's `\\u0000`)."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def json_without_nul(value: Any) -> Any:
+    """A JSON value with `without_nul` applied to every string in it, keys included."""
+    kind = type(value)
+    if kind is str:
+        return without_nul(value)
+    if kind is dict:
+        return {json_without_nul(k) if type(k) is str else k: json_without_nul(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [json_without_nul(item) for item in value]
+    return value
+
+
 class Problems:
     """Collects problems of one file; keeps the first `limit` in full and counts the rest."""
 
@@ -180,7 +200,8 @@ class Problems:
     def add(self, line: int | None, field: str, message: str) -> None:
         self.count += 1
         if len(self.items) < self.limit:
-            self.items.append(Problem(line, field, message))
+            # Messages quote the file's own text, and the job stores them as JSON.
+            self.items.append(Problem(line, without_nul(field), without_nul(message)))
 
     def __len__(self) -> int:
         return self.count

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .canonical import CALL_FAMILY, RESPONSE_FAMILY, CanonicalEvent, Kind
+from .canonical import CALL_FAMILY, RESPONSE_FAMILY, CanonicalEvent, Kind, json_without_nul, without_nul
 
 GENESIS_HASH = "0" * 64
 # A state keyframe (full variables + memory) at most every this many events while the state
@@ -154,6 +154,15 @@ class EventRows:
         kind = event.kind
         timestamp = event.timestamp
         db_timestamp = self.db_timestamp
+        source_type, agent_id, parent_id = event.source_type, event.agent_id, event.parent_id
+        child_id, tool, pair_id = event.child_id, event.tool, event.pair_id
+        if (
+            "\x00" in source_type or "\x00" in agent_id or "\x00" in parent_id
+            or "\x00" in child_id or "\x00" in tool or "\x00" in pair_id
+        ):  # fmt: skip
+            source_type, agent_id, parent_id, child_id, tool, pair_id = map(
+                without_nul, (source_type, agent_id, parent_id, child_id, tool, pair_id)
+            )
 
         if timestamp is not None:
             ts_ms = timestamp.timestamp() * 1000.0
@@ -195,7 +204,6 @@ class EventRows:
                 state.step_successes += 1
             step_state_json = json_text(step_state)
 
-        tool = event.tool
         fail_streak = 0
         if tool:
             bucket = state.models if kind in _LLM_KINDS else state.tools
@@ -207,7 +215,6 @@ class EventRows:
 
         pair_seq = None
         pair_duration = None
-        pair_id = event.pair_id
         if pair_id:
             if kind in CALL_FAMILY:
                 state.open_pairs[f"{CALL_FAMILY[kind]}|{pair_id}"] = [seq, ts_ms]
@@ -240,9 +247,9 @@ class EventRows:
         state.head = digest
         self.rows.append(
             [
-                self.session_pk, seq, kind, event.source_type[:64], db_timestamp(timestamp, event.timestamp_text),
-                event.line, event.step, step_pos, event.depth, event.agent_id[:200],
-                event.parent_id[:200], event.child_id[:200], tool[:200], pair_id[:200],
+                self.session_pk, seq, kind, source_type[:64], db_timestamp(timestamp, event.timestamp_text),
+                event.line, event.step, step_pos, event.depth, agent_id[:200],
+                parent_id[:200], child_id[:200], tool[:200], pair_id[:200],
                 pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,
                 tokens, reward, is_error, fail_streak,
                 json_text(event.payload), raw,
@@ -265,14 +272,18 @@ class EventRows:
 
     def _keyframe(self, seq: int, step_pos: int | None) -> None:
         state = self.state
+        # A copy through JSON: the state keeps changing after this, and the snapshot must hold
+        # what JSON can store (non-string keys become strings, no U+0000).
+        dumped = _dumps([state.variables, state.memory], option=_NON_STR_KEYS)
+        variables, memory = orjson.loads(dumped)
+        if b"\\u0000" in dumped:
+            variables, memory = json_without_nul([variables, memory])
         self.keyframes.append(
             Keyframe(
                 seq=seq,
                 step_pos=step_pos,
-                # A copy through JSON: the state keeps changing after this, and the snapshot
-                # must hold what JSON can store (non-string keys become strings).
-                variables=orjson.loads(_dumps(state.variables, option=_NON_STR_KEYS)),
-                memory_notes=list(state.memory),
+                variables=variables,
+                memory_notes=memory,
                 stats={"steps": state.steps_total, "reward": state.reward_total},
             )
         )

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Callable, Iterable, Iterator
 
+import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .canonical import CanonicalEvent, CheckpointSpec, Kind, SessionMeta
+from .canonical import CanonicalEvent, CheckpointSpec, Kind, SessionMeta, json_without_nul, without_nul
 from .event_rows import (
     EVENT_COLUMNS,
     KEYFRAME_EVERY,
@@ -87,7 +88,11 @@ def save_state_to(state: WriterState, session: Session) -> None:
     session.tool_calls = state.kind_counts.get(Kind.TOOL_CALL, 0)
     session.models_used = state.models
     session.tools_used = state.tools
-    session.ingest_state = {name: getattr(state, name) for name in SAVED_FIELDS}
+    saved = {name: getattr(state, name) for name in SAVED_FIELDS}
+    # The agent's variables and the converter's memory of the source, as JSON the database takes.
+    if b"\\u0000" in orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS):
+        saved = json_without_nul(saved)
+    session.ingest_state = saved
     if session.started_at is None and state.first_ts_ms is not None:
         session.started_at = datetime.fromtimestamp(state.first_ts_ms / 1000.0, tz=UTC)
 
@@ -181,15 +186,15 @@ def create_session(
     return Session.objects.create(
         project=project,
         source_format=source_format,
-        source_session_id=meta.source_session_id[:200],
-        run_id=meta.run_id[:200],
-        agent_id=meta.agent_id[:200],
-        task=meta.task,
-        environment=meta.environment[:200],
-        model=meta.model[:200],
+        source_session_id=without_nul(meta.source_session_id[:200]),
+        run_id=without_nul(meta.run_id[:200]),
+        agent_id=without_nul(meta.agent_id[:200]),
+        task=without_nul(meta.task),
+        environment=without_nul(meta.environment[:200]),
+        model=without_nul(meta.model[:200]),
         status=status,
         started_at=meta.started_at,
-        metadata=meta.metadata,
+        metadata=json_without_nul(meta.metadata),
         import_job=import_job,
     )
 
@@ -296,13 +301,17 @@ def finish_session(
         if meta is not None:
             _apply_meta(locked, meta)
         if final_answer is not None:
-            locked.final_answer = final_answer
+            locked.final_answer = without_nul(final_answer)
         if status is not None:
             locked.status = status
             locked.completed = status == Session.Status.COMPLETED or locked.completed
         elif locked.status == Session.Status.LIVE:
-            failed = meta is not None and meta.failed
-            locked.status = Session.Status.FAILED if failed else Session.Status.COMPLETED
+            if meta is not None and meta.failed:
+                locked.status = Session.Status.FAILED
+            elif meta is not None and meta.interrupted:
+                locked.status = Session.Status.INTERRUPTED
+            else:
+                locked.status = Session.Status.COMPLETED
         if locked.ended_at is None:
             last_ts = (locked.ingest_state or {}).get("last_ts_ms")
             locked.ended_at = (
@@ -323,9 +332,9 @@ def _apply_meta(session: Session, meta: SessionMeta) -> None:
     for name in ("source_session_id", "run_id", "agent_id", "environment", "model"):
         value = getattr(meta, name)
         if value and not getattr(session, name):
-            setattr(session, name, value[:200])
+            setattr(session, name, without_nul(value[:200]))
     if meta.task and not session.task:
-        session.task = meta.task
+        session.task = without_nul(meta.task)
     if meta.started_at and session.started_at is None:
         session.started_at = meta.started_at
     if meta.ended_at:
@@ -333,11 +342,11 @@ def _apply_meta(session: Session, meta: SessionMeta) -> None:
     if meta.completed is not None:
         session.completed = meta.completed
     if meta.final_answer:
-        session.final_answer = meta.final_answer
+        session.final_answer = without_nul(meta.final_answer)
     if meta.total_reward is not None:
         session.reward = meta.total_reward
     if meta.metadata:
-        session.metadata = {**(session.metadata or {}), **meta.metadata}
+        session.metadata = {**(session.metadata or {}), **json_without_nul(meta.metadata)}
 
 
 def _write_checkpoints(session: Session, specs: list[CheckpointSpec]) -> None:
@@ -353,12 +362,12 @@ def _write_checkpoints(session: Session, specs: list[CheckpointSpec]) -> None:
             seq = max(session.event_count - 1, 0)
         Checkpoint.objects.update_or_create(
             session=session,
-            name=spec.name[:200],
+            name=without_nul(spec.name[:200]),
             defaults={
                 "seq": seq,
                 "step_pos": spec.step_pos,
-                "note": spec.note,
-                "created_by": spec.created_by[:150],
+                "note": without_nul(spec.note),
+                "created_by": without_nul(spec.created_by[:150]),
                 "created_at": spec.created_at or timezone.now(),
             },
         )
@@ -383,11 +392,11 @@ def set_checkpoint(
     )
     checkpoint, _ = Checkpoint.objects.update_or_create(
         session=session,
-        name=name,
+        name=without_nul(name),
         defaults={
             "seq": seq,
             "step_pos": (step_pos - 1) if step_pos else None,
-            "note": note,
+            "note": without_nul(note),
             "created_by": created_by,
             "created_at": timezone.now(),
         },

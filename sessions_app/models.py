@@ -72,6 +72,9 @@ class Session(models.Model):
         LIVE = "live", "Live"
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
+        # The recording stops in the middle of an action a restart would resume (daycare's
+        # pending run_python block): neither finished nor failed.
+        INTERRUPTED = "interrupted", "Interrupted"
 
     # DO_NOTHING leaves the database's own foreign key to refuse deleting a project that still
     # has sessions; Python-level PROTECT cannot be mixed with the DB_CASCADE chain below it.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sessions_app.canonical import SessionMeta
 from sessions_app.ingest import finish_session, set_checkpoint
 from sessions_app.models import Event, Project, Session, Snapshot
 
@@ -52,6 +53,18 @@ def test_list_filters(api, sessions, query, expected):
     body = get_json(api, f"/api/sessions?{query}")
     assert ids(body) == [by_name[name] for name in expected]
     assert body["total"] == len(expected)
+
+
+def test_a_recording_that_stops_mid_action_is_listed_and_filtered_as_interrupted(api, make_session):
+    done = make_session(events=3)
+    finish_session(session=done, meta=SessionMeta(completed=True))
+    stopped = make_session(events=3)
+    finish_session(session=stopped, meta=SessionMeta(completed=False, interrupted=True))
+    failed = make_session(events=3)
+    finish_session(session=failed, meta=SessionMeta(completed=False, failed=True, interrupted=True))
+    assert ids(get_json(api, "/api/sessions?status=interrupted")) == [stopped.pk]
+    assert ids(get_json(api, "/api/sessions?status=failed")) == [failed.pk]  # failed wins
+    assert get_json(api, f"/api/sessions/{stopped.pk}")["session"]["status"] == "interrupted"
 
 
 def test_list_pages_with_a_keyset_cursor(api, sessions):

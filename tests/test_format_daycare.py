@@ -167,6 +167,7 @@ def test_a_complete_history_has_no_pending_phase(project):
         session, _ = imported(name, project)
         assert session.metadata["pending_phase"] is None
         assert session.completed is True
+        assert session.status == "completed"
 
 
 def test_a_run_python_call_with_no_rlm_start_is_pending_at_vm_start(project):
@@ -179,6 +180,7 @@ def test_a_run_python_call_with_no_rlm_start_is_pending_at_vm_start(project):
     assert events[meta["pending_event_index"]].kind == Kind.AGENT_MESSAGE
     assert "from VM start" in meta["pending_action"]
     assert session.completed is False
+    assert session.status == "interrupted"
     assert session.step_count == 0  # a block that never started is not a step
 
 
@@ -201,6 +203,7 @@ def test_an_rlm_start_with_a_snapshot_and_no_complete_is_pending_at_tool_call(pr
     assert state["action_code"].startswith("for n in (301, 300, 299):")
     assert state["duration_ms"] == 400  # rlm_start -> the last record of the block
     assert session.completed is False
+    assert session.status == "interrupted"
 
 
 def test_records_after_the_interrupted_block_do_not_hide_its_step(project, tmp_path):
@@ -223,6 +226,7 @@ def test_an_rlm_start_with_neither_snapshot_nor_complete_is_pending_at_error(pro
     (step,) = [e for e in events if e.step_pos is not None]
     assert step.source_type == "rlm_start"
     assert step_state(step)["error"].startswith("interrupted (error phase)")
+    assert session.status == "interrupted"
 
 
 def test_the_latest_unfinished_block_is_the_pending_one(project, tmp_path):

@@ -498,6 +498,7 @@ class _History:
                 metadata["pending_snapshot"] = snapshot["snapshot"]
                 metadata["pending_snapshot_line"] = snapshot["line"]
             self.meta.completed = False
+            self.meta.interrupted = True
             block = self.blocks.get(pending_id)
             if last is not None and block is not None and last.step == block["step"] and last.step_state is None:
                 self._close_interrupted(last, block, pending_id, phase)
@@ -516,6 +517,7 @@ class _History:
                 "pending_action": RESUME_MESSAGE["vm_start"],
             })  # fmt: skip
             self.meta.completed = False
+            self.meta.interrupted = True
             return
         metadata["pending_phase"] = None
         self.meta.completed = True
