@@ -86,3 +86,24 @@ def test_nul_characters_in_the_dashboards_filters_are_answered(client, admin_use
     for url in (f"/sessions/?{query}", f"/sessions/{session.pk}/search/?{query}"):
         answer = client.get(url)
         assert answer.status_code == 400 and b"NUL character" in answer.content
+
+
+def test_live_ingest_of_events_holding_nul_characters_is_stored(api):
+    created = api.post(
+        "/api/sessions", data=orjson.dumps({"task": f"live {NUL}", "model": f"m{NUL}"}), content_type="application/json"
+    )
+    assert created.status_code == 201, created.content
+    session_id = created.json()["id"]
+    events = [
+        {"kind": "tool_call", "payload": {"cmd": f"rm {NUL}"}, "tool": f"sh{NUL}", "pair_id": f"c{NUL}1"},
+        {"kind": "tool_response", "payload": {"out": NUL}, "tool": f"sh{NUL}", "pair_id": f"c{NUL}1"},
+        {"kind": "state", "payload": {}, "state_change": {"variables": {f"x{NUL}": NUL}, "memory": [NUL]}},
+    ]
+    answer = api.post(
+        f"/api/sessions/{session_id}/events", data=orjson.dumps({"events": events}), content_type="application/json"
+    )
+    assert answer.status_code in (200, 201), answer.content
+    stored = list(Event.objects.filter(session_id=session_id).order_by("seq"))
+    assert [e.tool for e in stored[:2]] == [f"sh{SHOWN}"] * 2
+    assert stored[0].pair_seq == 1  # paired on the stored id
+    assert orjson.loads(stored[0].raw)["tool"] == f"sh{NUL}"
