@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,7 @@ def import_file(
             )
             if outcome is not None:
                 outcomes.append(outcome)
-    except (OSError, EOFError) as exc:  # the stream broke mid-file (a cut .gz, a vanished file)
+    except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
         problems.add(None, "file", f"could not read further: {exc}")
     except WorkerFailed:
         pass  # the parse worker's own problem already says why
@@ -241,7 +242,7 @@ def _choose_format(source: Source, requested: str | None) -> str | None:
         return requested
     try:
         return detect(source)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise _FormatError(f"cannot read: {exc}", unreadable=True) from exc
 
 

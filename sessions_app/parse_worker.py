@@ -38,6 +38,7 @@ import struct
 import subprocess
 import sys
 import traceback
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -139,7 +140,7 @@ def _run_child(request: dict[str, Any], out: IO[bytes], answers: IO[bytes]) -> N
                     _send_rows(out, rows.take(), read[0], new_problems)
             _send_rows(out, rows.take(), read[0], new_problems)
             _send(out, ("end", parsed.meta, state))
-    except (OSError, EOFError) as exc:  # the stream broke mid-file (a cut .gz, a vanished file)
+    except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
         problems.add(None, "file", f"could not read further: {exc}")
     except Exception as exc:  # a bug: reported as a problem, with the traceback for the log
         _send(out, ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))

@@ -278,7 +278,7 @@ def test_an_rlm_record_without_event_type_is_refused_when_the_format_is_given(ap
     sid = new_session(api)["id"]
     response = append(api, sid, [{"timestamp": "2026-02-08T10:30:00+00:00", "data": {}}], format="rlm_native")
     assert response.status_code == 400
-    assert response.json()["errors"][0] == {"index": 0, "field": "event_type", "message": "missing event_type; line skipped"}
+    assert response.json()["errors"][0] == {"index": 0, "field": "event_type", "message": "missing event_type, or not a string; line skipped"}
 
 
 # --- ending --------------------------------------------------------------------------------------

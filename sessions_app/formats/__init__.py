@@ -125,6 +125,8 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
             if type(record) is not dict:
                 problems.add(number, "line", f"expected a JSON object, got {type(record).__name__}")
                 continue
+            if len(body) > MAX_DEPTH and not storable(number, record, body, problems):
+                continue
             yield number, record, body.decode("utf-8")
         if on_bytes is not None:
             on_bytes(position())
@@ -165,6 +167,27 @@ def parse_appended_sessions(
             return
 
 
+# orjson reads JSON nested up to 1024 levels but writes only 255: a record nested deeper could be
+# read but its payload not stored, so it is refused when read (a line this short cannot be).
+MAX_DEPTH = 255
+
+
+def storable(number: int, record: Any, body: bytes, problems: Problems, *, by_orjson: bool = True) -> bool:
+    """Whether a parsed record can be written back as JSON (what every stored column is); if
+    not, a problem on its line. A record orjson read can only be too deep, which takes more
+    brackets than MAX_DEPTH; one the stdlib fallback read may also hold a lone surrogate
+    escape (`"\\ud800"`), which no UTF-8 text can, so it is always written once to check."""
+    if by_orjson and body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return True
+    try:
+        orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError as exc:
+        why = "nested deeper than 255 levels" if "ecursion" in str(exc) else str(exc)
+        problems.add(number, "line", f"cannot be stored: {why}")
+        return False
+    return True
+
+
 def load_json_line(
     number: int, line: bytes, problems: Problems, *, last: bool = False
 ) -> dict[str, Any] | None:
@@ -175,9 +198,11 @@ def load_json_line(
     stripped = line.strip()
     if not stripped:
         return None
+    by_orjson = True
     try:
         value = orjson.loads(stripped)
     except orjson.JSONDecodeError as exc:
+        by_orjson = False
         try:
             stripped.decode("utf-8")
         except UnicodeDecodeError as ude:
@@ -195,6 +220,8 @@ def load_json_line(
     if not isinstance(value, dict):
         problems.add(number, "line", f"expected a JSON object, got {type(value).__name__}")
         return None
+    if not storable(number, value, stripped, problems, by_orjson=by_orjson):
+        return None
     return value
 
 
@@ -206,7 +233,7 @@ def _load_with_nan(data: bytes) -> Any:
 
     try:
         return json.loads(data.decode("utf-8"), parse_constant=_constant_as_null)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested too deep
         return None
 
 
@@ -264,6 +291,11 @@ def registry() -> dict[str, Any]:
 def detect(source: Source) -> str | None:
     head = Head.of(source)
     for name, module in registry().items():
-        if module.sniff(head):
-            return name
+        try:
+            if module.sniff(head):
+                return name
+        except (TypeError, ValueError, AttributeError, KeyError):
+            # A sniff looks at records of any shape (a list where a string belongs): a record
+            # it cannot read is not its format.
+            continue
     return None

@@ -28,16 +28,18 @@ from typing import IO, Any, Callable, Iterable, Iterator
 import orjson
 
 from ..canonical import Problems
-from . import BOM, Source, load_json_line
+from . import BOM, MAX_DEPTH, Source, load_json_line, storable
 
 READ_BLOCK = 1 << 20
 # Bytes read, at most, to find the end of the first line before deciding the container.
 DECIDE_BYTES = 1 << 16
 
 # Runs a value's scan skips in one regex call: everything but brackets and quotes, or whole
-# strings (escapes included), so a bracket inside a string never counts.
-_IN_VALUE = re.compile(rb'(?:[^"\[\]{}]+|"(?:[^"\\]|\\.)*")*', re.DOTALL)
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# strings (escapes included), so a bracket inside a string never counts. Possessive and
+# unrolled: a plain `(?:[^"\\]|\\.)*` keeps backtracking state for every character of a string
+# (about 120 bytes of memory a byte: 2 GB for a 20 MB string in a malformed element).
+_IN_VALUE = re.compile(rb'(?:[^"\[\]{}]++|"(?:[^"\\]++|\\.)*+")*+', re.DOTALL)
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _SCALAR = re.compile(rb'[^\s,\]}]*')
 _WS = re.compile(rb'[ \t\r\n]*')
 # An object whose first value is a list: how a request body (`{"events": [`) opens.
@@ -108,12 +110,17 @@ def iter_records(
         if container == "lines":
             yield from _records_of_lines(rest, problems, body_keys)
         else:
-            for line, raw, last, value in split_array(
-                rest, problems, body_keys=body_keys if container == "body" else ()
-            ):
+            keys = body_keys if container == "body" else ()
+            splitter = _ArraySplitter(rest, problems, {key.encode() for key in keys}, keys, 1)
+            for line, raw, last, value in splitter.elements():
                 record = _load(line, raw, problems, last=last, value=value)
                 if record is not None:
                     yield Record(line, raw, record)
+            if splitter.after_end is not None:
+                # A JSON-lines file whose first line is an array (`[]`): the lines after it.
+                line = splitter.line_at(splitter.after_end)
+                problems.add(line, "line", "text after the end of the JSON array: read as JSON lines")
+                yield from _records_of_lines(splitter.remaining(), problems, body_keys, first_line=line)
 
 
 def _prepend(first: bytes, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -146,9 +153,9 @@ def _looks_like_lines(first: bytes, *, whole_file: bool) -> bool:
 
 
 def _records_of_lines(
-    chunks: Iterable[bytes], problems: Problems, body_keys: tuple[str, ...]
+    chunks: Iterable[bytes], problems: Problems, body_keys: tuple[str, ...], *, first_line: int = 1
 ) -> Iterator[Record]:
-    for number, line, last in _lines(chunks):
+    for number, line, last in _lines(chunks, first_line=first_line):
         body = line.strip()
         if not body:
             continue
@@ -173,9 +180,10 @@ def _body_list_key(record: dict[str, Any], body_keys: tuple[str, ...]) -> str | 
     return None
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number from 1, line without its ending, is the file's last line and unterminated)."""
-    number = 0
+def _lines(chunks: Iterable[bytes], *, first_line: int = 1) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number from `first_line`, line without its ending, is the file's last line and
+    unterminated)."""
+    number = first_line - 1
     pending = b""
     for chunk in chunks:
         parts = (pending + chunk).split(b"\n")
@@ -197,6 +205,8 @@ def _load(
             return load_json_line(number, raw, problems, last=last)
     if type(value) is not dict:
         problems.add(number, "line", f"expected a JSON object, got {type(value).__name__}")
+        return None
+    if len(raw) > MAX_DEPTH and not storable(number, value, raw, problems):
         return None
     return value
 
@@ -252,6 +262,8 @@ class _ArraySplitter:
         self.line = first_line  # the line number at absolute position `line_pos`
         self.line_pos = 0
         self.eof = False
+        # Where text follows the top-level array's end (a JSON-lines file opening with `[]`).
+        self.after_end: int | None = None
 
     # Buffer -----------------------------------------------------------------------------------
 
@@ -412,6 +424,11 @@ class _ArraySplitter:
         else:
             self.problems.add(None, "file", "no top-level JSON array found")
 
+    def remaining(self) -> Iterator[bytes]:
+        """The input from `after_end` on."""
+        yield self.buf[self.after_end - self.base :]
+        yield from self.chunks
+
     def line_indent(self, position: int) -> bytes | None:
         """The whitespace before `position` on its line, when nothing else precedes it there (a
         pretty-printed array's element); None for an element that shares its line."""
@@ -461,8 +478,24 @@ class _ArraySplitter:
                 self.problems.add(self.line_at(position), "line", "file ends before the array is closed")
                 return
             if c == _RBRACKET:
+                closing = position
+                if self.keys:  # a request body's other keys follow its list
+                    if after_comma:
+                        self.problems.add(self.line_at(closing), "line", "empty array element (trailing comma)")
+                    return
+                position = self.skip_ws(position + 1, position + 1)
+                c = self.byte_at(position, position)
+                if c == _COMMA or (after_comma and c == _LBRACE):
+                    # More elements after a `]` (`},  ]  {`): a stray bracket inside the array.
+                    self.problems.add(self.line_at(closing), "line", "unexpected ']' inside the array (skipped)")
+                    if c == _COMMA:
+                        position += 1
+                    after_comma = True
+                    continue
                 if after_comma:
-                    self.problems.add(self.line_at(position), "line", "empty array element (trailing comma)")
+                    self.problems.add(self.line_at(closing), "line", "empty array element (trailing comma)")
+                if c is not None:
+                    self.after_end = position
                 return
             if c == _COMMA:
                 self.problems.add(self.line_at(position), "line", "empty array element")
@@ -603,7 +636,22 @@ def parse_iso(value: Any, field: str, line: int | None, problems: Problems) -> d
     except ValueError:
         problems.add(line, field, f"not an ISO 8601 timestamp: {_preview(value)}")
         return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    if not in_utc_range(parsed):
+        problems.add(line, field, f"timestamp outside the years 1-9999 in UTC: {_preview(value)}")
+        return None
+    return parsed
+
+
+def in_utc_range(moment: datetime) -> bool:
+    """Whether an aware datetime exists in UTC ("0001-01-01T00:00+14:00" does not): it is
+    stored and compared in UTC."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 def parse_epoch_ms(value: Any, field: str, line: int | None, problems: Problems) -> datetime | None:

@@ -33,6 +33,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, read_records, source_stem
+from ._json_records import in_utc_range
 
 NAME = "canonical"
 
@@ -79,6 +80,14 @@ class CanonicalEventIn(BaseModel):
         None, description="set when this event closes a step (rlm-code StepState fields)"
     )
     state_change: StateChangeIn | None = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _in_utc_range(cls, value: datetime | None) -> datetime | None:
+        # Stored in UTC: "0001-01-01T00:00+14:00" parses but has no UTC instant.
+        if value is not None and value.tzinfo is not None and not in_utc_range(value):
+            raise ValueError("timestamp outside the years 1-9999 in UTC")
+        return value
 
     @field_validator("kind")
     @classmethod
@@ -213,6 +222,7 @@ def _note_meta(meta: SessionMeta, event: CanonicalEvent) -> None:
 def looks_canonical(record: dict[str, Any]) -> bool:
     return (
         _SIGNATURE_KEYS <= record.keys()
+        and isinstance(record.get("kind"), str)
         and record.get("kind") in ALL_KINDS
         and isinstance(record.get("payload"), dict)
         and not (_FOREIGN_KEYS & record.keys())

@@ -79,7 +79,7 @@ _INF = math.inf
 def sniff(head: Head) -> bool:
     for record in head.records[:5]:
         event_type = record.get("event_type")
-        if event_type in KINDS and "iteration" not in record:
+        if isinstance(event_type, str) and event_type in KINDS and "iteration" not in record:
             # TrajectoryLogger files share some names (llm_request, error); only the native
             # recorder writes ISO text timestamps with a `step`.
             if event_type == "session_start" or (
@@ -142,6 +142,10 @@ def parse_timestamp_text(value: Any) -> tuple[datetime | None, str | None]:
                 return parsed, _naive_utc_text(value[:-1], parsed)
             return parsed, None
         if tz is not None:
+            try:
+                parsed.astimezone(UTC)  # stored in UTC: "0001-01-01T00:00+14:00" has no UTC instant
+            except OverflowError:
+                return None, None
             return parsed, None
         try:
             # Naive means UTC. Reading the text again with the offset costs a sixth of
@@ -311,7 +315,7 @@ class Converter:
         """`convert` for formats that give at most one event a record (the import hot path)."""
         event_type = record.get("event_type")
         if type(event_type) is not str or not event_type:
-            problems.add(line, "event_type", "missing event_type; line skipped")
+            problems.add(line, "event_type", "missing event_type, or not a string; line skipped")
             return None
         kind = KINDS.get(event_type)
         if kind is None:

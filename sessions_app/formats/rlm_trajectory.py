@@ -52,7 +52,8 @@ _STEP_CONTENT = (Kind.RESULT, Kind.ACTION, Kind.STEP_START)
 
 def sniff(head: Head) -> bool:
     for record in head.records[:20]:
-        if record.get("event_type") in _LEGACY_ONLY:
+        event_type = record.get("event_type")
+        if isinstance(event_type, str) and event_type in _LEGACY_ONLY:
             return True
     return False
 

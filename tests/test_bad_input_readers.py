@@ -1,0 +1,148 @@
+"""Bad input found by fuzzing the readers every format shares (detection, JSON lines, JSON
+arrays): each case is a problem on its line and the good records around it still import; none
+raises, hangs or takes memory in proportion to the damage."""
+
+from __future__ import annotations
+
+import gzip
+import tracemalloc
+
+import orjson
+import pytest
+
+from sessions_app.canonical import Problems
+from sessions_app.formats import Source, _json_records, detect
+from sessions_app.importing import import_file
+from sessions_app.models import Event, Project
+
+GOOD_NATIVE = [
+    {"event_type": "session_start", "timestamp": "2026-02-08T10:00:00+00:00", "step": 0,
+     "data": {"task": "t", "environment": "e", "model": "m"}, "run_id": "r1"},
+    {"event_type": "error", "timestamp": "2026-02-08T10:00:01+00:00", "step": 1,
+     "data": {"error": "boom", "recoverable": True}, "run_id": "r1"},
+]  # fmt: skip
+
+
+def native_file(tmp_path, bad_line: bytes):
+    """A native rlm-code session: a good line, the bad one (line 2), a good line."""
+    first, last = (orjson.dumps(r) for r in GOOD_NATIVE)
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(first + b"\n" + bad_line + b"\n" + last + b"\n")
+    return path
+
+
+def imported(path, **kwargs):
+    outcomes = import_file(path=path, project=Project.get_default(), **kwargs)
+    assert len(outcomes) == 1, [o.to_dict() for o in outcomes]
+    return outcomes[0]
+
+
+BAD_LINES = {
+    "nested 2000 deep (the stdlib fallback would recurse)": (
+        b'{"event_type": "error", "data": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+        "malformed JSON",
+    ),
+    "nested 300 deep (read, but too deep to store)": (
+        b'{"event_type": "error", "step": 1, "data": {"x": ' + b"[" * 300 + b"]" * 300 + b"}}",
+        "cannot be stored: nested deeper than 255 levels",
+    ),
+    "a lone surrogate with a bare NaN (only the stdlib reads it)": (
+        b'{"event_type": "error", "step": 1, "data": {"error": "\\ud800", "x": NaN}}',
+        "cannot be stored: str is not valid UTF-8",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINES))
+def test_a_line_that_cannot_be_stored_is_a_problem_and_the_rest_imports(db, tmp_path, case):
+    bad, message = BAD_LINES[case]
+    outcome = imported(native_file(tmp_path, bad))
+    assert outcome.error is None, outcome.error
+    assert outcome.events == 2
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "line")]
+    assert outcome.problems[0]["message"].startswith(message)
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-23:59"])
+def test_a_timestamp_without_a_utc_instant_is_a_problem_not_a_crash(db, tmp_path, stamp):
+    bad = orjson.dumps({**GOOD_NATIVE[1], "timestamp": stamp})
+    outcome = imported(native_file(tmp_path, bad))
+    assert outcome.events == 3  # the event stays, without a time
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "timestamp")]
+    assert Event.objects.get(session=outcome.session, seq=1).ts is None
+
+
+def test_a_canonical_event_without_a_utc_instant_is_refused_with_its_field(db, tmp_path):
+    path = tmp_path / "canonical.jsonl"
+    good = {"kind": "user_message", "timestamp": "2026-02-08T10:00:00Z", "payload": {"text": "hi"}}
+    bad = {**good, "timestamp": "0001-01-01T00:00:00+14:00"}
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in (good, bad, good)) + b"\n")
+    outcome = imported(path, format="canonical")
+    assert outcome.events == 2
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "timestamp")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"event_type": ["session_start"], "step": 0}',  # rlm-code's sniffs
+        b'{"kind": [], "payload": {}}',  # the canonical sniff
+        b'{"recording_id": "r", "offset": 0, "kind": {}}',  # flux0's
+        b'{"type": {"a": 1}, "at": 1}',  # daycare's
+        b'{"eventType": [], "sessionId": {}}',  # AgentLens'
+    ],
+)
+def test_detection_reads_records_of_any_shape_without_raising(db, tmp_path, line):
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(line + b"\n")
+    detect(Source(path=path))  # no exception, whatever it decides
+    outcome = imported(path)
+    assert outcome.error or outcome.problems  # and the import says what it made of it
+
+
+def test_a_corrupt_gzip_is_reported_not_raised(db, tmp_path):
+    body = b"\n".join(orjson.dumps(r) for r in GOOD_NATIVE) + b"\n"
+    packed = bytearray(gzip.compress(body))
+    packed[10] = 0x07  # the first deflate block: final, of the reserved type 3 (zlib.error)
+    path = tmp_path / "session.jsonl.gz"
+    path.write_bytes(bytes(packed))
+    outcome = imported(path)
+    assert outcome.session is None
+    assert "invalid block type" in (outcome.error or ""), outcome.error
+
+
+def test_a_json_lines_file_opening_with_an_array_line_reads_the_lines_after_it(db, tmp_path):
+    path = tmp_path / "history.jsonl"
+    lines = [{"type": "user_message", "at": 1760520000000 + n, "text": f"hi {n}"} for n in range(3)]
+    path.write_bytes(b"[]\n" + b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+    outcome = imported(path, format="daycare")
+    assert outcome.events == 3
+    assert [(p["line"], p["message"]) for p in outcome.problems] == [
+        (2, "text after the end of the JSON array: read as JSON lines")
+    ]
+    assert [e.line for e in Event.objects.filter(session=outcome.session).order_by("seq")] == [2, 3, 4]
+
+
+def test_a_stray_closing_bracket_inside_an_array_is_skipped_and_the_elements_after_it_kept():
+    events = [{"id": f"e{n}", "sessionId": "s1", "eventType": "custom", "payload": {}} for n in range(3)]
+    text = b"[\n  " + orjson.dumps(events[0]) + b",\n  ]\n  " + b",\n  ".join(orjson.dumps(e) for e in events[1:]) + b"\n]\n"
+    problems = Problems()
+    elements = list(_json_records.split_array([text], problems))
+    assert [orjson.loads(raw) for _, raw, _, _ in elements] == events
+    assert [(p.line, p.message) for p in problems.items] == [(3, "unexpected ']' inside the array (skipped)")]
+
+
+def test_a_huge_string_in_a_malformed_element_is_scanned_in_little_memory():
+    huge = b"y" * (4 << 20)
+    text = b'[\n  {"id": "e0", "text": "' + huge + b'", "bad": },\n  {"id": "e1"}\n]\n'
+    problems = Problems()
+    tracemalloc.start()
+    try:
+        elements = list(_json_records.split_array([text], problems))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(elements) == 2 and orjson.loads(elements[1][1]) == {"id": "e1"}
+    # The element is sliced for a few parse tries (about 15 times its size at the peak); the
+    # regex's backtracking state for every byte of the string was about 120 times.
+    assert peak < 40 * len(text), peak
