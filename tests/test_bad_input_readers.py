@@ -63,6 +63,18 @@ def test_a_line_that_cannot_be_stored_is_a_problem_and_the_rest_imports(db, tmp_
     assert outcome.problems[0]["message"].startswith(message)
 
 
+@pytest.mark.parametrize(
+    "field,value", [("step", 10**29), ("step", 2**63), ("depth", -(2**64))]
+)
+def test_a_number_beyond_64_bits_is_a_problem_on_its_field(db, tmp_path, field, value):
+    # orjson writes no integer beyond 64 bits (nor reads it as one: it becomes a float).
+    bad = orjson.dumps({k: v for k, v in GOOD_NATIVE[1].items() if k != field})[:-1] + f', "{field}": {value}}}'.encode()
+    outcome = imported(native_file(tmp_path, bad))
+    assert outcome.events == 3
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, field)]
+    assert "64 bits" in outcome.problems[0]["message"]
+
+
 @pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-23:59"])
 def test_a_timestamp_without_a_utc_instant_is_a_problem_not_a_crash(db, tmp_path, stamp):
     bad = orjson.dumps({**GOOD_NATIVE[1], "timestamp": stamp})

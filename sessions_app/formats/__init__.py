@@ -125,7 +125,7 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
             if type(record) is not dict:
                 problems.add(number, "line", f"expected a JSON object, got {type(record).__name__}")
                 continue
-            if len(body) > MAX_DEPTH and not storable(number, record, body, problems):
+            if len(body) > _DEEP_LINE and not storable(number, record, body, problems):
                 continue
             yield number, record, body.decode("utf-8")
         if on_bytes is not None:
@@ -170,6 +170,9 @@ def parse_appended_sessions(
 # orjson reads JSON nested up to 1024 levels but writes only 255: a record nested deeper could be
 # read but its payload not stored, so it is refused when read (a line this short cannot be).
 MAX_DEPTH = 255
+# A line nested deeper holds at least this many brackets (each opened one is closed): shorter
+# lines, most of them, skip the check.
+_DEEP_LINE = 2 * (MAX_DEPTH + 1)
 
 
 def storable(number: int, record: Any, body: bytes, problems: Problems, *, by_orjson: bool = True) -> bool:

@@ -206,7 +206,7 @@ def _load(
     if type(value) is not dict:
         problems.add(number, "line", f"expected a JSON object, got {type(value).__name__}")
         return None
-    if len(raw) > MAX_DEPTH and not storable(number, value, raw, problems):
+    if len(raw) > 2 * MAX_DEPTH and not storable(number, value, raw, problems):
         return None
     return value
 
@@ -599,6 +599,9 @@ def number(
         return None
     if not math.isfinite(value):
         problems.add(line, field, f"not a finite number: {value} (ignored)")
+        return None
+    if not -(2**63) < value < 2**63:  # stored in 64-bit columns
+        problems.add(line, field, f"a number beyond 64 bits: {value} (ignored)")
         return None
     return value
 

@@ -176,15 +176,27 @@ def _naive_utc_text(value: str, parsed: datetime) -> str:
     return parsed.replace(tzinfo=None).isoformat(" ")
 
 
+# Numbers are stored in 64-bit columns: a step, a token count or a duration beyond this is no
+# real figure, and would stop the write.
+NUMBER_LIMIT = 2**63
+_INT_MIN, _INT_MAX = -NUMBER_LIMIT, NUMBER_LIMIT - 1
+# Compared as floats: a float against a big int takes CPython's slow path, on every event.
+_FLOAT_LIMIT = float(NUMBER_LIMIT)
+
+
 def number(value: Any, field: str, line: int | None, problems: Problems) -> float | int | None:
-    """A numeric field's value, or None (reported) when it is null, non-numeric or not finite."""
+    """A numeric field's value, or None (reported) when it is null, non-numeric, not finite or
+    beyond 64 bits."""
     kind = type(value)
     if kind is int:
-        return value
-    if kind is float:
-        if value - value == 0.0:  # false for NaN and both infinities
+        if _INT_MIN <= value <= _INT_MAX:
             return value
-        problems.add(line, field, f"expected a finite number, got {value}")
+        problems.add(line, field, f"expected a number within 64 bits, got {value}")
+        return None
+    if kind is float:
+        if -_FLOAT_LIMIT < value < _FLOAT_LIMIT:  # false for NaN and both infinities too
+            return value
+        problems.add(line, field, f"expected a finite number within 64 bits, got {value}")
         return None
     if value is None:
         problems.add(line, field, "expected a number, got null")
@@ -354,7 +366,7 @@ class Converter:
         if step is None and step_key != "step":
             step_key = "step"
             step = record.get("step")
-        if step is not None and type(step) is not int:
+        if step is not None and (type(step) is not int or not _INT_MIN <= step <= _INT_MAX):
             value = number(step, step_key, line, problems)
             step = int(value) if value is not None else None
 
@@ -371,7 +383,7 @@ class Converter:
             duration = number(duration, "duration_ms", line, problems)
 
         depth = record.get("depth", 0)
-        if type(depth) is not int:
+        if type(depth) is not int or not _INT_MIN <= depth <= _INT_MAX:
             depth = int(number(depth, "depth", line, problems) or 0)
         parent_id = record.get("parent_id") or ""
 
@@ -634,7 +646,7 @@ def _field_number(data: dict[str, Any], name: str, line: int | None, problems: P
     if value is _MISSING:
         return None
     kind = type(value)
-    if kind is int or (kind is float and value - value == 0.0):
+    if (kind is int and _INT_MIN <= value <= _INT_MAX) or (kind is float and -_FLOAT_LIMIT < value < _FLOAT_LIMIT):
         return value
     return number(value, f"data.{name}", line, problems)
 
