@@ -578,3 +578,44 @@ def test_json_lines_with_a_damaged_first_line_or_a_first_line_longer_than_a_bloc
     sessions, problems = ingest_file(agentlens, DIR / "two_sessions_body.json", project)
     assert problems.count == 0
     assert [s.event_count for s in sessions] == [15, 9]
+
+
+def test_a_severity_or_message_text_of_the_wrong_json_type_is_reported_and_the_event_kept(project, tmp_path):
+    events = [e for e in source_events("two_sessions.ndjson") if e["sessionId"] == DEPLOY]
+    # Unhashable severities used to raise TypeError on the set lookup, a list text in join().
+    events[0]["severity"] = []
+    events[4]["severity"] = {"level": "error"}
+    events[1]["payload"]["messages"][-1]["content"] = [
+        {"type": "text", "text": ["x"]}, {"type": "image"}, {"type": "text", "text": "Ship it"},
+    ]  # fmt: skip
+    path = tmp_path / "wrong_types.ndjson"
+    path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert problem_keys(problems) == [(1, "severity"), (2, "payload.messages[0].content[0].text"), (5, "severity")]
+    messages = [p.message for p in problems.items]
+    assert messages[0] == "unknown severity '[]': taken as info"
+    assert messages[1] == "a list, not text: left out of the step's prompt"
+    (session,) = sessions
+    stored = rows(session)
+    assert [e.kind for e in stored] == DEPLOY_KINDS
+    assert [e.line for e in stored] == list(range(1, 16))
+    assert not stored[4].is_error and payload(stored[4])["_source"]["severity"] == "info"
+    response = stored[2]
+    assert step_state(response)["action_rationale"] == "Ship it"
+    assert response.pair_seq == stored[1].seq
+
+
+def test_live_batches_with_an_unhashable_severity_are_stored_with_a_warning(project):
+    from sessions_app.canonical import SessionMeta
+    from sessions_app.live_ingest import append_batch, create_live_session
+
+    events = [e for e in source_events("two_sessions.ndjson") if e["sessionId"] == DEPLOY]
+    events[2]["severity"] = ["error"]
+    session, _ = create_live_session(project=project, meta=SessionMeta(source_session_id=DEPLOY))
+    result = append_batch(session_id=session.pk, records=events)
+    assert result.warnings == [
+        {"index": 2, "field": "severity", "message": "unknown severity '[\"error\"]': taken as info"}
+    ]
+    stored = rows(session)
+    assert [e.kind for e in stored] == DEPLOY_KINDS
+    assert stored[2].tokens == 1280 and stored[2].pair_seq == stored[1].seq

@@ -311,3 +311,26 @@ def test_import_file_detects_a_history_and_records_its_pending_phase(project):
     assert outcome.session.source_session_id == "pending_tool_call"
     (bad,) = import_file(path=DIR / "bad_input.jsonl", project=project)
     assert (bad.format, bad.events, len(bad.problems)) == ("daycare", 9, 10)
+
+
+def test_a_text_full_of_unclosed_run_python_tags_imports_without_blocks(project, tmp_path):
+    # ~200 KB of "<run_python " with no ">" after it: the tag search used to rescan the rest of
+    # the text from every one of them (quadratic, about a minute at this size).
+    flood = "<run_python " * 17000
+    records = [
+        {"type": "user_message", "at": AT0, "text": "hi"},
+        {"type": "assistant_message", "at": AT0 + 100, "text": flood},
+        {"type": "assistant_message", "at": AT0 + 200, "text": flood + "<run_python>x = 1</run_python>"},
+        {"type": "user_message", "at": AT0 + 300, "text": "bye"},
+    ]
+    sessions, problems = ingest_file(daycare, write(tmp_path, records), project)
+    assert problems.count == 0, problems.to_list()
+    events = rows(sessions[0])
+    assert [(e.line, e.kind) for e in events] == [
+        (1, "user_message"), (2, "agent_message"), (3, "agent_message"), (4, "user_message"),
+    ]  # fmt: skip
+    assert payload(events[1])["text"] == flood and "run_python_blocks" not in payload(events[1])
+    # A ">" later on still closes the first tag, as daycare's own tag extraction reads it.
+    assert payload(events[2])["run_python_blocks"] == 1
+    assert extract_run_python(flood + "<run_python>x = 1</run_python>") == ["x = 1"]
+    assert extract_run_python(flood) == []

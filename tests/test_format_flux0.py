@@ -210,6 +210,56 @@ def test_json_patch_operations_it_cannot_apply_raise_patch_errors(doc, operation
         apply_operation(doc, operation)
 
 
+@pytest.mark.parametrize(
+    ("doc", "path", "message"),
+    [
+        # Far past the end: filling the gap used to append millions of empty containers.
+        ({"a": []}, "/a/5000000/b", "index 5000000 is past the end of an array of 0"),
+        (None, "/5000000/b", "index 5000000 is past the end of an array of 0"),
+        (["x"], "/" + "9" * 5000, "past the end of an array of 1"),  # more digits than int() takes
+        (["x"], "/" + "0" * 5000 + "/b", "cannot set 'b' inside a str"),  # index 0, however written
+        # "²".isdigit() is true but int() refuses it: it is a key, which a list does not have.
+        ({"a": []}, "/a/²/b", "segment '²' names a key of a list"),
+        (["x"], "/²", "'²' is not an array index"),
+    ],
+)
+def test_json_patch_paths_with_far_or_non_ascii_indexes_raise_patch_errors(doc, path, message):
+    with pytest.raises(PatchError, match=message):
+        apply_operation(doc, {"op": "add", "path": path, "value": 1})
+
+
+def test_json_patch_fills_a_missing_parent_at_the_end_of_a_list_and_reads_unicode_digits_as_keys():
+    assert apply_operation({"a": [{}]}, {"op": "add", "path": "/a/1/b", "value": 1}) == {"a": [{}, {"b": 1}]}
+    assert apply_operation(None, {"op": "add", "path": "/a/²/b", "value": 1}) == {"a": {"²": {"b": 1}}}
+
+
+def test_patches_with_unicode_digit_or_far_indexes_are_reported_and_the_rest_imports(project, tmp_path):
+    lines = records()
+    chunk = lines[14]  # line 15: the second piece of the refund call's arguments
+    assert chunk["payload"]["patches"][0]["path"] == "/tool_calls/0/args/-"
+    chunk["payload"]["patches"] += [
+        {"op": "add", "path": "/tool_calls/²/args", "value": "x"},  # used to raise ValueError
+        {"op": "add", "path": "/tool_calls/5000000/args", "value": "x"},  # used to fill memory
+    ]
+    path = tmp_path / "bad_paths.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+    sessions, problems = ingest_file(flux0, path, project)
+    assert problem_keys(problems) == [(15, "payload.patches[1]"), (15, "payload.patches[2]")]
+    assert [p.message for p in problems.items] == [
+        "segment '²' names a key of a list, not an object: operation skipped",
+        "index 5000000 is past the end of an array of 1: operation skipped",
+    ]
+    (session,) = sessions
+    events = rows(session)
+    assert session.event_count == 30 and [e.line for e in events].count(15) == 1
+    # The good operation of the same chunk still completes the call's arguments.
+    call = next(e for e in events if e.kind == Kind.TOOL_CALL)
+    assert (call.tool, payload(call)["args"]) == ("refund_shipping", {"order_id": "4411", "amount": 4.99})
+    assert [payload(e)["text"] for e in events if e.kind == Kind.AGENT_MESSAGE][-1] == (
+        "Done — I refunded the €4.99 shipping fee."
+    )
+
+
 def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(project):
     sessions, problems = ingest_file(flux0, DIR / "bad_input.jsonl", project)
     assert problem_keys(problems) == [

@@ -258,7 +258,8 @@ class Converter:
         timestamp = parse_iso(record.get("timestamp"), "timestamp", line, problems)
         self._timestamp_text = record.get("timestamp")
         severity = record.get("severity", "info")
-        if severity not in SEVERITIES:
+        # A list or object is unhashable: the set lookup alone would raise.
+        if not isinstance(severity, str) or severity not in SEVERITIES:
             problems.add(line, "severity", f"unknown severity {clip(text(severity), 40)!r}: taken as info")
             severity = "info"
         source_payload = record.get("payload", {})
@@ -357,7 +358,7 @@ class Converter:
             return
         self._remember_call(call_id, {
             "kind": "llm", "name": event.tool, "ts": _ms(event.timestamp),
-            "prompt": clip(_last_message(payload.get("messages")), STEP_TEXT_LIMIT),
+            "prompt": clip(_last_message(payload.get("messages"), line, problems), STEP_TEXT_LIMIT),
         })  # fmt: skip
 
     def _llm_response(
@@ -632,7 +633,7 @@ def _cost_tokens(payload: dict[str, Any], line: int | None, problems: Problems) 
     return _token_total(payload, "payload", line, problems)
 
 
-def _last_message(messages: Any) -> str:
+def _last_message(messages: Any, line: int | None, problems: Problems) -> str:
     """The last message sent to the model, as text: the prompt a step's rationale shows."""
     if not isinstance(messages, list) or not messages:
         return ""
@@ -640,8 +641,16 @@ def _last_message(messages: Any) -> str:
     if not isinstance(last, dict):
         return text(last)
     content = last.get("content")
-    if isinstance(content, list):
-        return " ".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and part.get("text")
-        )
-    return text(content)
+    if not isinstance(content, list):
+        return text(content)
+    texts = []
+    for index, part in enumerate(content):
+        value = part.get("text") if isinstance(part, dict) else None
+        if isinstance(value, str):
+            if value:
+                texts.append(value)
+        elif value is not None:
+            # join() refuses anything but text; the block stays whole in the event's payload.
+            field = f"payload.messages[{len(messages) - 1}].content[{index}].text"
+            problems.add(line, field, f"a {type(value).__name__}, not text: left out of the step's prompt")
+    return " ".join(texts)

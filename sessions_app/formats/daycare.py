@@ -109,8 +109,12 @@ def extract_run_python(text_value: str) -> list[str]:
     """The code of every complete <run_python> block of an (older) assistant text."""
     blocks: list[str] = []
     cursor = 0
-    while cursor < len(text_value):
-        opened = _RUN_PYTHON_OPEN.search(text_value, cursor)
+    # A tag can only close at or before the last ">": searching no further keeps the open
+    # pattern's attribute scan from rerunning to the end at every "<run_python " that has no
+    # ">" after it, which made a text of many unclosed tags take quadratic time.
+    end = text_value.rfind(">") + 1
+    while cursor < end:
+        opened = _RUN_PYTHON_OPEN.search(text_value, cursor, end)
         if opened is None:
             break
         closed = _RUN_PYTHON_CLOSE.search(text_value, opened.end())

@@ -128,31 +128,49 @@ def _pointer(path: str) -> list[str]:
     return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
 
 
+def _is_index(part: str) -> bool:
+    # str.isdigit() also accepts "²" and other Unicode digits, which int() refuses.
+    return part.isascii() and part.isdigit()
+
+
+def _index_within(part: str, size: int) -> int | None:
+    """The array index `part` names when it is at most `size` (RFC 6902: "-" or len appends)."""
+    digits = part.lstrip("0") or "0"
+    # Lengths first: int() refuses over 4300 digits, and such an index is past any end anyway.
+    if len(digits) > len(str(size)) or int(digits) > size:
+        return None
+    return int(digits)
+
+
 def _ensure_structure(doc: Any, parts: list[str]) -> Any:
     """Create the missing parent containers of a path, as flux0's `ensure_structure_for_patch`
     does before every operation (its chunks add `/tool_calls/0` to an empty document)."""
     if not parts:
         return {} if doc is None else doc
     if doc is None:
-        doc = [] if parts[0] == "-" or parts[0].isdigit() else {}
+        doc = [] if parts[0] == "-" or _is_index(parts[0]) else {}
     current = doc
     for index, part in enumerate(parts[:-1]):
         following = parts[index + 1]
         if part == "-":
             raise PatchError("'-' in the middle of a path")
-        if part.isdigit():
+        if _is_index(part):
             if not isinstance(current, list):
                 raise PatchError(f"segment {part!r} indexes a {type(current).__name__}, not a list")
-            position = int(part)
-            while len(current) <= position:
-                current.append([] if following.isdigit() else {})
+            # A missing parent is created only right at the end of its list: a far index
+            # would have filled memory with millions of empty containers.
+            position = _index_within(part, len(current))
+            if position is None:
+                raise PatchError(f"index {clip(part, 20)} is past the end of an array of {len(current)}")
+            if position == len(current):
+                current.append([] if _is_index(following) else {})
             current = current[position]
         else:
             if not isinstance(current, dict):
                 raise PatchError(f"segment {part!r} names a key of a {type(current).__name__}, not an object")
             if part not in current:
-                current[part] = [] if following.isdigit() else {}
-            elif following.isdigit() and not isinstance(current[part], list):
+                current[part] = [] if _is_index(following) else {}
+            elif _is_index(following) and not isinstance(current[part], list):
                 current[part] = []
             current = current[part]
     return doc
@@ -180,7 +198,7 @@ def apply_operation(doc: Any, operation: Any) -> Any:
         return value
     parent = doc
     for part in parts[:-1]:
-        parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        parent = parent[_index_within(part, len(parent))] if isinstance(parent, list) else parent[part]
     last = parts[-1]
     if isinstance(parent, list):
         if last == "-":
@@ -188,16 +206,16 @@ def apply_operation(doc: Any, operation: Any) -> Any:
                 raise PatchError("replace cannot target '-'")
             parent.append(value)
             return doc
-        if not last.isdigit() or (len(last) > 1 and last.startswith("0")):
-            raise PatchError(f"{last!r} is not an array index")
-        position = int(last)
+        if not _is_index(last) or (len(last) > 1 and last.startswith("0")):
+            raise PatchError(f"{clip(last, 20)!r} is not an array index")
+        position = _index_within(last, len(parent))
         if op == "add":
-            if position > len(parent):
-                raise PatchError(f"index {position} is past the end of an array of {len(parent)}")
+            if position is None:
+                raise PatchError(f"index {clip(last, 20)} is past the end of an array of {len(parent)}")
             parent.insert(position, value)
         else:
-            if position >= len(parent):
-                raise PatchError(f"index {position} does not exist (array of {len(parent)})")
+            if position is None or position == len(parent):
+                raise PatchError(f"index {clip(last, 20)} does not exist (array of {len(parent)})")
             parent[position] = value
         return doc
     if isinstance(parent, dict):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -35,6 +35,7 @@ NAME = "rlm_snapshot"
 READ_BLOCK = 1 << 20
 _OUTSIDE = re.compile(rb'[\[\]{}",:]')
 _INSIDE = re.compile(rb'["\\]')
+_NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _HEADER_KEYS = ("snapshot_id", "session_id", "total_steps")
 
 
@@ -75,7 +76,11 @@ class Member:
 
 def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterator[Member]:
     """The top-level object's members, in order, with `array_key`'s array given element by
-    element. Strings (with escapes) are skipped whole, so brackets inside them do not count."""
+    element. Strings (with escapes) are skipped whole, so brackets inside them do not count.
+
+    What surrounds the object is reported, never dropped unseen: a `}` followed by a comma is a
+    stray brace and the members after it are read; empty objects before the snapshot are
+    skipped; any other text after the object ends the reading with a problem on its line."""
     buf = stream.read(READ_BLOCK)
     if buf.startswith(BOM):
         problems.add(1, "line", "byte-order mark at the start of the file (ignored)")
@@ -91,7 +96,7 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
     value_from = -1  # start of the current top-level value
     elem_from = -1  # start of the current element of the streamed array
     in_array = False
-    array_seen = False
+    yielded = False  # any member so far: an empty object before the snapshot is skipped
 
     def refill() -> bool:
         nonlocal buf, pos, line, line_pos, value_from, elem_from, string_start
@@ -119,6 +124,17 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         line += buf.count(b"\n", line_pos, index)
         line_pos = index
         return line
+
+    def next_significant() -> int | None:
+        """Where the next non-blank byte is, reading on as needed; None at the end."""
+        nonlocal pos
+        while True:
+            match = _NON_SPACE.search(buf, pos)
+            if match is not None:
+                return match.start()
+            pos = len(buf)
+            if not refill():
+                return None
 
     def piece(start: int, end: int) -> tuple[bytes, int] | None:
         chunk = buf[start:end]
@@ -175,7 +191,9 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
                     return
                 expect_key = True
             elif depth == 1 and c == 0x5B and key == array_key and buf[value_from:j].strip() == b"":
-                in_array, array_seen = True, True
+                # Given element by element: the array itself is no member, and holding the
+                # buffer from its start would keep the whole of it in memory.
+                in_array, value_from = True, -1
                 elem_from = j + 1
             depth += 1
             continue
@@ -183,13 +201,34 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             if in_array and depth == 2 and c == 0x5D:
                 element = piece(elem_from, j)
                 if element is not None:
+                    yielded = True
                     yield Member(array_key, element[0], element[1], True)
                 in_array, elem_from = False, -1
             elif depth == 1 and c == 0x7D:
                 if value_from >= 0 and key is not None:
                     value = piece(value_from, j)
-                    if value is not None and not (key == array_key and array_seen):
+                    if value is not None:
+                        yielded = True
                         yield Member(key, value[0], value[1], False)
+                value_from, key = -1, None
+                brace_line = line_at(j)
+                after = next_significant()
+                if after is None:
+                    return
+                if buf[after] == 0x2C:
+                    # `..., "duration_seconds": 1.0},` then `"steps": [...]`: a stray brace,
+                    # with the rest of the snapshot after it.
+                    problems.add(brace_line, "line", "stray '}' before the end of the snapshot object (ignored)")
+                    pos = after
+                    continue
+                if buf[after] == 0x7B and not yielded:
+                    problems.add(brace_line, "line", "empty JSON object before the snapshot (ignored)")
+                    pos, depth = after, 0
+                    continue
+                problems.add(
+                    line_at(after), "line",
+                    "text after the end of the snapshot object (ignored): a snapshot file holds one object",
+                )  # fmt: skip
                 return
             depth -= 1
             continue
@@ -197,12 +236,14 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             if in_array and depth == 2:
                 element = piece(elem_from, j)
                 if element is not None:
+                    yielded = True
                     yield Member(array_key, element[0], element[1], True)
                 elem_from = j + 1
             elif depth == 1:
-                if value_from >= 0 and key is not None and key != array_key:
+                if value_from >= 0 and key is not None:
                     value = piece(value_from, j)
                     if value is not None:
+                        yielded = True
                         yield Member(key, value[0], value[1], False)
                 value_from, key, expect_key = -1, None, True
             continue
@@ -262,6 +303,7 @@ class SnapshotSteps:
         self.last_memory: Any = None
         self.tail: dict[str, tuple[Any, Member]] = {}
         self.steps = 0
+        self.duration: tuple[float, int] | None = None  # duration_seconds, checked, and its line
 
     def apply_header(self, key: str, value: Any, line: int) -> None:
         meta, problems = self.meta, self.problems
@@ -277,17 +319,34 @@ class SnapshotSteps:
         elif key == "total_reward":
             total = number(value, "total_reward", line, problems)
             meta.total_reward = float(total) if total is not None else None
-        elif key in ("total_tokens", "duration_seconds", "step", "total_steps"):
+        elif key in ("total_tokens", "step", "total_steps"):
             number(value, key, line, problems)
+        elif key == "duration_seconds":
+            duration = number(value, key, line, problems)
+            self.duration = (duration, line) if duration is not None else None
+        elif key == "steps":  # an array arrives element by element, never as a member
+            kind = "null" if value is None else type(value).__name__
+            problems.add(line, key, f"expected an array of StepState objects, got {kind}: no steps read")
         elif key == "created_at":
             meta.ended_at = parse_timestamp(value)
             if meta.ended_at is None and value is not None:
                 problems.add(line, key, f"not a timestamp: {str(value)[:40]!r}")
-        if key in ("created_at", "duration_seconds") and meta.ended_at is not None:
+        if key in ("created_at", "duration_seconds") and meta.ended_at is not None and self.duration:
             # A snapshot states when it was taken and how long the run had been going.
-            duration = self.header.get("duration_seconds")
-            if type(duration) in (int, float) and duration - duration == 0.0:
-                meta.started_at = meta.ended_at - timedelta(seconds=duration)
+            self._set_start(meta.ended_at, *self.duration)
+
+    def _set_start(self, ended_at: datetime, duration: float, line: int) -> None:
+        if duration < 0:
+            self.problems.add(line, "duration_seconds", f"negative duration {duration}: start time left unset")
+            return
+        try:
+            self.meta.started_at = ended_at - timedelta(seconds=duration)
+        except OverflowError:
+            # timedelta stops at 999,999,999 days and datetime at year 1.
+            self.problems.add(
+                line, "duration_seconds",
+                f"{duration} seconds before created_at is before year 1: start time left unset",
+            )  # fmt: skip
 
     def step_event(self, member: Member) -> CanonicalEvent | None:
         problems, line = self.problems, member.line

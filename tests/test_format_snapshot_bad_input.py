@@ -1,0 +1,169 @@
+"""rlm-code snapshot JSON with bad input (found by fuzzing): a duration no calendar holds, text
+around the top-level object, and `steps` that is not an array. Each is a problem naming its line
+and field; the rest of the snapshot imports as the undamaged file does.
+
+The snapshots are written by rlm-code's own SessionRecorder (`get_snapshot().to_dict()`, pretty
+printed as SessionStore writes them), then damaged as text.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sessions_app.formats import Source, detect, rlm_snapshot
+
+from .builders_formats import ingest_file, problem_keys, rows
+from .builders_rlm import record_full_session
+
+BLOCKS = [1, 7, rlm_snapshot.READ_BLOCK]  # the reader refills mid-token at the small ones
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> dict:
+    recorder = record_full_session(tmp_path / "full.jsonl", end=False, steps=3, large_output_at=None)
+    return recorder.get_snapshot().to_dict()
+
+
+def snapshot_text(snapshot: dict, **changes) -> str:
+    return json.dumps({**snapshot, **changes}, indent=2)
+
+
+def line_of(text: str, needle: str) -> int:
+    return text[: text.index(needle)].count("\n") + 1
+
+
+def imported(text: str, tmp_path: Path, project, name: str = "snapshot.json"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    sessions, problems = ingest_file(rlm_snapshot, path, project)
+    return sessions, problems
+
+
+def content(session) -> list[tuple]:
+    return [(e.kind, e.step, e.step_state, e.state_change, e.raw) for e in rows(session)]
+
+
+def expected_content(snapshot: dict, tmp_path: Path, project) -> list[tuple]:
+    (session,), problems = imported(snapshot_text(snapshot), tmp_path, project, "good.json")
+    assert problems.count == 0, problems.to_list()
+    assert session.step_count == 3
+    return content(session)
+
+
+@pytest.mark.parametrize(
+    ("duration", "message"),
+    [
+        # timedelta holds it, but the start would be before year 1.
+        (1e11, "100000000000.0 seconds before created_at is before year 1: start time left unset"),
+        # timedelta itself refuses it.
+        (1e300, "expected a finite number within 64 bits, got 1e+300"),
+        (10**18, "1000000000000000000 seconds before created_at is before year 1: start time left unset"),
+        (-5.0, "negative duration -5.0: start time left unset"),
+    ],
+)
+def test_a_duration_no_calendar_holds_is_reported_and_the_steps_import(snapshot, duration, message, project, tmp_path):
+    expected = expected_content(snapshot, tmp_path, project)
+    text = snapshot_text(snapshot, duration_seconds=duration)
+    (session,), problems = imported(text, tmp_path, project)
+    assert problem_keys(problems) == [(line_of(text, '"duration_seconds"'), "duration_seconds")]
+    assert problems.items[0].message == message
+    # No start from the duration: the session starts at its first step, as with no duration.
+    assert session.started_at == rows(session)[0].ts
+    assert session.ended_at == datetime.fromisoformat(snapshot["created_at"])
+    assert content(session) == expected
+
+
+def test_a_usable_duration_still_gives_the_start_time(snapshot, project, tmp_path):
+    (session,), problems = imported(snapshot_text(snapshot, duration_seconds=90.0), tmp_path, project)
+    assert problems.count == 0
+    assert (session.ended_at - session.started_at).total_seconds() == 90.0
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_stray_closing_brace_before_steps_is_reported_and_the_steps_still_import(
+    snapshot, block, project, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    expected = expected_content(snapshot, tmp_path, project)
+    good = snapshot_text(snapshot)
+    # Used to end the object there: no steps and no problem at all.
+    text = good.replace(',\n  "steps": [', '},\n  "steps": [', 1)
+    assert text != good
+    (session,), problems = imported(text, tmp_path, project)
+    assert problem_keys(problems) == [(line_of(text, '},\n  "steps"'), "line")]
+    assert problems.items[0].message == "stray '}' before the end of the snapshot object (ignored)"
+    assert content(session) == expected
+    assert session.completed is True and session.final_answer  # the members after the steps too
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_an_empty_object_before_the_snapshot_is_reported_and_skipped(snapshot, block, project, tmp_path, monkeypatch):
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    good = snapshot_text(snapshot)
+    (first,), _ = imported(good, tmp_path, project, "good.json")
+    # Used to end at the first object: no steps and no problem at all.
+    (session,), problems = imported("{}\n{ }\n" + good, tmp_path, project)
+    assert problem_keys(problems) == [(1, "line"), (2, "line")]
+    assert problems.items[0].message == "empty JSON object before the snapshot (ignored)"
+    assert first.step_count == 3 and content(session) == content(first)
+    assert [e.line for e in rows(session)] == [e.line + 2 for e in rows(first)]
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize(
+    ("after", "found"),
+    [
+        ("garbage\n", "garbage"),
+        ('{"snapshot_id": "second"}\n', '{"snapshot_id": "second"}'),
+        ("}\n", "}\n"),
+    ],
+)
+def test_text_after_the_snapshot_object_is_reported_on_its_line(
+    snapshot, after, found, block, project, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    expected = expected_content(snapshot, tmp_path, project)
+    text = snapshot_text(snapshot) + "\n\n" + after
+    (session,), problems = imported(text, tmp_path, project)
+    assert problem_keys(problems) == [(text.count("\n", 0, text.rindex(found)) + 1, "line")]
+    assert problems.items[0].message.startswith("text after the end of the snapshot object (ignored)")
+    assert content(session) == expected
+
+
+def test_blank_lines_after_the_snapshot_object_are_no_problem(snapshot, project, tmp_path):
+    (session,), problems = imported(snapshot_text(snapshot) + "\n \n\t\n", tmp_path, project)
+    assert problems.count == 0 and session.step_count == 3
+
+
+@pytest.mark.parametrize(("steps", "kind"), [(5, "int"), (None, "null"), ("x", "str"), ({"step": 1}, "dict")])
+@pytest.mark.parametrize("position", ["in_place", "last"])
+def test_steps_that_are_not_an_array_are_reported(snapshot, steps, kind, position, project, tmp_path):
+    data = dict(snapshot)
+    if position == "last":
+        del data["steps"]
+    data["steps"] = steps  # in place keeps to_dict's order; otherwise the object's last member
+    text = json.dumps(data, indent=2)
+    (session,), problems = imported(text, tmp_path, project)
+    assert problem_keys(problems) == [(line_of(text, '"steps"'), "steps")]
+    assert problems.items[0].message == f"expected an array of StepState objects, got {kind}: no steps read"
+    assert session.step_count == 0
+    assert session.source_session_id == data["session_id"]
+    # The snapshot's final variables still arrive, as the state event the missing steps leave.
+    (state,) = rows(session)
+    assert orjson.loads(state.state_change)["variables"] == data["variables"]
+
+
+def test_the_damaged_snapshots_are_still_detected(snapshot, tmp_path):
+    for name, text in {
+        "stray.json": snapshot_text(snapshot).replace(',\n  "steps": [', '},\n  "steps": [', 1),
+        "huge.json": snapshot_text(snapshot, duration_seconds=1e300),
+        "steps.json": snapshot_text(snapshot, steps=5),
+    }.items():
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        assert detect(Source(path=path)) == "rlm_snapshot", name
