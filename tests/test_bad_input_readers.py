@@ -40,15 +40,17 @@ def imported(path, **kwargs):
 BAD_LINES = {
     "nested 2000 deep (the stdlib fallback would recurse)": (
         b'{"event_type": "error", "data": ' + b"[" * 2000 + b"]" * 2000 + b"}",
-        "malformed JSON",
+        # Python 3.12's json gives up on this depth (RecursionError); 3.13's reads it, and the
+        # record is then too deep to store. A problem on its line either way.
+        ("malformed JSON", "cannot be stored: nested deeper than 255 levels"),
     ),
     "nested 300 deep (read, but too deep to store)": (
         b'{"event_type": "error", "step": 1, "data": {"x": ' + b"[" * 300 + b"]" * 300 + b"}}",
-        "cannot be stored: nested deeper than 255 levels",
+        ("cannot be stored: nested deeper than 255 levels",),
     ),
     "a lone surrogate with a bare NaN (only the stdlib reads it)": (
         b'{"event_type": "error", "step": 1, "data": {"error": "\\ud800", "x": NaN}}',
-        "cannot be stored: str is not valid UTF-8",
+        ("cannot be stored: str is not valid UTF-8",),
     ),
 }
 
@@ -60,7 +62,7 @@ def test_a_line_that_cannot_be_stored_is_a_problem_and_the_rest_imports(db, tmp_
     assert outcome.error is None, outcome.error
     assert outcome.events == 2
     assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "line")]
-    assert outcome.problems[0]["message"].startswith(message)
+    assert outcome.problems[0]["message"].startswith(message), outcome.problems
 
 
 @pytest.mark.parametrize(
