@@ -160,3 +160,19 @@ def test_a_huge_string_in_a_malformed_element_is_scanned_in_little_memory():
     # The element is sliced for a few parse tries (about 15 times its size at the peak); the
     # regex's backtracking state for every byte of the string was about 120 times.
     assert peak < 40 * len(text), peak
+
+
+@pytest.mark.parametrize("stray", [b"  [", b"{", b"      {"])
+def test_a_stray_opening_line_in_a_pretty_printed_array_costs_only_itself(tmp_path, stray):
+    # The stray line opens a value that takes the later elements in: a list (a valid one, of
+    # them), or an object at another indentation than the elements'.
+    events = [{"id": f"e{n}", "sessionId": "s1", "eventType": "custom", "payload": {}} for n in range(3)]
+    lines = [b"[", b"  " + orjson.dumps(events[0]) + b",", stray]
+    lines += [b"  " + orjson.dumps(e) + b"," for e in events[1:-1]] + [b"  " + orjson.dumps(events[-1]), b"]", b""]
+    path = tmp_path / "events.json"
+    path.write_bytes(b"\n".join(lines))
+    problems = Problems()
+    records = list(_json_records.iter_records(Source(path=path), problems))
+    assert [r.value for r in records] == events
+    assert [(p.line, p.field) for p in problems.items] == [(3, "line")]
+

@@ -471,6 +471,7 @@ class _ArraySplitter:
         if position is None:
             return
         after_comma = False
+        sibling_indent: bytes | None = None
         while True:
             position = self.skip_ws(position, position)
             c = self.byte_at(position, position)
@@ -510,7 +511,9 @@ class _ArraySplitter:
                 position += 1
                 continue
             start = position
-            indent = self.line_indent(start)
+            # Elements are found again after a broken one by the indentation of the last whole
+            # element (a stray line may sit at another), else by this one's own.
+            indent = sibling_indent if sibling_indent is not None else self.line_indent(start)
             value = _UNPARSED
             found = self.parse_object(start) if c == _LBRACE else None
             if found is not None:
@@ -521,7 +524,11 @@ class _ArraySplitter:
                 except _Incomplete:
                     end = None
                 sibling = None
-                if c == _LBRACE and indent is not None:
+                if c == _LBRACKET and indent is not None:
+                    # A list is never a record: one holding lines of sibling elements is a
+                    # stray "[" that swallowed them.
+                    sibling = self.next_sibling(start + 1, end, indent)
+                elif c == _LBRACE and indent is not None:
                     if end is not None:
                         try:  # valid after all (braces in strings, deep nesting): not cut
                             value = orjson.loads(self.buf[start - self.base : end - self.base])
@@ -542,6 +549,8 @@ class _ArraySplitter:
                     yield line, self.buf[start - self.base :].rstrip(), True, _UNPARSED
                     return
             line = self.line_at(start)
+            if value is not _UNPARSED and type(value) is dict and sibling_indent is None:
+                sibling_indent = self.line_indent(start)
             yield line, self.buf[start - self.base : end - self.base], False, value
             position = self.skip_ws(end, end)
             c = self.byte_at(position, position)
