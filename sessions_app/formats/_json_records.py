@@ -471,6 +471,8 @@ class _ArraySplitter:
         if position is None:
             return
         after_comma = False
+        # Elements are found again after a broken one by the indentation of the last whole
+        # element (a stray line may sit at another), else by the broken one's own.
         sibling_indent: bytes | None = None
         while True:
             position = self.skip_ws(position, position)
@@ -479,25 +481,11 @@ class _ArraySplitter:
                 self.problems.add(self.line_at(position), "line", "file ends before the array is closed")
                 return
             if c == _RBRACKET:
-                closing = position
-                if self.keys:  # a request body's other keys follow its list
-                    if after_comma:
-                        self.problems.add(self.line_at(closing), "line", "empty array element (trailing comma)")
+                position = self._past_close(position, after_comma)
+                if position is None:
                     return
-                position = self.skip_ws(position + 1, position + 1)
-                c = self.byte_at(position, position)
-                if c == _COMMA or (after_comma and c == _LBRACE):
-                    # More elements after a `]` (`},  ]  {`): a stray bracket inside the array.
-                    self.problems.add(self.line_at(closing), "line", "unexpected ']' inside the array (skipped)")
-                    if c == _COMMA:
-                        position += 1
-                    after_comma = True
-                    continue
-                if after_comma:
-                    self.problems.add(self.line_at(closing), "line", "empty array element (trailing comma)")
-                if c is not None:
-                    self.after_end = position
-                return
+                after_comma = True
+                continue
             if c == _COMMA:
                 self.problems.add(self.line_at(position), "line", "empty array element")
                 position += 1
@@ -511,71 +499,96 @@ class _ArraySplitter:
                 position += 1
                 continue
             start = position
-            # Elements are found again after a broken one by the indentation of the last whole
-            # element (a stray line may sit at another), else by this one's own.
             indent = sibling_indent if sibling_indent is not None else self.line_indent(start)
-            value = _UNPARSED
             found = self.parse_object(start) if c == _LBRACE else None
             if found is not None:
                 end, value = found
             else:
                 try:
-                    end: int | None = self.skip_value(start, start)
+                    end = self.skip_value(start, start)
                 except _Incomplete:
                     end = None
-                sibling = None
-                if c == _LBRACKET and indent is not None:
-                    # A list is never a record: one holding lines of sibling elements is a
-                    # stray "[" that swallowed them.
-                    sibling = self.next_sibling(start + 1, end, indent)
-                elif c == _LBRACE and indent is not None:
-                    if end is not None:
-                        try:  # valid after all (braces in strings, deep nesting): not cut
-                            value = orjson.loads(self.buf[start - self.base : end - self.base])
-                        except orjson.JSONDecodeError:
-                            pass
-                    if value is _UNPARSED:
-                        sibling = self.next_sibling(start + 1, end, indent)
+                value, sibling = self._swallowed(c, start, end, indent)
                 if sibling is not None:
                     # A malformed element (an unclosed string, a bracket too many) swallowed the
                     # elements after it: it ends where the next one starts, the rest is kept.
-                    line = self.line_at(start)
                     broken = self.buf[start - self.base : sibling - self.base].rstrip(b", \t\r\n")
-                    yield line, broken, False, _UNPARSED
+                    yield self.line_at(start), broken, False, value
                     position, after_comma = sibling, True
                     continue
                 if end is None:
-                    line = self.line_at(start)
-                    yield line, self.buf[start - self.base :].rstrip(), True, _UNPARSED
+                    yield self.line_at(start), self.buf[start - self.base :].rstrip(), True, value
                     return
-            line = self.line_at(start)
-            if value is not _UNPARSED and type(value) is dict and sibling_indent is None:
+            if type(value) is dict and sibling_indent is None:
                 sibling_indent = self.line_indent(start)
-            yield line, self.buf[start - self.base : end - self.base], False, value
-            position = self.skip_ws(end, end)
-            c = self.byte_at(position, position)
-            after_comma = c == _COMMA
+            yield self.line_at(start), self.buf[start - self.base : end - self.base], False, value
+            position, after_comma = self._past_element(end, indent)
+            if position is None:
+                return
+
+    def _past_close(self, closing: int, after_comma: bool) -> int | None:
+        """After a `]` at `closing`: where the elements go on when it was a stray one inside the
+        array, else None (the array ended; `after_end` marks any text that follows it)."""
+        if self.keys:  # a request body's other keys follow its list
             if after_comma:
-                position += 1
-            elif c not in (_RBRACKET, _RBRACE, _LBRACE, None):
-                where = self.line_at(position)
-                if indent is None:
-                    self.problems.add(where, "line", "missing ',' between array elements")
-                    continue
-                # Text after a whole element (the rest of a broken one): skipped to the next
-                # element at the same indentation, as one problem.
-                sibling = self.skip_to_sibling(position, indent)
-                if sibling is None:  # the input is read to its end
-                    self.problems.add(
-                        where, "line", "unexpected text after an array element (skipped to the end of the file)"
-                    )
-                    return
-                self.problems.add(
-                    where, "line", "unexpected text after an array element (skipped to the next element)"
-                )
-                position, after_comma = sibling, True
-            elif c == _LBRACE:
-                self.problems.add(self.line_at(position), "line", "missing ',' between array elements")
+                self.problems.add(self.line_at(closing), "line", "empty array element (trailing comma)")
+            return None
+        position = self.skip_ws(closing + 1, closing + 1)
+        c = self.byte_at(position, position)
+        if c == _COMMA or (after_comma and c == _LBRACE):
+            # More elements after a `]` (`},  ]  {`): a stray bracket inside the array.
+            self.problems.add(self.line_at(closing), "line", "unexpected ']' inside the array (skipped)")
+            return position + 1 if c == _COMMA else position
+        if after_comma:
+            self.problems.add(self.line_at(closing), "line", "empty array element (trailing comma)")
+        if c is not None:
+            self.after_end = position
+        return None
+
+    def _swallowed(self, c: int, start: int, end: int | None, indent: bytes | None) -> tuple[Any, int | None]:
+        """For an element the fast path could not cut (its end found structurally, or None at
+        the end of the input): its value if it parses after all, and where a sibling element
+        starts inside it when it swallowed the ones after it."""
+        if indent is None:
+            return _UNPARSED, None
+        if c == _LBRACKET:
+            # A list is never a record: one holding lines of sibling elements is a stray "["
+            # that swallowed them.
+            return _UNPARSED, self.next_sibling(start + 1, end, indent)
+        if c != _LBRACE:
+            return _UNPARSED, None
+        if end is not None:
+            try:  # valid after all (braces in strings, deep nesting): not cut
+                return orjson.loads(self.buf[start - self.base : end - self.base]), None
+            except orjson.JSONDecodeError:
+                pass
+        return _UNPARSED, self.next_sibling(start + 1, end, indent)
+
+    def _past_element(self, end: int, indent: bytes | None) -> tuple[int | None, bool]:
+        """Where the next element is looked for after a whole one, and whether a comma came;
+        (None, False) when text after it runs to the end of the input."""
+        position = self.skip_ws(end, end)
+        c = self.byte_at(position, position)
+        if c == _COMMA:
+            return position + 1, True
+        if c == _LBRACE:
+            self.problems.add(self.line_at(position), "line", "missing ',' between array elements")
+        if c in (_RBRACKET, _RBRACE, _LBRACE, None):
+            return position, False
+        where = self.line_at(position)
+        if indent is None:
+            self.problems.add(where, "line", "missing ',' between array elements")
+            return position, False
+        # Text after a whole element (the rest of a broken one): skipped to the next element
+        # at the same indentation, as one problem.
+        sibling = self.skip_to_sibling(position, indent)
+        if sibling is None:  # the input is read to its end
+            self.problems.add(
+                where, "line", "unexpected text after an array element (skipped to the end of the file)"
+            )
+            return None, False
+        self.problems.add(where, "line", "unexpected text after an array element (skipped to the next element)")
+        return sibling, True
 
 
 class DiscardProblems(Problems):

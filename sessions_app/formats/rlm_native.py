@@ -30,6 +30,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, parse_appended_sessions
+from ._json_records import in_utc_range
 
 NAME = "rlm_native"
 
@@ -142,11 +143,7 @@ def parse_timestamp_text(value: Any) -> tuple[datetime | None, str | None]:
                 return parsed, _naive_utc_text(value[:-1], parsed)
             return parsed, None
         if tz is not None:
-            try:
-                parsed.astimezone(UTC)  # stored in UTC: "0001-01-01T00:00+14:00" has no UTC instant
-            except OverflowError:
-                return None, None
-            return parsed, None
+            return (parsed, None) if in_utc_range(parsed) else (None, None)
         try:
             # Naive means UTC. Reading the text again with the offset costs a sixth of
             # `parsed.replace(tzinfo=UTC)`; a date alone would read "+00:00" as a time of day.
