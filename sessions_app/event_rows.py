@@ -31,8 +31,13 @@ EVENT_COLUMNS = (
     "payload", "raw", "step_state", "state_change", "hash", "prev_hash", "cost_total",
     "tokens_total", "errors_total", "elapsed_ms", "reward_total", "steps_total", "kind_counts",
 )  # fmt: skip
+_KIND = EVENT_COLUMNS.index("kind")
 _PAIR_SEQ = EVENT_COLUMNS.index("pair_seq")
 _PAIR_DURATION = EVENT_COLUMNS.index("pair_duration_ms")
+_RAW = EVENT_COLUMNS.index("raw")
+_HASH = EVENT_COLUMNS.index("hash")
+_PREV_HASH = EVENT_COLUMNS.index("prev_hash")
+_KIND_COUNTS = EVENT_COLUMNS.index("kind_counts")
 _LLM_KINDS = frozenset({Kind.LLM_CALL, Kind.LLM_RESPONSE})
 _NON_STR_KEYS = orjson.OPT_NON_STR_KEYS
 _dumps = orjson.dumps
@@ -124,11 +129,38 @@ class Batch:
     keyframes: list[Keyframe]
 
 
-class EventRows:
-    """Turns canonical events into rows, keeping the running totals, pairs and chain."""
+def seal_rows(rows: list[list], state: WriterState) -> None:
+    """Fill in the hash chain and the counts by kind of rows in seq order, continuing from
+    `state` (its head and kind_counts move on).
 
-    def __init__(self, *, session_pk: int, state: WriterState, vendor: str) -> None:
+    The last step of building rows, kept apart so that it can run in the process that writes
+    them: a large file's rows arrive unsealed from the parse worker, the slower of the two
+    processes, while the writing one has time to spare (parse_worker.py).
+    """
+    head = state.head
+    counts = state.kind_counts
+    dumps = _dumps
+    sha256 = _sha256
+    for row in rows:
+        kind = row[_KIND]
+        counts[kind] = counts.get(kind, 0) + 1
+        row[_KIND_COUNTS] = dumps(counts).decode()
+        row[_PREV_HASH] = head
+        head = sha256(head.encode("ascii") + row[_RAW].encode("utf-8", "surrogatepass")).hexdigest()
+        row[_HASH] = head
+    state.head = head
+
+
+class EventRows:
+    """Turns canonical events into rows, keeping the running totals, pairs and chain.
+
+    With `sealed=False` the rows it takes still lack their chain links and counts by kind, for
+    `seal_rows` to add where they are written (the parse worker's rows).
+    """
+
+    def __init__(self, *, session_pk: int, state: WriterState, vendor: str, sealed: bool = True) -> None:
         self.state = state
+        self.sealed = sealed
         self.session_pk = session_pk
         self.rows: list[list] = []
         self.rows_first_seq = state.next_seq
@@ -138,6 +170,8 @@ class EventRows:
 
     def take(self) -> Batch:
         """The rows built since the last take, and everything else their write needs."""
+        if self.sealed:
+            seal_rows(self.rows, self.state)
         batch = Batch(self.rows, self.pair_updates, self.keyframes)
         self.rows = []
         self.rows_first_seq = self.state.next_seq
@@ -189,8 +223,6 @@ class EventRows:
             state.reward_total = event.cumulative_reward
         elif reward is not None:
             state.reward_total += reward
-        counts = state.kind_counts
-        counts[kind] = counts.get(kind, 0) + 1
 
         step_pos = None
         step_state_json = None
@@ -241,10 +273,7 @@ class EventRows:
             state.state_dirty = True
             state_change_json = json_text(change.to_dict())
 
-        raw = event.raw
-        prev = state.head
-        digest = _sha256(prev.encode("ascii") + raw.encode("utf-8", "surrogatepass")).hexdigest()
-        state.head = digest
+        # hash, prev_hash and kind_counts (None here) are filled in by seal_rows.
         self.rows.append(
             [
                 self.session_pk, seq, kind, source_type[:64], db_timestamp(timestamp, event.timestamp_text),
@@ -252,10 +281,10 @@ class EventRows:
                 parent_id[:200], child_id[:200], tool[:200], pair_id[:200],
                 pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,
                 tokens, reward, is_error, fail_streak,
-                json_text(event.payload), raw,
-                step_state_json, state_change_json, digest, prev, state.cost_total,
+                json_text(event.payload), event.raw,
+                step_state_json, state_change_json, None, None, state.cost_total,
                 state.tokens_total, state.errors_total, state.elapsed_ms, state.reward_total,
-                state.steps_total, _dumps(counts).decode(),
+                state.steps_total, None,
             ]
         )  # fmt: skip
 

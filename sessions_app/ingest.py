@@ -29,6 +29,7 @@ from .event_rows import (
     EventRows,
     Keyframe,
     WriterState,
+    seal_rows,
 )
 from .models import Checkpoint, Event, Project, Session, Snapshot
 
@@ -269,19 +270,26 @@ def append_batches(
 ) -> AppendResult:
     """Write rows built elsewhere (the parse worker of parse_worker.py) into a session that
     has no events yet, in one transaction; `final_state()` is the builder's state after the
-    last batch, asked for once the batches are exhausted."""
+    last batch, asked for once the batches are exhausted.
+
+    The rows come unsealed: their hash chain and counts by kind are added here, as they are
+    written (event_rows.seal_rows), which spreads the work more evenly over the two processes.
+    """
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         if locked.event_count:
             raise ValueError("append_batches writes a new session's first events only")
         stored = 0
+        sealed = WriterState()  # a new session's chain and counts start from nothing
         with _batch_writer(locked) as write:
             for batch in batches:
+                seal_rows(batch.rows, sealed)
                 write(batch)
                 stored += len(batch.rows)
                 if on_progress is not None:
                     on_progress(stored)
         state = final_state()
+        state.head, state.kind_counts = sealed.head, sealed.kind_counts
         save_state_to(state, locked)
         locked.save()
     _copy_fields(locked, session)

@@ -132,7 +132,8 @@ def _run_child(request: dict[str, Any], out: IO[bytes], answers: IO[bytes]) -> N
             out.flush()
             session_pk = int(answers.readline())
             state = WriterState()
-            rows = EventRows(session_pk=session_pk, state=state, vendor=request["vendor"])
+            # Unsealed: the importing process adds the chain and counts by kind as it writes.
+            rows = EventRows(session_pk=session_pk, state=state, vendor=request["vendor"], sealed=False)
             add = rows.add
             for event in parsed.events:
                 add(event)
