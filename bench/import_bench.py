@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -123,7 +124,7 @@ print(json.dumps({"seconds": elapsed, "cpu": cpu, "events": None, "steps": summa
 """
 
 OURS_CHILD = r"""
-import json, os, resource, sys, threading, time
+import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "replay_site.settings")
 import django
@@ -136,69 +137,68 @@ from sessions_app.importing import import_file
 from sessions_app.models import Project
 
 
-def rss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def tree_rss_kib():
-    # This process plus its children (the parse worker), as they are at this instant.
-    total = rss_kib(os.getpid())
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        try:
-            with open(f"/proc/{os.getpid()}/task/{task}/children") as children:
-                total += sum(rss_kib(pid) for pid in children.read().split())
-        except OSError:
-            pass
-    return total
-
-
-peak = [0]
-done = threading.Event()
-
-
-def sample():
-    while not done.wait(0.005):
-        peak[0] = max(peak[0], tree_rss_kib())
-
-
 registry()  # import every format module now, as rlm-code's module is imported before its timing
 project = Project.get_default()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-sampler = threading.Thread(target=sample, daemon=True)
-sampler.start()
 start, cpu = time.perf_counter(), time.process_time()
 outcomes = import_file(path=Path(sys.argv[1]), project=project)
 elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-done.set()
-sampler.join()
 outcome = outcomes[0]
 assert outcome.error is None, outcome.error
-# The parse worker (a child process for large files) counts too: its CPU time is added to ours.
-# Memory: our own peak, and the peak of this process and the worker together, sampled every
-# 5 ms (the worker's own ru_maxrss would count the parent's pages it shares before its exec).
+# The parse worker (a child process for large files) counts too: its CPU time is added to ours,
+# and the bench samples the memory of both together from outside (run_child).
 children = resource.getrusage(resource.RUSAGE_CHILDREN)
 own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": elapsed, "cpu": cpu + children.ru_utime + children.ru_stime,
                   "events": outcome.events, "steps": outcome.steps,
-                  "peak_mib": max(own_peak, peak[0] / 1024), "own_peak_mib": own_peak,
-                  "baseline_mib": before}))
+                  "peak_mib": own_peak, "own_peak_mib": own_peak, "baseline_mib": before}))
 """
 
 
 def run_child(code: str, args: list[str], env: dict[str, str]) -> dict:
-    done = subprocess.run(
-        [PYTHON, "-c", code, *args], env=env, capture_output=True, text=True, check=False
+    """Run one timed child; its `peak_mib` becomes the peak RSS of the child and its own children
+    (our parse worker) together, sampled every 5 ms by a thread of this process, so that the
+    measured process runs nothing but the measured work. (The worker's own ru_maxrss would count
+    the parent's pages it shares between fork and exec.) The peak covers the child's whole life,
+    set-up included, which can only make it higher."""
+    process = subprocess.Popen(
+        [PYTHON, "-c", code, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    if done.returncode != 0:
-        raise SystemExit(f"child failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    peak = [0]
+    sampler = threading.Thread(target=_sample_tree, args=(process, peak), daemon=True)
+    sampler.start()
+    stdout, stderr = process.communicate()
+    sampler.join()
+    if process.returncode != 0:
+        raise SystemExit(f"child failed:\n{stderr[-3000:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    result["peak_mib"] = max(result["peak_mib"], peak[0] / 1024)
+    return result
+
+
+def _sample_tree(process: subprocess.Popen, peak: list[int]) -> None:
+    while process.poll() is None:
+        peak[0] = max(peak[0], _tree_rss_kib(process.pid))
+        time.sleep(0.005)
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """RSS of `pid` and all its descendants, as they are at this instant."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+        except (OSError, ValueError):
+            pass  # exited meanwhile
+    return total
 
 
 def sqlite_env(workdir: Path, n: int) -> dict[str, str]:

@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 # Rows per message: big enough that marshalling and the pipe cost little per row, small enough
 # that both processes stay busy (the writer starts on the first batch while the next is built).
-BATCH_ROWS = 2000
+BATCH_ROWS = 1000
 _HEADER = struct.Struct("<Qc")
 _PICKLED, _MARSHALLED = b"p", b"m"
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -157,6 +157,20 @@ def main() -> None:
 
 # --- the parent ----------------------------------------------------------------------------
 
+# The rows pipe holds this much (Linux's default is 64 KiB, its unprivileged maximum 1 MiB):
+# room for a whole batch lets the child go on building the next one while this process is
+# still writing the last, instead of waiting for it to read.
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(stream: IO[bytes]) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass  # not Linux, or a lower limit: the default pipe works, with less slack
+
 
 @dataclass
 class WorkerSession:
@@ -209,6 +223,7 @@ class ParseWorker:
             env=env,
             bufsize=1 << 16,
         )
+        _widen_pipe(self.process.stdout)
         self.finished = False
 
     def sessions(self) -> Iterator[WorkerSession]:

@@ -700,3 +700,27 @@ def test_folder_is_imported_in_process_even_when_the_worker_is_forced(project, s
     assert worker.started == 0
     assert [o.format for o in outcomes] == ["rlm_sink", "rlm_sink"]
     assert all(o.session is not None for o in outcomes)
+
+
+@pytest.mark.skipif(not hasattr(__import__("fcntl"), "F_GETPIPE_SZ"), reason="pipe sizes are Linux's")
+def test_rows_pipe_holds_a_whole_batch(tmp_path):
+    # With Linux's default 64 KiB the child would wait at every batch for the importing process
+    # to finish writing the previous one before it could hand over the next.
+    import fcntl
+
+    from sessions_app.canonical import Problems
+    from sessions_app.formats import Source
+    from sessions_app.parse_worker import PIPE_BYTES
+
+    path = tmp_path / "native.jsonl"
+    record_full_session(path, steps=2)
+    started = ParseWorker(
+        source=Source(path=path, display_name=path.name), format="rlm_native",
+        problems=Problems(limit=10), vendor="sqlite",
+    )  # fmt: skip
+    try:
+        size = fcntl.fcntl(started.process.stdout.fileno(), fcntl.F_GETPIPE_SZ)
+    finally:
+        started.close()
+    maximum = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    assert size == min(PIPE_BYTES, maximum) > 64 * 1024

@@ -458,7 +458,9 @@ class Converter:
         self.state_change_of(event, data, line, problems)
         # The step lives in step_state and the variables/memory in the state change; the payload
         # keeps only what neither holds (the original line stays whole in `raw`).
-        event.payload = {k: v for k, v in data.items() if k not in _STEP_END_KEPT_ELSEWHERE}
+        # rlm-code's own step_end holds nothing else: the set difference (in C) usually ends it.
+        extra = data.keys() - _STEP_END_KEPT_ELSEWHERE
+        event.payload = {k: v for k, v in data.items() if k in extra} if extra else {}
 
     def close_step(self, event, data, stamp, line, problems) -> None:
         """Close the open step on `event`: the StepState merged from the step's earlier events,
@@ -537,7 +539,7 @@ class Converter:
         replace = False
         if variables is not None:
             current = self.variables
-            if any(name not in variables for name in current):
+            if not current.keys() <= variables.keys():
                 changed, replace = variables, True
             else:
                 # The type test keeps 1 -> True or 1 -> 1.0 a change (Python calls them equal).
