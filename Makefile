@@ -24,6 +24,9 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
+	@# Bytecode up front, also where PYTHONDONTWRITEBYTECODE is set: each import's parse worker
+	@# is a new process, which would otherwise compile its modules again every time.
+	$(PY) -m compileall -q sessions_app replay_site
 	@touch $@
 
 $(DEV_STAMP): $(STAMP) pyproject.toml
