@@ -7,24 +7,28 @@ columns) and the database's bulk write of the rows. In one process they add up; 
 for every row (measured: no gain). So for a large file `importing.import_file` starts this
 module as a child process (`python -m sessions_app.parse_worker`): the child runs the format's
 parser and `event_rows.EventRows` (the same code the in-process path runs) and streams batches
-of finished rows through a pipe; the importing process, which holds the database transaction,
-only writes them. On two cores the two halves run side by side (bench/import_bench.py).
+of rows through a pipe; the importing process, which holds the database transaction, seals them
+(hash-chain links and counts by kind, `event_rows.seal_rows`: the last step of building a row,
+done there because the child is the slower half) and writes them. On two cores the two halves
+run side by side (bench/import_bench.py).
 
 The child never touches the database and imports no Django. The conversation on its pipes:
 
     child -> parent   ("session", SessionMeta)          a session begins (metadata so far)
     parent -> child   "<session pk>\\n"                  the row the events belong to
-    child -> parent   ("rows", rows, pair updates,       finished rows, in seq order, with
+    child -> parent   ("rows", rows, pair updates,       unsealed rows, in seq order, with
                        keyframes, bytes_read, problems)   the problems found since the last
     child -> parent   ("end", SessionMeta, WriterState)  the session's events are exhausted
+                                                         (the state's head and counts by kind
+                                                         are the sealing parent's to set)
     ... the next session of the file, if any ...
     child -> parent   ("failed", message, traceback)     reading stopped (then "done")
     child -> parent   ("done", problems)                 the problems not sent yet
 
 Each message is one pickle (or, for rows, one `marshal` dump, which the parent loads in less than
 half the time: plain lists of strings and numbers need none of pickle's generality), preceded by
-its length and kind. The pipe holds little, so a slow database makes the child wait instead of
-piling rows up in memory.
+its length and kind. The pipe holds about one batch (PIPE_BYTES), so a slow database makes the
+child wait instead of piling rows up in memory.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ from .formats import Source, format_module
 logger = logging.getLogger(__name__)
 
 # Rows per message: big enough that marshalling and the pipe cost little per row, small enough
-# that both processes stay busy (the writer starts on the first batch while the next is built).
+# that both processes stay busy and that one message (about 0.8 MB) fits in the pipe, so the
+# child goes on with the next batch while the writer writes the last (2,000 waited more).
 BATCH_ROWS = 1000
 _HEADER = struct.Struct("<Qc")
 _PICKLED, _MARSHALLED = b"p", b"m"
