@@ -34,14 +34,11 @@ child wait instead of piling rows up in memory.
 from __future__ import annotations
 
 import gc
-import logging
 import marshal
 import os
 import pickle
 import struct
-import subprocess
 import sys
-import traceback
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +48,9 @@ from .canonical import Problems, SessionMeta
 from .event_rows import Batch, EventRows, Keyframe, WriterState
 from .formats import Source, format_module
 
-logger = logging.getLogger(__name__)
+# logging, subprocess and traceback are imported where the parent (or a failing child) uses them:
+# the child starts afresh for every large import, its start delays the first rows, and those
+# three modules were a third of its imports.
 
 # Rows per message: big enough that marshalling and the pipe cost little per row, small enough
 # that both processes stay busy and that one message (about 0.8 MB) fits in the pipe, so the
@@ -149,6 +148,8 @@ def _run_child(request: dict[str, Any], out: IO[bytes], answers: IO[bytes]) -> N
     except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
         problems.add(None, "file", f"could not read further: {exc}")
     except Exception as exc:  # a bug: reported as a problem, with the traceback for the log
+        import traceback
+
         _send(out, ("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     _send(out, ("done", new_problems.take()))
     out.flush()
@@ -220,6 +221,8 @@ class ParseWorker:
         }
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+        import subprocess
+
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sessions_app.parse_worker", pickle.dumps(request).hex()],
             stdin=subprocess.PIPE,
@@ -279,7 +282,11 @@ class ParseWorker:
         message = _receive(self.process.stdout)
         failure = None
         if message is not None and message[0] == "failed":
-            logger.error("import of %s failed in the parse worker:\n%s", self.source.path, message[2])
+            import logging
+
+            logging.getLogger(__name__).error(
+                "import of %s failed in the parse worker:\n%s", self.source.path, message[2]
+            )
             failure = f"import stopped: {message[1]}"
             message = _receive(self.process.stdout)
         if message is None:

@@ -69,7 +69,7 @@ def spool_folders(monkeypatch) -> list[Path]:
         made.append(Path(folder))
         return folder
 
-    monkeypatch.setattr(_json_records.tempfile, "mkdtemp", recording)
+    monkeypatch.setattr(tempfile, "mkdtemp", recording)
     return made
 
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 import struct
-import tempfile
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -729,6 +727,8 @@ class RecordSpool:
     """
 
     def __init__(self, *, file_bytes: int = 0) -> None:
+        import tempfile  # here, not at the top: the parse worker's start need not pay for it
+
         self.folder = Path(tempfile.mkdtemp(prefix="replay-spool-"))
         self.groups: dict[str, int] = {}
         self.handles: OrderedDict[int, IO[bytes]] = OrderedDict()
@@ -780,6 +780,8 @@ class RecordSpool:
         for handle in self.handles.values():
             handle.close()
         self.handles.clear()
+        import shutil
+
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _path(self, number: int) -> Path:
