@@ -59,10 +59,8 @@ def json_text(value: Any) -> str:
         return _dumps(value, option=_NON_STR_KEYS).decode()
 
 
-def sqlite_timestamp(value: datetime | None, text: str | None = None) -> Any:
+def sqlite_timestamp(value: datetime | None) -> Any:
     # What Django's SQLite backend stores for an aware datetime with USE_TZ: naive UTC text.
-    if text is not None:
-        return text
     if value is None:
         return None
     if value.tzinfo is UTC:
@@ -73,7 +71,7 @@ def sqlite_timestamp(value: datetime | None, text: str | None = None) -> Any:
     return value.isoformat(" ")
 
 
-def postgres_timestamp(value: datetime | None, text: str | None = None) -> Any:
+def postgres_timestamp(value: datetime | None) -> Any:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
@@ -167,6 +165,8 @@ class EventRows:
         self.pair_updates: list[tuple[int, float | None, int]] = []
         self.keyframes: list[Keyframe] = []
         self.db_timestamp = sqlite_timestamp if vendor == "sqlite" else postgres_timestamp
+        # SQLite stores a timestamp as the text a format may already hold (timestamp_text).
+        self.text_timestamps = vendor == "sqlite"
 
     def take(self) -> Batch:
         """The rows built since the last take, and everything else their write needs."""
@@ -187,13 +187,13 @@ class EventRows:
         state.next_seq = seq + 1
         kind = event.kind
         timestamp = event.timestamp
-        db_timestamp = self.db_timestamp
+        stored_ts = event.timestamp_text if self.text_timestamps else None
+        if stored_ts is None:
+            stored_ts = self.db_timestamp(timestamp)
         source_type, agent_id, parent_id = event.source_type, event.agent_id, event.parent_id
         child_id, tool, pair_id = event.child_id, event.tool, event.pair_id
-        if (
-            "\x00" in source_type or "\x00" in agent_id or "\x00" in parent_id
-            or "\x00" in child_id or "\x00" in tool or "\x00" in pair_id
-        ):  # fmt: skip
+        # One search of the six joined (one C step) instead of six, on every event.
+        if "\x00" in f"{source_type}{agent_id}{parent_id}{child_id}{tool}{pair_id}":
             source_type, agent_id, parent_id, child_id, tool, pair_id = map(
                 without_nul, (source_type, agent_id, parent_id, child_id, tool, pair_id)
             )
@@ -276,7 +276,7 @@ class EventRows:
         # hash, prev_hash and kind_counts (None here) are filled in by seal_rows.
         self.rows.append(
             [
-                self.session_pk, seq, kind, source_type[:64], db_timestamp(timestamp, event.timestamp_text),
+                self.session_pk, seq, kind, source_type[:64], stored_ts,
                 event.line, event.step, step_pos, event.depth, agent_id[:200],
                 parent_id[:200], child_id[:200], tool[:200], pair_id[:200],
                 pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,

@@ -121,6 +121,9 @@ def _session_events(
     converter.finish()
 
 
+_fromisoformat = datetime.fromisoformat
+
+
 def parse_timestamp(value: Any) -> datetime | None:
     """ISO 8601 text (rlm-code's `datetime.isoformat()`), or epoch seconds; naive means UTC."""
     return parse_timestamp_text(value)[0]
@@ -130,6 +133,16 @@ def parse_timestamp_text(value: Any) -> tuple[datetime | None, str | None]:
     """`parse_timestamp`, and for UTC or naive ISO text (rlm-code writes "...+00:00") the same
     instant as the UTC text a database stores (CanonicalEvent.timestamp_text), taken from the
     text itself: formatting an aware datetime again is one of the dearest steps of an import."""
+    if (
+        type(value) is str and len(value) == 32 and value[26:] == "+00:00"
+        and value[4:20:3] == "--T::." and value[20:26] != "000000"
+    ):  # fmt: skip
+        # rlm-code's own shape, on every line, first and in fewer steps: the separators are
+        # checked here, the digits by fromisoformat; the stored text drops "T" and the offset.
+        try:
+            return _fromisoformat(value), value[:10] + " " + value[11:26]
+        except ValueError:
+            return None, None
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value)
