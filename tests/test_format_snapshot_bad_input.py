@@ -167,3 +167,28 @@ def test_the_damaged_snapshots_are_still_detected(snapshot, tmp_path):
         path = tmp_path / name
         path.write_text(text, encoding="utf-8")
         assert detect(Source(path=path)) == "rlm_snapshot", name
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize(
+    "stray",
+    [
+        '  "steps": [\n',  # the line that opens the list, written twice (found by fuzzing)
+        '  "total_steps": 3,\n',  # a member with its value
+        '    "note": {\n',  # a member opening an object, at the elements' indentation
+    ],
+)
+def test_an_object_member_line_inside_the_steps_costs_only_its_line(
+    snapshot, stray, block, project, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    expected = expected_content(snapshot, tmp_path, project)
+    good = snapshot_text(snapshot)
+    # It used to take every step after it: the element search went on at its indentation.
+    text = good.replace('  "steps": [\n', '  "steps": [\n' + stray, 1)
+    assert text != good
+    (session,), problems = imported(text, tmp_path, project)
+    stray_line = line_of(text, '  "steps": [\n') + 1
+    assert problem_keys(problems) == [(stray_line, "line")]
+    assert problems.items[0].message == "an object's member inside the array (line skipped)"
+    assert content(session) == expected

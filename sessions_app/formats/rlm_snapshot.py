@@ -250,6 +250,23 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         if c == 0x3A and depth == 1:  # colon
             value_from = j + 1
             continue
+        if c == 0x3A and in_array and depth == 2:
+            # An object's member where an element belongs (`"steps": [` written twice, say):
+            # on a line of its own, that line is skipped, or what it opens would take every
+            # element after it in. (On a shared line there is no telling where it ends.)
+            head = buf[elem_from:j]
+            text = head.lstrip()
+            if b"\n" in head[: len(head) - len(text)]:
+                problems.add(
+                    line_at(elem_from + len(head) - len(text)), "line",
+                    "an object's member inside the array (line skipped)",
+                )  # fmt: skip
+                while (newline := buf.find(b"\n", pos)) < 0:
+                    pos = len(buf)
+                    if not refill():
+                        break
+                pos = elem_from = (newline + 1) if newline >= 0 else len(buf)
+            continue
     # The file ended before the object closed.
     if in_array and elem_from >= 0:
         element = piece(elem_from, len(buf))
