@@ -98,6 +98,16 @@ def save_state_to(state: WriterState, session: Session) -> None:
         session.started_at = datetime.fromtimestamp(state.first_ts_ms / 1000.0, tz=UTC)
 
 
+def _copy_types() -> list[str]:
+    """The PostgreSQL type of each of EVENT_COLUMNS, which a binary COPY must be told."""
+    names = []
+    for name in EVENT_COLUMNS:
+        field = Event._meta.get_field(name.removesuffix("_id") if name == "session_id" else name)
+        db_type = field.rel_db_type(connection) if field.is_relation else field.db_type(connection)
+        names.append(db_type.split("(")[0])
+    return names
+
+
 @contextmanager
 def _row_writer() -> Iterator[Callable[[list[list]], None]]:
     """The raw bulk path of each backend, open for as long as a session's append lasts, inside
@@ -112,7 +122,10 @@ def _row_writer() -> Iterator[Callable[[list[list]], None]]:
     columns = ", ".join(EVENT_COLUMNS)
     if connection.vendor == "postgresql":
         with raw_connection.cursor() as cursor:
-            with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN") as copy:
+            # Binary: the server takes each value as it is stored, instead of parsing the text
+            # of every number and timestamp (an import 17 % faster, bench/import_bench.py).
+            with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_copy_types())
                 write_row = copy.write_row
 
                 def write_rows(rows: list[list]) -> None:

@@ -180,9 +180,11 @@ class Event(models.Model):
     source_type = models.CharField(max_length=64)
     ts = models.DateTimeField(null=True, blank=True)
     line = models.BigIntegerField(null=True, blank=True)  # line of the source file
-    step = models.IntegerField(null=True, blank=True)  # the step number the source recorded
+    # 64-bit like every number a source gives (formats refuse larger ones): a 32-bit column
+    # would refuse, or in a binary COPY silently wrap, a step of 3,000,000,000.
+    step = models.BigIntegerField(null=True, blank=True)  # the step number the source recorded
     step_pos = models.BigIntegerField(null=True, blank=True)  # 0-based position if it closes a step
-    depth = models.IntegerField(default=0)
+    depth = models.BigIntegerField(default=0)
     agent_id = models.CharField(max_length=200, blank=True)
     parent_id = models.CharField(max_length=200, blank=True)
     child_id = models.CharField(max_length=200, blank=True)
@@ -196,7 +198,7 @@ class Event(models.Model):
     tokens = models.BigIntegerField(null=True, blank=True)
     reward = models.FloatField(null=True, blank=True)
     is_error = models.BooleanField(default=False)
-    fail_streak = models.IntegerField(default=0)  # consecutive failures of this tool so far
+    fail_streak = models.BigIntegerField(default=0)  # consecutive failures of this tool so far
     payload = models.TextField(default="{}")  # JSON text of the normalised data
     raw = models.TextField()  # the original record exactly as received: hashed and exported
     step_state = models.TextField(null=True, blank=True)  # JSON StepState when it closes a step

@@ -77,6 +77,18 @@ def test_a_number_beyond_64_bits_is_a_problem_on_its_field(db, tmp_path, field, 
     assert "64 bits" in outcome.problems[0]["message"]
 
 
+@pytest.mark.parametrize(
+    "field,value", [("step", 3_000_000_000), ("step", 2**63 - 1), ("depth", -(2**40)), ("depth", -(2**63))]
+)
+def test_a_number_beyond_32_bits_but_within_64_is_stored_as_it_is(db, tmp_path, field, value):
+    # On PostgreSQL a 32-bit column refused it (the whole import failed), and a binary COPY
+    # would wrap it (3,000,000,000 became -1,294,967,296).
+    bad = orjson.dumps({k: v for k, v in GOOD_NATIVE[1].items() if k != field})[:-1] + f', "{field}": {value}}}'.encode()
+    outcome = imported(native_file(tmp_path, bad))
+    assert outcome.error is None and outcome.events == 3 and outcome.problems == []
+    assert list(Event.objects.order_by("seq").values_list(field, flat=True))[1] == value
+
+
 @pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-23:59"])
 def test_a_timestamp_without_a_utc_instant_is_a_problem_not_a_crash(db, tmp_path, stamp):
     bad = orjson.dumps({**GOOD_NATIVE[1], "timestamp": stamp})
