@@ -188,18 +188,3 @@ def test_a_stray_opening_line_in_a_pretty_printed_array_costs_only_itself(tmp_pa
     assert [r.value for r in records] == events
     assert [(p.line, p.field) for p in problems.items] == [(3, "line")]
 
-
-
-@pytest.mark.parametrize("stray", [b'  "events": [', b'  "sessionId": "s1",', b'    "payload": {'])
-@pytest.mark.parametrize("block", [1, 7, 1 << 16])
-def test_an_object_member_line_in_a_pretty_printed_array_costs_only_its_line(tmp_path, stray, block):
-    # No element is `"key": ...`: such a line (the array's own opening line written twice, say)
-    # is skipped, instead of taking the elements after it in.
-    events = [{"id": f"e{n}", "sessionId": "s1", "eventType": "custom", "payload": {}} for n in range(3)]
-    lines = [b"[", stray, b"  " + orjson.dumps(events[0]) + b","]
-    lines += [b"  " + orjson.dumps(e) + b"," for e in events[1:-1]] + [b"  " + orjson.dumps(events[-1]), b"]", b""]
-    text = b"\n".join(lines)
-    problems = Problems()
-    elements = list(_json_records.split_array([text[i : i + block] for i in range(0, len(text), block)], problems))
-    assert [orjson.loads(raw) for _, raw, _, _ in elements] == events
-    assert [(p.line, p.message) for p in problems.items] == [(2, "an object's member inside the array (line skipped)")]

@@ -170,25 +170,37 @@ def test_the_damaged_snapshots_are_still_detected(snapshot, tmp_path):
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize(
-    "stray",
-    [
-        '  "steps": [\n',  # the line that opens the list, written twice (found by fuzzing)
-        '  "total_steps": 3,\n',  # a member with its value
-        '    "note": {\n',  # a member opening an object, at the elements' indentation
-    ],
-)
-def test_an_object_member_line_inside_the_steps_costs_only_its_line(
-    snapshot, stray, block, project, tmp_path, monkeypatch
-):
+def test_the_steps_opening_line_written_twice_costs_only_that_line(snapshot, block, project, tmp_path, monkeypatch):
     monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
     expected = expected_content(snapshot, tmp_path, project)
     good = snapshot_text(snapshot)
-    # It used to take every step after it: the element search went on at its indentation.
-    text = good.replace('  "steps": [\n', '  "steps": [\n' + stray, 1)
-    assert text != good
+    # Found by fuzzing: its "[" took every step after it in, and the file read as truncated.
+    text = good.replace('  "steps": [\n', '  "steps": [\n  "steps": [\n', 1)
     (session,), problems = imported(text, tmp_path, project)
-    stray_line = line_of(text, '  "steps": [\n') + 1
-    assert problem_keys(problems) == [(stray_line, "line")]
-    assert problems.items[0].message == "an object's member inside the array (line skipped)"
+    assert problem_keys(problems) == [(line_of(text, '  "steps": [\n') + 1, "line")]
+    assert problems.items[0].message == "the array's opening line again inside it (skipped)"
     assert content(session) == expected
+    assert [e.line for e in rows(session) if e.kind == "step_end"] == [
+        line_of(text, '\n      "step": %d,' % n) for n in (1, 2, 3)
+    ]
+
+
+@pytest.mark.parametrize("block", [*BLOCKS, 13, 29])
+@pytest.mark.parametrize(
+    "stray",
+    [
+        '    "note": {\n      "a": 1\n    },\n',  # a whole member, over lines
+        '  "total_steps": 3,\n',  # a member with its value
+    ],
+)
+def test_another_member_inside_the_steps_is_one_bad_element(snapshot, stray, block, project, tmp_path, monkeypatch):
+    # The review of the change above: skipping such a line would unbalance what it opens.
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    expected = expected_content(snapshot, tmp_path, project)
+    text = snapshot_text(snapshot).replace('  "steps": [\n', '  "steps": [\n' + stray, 1)
+    (session,), problems = imported(text, tmp_path, project)
+    assert problem_keys(problems) == [(line_of(text, '  "steps": [\n') + 1, "steps")]
+    assert content(session) == expected
+    assert [e.line for e in rows(session) if e.kind == "step_end"] == [
+        line_of(text, '\n      "step": %d,' % n) for n in (1, 2, 3)
+    ]

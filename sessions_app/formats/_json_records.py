@@ -496,11 +496,6 @@ class _ArraySplitter:
                 )
                 position += 1
                 continue
-            if c == _QUOTE:
-                skipped = self._past_member_line(position)
-                if skipped is not None:
-                    position = skipped
-                    continue
             start = position
             indent = sibling_indent if sibling_indent is not None else self.line_indent(start)
             found = self.parse_object(start) if c == _LBRACE else None
@@ -528,29 +523,6 @@ class _ArraySplitter:
             position, after_comma = self._past_element(end, indent)
             if position is None:
                 return
-
-    def _past_member_line(self, position: int) -> int | None:
-        """Where the elements go on when the string at `position` begins a pretty-printed line
-        that is an object's member (`"steps": [` written twice, say), which no array element
-        can be: the next line, the one line reported. None when it is anything else."""
-        if self.line_indent(position) is None:
-            return None
-        try:
-            end = self.skip_value(position, position)
-        except _Incomplete:
-            return None
-        colon = self.skip_ws(end, position)
-        if self.byte_at(colon, position) != _COLON:
-            return None
-        self.problems.add(self.line_at(position), "line", "an object's member inside the array (line skipped)")
-        searched = colon
-        while True:
-            newline = self.buf.find(b"\n", searched - self.base)
-            if newline >= 0:
-                return self.base + newline + 1
-            searched = self.base + len(self.buf)
-            if not self.more(searched):
-                return searched
 
     def _past_close(self, closing: int, after_comma: bool) -> int | None:
         """After a `]` at `closing`: where the elements go on when it was a stray one inside the

@@ -96,6 +96,8 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
     value_from = -1  # start of the current top-level value
     elem_from = -1  # start of the current element of the streamed array
     in_array = False
+    # The array's opening line (`"steps": [`), should it come again inside the array.
+    opening_line = re.compile(rb'"' + re.escape(array_key.encode()) + rb'"\s*:\s*\[')
     yielded = False  # any member so far: an empty object before the snapshot is skipped
 
     def refill() -> bool:
@@ -107,10 +109,15 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         for mark in (value_from, elem_from, string_start):
             if mark >= 0:
                 anchor = min(anchor, mark)
-        line += buf.count(b"\n", line_pos, anchor)
+        # Lines are counted up to `line_pos`; it may already be past the anchor (a line number
+        # asked for inside the element being read), and is then kept, not counted again.
+        if line_pos <= anchor:
+            line += buf.count(b"\n", line_pos, anchor)
+            line_pos = 0
+        else:
+            line_pos -= anchor
         buf = buf[anchor:] + block
         pos -= anchor
-        line_pos = 0
         if value_from >= 0:
             value_from -= anchor
         if elem_from >= 0:
@@ -251,21 +258,23 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             value_from = j + 1
             continue
         if c == 0x3A and in_array and depth == 2:
-            # An object's member where an element belongs (`"steps": [` written twice, say):
-            # on a line of its own, that line is skipped, or what it opens would take every
-            # element after it in. (On a shared line there is no telling where it ends.)
-            head = buf[elem_from:j]
-            text = head.lstrip()
-            if b"\n" in head[: len(head) - len(text)]:
-                problems.add(
-                    line_at(elem_from + len(head) - len(text)), "line",
-                    "an object's member inside the array (line skipped)",
-                )  # fmt: skip
+            # The array's own opening line (`"steps": [`) again where an element belongs, on a
+            # line of its own (found by fuzzing): skipped, or its `[` would take every step
+            # after it in. Any other member there stays one malformed element.
+            newline_before = buf.rfind(b"\n", elem_from, j)
+            if newline_before >= 0:
+                line_from, resume = newline_before + 1 - elem_from, pos - elem_from
                 while (newline := buf.find(b"\n", pos)) < 0:
                     pos = len(buf)
                     if not refill():
                         break
-                pos = elem_from = (newline + 1) if newline >= 0 else len(buf)
+                line_start = elem_from + line_from
+                line_end = newline if newline >= 0 else len(buf)
+                if opening_line.fullmatch(buf[line_start:line_end].strip()) and not buf[elem_from:line_start].strip():
+                    problems.add(line_at(line_start), "line", "the array's opening line again inside it (skipped)")
+                    pos = elem_from = line_end
+                else:
+                    pos = elem_from + resume
             continue
     # The file ended before the object closed.
     if in_array and elem_from >= 0:
