@@ -20,6 +20,7 @@ import orjson
 from .canonical import CALL_FAMILY, RESPONSE_FAMILY, CanonicalEvent, Kind, json_without_nul, without_nul
 
 GENESIS_HASH = "0" * 64
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # A state keyframe (full variables + memory) at most every this many events while the state
 # changes, so the state at any event is one keyframe plus at most this many rows away.
 KEYFRAME_EVERY = 256
@@ -48,6 +49,10 @@ SAVED_FIELDS = (
     "first_ts_ms", "last_ts_ms", "kind_counts", "open_pairs", "fail_streaks", "variables",
     "memory", "state_dirty", "last_keyframe_seq", "format_state",
 )  # fmt: skip
+
+
+def _saturated(value: int) -> int:
+    return _INT64_MAX if value > _INT64_MAX else _INT64_MIN if value < _INT64_MIN else value
 
 
 def json_text(value: Any) -> str:
@@ -214,7 +219,11 @@ class EventRows:
             state.cost_total += cost
         tokens = event.tokens
         if tokens is not None:
-            state.tokens_total += tokens
+            # Both saturate at the 64-bit columns' limits: a format's sum of two counts, or
+            # absurd counts (hostile input), must not make a whole import fail on the write.
+            if not _INT64_MIN <= tokens <= _INT64_MAX:
+                tokens = _saturated(tokens)
+            state.tokens_total = _saturated(state.tokens_total + tokens)
         is_error = event.is_error
         if is_error:
             state.errors_total += 1

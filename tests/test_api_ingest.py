@@ -188,6 +188,10 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
         ({"events": [{"kind": "note", "payload": {}, "cost_usd": float("nan")}]}, "events[0].cost_usd"),
         ({"events": [{"what": "is this"}]}, "format"),
         ({"events": [{"kind": "note", "payload": {}, "state_change": {"memory": "x"}}]}, "events[0].state_change.memory"),
+        # Beyond the 64-bit columns: a 500 on the write before (found in review).
+        ({"events": [{"kind": "note", "payload": {}, "depth": 2**63}]}, "events[0].depth"),
+        ({"events": [{"kind": "note", "payload": {}, "step": 2**63}]}, "events[0].step"),
+        ({"events": [{"kind": "llm_response", "payload": {}, "tokens": 2**63}]}, "events[0].tokens"),
     ],
 )
 def test_malformed_batches_are_400_never_500(api, project, body, field):
@@ -198,6 +202,16 @@ def test_malformed_batches_are_400_never_500(api, project, body, field):
     assert response.status_code == 400, response.content
     assert field in response.json()["detail"]
     assert not Event.objects.filter(session_id=sid).exists()
+
+
+def test_token_totals_stop_at_the_64_bit_limit_instead_of_failing_the_write(api, project):
+    sid = new_session(api)["id"]
+    events = [{"kind": "llm_response", "payload": {}, "tokens": 2**62} for _ in range(3)]
+    response = append(api, sid, events)
+    assert response.status_code == 200, response.content
+    totals = list(Event.objects.filter(session_id=sid).order_by("seq").values_list("tokens", "tokens_total"))
+    assert totals == [(2**62, 2**62), (2**62, 2**63 - 1), (2**62, 2**63 - 1)]
+    assert Session.objects.get(pk=sid).tokens == 2**63 - 1
 
 
 def test_appending_to_an_unknown_session_is_a_404(api, project):

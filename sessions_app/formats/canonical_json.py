@@ -42,6 +42,9 @@ _SIGNATURE_KEYS = frozenset({"kind", "payload"})
 _FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 class StateChangeIn(BaseModel):
     """A change to the agent's variables and memory notes at this event."""
 
@@ -61,8 +64,9 @@ class CanonicalEventIn(BaseModel):
     source_type: str = Field("", max_length=64, description="the source's own type name")
     timestamp: datetime | None = Field(None, description="ISO 8601; without a zone it is UTC")
     payload: dict[str, Any] = Field(default_factory=dict)
-    step: int | None = None
-    depth: int = Field(0, ge=0)
+    # Numbers are stored in 64-bit columns (as from every other format).
+    step: int | None = Field(None, ge=_INT64_MIN, le=_INT64_MAX)
+    depth: int = Field(0, ge=0, le=_INT64_MAX)
     agent_id: str = Field("", max_length=200)
     parent_id: str = Field("", max_length=200)
     child_id: str = Field("", max_length=200)
@@ -71,7 +75,7 @@ class CanonicalEventIn(BaseModel):
     duration_ms: FiniteFloat | None = Field(None, ge=0)
     cost_usd: FiniteFloat | None = Field(None, ge=0)
     cost_unpriced: bool = False
-    tokens: int | None = Field(None, ge=0)
+    tokens: int | None = Field(None, ge=0, le=_INT64_MAX)
     reward: FiniteFloat | None = None
     cumulative_reward: FiniteFloat | None = None
     is_error: bool = False
