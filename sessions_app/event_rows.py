@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -21,6 +21,7 @@ from .canonical import CALL_FAMILY, RESPONSE_FAMILY, CanonicalEvent, Kind, json_
 
 GENESIS_HASH = "0" * 64
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_NO_OFFSET = timedelta(0)
 # A state keyframe (full variables + memory) at most every this many events while the state
 # changes, so the state at any event is one keyframe plus at most this many rows away.
 KEYFRAME_EVERY = 256
@@ -68,10 +69,12 @@ def sqlite_timestamp(value: datetime | None) -> Any:
     # What Django's SQLite backend stores for an aware datetime with USE_TZ: naive UTC text.
     if value is None:
         return None
-    if value.tzinfo is UTC:
-        # The common case (ISO text with +00:00 / Z): drop the "+00:00" suffix, no conversion.
+    tz = value.tzinfo
+    if tz is UTC or (tz is not None and value.utcoffset() == _NO_OFFSET):
+        # The common case, UTC by any tzinfo (pydantic's for "Z" is its own): drop the
+        # "+00:00" suffix, no conversion.
         return value.isoformat(" ")[:-6]
-    if value.tzinfo is not None:
+    if tz is not None:
         value = value.astimezone(UTC).replace(tzinfo=None)
     return value.isoformat(" ")
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
 from django.db import connection, connections
 
+from sessions_app.event_rows import sqlite_timestamp
 from sessions_app.ingest import append_events
 from sessions_app.models import Event, Session, Snapshot
 
@@ -118,3 +121,18 @@ def test_concurrent_appends_keep_seq_unique_and_gap_free(make_session):
     assert seqs == list(range(4 * 5 * 40))
     rows = list(Event.objects.of_session(session).order_by("seq").values_list("hash", "prev_hash"))
     assert all(rows[i][0] == rows[i + 1][1] for i in range(len(rows) - 1))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(2026, 2, 8, 10, 30, 0, 137000, tzinfo=UTC),
+        datetime(2026, 2, 8, 10, 30, tzinfo=timezone(timedelta(0))),
+        datetime(2026, 1, 8, 10, 30, 5, tzinfo=ZoneInfo("Europe/London")),  # winter: offset 0
+        datetime(2026, 7, 8, 10, 30, 5, 1, tzinfo=ZoneInfo("Europe/London")),  # summer: +01:00
+        datetime(2026, 2, 8, 10, 30, tzinfo=timezone(timedelta(hours=-3, minutes=-30))),
+    ],
+)
+def test_stored_timestamp_text_is_the_utc_instant_whatever_the_tzinfo(value):
+    # Any zero offset takes the short path (pydantic's tzinfo for "Z" is not datetime.UTC).
+    assert sqlite_timestamp(value) == value.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
