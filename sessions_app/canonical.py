@@ -170,6 +170,11 @@ class Problem:
         return {"line": self.line, "field": self.field, "message": self.message}
 
 
+# Every number is stored in a 64-bit column: the formats refuse a count, step or duration beyond
+# these (no real figure is), which would otherwise stop the write.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def without_nul(text: str) -> str:
     """Text as stored: U+0000 becomes U+FFFD. PostgreSQL's text and jsonb refuse the character
     (SQLite keeps it); both databases store the same text. The original record, hashed and

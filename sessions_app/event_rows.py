@@ -17,10 +17,18 @@ from typing import Any
 
 import orjson
 
-from .canonical import CALL_FAMILY, RESPONSE_FAMILY, CanonicalEvent, Kind, json_without_nul, without_nul
+from .canonical import (
+    CALL_FAMILY,
+    INT64_MAX,
+    INT64_MIN,
+    RESPONSE_FAMILY,
+    CanonicalEvent,
+    Kind,
+    json_without_nul,
+    without_nul,
+)
 
 GENESIS_HASH = "0" * 64
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _NO_OFFSET = timedelta(0)
 # A state keyframe (full variables + memory) at most every this many events while the state
 # changes, so the state at any event is one keyframe plus at most this many rows away.
@@ -53,7 +61,7 @@ SAVED_FIELDS = (
 
 
 def _saturated(value: int) -> int:
-    return _INT64_MAX if value > _INT64_MAX else _INT64_MIN if value < _INT64_MIN else value
+    return INT64_MAX if value > INT64_MAX else INT64_MIN if value < INT64_MIN else value
 
 
 def json_text(value: Any) -> str:
@@ -224,7 +232,7 @@ class EventRows:
         if tokens is not None:
             # Both saturate at the 64-bit columns' limits: a format's sum of two counts, or
             # absurd counts (hostile input), must not make a whole import fail on the write.
-            if not _INT64_MIN <= tokens <= _INT64_MAX:
+            if not INT64_MIN <= tokens <= INT64_MAX:
                 tokens = _saturated(tokens)
             state.tokens_total = _saturated(state.tokens_total + tokens)
         is_error = event.is_error

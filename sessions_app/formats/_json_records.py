@@ -25,7 +25,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 
 import orjson
 
-from ..canonical import Problems
+from ..canonical import INT64_MAX, INT64_MIN, Problems
 from . import BOM, MAX_DEPTH, Source, load_json_line, storable
 
 READ_BLOCK = 1 << 20
@@ -620,7 +620,7 @@ def number(
     if not math.isfinite(value):
         problems.add(line, field, f"not a finite number: {value} (ignored)")
         return None
-    if not -(2**63) < value < 2**63:  # stored in 64-bit columns
+    if not INT64_MIN < value <= INT64_MAX:  # stored in 64-bit columns
         problems.add(line, field, f"a number beyond 64 bits: {value} (ignored)")
         return None
     return value

@@ -24,6 +24,8 @@ from pydantic import ConfigDict, Field, FiniteFloat, ValidationError, field_vali
 
 from ..canonical import (
     ALL_KINDS,
+    INT64_MAX,
+    INT64_MIN,
     CanonicalEvent,
     CheckpointSpec,
     Kind,
@@ -40,9 +42,6 @@ NAME = "canonical"
 # Keys that only Replay's canonical events carry together; other formats' records never do.
 _SIGNATURE_KEYS = frozenset({"kind", "payload"})
 _FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
-
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class StateChangeIn(BaseModel):
@@ -65,8 +64,8 @@ class CanonicalEventIn(BaseModel):
     timestamp: datetime | None = Field(None, description="ISO 8601; without a zone it is UTC")
     payload: dict[str, Any] = Field(default_factory=dict)
     # Numbers are stored in 64-bit columns (as from every other format).
-    step: int | None = Field(None, ge=_INT64_MIN, le=_INT64_MAX)
-    depth: int = Field(0, ge=0, le=_INT64_MAX)
+    step: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    depth: int = Field(0, ge=0, le=INT64_MAX)
     agent_id: str = Field("", max_length=200)
     parent_id: str = Field("", max_length=200)
     child_id: str = Field("", max_length=200)
@@ -75,7 +74,7 @@ class CanonicalEventIn(BaseModel):
     duration_ms: FiniteFloat | None = Field(None, ge=0)
     cost_usd: FiniteFloat | None = Field(None, ge=0)
     cost_unpriced: bool = False
-    tokens: int | None = Field(None, ge=0, le=_INT64_MAX)
+    tokens: int | None = Field(None, ge=0, le=INT64_MAX)
     reward: FiniteFloat | None = None
     cumulative_reward: FiniteFloat | None = None
     is_error: bool = False

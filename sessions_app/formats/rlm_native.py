@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from typing import Any, Iterator
 
 from ..canonical import (
+    INT64_MAX,
+    INT64_MIN,
     CanonicalEvent,
     CheckpointSpec,
     Kind,
@@ -186,12 +188,9 @@ def _naive_utc_text(value: str, parsed: datetime) -> str:
     return parsed.replace(tzinfo=None).isoformat(" ")
 
 
-# Numbers are stored in 64-bit columns: a step, a token count or a duration beyond this is no
-# real figure, and would stop the write.
-NUMBER_LIMIT = 2**63
-_INT_MIN, _INT_MAX = -NUMBER_LIMIT, NUMBER_LIMIT - 1
-# Compared as floats: a float against a big int takes CPython's slow path, on every event.
-_FLOAT_LIMIT = float(NUMBER_LIMIT)
+# The 64-bit range compared as floats: a float against a big int takes CPython's slow path, on
+# every event.
+_FLOAT_LIMIT = float(INT64_MAX + 1)
 
 
 def number(value: Any, field: str, line: int | None, problems: Problems) -> float | int | None:
@@ -199,7 +198,7 @@ def number(value: Any, field: str, line: int | None, problems: Problems) -> floa
     beyond 64 bits."""
     kind = type(value)
     if kind is int:
-        if _INT_MIN <= value <= _INT_MAX:
+        if INT64_MIN <= value <= INT64_MAX:
             return value
         problems.add(line, field, f"expected a number within 64 bits, got {value}")
         return None
@@ -376,7 +375,7 @@ class Converter:
         if step is None and step_key != "step":
             step_key = "step"
             step = record.get("step")
-        if step is not None and (type(step) is not int or not _INT_MIN <= step <= _INT_MAX):
+        if step is not None and (type(step) is not int or not INT64_MIN <= step <= INT64_MAX):
             value = number(step, step_key, line, problems)
             step = int(value) if value is not None else None
 
@@ -393,7 +392,7 @@ class Converter:
             duration = number(duration, "duration_ms", line, problems)
 
         depth = record.get("depth", 0)
-        if type(depth) is not int or not _INT_MIN <= depth <= _INT_MAX:
+        if type(depth) is not int or not INT64_MIN <= depth <= INT64_MAX:
             depth = int(number(depth, "depth", line, problems) or 0)
         parent_id = record.get("parent_id") or ""
 
@@ -658,7 +657,7 @@ def _field_number(data: dict[str, Any], name: str, line: int | None, problems: P
     if value is _MISSING:
         return None
     kind = type(value)
-    if (kind is int and _INT_MIN <= value <= _INT_MAX) or (kind is float and -_FLOAT_LIMIT < value < _FLOAT_LIMIT):
+    if (kind is int and INT64_MIN <= value <= INT64_MAX) or (kind is float and -_FLOAT_LIMIT < value < _FLOAT_LIMIT):
         return value
     return number(value, f"data.{name}", line, problems)
 
