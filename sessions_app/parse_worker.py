@@ -4,15 +4,18 @@ An import is two jobs of about equal weight: Python work per event (reading and 
 line, the format's conversion, the running totals, the hash chain, the JSON of the stored
 columns) and the database's bulk write of the rows. In one process they add up; SQLite's
 `executemany` cannot overlap with Python work in a thread either, because it takes the GIL back
-for every row (measured: no gain). So for a large file `importing.import_file` starts this
-module as a child process (`python -m sessions_app.parse_worker`): the child runs the format's
+for every row (measured: no gain). So for a large file `importing.import_file` starts a child
+process: a fork of itself, which has every module it needs loaded already, or, where this
+process runs other threads (a fork would copy none of them, but could inherit a lock one held),
+a fresh interpreter (`python -m sessions_app.parse_worker`). The child runs the format's
 parser and `event_rows.EventRows` (the same code the in-process path runs) and streams batches
 of rows through a pipe; the importing process, which holds the database transaction, seals them
 (hash-chain links and counts by kind, `event_rows.seal_rows`: the last step of building a row,
 done there because the child is the slower half) and writes them. On two cores the two halves
 run side by side (bench/import_bench.py).
 
-The child never touches the database and imports no Django. The conversation on its pipes:
+The child never touches the database (a forked one leaves the connection it inherits alone and
+ends with `os._exit`, so not even a close is said on it). The conversation on its pipes:
 
     child -> parent   ("session", SessionMeta)          a session begins (metadata so far)
     parent -> child   "<session pk>\\n"                  the row the events belong to
@@ -178,6 +181,93 @@ def _widen_pipe(stream: IO[bytes]) -> None:
         pass  # not Linux, or a lower limit: the default pipe works, with less slack
 
 
+def _can_fork() -> bool:
+    # A fork copies only the calling thread: with others running, a lock one of them held
+    # (logging's, an import's) would stay locked in the child for ever. Python warns of it too.
+    import threading
+
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+def _spawn_child(request: dict[str, Any]) -> Any:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "sessions_app.parse_worker", pickle.dumps(request).hex()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=_PROJECT_ROOT,
+        env=env,
+        bufsize=1 << 16,
+    )
+
+
+class _ForkedChild:
+    """The child as a fork of this process: what `subprocess.Popen` offers the parent here
+    (stdin, stdout, poll, wait, kill), without starting a fresh interpreter.
+
+    A fresh interpreter spends about 0.12 s importing the formats before it reads a line, while
+    this process waits for its first rows; a fork has them all already (bench/import_bench.py).
+    """
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+def _fork_child(request: dict[str, Any]) -> _ForkedChild:
+    rows_read, rows_write = os.pipe()
+    answers_read, answers_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.close(rows_read)
+            os.close(answers_write)
+            import signal
+
+            # The parent's handlers (a server's, a job runner's) are not the child's to run.
+            for number in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(number, signal.SIG_DFL)
+            out = os.fdopen(rows_write, "wb", buffering=1 << 16)
+            _run_child(request, out, os.fdopen(answers_read, "rb"))
+            out.flush()
+            code = 0
+        finally:
+            # Straight out: no exit handlers, no finalisers, nothing flushed twice, and above all
+            # nothing said on the database connection this process shares with its parent.
+            os._exit(code)
+    os.close(rows_write)
+    os.close(answers_read)
+    return _ForkedChild(
+        pid, os.fdopen(answers_write, "wb", buffering=1 << 16), os.fdopen(rows_read, "rb", buffering=1 << 16)
+    )
+
+
 @dataclass
 class WorkerSession:
     """One session of the file as the child streams it: `meta` is complete (the child's final
@@ -219,18 +309,7 @@ class ParseWorker:
             "problems_kept": problems.limit,
             "batch_rows": batch_rows or BATCH_ROWS,
         }
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
-        import subprocess
-
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sessions_app.parse_worker", pickle.dumps(request).hex()],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            cwd=_PROJECT_ROOT,
-            env=env,
-            bufsize=1 << 16,
-        )
+        self.process = _fork_child(request) if _can_fork() else _spawn_child(request)
         _widen_pipe(self.process.stdout)
         self.finished = False
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import textwrap
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any, Callable
 
 import pytest
 
-from sessions_app import importing
+from sessions_app import importing, parse_worker
 from sessions_app.event_rows import Batch, EventRows
 from sessions_app.importing import ImportOutcome, import_file
 from sessions_app.models import Checkpoint, Event, ImportJob, Project, Session, Snapshot
@@ -54,6 +55,7 @@ class WorkerSpy:
     stream, and can kill the child right after the first batch of its `kill_in_session`-th
     session was written (a child that dies mid-file)."""
 
+    start: str = "fork"  # how the child is started: "fork" or "spawn" (a fresh interpreter)
     started: int = 0
     batch_rows: int | None = None
     kill_in_session: int | None = None
@@ -62,9 +64,12 @@ class WorkerSpy:
     exit_codes: list[int] = field(default_factory=list)
 
 
-@pytest.fixture
-def worker(monkeypatch) -> WorkerSpy:
-    spy = WorkerSpy()
+@pytest.fixture(params=["fork", "spawn"])
+def worker(request, monkeypatch) -> WorkerSpy:
+    """Every worker test runs with both ways of starting the child: a fork where this process
+    has no other thread, a fresh interpreter where it has."""
+    spy = WorkerSpy(start=request.param)
+    monkeypatch.setattr(parse_worker, "_can_fork", lambda: spy.start == "fork")
 
     class SpiedWorker(ParseWorker):
         def __init__(self, **kwargs: Any) -> None:
@@ -72,6 +77,8 @@ def worker(monkeypatch) -> WorkerSpy:
             if spy.batch_rows is not None:
                 kwargs["batch_rows"] = spy.batch_rows
             super().__init__(**kwargs)
+            forked = isinstance(self.process, parse_worker._ForkedChild)
+            assert forked == (spy.start == "fork")
             spy.started += 1
 
         def _batches(self, session, session_pk):
@@ -549,16 +556,32 @@ CHILD_FAULT = textwrap.dedent(
 
 
 @pytest.fixture
-def child_fault(tmp_path, monkeypatch) -> Callable[[str, int], None]:
-    """Makes the parse worker's child fail (`raise` or `exit`) after `after` events."""
+def child_fault(tmp_path, monkeypatch, worker) -> Callable[[str, int], None]:
+    """Makes the parse worker's child fail (`raise` or `exit`) after `after` events: a fresh
+    interpreter loads the fault at start-up, a fork inherits it from this process (which, once
+    armed, must not build rows itself: an `exit` fault would end the test run)."""
     folder = tmp_path / "child_site"
     folder.mkdir()
     (folder / "sitecustomize.py").write_text(CHILD_FAULT, encoding="utf-8")
 
     def arm(how: str, after: int) -> None:
-        monkeypatch.setenv("PYTHONPATH", str(folder))
-        monkeypatch.setenv("REPLAY_TEST_FAULT", how)
-        monkeypatch.setenv("REPLAY_TEST_FAULT_AFTER", str(after))
+        if worker.start == "spawn":
+            monkeypatch.setenv("PYTHONPATH", str(folder))
+            monkeypatch.setenv("REPLAY_TEST_FAULT", how)
+            monkeypatch.setenv("REPLAY_TEST_FAULT_AFTER", str(after))
+            return
+        add = EventRows.add
+        seen = [0]
+
+        def faulty(self, event):
+            seen[0] += 1
+            if seen[0] > after:
+                if how == "exit":
+                    os._exit(3)
+                raise RuntimeError("injected fault")
+            add(self, event)
+
+        monkeypatch.setattr(EventRows, "add", faulty)
 
     return arm
 
@@ -724,3 +747,20 @@ def test_rows_pipe_holds_a_whole_batch(tmp_path):
         started.close()
     maximum = int(Path("/proc/sys/fs/pipe-max-size").read_text())
     assert size == min(PIPE_BYTES, maximum) > 64 * 1024
+
+
+def test_child_is_a_fresh_interpreter_while_another_thread_runs():
+    # A fork copies only the calling thread; a lock another thread held at that moment would
+    # stay locked in the child for ever, so with threads about the child is started afresh.
+    import threading
+
+    assert parse_worker._can_fork()
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        assert not parse_worker._can_fork()
+    finally:
+        release.set()
+        thread.join()
+    assert parse_worker._can_fork()
