@@ -220,16 +220,24 @@ class _ForkedChild:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+            self._reap(os.WNOHANG)
         return self.returncode
 
     def wait(self) -> int:
         if self.returncode is None:
-            _, status = os.waitpid(self.pid, 0)
+            self._reap(0)
+        return self.returncode  # type: ignore[return-value]
+
+    def _reap(self, options: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, options)
+        except ChildProcessError:
+            # Reaped already, by a process that ignores SIGCHLD: its status is lost, as
+            # subprocess.Popen also reports it (0); the pipe's last message says how it ended.
+            self.returncode = 0
+            return
+        if pid:
             self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
 
     def kill(self) -> None:
         if self.returncode is None:

@@ -766,3 +766,30 @@ def test_child_is_a_fresh_interpreter_while_another_thread_runs():
         release.set()
         thread.join()
     assert parse_worker._can_fork() == (threading.active_count() == 1)
+
+
+def test_forked_child_reaped_by_the_system_is_waited_for_without_error(tmp_path, monkeypatch):
+    # A process that ignores SIGCHLD has its children reaped for it: waiting for the forked one
+    # then finds none, which must not raise out of the worker's clean-up.
+    import signal
+
+    from sessions_app.canonical import Problems
+    from sessions_app.formats import Source
+
+    monkeypatch.setattr(parse_worker, "_can_fork", lambda: True)
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, steps=3)
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        started = ParseWorker(
+            source=Source(path=path, display_name=path.name), format="rlm_native",
+            problems=Problems(limit=10), vendor="sqlite",
+        )  # fmt: skip
+        assert isinstance(started.process, parse_worker._ForkedChild)
+        started.process.kill()
+        # Waiting blocks until the child is gone, then finds it reaped already.
+        assert started.process.wait() == 0
+        assert started.process.poll() == 0
+        started.close()
+    finally:
+        signal.signal(signal.SIGCHLD, before)
