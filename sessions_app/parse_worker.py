@@ -52,8 +52,8 @@ from .event_rows import Batch, EventRows, Keyframe, WriterState
 from .formats import Source, format_module
 
 # logging, subprocess and traceback are imported where the parent (or a failing child) uses them:
-# the child starts afresh for every large import, its start delays the first rows, and those
-# three modules were a third of its imports.
+# a child started as a fresh interpreter (where the importing process runs threads) imports this
+# module before its first row, and those three modules were a third of its imports.
 
 # Rows per message: big enough that marshalling and the pipe cost little per row, small enough
 # that both processes stay busy and that one message (about 0.8 MB) fits in the pipe, so the
