@@ -44,3 +44,34 @@ def test_0004_moves_stored_daycare_histories_that_stopped_mid_block_to_interrupt
         assert status[pending] == "completed"
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0006_keeps_every_stored_event_and_drops_autoincrement_on_sqlite():
+    before = [("sessions_app", "0005_event_numbers_64_bit")]
+    after = [("sessions_app", "0006_event_id_without_autoincrement")]
+    apps = migrate(before)
+    Project = apps.get_model("sessions_app", "Project")
+    Session = apps.get_model("sessions_app", "Session")
+    Event = apps.get_model("sessions_app", "Event")
+    project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
+    session = Session.objects.create(project=project, source_format="rlm_native")
+    stored = [
+        Event.objects.create(session=session, seq=seq, kind="note", source_type="x", raw=f'{{"n": {seq}}}', hash="h", prev_hash="p")
+        for seq in range(3)
+    ]
+    try:
+        apps = migrate(after)
+        Event = apps.get_model("sessions_app", "Event")
+        kept = list(Event.objects.filter(session_id=session.pk).order_by("seq").values_list("pk", "seq", "raw"))
+        assert kept == [(event.pk, event.seq, event.raw) for event in stored]
+        added = Event.objects.create(session_id=session.pk, seq=3, kind="note", source_type="x", raw="{}", hash="h", prev_hash="p")
+        assert added.pk > max(event.pk for event in stored)
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT sql FROM sqlite_master WHERE name = 'sessions_app_event'")
+                ddl = cursor.fetchone()[0]
+            assert '"id" integer NOT NULL PRIMARY KEY' in ddl
+            assert "AUTOINCREMENT" not in ddl
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
