@@ -257,12 +257,6 @@ class Event(models.Model):
                 name="event_session_error_seq",
                 condition=Q(is_error=True),
             ),
-            # Live ingest pairs a response with its call written in an earlier batch.
-            models.Index(
-                fields=["session", "pair_id"],
-                name="event_session_pair",
-                condition=~Q(pair_id=""),
-            ),
         ]
 
     def __str__(self) -> str:

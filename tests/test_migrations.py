@@ -75,3 +75,12 @@ def test_0006_keeps_every_stored_event_and_drops_autoincrement_on_sqlite():
             assert "AUTOINCREMENT" not in ddl
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db
+def test_events_carry_only_the_indexes_their_reads_use():
+    # event_session_pair (dropped by 0007) served no query: pairing happens at ingest.
+    with connection.cursor() as cursor:
+        names = set(connection.introspection.get_constraints(cursor, "sessions_app_event"))
+    assert "event_session_pair" not in names
+    assert {"event_session_seq_uniq", "event_session_kind_seq", "event_session_step_pos", "event_session_error_seq"} <= names
