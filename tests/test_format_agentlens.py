@@ -409,6 +409,66 @@ def test_a_malformed_element_costs_only_itself_not_the_elements_after_it(name, b
     assert problems.count == len(expected)
 
 
+# Damage to one element of an array written on one line, as a request body or a compact export
+# is: there the next element is found by how the elements open (`{"id":`) instead of by
+# indentation. (what is done to the element, the problems it gives, (line, message start)).
+ONE_LINE_DAMAGE = {
+    "unclosed string": (lambda e: e.replace(b'","', b',"', 1), [(1, "malformed JSON")]),
+    "extra opening brace": (lambda e: e.replace(b'"eventType"', b'{"eventType"', 1), [(1, "malformed JSON")]),
+    "closing brace inside": (
+        lambda e: e.replace(b'"eventType"', b'}"eventType"', 1),
+        [(1, "malformed JSON"), (1, "unexpected text after an array element (skipped to the next element)")],
+    ),
+    "missing comma inside": (lambda e: e.replace(b'","', b'" "', 1), [(1, "malformed JSON")]),
+}
+# The last element has no next one to be found by: what it swallows or leaves is the array's end.
+ONE_LINE_DAMAGE_LAST = {
+    "unclosed string": [(1, "truncated record (file ends mid-line)")],
+    "extra opening brace": [(1, "malformed JSON"), (2, "file ends before the array is closed")],
+    "closing brace inside": [
+        (1, "malformed JSON"), (1, "unexpected text after an array element (skipped to the end of the array)"),
+    ],
+}
+
+
+@pytest.mark.parametrize("block", [7, 4096, 1 << 20])
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+@pytest.mark.parametrize("element", [0, 7, 23])
+@pytest.mark.parametrize("name", list(ONE_LINE_DAMAGE))
+def test_a_malformed_element_of_a_one_line_array_costs_only_itself(name, element, body, block, monkeypatch, tmp_path):
+    damage, expected = ONE_LINE_DAMAGE[name]
+    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
+    events = source_events("two_sessions.ndjson")
+    parts = [orjson.dumps(event) for event in events]
+    assert damage(parts[element]) != parts[element]
+    parts[element] = damage(parts[element])
+    array = b"[" + b", ".join(parts) + b"]"
+    path = tmp_path / "damaged.json"
+    path.write_bytes((b'{"events": ' + array + b"}" if body else array) + b"\n")
+    if element == len(events) - 1:
+        expected = ONE_LINE_DAMAGE_LAST.get(name, expected)
+        if body and name == "extra opening brace":  # the body's own closing brace, then
+            expected = [expected[0], (1, "unexpected '}' between array elements (skipped)"), expected[1]]
+    problems = Problems()
+    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
+    assert [r.value for r in records] == events[:element] + events[element + 1 :]
+    assert [(p.line, p.message[: len(m)]) for p, (_, m) in zip(problems.items, expected)] == expected, problems.items
+    assert problems.count == len(expected)
+
+
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_text_after_the_last_element_of_a_one_line_array_is_skipped_to_its_end_as_one_problem(block):
+    # Before, each piece of the text became an element of its own, and a problem each.
+    events = source_events("two_sessions.ndjson")[:2]
+    data = b"[" + orjson.dumps(events[0]) + b", " + orjson.dumps(events[1]) + b' "junk": [1, {"a": 2}], 3 ]\n'
+    problems = Problems()
+    elements = list(_json_records.split_array(iter([data[i : i + block] for i in range(0, len(data), block)]), problems))
+    assert [orjson.loads(raw) for _, raw, _, _ in elements] == events
+    assert [(p.line, p.message) for p in problems.items] == [
+        (1, "unexpected text after an array element (skipped to the end of the array)")
+    ]
+
+
 def test_a_valid_element_with_a_nested_line_at_its_own_indentation_is_not_cut():
     # Hand-formatted: a nested object opens a line at the element's indentation. The element is
     # valid, so it stays whole even though braces in a string send it down the structural walk.

@@ -42,6 +42,12 @@ _SCALAR = re.compile(rb'[^\s,\]}]*')
 _WS = re.compile(rb'[ \t\r\n]*')
 # An object whose first value is a list: how a request body (`{"events": [`) opens.
 _BODY_OPENING = re.compile(rb'\{\s*"[^"]*"\s*:\s*\[')
+# How an object element opens, up to its first key (`{"id":`). In an array on one line it is
+# the landmark of the next element after a broken one, as indentation is in a pretty-printed one.
+_ELEMENT_HEAD = re.compile(rb'\{[ \t]*"[^"\\]{1,100}"[ \t]*:')
+# How far past the text after an element of a one-line array the next element's opening is
+# looked for (all of it stays in memory meanwhile).
+HEAD_SEARCH_BYTES = 1 << 20
 _LBRACKET, _RBRACKET, _LBRACE, _RBRACE = 0x5B, 0x5D, 0x7B, 0x7D
 _QUOTE, _COMMA, _COLON = 0x22, 0x2C, 0x3A
 
@@ -262,6 +268,7 @@ class _ArraySplitter:
         self.eof = False
         # Where text follows the top-level array's end (a JSON-lines file opening with `[]`).
         self.after_end: int | None = None
+        self.head_patterns: dict[bytes, re.Pattern[bytes]] = {}
 
     # Buffer -----------------------------------------------------------------------------------
 
@@ -451,6 +458,40 @@ class _ArraySplitter:
         )
         return None if found < 0 else self.base + found + 1 + len(indent)
 
+    def element_head(self, start: int) -> bytes | None:
+        """How the object at `start` opens, up to its first key; None if not like `{"key":`."""
+        found = _ELEMENT_HEAD.match(self.buf, start - self.base)
+        return None if found is None else found.group()
+
+    def next_head(self, position: int, stop: int | None, head: bytes) -> int | None:
+        """Where the next element of a one-line array starts, between `position` and `stop`
+        (the end of the buffer when None): the next comma followed by `head`, the opening of the
+        elements around it. No string can hold that (its quotes would be escaped); a nested
+        object of a broken element opening with the same key after a comma can, which costs
+        that object being read as an element of its own."""
+        pattern = self.head_patterns.get(head)
+        if pattern is None:
+            pattern = self.head_patterns[head] = re.compile(rb",[ \t\r\n]*" + re.escape(head))
+        found = pattern.search(
+            self.buf, position - self.base, len(self.buf) if stop is None else stop - self.base
+        )
+        return None if found is None else self.base + found.end() - len(head)
+
+    def read_to_head(self, position: int, head: bytes) -> tuple[int | None, int | None]:
+        """(`next_head` from `position` on its line, where that line ends), reading on up to
+        HEAD_SEARCH_BYTES; Nones for what is not found there. Nothing is dropped: the caller
+        may go on from `position` as before."""
+        while True:
+            newline = self.buf.find(b"\n", position - self.base)
+            line_end = None if newline < 0 else self.base + newline
+            found = self.next_head(position, line_end, head)
+            if found is not None or line_end is not None:
+                return found, line_end
+            if len(self.buf) - (position - self.base) > HEAD_SEARCH_BYTES:
+                return None, None
+            if not self.more(position):
+                return None, self.base + len(self.buf)
+
     def skip_to_sibling(self, position: int, indent: bytes) -> int | None:
         """`next_sibling` from `position` to wherever it is, reading on as needed; the bytes
         passed over are dropped, so memory stays one block whatever is skipped."""
@@ -470,8 +511,10 @@ class _ArraySplitter:
             return
         after_comma = False
         # Elements are found again after a broken one by the indentation of the last whole
-        # element (a stray line may sit at another), else by the broken one's own.
+        # element (a stray line may sit at another), else by the broken one's own; in an array
+        # on one line, by how the first whole object opened (`{"id":`), else the broken one.
         sibling_indent: bytes | None = None
+        sibling_head: bytes | None = None
         while True:
             position = self.skip_ws(position, position)
             c = self.byte_at(position, position)
@@ -498,6 +541,9 @@ class _ArraySplitter:
                 continue
             start = position
             indent = sibling_indent if sibling_indent is not None else self.line_indent(start)
+            head = sibling_head
+            if indent is None and head is None and c == _LBRACE:
+                head = self.element_head(start)
             found = self.parse_object(start) if c == _LBRACE else None
             if found is not None:
                 end, value = found
@@ -506,7 +552,7 @@ class _ArraySplitter:
                     end = self.skip_value(start, start)
                 except _Incomplete:
                     end = None
-                value, sibling = self._swallowed(c, start, end, indent)
+                value, sibling = self._swallowed(c, start, end, indent, head)
                 if sibling is not None:
                     # A malformed element (an unclosed string, a bracket too many) swallowed the
                     # elements after it: it ends where the next one starts, the rest is kept.
@@ -517,10 +563,13 @@ class _ArraySplitter:
                 if end is None:
                     yield self.line_at(start), self.buf[start - self.base :].rstrip(), True, value
                     return
-            if type(value) is dict and sibling_indent is None:
-                sibling_indent = self.line_indent(start)
+            if type(value) is dict:
+                if sibling_indent is None:
+                    sibling_indent = self.line_indent(start)
+                if sibling_head is None and indent is None:
+                    sibling_head = head
             yield self.line_at(start), self.buf[start - self.base : end - self.base], False, value
-            position, after_comma = self._past_element(end, indent)
+            position, after_comma = self._past_element(end, indent, head)
             if position is None:
                 return
 
@@ -543,26 +592,29 @@ class _ArraySplitter:
             self.after_end = position
         return None
 
-    def _swallowed(self, c: int, start: int, end: int | None, indent: bytes | None) -> tuple[Any, int | None]:
+    def _swallowed(
+        self, c: int, start: int, end: int | None, indent: bytes | None, head: bytes | None
+    ) -> tuple[Any, int | None]:
         """For an element the fast path could not cut (its end found structurally, or None at
         the end of the input): its value if it parses after all, and where a sibling element
-        starts inside it when it swallowed the ones after it."""
-        if indent is None:
-            return _UNPARSED, None
-        if c == _LBRACKET:
+        starts inside it when it swallowed the ones after it (an unclosed string, a brace too
+        many)."""
+        if c == _LBRACKET and indent is not None:
             # A list is never a record: one holding lines of sibling elements is a stray "["
             # that swallowed them.
             return _UNPARSED, self.next_sibling(start + 1, end, indent)
-        if c != _LBRACE:
+        if c != _LBRACE or (indent is None and head is None):
             return _UNPARSED, None
         if end is not None:
             try:  # valid after all (braces in strings, deep nesting): not cut
                 return orjson.loads(self.buf[start - self.base : end - self.base]), None
             except orjson.JSONDecodeError:
                 pass
+        if indent is None:
+            return _UNPARSED, self.next_head(start + 1, end, head)
         return _UNPARSED, self.next_sibling(start + 1, end, indent)
 
-    def _past_element(self, end: int, indent: bytes | None) -> tuple[int | None, bool]:
+    def _past_element(self, end: int, indent: bytes | None, head: bytes | None) -> tuple[int | None, bool]:
         """Where the next element is looked for after a whole one, and whether a comma came;
         (None, False) when text after it runs to the end of the input."""
         position = self.skip_ws(end, end)
@@ -575,6 +627,17 @@ class _ArraySplitter:
             return position, False
         where = self.line_at(position)
         if indent is None:
+            # Text after a whole element of a one-line array (the rest of a broken one): skipped,
+            # as one problem, to the next element's opening on the line, else to the line's
+            # last `]` (the array's end).
+            sibling, line_end = (None, None) if head is None else self.read_to_head(position, head)
+            if sibling is not None:
+                self.problems.add(where, "line", "unexpected text after an array element (skipped to the next element)")
+                return sibling, True
+            close = -1 if line_end is None else self.buf.rfind(b"]", position - self.base, line_end - self.base)
+            if close >= 0:
+                self.problems.add(where, "line", "unexpected text after an array element (skipped to the end of the array)")
+                return self.base + close, False
             self.problems.add(where, "line", "missing ',' between array elements")
             return position, False
         # Text after a whole element (the rest of a broken one): skipped to the next element
