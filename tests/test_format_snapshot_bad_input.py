@@ -204,3 +204,82 @@ def test_another_member_inside_the_steps_is_one_bad_element(snapshot, stray, blo
     assert [e.line for e in rows(session) if e.kind == "step_end"] == [
         line_of(text, '\n      "step": %d,' % n) for n in (1, 2, 3)
     ]
+
+
+# A line left open inside the steps (a brace or bracket never closed, a string never closed):
+# before, it took every step after it in and the members after the steps, as one truncated step.
+LEFT_OPEN = [
+    '    "note": {\n',  # an object never closed
+    '    {\n',  # a brace too many
+    '  "x": "unclosed,\n',  # a string never closed, at another indentation
+    '      "note": "no end\n',  # the same, indented as a step's own members
+]
+
+
+@pytest.mark.parametrize("block", [*BLOCKS, 13, 29])
+@pytest.mark.parametrize("where", ["before the first step", "before the second step"])
+@pytest.mark.parametrize("stray", LEFT_OPEN)
+def test_a_line_left_open_between_steps_costs_only_itself(snapshot, stray, where, block, project, tmp_path, monkeypatch):
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    expected = expected_content(snapshot, tmp_path, project)
+    good = snapshot_text(snapshot)
+    steps_at = good.index('  "steps": [\n') + len('  "steps": [\n')
+    at = steps_at if where == "before the first step" else good.index("\n    {\n", steps_at + 1) + 1
+    text = good[:at] + stray + good[at:]
+    (session,), problems = imported(text, tmp_path, project)
+    assert problem_keys(problems) == [(text[:at].count("\n") + 1, "steps")]
+    assert problems.items[0].message.startswith("malformed JSON")
+    assert content(session) == expected
+    assert session.final_answer == snapshot["final_answer"] and session.final_answer
+
+
+@pytest.mark.parametrize("block", [*BLOCKS, 13, 29])
+@pytest.mark.parametrize("stray", [s for s in LEFT_OPEN if s.startswith("      ")] + ['      "note": {\n'])
+def test_a_line_left_open_inside_a_step_costs_that_step_only(snapshot, stray, block, project, tmp_path, monkeypatch):
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    expected = expected_content(snapshot, tmp_path, project)
+    good = snapshot_text(snapshot)
+    second = good.index("\n    {\n", good.index('  "steps": [\n') + 20) + 1
+    at = second + len("    {\n")
+    text = good[:at] + stray + good[at:]
+    (session,), problems = imported(text, tmp_path, project)
+    assert problem_keys(problems) == [(text[:second].count("\n") + 1, "steps")]
+    kept = [row for row in content(session) if row[0] == "step_end"]
+    assert [row[1] for row in kept] == [1, 3]
+    assert kept == [row for row in expected if row[0] == "step_end" and row[1] != 2]
+
+
+@pytest.mark.parametrize("block", [*BLOCKS, 13])
+def test_a_comma_missing_between_steps_is_reported_and_both_steps_kept(snapshot, block, project, tmp_path, monkeypatch):
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    expected = expected_content(snapshot, tmp_path, project)
+    good = snapshot_text(snapshot)
+    second = good.index("\n    {\n", good.index('  "steps": [\n') + 20) + 1
+    assert good[second - 3 : second] == "},\n"
+    text = good[: second - 2] + good[second - 1 :]
+    (session,), problems = imported(text, tmp_path, project)
+    assert [(p.line, p.field, p.message) for p in problems.items] == [
+        (text[:second].count("\n") + 1, "line", "missing ',' between steps")
+    ]
+    assert content(session) == expected
+
+
+@pytest.mark.parametrize("layout", ["value on the next line", "a list of objects"])
+def test_a_valid_step_laid_out_otherwise_is_not_cut(snapshot, layout, project, tmp_path):
+    # A `{` alone at the steps' indentation inside a valid step follows `:` or `[`: never a cut.
+    expected = expected_content(snapshot, tmp_path, project)
+    good = snapshot_text(snapshot)
+    if layout == "value on the next line":
+        text = good.replace('"raw_action": {\n', '"raw_action":\n    {\n', 1)
+    else:
+        text = good.replace('"raw_action": {\n', '"raw_action": {"list": [\n    {"a": 1},\n    {"b": 2}\n    ],\n', 1)
+    assert text != good
+    (session,), problems = imported(text, tmp_path, project)
+    assert problems.count == 0, problems.to_list()
+    steps = [row[2] for row in content(session) if row[0] == "step_end"]
+    expected_steps = [row[2] for row in expected if row[0] == "step_end"]
+    assert len(steps) == 3 and steps[1:] == expected_steps[1:]
+    if layout == "a list of objects":
+        assert orjson.loads(steps[0])["raw_action"]["list"] == [{"a": 1}, {"b": 2}]
+    else:
+        assert steps[0] == expected_steps[0]

@@ -34,8 +34,11 @@ NAME = "rlm_snapshot"
 
 READ_BLOCK = 1 << 20
 _OUTSIDE = re.compile(rb'[\[\]{}",:]')
-_INSIDE = re.compile(rb'["\\]')
+# Inside a string: its end, an escape, or a raw line break, which no JSON string holds (json.dumps
+# escapes it): there the string was left unclosed, and it ends with the line.
+_INSIDE = re.compile(rb'["\\\n]')
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
+_LEADING = re.compile(rb"[ \t]*")
 _HEADER_KEYS = ("snapshot_id", "session_id", "total_steps")
 
 
@@ -98,10 +101,22 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
     in_array = False
     # The array's opening line (`"steps": [`), should it come again inside the array.
     opening_line = re.compile(rb'"' + re.escape(array_key.encode()) + rb'"\s*:\s*\[')
+    # How the array's elements open: a line `{` at their indentation, that of the last element
+    # that ended where it should, else twice the opening line's (json.dumps' layout). Inside an
+    # element every line is indented deeper, so such a line within one means it was left open.
+    opening_indent: bytes | None = None
+    element_indent: bytes | None = None
+    started_indent: bytes | None = None  # the current element's, when it opened with such a line
+    string_broken = False  # a string of the current element ended at a line break
+    closed_open = False  # a `}` at the elements' indentation left the current element open
     yielded = False  # any member so far: an empty object before the snapshot is skipped
 
+    # The start of the line the buffer begins in, up to 256 bytes, for indentations; None when
+    # longer (a one-line file) or unknown.
+    carry: bytes | None = b""
+
     def refill() -> bool:
-        nonlocal buf, pos, line, line_pos, value_from, elem_from, string_start
+        nonlocal buf, pos, line, line_pos, value_from, elem_from, string_start, carry
         block = stream.read(READ_BLOCK)
         if not block:
             return False
@@ -109,6 +124,9 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         for mark in (value_from, elem_from, string_start):
             if mark >= 0:
                 anchor = min(anchor, mark)
+        carry = line_prefix(anchor)
+        if carry is not None and len(carry) > 256:
+            carry = None
         # Lines are counted up to `line_pos`; it may already be past the anchor (a line number
         # asked for inside the element being read), and is then kept, not counted again.
         if line_pos <= anchor:
@@ -143,6 +161,48 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             if not refill():
                 return None
 
+    def line_prefix(index: int) -> bytes | None:
+        """What precedes `index` on its line (None when that is not known)."""
+        newline = buf.rfind(b"\n", 0, index)
+        if newline >= 0:
+            return buf[newline + 1 : index]
+        return None if carry is None else carry + buf[:index]
+
+    def indent_of(index: int) -> bytes | None:
+        """The whitespace before `index` on its line when nothing else precedes it there."""
+        prefix = line_prefix(index)
+        return prefix if prefix is not None and not prefix.strip() else None
+
+    def at_line_start(j: int, indent: bytes | None) -> bool:
+        """Whether `indent` alone precedes `j` on its line (a slice compare on the hot path:
+        every `{` and `}` inside a step asks)."""
+        if indent is None:
+            return False
+        start = j - len(indent) - 1
+        if start >= 0:
+            return buf[start] == 0x0A and buf.startswith(indent, start + 1)
+        return indent_of(j) == indent
+
+    def left_open(j: int) -> bool:
+        """Whether the `{` at `j`, inside the array but not at an element's start, opens the
+        next element: it sits alone at the elements' indentation, and the element before cannot
+        go on with it (a string in it ended at a line break, or a `{` cannot follow what comes
+        before it in JSON). After `:`, `[` or `,` a `{` may be a value of a valid element laid
+        out otherwise, which is never cut."""
+        landmark = element_indent
+        if landmark is None and opening_indent:
+            landmark = opening_indent * 2
+        if landmark is None or not at_line_start(j, landmark):
+            return False
+        if string_broken:
+            return True
+        before = buf[elem_from:j].rstrip()
+        if not before or before[-1] in b":[":
+            return False
+        # After a comma: only when the element was seen closing at its own indentation while
+        # something inside it stayed open (json.dumps closes an element there).
+        return before[-1] != 0x2C or closed_open
+
     def piece(start: int, end: int) -> tuple[bytes, int] | None:
         chunk = buf[start:end]
         stripped = chunk.strip()
@@ -160,6 +220,12 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
                     break
                 continue
             j = match.start()
+            if buf[j] == 0x0A:  # a raw line break: the string was left unclosed
+                in_string = False
+                string_start = -1
+                string_broken = in_array
+                pos = j
+                continue
             if buf[j] == 0x5C:  # backslash: skip the escaped character
                 if j + 1 >= len(buf):
                     pos = j
@@ -200,12 +266,33 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             elif depth == 1 and c == 0x5B and key == array_key and buf[value_from:j].strip() == b"":
                 # Given element by element: the array itself is no member, and holding the
                 # buffer from its start would keep the whole of it in memory.
+                prefix = line_prefix(j)
+                if prefix is not None:
+                    opening_indent = _LEADING.match(prefix).group()
                 in_array, value_from = True, -1
                 elem_from = j + 1
+            elif in_array and c == 0x7B:
+                if depth == 2 and not buf[elem_from:j].strip():
+                    started_indent = indent_of(j)
+                elif left_open(j):
+                    # The element before was left open (a brace too many, a string or a member
+                    # never closed) or lacks its comma: it ends here.
+                    started_indent = indent_of(j)
+                    element = piece(elem_from, j)
+                    if element is not None:
+                        raw = element[0].rstrip(b",").rstrip()
+                        if depth == 2 and not string_broken and _parses(raw):
+                            problems.add(line_at(j), "line", "missing ',' between steps")
+                        yielded = True
+                        yield Member(array_key, raw, element[1], True)
+                    elem_from, depth, string_broken, closed_open = j, 2, False, False
             depth += 1
             continue
         if c == 0x5D or c == 0x7D:  # ] }
+            if in_array and depth > 3 and c == 0x7D and not closed_open:
+                closed_open = at_line_start(j, started_indent or element_indent)
             if in_array and depth == 2 and c == 0x5D:
+                element_indent = started_indent or element_indent
                 element = piece(elem_from, j)
                 if element is not None:
                     yielded = True
@@ -241,6 +328,8 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             continue
         if c == 0x2C:  # comma
             if in_array and depth == 2:
+                element_indent = started_indent or element_indent
+                started_indent, string_broken, closed_open = None, False, False
                 element = piece(elem_from, j)
                 if element is not None:
                     yielded = True
@@ -282,6 +371,14 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         if element is not None:
             yield Member(array_key, element[0], element[1], True, truncated=True)
     problems.add(line_at(len(buf)), "line", "file ends before the snapshot object is closed (truncated)")
+
+
+def _parses(raw: bytes) -> bool:
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _load(member: Member, problems: Problems) -> Any:
