@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from sessions_app.canonical import Problems
 from sessions_app.formats import Source, detect, rlm_snapshot
 
 from .builders_formats import ingest_file, problem_keys, rows
@@ -283,3 +284,36 @@ def test_a_valid_step_laid_out_otherwise_is_not_cut(snapshot, layout, project, t
         assert orjson.loads(steps[0])["raw_action"]["list"] == [{"a": 1}, {"b": 2}]
     else:
         assert steps[0] == expected_steps[0]
+
+
+def _step_ends(text: str, tmp_path: Path) -> int:
+    path = tmp_path / "damaged.json"
+    path.write_text(text, encoding="utf-8")
+    count = 0
+    for parsed in rlm_snapshot.parse(Source(path=path), Problems()):
+        count += sum(1 for event in parsed.events if event.kind == "step_end")
+    return count
+
+
+def test_any_one_damaged_line_costs_at_most_its_own_step(snapshot, tmp_path):
+    # Every line of the file in turn deleted, written twice, and without its first quote. A line
+    # outside the steps costs none of them, a line inside one costs at most that one; only the
+    # object's own opening line and the `"steps": [` line (but for its being written twice,
+    # which is skipped) take the steps with them.
+    lines = snapshot_text(snapshot).split("\n")
+    first = lines.index('  "steps": [')
+    last = lines.index("  ],", first)
+    assert _step_ends("\n".join(lines), tmp_path) == 3
+    for i, line in enumerate(lines):
+        damaged = {"deleted": lines[:i] + lines[i + 1 :], "twice": lines[: i + 1] + lines[i:]}
+        if '"' in line:
+            k = line.index('"')
+            damaged["no quote"] = lines[:i] + [line[:k] + line[k + 1 :]] + lines[i + 1 :]
+        for how, text in damaged.items():
+            kept = _step_ends("\n".join(text), tmp_path)
+            if i == 0 or (i == first and how != "twice"):
+                continue
+            # The steps' closing line lost leaves the last step running into the members after
+            # the steps: that step is malformed.
+            floor = 3 if not first < i <= last else 2
+            assert kept >= floor, (i, how, line, kept)

@@ -291,6 +291,10 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         if c == 0x5D or c == 0x7D:  # ] }
             if in_array and depth > 3 and c == 0x7D and not closed_open:
                 closed_open = at_line_start(j, started_indent or element_indent)
+            if in_array and depth == 2 and c == 0x7D:
+                # A `}` that closes nothing between the array's elements (an opening brace
+                # lost): part of a malformed element, not the end of the snapshot object.
+                continue
             if in_array and depth == 2 and c == 0x5D:
                 element_indent = started_indent or element_indent
                 element = piece(elem_from, j)
