@@ -414,12 +414,13 @@ def test_a_malformed_element_costs_only_itself_not_the_elements_after_it(name, b
 # is: there the next element is found by how the elements open (`{"id":`) instead of by
 # indentation. (what is done to the element, the problems it gives, (line, message start)).
 ONE_LINE_DAMAGE = {
-    "unclosed string": (lambda e: e.replace(b'","', b',"', 1), [(1, "malformed JSON")]),
-    "extra opening brace": (lambda e: e.replace(b'"eventType"', b'{"eventType"', 1), [(1, "malformed JSON")]),
+    "unclosed string": (lambda e: e.replace(b'","', b',"', 1), [(1, "malformed JSON")]),  # every element has one
+    "extra opening brace": (DAMAGE["extra opening brace"][0], [(1, "malformed JSON")]),
     "closing brace inside": (
-        lambda e: e.replace(b'"eventType"', b'}"eventType"', 1),
+        DAMAGE["closing brace inside"][0],
         [(1, "malformed JSON"), (1, "unexpected text after an array element (skipped to the next element)")],
     ),
+    # The pretty-printed cases' own damage needs a "tool_call": this one fits every element.
     "missing comma inside": (lambda e: e.replace(b'","', b'" "', 1), [(1, "malformed JSON")]),
 }
 # The last element has no next one to be found by: what it swallows or leaves is the array's end.
