@@ -498,6 +498,21 @@ def test_any_one_damaged_byte_of_a_one_line_array_costs_at_most_its_own_element(
         assert kept >= len(events) - 1, (at, how, kept)
 
 
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_an_element_with_a_bare_nan_in_a_one_line_array_is_not_cut(body, block, monkeypatch, tmp_path):
+    # Found by review: orjson refuses the NaN Python's json writes, and the element was then cut
+    # at a nested object that opens like the elements. Read as a line with NaN is: as null.
+    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
+    array = b'[{"id": 1, "v": NaN, "children": [{"id": 2}, {"id": 3}]}, {"id": 4}]'
+    path = tmp_path / "nan.json"
+    path.write_bytes((b'{"events": ' + array + b"}" if body else array) + b"\n")
+    problems = Problems()
+    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
+    assert [r.value for r in records] == [{"id": 1, "v": None, "children": [{"id": 2}, {"id": 3}]}, {"id": 4}]
+    assert problems.count == 0
+
+
 def test_a_valid_element_with_a_nested_line_at_its_own_indentation_is_not_cut():
     # Hand-formatted: a nested object opens a line at the element's indentation. The element is
     # valid, so it stays whole even though braces in a string send it down the structural walk.

@@ -8,7 +8,9 @@ printed as SessionStore writes them), then damaged as text.
 
 from __future__ import annotations
 
+import io
 import json
+import random
 from datetime import datetime
 from pathlib import Path
 
@@ -317,3 +319,83 @@ def test_any_one_damaged_line_costs_at_most_its_own_step(snapshot, tmp_path):
             # the steps: that step is malformed.
             floor = 3 if not first < i <= last else 2
             assert kept >= floor, (i, how, line, kept)
+
+
+def _members(text: bytes, block: int, monkeypatch) -> tuple[list, dict, list]:
+    monkeypatch.setattr(rlm_snapshot, "READ_BLOCK", block)
+    problems = Problems()
+    found = list(rlm_snapshot.members(io.BytesIO(text), problems, array_key="steps"))
+    steps = [orjson.loads(m.raw) for m in found if m.in_array]
+    others = {m.key: orjson.loads(m.raw) if rlm_snapshot._parses(m.raw) else m.raw for m in found if not m.in_array}
+    return steps, others, [(p.line, p.field, p.message) for p in problems.items]
+
+
+@pytest.mark.parametrize("block", [*BLOCKS, 13])
+def test_a_nested_brace_at_the_steps_indentation_in_a_valid_step_is_not_a_cut(block, monkeypatch):
+    # Found by review: a list of objects laid out at the steps' own indentation.
+    text = b'{\n  "steps": [\n    {"a": [\n    {"x": 1\n    },\n    {"y": 2}]},\n    {"b": 1}\n  ],\n  "total_steps": 2\n}\n'
+    assert _members(text, block, monkeypatch) == (json.loads(text)["steps"], {"total_steps": 2}, [])
+
+
+@pytest.mark.parametrize("block", [*BLOCKS, 13])
+def test_a_line_break_in_a_string_that_goes_on_costs_only_its_member(block, monkeypatch):
+    # The text after the break is no structure: the string runs to its quote, and only that
+    # member is malformed (found by review: ending it at the break read the next member's value
+    # as this one's).
+    text = b'{\n  "session_id": "\nx",\n  "total_steps": 3,\n  "steps": [\n    {\n      "step": 1\n    }\n  ]\n}\n'
+    # The member comes whole, malformed (its import reports it on its line: _load).
+    assert _members(text, block, monkeypatch) == ([{"step": 1}], {"session_id": b'"\nx"', "total_steps": 3}, [])
+
+
+def _random_value(rng: random.Random, depth: int = 0):
+    roll = rng.random()
+    if depth > 3 or roll < 0.4:
+        return rng.choice([1, "s", 'q"}{[,\\', None, True, 2.5, "line\n"])
+    if roll < 0.7:
+        return {f"k{i}": _random_value(rng, depth + 1) for i in range(rng.randint(0, 3))}
+    return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+
+
+def _tokens(value):
+    if isinstance(value, dict):
+        yield "{"
+        for n, (key, item) in enumerate(value.items()):
+            yield from ([","] if n else [])
+            yield json.dumps(key)
+            yield ":"
+            yield from _tokens(item)
+        yield "}"
+    elif isinstance(value, list):
+        yield "["
+        for n, item in enumerate(value):
+            yield from ([","] if n else [])
+            yield from _tokens(item)
+        yield "]"
+    else:
+        yield json.dumps(value)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_valid_snapshots_in_any_layout_read_exactly_as_json(seed, monkeypatch):
+    # Line breaks and indentation (of the steps' own width among others) between any two tokens:
+    # whatever the recovery from damage looks for, a valid file reads as json.loads reads it.
+    rng = random.Random(seed)
+    for _ in range(25):
+        steps = [
+            {"step": i, **{key: _random_value(rng) for key in ("variables", "raw_action", "output") if rng.random() < 0.7},
+             "list": [{"x": _random_value(rng, 1)} for _ in range(rng.randint(1, 3))]}
+            for i in range(rng.randint(1, 4))
+        ]  # fmt: skip
+        doc = {"snapshot_id": "s", "session_id": "x", "total_steps": len(steps), "steps": steps, "variables": {"v": 1}}
+        parts = []
+        for token in _tokens(doc):
+            roll = rng.random()
+            if roll < 0.3:
+                parts.append("\n" + rng.choice(["", "  ", "    ", "      ", "\t"]))
+            elif roll < 0.4:
+                parts.append(" ")
+            parts.append(token)
+        text = "".join(parts).encode()
+        for block in (1, 13, 1 << 20):
+            expected = ({k: v for k, v in doc.items() if k != "steps"}, [])
+            assert _members(text, block, monkeypatch) == (steps, *expected), text

@@ -26,7 +26,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 import orjson
 
 from ..canonical import INT64_MAX, INT64_MIN, Problems
-from . import BOM, MAX_DEPTH, Source, load_json_line, storable
+from . import BOM, MAX_DEPTH, Source, _load_with_nan, load_json_line, storable
 
 READ_BLOCK = 1 << 20
 # Bytes read, at most, to find the end of the first line before deciding the container.
@@ -611,6 +611,10 @@ class _ArraySplitter:
             except orjson.JSONDecodeError:
                 pass
         if indent is None:
+            if end is not None and _load_with_nan(self.buf[start - self.base : end - self.base]) is not None:
+                # Whole for the stdlib (a bare NaN, as Python's json writes it): read as a line
+                # is, never cut at a nested object that opens like the elements.
+                return _UNPARSED, None
             return _UNPARSED, self.next_head(start + 1, end, head)
         return _UNPARSED, self.next_sibling(start + 1, end, indent)
 

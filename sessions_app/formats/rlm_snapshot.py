@@ -35,7 +35,8 @@ NAME = "rlm_snapshot"
 READ_BLOCK = 1 << 20
 _OUTSIDE = re.compile(rb'[\[\]{}",:]')
 # Inside a string: its end, an escape, or a raw line break, which no JSON string holds (json.dumps
-# escapes it): there the string was left unclosed, and it ends with the line.
+# escapes it): a string whose next line opens with structure was left unclosed and ends with its
+# line.
 _INSIDE = re.compile(rb'["\\\n]')
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _LEADING = re.compile(rb"[ \t]*")
@@ -108,7 +109,6 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
     element_indent: bytes | None = None
     started_indent: bytes | None = None  # the current element's, when it opened with such a line
     string_broken = False  # a string of the current element ended at a line break
-    closed_open = False  # a `}` at the elements' indentation left the current element open
     yielded = False  # any member so far: an empty object before the snapshot is skipped
 
     # The start of the line the buffer begins in, up to 256 bytes, for indentations; None when
@@ -186,9 +186,9 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
     def left_open(j: int) -> bool:
         """Whether the `{` at `j`, inside the array but not at an element's start, opens the
         next element: it sits alone at the elements' indentation, and the element before cannot
-        go on with it (a string in it ended at a line break, or a `{` cannot follow what comes
-        before it in JSON). After `:`, `[` or `,` a `{` may be a value of a valid element laid
-        out otherwise, which is never cut."""
+        go on with it in JSON (a string in it ended at a line break, or a `{` cannot follow what
+        comes before it). Where a `{` may go on a valid element laid out otherwise (after `:`,
+        `[`, or a comma inside a nested list), it never cuts."""
         landmark = element_indent
         if landmark is None and opening_indent:
             landmark = opening_indent * 2
@@ -196,12 +196,15 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
             return False
         if string_broken:
             return True
-        before = buf[elem_from:j].rstrip()
-        if not before or before[-1] in b":[":
+        # The last byte before the line's indentation (a step may be megabytes: never copied).
+        last = j - len(landmark) - 2
+        while last >= elem_from and buf[last] in b" \t\r\n":
+            last -= 1
+        if last < elem_from or buf[last] in b":[":
             return False
-        # After a comma: only when the element was seen closing at its own indentation while
-        # something inside it stayed open (json.dumps closes an element there).
-        return before[-1] != 0x2C or closed_open
+        # After a comma: only directly inside an object element (depth 3), where a member's key
+        # must come next; deeper, it may be the next item of a list.
+        return buf[last] != 0x2C or (depth == 3 and buf[_NON_SPACE.search(buf, elem_from).start()] == 0x7B)
 
     def piece(start: int, end: int) -> tuple[bytes, int] | None:
         chunk = buf[start:end]
@@ -220,11 +223,19 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
                     break
                 continue
             j = match.start()
-            if buf[j] == 0x0A:  # a raw line break: the string was left unclosed
-                in_string = False
-                string_start = -1
-                string_broken = in_array
+            if buf[j] == 0x0A:  # a raw line break: malformed whatever follows
                 pos = j
+                after = _NON_SPACE.search(buf, pos + 1)
+                while after is None and refill():
+                    after = _NON_SPACE.search(buf, pos + 1)
+                if after is None or buf[after.start()] in b'"{}[]':
+                    # Left unclosed: the next line opens with structure, so it is the document
+                    # going on. (When text goes on, the string runs to its quote as before, and
+                    # only its member is malformed.)
+                    in_string, string_start = False, -1
+                    string_broken = string_broken or in_array
+                    continue
+                pos += 1
                 continue
             if buf[j] == 0x5C:  # backslash: skip the escaped character
                 if j + 1 >= len(buf):
@@ -285,12 +296,10 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
                             problems.add(line_at(j), "line", "missing ',' between steps")
                         yielded = True
                         yield Member(array_key, raw, element[1], True)
-                    elem_from, depth, string_broken, closed_open = j, 2, False, False
+                    elem_from, depth, string_broken = j, 2, False
             depth += 1
             continue
         if c == 0x5D or c == 0x7D:  # ] }
-            if in_array and depth > 3 and c == 0x7D and not closed_open:
-                closed_open = at_line_start(j, started_indent or element_indent)
             if in_array and depth == 2 and c == 0x7D:
                 # A `}` that closes nothing between the array's elements (an opening brace
                 # lost): part of a malformed element, not the end of the snapshot object.
@@ -333,7 +342,7 @@ def members(stream: IO[bytes], problems: Problems, *, array_key: str) -> Iterato
         if c == 0x2C:  # comma
             if in_array and depth == 2:
                 element_indent = started_indent or element_indent
-                started_indent, string_broken, closed_open = None, False, False
+                started_indent, string_broken = None, False
                 element = piece(elem_from, j)
                 if element is not None:
                     yielded = True
