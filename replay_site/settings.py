@@ -198,6 +198,9 @@ IMPORT_WORKER_MIN_MB = (
     None if env_str("REPLAY_IMPORT_WORKER_MIN_MB", "4").lower() == "off"
     else env_number("REPLAY_IMPORT_WORKER_MIN_MB", 4)
 )
+# rlm-code's native JSONL on SQLite takes the compiled fast path when it is built
+# (sessions_app/formats/_rlm_native_c.c); "off" sends every file through the Python path.
+IMPORT_COMPILED = env_str("REPLAY_COMPILED_IMPORT", "on").lower() != "off"
 # The live tail (GET /api/sessions/{id}/tail): how often it polls for new events, and how long
 # one stream may hold a server thread before the client reconnects (docs/ingest.md).
 TAIL_POLL_SECONDS = env_number("REPLAY_TAIL_POLL_SECONDS", 0.5, minimum=0.05)

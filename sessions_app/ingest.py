@@ -14,6 +14,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import orjson
@@ -34,8 +35,8 @@ from .event_rows import (
 from .models import Checkpoint, Event, Project, Session, Snapshot
 
 __all__ = [
-    "KEYFRAME_EVERY", "append_batches", "append_events", "bulk_write_cache", "create_session",
-    "finish_session",
+    "KEYFRAME_EVERY", "CompiledPathDeclined", "append_batches", "append_compiled",
+    "append_events", "bulk_write_cache", "create_session", "finish_session",
 ]  # fmt: skip
 
 # Rows buffered before one bulk write; large enough to amortise each round trip.
@@ -307,6 +308,91 @@ def append_batches(
         locked.save()
     _copy_fields(locked, session)
     return AppendResult(stored=stored, first_seq=0, head_hash=state.head, event_count=state.next_seq)
+
+
+class CompiledPathDeclined(Exception):
+    """The compiled fast path met something only the Python path handles (a problem to report,
+    a second session, a rare number shape); its rows are rolled back."""
+
+    def __init__(self, why: str, line: int) -> None:
+        super().__init__(f"line {line}: {why}" if line else why)
+        self.why = why
+        self.line = line
+
+
+def append_compiled(
+    *,
+    session: Session,
+    path: Path,
+    module: Any,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[AppendResult, dict[str, Any]]:
+    """Write a whole file's rows through a format's compiled fast path (SQLite only), into a
+    session that has no events yet; (the append's result, what the path read about the
+    session). Raises CompiledPathDeclined, with nothing written, where the file needs the
+    Python path.
+
+    The compiled module writes the rows on this connection, inside this transaction: it borrows
+    the handle of the sqlite3 connection Django holds, after proving it is the same database.
+    """
+    connection.ensure_connection()
+    raw = connection.connection
+    db_file = raw.execute("PRAGMA database_list").fetchone()[2]
+    columns = ", ".join(EVENT_COLUMNS)
+    placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
+    insert = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
+    report = None if on_progress is None else (lambda events, bytes_read: on_progress(events, bytes_read))
+    with transaction.atomic():  # a savepoint: a declined file leaves nothing behind
+        locked = Session.objects.select_for_update().get(pk=session.pk)
+        if locked.event_count:
+            raise ValueError("append_compiled writes a new session's first events only")
+        outcome = module.import_file(
+            raw, sqlite3_module_file(), db_file, insert, str(path), locked.pk, report, BATCH_ROWS
+        )
+        if isinstance(outcome, tuple):
+            raise CompiledPathDeclined(*outcome)
+        state = WriterState(
+            next_seq=outcome["next_seq"],
+            head=outcome["head"],
+            tokens_total=outcome["tokens_total"],
+            errors_total=outcome["errors_total"],
+            reward_total=outcome["reward_total"],
+            steps_total=outcome["steps_total"],
+            step_errors=outcome["step_errors"],
+            step_successes=outcome["step_successes"],
+            first_ts_ms=outcome["first_ts_ms"],
+            last_ts_ms=outcome["last_ts_ms"],
+            elapsed_ms=outcome["elapsed_ms"],
+            kind_counts=outcome["kind_counts"],
+            open_pairs=outcome["open_pairs"],
+            variables=orjson.loads(outcome["variables"]),
+            memory=orjson.loads(outcome["memory"]),
+            state_dirty=outcome["state_dirty"],
+            last_keyframe_seq=outcome["last_keyframe_seq"],
+            models=outcome["models"],
+        )
+        keyframes = [
+            Keyframe(
+                seq=seq, step_pos=step_pos, variables=orjson.loads(variables),
+                memory_notes=orjson.loads(memory), stats={"steps": steps, "reward": reward},
+            )  # fmt: skip
+            for seq, step_pos, variables, memory, steps, reward in outcome["keyframes"]
+        ]
+        if keyframes:
+            Snapshot.objects.bulk_create([_snapshot(locked, keyframe) for keyframe in keyframes])
+        save_state_to(state, locked)
+        locked.save()
+    _copy_fields(locked, session)
+    result = AppendResult(stored=state.next_seq, first_seq=0, head_hash=state.head, event_count=state.next_seq)
+    return result, outcome
+
+
+def sqlite3_module_file() -> str:
+    """The file of Python's sqlite3 extension, through which a compiled path reaches the very
+    SQLite library (and so the connection) Python uses."""
+    import _sqlite3
+
+    return _sqlite3.__file__
 
 
 def finish_session(

@@ -46,6 +46,13 @@ SESSION_COLUMNS_OF_THE_IMPORT = {
 SESSION_COLUMNS = [f.attname for f in Session._meta.concrete_fields if f.attname not in SESSION_COLUMNS_OF_THE_IMPORT]
 
 
+@pytest.fixture(autouse=True)
+def python_path(settings) -> None:
+    """The worker is part of the Python path: rlm-code files would otherwise take the compiled
+    one on SQLite, which has its own comparison (test_rlm_native_compiled.py)."""
+    settings.IMPORT_COMPILED = False
+
+
 # --- spying on the worker ----------------------------------------------------------------------
 
 
