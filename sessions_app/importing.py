@@ -136,8 +136,10 @@ def import_file(
         except CompiledPathDeclined as declined:
             # Nothing was written; the Python path reads the file again and reports its problem.
             logger.debug("compiled path declined %s: %s", path, declined)
+            progress.restart()
         except Exception:  # a bug there must not fail the import: the Python path does it all
             logger.exception("compiled import of %s failed; importing it with the Python path", path)
+            progress.restart()
         else:
             outcomes = [outcome] if outcome is not None else []
             if not outcomes:
@@ -392,6 +394,11 @@ class _JobProgress:
             return
         self.last_reported = total
         self._write(bytes_done=self.bytes_done, events_done=total)
+
+    def restart(self) -> None:
+        """The file is read again from its start (a declined compiled path): progress too."""
+        self.bytes_done = 0
+        self.last_reported = self.events_done
 
     def compiled_progress(self, events: int, bytes_read: int) -> None:
         self.bytes_read(bytes_read)

@@ -146,11 +146,17 @@ def test_the_reader_takes_every_plain_value_rlm_code_writes(seed):
         (b'{"a": 1} x', "text after the value"),
         (b'{"a": [1, 2}', "expected ',' or a closing bracket"),
         (b'{"a": 01}', "expected ',' or a closing bracket"),
-        (b"[" * 300 + b"]" * 300, "nested deeper than 255 levels"),
+        (b"[" * 255 + b"]" * 255, "nested too deep"),  # orjson writes back 254 levels at most
     ],
 )
 def test_the_reader_declines_what_would_be_written_back_differently(text, why):
     assert compiled.jcompact(text) == (None, why)
+
+
+@needs_compiled
+def test_the_reader_takes_as_deep_a_value_as_orjson_writes_back():
+    text = b"[" * 254 + b"]" * 254
+    assert compiled.jcompact(text) == (orjson.dumps(orjson.loads(text)), None)
 
 
 def variants(rng: random.Random, value: Any) -> Any:
@@ -297,6 +303,32 @@ def long_session(steps: int) -> list[str]:
     return out
 
 
+def repeated_calls() -> list[str]:
+    """Calls by the same ids again before any answer (the newer takes the older's place in the
+    open pairs, as Python's dict keeps a key), and many never answered at all."""
+    out = [line(event_type="session_start", step=0, run_id="run_calls", data={"task": "calls"})]
+    for index in range(300):
+        child = f"c{index % 7}"
+        out.append(line(event_type="child_spawn", step=1, timestamp=stamp(index % 3000, index + 1), data={"child_id": child}))
+        if index % 11 == 0:
+            out.append(line(event_type="child_result", step=1, timestamp=stamp(index % 3000, index + 2), data={"child_id": child, "success": True}))
+        out.append(line(event_type="llm_request", step=1, timestamp=stamp(index % 3000, index + 3), data={"model": f"m{index % 3}"}))
+    return out
+
+
+def stored_text(session: Session) -> tuple:
+    """The session's JSON columns as the database holds their text (dict comparison would
+    not see a different key order)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT ingest_state, metadata, models_used, tools_used FROM sessions_app_session WHERE id = %s",
+            [session.pk],
+        )
+        return cursor.fetchone()
+
+
 def write_lines(path: Path, lines: list[str], *, final_newline: bool = True) -> Path:
     path.write_text("\n".join(lines) + ("\n" if final_newline else ""), encoding="utf-8")
     return path
@@ -312,6 +344,7 @@ def write_lines(path: Path, lines: list[str], *, final_newline: bool = True) -> 
         pytest.param(lambda p: write_lines(p, edge_case_session()), id="edge-cases"),
         pytest.param(lambda p: write_lines(p, edge_case_session(), final_newline=False), id="no-final-newline"),
         pytest.param(lambda p: write_lines(p, long_session(300)), id="keyframes-and-late-answers"),
+        pytest.param(lambda p: write_lines(p, repeated_calls()), id="repeated-and-unanswered-calls"),
     ],
 )
 def test_the_compiled_path_stores_what_the_python_path_stores(build, tmp_path, settings, other_project, spy):
@@ -321,6 +354,7 @@ def test_the_compiled_path_stores_what_the_python_path_stores(build, tmp_path, s
     assert spy == {"written": [path], "declined": []}
     assert here[0].session is not None and here[0].events > 0
     assert_same_import(there, here)
+    assert stored_text(here[0].session) == stored_text(there[0].session)
 
 
 @needs_compiled
@@ -348,6 +382,10 @@ DECLINED = {
     "other timestamp": (line(event_type="step_start", step=1, timestamp="2026-11-22T05:47:01Z", data={}), "timestamp not in rlm-code's shape"),
     "second session": (line(event_type="session_start", step=0, run_id="run_2", data={"task": "two"}), "a second session in the file"),
     "NUL": (line(event_type="error", step=1, data={"error": "a\u0000b"}), "NUL in a string"),
+    # A double holds the microseconds since 1970 exactly only until 2255 (and from 1685).
+    "far year": (line(event_type="error", step=1, timestamp="2300-01-01T00:00:00.586143+00:00", data={}), "timestamp beyond 2**53 microseconds"),
+    # orjson writes back 254 nested levels at most: the Python path refuses deeper records.
+    "deep nesting": (json.dumps({"event_type": "error", "timestamp": stamp(1), "data": {"x": json.loads("[" * 253 + "]" * 253)}}), "nested too deep"),
 }
 
 

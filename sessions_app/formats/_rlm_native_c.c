@@ -74,7 +74,7 @@ static int buf_grow(Buf *b, size_t extra) {
 }
 static inline void buf_put(Buf *b, const char *s, size_t n) {
     if (buf_grow(b, n)) abort();
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -98,9 +98,15 @@ static void buf_set(Buf *b, const char *s, size_t n) {
     buf_put(b, s, n);
 }
 static void buf_int(Buf *b, long long v) {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    buf_put(b, tmp, (size_t)n);
+    char tmp[24];
+    char *end = tmp + sizeof tmp, *p = end;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    buf_put(b, p, (size_t)(end - p));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -135,7 +141,9 @@ typedef struct {
     JDoc *doc;
 } JP;
 
-#define MAX_DEPTH 255
+/* orjson writes back at most 254 nested levels; a deeper record is one the Python path refuses
+ * ("cannot be stored"), so it is declined here (the root is depth 0). */
+#define MAX_DEPTH 254
 
 static int jd_new(JDoc *d, uint8_t t) {
     if (d->count == d->cap) {
@@ -384,7 +392,7 @@ static int jp_value(JP *jp, int depth) {
     char c = *jp->p;
     int node;
     if (c == '{' || c == '[') {
-        if (depth >= MAX_DEPTH) return jp->doc->why = "nested deeper than 255 levels", -1;
+        if (depth >= MAX_DEPTH) return jp->doc->why = "nested too deep", -1;
         int is_obj = c == '{';
         node = jd_new(jp->doc, is_obj ? J_OBJ : J_ARR);
         jp->p++;
@@ -1053,7 +1061,7 @@ typedef struct {
 typedef struct {
     char *key; /* "family|pair_id" */
     long long seq;
-    int has_ts;
+    int has_ts, live;
     double ts_ms;
     Row *held; /* the call's row while it waits for its response, or NULL once written */
 } OpenPair;
@@ -1111,8 +1119,13 @@ typedef struct {
     const char *kind_names[N_TYPES];
     long long kind_counts[N_TYPES];
     int n_kinds;
+    /* Open calls in the order Python's dict keeps them (answered ones stay, dead, until the
+     * table is compacted), indexed by a hash of their key. */
     OpenPair *pairs;
-    size_t n_pairs, cap_pairs;
+    size_t n_pairs, cap_pairs, n_live, n_held;
+    int32_t *slots;
+    size_t n_slots;
+    char errmsg[256];
     VarMap vars;
     int has_memory;
     Buf memory;
@@ -1266,6 +1279,9 @@ static int parse_stamp(Import *im, const char *s, size_t n, Ev *ev) {
         BAIL(im, "timestamp out of range");
     long long days = days_from_civil(y, (unsigned)mo, (unsigned)d);
     long long micros = ((days * 86400 + h * 3600 + mi * 60 + se) * 1000000LL) + us;
+    /* Python divides the exact microseconds; a double holds them exactly only up to 2**53
+     * (years 1685 to 2255): beyond, the result could differ in its last bit. */
+    if (micros > (1LL << 53) || micros < -(1LL << 53)) BAIL(im, "timestamp beyond 2**53 microseconds");
     /* timedelta.total_seconds(): the microseconds over 10**6, rounded once; then * 1000.0. */
     ev->ts_ms = ((double)micros / 1e6) * 1000.0;
     ev->has_ts = 1;
@@ -1509,7 +1525,9 @@ static int bind_row(Import *im, Row *r);
 static int write_row(Import *im, Row *r) {
     if (bind_row(im, r)) return -1;
     if (sq.step(im->insert) != SQLITE_DONE) {
-        im->why = sq.errmsg(im->db);
+        /* copied now: the next call on the connection may free SQLite's message */
+        snprintf(im->errmsg, sizeof im->errmsg, "%s", sq.errmsg(im->db));
+        im->why = im->errmsg;
         sq.reset(im->insert);
         return -2;
     }
@@ -1564,28 +1582,77 @@ static int bind_row(Import *im, Row *r) {
     return 0;
 }
 
+static uint64_t key_hash(const char *key) {
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *c = (const unsigned char *)key; *c; c++) h = (h ^ *c) * 1099511628211ULL;
+    return h;
+}
+
 static OpenPair *find_pair(Import *im, const char *key, size_t *index) {
-    for (size_t i = 0; i < im->n_pairs; i++)
-        if (strcmp(im->pairs[i].key, key) == 0) {
-            *index = i;
+    if (!im->n_slots) return NULL;
+    for (size_t at = (size_t)key_hash(key) & (im->n_slots - 1);; at = (at + 1) & (im->n_slots - 1)) {
+        int32_t i = im->slots[at];
+        if (i < 0) return NULL;
+        if (im->pairs[i].live && strcmp(im->pairs[i].key, key) == 0) {
+            *index = (size_t)i;
             return &im->pairs[i];
         }
-    return NULL;
+    }
 }
+
+/* Drop answered calls from the array (keeping the order of the rest) and index it again. */
+static void reindex_pairs(Import *im) {
+    size_t kept = 0;
+    for (size_t i = 0; i < im->n_pairs; i++) {
+        if (im->pairs[i].live) im->pairs[kept++] = im->pairs[i];
+        else free(im->pairs[i].key);
+    }
+    im->n_pairs = kept;
+    size_t n = 64;
+    while (n < 4 * kept + 4) n *= 2;
+    free(im->slots);
+    im->slots = malloc(sizeof(int32_t) * n);
+    if (!im->slots) abort();
+    for (size_t i = 0; i < n; i++) im->slots[i] = -1;
+    im->n_slots = n;
+    for (size_t i = 0; i < kept; i++) {
+        size_t at = (size_t)key_hash(im->pairs[i].key) & (n - 1);
+        while (im->slots[at] >= 0) at = (at + 1) & (n - 1);
+        im->slots[at] = (int32_t)i;
+    }
+}
+
 static void drop_pair(Import *im, size_t i) {
-    free(im->pairs[i].key);
-    memmove(&im->pairs[i], &im->pairs[i + 1], sizeof(OpenPair) * (im->n_pairs - i - 1));
-    im->n_pairs--;
+    im->pairs[i].live = 0;
+    im->n_live--;
+}
+
+static size_t add_pair(Import *im, const char *key, long long seq, int has_ts, double ts_ms) {
+    if (im->n_pairs == im->cap_pairs) {
+        im->cap_pairs = im->cap_pairs ? im->cap_pairs * 2 : 16;
+        im->pairs = realloc(im->pairs, sizeof(OpenPair) * im->cap_pairs);
+        if (!im->pairs) abort();
+    }
+    if (2 * (im->n_pairs + 1) > im->n_slots) reindex_pairs(im);
+    size_t i = im->n_pairs++;
+    OpenPair *p = &im->pairs[i];
+    p->key = strdup(key);
+    if (!p->key) abort();
+    p->seq = seq;
+    p->has_ts = has_ts;
+    p->ts_ms = ts_ms;
+    p->live = 1;
+    p->held = NULL;
+    im->n_live++;
+    size_t at = (size_t)key_hash(key) & (im->n_slots - 1);
+    while (im->slots[at] >= 0) at = (at + 1) & (im->n_slots - 1);
+    im->slots[at] = (int32_t)i;
+    return i;
 }
 
 /* Calls wait (held in memory) for their response so that their pair columns are written with
  * them; past this many a waiting call is written as it is and updated when answered. */
 #define MAX_HELD 64
-static size_t held_count(Import *im) {
-    size_t n = 0;
-    for (size_t i = 0; i < im->n_pairs; i++) n += im->pairs[i].held != NULL;
-    return n;
-}
 
 static int kind_index_of(Import *im, const char *kind) {
     for (int i = 0; i < im->n_kinds; i++)
@@ -2054,6 +2121,7 @@ static int process(Import *im, long long line, const char *text, size_t n) {
     int is_call = type == T_LLM_REQUEST || type == T_CHILD_SPAWN;
     int is_response = type == T_LLM_RESPONSE || type == T_CHILD_RESULT;
     char key[256 + 16];
+    long call_pair = -1; /* this call's entry in the open pairs */
     if (row->pair_id.n && (is_call || is_response)) {
         const char *family = type == T_LLM_REQUEST || type == T_LLM_RESPONSE ? "llm" : "child";
         if (row->pair_id.n > 240) BAIL(im, "pair id too long");
@@ -2079,7 +2147,8 @@ static int process(Import *im, long long line, const char *text, size_t n) {
                 int rc = write_row(im, call);
                 held_free(call);
                 open->held = NULL;
-                if (rc) { drop_pair(im, at); return -1; }
+                im->n_held--;
+                if (rc) { drop_pair(im, at); return rc; }
             } else {
                 sqlite3_stmt *u = im->update_pair;
                 sq.bind_int64(u, 1, seq);
@@ -2089,32 +2158,32 @@ static int process(Import *im, long long line, const char *text, size_t n) {
                 sq.bind_int64(u, 4, open->seq);
                 int rc = sq.step(u);
                 sq.reset(u);
-                if (rc != SQLITE_DONE) { drop_pair(im, at); im->why = sq.errmsg(im->db); return -2; }
+                if (rc != SQLITE_DONE) {
+                    drop_pair(im, at);
+                    snprintf(im->errmsg, sizeof im->errmsg, "%s", sq.errmsg(im->db));
+                    im->why = im->errmsg;
+                    return -2;
+                }
             }
             drop_pair(im, at);
         } else if (is_call) {
             if (open) {
-                /* The same id called again: the earlier call stays unanswered (Python keeps the
-                 * newer in open_pairs). */
+                /* The same id called again: the earlier call stays unanswered, and the newer
+                 * takes its place in open_pairs (where Python's dict keeps the key). */
                 if (open->held) {
                     int rc = write_row(im, open->held);
                     held_free(open->held);
                     open->held = NULL;
-                    if (rc) return -1;
+                    im->n_held--;
+                    if (rc) return rc;
                 }
-                drop_pair(im, at);
+                open->seq = seq;
+                open->has_ts = ev.has_ts;
+                open->ts_ms = ev.ts_ms;
+                call_pair = (long)at;
+            } else {
+                call_pair = (long)add_pair(im, key, seq, ev.has_ts, ev.ts_ms);
             }
-            if (im->n_pairs == im->cap_pairs) {
-                im->cap_pairs = im->cap_pairs ? im->cap_pairs * 2 : 16;
-                im->pairs = realloc(im->pairs, sizeof(OpenPair) * im->cap_pairs);
-                if (!im->pairs) abort();
-            }
-            OpenPair *p = &im->pairs[im->n_pairs++];
-            p->key = strdup(key);
-            p->seq = seq;
-            p->has_ts = ev.has_ts;
-            p->ts_ms = ev.ts_ms;
-            p->held = NULL;
         }
     }
     if (ev.has_state_change) row->has_state_change = 1;
@@ -2144,13 +2213,14 @@ static int process(Import *im, long long line, const char *text, size_t n) {
     memcpy(im->head, row->hash, 65);
 
     int rc;
-    if (is_call && row->pair_id.n && held_count(im) < MAX_HELD) {
+    if (call_pair >= 0 && im->n_held < MAX_HELD) {
         /* Wait for the response: move this row's buffers into a held copy. */
         Row *held = malloc(sizeof(Row));
         if (!held) abort();
         *held = *row;
         memset(&row->parent, 0, sizeof(Buf) * 9);
-        im->pairs[im->n_pairs - 1].held = held;
+        im->pairs[call_pair].held = held;
+        im->n_held++;
         rc = 0;
     } else {
         rc = write_row(im, row);
@@ -2181,6 +2251,7 @@ static void import_free(Import *im) {
         if (im->pairs[i].held) held_free(im->pairs[i].held);
     }
     free(im->pairs);
+    free(im->slots);
     for (size_t i = 0; i < im->n_models; i++) buf_free(&im->models[i]);
     free(im->models);
     for (size_t i = 0; i < im->n_keyframes; i++) {
@@ -2201,11 +2272,13 @@ static int flush_held(Import *im) {
     while (1) {
         OpenPair *first = NULL;
         for (size_t i = 0; i < im->n_pairs; i++)
-            if (im->pairs[i].held && (!first || im->pairs[i].seq < first->seq)) first = &im->pairs[i];
+            if (im->pairs[i].live && im->pairs[i].held && (!first || im->pairs[i].seq < first->seq))
+                first = &im->pairs[i];
         if (!first) return 0;
         int rc = write_row(im, first->held);
         held_free(first->held);
         first->held = NULL;
+        im->n_held--;
         if (rc) return rc;
     }
 }
@@ -2245,6 +2318,7 @@ static PyObject *result_of(Import *im) {
     for (int i = 0; i < im->n_kinds; i++)
         if (set_item(counts, im->kind_names[i], PyLong_FromLongLong(im->kind_counts[i]))) goto fail;
     for (size_t i = 0; i < im->n_pairs; i++) {
+        if (!im->pairs[i].live) continue;
         PyObject *ts = im->pairs[i].has_ts ? PyFloat_FromDouble(im->pairs[i].ts_ms) : Py_NewRef(Py_None);
         PyObject *v = Py_BuildValue("[LN]", im->pairs[i].seq, ts);
         if (set_item(pairs, im->pairs[i].key, v)) goto fail;
@@ -2313,9 +2387,11 @@ typedef struct {
 } ConnectionHead;
 
 static int resolve(const char *module_path) {
-    if (sq.prepare_v2) return 0;
+    static int resolved = 0;
+    if (resolved) return 0;
     void *h = dlopen(module_path, RTLD_NOW | RTLD_NOLOAD);
     if (!h) return -1;
+    /* every function is looked up before any is used: a missing one leaves `resolved` 0 */
 #define LOAD(field, name) if (!(*(void **)&sq.field = dlsym(h, name))) return -1
     LOAD(prepare_v2, "sqlite3_prepare_v2");
     LOAD(bind_int64, "sqlite3_bind_int64");
@@ -2332,6 +2408,7 @@ static int resolve(const char *module_path) {
 #undef LOAD
     void *crypto = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_NOLOAD);
     if (crypto) *(void **)&openssl_sha256 = dlsym(crypto, "SHA256");
+    resolved = 1;
     return 0;
 }
 
