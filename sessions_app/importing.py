@@ -135,11 +135,10 @@ def import_file(
             )
         except CompiledPathDeclined as declined:
             # Nothing was written; the Python path reads the file again and reports its problem.
+            # (The job's progress stays where it was until the Python path passes it.)
             logger.debug("compiled path declined %s: %s", path, declined)
-            progress.restart()
         except Exception:  # a bug there must not fail the import: the Python path does it all
             logger.exception("compiled import of %s failed; importing it with the Python path", path)
-            progress.restart()
         else:
             outcomes = [outcome] if outcome is not None else []
             if not outcomes:
@@ -196,12 +195,12 @@ class _CompiledFile:
 
 
 def _compiled_file(source: Source, fmt: str) -> _CompiledFile | None:
-    """The compiled fast path for this file, if there is one: rlm-code's native JSONL on SQLite,
-    a plain file (not gzip), and the extension built. Setting REPLAY_COMPILED_IMPORT=off (the
-    setting IMPORT_COMPILED) makes every import take the Python path."""
+    """The compiled fast path for this file, if there is one: rlm-code's native JSONL, a plain
+    file (not gzip), and the extension built. Setting REPLAY_COMPILED_IMPORT=off (the setting
+    IMPORT_COMPILED) makes every import take the Python path."""
     if not settings.IMPORT_COMPILED or fmt != rlm_native.NAME or rlm_native.compiled is None:
         return None
-    if connection.vendor != "sqlite" or not source.path.is_file():
+    if connection.vendor not in ("sqlite", "postgresql") or not source.path.is_file():
         return None
     with source.path.open("rb") as stream:
         if stream.read(2) == b"\x1f\x8b":
@@ -394,11 +393,6 @@ class _JobProgress:
             return
         self.last_reported = total
         self._write(bytes_done=self.bytes_done, events_done=total)
-
-    def restart(self) -> None:
-        """The file is read again from its start (a declined compiled path): progress too."""
-        self.bytes_done = 0
-        self.last_reported = self.events_done
 
     def compiled_progress(self, events: int, bytes_read: int) -> None:
         self.bytes_read(bytes_read)

@@ -327,30 +327,36 @@ def append_compiled(
     module: Any,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[AppendResult, dict[str, Any]]:
-    """Write a whole file's rows through a format's compiled fast path (SQLite only), into a
-    session that has no events yet; (the append's result, what the path read about the
-    session). Raises CompiledPathDeclined, with nothing written, where the file needs the
-    Python path.
+    """Write a whole file's rows through a format's compiled fast path, into a session that has
+    no events yet; (the append's result, what the path read about the session). Raises
+    CompiledPathDeclined, with nothing written, where the file needs the Python path.
 
-    The compiled module writes the rows on this connection, inside this transaction: it borrows
-    the handle of the sqlite3 connection Django holds, after proving it is the same database.
+    The rows go through each backend's raw bulk path all the same: on SQLite the compiled module
+    binds them to the connection Django holds, inside this transaction (it borrows the handle
+    of that sqlite3 connection after proving it is the same database); on PostgreSQL it writes
+    the data of one binary COPY, which psycopg sends as it comes.
     """
     connection.ensure_connection()
     raw = connection.connection
-    db_file = raw.execute("PRAGMA database_list").fetchone()[2]
-    columns = ", ".join(EVENT_COLUMNS)
-    placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
-    insert = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
     report = None if on_progress is None else (lambda events, bytes_read: on_progress(events, bytes_read))
     with transaction.atomic():  # a savepoint: a declined file leaves nothing behind
         locked = Session.objects.select_for_update().get(pk=session.pk)
         if locked.event_count:
             raise ValueError("append_compiled writes a new session's first events only")
-        outcome = module.import_file(
-            raw, sqlite3_module_file(), db_file, insert, str(path), locked.pk, report, BATCH_ROWS
-        )
+        if connection.vendor == "postgresql":
+            outcome = _copy_compiled(raw, module, path, locked.pk, report)
+        else:
+            db_file = raw.execute("PRAGMA database_list").fetchone()[2]
+            columns = ", ".join(EVENT_COLUMNS)
+            placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
+            insert = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
+            outcome = module.import_file(
+                raw, sqlite3_module_file(), db_file, insert, str(path), locked.pk, report, BATCH_ROWS
+            )
         if isinstance(outcome, tuple):
             raise CompiledPathDeclined(*outcome)
+        # Calls answered after their row went out in the COPY (SQLite's are updated in place).
+        _update_pairs(locked.pk, outcome["pair_updates"])
         state = WriterState(
             next_seq=outcome["next_seq"],
             head=outcome["head"],
@@ -385,6 +391,18 @@ def append_compiled(
     _copy_fields(locked, session)
     result = AppendResult(stored=state.next_seq, first_seq=0, head_hash=state.head, event_count=state.next_seq)
     return result, outcome
+
+
+def _copy_compiled(raw: Any, module: Any, path: Path, session_pk: int, report: Any) -> Any:
+    """The compiled module's rows as one binary COPY; a declined file aborts the COPY (the
+    caller's savepoint then takes the rest back)."""
+    columns = ", ".join(EVENT_COLUMNS)
+    with raw.cursor() as cursor:
+        with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            outcome = module.copy_file(_copy_types(), str(path), session_pk, copy.write, report, BATCH_ROWS)
+            if isinstance(outcome, tuple):
+                raise CompiledPathDeclined(*outcome)
+    return outcome
 
 
 def sqlite3_module_file() -> str:

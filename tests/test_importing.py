@@ -405,6 +405,7 @@ def test_job_progress_is_visible_to_other_connections_while_a_session_streams_in
     from django.db import connection
 
     settings.IMPORT_WORKER_MIN_MB = worker_mb
+    settings.IMPORT_COMPILED = False  # the Python path's progress (the compiled path reports its own)
     started = []
     monkeypatch.setattr(importing.ParseWorker, "sessions", _counted(importing.ParseWorker.sessions, started))
     monkeypatch.setattr("sessions_app.parse_worker.BATCH_ROWS", 100)

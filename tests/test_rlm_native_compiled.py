@@ -203,12 +203,7 @@ def other_project(db) -> Project:
 
 @pytest.fixture
 def spy(monkeypatch, db) -> dict[str, list]:
-    """What the compiled path did: the files it wrote, and the ones it declined (and why).
-    It writes SQLite only: on PostgreSQL these tests have nothing to compare."""
-    from django.db import connection
-
-    if connection.vendor != "sqlite":
-        pytest.skip("the compiled path writes SQLite only (see the PostgreSQL test below)")
+    """What the compiled path did: the files it wrote, and the ones it declined (and why)."""
     seen: dict[str, list] = {"written": [], "declined": []}
     real = importing.append_compiled
 
@@ -456,16 +451,3 @@ def test_damaged_lines_give_the_same_import_either_way(seed, tmp_path, settings,
         here, there = import_both_ways(settings, path, mine, theirs)
         assert_same_import(there, here)
     assert len(spy["written"]) + len(spy["declined"]) == 12
-
-
-@pytest.mark.django_db
-def test_on_postgresql_every_import_takes_the_python_path(tmp_path, settings, monkeypatch):
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL only")
-    monkeypatch.setattr(importing, "append_compiled", lambda **kwargs: pytest.fail("compiled path on PostgreSQL"))
-    settings.IMPORT_COMPILED = True
-    path = write_lines(tmp_path / "s.jsonl", edge_case_session())
-    outcome = import_file(path=path, project=Project.get_default())[0]
-    assert outcome.error is None and outcome.events == len([x for x in edge_case_session() if x.strip()])

@@ -1126,6 +1126,14 @@ typedef struct {
     int32_t *slots;
     size_t n_slots;
     char errmsg[256];
+    /* PostgreSQL: rows go out as binary COPY data through `write` (no database handle here);
+     * calls answered after their row went out are updated once the COPY is over. */
+    int pg;
+    PyObject *write;
+    Buf copy;
+    long long (*updates)[3]; /* call seq, response seq, duration bits (or -1 for none) */
+    double *update_durations;
+    size_t n_updates, cap_updates;
     VarMap vars;
     int has_memory;
     Buf memory;
@@ -1522,7 +1530,9 @@ static int bind_row(Import *im, Row *r);
 
 /* A row whose seq comes before `seq` must be written (the call it waits for is answered or
  * given up on); rows are written as soon as nothing of theirs can change. */
+static int copy_row(Import *im, Row *r);
 static int write_row(Import *im, Row *r) {
+    if (im->pg) return copy_row(im, r);
     if (bind_row(im, r)) return -1;
     if (sq.step(im->insert) != SQLITE_DONE) {
         /* copied now: the next call on the connection may free SQLite's message */
@@ -1537,6 +1547,110 @@ static int write_row(Import *im, Row *r) {
 
 static void bind_text_buf(sqlite3_stmt *st, int col, const Buf *b) {
     sq.bind_text(st, col, b->n ? b->p : "", (int)b->n, SQLITE_STATIC);
+}
+
+/* --- PostgreSQL binary COPY (the layout of ingest._copy_types, checked by copy_file) --- */
+static void be16(Buf *b, int v) {
+    char t[2] = {(char)(v >> 8), (char)v};
+    buf_put(b, t, 2);
+}
+static void be32(Buf *b, long v) {
+    char t[4] = {(char)(v >> 24), (char)(v >> 16), (char)(v >> 8), (char)v};
+    buf_put(b, t, 4);
+}
+static void be64(Buf *b, unsigned long long v) {
+    char t[8];
+    for (int i = 0; i < 8; i++) t[i] = (char)(v >> (56 - 8 * i));
+    buf_put(b, t, 8);
+}
+static void c_null(Buf *b) { be32(b, -1); }
+static void c_int(Buf *b, long long v) { be32(b, 8); be64(b, (unsigned long long)v); }
+static void c_float(Buf *b, double v) {
+    unsigned long long u;
+    memcpy(&u, &v, 8);
+    be32(b, 8);
+    be64(b, u);
+}
+static void c_bool(Buf *b, int v) { be32(b, 1); buf_putc(b, v ? 1 : 0); }
+static void c_text(Buf *b, const char *s, size_t n) { be32(b, (long)n); buf_put(b, s, n); }
+static void c_buf(Buf *b, const Buf *t) { c_text(b, t->p, t->n); }
+
+/* The stored text "YYYY-MM-DD HH:MM:SS.ffffff" back to microseconds since 2000-01-01 UTC. */
+static long long pg_micros(const char *ts) {
+    int y = 0, mo = 0, d = 0, h = 0, mi = 0, se = 0, us = 0;
+    digits(ts, 4, &y); digits(ts + 5, 2, &mo); digits(ts + 8, 2, &d);
+    digits(ts + 11, 2, &h); digits(ts + 14, 2, &mi); digits(ts + 17, 2, &se); digits(ts + 20, 6, &us);
+    long long days = days_from_civil(y, (unsigned)mo, (unsigned)d) - 10957; /* 1970 -> 2000 */
+    return (days * 86400 + h * 3600 + mi * 60 + se) * 1000000LL + us;
+}
+
+#define COPY_FLUSH (1 << 20)
+static int copy_flush(Import *im) {
+    if (!im->copy.n) return 0;
+    PyObject *r = PyObject_CallFunction(im->write, "y#", im->copy.p, (Py_ssize_t)im->copy.n);
+    buf_clear(&im->copy);
+    if (!r) {
+        im->why = "writing the COPY data failed";
+        return -3;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+static int copy_row(Import *im, Row *r) {
+    Buf *b = &im->copy;
+    be16(b, N_COLS);
+    c_int(b, im->session_id);
+    c_int(b, r->seq);
+    c_text(b, r->kind, strlen(r->kind));
+    c_text(b, r->source_type, strlen(r->source_type));
+    if (r->has_ts) c_int(b, pg_micros(r->ts)); else c_null(b);
+    c_int(b, r->line);
+    if (r->has_step) c_int(b, r->step); else c_null(b);
+    if (r->has_step_pos) c_int(b, r->step_pos); else c_null(b);
+    c_int(b, r->depth);
+    c_text(b, "", 0); /* agent_id */
+    c_buf(b, &r->parent);
+    c_buf(b, &r->child);
+    c_buf(b, &r->tool);
+    c_buf(b, &r->pair_id);
+    if (r->has_pair_seq) c_int(b, r->pair_seq); else c_null(b);
+    if (r->has_pair_duration) c_float(b, r->pair_duration); else c_null(b);
+    if (r->has_duration) c_float(b, r->duration); else c_null(b);
+    c_null(b);     /* cost_usd */
+    c_bool(b, 0);  /* cost_unpriced */
+    if (r->has_tokens) c_int(b, r->tokens); else c_null(b);
+    if (r->has_reward) c_float(b, r->reward); else c_null(b);
+    c_bool(b, r->is_error);
+    c_int(b, r->fail_streak);
+    c_buf(b, &r->payload);
+    c_buf(b, &r->raw);
+    if (r->has_step_state) c_buf(b, &r->step_state); else c_null(b);
+    if (r->has_state_change) c_buf(b, &r->state_change); else c_null(b);
+    c_text(b, r->hash, 64);
+    c_text(b, r->prev_hash, 64);
+    c_float(b, 0.0); /* cost_total */
+    c_int(b, r->tokens_total);
+    c_int(b, r->errors_total);
+    c_float(b, r->elapsed);
+    c_float(b, r->reward_total);
+    c_int(b, r->steps_total);
+    c_buf(b, &r->kind_counts);
+    return b->n >= COPY_FLUSH ? copy_flush(im) : 0;
+}
+
+static void add_update(Import *im, long long call_seq, long long response_seq, int has_duration, double duration) {
+    if (im->n_updates == im->cap_updates) {
+        im->cap_updates = im->cap_updates ? im->cap_updates * 2 : 64;
+        im->updates = realloc(im->updates, sizeof *im->updates * im->cap_updates);
+        im->update_durations = realloc(im->update_durations, sizeof(double) * im->cap_updates);
+        if (!im->updates || !im->update_durations) abort();
+    }
+    im->updates[im->n_updates][0] = call_seq;
+    im->updates[im->n_updates][1] = response_seq;
+    im->updates[im->n_updates][2] = has_duration;
+    im->update_durations[im->n_updates] = duration;
+    im->n_updates++;
 }
 
 static int bind_row(Import *im, Row *r) {
@@ -2149,6 +2263,8 @@ static int process(Import *im, long long line, const char *text, size_t n) {
                 open->held = NULL;
                 im->n_held--;
                 if (rc) { drop_pair(im, at); return rc; }
+            } else if (im->pg) {
+                add_update(im, open->seq, seq, row->has_pair_duration, row->pair_duration);
             } else {
                 sqlite3_stmt *u = im->update_pair;
                 sq.bind_int64(u, 1, seq);
@@ -2252,6 +2368,9 @@ static void import_free(Import *im) {
     }
     free(im->pairs);
     free(im->slots);
+    buf_free(&im->copy);
+    free(im->updates);
+    free(im->update_durations);
     for (size_t i = 0; i < im->n_models; i++) buf_free(&im->models[i]);
     free(im->models);
     for (size_t i = 0; i < im->n_keyframes; i++) {
@@ -2366,6 +2485,15 @@ static PyObject *result_of(Import *im) {
         set_item(r, "state_dirty", PyBool_FromLong(im->state_dirty)) ||
         set_item(r, "last_keyframe_seq", PyLong_FromLongLong(im->last_keyframe_seq)))
         goto fail;
+    PyObject *updates = PyList_New(0);
+    if (!updates) goto fail;
+    for (size_t i = 0; i < im->n_updates; i++) {
+        PyObject *duration = im->updates[i][2] ? PyFloat_FromDouble(im->update_durations[i]) : Py_NewRef(Py_None);
+        PyObject *v = Py_BuildValue("(LNL)", im->updates[i][0], duration, im->updates[i][1]);
+        if (!v || PyList_Append(updates, v)) { Py_XDECREF(v); Py_DECREF(updates); goto fail; }
+        Py_DECREF(v);
+    }
+    if (set_item(r, "pair_updates", updates)) goto fail;
     if (set_item(r, "meta", meta) || set_item(r, "kind_counts", counts) || set_item(r, "open_pairs", pairs) ||
         set_item(r, "models", models) || set_item(r, "checkpoints", checkpoints) || set_item(r, "keyframes", keyframes)) {
         meta = counts = pairs = models = checkpoints = keyframes = NULL;
@@ -2416,55 +2544,18 @@ static PyObject *bail_result(Import *im, long long line) {
     return Py_BuildValue("(sL)", im->why ? im->why : "stopped", line);
 }
 
-/* import_file(connection, sqlite_module_path, db_filename, insert_sql, update_sql, path,
- *             session_id, progress, progress_every)
- * -> dict (the states after the last row), or (why, line) when the Python path must do it. */
-static PyObject *import_file(PyObject *self, PyObject *args) {
-    PyObject *conn, *progress;
-    const char *module_path, *db_filename, *insert_sql, *path;
-    long long session_id, every;
-    if (!PyArg_ParseTuple(args, "OssssLOL", &conn, &module_path, &db_filename, &insert_sql, &path,
-                          &session_id, &progress, &every))
-        return NULL;
-    if (strcmp(Py_TYPE(conn)->tp_name, "sqlite3.Connection") != 0)
-        return PyErr_Format(PyExc_TypeError, "expected a sqlite3.Connection");
-    if (resolve(module_path)) return Py_BuildValue("(sL)", "cannot reach SQLite's functions", 0LL);
-    sqlite3 *db = ((ConnectionHead *)conn)->db;
-    const char *name = db ? sq.db_filename(db, "main") : NULL;
-    if (!name || strcmp(name, db_filename) != 0) return Py_BuildValue("(sL)", "not the expected database", 0LL);
-    if (sq.get_autocommit(db)) return Py_BuildValue("(sL)", "not inside a transaction", 0LL);
-
-    Import *im = calloc(1, sizeof(Import));
-    if (!im) return PyErr_NoMemory();
-    im->db = db;
-    im->session_id = session_id;
-    im->completed = -1;
-    im->last_keyframe_seq = -1;
-    im->reward_total = num_float(0.0);
-    im->cumulative = num_float(0.0);
-    memset(im->head, '0', 64);
+/* Read the file line by line and turn each record into its row; the result (or the reason to
+ * decline, or NULL with a Python exception set). */
+static PyObject *run(Import *im, const char *path, PyObject *progress, long long every) {
     PyObject *result = NULL;
     FILE *f = NULL;
     Buf line = {0};
     char *block = NULL;
-    if (sq.prepare_v2(db, insert_sql, -1, &im->insert, NULL) != SQLITE_OK) {
-        im->why = "cannot prepare the insert";
-        result = bail_result(im, 0);
-        goto done;
-    }
-    char update[512];
-    snprintf(update, sizeof update,
-             "UPDATE sessions_app_event SET pair_seq = ?, pair_duration_ms = ? WHERE session_id = ? AND seq = ?");
-    if (sq.prepare_v2(db, update, -1, &im->update_pair, NULL) != SQLITE_OK) {
-        im->why = "cannot prepare the update";
-        result = bail_result(im, 0);
-        goto done;
-    }
     f = fopen(path, "rb");
     if (!f) {
         im->why = "cannot open the file";
         result = bail_result(im, 0);
-        goto done;
+        goto out;
     }
     const size_t BLOCK = 1 << 20;
     block = malloc(BLOCK);
@@ -2524,7 +2615,7 @@ static PyObject *import_file(PyObject *self, PyObject *args) {
         if (!failed && progress != Py_None && im->next_seq >= next_report) {
             next_report = im->next_seq + every;
             PyObject *r = PyObject_CallFunction(progress, "LL", im->next_seq, bytes);
-            if (!r) goto done;
+            if (!r) goto out;
             Py_DECREF(r);
         }
     }
@@ -2546,20 +2637,114 @@ static PyObject *import_file(PyObject *self, PyObject *args) {
         }
     }
     if (!failed && flush_held(im)) failed = 1;
+    if (!failed && im->pg) {
+        be16(&im->copy, -1); /* the COPY trailer */
+        if (copy_flush(im)) failed = 1;
+    }
     if (failed) {
-        result = bail_result(im, fail_line);
-        goto done;
+        /* a Python exception (the COPY write or the progress) goes up as it is */
+        if (!PyErr_Occurred()) result = bail_result(im, fail_line);
+        goto out;
     }
     if (progress != Py_None) {
         PyObject *r = PyObject_CallFunction(progress, "LL", im->next_seq, bytes);
-        if (!r) goto done;
+        if (!r) goto out;
         Py_DECREF(r);
     }
     result = result_of(im);
-done:
+out:
     if (f) fclose(f);
     free(block);
     buf_free(&line);
+    return result;
+}
+
+static Import *new_import(long long session_id) {
+    Import *im = calloc(1, sizeof(Import));
+    if (!im) return NULL;
+    im->session_id = session_id;
+    im->completed = -1;
+    im->last_keyframe_seq = -1;
+    im->reward_total = num_float(0.0);
+    im->cumulative = num_float(0.0);
+    memset(im->head, '0', 64);
+    return im;
+}
+
+/* import_file(connection, sqlite_module_path, db_filename, insert_sql, update_sql, path,
+ *             session_id, progress, progress_every)
+ * -> dict (the states after the last row), or (why, line) when the Python path must do it. */
+static PyObject *import_file(PyObject *self, PyObject *args) {
+    PyObject *conn, *progress;
+    const char *module_path, *db_filename, *insert_sql, *path;
+    long long session_id, every;
+    if (!PyArg_ParseTuple(args, "OssssLOL", &conn, &module_path, &db_filename, &insert_sql, &path,
+                          &session_id, &progress, &every))
+        return NULL;
+    if (strcmp(Py_TYPE(conn)->tp_name, "sqlite3.Connection") != 0)
+        return PyErr_Format(PyExc_TypeError, "expected a sqlite3.Connection");
+    if (resolve(module_path)) return Py_BuildValue("(sL)", "cannot reach SQLite's functions", 0LL);
+    sqlite3 *db = ((ConnectionHead *)conn)->db;
+    const char *name = db ? sq.db_filename(db, "main") : NULL;
+    if (!name || strcmp(name, db_filename) != 0) return Py_BuildValue("(sL)", "not the expected database", 0LL);
+    if (sq.get_autocommit(db)) return Py_BuildValue("(sL)", "not inside a transaction", 0LL);
+
+    Import *im = new_import(session_id);
+    if (!im) return PyErr_NoMemory();
+    im->db = db;
+    PyObject *result = NULL;
+    if (sq.prepare_v2(db, insert_sql, -1, &im->insert, NULL) != SQLITE_OK) {
+        im->why = "cannot prepare the insert";
+        result = bail_result(im, 0);
+        goto done;
+    }
+    char update[512];
+    snprintf(update, sizeof update,
+             "UPDATE sessions_app_event SET pair_seq = ?, pair_duration_ms = ? WHERE session_id = ? AND seq = ?");
+    if (sq.prepare_v2(db, update, -1, &im->update_pair, NULL) != SQLITE_OK) {
+        im->why = "cannot prepare the update";
+        result = bail_result(im, 0);
+        goto done;
+    }
+    result = run(im, path, progress, every);
+done:
+    import_free(im);
+    free(im);
+    return result;
+}
+
+
+/* The PostgreSQL column types of ingest._copy_types that copy_row writes. */
+static const char *const COPY_TYPES[N_COLS] = {
+    "bigint", "bigint", "varchar", "varchar", "timestamp with time zone", "bigint", "bigint",
+    "bigint", "bigint", "varchar", "varchar", "varchar", "varchar", "varchar", "bigint",
+    "double precision", "double precision", "double precision", "boolean", "bigint",
+    "double precision", "boolean", "bigint", "text", "text", "text", "text", "varchar", "varchar",
+    "double precision", "bigint", "bigint", "double precision", "double precision", "bigint",
+    "text"};
+
+/* copy_file(types, path, session_id, write, progress, progress_every) -> as import_file, the
+ * rows going out through write(bytes) as the data of a binary COPY (header to trailer). */
+static PyObject *copy_file(PyObject *self, PyObject *args) {
+    PyObject *types, *write, *progress;
+    const char *path;
+    long long session_id, every;
+    if (!PyArg_ParseTuple(args, "OsLOOL", &types, &path, &session_id, &write, &progress, &every)) return NULL;
+    if (!PyList_Check(types) || PyList_GET_SIZE(types) != N_COLS)
+        return Py_BuildValue("(sL)", "unexpected column types", 0LL);
+    for (int i = 0; i < N_COLS; i++) {
+        const char *t = PyUnicode_AsUTF8(PyList_GET_ITEM(types, i));
+        if (!t) return NULL;
+        if (strcmp(t, COPY_TYPES[i]) != 0) return Py_BuildValue("(sL)", "unexpected column types", 0LL);
+    }
+    Import *im = new_import(session_id);
+    if (!im) return PyErr_NoMemory();
+    im->pg = 1;
+    im->write = write;
+    buf_put(&im->copy, "PGCOPY\n\xff\r\n\0", 11);
+    be32(&im->copy, 0); /* flags */
+    be32(&im->copy, 0); /* header extension */
+    PyObject *result = run(im, path, progress, every);
     import_free(im);
     free(im);
     return result;
@@ -2608,6 +2793,7 @@ static PyObject *jequal(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"import_file", import_file, METH_VARARGS, "Import an rlm-code session file into SQLite rows."},
+    {"copy_file", copy_file, METH_VARARGS, "An rlm-code session file as PostgreSQL binary COPY data."},
     {"jcompact", jcompact, METH_VARARGS, "The compact JSON orjson writes for a text (tests)."},
     {"jequal", jequal, METH_VARARGS, "Python's == of two JSON texts (tests)."},
     {NULL, NULL, 0, NULL}};
