@@ -358,24 +358,9 @@ def append_compiled(
         # Calls answered after their row went out in the COPY (SQLite's are updated in place).
         _update_pairs(locked.pk, outcome["pair_updates"])
         state = WriterState(
-            next_seq=outcome["next_seq"],
-            head=outcome["head"],
-            tokens_total=outcome["tokens_total"],
-            errors_total=outcome["errors_total"],
-            reward_total=outcome["reward_total"],
-            steps_total=outcome["steps_total"],
-            step_errors=outcome["step_errors"],
-            step_successes=outcome["step_successes"],
-            first_ts_ms=outcome["first_ts_ms"],
-            last_ts_ms=outcome["last_ts_ms"],
-            elapsed_ms=outcome["elapsed_ms"],
-            kind_counts=outcome["kind_counts"],
-            open_pairs=outcome["open_pairs"],
+            **{name: outcome[name] for name in _COMPILED_STATE},
             variables=orjson.loads(outcome["variables"]),
             memory=orjson.loads(outcome["memory"]),
-            state_dirty=outcome["state_dirty"],
-            last_keyframe_seq=outcome["last_keyframe_seq"],
-            models=outcome["models"],
         )
         keyframes = [
             Keyframe(
@@ -391,6 +376,15 @@ def append_compiled(
     _copy_fields(locked, session)
     result = AppendResult(stored=state.next_seq, first_seq=0, head_hash=state.head, event_count=state.next_seq)
     return result, outcome
+
+
+# The WriterState fields a compiled path returns as they are (the variables and memory come as
+# JSON text).
+_COMPILED_STATE = (
+    "next_seq", "head", "tokens_total", "errors_total", "reward_total", "steps_total",
+    "step_errors", "step_successes", "first_ts_ms", "last_ts_ms", "elapsed_ms", "kind_counts",
+    "open_pairs", "state_dirty", "last_keyframe_seq", "models",
+)  # fmt: skip
 
 
 def _copy_compiled(raw: Any, module: Any, path: Path, session_pk: int, report: Any) -> Any:

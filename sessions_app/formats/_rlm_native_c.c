@@ -1401,6 +1401,20 @@ static int state_change_of(Import *im, const JDoc *d, int data, Row *row, Ev *ev
     return 0;
 }
 
+/* raw_action / raw_observation of a closing step, when its events did not bring it: the
+ * step_end's own object, else the legacy action/observation object, else {}. */
+static void raw_dict_field(Import *im, const JDoc *d, int data, int f, int fallback) {
+    StepAcc *st = &im->step;
+    if (st->has[f]) return;
+    Buf *t = &im->s2;
+    int v = jget(d, data, STEP_NAMES[f]);
+    buf_clear(t);
+    if (v >= 0 && d->n[v].t == J_OBJ) jwrite(d, v, t, &im->s3);
+    else if (fallback >= 0) jwrite(d, fallback, t, &im->s3);
+    else buf_put(t, "{}", 2);
+    close_step_field(st, f, t->p, t->n);
+}
+
 /* close_step: the StepState merged from the step's events, a step_end's own fields filling in
  * what they did not bring (rlm_native.Converter.close_step). */
 static int close_step(Import *im, const JDoc *d, int data, Ev *ev, Row *row) {
@@ -1476,22 +1490,8 @@ static int close_step(Import *im, const JDoc *d, int data, Ev *ev, Row *row) {
         buf_int(t, st->tokens);
         close_step_field(st, S_TOKENS, t->p, t->n);
     }
-    if (!st->has[S_RAW_ACTION]) {
-        int v = jget(d, data, "raw_action");
-        buf_clear(t);
-        if (v >= 0 && d->n[v].t == J_OBJ) jwrite(d, v, t, &im->s3);
-        else if (fa >= 0) jwrite(d, fa, t, &im->s3);
-        else buf_put(t, "{}", 2);
-        close_step_field(st, S_RAW_ACTION, t->p, t->n);
-    }
-    if (!st->has[S_RAW_OBSERVATION]) {
-        int v = jget(d, data, "raw_observation");
-        buf_clear(t);
-        if (v >= 0 && d->n[v].t == J_OBJ) jwrite(d, v, t, &im->s3);
-        else if (fo >= 0) jwrite(d, fo, t, &im->s3);
-        else buf_put(t, "{}", 2);
-        close_step_field(st, S_RAW_OBSERVATION, t->p, t->n);
-    }
+    raw_dict_field(im, d, data, S_RAW_ACTION, fa);
+    raw_dict_field(im, d, data, S_RAW_OBSERVATION, fo);
     if (!im->step_tokens_counted) {
         long long base = ev->has_tokens ? ev->tokens : 0;
         if (__builtin_add_overflow(base, st->tokens, &ev->tokens)) BAIL(im, "tokens overflow");
