@@ -242,7 +242,9 @@ class EventRows:
         if event.cumulative_reward is not None:
             state.reward_total = event.cumulative_reward
         elif reward is not None:
-            state.reward_total += reward
+            total = state.reward_total + reward
+            # Integers past 64 bits (no column holds them) go on as a float.
+            state.reward_total = float(total) if type(total) is int and not INT64_MIN <= total <= INT64_MAX else total
 
         step_pos = None
         step_state_json = None

@@ -451,3 +451,29 @@ def test_damaged_lines_give_the_same_import_either_way(seed, tmp_path, settings,
         here, there = import_both_ways(settings, path, mine, theirs)
         assert_same_import(there, here)
     assert len(spy["written"]) + len(spy["declined"]) == 12
+
+
+@pytest.mark.django_db
+def test_a_cumulative_reward_past_64_bits_is_reported_and_the_rest_imports(tmp_path, settings):
+    # Both paths: the compiled one declines (its sum would overflow), the Python one reports it.
+    limit = 2**63 - 1
+    lines = [
+        line(event_type="session_start", step=0, run_id="run_big", data={"task": "t"}),
+        line(event_type="step_start", step=1, data={}),
+        line(event_type="step_result", step=1, data={"reward": limit, "cumulative_reward": limit, "success": True}),
+        line(event_type="step_end", step=1, data={"step": 1}),
+        line(event_type="step_start", step=2, data={}),
+        line(event_type="step_result", step=2, data={"reward": 5, "success": True}),
+        line(event_type="step_end", step=2, data={"step": 2}),
+        line(event_type="session_end", step=2, data={}),
+    ]
+    path = write_lines(tmp_path / "big.jsonl", lines)
+    for compiled_on in (True, False):
+        settings.IMPORT_COMPILED = compiled_on
+        project = Project.objects.create(name=f"big {compiled_on}", slug=f"big-{compiled_on}")
+        outcome = import_file(path=path, project=project)[0]
+        assert outcome.error is None and outcome.events == len(lines) and outcome.steps == 2
+        assert [(p["line"], p["field"]) for p in outcome.problems] == [(6, "data.cumulative_reward")]
+        step = Event.objects.get(session=outcome.session, step_pos=1)
+        assert json.loads(step.step_state)["cumulative_reward"] == float(limit + 5)
+

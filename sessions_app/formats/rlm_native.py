@@ -490,7 +490,7 @@ class Converter:
         current["reward"] = reward if reward is not None else 0.0
         cumulative = _field_number(data, "cumulative_reward", line, problems)
         if cumulative is None:
-            cumulative = self.cumulative + current["reward"]
+            cumulative = _running_sum(self.cumulative, current["reward"], line, problems)
         current["cumulative_reward"] = cumulative
         current["duration_ms"] = event.duration_ms or 0.0
         tokens = _field_number(data, "tokens_used", line, problems)
@@ -543,7 +543,9 @@ class Converter:
         if "cumulative_reward" not in state:
             cumulative = _field_number(data, "cumulative_reward", line, problems)
             state["cumulative_reward"] = (
-                cumulative if cumulative is not None else self.cumulative + state["reward"]
+                cumulative
+                if cumulative is not None
+                else _running_sum(self.cumulative, state["reward"], line, problems)
             )
         if "duration_ms" not in state:
             duration = _field_number(data, "duration_ms", line, problems)
@@ -697,6 +699,16 @@ def _field_number(data: dict[str, Any], name: str, line: int | None, problems: P
     if (kind is int and INT64_MIN <= value <= INT64_MAX) or (kind is float and -_FLOAT_LIMIT < value < _FLOAT_LIMIT):
         return value
     return number(value, f"data.{name}", line, problems)
+
+
+def _running_sum(total: Any, value: Any, line: int | None, problems: Problems) -> Any:
+    """The cumulative reward plus a step's reward. Integers past 64 bits (which no column
+    holds) become a float, reported, instead of stopping the import at the write."""
+    result = total + value
+    if type(result) is int and not INT64_MIN <= result <= INT64_MAX:
+        problems.add(line, "data.cumulative_reward", f"the cumulative reward {result} passes 64 bits; kept as {float(result)}")
+        return float(result)
+    return result
 
 
 def _legacy_text(name: str, action: dict[str, Any], observation: dict[str, Any]) -> Any:
