@@ -2508,7 +2508,8 @@ fail:
 }
 
 /* The sqlite3 handle inside a sqlite3.Connection: its first field after the object header
- * (CPython 3.11 to 3.14). The caller proves it is the right one (file name and change count). */
+ * (CPython 3.11 to 3.13, checked at build time below). The caller proves it is the right one
+ * (exact type, same database file, a transaction open). */
 typedef struct {
     PyObject_HEAD
     sqlite3 *db;
@@ -2683,6 +2684,11 @@ static PyObject *import_file(PyObject *self, PyObject *args) {
         return NULL;
     if (strcmp(Py_TYPE(conn)->tp_name, "sqlite3.Connection") != 0)
         return PyErr_Format(PyExc_TypeError, "expected a sqlite3.Connection");
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+    /* The handle's place inside sqlite3.Connection is known (and tested) for 3.11 to 3.13 only:
+     * elsewhere, decline rather than read a pointer from an unknown layout. */
+    return Py_BuildValue("(sL)", "untested Python version for the SQLite handle", 0LL);
+#endif
     if (resolve(module_path)) return Py_BuildValue("(sL)", "cannot reach SQLite's functions", 0LL);
     sqlite3 *db = ((ConnectionHead *)conn)->db;
     const char *name = db ? sq.db_filename(db, "main") : NULL;
