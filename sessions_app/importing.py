@@ -19,7 +19,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from .canonical import ParsedSession, Problems, SessionMeta
-from .formats import Source, detect, registry, source_stem
+from .formats import GZIP_MAGIC, Source, detect, registry, source_stem
 from .formats import rlm_native
 from .ingest import (
     CompiledPathDeclined,
@@ -203,7 +203,7 @@ def _compiled_file(source: Source, fmt: str) -> _CompiledFile | None:
     if connection.vendor not in ("sqlite", "postgresql") or not source.path.is_file():
         return None
     with source.path.open("rb") as stream:
-        if stream.read(2) == b"\x1f\x8b":
+        if stream.read(2) == GZIP_MAGIC:
             return None
     return _CompiledFile(source=source, module=rlm_native.compiled)
 

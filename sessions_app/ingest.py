@@ -162,6 +162,10 @@ def _batch_writer(session: Session) -> Iterator[Callable[[Batch], None]]:
 
         yield write
     _update_pairs(session.pk, pair_updates)
+    _write_keyframes(session, keyframes)
+
+
+def _write_keyframes(session: Session, keyframes: list[Keyframe]) -> None:
     if keyframes:
         Snapshot.objects.bulk_create([_snapshot(session, keyframe) for keyframe in keyframes])
 
@@ -338,20 +342,19 @@ def append_compiled(
     """
     connection.ensure_connection()
     raw = connection.connection
-    report = None if on_progress is None else (lambda events, bytes_read: on_progress(events, bytes_read))
     with transaction.atomic():  # a savepoint: a declined file leaves nothing behind
         locked = Session.objects.select_for_update().get(pk=session.pk)
         if locked.event_count:
             raise ValueError("append_compiled writes a new session's first events only")
         if connection.vendor == "postgresql":
-            outcome = _copy_compiled(raw, module, path, locked.pk, report)
+            outcome = _copy_compiled(raw, module, path, locked.pk, on_progress)
         else:
             db_file = raw.execute("PRAGMA database_list").fetchone()[2]
             columns = ", ".join(EVENT_COLUMNS)
             placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
             insert = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
             outcome = module.import_file(
-                raw, sqlite3_module_file(), db_file, insert, str(path), locked.pk, report, BATCH_ROWS
+                raw, sqlite3_module_file(), db_file, insert, str(path), locked.pk, on_progress, BATCH_ROWS
             )
         if isinstance(outcome, tuple):
             raise CompiledPathDeclined(*outcome)
@@ -369,8 +372,7 @@ def append_compiled(
             )  # fmt: skip
             for seq, step_pos, variables, memory, steps, reward in outcome["keyframes"]
         ]
-        if keyframes:
-            Snapshot.objects.bulk_create([_snapshot(locked, keyframe) for keyframe in keyframes])
+        _write_keyframes(locked, keyframes)
         save_state_to(state, locked)
         locked.save()
     _copy_fields(locked, session)
@@ -387,13 +389,13 @@ _COMPILED_STATE = (
 )  # fmt: skip
 
 
-def _copy_compiled(raw: Any, module: Any, path: Path, session_pk: int, report: Any) -> Any:
+def _copy_compiled(raw: Any, module: Any, path: Path, session_pk: int, on_progress: Any) -> Any:
     """The compiled module's rows as one binary COPY; a declined file aborts the COPY (the
     caller's savepoint then takes the rest back)."""
     columns = ", ".join(EVENT_COLUMNS)
     with raw.cursor() as cursor:
         with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            outcome = module.copy_file(_copy_types(), str(path), session_pk, copy.write, report, BATCH_ROWS)
+            outcome = module.copy_file(_copy_types(), str(path), session_pk, copy.write, on_progress, BATCH_ROWS)
             if isinstance(outcome, tuple):
                 raise CompiledPathDeclined(*outcome)
     return outcome

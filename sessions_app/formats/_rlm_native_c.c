@@ -2545,6 +2545,17 @@ static PyObject *bail_result(Import *im, long long line) {
     return Py_BuildValue("(sL)", im->why ? im->why : "stopped", line);
 }
 
+/* One line of the file as read_records takes it: its CR/LF ending stripped, and skipped when
+ * nothing but whitespace is left (bytes.strip's set), as load_json_line skips it. */
+static int process_line(Import *im, long long number, const char *text, size_t n) {
+    while (n && (text[n - 1] == '\r' || text[n - 1] == '\n')) n--;
+    for (size_t i = 0; i < n; i++) {
+        char c = text[i];
+        if (c != ' ' && c != '\t' && c != '\r' && c != '\x0b' && c != '\x0c') return process(im, number, text, n);
+    }
+    return 0;
+}
+
 /* Read the file line by line and turn each record into its row; the result (or the reason to
  * decline, or NULL with a Python exception set). */
 static PyObject *run(Import *im, const char *path, PyObject *progress, long long every) {
@@ -2598,17 +2609,10 @@ static PyObject *run(Import *im, const char *path, PyObject *progress, long long
                 n = end - start;
             }
             number++;
-            while (n && (text[n - 1] == '\r' || text[n - 1] == '\n')) n--;
-            int blank = 1;
-            for (size_t i = 0; i < n && blank; i++)
-                blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\x0b' || text[i] == '\x0c';
-            if (!blank) {
-                int rc = process(im, number, text, n);
-                if (rc) {
-                    failed = 1;
-                    fail_line = number;
-                    break;
-                }
+            if (process_line(im, number, text, n)) {
+                failed = 1;
+                fail_line = number;
+                break;
             }
             buf_clear(&line);
             start = end + 1;
@@ -2627,12 +2631,7 @@ static PyObject *run(Import *im, const char *path, PyObject *progress, long long
     if (!failed && line.n) {
         /* the last line, without a line ending */
         number++;
-        size_t n = line.n;
-        while (n && (line.p[n - 1] == '\r' || line.p[n - 1] == '\n')) n--;
-        int blank = 1;
-        for (size_t i = 0; i < n && blank; i++)
-            blank = line.p[i] == ' ' || line.p[i] == '\t' || line.p[i] == '\r' || line.p[i] == '\x0b' || line.p[i] == '\x0c';
-        if (!blank && process(im, number, line.p, n)) {
+        if (process_line(im, number, line.p, line.n)) {
             failed = 1;
             fail_line = number;
         }
@@ -2704,9 +2703,8 @@ static PyObject *import_file(PyObject *self, PyObject *args) {
         result = bail_result(im, 0);
         goto done;
     }
-    char update[512];
-    snprintf(update, sizeof update,
-             "UPDATE sessions_app_event SET pair_seq = ?, pair_duration_ms = ? WHERE session_id = ? AND seq = ?");
+    static const char update[] =
+        "UPDATE sessions_app_event SET pair_seq = ?, pair_duration_ms = ? WHERE session_id = ? AND seq = ?";
     if (sq.prepare_v2(db, update, -1, &im->update_pair, NULL) != SQLITE_OK) {
         im->why = "cannot prepare the update";
         result = bail_result(im, 0);

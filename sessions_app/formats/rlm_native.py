@@ -152,12 +152,17 @@ def compiled_meta(values: dict[str, Any], checkpoints: list[tuple], fallback_id:
             for name, seq, step_pos, created_at in checkpoints
         ],
     )
+    _complete(meta, fallback_id)
+    return meta
+
+
+def _complete(meta: SessionMeta, fallback_id: str) -> None:
+    """What a session's metadata gets once its records are exhausted (either path)."""
     if not meta.run_id:
         meta.run_id = fallback_id
     if not meta.source_session_id:
         meta.source_session_id = meta.run_id
     meta.failed = not meta.completed
-    return meta
 
 
 _fromisoformat = datetime.fromisoformat
@@ -354,12 +359,7 @@ class Converter:
 
     def finish(self) -> None:
         """Complete the metadata once the records of the session are exhausted."""
-        meta = self.meta
-        if not meta.run_id:
-            meta.run_id = self.fallback_id
-        if not meta.source_session_id:
-            meta.source_session_id = meta.run_id
-        meta.failed = not meta.completed
+        _complete(self.meta, self.fallback_id)
 
     def convert(
         self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
