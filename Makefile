@@ -9,7 +9,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-sqlite test-postgres install install-dev browser compiler migrate demo bench clean help
+.PHONY: run test test-sqlite test-postgres install install-dev browser migrate demo bench clean help
 
 help:
 	@echo "make run    start the dashboard (web + worker) with demo sessions on http://$(HOST):$(PORT)/"
@@ -21,13 +21,9 @@ $(PY):
 	echo "Creating $(VENV) with $$PYBIN"; \
 	"$$PYBIN" -m venv $(VENV)
 
-# setup.py builds the one compiled module (the rlm-code import fast path) in place.
-$(STAMP): pyproject.toml setup.py sessions_app/formats/_rlm_native_c.c | $(PY) compiler
+$(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
-	@# Bytecode up front, also where PYTHONDONTWRITEBYTECODE is set: each import's parse worker
-	@# is a new process, which would otherwise compile its modules again every time.
-	$(PY) -m compileall -q sessions_app replay_site
 	@touch $@
 
 $(DEV_STAMP): $(STAMP) pyproject.toml
@@ -39,21 +35,6 @@ $(DEV_STAMP): $(STAMP) pyproject.toml
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
-
-# A C compiler and Python's headers, for the compiled import fast path (setup.py). Without
-# them the build goes on and imports take the Python path (same rows, about twice the time).
-compiler: | $(PY)
-	@missing=""; \
-	command -v cc >/dev/null 2>&1 || missing="gcc"; \
-	inc=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
-	[ -f "$$inc/Python.h" ] || missing="$$missing python3-dev $$($(PY) -c 'import sys; print("python%d.%d-dev" % sys.version_info[:2])')"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO=sudo; else \
-	    echo "warning: no C compiler or Python headers ($$missing): imports will take the Python path" >&2; exit 0; fi; \
-	  echo "Installing Debian packages$$missing"; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null || \
-	    echo "warning: could not install$$missing: imports will take the Python path" >&2; \
-	fi
 
 # Browser tests drive Debian's Chromium (never a downloaded browser).
 browser:
@@ -78,9 +59,6 @@ run: demo
 	$(PY) manage.py runserver --insecure --noreload $(HOST):$(PORT) & \
 	wait
 
-# The suite requires the compiled fast path here (a test fails without it): CI must test what
-# an installation runs.
-test: export REPLAY_REQUIRE_COMPILED = 1
 test: $(DEV_STAMP) browser
 	@rc=0; \
 	echo "=== tests on SQLite ==="; \

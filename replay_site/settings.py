@@ -191,16 +191,6 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024  # JSON bodies of the ingest API (5000 events)
 MAX_UPLOAD_MB = env_number("REPLAY_MAX_UPLOAD_MB", 1024, minimum=1)
 RETENTION_DAYS = env_number("REPLAY_RETENTION_DAYS", None, minimum=1)
-# Files at least this large are parsed in a second process while this one writes the rows
-# (sessions_app/parse_worker.py); below it, starting that process costs more than it saves.
-# 0 sends every file through the worker; "off" never does.
-IMPORT_WORKER_MIN_MB = (
-    None if env_str("REPLAY_IMPORT_WORKER_MIN_MB", "4").lower() == "off"
-    else env_number("REPLAY_IMPORT_WORKER_MIN_MB", 4)
-)
-# rlm-code's native JSONL on SQLite takes the compiled fast path when it is built
-# (sessions_app/formats/_rlm_native_c.c); "off" sends every file through the Python path.
-IMPORT_COMPILED = env_str("REPLAY_COMPILED_IMPORT", "on").lower() != "off"
 # The live tail (GET /api/sessions/{id}/tail): how often it polls for new events, and how long
 # one stream may hold a server thread before the client reconnects (docs/ingest.md).
 TAIL_POLL_SECONDS = env_number("REPLAY_TAIL_POLL_SECONDS", 0.5, minimum=0.05)

@@ -3,9 +3,7 @@
 For each event: its seq, the running totals after it, its pairing with the call it answers, its
 fail streak, its hash-chain link, and a state keyframe every few hundred events while the
 agent's variables or memory change (see models.Event). This is pure computation, free of Django
-and of the database, so the same code builds the rows in the importing process (ingest.py) and
-in the parse worker that builds them in a second process beside the database writes
-(parallel_import.py).
+and of the database (ingest.py writes the rows).
 """
 
 from __future__ import annotations
@@ -145,12 +143,7 @@ class Batch:
 
 def seal_rows(rows: list[list], state: WriterState) -> None:
     """Fill in the hash chain and the counts by kind of rows in seq order, continuing from
-    `state` (its head and kind_counts move on).
-
-    The last step of building rows, kept apart so that it can run in the process that writes
-    them: a large file's rows arrive unsealed from the parse worker, the slower of the two
-    processes, while the writing one has time to spare (parse_worker.py).
-    """
+    `state` (its head and kind_counts move on)."""
     head = state.head
     counts = state.kind_counts
     dumps = _dumps
@@ -166,15 +159,10 @@ def seal_rows(rows: list[list], state: WriterState) -> None:
 
 
 class EventRows:
-    """Turns canonical events into rows, keeping the running totals, pairs and chain.
+    """Turns canonical events into rows, keeping the running totals, pairs and chain."""
 
-    With `sealed=False` the rows it takes still lack their chain links and counts by kind, for
-    `seal_rows` to add where they are written (the parse worker's rows).
-    """
-
-    def __init__(self, *, session_pk: int, state: WriterState, vendor: str, sealed: bool = True) -> None:
+    def __init__(self, *, session_pk: int, state: WriterState, vendor: str) -> None:
         self.state = state
-        self.sealed = sealed
         self.session_pk = session_pk
         self.rows: list[list] = []
         self.rows_first_seq = state.next_seq
@@ -186,8 +174,7 @@ class EventRows:
 
     def take(self) -> Batch:
         """The rows built since the last take, and everything else their write needs."""
-        if self.sealed:
-            seal_rows(self.rows, self.state)
+        seal_rows(self.rows, self.state)
         batch = Batch(self.rows, self.pair_updates, self.keyframes)
         self.rows = []
         self.rows_first_seq = self.state.next_seq

@@ -14,24 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from .canonical import ParsedSession, Problems, SessionMeta
-from .formats import GZIP_MAGIC, Source, detect, registry, source_stem
-from .formats import rlm_native
+from .formats import Source, detect, registry
 from .ingest import (
-    CompiledPathDeclined,
-    append_batches,
-    append_compiled,
     append_events,
     bulk_write_cache,
     create_session,
     finish_session,
 )
 from .models import ImportJob, Project, Session
-from .parse_worker import ParseWorker, WorkerFailed, WorkerSession
 
 logger = logging.getLogger(__name__)
 
@@ -127,24 +121,6 @@ def import_file(
     problems = Problems(limit=PROBLEMS_KEPT)
     outcomes: list[ImportOutcome] = []
     created: set[int] = set()
-    compiled = _compiled_file(source, fmt)
-    if compiled is not None:
-        try:
-            outcome = _import_session(
-                compiled, path, project, fmt, replace, job, created, progress, problems
-            )
-        except CompiledPathDeclined as declined:
-            # Nothing was written; the Python path reads the file again and reports its problem.
-            # (The job's progress stays where it was until the Python path passes it.)
-            logger.debug("compiled path declined %s: %s", path, declined)
-        except Exception:  # a bug there must not fail the import: the Python path does it all
-            logger.exception("compiled import of %s failed; importing it with the Python path", path)
-        else:
-            outcomes = [outcome] if outcome is not None else []
-            if not outcomes:
-                outcomes = [ImportOutcome(path=path, format=fmt, error=_nothing_importable(display_name, fmt, problems))]
-            progress.finish(outcomes, problems, fmt)
-            return outcomes
     # An import allocates millions of short-lived, acyclic objects; the cyclic collector would
     # keep rescanning them (10-15 % of the import's time in bench/import_bench.py). Reference
     # counting frees them anyway; collection resumes, and catches up, when the file is done.
@@ -152,7 +128,7 @@ def import_file(
     gc.disable()
     sessions = None
     try:
-        sessions = _sessions_of(source, fmt, problems)
+        sessions = registry()[fmt].parse(source, problems)
         for parsed in sessions:
             outcome = _import_session(
                 parsed, path, project, fmt, replace, job, created, progress, problems
@@ -161,14 +137,12 @@ def import_file(
                 outcomes.append(outcome)
     except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
         problems.add(None, "file", f"could not read further: {exc}")
-    except WorkerFailed:
-        pass  # the parse worker's own problem already says why
     except Exception as exc:  # a bug must not become a traceback for the user; log it for us
         logger.exception("import of %s failed", path)
         problems.add(None, "file", f"import stopped: {type(exc).__name__}: {exc}")
     finally:
-        # However the loop ended, a parse worker is stopped now, not whenever its generator
-        # happens to be collected.
+        # However the loop ended, the format's reader closes its file now, not whenever its
+        # generator happens to be collected.
         if sessions is not None and hasattr(sessions, "close"):
             sessions.close()
         if collecting:
@@ -184,43 +158,8 @@ def import_file(
     return outcomes
 
 
-@dataclass
-class _CompiledFile:
-    """A file for a format's compiled fast path: one session, written straight from the file
-    (ingest.append_compiled); `meta` is complete once it is written."""
-
-    source: Source
-    module: Any
-    meta: SessionMeta = field(default_factory=SessionMeta)
-
-
-def _compiled_file(source: Source, fmt: str) -> _CompiledFile | None:
-    """The compiled fast path for this file, if there is one: rlm-code's native JSONL, a plain
-    file (not gzip), and the extension built. Setting REPLAY_COMPILED_IMPORT=off (the setting
-    IMPORT_COMPILED) makes every import take the Python path."""
-    if not settings.IMPORT_COMPILED or fmt != rlm_native.NAME or rlm_native.compiled is None:
-        return None
-    if connection.vendor not in ("sqlite", "postgresql") or not source.path.is_file():
-        return None
-    with source.path.open("rb") as stream:
-        if stream.read(2) == GZIP_MAGIC:
-            return None
-    return _CompiledFile(source=source, module=rlm_native.compiled)
-
-
-def _sessions_of(source: Source, fmt: str, problems: Problems):
-    """The file's sessions: parsed here, or for a large file by the parse worker, which builds
-    the rows in a second process while this one writes them (parse_worker.py)."""
-    threshold = settings.IMPORT_WORKER_MIN_MB
-    if threshold is not None and source.path.is_file():
-        if source.path.stat().st_size >= threshold * 1024 * 1024:
-            worker = ParseWorker(source=source, format=fmt, problems=problems, vendor=connection.vendor)
-            return worker.sessions()
-    return registry()[fmt].parse(source, problems)
-
-
 def _import_session(
-    parsed: ParsedSession | WorkerSession,
+    parsed: ParsedSession,
     path: Path,
     project: Project,
     fmt: str,
@@ -230,34 +169,15 @@ def _import_session(
     progress: "_JobProgress",
     problems: Problems,
 ) -> ImportOutcome | None:
-    # A worker session's rows are read by append_batches; only a parsed one has events here.
-    events = iter(()) if isinstance(parsed, (WorkerSession, _CompiledFile)) else iter(parsed.events)
+    events = iter(parsed.events)
     try:
         with bulk_write_cache(), transaction.atomic():
             session = create_session(
                 project=project, source_format=fmt, meta=parsed.meta, import_job=job
             )
-            if isinstance(parsed, _CompiledFile):
-                result, read = append_compiled(
-                    session=session,
-                    path=parsed.source.path,
-                    module=parsed.module,
-                    on_progress=progress.compiled_progress,
-                )
-                parsed.meta = rlm_native.compiled_meta(
-                    read["meta"], read["checkpoints"], source_stem(parsed.source.display_name)
-                )
-            elif isinstance(parsed, WorkerSession):
-                result = append_batches(
-                    session=session,
-                    batches=parsed.batches(session.pk),
-                    final_state=parsed.state,
-                    on_progress=progress.events_written,
-                )
-            else:
-                result = append_events(
-                    session=session, events=events, on_progress=progress.events_written
-                )
+            result = append_events(
+                session=session, events=events, on_progress=progress.events_written
+            )
             if result.event_count == 0:
                 raise _Empty
             finish_session(session=session, meta=parsed.meta)
@@ -393,10 +313,6 @@ class _JobProgress:
             return
         self.last_reported = total
         self._write(bytes_done=self.bytes_done, events_done=total)
-
-    def compiled_progress(self, events: int, bytes_read: int) -> None:
-        self.bytes_read(bytes_read)
-        self.events_written(events)
 
     def session_done(self, events: int) -> None:
         self.events_done += events

@@ -2,8 +2,7 @@
 state keyframes), finish sessions, set checkpoints.
 
 Everything a page later needs is computed once, as events stream in, by event_rows.EventRows
-(see models.Event); a large file's rows may come built from the parse worker (parse_worker.py,
-`append_batches`). The rows go to the database through `_row_writer`, the
+(see models.Event). The rows go to the database through `_row_writer`, the
 only place that uses each backend's raw bulk path (SQLite `executemany`, PostgreSQL `COPY`):
 Django's `bulk_create` is ten times slower for this (../shared/PERFORMANCE.md). The ORM is used
 everywhere else.
@@ -30,13 +29,11 @@ from .event_rows import (
     EventRows,
     Keyframe,
     WriterState,
-    seal_rows,
 )
 from .models import Checkpoint, Event, Project, Session, Snapshot
 
 __all__ = [
-    "KEYFRAME_EVERY", "CompiledPathDeclined", "append_batches", "append_compiled",
-    "append_events", "bulk_write_cache", "create_session", "finish_session",
+    "KEYFRAME_EVERY", "append_events", "bulk_write_cache", "create_session", "finish_session",
 ]  # fmt: skip
 
 # Rows buffered before one bulk write; large enough to amortise each round trip.
@@ -277,136 +274,6 @@ def bulk_write_cache() -> Iterator[None]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"PRAGMA cache_size = {int(before)}")
-
-
-def append_batches(
-    *,
-    session: Session,
-    batches: Iterable[Batch],
-    final_state: Callable[[], WriterState],
-    on_progress: Callable[[int], None] | None = None,
-) -> AppendResult:
-    """Write rows built elsewhere (the parse worker of parse_worker.py) into a session that
-    has no events yet, in one transaction; `final_state()` is the builder's state after the
-    last batch, asked for once the batches are exhausted.
-
-    The rows come unsealed: their hash chain and counts by kind are added here, as they are
-    written (event_rows.seal_rows), which spreads the work more evenly over the two processes.
-    """
-    with transaction.atomic():
-        locked = Session.objects.select_for_update().get(pk=session.pk)
-        if locked.event_count:
-            raise ValueError("append_batches writes a new session's first events only")
-        stored = 0
-        sealed = WriterState()  # a new session's chain and counts start from nothing
-        with _batch_writer(locked) as write:
-            for batch in batches:
-                seal_rows(batch.rows, sealed)
-                write(batch)
-                stored += len(batch.rows)
-                if on_progress is not None:
-                    on_progress(stored)
-        state = final_state()
-        state.head, state.kind_counts = sealed.head, sealed.kind_counts
-        save_state_to(state, locked)
-        locked.save()
-    _copy_fields(locked, session)
-    return AppendResult(stored=stored, first_seq=0, head_hash=state.head, event_count=state.next_seq)
-
-
-class CompiledPathDeclined(Exception):
-    """The compiled fast path met something only the Python path handles (a problem to report,
-    a second session, a rare number shape); its rows are rolled back."""
-
-    def __init__(self, why: str, line: int) -> None:
-        super().__init__(f"line {line}: {why}" if line else why)
-        self.why = why
-        self.line = line
-
-
-def append_compiled(
-    *,
-    session: Session,
-    path: Path,
-    module: Any,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> tuple[AppendResult, dict[str, Any]]:
-    """Write a whole file's rows through a format's compiled fast path, into a session that has
-    no events yet; (the append's result, what the path read about the session). Raises
-    CompiledPathDeclined, with nothing written, where the file needs the Python path.
-
-    The rows go through each backend's raw bulk path all the same: on SQLite the compiled module
-    binds them to the connection Django holds, inside this transaction (it borrows the handle
-    of that sqlite3 connection after proving it is the same database); on PostgreSQL it writes
-    the data of one binary COPY, which psycopg sends as it comes.
-    """
-    connection.ensure_connection()
-    raw = connection.connection
-    with transaction.atomic():  # a savepoint: a declined file leaves nothing behind
-        locked = Session.objects.select_for_update().get(pk=session.pk)
-        if locked.event_count:
-            raise ValueError("append_compiled writes a new session's first events only")
-        if connection.vendor == "postgresql":
-            outcome = _copy_compiled(raw, module, path, locked.pk, on_progress)
-        else:
-            db_file = raw.execute("PRAGMA database_list").fetchone()[2]
-            columns = ", ".join(EVENT_COLUMNS)
-            placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
-            insert = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
-            outcome = module.import_file(
-                raw, sqlite3_module_file(), db_file, insert, str(path), locked.pk, on_progress, BATCH_ROWS
-            )
-        if isinstance(outcome, tuple):
-            raise CompiledPathDeclined(*outcome)
-        # Calls answered after their row went out in the COPY (SQLite's are updated in place).
-        _update_pairs(locked.pk, outcome["pair_updates"])
-        state = WriterState(
-            **{name: outcome[name] for name in _COMPILED_STATE},
-            variables=orjson.loads(outcome["variables"]),
-            memory=orjson.loads(outcome["memory"]),
-        )
-        keyframes = [
-            Keyframe(
-                seq=seq, step_pos=step_pos, variables=orjson.loads(variables),
-                memory_notes=orjson.loads(memory), stats={"steps": steps, "reward": reward},
-            )  # fmt: skip
-            for seq, step_pos, variables, memory, steps, reward in outcome["keyframes"]
-        ]
-        _write_keyframes(locked, keyframes)
-        save_state_to(state, locked)
-        locked.save()
-    _copy_fields(locked, session)
-    result = AppendResult(stored=state.next_seq, first_seq=0, head_hash=state.head, event_count=state.next_seq)
-    return result, outcome
-
-
-# The WriterState fields a compiled path returns as they are (the variables and memory come as
-# JSON text).
-_COMPILED_STATE = (
-    "next_seq", "head", "tokens_total", "errors_total", "reward_total", "steps_total",
-    "step_errors", "step_successes", "first_ts_ms", "last_ts_ms", "elapsed_ms", "kind_counts",
-    "open_pairs", "state_dirty", "last_keyframe_seq", "models",
-)  # fmt: skip
-
-
-def _copy_compiled(raw: Any, module: Any, path: Path, session_pk: int, on_progress: Any) -> Any:
-    """The compiled module's rows as one binary COPY; a declined file aborts the COPY (the
-    caller's savepoint then takes the rest back)."""
-    columns = ", ".join(EVENT_COLUMNS)
-    with raw.cursor() as cursor:
-        with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            outcome = module.copy_file(_copy_types(), str(path), session_pk, copy.write, on_progress, BATCH_ROWS)
-            if isinstance(outcome, tuple):
-                raise CompiledPathDeclined(*outcome)
-    return outcome
-
-
-def sqlite3_module_file() -> str:
-    """The file of Python's sqlite3 extension, through which a compiled path reaches the very
-    SQLite library (and so the connection) Python uses."""
-    import _sqlite3
-
-    return _sqlite3.__file__
 
 
 def finish_session(

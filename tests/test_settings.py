@@ -56,16 +56,6 @@ def test_a_bad_number_stops_start_up_with_a_clear_message():
     assert "REPLAY_MAX_UPLOAD_MB must be a number" in result.stderr
 
 
-def test_import_worker_threshold_takes_off_a_number_and_refuses_anything_else():
-    show = ("shell", "-c", "from django.conf import settings; print(settings.IMPORT_WORKER_MIN_MB)")
-    assert manage(*show, REPLAY_IMPORT_WORKER_MIN_MB="off").stdout.split()[-1] == "None"
-    assert float(manage(*show, REPLAY_IMPORT_WORKER_MIN_MB="0").stdout.split()[-1]) == 0
-    assert float(manage(*show).stdout.split()[-1]) == 4
-    result = manage("check", REPLAY_IMPORT_WORKER_MIN_MB="big")
-    assert result.returncode != 0
-    assert "REPLAY_IMPORT_WORKER_MIN_MB must be a number" in result.stderr
-
-
 def test_database_url_selects_postgresql():
     from replay_site.settings import database_from_url
 

@@ -34,13 +34,6 @@ from ..canonical import (
 from . import Head, Source, parse_appended_sessions
 from ._json_records import in_utc_range
 
-try:
-    # The compiled fast path (_rlm_native_c.c), built by `pip install` where a C compiler is at
-    # hand; without it every file takes the Python path below, with the same result.
-    from . import _rlm_native_c as compiled
-except ImportError:  # pragma: no cover - depends on the machine's build
-    compiled = None
-
 NAME = "rlm_native"
 
 KINDS = {
@@ -128,32 +121,6 @@ def _session_events(
         if event is not None:
             yield event
     converter.finish()
-
-
-def compiled_meta(values: dict[str, Any], checkpoints: list[tuple], fallback_id: str) -> SessionMeta:
-    """The SessionMeta of a session the compiled fast path read, completed as `Converter.finish`
-    completes the Python path's: the values come as the records held them (timestamps as text)."""
-    meta = SessionMeta(
-        source_session_id=values["source_session_id"],
-        run_id=values["run_id"],
-        task=values["task"],
-        environment=values["environment"],
-        model=values["model"],
-        started_at=parse_timestamp(values["started_at"]),
-        ended_at=parse_timestamp(values["ended_at"]),
-        completed=values["completed"],
-        final_answer=values["final_answer"],
-        total_reward=values["total_reward"],
-        checkpoints=[
-            CheckpointSpec(
-                name=name, seq=seq, step_pos=step_pos, created_at=parse_timestamp(created_at),
-                created_by="rlm-code",
-            )  # fmt: skip
-            for name, seq, step_pos, created_at in checkpoints
-        ],
-    )
-    _complete(meta, fallback_id)
-    return meta
 
 
 def _complete(meta: SessionMeta, fallback_id: str) -> None:
