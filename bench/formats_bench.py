@@ -15,7 +15,6 @@ two sizes. There is no reference importer for these formats; the figures depend 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -27,6 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from import_bench import PostgresDatabases, run_child, sqlite_env  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sessions_app.formats.agentlens import source_hash  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 2, 8, 10, 30, tzinfo=UTC)
@@ -91,7 +93,8 @@ def agentlens_events(count: int):
         event = {"id": f"evt{i:08d}", "timestamp": _iso(i * 50), "sessionId": session, "agentId": "bench-bot",
                  "eventType": kind, "severity": "error" if kind == "tool_error" else "info",
                  "payload": payload, "metadata": {}, "prevHash": prev[session]}
-        event["hash"] = hashlib.sha256(json.dumps(event, sort_keys=True).encode()).hexdigest()
+        # AgentLens's own hash, which the importer checks (formats/agentlens.py).
+        event["hash"] = source_hash(event)
         prev[session] = event["hash"]
         yield event
 

@@ -225,6 +225,20 @@ class ReplayStepOut(Schema):
     context: PageContextOut | None
 
 
+class SourceChainOut(Schema):
+    """The source's own hash chain (AgentLens's prevHash/hash) as the importer checked it."""
+
+    valid: bool
+    chained: bool | None = Field(
+        None, description="false: every prevHash was null, only each event's own hash was checked"
+    )
+    broken_at: int | None = Field(None, description="seq of the first event that breaks it")
+    event_id: str | None = None
+    line: int | None = None
+    field: str | None = None
+    reason: str | None = None
+
+
 class ReplaySessionOut(Schema):
     id: int
     projectId: int
@@ -242,6 +256,7 @@ class ReplaySessionOut(Schema):
     createdAt: str | None
     eventCount: int
     stepCount: int
+    sourceChain: SourceChainOut | None = None
 
 
 class PaginationOut(Schema):

@@ -208,6 +208,9 @@ def session_info(session: Session) -> dict[str, Any]:
         "createdAt": _iso(session.created_at),
         "eventCount": session.event_count,
         "stepCount": session.step_count,
+        # The source's own hash chain as the importer found it (AgentLens's prevHash/hash);
+        # null when the source carries no hashes.
+        "sourceChain": (session.metadata or {}).get("source_chain"),
     }
 
 

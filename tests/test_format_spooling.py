@@ -25,12 +25,21 @@ def agentlens_file(path: Path, *, newest_first: bool = False) -> dict[str, list[
     template = [orjson.loads(line) for line in (FIXTURES / "agentlens" / "two_sessions.ndjson").read_bytes().splitlines()]
     deploy = [e for e in template if e["sessionId"] == "ses_deploy_7f3a"][:5]
     ids = HOSTILE_IDS + [f"ses_{n:03d}" for n in range(SESSIONS - len(HOSTILE_IDS))]
-    by_id = {sid: [{**e, "id": f"{sid}-{i}", "sessionId": sid} for i, e in enumerate(deploy)] for sid in ids}
+    by_id = {sid: rechained([{**e, "id": f"{sid}-{i}", "sessionId": sid} for i, e in enumerate(deploy)]) for sid in ids}
     order = [by_id[sid][i] for i in range(len(deploy)) for sid in ids]
     if newest_first:
         order.reverse()
     path.write_bytes(b"\n".join(orjson.dumps(e) for e in order) + b"\n")
     return by_id
+
+
+def rechained(events: list[dict]) -> list[dict]:
+    """The events with the hashes AgentLens gives them under their new ids and sessions."""
+    previous = None
+    for event in events:
+        event["prevHash"] = previous
+        event["hash"] = previous = agentlens.source_hash(event)
+    return events
 
 
 def flux0_file(path: Path) -> dict[str, list[dict]]:

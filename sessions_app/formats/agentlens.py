@@ -25,11 +25,16 @@ cost only. Tokens used without any price mark the event `cost_unpriced` (never a
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
+
+import orjson
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
@@ -88,6 +93,8 @@ APPROVAL_OUTCOME = {
 MAX_REMEMBERED = 2000
 # Step outputs keep this much text; the whole value stays in the event's payload.
 STEP_TEXT_LIMIT = 4000
+# Unknown event types all become `custom`: past this many, which ones is no longer told apart.
+MAX_TYPES_PER_KIND = 20
 
 _HAS_EVENT_TYPE = re.compile(rb'"eventType"\s*:')
 _HAS_SESSION_ID = re.compile(rb'"sessionId"\s*:')
@@ -145,6 +152,23 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
             yield ParsedSession(meta=meta, events=_convert_all(converter, records, problems))
     finally:
         spool.close()
+
+
+def source_chain_summary(chain: Json) -> Json | None:
+    """What a session's metadata says of its source chain (None: the source has no hashes)."""
+    if not chain.get("hashed"):
+        return None
+    broken = chain.get("broken")
+    if broken is None:
+        return {"valid": True, "chained": bool(chain.get("chained"))}
+    return {
+        "valid": False,
+        "broken_at": broken["index"],
+        "event_id": broken["id"],
+        "line": broken["line"],
+        "field": broken["field"],
+        "reason": broken["reason"],
+    }
 
 
 def _convert_all(
@@ -219,9 +243,10 @@ class Converter:
         self._last_hash: str | None = state.get("last_hash")
         self._seen: int = state.get("seen", 0)
         self._timestamp_text = ""
-        self._chain: dict[str, Any] = dict(
-            state.get("chain", {"links": 0, "breaks": 0, "first_break_line": None})
-        )
+        self._source_chain: dict[str, Any] = dict(state.get("source_chain", {}))
+        # Which AgentLens types each canonical kind stood for: the replay names its eventCounts
+        # by them (several types share `custom` and `note`).
+        self._types: dict[str, list[str]] = {k: list(v) for k, v in state.get("types", {}).items()}
 
     def state(self) -> dict[str, Any]:
         return {
@@ -231,13 +256,18 @@ class Converter:
             "steps": self._steps,
             "last_hash": self._last_hash,
             "seen": self._seen,
-            "chain": self._chain,
+            "source_chain": self._source_chain,
+            "types": self._types,
         }
 
     def finish(self) -> None:
-        """Record what only the whole session tells: the source's own hash-chain links."""
+        """Record what only the whole session tells: whether the source's own hash chain held,
+        and the AgentLens types behind each kind."""
+        chain = source_chain_summary(self._source_chain)
+        if chain is not None:
+            self.meta.metadata["source_chain"] = chain
         info = self.meta.metadata.setdefault("agentlens", {})
-        info["source_chain"] = dict(self._chain)
+        info["event_types"] = self._types
         if self._calls:
             info["unanswered_calls"] = len(self._calls)
 
@@ -290,7 +320,8 @@ class Converter:
             agent_id=agent_id if isinstance(agent_id, str) else "",
             is_error=severity in ERROR_SEVERITIES or kind == Kind.ERROR,
         )
-        self._check_chain(record, line)
+        self._check_source_chain(record, line, problems)
+        self._note_type(kind, event.source_type)
         self._fill_meta(record, kind, source_payload, timestamp, event)
         handler = _HANDLERS.get(kind)
         if handler is not None:
@@ -502,20 +533,61 @@ class Converter:
             if model and not meta.model:
                 meta.model = model
 
-    def _check_chain(self, record: dict[str, Any], line: int | None) -> None:
-        """Does each event's prevHash name the previous event's hash (AgentLens' own chain)?"""
-        prev = record.get("prevHash")
+    def _check_source_chain(self, record: Json, line: int | None, problems: Problems) -> None:
+        """AgentLens's own check (verifyChain in packages/core/src/hash.ts), event by event in
+        the order they are converted: each hash recomputed from the event's fields, each
+        prevHash the hash of the event before it, null on the first. A session whose events
+        all have a null prevHash is unchained (AgentLens's OTLP events, checked by its
+        verifyRecords): only each event's own hash counts there. The first break is reported;
+        the events after it are not checked (nor does AgentLens check them).
+        """
+        chain = self._source_chain
+        index = self._seen
         current = record.get("hash")
-        chain = self._chain
-        if self._seen > 0 or prev is not None:
-            expected = self._last_hash if self._seen > 0 else None
-            if prev == expected:
-                chain["links"] += 1
-            else:
-                chain["breaks"] += 1
-                if chain["first_break_line"] is None:
-                    chain["first_break_line"] = line
+        prev = record.get("prevHash")
+        here = {"index": index, "line": line, "id": clip(text(record.get("id")), 100)}
+        if "hashed" not in chain:
+            # A file without hashes (hand-made, or another tool's) has no chain to check.
+            chain["hashed"] = isinstance(current, str)
+            chain["head"] = here
+        if "broken" in chain:
+            return
+        if not chain["hashed"]:
+            if isinstance(current, str):
+                self._break_source_chain(chain["head"], "hash", "it carries no hash, later events do", problems)
+            return
+        if not isinstance(current, str):
+            found = ("hash", "it carries no hash")
+        elif source_hash(record) != current:
+            found = ("hash", "its hash does not match its content")
+        elif index == 0:
+            found = ("prevHash", "the first event's prevHash is not null") if prev is not None else None
+        else:
+            if "chained" not in chain:
+                chain["chained"] = prev is not None
+                chain["second"] = here
+            found = None
+            if chain["chained"] and prev != self._last_hash:
+                found = ("prevHash", f"its prevHash is not the hash of event {index - 1}")
+            elif not chain["chained"] and prev is not None:
+                # Not every prevHash is null after all: AgentLens checks the links, and the
+                # second event's null prevHash is the first that fails.
+                reason = "its prevHash is null, later events are chained"
+                self._break_source_chain(chain["second"], "prevHash", reason, problems)
         self._last_hash = current if isinstance(current, str) else None
+        if found is not None:
+            self._break_source_chain(here, found[0], found[1], problems)
+
+    def _break_source_chain(self, where: Json, field: str, reason: str, problems: Problems) -> None:
+        self._source_chain["broken"] = {**where, "field": field, "reason": reason}
+        problems.add(
+            where["line"], field, f"source chain broken at event {where['index']} (id {where['id']}): {reason}"
+        )
+
+    def _note_type(self, kind: str, source_type: str) -> None:
+        types = self._types.setdefault(kind, [])
+        if source_type not in types and len(types) < MAX_TYPES_PER_KIND:
+            types.append(source_type)
 
     def _close_step(
         self,
@@ -654,3 +726,156 @@ def _last_message(messages: Any, line: int | None, problems: Problems) -> str:
             field = f"payload.messages[{len(messages) - 1}].content[{index}].text"
             problems.add(line, field, f"a {type(value).__name__}, not text: left out of the step's prompt")
     return " ".join(texts)
+
+
+# --------------------------------------------------------------------------------------------
+# AgentLens's own event hash (agentkitai/agentlens packages/core/src/hash.ts, computeEventHash):
+# SHA-256 of JSON.stringify({v: 2, id, timestamp, sessionId, agentId, eventType, severity,
+# payload, metadata, prevHash}). It is JavaScript's serialisation, not a canonical JSON: members
+# in the order the event holds them (JavaScript lists integer-like keys first, ascending), no
+# spaces, numbers as JavaScript prints them, non-ASCII unescaped. Events hashed before
+# HASH_VERSION 2 (February 2026: no `v`, severity or metadata) fail it, as they fail AgentLens's
+# own verifyChain.
+
+SOURCE_HASH_VERSION = 2
+SOURCE_HASHED_FIELDS = (
+    "id", "timestamp", "sessionId", "agentId", "eventType", "severity", "payload", "metadata", "prevHash",
+)  # fmt: skip
+# JavaScript parses every JSON number to a double: integers past 2**53 lose digits there.
+_EXACT_INTEGER = 2**53
+# An array index (ECMA-262 6.1.7): the integer-like keys an object lists before all others.
+_ARRAY_INDEX_LIMIT = 2**32 - 1
+_SURROGATES = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
+
+
+def source_hash(record: Json) -> str:
+    """The hash AgentLens gives this event (hex), recomputed from its fields."""
+    hashed: Json = {"v": SOURCE_HASH_VERSION}
+    for name in SOURCE_HASHED_FIELDS:
+        # JSON.stringify leaves out a member whose value is undefined.
+        if name in record:
+            hashed[name] = record[name]
+    text = orjson.dumps(hashed) if _written_alike(hashed) else _javascript_json(hashed).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def _written_alike(value: Any) -> bool:
+    """Whether orjson writes `value` exactly as JSON.stringify does (nearly every event: only
+    walking it costs, where rewriting it would cost four times as much).
+
+    They differ only on integral floats (`1.0`: JavaScript writes `1`), on floats from 1e-6 to
+    1e-5 (JavaScript writes them plainly), integers past 2**53, integer-like keys and lone
+    surrogates; orjson writes every other float with the same shortest digits.
+    """
+    stack = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii() and _SURROGATES.search(item):
+                return False
+        elif kind is dict:
+            for key in item:
+                if (key[:1].isdigit() and _is_array_index(key)) or (not key.isascii() and _SURROGATES.search(key)):
+                    return False
+            extend(item.values())
+        elif kind is list:
+            extend(item)
+        elif kind is float:
+            if item.is_integer() or not math.isfinite(item) or 1e-6 <= abs(item) < 1e-5:
+                return False
+        elif kind is int:
+            if not -_EXACT_INTEGER <= item <= _EXACT_INTEGER:
+                return False
+        elif kind is not bool and item is not None:
+            return False
+    return True
+
+
+def _javascript_json(value: Any) -> str:
+    return orjson.dumps(_as_javascript(value)).decode()
+
+
+def _as_javascript(value: Any) -> Any:
+    """`value` made ready for orjson to write exactly what JSON.stringify writes: orjson already
+    writes strings, integers, booleans and null the same way; numbers JavaScript prints
+    otherwise, strings with lone surrogates and objects with integer-like keys are rewritten."""
+    kind = type(value)
+    if kind is str:
+        if value.isascii() or not _SURROGATES.search(value):
+            return value
+        return orjson.Fragment(_javascript_string(value))
+    if kind is dict:
+        keys = list(value)
+        indexes = [key for key in keys if _is_array_index(key)]
+        if indexes:
+            indexes.sort(key=int)
+            keys = indexes + [key for key in keys if not _is_array_index(key)]
+        if any(not key.isascii() and _SURROGATES.search(key) for key in keys):
+            members = ",".join(f"{_javascript_string(key)}:{_javascript_json(value[key])}" for key in keys)
+            return orjson.Fragment("{" + members + "}")
+        return {key: _as_javascript(value[key]) for key in keys}
+    if kind is list:
+        return [_as_javascript(item) for item in value]
+    if kind is int:
+        if -_EXACT_INTEGER <= value <= _EXACT_INTEGER:
+            return value
+        try:
+            return orjson.Fragment(javascript_number(float(value)))
+        except OverflowError:  # past the largest double: Infinity, which JSON.stringify writes as null
+            return None
+    if kind is float or kind is Decimal:
+        return orjson.Fragment(javascript_number(float(value)))
+    return value
+
+
+def _is_array_index(key: str) -> bool:
+    if not (key.isascii() and key.isdigit()) or (key[0] == "0" and key != "0"):
+        return False
+    return int(key) < _ARRAY_INDEX_LIMIT
+
+
+def _javascript_string(text: str) -> str:
+    """A JSON string as JSON.stringify writes it: a surrogate pair is one character, a lone
+    surrogate is escaped as \\uXXXX (orjson refuses both)."""
+    out = ['"']
+    last = 0
+    for found in _SURROGATES.finditer(text):
+        out.append(orjson.dumps(text[last : found.start()]).decode()[1:-1])
+        pair = found.group()
+        if len(pair) == 2:
+            out.append(chr(0x10000 + ((ord(pair[0]) - 0xD800) << 10) + ord(pair[1]) - 0xDC00))
+        else:
+            out.append(f"\\u{ord(pair):04x}")
+        last = found.end()
+    out.append(orjson.dumps(text[last:]).decode()[1:-1])
+    out.append('"')
+    return "".join(out)
+
+
+def javascript_number(value: float) -> str:
+    """Number.prototype.toString (ECMA-262 6.1.6.1.20) as JSON.stringify writes it: the same
+    shortest digits as Python's repr, but plain notation from 1e-6 up to 1e21 and no `.0`."""
+    if not math.isfinite(value):
+        return "null"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exponent = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    leading = len(digits) - len(digits.lstrip("0"))
+    digits = digits.strip("0")
+    # The value is 0.<digits> x 10**point.
+    point = len(whole) + int(exponent or 0) - leading
+    k = len(digits)
+    if k <= point <= 21:
+        return sign + digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    power = point - 1
+    shown = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{sign}{shown}e{'+' if power > 0 else '-'}{abs(power)}"
