@@ -19,7 +19,7 @@ class SessionAdmin(admin.ModelAdmin):
     search_fields = ["source_session_id", "run_id", "agent_id", "task", "model"]
     readonly_fields = [
         "event_count", "step_count", "cost_usd", "tokens", "error_count", "step_error_count",
-        "step_success_count", "reward", "elapsed_ms", "llm_calls", "tool_calls", "head_hash",
+        "step_success_count", "reward", "elapsed_ms", "kind_counts", "head_hash",
         "chain_valid", "chain_broken_seq", "chain_checked_at", "ingest_state", "import_job",
     ]  # fmt: skip
     # Never list a session's events inline: a session may hold millions.

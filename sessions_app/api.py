@@ -22,7 +22,7 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 from ninja.security import HttpBearer, SessionAuth
 
-from . import chain, diffing, exporting, replay
+from . import diffing, exporting, replay, verification
 from .ingest import set_checkpoint
 from .models import ApiKey, Checkpoint, Session
 
@@ -398,12 +398,20 @@ class CheckpointStateOut(Schema):
     context: ContextOut
 
 
+class VerifyFindingOut(Schema):
+    seq: int | None = Field(description="the event found changed (null: the session's totals)")
+    field: str
+    why: str
+
+
 class VerifyOut(Schema):
     chainValid: bool
     firstBrokenSeq: int | None
     events: int
     brokenEvents: int
+    head: str
     checkedAt: str
+    findings: list[VerifyFindingOut] = Field(description="the first 100 differences found")
 
 
 # --- query schemas -------------------------------------------------------------------------------
@@ -712,5 +720,7 @@ def export(request: HttpRequest, session_id: int, query: Query[ExportQuery]):
 
 @router.get("/sessions/{session_id}/verify", response={200: VerifyOut, **_NOT_FOUND}, url_name="verify")
 def verify(request: HttpRequest, session_id: int):
-    """Re-hash every stored record in seq order; the result is stored on the session."""
-    return chain.verify_chain(session=_session_or_404(session_id))
+    """Verify the stored events: every link of the hash chain over their recorded fields and
+    content, and every derived value (pairing, running totals, keyframes) derived again; the
+    result is stored on the session."""
+    return verification.verify_session(session=_session_or_404(session_id)).to_dict()

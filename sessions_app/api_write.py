@@ -24,7 +24,7 @@ from django.urls import reverse
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel, Field, ValidationError
 
-from . import live_ingest, streaming
+from . import jobs, live_ingest, streaming
 from .api import API_AUTH
 from .api import router as shared_router
 from .canonical import SessionMeta
@@ -315,6 +315,7 @@ def end_session(request: HttpRequest, session_id: int):
         return _not_found("session", session_id)
     except (_BadRequest, IngestError) as exc:
         return _error(exc)
+    jobs.enqueue_verify_after_commit(session_ids=[session.pk])  # "verified when they end"
     return Status(200, session)
 
 

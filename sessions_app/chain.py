@@ -1,78 +1,125 @@
-"""Re-verify a session's hash chain from the stored records.
+"""The hash chain: how an event (or an audit entry, or a bundle's event) is hashed and linked.
 
-Each event's hash is sha256(previous hash + the original record's bytes), written by ingest in
-seq order (unlike AgentLens, which hashes in arrival order and verifies in time order). The
-check reads the records in seq order a chunk at a time (keyset, never OFFSET), so memory stays
-flat whatever the session's length.
+Pure functions over values, no database: ingest seals rows with them, verification re-derives
+them, and a bundle can be checked without a server.
+
+An event's link is
+
+    hash = sha256(prev_hash + "\\n" + orjson([seq, <recorded fields>, <content commitments>]))
+
+- The *recorded* fields are what the source said about the event besides its content: kind,
+  source type, time, line, step, ids, tool, cost, tokens, reward, error and outcome flags.
+  They are hashed as their stored values, normalised so that both databases give the same
+  bytes (`recorded_values`).
+- The *content* fields (payload, the original record, step state, state change) are hashed
+  through a salted commitment each: `commit(salt_of(event_salt, field), text)`. That is what lets
+  a value be removed later (redaction) while the chain still proves everything else: the
+  removed value's commitment is kept in its place, and the field salts of the event's other
+  content fields are kept instead of the event salt, so the removed value cannot be guessed
+  back from its commitment by trying candidates.
+- Everything else a page shows (step position, pairing, fail streak, running totals, counts by
+  kind, keyframes) is derived from these in seq order, and verification derives it again and
+  compares (sessions_app/verification.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import os
+from datetime import UTC, datetime
+from typing import Any, Sequence
 
-from django.db import connection
-from django.utils import timezone
+import orjson
 
-from .models import GENESIS_HASH, Event, Session
-from .replay import link_hash
+GENESIS_HASH = "0" * 64
+SALT_BYTES = 16
 
-CHUNK = 5000
-_TABLE = Event._meta.db_table
+# Hashed as their stored values, in this order, after the seq.
+RECORDED_FIELDS = (
+    "kind", "source_type", "ts", "line", "step", "depth", "agent_id", "parent_id", "child_id",
+    "tool", "pair_id", "duration_ms", "cost_usd", "cost_unpriced", "tokens", "reward",
+    "cumulative_reward", "is_error", "failed",
+)  # fmt: skip
+# Hashed through a salted commitment each (None stays None: "no value" is part of the record).
+CONTENT_FIELDS = ("payload", "raw", "step_state", "state_change")
+
+_FLOATS = frozenset({"duration_ms", "cost_usd", "reward", "cumulative_reward"})
+_BOOLS = frozenset({"cost_unpriced", "is_error"})
+_FIELD_TAGS = {name: name.encode("ascii") for name in CONTENT_FIELDS}
+_sha256 = hashlib.sha256
 
 
-def verify_chain(*, session: Session, chunk: int = CHUNK) -> dict[str, Any]:
-    """Re-hash every stored record in seq order and store the result on the session.
+def new_salts(count: int) -> list[str]:
+    """`count` random event salts (hex), from one call to the system's random source."""
+    data = os.urandom(SALT_BYTES * count)
+    return [data[i : i + SALT_BYTES].hex() for i in range(0, len(data), SALT_BYTES)]
 
-    `firstBrokenSeq` is the first event whose record no longer hashes to its stored hash, or
-    whose link does not point at the previous event's hash, or the first missing seq. After a
-    broken event the walk continues from its stored hash, so one edited record is reported
-    once and `brokenEvents` counts every such event.
-    """
-    # Count and head are written in one transaction by ingest: read them together, and check
-    # only what existed then (a live session may grow while we read).
-    count, head = Session.objects.filter(pk=session.pk).values_list("event_count", "head_hash").get()
-    expected_prev = GENESIS_HASH
-    next_seq = 0
-    first_broken: int | None = None
-    broken = 0
-    checked = 0
-    while next_seq < count:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT seq, raw, hash, prev_hash FROM {_TABLE} WHERE session_id = %s "
-                f"AND seq >= %s AND seq < %s ORDER BY seq LIMIT {int(chunk)}",
-                [session.pk, next_seq, count],
-            )
-            rows = cursor.fetchall()
-        if not rows:
-            break
-        for seq, raw, digest, prev in rows:
-            ok = seq == next_seq and prev == expected_prev and link_hash(prev, raw) == digest
-            if not ok:
-                broken += 1
-                if first_broken is None:
-                    first_broken = next_seq if seq != next_seq else seq
-            expected_prev = digest
-            next_seq = seq + 1
-            checked += 1
-    if next_seq < count or expected_prev != head:
-        # Events missing at the end, or the head moved without them: the chain ends early.
-        broken += 1
-        if first_broken is None:
-            first_broken = min(next_seq, max(count - 1, 0))
 
-    valid = first_broken is None
-    checked_at = timezone.now()
-    Session.objects.filter(pk=session.pk).update(
-        chain_valid=valid, chain_broken_seq=first_broken, chain_checked_at=checked_at
-    )
-    session.chain_valid = valid
-    session.chain_broken_seq = first_broken
-    session.chain_checked_at = checked_at
-    return {
-        "chainValid": valid,
-        "firstBrokenSeq": first_broken,
-        "events": checked,
-        "brokenEvents": broken,
-        "checkedAt": checked_at.isoformat(),
-    }
+def salt_of(event_salt: str, field: str) -> bytes:
+    """The salt of one content field: one-way from the event's salt, so keeping the other
+    fields' salts after a redaction reveals nothing about the removed field's salt."""
+    return _sha256(bytes.fromhex(event_salt) + _FIELD_TAGS[field]).digest()
+
+
+def commit(field_salt: bytes, text: str | None) -> str | None:
+    """The commitment to one content value (its stored text)."""
+    if text is None:
+        return None
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate from a "\\ud800" escape, kept as received
+        data = text.encode("utf-8", "surrogatepass")
+    return _sha256(field_salt + data).hexdigest()
+
+
+def commitments(event_salt: str, contents: Sequence[str | None]) -> list[str | None]:
+    """The commitments of an event's CONTENT_FIELDS values, in that order."""
+    salt = bytes.fromhex(event_salt)
+    out: list[str | None] = []
+    for name, text in zip(CONTENT_FIELDS, contents):
+        if text is None:
+            out.append(None)
+        else:
+            out.append(commit(_sha256(salt + _FIELD_TAGS[name]).digest(), text))
+    return out
+
+
+def ts_text(value: Any) -> str | None:
+    """A stored timestamp as hashed: naive UTC "YYYY-MM-DD HH:MM:SS.ffffff", whichever way the
+    database gave it back (SQLite: the stored text; PostgreSQL: an aware datetime)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.isoformat(" ", timespec="microseconds")
+    text = str(value).replace("T", " ")
+    if text.endswith("Z"):
+        text = text[:-1]
+    if "." not in text:
+        return text + ".000000"
+    head, fraction = text.split(".", 1)
+    return f"{head}.{fraction[:6].ljust(6, '0')}"
+
+
+def recorded_values(values: Sequence[Any]) -> list[Any]:
+    """RECORDED_FIELDS values normalised the same way for both databases (booleans that SQLite
+    gives back as 0/1, integers stored in float columns, timestamps)."""
+    out = []
+    for name, value in zip(RECORDED_FIELDS, values):
+        if value is not None:
+            if name in _FLOATS:
+                value = float(value)
+            elif name in _BOOLS or name == "failed":
+                value = bool(value)
+            elif name == "ts":
+                value = ts_text(value)
+        out.append(value)
+    return out
+
+
+def link_hash(prev_hash: str, seq: int, recorded: list[Any], commits: list[str | None]) -> str:
+    """The event's hash: its predecessor's hash and its own hashed form."""
+    form = orjson.dumps([seq, *recorded, *commits])
+    return _sha256(prev_hash.encode("ascii") + b"\n" + form).hexdigest()
+

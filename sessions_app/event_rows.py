@@ -8,7 +8,6 @@ and of the database (ingest.py writes the rows).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,38 +21,75 @@ from .canonical import (
     RESPONSE_FAMILY,
     CanonicalEvent,
     Kind,
+    StateChange,
     json_without_nul,
     without_nul,
 )
+from .chain import (
+    CONTENT_FIELDS,
+    GENESIS_HASH,
+    RECORDED_FIELDS,
+    commitments,
+    link_hash,
+    new_salts,
+    recorded_values,
+)
 
-GENESIS_HASH = "0" * 64
 _NO_OFFSET = timedelta(0)
 # A state keyframe (full variables + memory) at most every this many events while the state
 # changes, so the state at any event is one keyframe plus at most this many rows away.
 KEYFRAME_EVERY = 256
 
+# Every stored column of an event, in the order the writer builds a row (models.Event).
 EVENT_COLUMNS = (
     "session_id", "seq", "kind", "source_type", "ts", "line", "step", "step_pos", "depth",
     "agent_id", "parent_id", "child_id", "tool", "pair_id", "pair_seq", "pair_duration_ms",
-    "duration_ms", "cost_usd", "cost_unpriced", "tokens", "reward", "is_error", "fail_streak",
-    "payload", "raw", "step_state", "state_change", "hash", "prev_hash", "cost_total",
+    "duration_ms", "cost_usd", "cost_unpriced", "tokens", "reward", "cumulative_reward",
+    "is_error", "failed", "fail_streak", "payload", "raw", "step_state", "state_change", "salt",
+    "hash", "prev_hash", "cost_total", "tokens_total", "errors_total", "elapsed_ms",
+    "reward_total", "steps_total", "kind_counts",
+)  # fmt: skip
+# The columns the writer derives from the others in seq order: verification derives them again.
+DERIVED_COLUMNS = (
+    "step_pos", "pair_seq", "pair_duration_ms", "fail_streak", "hash", "prev_hash", "cost_total",
     "tokens_total", "errors_total", "elapsed_ms", "reward_total", "steps_total", "kind_counts",
 )  # fmt: skip
-_KIND = EVENT_COLUMNS.index("kind")
-_PAIR_SEQ = EVENT_COLUMNS.index("pair_seq")
-_PAIR_DURATION = EVENT_COLUMNS.index("pair_duration_ms")
-_RAW = EVENT_COLUMNS.index("raw")
-_HASH = EVENT_COLUMNS.index("hash")
-_PREV_HASH = EVENT_COLUMNS.index("prev_hash")
-_KIND_COUNTS = EVENT_COLUMNS.index("kind_counts")
+_INDEX = {name: i for i, name in enumerate(EVENT_COLUMNS)}
+_SEQ = _INDEX["seq"]
+_STEP_POS = _INDEX["step_pos"]
+_TOOL = _INDEX["tool"]
+_PAIR_ID = _INDEX["pair_id"]
+_DURATION = _INDEX["duration_ms"]
+_COST = _INDEX["cost_usd"]
+_TOKENS = _INDEX["tokens"]
+_REWARD = _INDEX["reward"]
+_CUMULATIVE = _INDEX["cumulative_reward"]
+_IS_ERROR = _INDEX["is_error"]
+_FAILED = _INDEX["failed"]
+_FAIL_STREAK = _INDEX["fail_streak"]
+_COST_TOTAL = _INDEX["cost_total"]
+_TOKENS_TOTAL = _INDEX["tokens_total"]
+_ERRORS_TOTAL = _INDEX["errors_total"]
+_ELAPSED = _INDEX["elapsed_ms"]
+_REWARD_TOTAL = _INDEX["reward_total"]
+_STEPS_TOTAL = _INDEX["steps_total"]
+_KIND = _INDEX["kind"]
+_PAIR_SEQ = _INDEX["pair_seq"]
+_PAIR_DURATION = _INDEX["pair_duration_ms"]
+_SALT = _INDEX["salt"]
+_HASH = _INDEX["hash"]
+_PREV_HASH = _INDEX["prev_hash"]
+_KIND_COUNTS = _INDEX["kind_counts"]
+_RECORDED = tuple(_INDEX[name] for name in RECORDED_FIELDS)
+_CONTENT = tuple(_INDEX[name] for name in CONTENT_FIELDS)
 _LLM_KINDS = frozenset({Kind.LLM_CALL, Kind.LLM_RESPONSE})
 _NON_STR_KEYS = orjson.OPT_NON_STR_KEYS
 _dumps = orjson.dumps
-_sha256 = hashlib.sha256
 
-# Saved between appends (Session.ingest_state) besides what the session's own columns hold.
+# Saved between appends (Session.ingest_state): what neither the session's own columns nor its
+# last event hold.
 SAVED_FIELDS = (
-    "first_ts_ms", "last_ts_ms", "kind_counts", "open_pairs", "fail_streaks", "variables",
+    "first_ts_ms", "last_ts_ms", "open_pairs", "early_answers", "fail_streaks", "variables",
     "memory", "state_dirty", "last_keyframe_seq", "format_state",
 )  # fmt: skip
 
@@ -110,6 +146,9 @@ class WriterState:
     elapsed_ms: float = 0.0
     kind_counts: dict[str, int] = field(default_factory=dict)
     open_pairs: dict[str, list] = field(default_factory=dict)  # "family|id" -> [seq, ts_ms]
+    # Answers recorded before their call (clocks and writers reorder): "family|id" ->
+    # [seq, ts_ms, duration_ms], paired when the call arrives.
+    early_answers: dict[str, list] = field(default_factory=dict)
     fail_streaks: dict[str, int] = field(default_factory=dict)
     variables: dict[str, Any] = field(default_factory=dict)
     memory: list[Any] = field(default_factory=list)
@@ -133,8 +172,8 @@ class Keyframe:
 
 @dataclass
 class Batch:
-    """What one bulk write stores: new rows, calls of earlier batches that got their answer
-    (call seq, pair duration, response seq), and keyframes."""
+    """What one bulk write stores: new rows, rows of earlier batches that got their pair
+    (row seq, pair duration, paired seq), and keyframes."""
 
     rows: list[list]
     pair_updates: list[tuple[int, float | None, int]]
@@ -142,24 +181,32 @@ class Batch:
 
 
 def seal_rows(rows: list[list], state: WriterState) -> None:
-    """Fill in the hash chain and the counts by kind of rows in seq order, continuing from
-    `state` (its head and kind_counts move on)."""
+    """Fill in the counts by kind and the hash chain of rows in seq order, continuing from
+    `state` (its head and kind_counts move on); chain.py says what is hashed."""
     head = state.head
     counts = state.kind_counts
     dumps = _dumps
-    sha256 = _sha256
     for row in rows:
         kind = row[_KIND]
         counts[kind] = counts.get(kind, 0) + 1
         row[_KIND_COUNTS] = dumps(counts).decode()
         row[_PREV_HASH] = head
-        head = sha256(head.encode("ascii") + row[_RAW].encode("utf-8", "surrogatepass")).hexdigest()
+        head = link_hash(
+            head,
+            row[_SEQ],
+            recorded_values([row[i] for i in _RECORDED]),
+            commitments(row[_SALT], [row[i] for i in _CONTENT]),
+        )
         row[_HASH] = head
     state.head = head
 
 
 class EventRows:
-    """Turns canonical events into rows, keeping the running totals, pairs and chain."""
+    """Turns canonical events into rows, keeping the running totals, pairs and chain.
+
+    `add` takes an event as a format gives it; `add_stored` takes an event as it was stored
+    (verification builds the rows again from what was recorded and compares).
+    """
 
     def __init__(self, *, session_pk: int, state: WriterState, vendor: str) -> None:
         self.state = state
@@ -171,6 +218,7 @@ class EventRows:
         self.db_timestamp = sqlite_timestamp if vendor == "sqlite" else postgres_timestamp
         # SQLite stores a timestamp as the text a format may already hold (timestamp_text).
         self.text_timestamps = vendor == "sqlite"
+        self._salts: list[str] = []
 
     def take(self) -> Batch:
         """The rows built since the last take, and everything else their write needs."""
@@ -182,17 +230,21 @@ class EventRows:
         self.keyframes = []
         return batch
 
+    def skip_to(self, seq: int) -> None:
+        """Go on at `seq`, after taking every row so far (verification, past missing events)."""
+        assert not self.rows, "take() the rows built so far first"
+        self.state.next_seq = self.rows_first_seq = seq
+
+    def _salt(self) -> str:
+        if not self._salts:
+            self._salts = new_salts(1024)
+        return self._salts.pop()
+
     def add(self, event: CanonicalEvent) -> None:
-        # The hot path of every import: one call per event. Attribute reads are hoisted into
-        # locals because at 100k events each one shows up in the profile (bench/import_bench.py).
-        state = self.state
-        seq = state.next_seq
-        state.next_seq = seq + 1
-        kind = event.kind
-        timestamp = event.timestamp
+        # The hot path of every import: one call per event (bench/import_bench.py).
         stored_ts = event.timestamp_text if self.text_timestamps else None
         if stored_ts is None:
-            stored_ts = self.db_timestamp(timestamp)
+            stored_ts = self.db_timestamp(event.timestamp)
         source_type, agent_id, parent_id = event.source_type, event.agent_id, event.parent_id
         child_id, tool, pair_id = event.child_id, event.tool, event.pair_id
         # One search of the six joined (one C step) instead of six, on every event.
@@ -200,42 +252,90 @@ class EventRows:
             source_type, agent_id, parent_id, child_id, tool, pair_id = map(
                 without_nul, (source_type, agent_id, parent_id, child_id, tool, pair_id)
             )
+        tokens = event.tokens
+        # Saturated at the 64-bit column's limits: absurd counts (hostile input) must not make a
+        # whole import fail on the write.
+        if tokens is not None and not INT64_MIN <= tokens <= INT64_MAX:
+            tokens = _saturated(tokens)
+        step_state = event.step_state
+        change = event.state_change
+        self._append(
+            [
+                self.session_pk, None, event.kind, source_type[:64], stored_ts, event.line,
+                event.step, None, event.depth, agent_id[:200], parent_id[:200], child_id[:200],
+                tool[:200], pair_id[:200], None, None, event.duration_ms, event.cost_usd,
+                event.cost_unpriced, tokens, event.reward, event.cumulative_reward,
+                event.is_error, event.failed, 0, json_text(event.payload), event.raw,
+                None if step_state is None else json_text(step_state),
+                None if change is None else json_text(change.to_dict()), self._salt(),
+                None, None, None, None, None, None, None, None, None,
+            ],
+            None if event.timestamp is None else event.timestamp.timestamp() * 1000.0,
+            step_state,
+            change,
+        )  # fmt: skip
 
-        if timestamp is not None:
-            ts_ms = timestamp.timestamp() * 1000.0
+    def add_stored(self, values: dict[str, Any]) -> None:
+        """An event as stored: every column but the derived ones (DERIVED_COLUMNS)."""
+        ts = values["ts"]
+        if isinstance(ts, str):
+            ts = datetime.fromisoformat(ts.removesuffix("Z"))
+        if ts is not None and ts.tzinfo is None:
+            ts = ts.replace(tzinfo=UTC)
+        step_state = values["step_state"]
+        change = values["state_change"]
+        if change is not None:
+            loaded = orjson.loads(change)
+            change = StateChange(
+                memory=loaded.get("memory"),
+                variables=loaded.get("variables"),
+                replace_variables=bool(loaded.get("replace")),
+            )
+        row = [values.get(name) for name in EVENT_COLUMNS]
+        row[0] = self.session_pk
+        self._append(
+            row,
+            None if ts is None else ts.timestamp() * 1000.0,
+            None if step_state is None else orjson.loads(step_state),
+            change,
+        )
+
+    def _append(
+        self, row: list, ts_ms: float | None, step_state: dict[str, Any] | None, change: StateChange | None
+    ) -> None:
+        """Derive the row's running totals, pairing and fail streak (the columns left None),
+        and keep the state a keyframe needs."""
+        state = self.state
+        seq = state.next_seq
+        state.next_seq = seq + 1
+        row[_SEQ] = seq
+        kind = row[_KIND]
+        if ts_ms is not None:
             first_ts = state.first_ts_ms
             if first_ts is None:
                 state.first_ts_ms = first_ts = ts_ms
             state.last_ts_ms = ts_ms
             if ts_ms - first_ts > state.elapsed_ms:
                 state.elapsed_ms = ts_ms - first_ts
-        else:
-            ts_ms = None
 
-        cost = event.cost_usd
+        cost = row[_COST]
         if cost is not None:
             state.cost_total += cost
-        tokens = event.tokens
+        tokens = row[_TOKENS]
         if tokens is not None:
-            # Both saturate at the 64-bit columns' limits: a format's sum of two counts, or
-            # absurd counts (hostile input), must not make a whole import fail on the write.
-            if not INT64_MIN <= tokens <= INT64_MAX:
-                tokens = _saturated(tokens)
             state.tokens_total = _saturated(state.tokens_total + tokens)
-        is_error = event.is_error
-        if is_error:
+        if row[_IS_ERROR]:
             state.errors_total += 1
-        reward = event.reward
-        if event.cumulative_reward is not None:
-            state.reward_total = event.cumulative_reward
+        cumulative = row[_CUMULATIVE]
+        reward = row[_REWARD]
+        if cumulative is not None:
+            state.reward_total = cumulative
         elif reward is not None:
             total = state.reward_total + reward
             # Integers past 64 bits (no column holds them) go on as a float.
             state.reward_total = float(total) if type(total) is int and not INT64_MIN <= total <= INT64_MAX else total
 
         step_pos = None
-        step_state_json = None
-        step_state = event.step_state
         if step_state is not None:
             step_pos = state.steps_total
             state.steps_total = step_pos + 1
@@ -243,34 +343,24 @@ class EventRows:
                 state.step_errors += 1
             if step_state.get("success"):
                 state.step_successes += 1
-            step_state_json = json_text(step_state)
+        row[_STEP_POS] = step_pos
 
+        tool = row[_TOOL]
         fail_streak = 0
         if tool:
             bucket = state.models if kind in _LLM_KINDS else state.tools
             if tool not in bucket:
                 bucket.append(tool)
-            if event.failed is not None:
-                fail_streak = state.fail_streaks.get(tool, 0) + 1 if event.failed else 0
+            failed = row[_FAILED]
+            if failed is not None:
+                fail_streak = state.fail_streaks.get(tool, 0) + 1 if failed else 0
                 state.fail_streaks[tool] = fail_streak
+        row[_FAIL_STREAK] = fail_streak
 
-        pair_seq = None
-        pair_duration = None
+        pair_id = row[_PAIR_ID]
         if pair_id:
-            if kind in CALL_FAMILY:
-                state.open_pairs[f"{CALL_FAMILY[kind]}|{pair_id}"] = [seq, ts_ms]
-            elif kind in RESPONSE_FAMILY:
-                opened = state.open_pairs.pop(f"{RESPONSE_FAMILY[kind]}|{pair_id}", None)
-                if opened is not None:
-                    pair_seq, call_ts = opened
-                    if event.duration_ms is not None:
-                        pair_duration = event.duration_ms
-                    elif call_ts is not None and ts_ms is not None:
-                        pair_duration = max(0.0, ts_ms - call_ts)
-                    self._link_call(pair_seq, pair_duration, seq)
+            self._pair(row, kind, pair_id, seq, ts_ms)
 
-        state_change_json = None
-        change = event.state_change
         if change is not None:
             if change.memory is not None:
                 state.memory = list(change.memory)
@@ -280,33 +370,49 @@ class EventRows:
                 else:
                     state.variables.update(change.variables)
             state.state_dirty = True
-            state_change_json = json_text(change.to_dict())
 
-        # hash, prev_hash and kind_counts (None here) are filled in by seal_rows.
-        self.rows.append(
-            [
-                self.session_pk, seq, kind, source_type[:64], stored_ts,
-                event.line, event.step, step_pos, event.depth, agent_id[:200],
-                parent_id[:200], child_id[:200], tool[:200], pair_id[:200],
-                pair_seq, pair_duration, event.duration_ms, cost, event.cost_unpriced,
-                tokens, reward, is_error, fail_streak,
-                json_text(event.payload), event.raw,
-                step_state_json, state_change_json, None, None, state.cost_total,
-                state.tokens_total, state.errors_total, state.elapsed_ms, state.reward_total,
-                state.steps_total, None,
-            ]
-        )  # fmt: skip
+        row[_COST_TOTAL] = state.cost_total
+        row[_TOKENS_TOTAL] = state.tokens_total
+        row[_ERRORS_TOTAL] = state.errors_total
+        row[_ELAPSED] = state.elapsed_ms
+        row[_REWARD_TOTAL] = state.reward_total
+        row[_STEPS_TOTAL] = state.steps_total
+        self.rows.append(row)  # hash, prev_hash and kind_counts are filled in by seal_rows
 
         if state.state_dirty and seq - state.last_keyframe_seq >= KEYFRAME_EVERY:
             self._keyframe(seq, step_pos)
 
-    def _link_call(self, call_seq: int, duration: float | None, response_seq: int) -> None:
-        if call_seq >= self.rows_first_seq:
-            row = self.rows[call_seq - self.rows_first_seq]
-            row[_PAIR_SEQ] = response_seq
+    def _pair(self, row: list, kind: str, pair_id: str, seq: int, ts_ms: float | None) -> None:
+        """Pair a call and its answer by id, in whichever order they were recorded."""
+        state = self.state
+        if kind in CALL_FAMILY:
+            key = f"{CALL_FAMILY[kind]}|{pair_id}"
+            early = state.early_answers.pop(key, None)
+            if early is None:
+                state.open_pairs[key] = [seq, ts_ms]
+                return
+            answer_seq, answer_ts, answer_duration = early
+            duration = _pair_duration(answer_duration, ts_ms, answer_ts)
+            row[_PAIR_SEQ], row[_PAIR_DURATION] = answer_seq, duration
+            self._link(answer_seq, duration, seq)
+        elif kind in RESPONSE_FAMILY:
+            key = f"{RESPONSE_FAMILY[kind]}|{pair_id}"
+            opened = state.open_pairs.pop(key, None)
+            if opened is None:
+                state.early_answers[key] = [seq, ts_ms, row[_DURATION]]
+                return
+            call_seq, call_ts = opened
+            duration = _pair_duration(row[_DURATION], call_ts, ts_ms)
+            row[_PAIR_SEQ], row[_PAIR_DURATION] = call_seq, duration
+            self._link(call_seq, duration, seq)
+
+    def _link(self, target_seq: int, duration: float | None, other_seq: int) -> None:
+        if target_seq >= self.rows_first_seq:
+            row = self.rows[target_seq - self.rows_first_seq]
+            row[_PAIR_SEQ] = other_seq
             row[_PAIR_DURATION] = duration
         else:
-            self.pair_updates.append((call_seq, duration, response_seq))
+            self.pair_updates.append((target_seq, duration, other_seq))
 
     def _keyframe(self, seq: int, step_pos: int | None) -> None:
         state = self.state
@@ -327,3 +433,12 @@ class EventRows:
         )
         state.last_keyframe_seq = seq
         state.state_dirty = False
+
+
+def _pair_duration(recorded: float | None, call_ts: float | None, answer_ts: float | None) -> float | None:
+    """The answer's own recorded duration, else the time between the two events."""
+    if recorded is not None:
+        return recorded
+    if call_ts is not None and answer_ts is not None:
+        return max(0.0, answer_ts - call_ts)
+    return None

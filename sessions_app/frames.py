@@ -172,7 +172,7 @@ def _rows(events: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
 
 
 def _kind_totals(session: Session) -> dict[str, int]:
-    return (session.ingest_state or {}).get("kind_counts") or {}
+    return session.kind_counts
 
 
 def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:

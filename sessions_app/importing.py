@@ -8,16 +8,17 @@ finish), so a duplicate can be rolled back whole and a failure never leaves half
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from .canonical import ParsedSession, Problems, SessionMeta
+from .canonical import CanonicalEvent, ParsedSession, Problems, SessionMeta
 from .formats import Source, detect, registry
 from .ingest import (
     append_events,
@@ -169,7 +170,8 @@ def _import_session(
     progress: "_JobProgress",
     problems: Problems,
 ) -> ImportOutcome | None:
-    events = iter(parsed.events)
+    digest = hashlib.sha256()
+    events = _fingerprinted(parsed.events, digest)
     try:
         with bulk_write_cache(), transaction.atomic():
             session = create_session(
@@ -180,6 +182,8 @@ def _import_session(
             )
             if result.event_count == 0:
                 raise _Empty
+            session.source_digest = digest.hexdigest()
+            session.save(update_fields=["source_digest"])
             finish_session(session=session, meta=parsed.meta)
             same_source = Session.objects.filter(
                 project=project, source_format=fmt, source_session_id=session.source_session_id
@@ -188,7 +192,7 @@ def _import_session(
                 # Events, snapshots and checkpoints go too, through the database's own cascade.
                 same_source.delete()
             else:
-                existing = same_source.filter(head_hash=session.head_hash).order_by("pk").first()
+                existing = same_source.filter(source_digest=session.source_digest).order_by("pk").first()
                 if existing is not None:
                     raise _Duplicate(existing)
     except _Empty:
@@ -206,6 +210,15 @@ def _import_session(
         path=path, session=session, format=fmt, events=session.event_count,
         steps=session.step_count,
     )  # fmt: skip
+
+
+def _fingerprinted(events: Iterable[CanonicalEvent], digest: Any) -> Iterator[CanonicalEvent]:
+    """The events, each one's source record added to `digest` as it passes."""
+    update = digest.update
+    for event in events:
+        update(event.raw.encode("utf-8", "surrogatepass"))
+        update(b"\n")
+        yield event
 
 
 class _FormatError(Exception):

@@ -20,7 +20,7 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .canonical import CanonicalEvent, CheckpointSpec, Kind, SessionMeta, json_without_nul, without_nul
+from .canonical import CanonicalEvent, CheckpointSpec, SessionMeta, json_without_nul, without_nul
 from .event_rows import (
     EVENT_COLUMNS,
     KEYFRAME_EVERY,
@@ -63,6 +63,7 @@ def state_of_session(session: Session) -> WriterState:
         step_errors=session.step_error_count,
         step_successes=session.step_success_count,
         elapsed_ms=session.elapsed_ms,
+        kind_counts=dict(session.kind_counts or {}),
         models=list(session.models_used or []),
         tools=list(session.tools_used or []),
     )
@@ -83,8 +84,7 @@ def save_state_to(state: WriterState, session: Session) -> None:
     session.step_error_count = state.step_errors
     session.step_success_count = state.step_successes
     session.elapsed_ms = state.elapsed_ms
-    session.llm_calls = state.kind_counts.get(Kind.LLM_CALL, 0)
-    session.tool_calls = state.kind_counts.get(Kind.TOOL_CALL, 0)
+    session.kind_counts = state.kind_counts
     session.models_used = state.models
     session.tools_used = state.tools
     saved = {name: getattr(state, name) for name in SAVED_FIELDS}
@@ -301,14 +301,10 @@ def finish_session(
             else:
                 locked.status = Session.Status.COMPLETED
         if locked.ended_at is None:
-            last_ts = (locked.ingest_state or {}).get("last_ts_ms")
+            last_ts = locked.ingest_state.get("last_ts_ms")
             locked.ended_at = (
                 datetime.fromtimestamp(last_ts / 1000.0, tz=UTC) if last_ts else timezone.now()
             )
-        # Nothing was tampered with since we wrote it: the chain is valid by construction.
-        if locked.chain_valid is None:
-            locked.chain_valid = True
-            locked.chain_checked_at = timezone.now()
         locked.save()
         if meta is not None:
             _write_checkpoints(locked, meta.checkpoints)

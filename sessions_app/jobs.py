@@ -77,6 +77,7 @@ def run_import(*, job_id: int) -> None:
         logger.exception("import job %s failed", job_id)
         _fail(job, f"The import stopped: {type(exc).__name__}: {exc}")
         return
+    enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
     job.refresh_from_db()
     if job.finished:
         return  # the importer recorded the outcome itself
@@ -87,11 +88,38 @@ def run_import(*, job_id: int) -> None:
         _mark(job, status=ImportJob.Status.DONE, finished_at=timezone.now())
 
 
+def enqueue_verify(*, session_id: int) -> str:
+    return async_task(
+        "sessions_app.jobs.run_verify", session_id=session_id, task_name=f"verify-{session_id}", group="verify"
+    )
+
+
+def enqueue_verify_after_commit(*, session_ids: list[int]) -> None:
+    """Queue a verification of each session once the caller's transaction commits."""
+    for session_id in session_ids:
+        transaction.on_commit(lambda session_id=session_id: enqueue_verify(session_id=session_id))
+
+
+def run_verify(*, session_id: int) -> None:
+    """Verify a stored session (verification.py); running it twice only checks twice."""
+    from .verification import verify_session
+
+    session = Session.objects.filter(pk=session_id).first()
+    if session is None:
+        return  # deleted meanwhile
+    verify_session(session=session)
+
+
 def discard_partial_sessions(*, job: ImportJob) -> int:
     """Delete the sessions an interrupted attempt of `job` left unfinished (still live)."""
     with transaction.atomic():
         deleted = Session.objects.filter(import_job=job, status=Session.Status.LIVE).delete()
     return deleted[1].get(Session._meta.label, 0)
+
+
+def new_sessions(outcomes: list) -> list[int]:
+    """The sessions an import stored (not the ones it found already stored)."""
+    return [o.session.pk for o in outcomes if o.session is not None and not o.duplicate]
 
 
 def _mark(job: ImportJob, **fields) -> None:

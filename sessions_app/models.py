@@ -13,14 +13,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-import orjson
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from .event_rows import GENESIS_HASH
+from .chain import GENESIS_HASH
 
 
 class Project(models.Model):
@@ -102,17 +101,21 @@ class Session(models.Model):
     step_success_count = models.BigIntegerField(default=0)
     reward = models.FloatField(default=0.0)
     elapsed_ms = models.FloatField(default=0.0)
-    llm_calls = models.BigIntegerField(default=0)
-    tool_calls = models.BigIntegerField(default=0)
+    kind_counts = models.JSONField(default=dict, blank=True)  # {kind: count} over the session
     models_used = models.JSONField(default=list, blank=True)
     tools_used = models.JSONField(default=list, blank=True)
 
-    # Hash chain: head of the chain and the result of the last full verification.
+    # Hash chain: its head, and the result of the last verification that actually ran
+    # (sessions_app/verification.py): None until one has.
     head_hash = models.CharField(max_length=64, default=GENESIS_HASH)
     chain_valid = models.BooleanField(null=True, blank=True)
     chain_broken_seq = models.BigIntegerField(null=True, blank=True)
     chain_checked_at = models.DateTimeField(null=True, blank=True)
+    chain_checked_count = models.BigIntegerField(null=True, blank=True)  # events it covered
 
+    # SHA-256 of the records an import read, in order: the same content imported again is
+    # recognised by it (the chain's head differs, its salts being random).
+    source_digest = models.CharField(max_length=64, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     # What the writer needs to continue a session later (open pairs, streaks, state).
     ingest_state = models.JSONField(default=dict, blank=True)
@@ -131,8 +134,8 @@ class Session(models.Model):
             models.Index(fields=["project", "-created_at"], name="session_project_created"),
             # Import de-duplication: same source id + same content in a project.
             models.Index(
-                fields=["project", "source_format", "source_session_id", "head_hash"],
-                name="session_dedupe",
+                fields=["project", "source_format", "source_session_id", "source_digest"],
+                name="session_dedupe_digest",
             ),
             # Retention clean-up: sessions older than N days.
             models.Index(fields=["created_at"], name="session_created"),
@@ -154,17 +157,20 @@ class Session(models.Model):
     def success_rate(self) -> float:
         return self.step_success_count / self.step_count if self.step_count else 0.0
 
+    @property
+    def chain_state(self) -> str:
+        """"verified", "broken" or "unverified": only a verification that ran says more."""
+        if self.chain_valid is None or self.chain_checked_at is None:
+            return "unverified"
+        return "verified" if self.chain_valid else "broken"
 
-class EventQuerySet(models.QuerySet):
-    def of_session(self, session: Session | int) -> "EventQuerySet":
-        return self.filter(session=session)
+    @property
+    def llm_calls(self) -> int:
+        return self.kind_counts.get("llm_call", 0)
 
-    def up_to(self, seq: int) -> "EventQuerySet":
-        return self.filter(seq__lte=seq)
-
-    def seq_range(self, start: int, stop: int) -> "EventQuerySet":
-        """Events with start <= seq < stop: the keyset page read (never OFFSET)."""
-        return self.filter(seq__gte=start, seq__lt=stop)
+    @property
+    def tool_calls(self) -> int:
+        return self.kind_counts.get("tool_call", 0)
 
 
 class RowIdField(models.BigAutoField):
@@ -214,12 +220,17 @@ class Event(models.Model):
     cost_unpriced = models.BooleanField(default=False)  # tokens used but no price known
     tokens = models.BigIntegerField(null=True, blank=True)
     reward = models.FloatField(null=True, blank=True)
+    cumulative_reward = models.FloatField(null=True, blank=True)  # when the source states it
     is_error = models.BooleanField(default=False)
+    failed = models.BooleanField(null=True, blank=True)  # a tool or step outcome, when recorded
     fail_streak = models.BigIntegerField(default=0)  # consecutive failures of this tool so far
     payload = models.TextField(default="{}")  # JSON text of the normalised data
-    raw = models.TextField()  # the original record exactly as received: hashed and exported
+    raw = models.TextField()  # the source's record (a JSON line exactly as received)
     step_state = models.TextField(null=True, blank=True)  # JSON StepState when it closes a step
     state_change = models.TextField(null=True, blank=True)  # JSON change to variables/memory
+    # The chain (sessions_app/chain.py): the salt of the content fields' commitments, this
+    # event's link and its predecessor's.
+    salt = models.CharField(max_length=32, default="")
     hash = models.CharField(max_length=64)
     prev_hash = models.CharField(max_length=64)
 
@@ -231,8 +242,6 @@ class Event(models.Model):
     reward_total = models.FloatField(default=0.0)
     steps_total = models.BigIntegerField(default=0)
     kind_counts = models.TextField(default="{}")  # JSON {kind: count} up to and including this
-
-    objects = EventQuerySet.as_manager()
 
     class Meta:
         ordering = ["session", "seq"]
@@ -261,15 +270,6 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.kind}"
-
-    @property
-    def data(self) -> dict:
-        return orjson.loads(self.payload)
-
-    @staticmethod
-    def chain_hash(prev_hash: str, raw: str) -> str:
-        """The chain link: sha256 over the previous hash and the original record's bytes."""
-        return hashlib.sha256(prev_hash.encode("ascii") + raw.encode("utf-8")).hexdigest()
 
 
 class Snapshot(models.Model):

@@ -19,7 +19,6 @@ time), and payloads can be spliced into responses as `orjson.Fragment`s without 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 from collections import namedtuple
 from datetime import UTC
@@ -32,7 +31,7 @@ from django.utils.dateparse import parse_datetime
 
 from .canonical import ALL_KINDS, Kind
 from .ingest import KEYFRAME_EVERY
-from .models import GENESIS_HASH, Event, Session, Snapshot
+from .models import Event, Session, Snapshot
 
 EVENT_TABLE = Event._meta.db_table
 HISTORY_LIMIT = 50  # llmHistory / toolResults / pendingApprovals, as AgentLens caps them
@@ -72,8 +71,7 @@ _COLUMNS = (
     "seq", "kind", "source_type", "ts", "step", "step_pos", "depth", "agent_id", "parent_id",
     "child_id", "tool", "pair_id", "pair_seq", "pair_duration_ms", "duration_ms", "cost_usd",
     "cost_unpriced", "tokens", "is_error", "fail_streak", "payload", "cost_total", "tokens_total",
-    "errors_total", "elapsed_ms", "reward_total", "steps_total", "kind_counts", "raw", "hash",
-    "prev_hash",
+    "errors_total", "elapsed_ms", "reward_total", "steps_total", "kind_counts", "raw",
 )  # fmt: skip
 Row = namedtuple("Row", _COLUMNS)
 
@@ -208,9 +206,20 @@ def session_info(session: Session) -> dict[str, Any]:
         "createdAt": _iso(session.created_at),
         "eventCount": session.event_count,
         "stepCount": session.step_count,
+        "chain": chain_status(session),
         # The source's own hash chain as the importer found it (AgentLens's prevHash/hash);
         # null when the source carries no hashes.
         "sourceChain": (session.metadata or {}).get("source_chain"),
+    }
+
+
+def chain_status(session: Session) -> dict[str, Any]:
+    """What the last verification found (the badge's text, for the API)."""
+    return {
+        "state": session.chain_state,
+        "checkedAt": _iso(session.chain_checked_at),
+        "brokenSeq": session.chain_broken_seq,
+        "checkedEvents": session.chain_checked_count,
     }
 
 
@@ -225,11 +234,6 @@ def replay_summary(session: Session) -> dict[str, Any]:
         "models": list(session.models_used or []),
         "tools": list(session.tools_used or []),
     }
-
-
-def stored_chain_ok(session: Session) -> bool:
-    # None means never verified (a live session): only the page's own check then counts.
-    return session.chain_valid is not False and session.chain_broken_seq is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -702,7 +706,7 @@ def resolve_kinds(event_types: Iterable[str] | None) -> tuple[str, ...] | None:
 
 
 def _kind_total(session: Session, kinds: Sequence[str]) -> int:
-    counts = (session.ingest_state or {}).get("kind_counts") or {}
+    counts = session.kind_counts
     return sum(int(counts.get(kind, 0)) for kind in kinds)
 
 
@@ -738,29 +742,6 @@ def _filtered_rows(session: Session, kinds: Sequence[str], first: int, last: int
     return sorted((Row._make(r) for r in _union_rows(arms)), key=lambda r: r.seq)
 
 
-def link_hash(prev_hash: str, raw: str) -> str:
-    """sha256(previous hash + the record's UTF-8 bytes), as ingest computes it."""
-    try:
-        data = (prev_hash + raw).encode()
-    except UnicodeEncodeError:  # a lone surrogate (from a "\\ud800" escape): ingest kept it
-        data = (prev_hash + raw).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()
-
-
-def _chain_links(rows: list[Row], before: Row | None) -> bool:
-    """Re-hash the page's own rows and check each links to the row before it when adjacent."""
-    previous = before
-    for row in rows:
-        if link_hash(row.prev_hash, row.raw) != row.hash:
-            return False
-        if row.seq == 0 and row.prev_hash != GENESIS_HASH:
-            return False
-        if previous is not None and previous.seq == row.seq - 1 and row.prev_hash != previous.hash:
-            return False
-        previous = row
-    return True
-
-
 def replay_page(
     *,
     session: Session,
@@ -780,15 +761,11 @@ def replay_page(
     _check_window(offset, limit)
     kinds = resolve_kinds(event_types)
     n = session.event_count
-    before: Row | None = None
     if kinds is None:
         total = n
         rows: list[Row] = []
         if offset < n:
-            first = max(0, offset - 1)  # one row more, to check the page links to its past
-            rows = _rows("seq >= %s AND seq < %s", [session.pk, first, min(n, offset + limit)])
-            if offset > 0 and rows and rows[0].seq == offset - 1:
-                before = rows.pop(0)
+            rows = _rows("seq >= %s AND seq < %s", [session.pk, offset, min(n, offset + limit)])
     else:
         total = _kind_total(session, kinds)
         rows = []
@@ -833,7 +810,8 @@ def replay_page(
 
     page: dict[str, Any] = {
         "session": session_info(session),
-        "chainValid": stored_chain_ok(session) and _chain_links(rows, before),
+        # True only once a verification has run and found nothing (verification.py).
+        "chainValid": session.chain_valid is True,
         "totalSteps": total,
         "steps": steps,
         "pagination": {"offset": offset, "limit": limit, "hasMore": offset + len(rows) < total},

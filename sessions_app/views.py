@@ -17,7 +17,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from . import chain, charts, diffing, replay, timeline
+from . import charts, diffing, replay, timeline, verification
 from .forms import PACES, SPEEDS, CheckpointForm, CompareForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm
 from .frames import frame_at, step_seqs
 from .ingest import set_checkpoint
@@ -171,7 +171,7 @@ def _player_page(session: Session) -> dict[str, Any]:
         recovery = {"phase": metadata["pending_phase"], "action": metadata.get("pending_action", ""),
                     "seq": metadata.get("pending_event_index")}  # fmt: skip
     export_url = reverse("api:export", args=[session.pk])
-    kind_counts = (session.ingest_state or {}).get("kind_counts") or {}
+    kind_counts = session.kind_counts
     return {
         "summary": replay.get_summary(session=session),
         "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
@@ -229,9 +229,9 @@ def checkpoint(request: HttpRequest, session_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def verify(request: HttpRequest, session_id: int) -> HttpResponse:
-    """Re-hash the stored records now and show the chain badge's new state."""
+    """Verify the stored session now and show the chain badge's new state."""
     session = _session(session_id)
-    chain.verify_chain(session=session)
+    verification.verify_session(session=session)
     if not request.htmx:
         return redirect(session.get_absolute_url())
     return render(request, "sessions_app/player.html#chain-badge", {"session": session})

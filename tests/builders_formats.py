@@ -29,7 +29,7 @@ def ingest_file(module, path: Path, project: Project) -> tuple[list[Session], Pr
 
 
 def rows(session: Session) -> list[Event]:
-    return list(Event.objects.of_session(session).order_by("seq"))
+    return list(Event.objects.filter(session=session).order_by("seq"))
 
 
 def payload(event: Event) -> dict:

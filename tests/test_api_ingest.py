@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from pathlib import Path
@@ -13,6 +12,7 @@ from django.db import connection
 from django.test import Client
 
 from sessions_app.importing import import_file
+from sessions_app.verification import verify_session
 from sessions_app.models import GENESIS_HASH, ApiKey, Event, ImportJob, IngestBatch, Project, Session
 
 from .builders_ingest import canonical_records, write_canonical_file
@@ -45,14 +45,9 @@ def append(api: Client, session_id: int, events: list, **fields):
 
 
 def chain_of(session_id: int) -> tuple[bool, str]:
-    """Recompute the hash chain from the stored raw records: (every link matches, head)."""
-    head = GENESIS_HASH
-    ok = True
-    for raw, stored_hash, prev in Event.objects.filter(session_id=session_id).order_by("seq").values_list("raw", "hash", "prev_hash"):
-        ok &= prev == head
-        head = hashlib.sha256(head.encode() + raw.encode()).hexdigest()
-        ok &= stored_hash == head
-    return ok, head
+    """Verify the stored session: (it verifies, its head)."""
+    result = verify_session(session=Session.objects.get(pk=session_id))
+    return result.valid, result.head
 
 
 # --- sessions ------------------------------------------------------------------------------------
@@ -298,14 +293,19 @@ def test_an_rlm_record_without_event_type_is_refused_when_the_format_is_given(ap
 # --- ending --------------------------------------------------------------------------------------
 
 
-def test_ending_a_session_sets_its_status_and_final_answer(api, project):
+def test_ending_a_session_sets_its_status_and_final_answer(api, project, monkeypatch, django_capture_on_commit_callbacks):
+    queued = []
+    monkeypatch.setattr("sessions_app.jobs.enqueue_verify", lambda *, session_id: queued.append(session_id))
     sid = new_session(api)["id"]
     append(api, sid, list(canonical_records(8)))
-    response = post_json(api, f"/api/sessions/{sid}/end", {"status": "failed", "final_answer": "gave up"})
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_json(api, f"/api/sessions/{sid}/end", {"status": "failed", "final_answer": "gave up"})
     assert response.status_code == 200
     assert response.json()["status"] == "failed"
     session = Session.objects.get(pk=sid)
-    assert (session.status, session.final_answer, session.chain_valid) == ("failed", "gave up", True)
+    # Ending queues a verification; until it runs the session is not called verified.
+    assert (session.status, session.final_answer, session.chain_state) == ("failed", "gave up", "unverified")
+    assert queued == [sid]
     assert session.ended_at is not None
     # Repeating the same end is harmless (a client retrying); another status is a conflict.
     assert post_json(api, f"/api/sessions/{sid}/end", {"status": "failed"}).status_code == 200

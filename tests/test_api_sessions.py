@@ -6,6 +6,7 @@ import pytest
 
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest import finish_session, set_checkpoint
+from sessions_app.verification import verify_session
 from sessions_app.models import Event, Project, Session, Snapshot
 
 from .builders_replay import api, get_json  # noqa: F401  (fixture)
@@ -16,6 +17,7 @@ def sessions(make_session):
     other = Project.objects.create(name="Other", slug="other")
     a = make_session(events=20, task="Summarise the quarterly report", model="gpt-4o")
     finish_session(session=a)
+    verify_session(session=a)
     b = make_session(events=10, task="Parse CSV", model="claude-3-5-sonnet", source_format="rlm_native")
     c = make_session(events=5, task="Other project task", model="gpt-4o")
     Session.objects.filter(pk=c.pk).update(project=other)

@@ -20,7 +20,7 @@ from .conftest import synthetic_events
 def test_seq_is_gap_free_across_appends(make_session):
     session = make_session(events=12)
     append_events(session=session, events=synthetic_events(8, start=12))
-    seqs = list(Event.objects.of_session(session).values_list("seq", flat=True))
+    seqs = list(Event.objects.filter(session=session).values_list("seq", flat=True))
     assert seqs == list(range(20))
     session.refresh_from_db()
     assert session.event_count == 20
@@ -30,7 +30,7 @@ def test_running_totals_equal_a_recount_from_scratch(make_session):
     session = make_session(events=50)
     # Split into two appends so totals must carry across batches.
     append_events(session=session, events=synthetic_events(37, start=50))
-    rows = list(Event.objects.of_session(session).order_by("seq"))
+    rows = list(Event.objects.filter(session=session).order_by("seq"))
     cost = tokens = errors = steps = 0
     reward = 0.0
     counts: dict[str, int] = {}
@@ -66,13 +66,18 @@ def test_calls_are_paired_with_their_responses_across_batches(make_session):
 
 
 def test_hash_chain_links_every_event_to_the_previous(make_session):
+    from sessions_app.chain import CONTENT_FIELDS, RECORDED_FIELDS, commitments, link_hash, recorded_values
+
     session = make_session(events=30)
-    rows = list(Event.objects.of_session(session).order_by("seq"))
-    prev = rows[0].prev_hash
+    rows = list(Event.objects.filter(session=session).order_by("seq").values())
+    prev = rows[0]["prev_hash"]
     for row in rows:
-        assert row.prev_hash == prev
-        assert row.hash == Event.chain_hash(prev, row.raw)
-        prev = row.hash
+        assert row["prev_hash"] == prev
+        recorded = recorded_values([row[name] for name in RECORDED_FIELDS])
+        contents = commitments(row["salt"], [row[name] for name in CONTENT_FIELDS])
+        assert row["hash"] == link_hash(prev, row["seq"], recorded, contents)
+        prev = row["hash"]
+    assert len({row["salt"] for row in rows}) == 30
     session.refresh_from_db()
     assert session.head_hash == prev
 
@@ -117,9 +122,9 @@ def test_concurrent_appends_keep_seq_unique_and_gap_free(make_session):
     for t in threads:
         t.join()
     assert not errors
-    seqs = list(Event.objects.of_session(session).order_by("seq").values_list("seq", flat=True))
+    seqs = list(Event.objects.filter(session=session).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(4 * 5 * 40))
-    rows = list(Event.objects.of_session(session).order_by("seq").values_list("hash", "prev_hash"))
+    rows = list(Event.objects.filter(session=session).order_by("seq").values_list("hash", "prev_hash"))
     assert all(rows[i][0] == rows[i + 1][1] for i in range(len(rows) - 1))
 
 

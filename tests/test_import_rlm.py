@@ -149,7 +149,7 @@ def test_native_pairs_llm_calls_and_child_spawns(project, tmp_path):
         assert response.pair_duration_ms == 412.5
         assert call.tool == response.tool == "gpt-4o-mini"
         # tokens_in/out stay in the payload: the step already counts them
-        assert response.tokens is None and response.data["tokens_in"] > 100
+        assert response.tokens is None and orjson.loads(response.payload)["tokens_in"] > 100
     assert session.models_used == ["gpt-4o-mini"]
     spawns = list(Event.objects.filter(session=session, kind=Kind.CHILD_SPAWN).order_by("seq"))
     assert [s.child_id for s in spawns] == ["child_001", "child_002"]

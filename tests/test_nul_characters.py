@@ -9,7 +9,7 @@ import orjson
 import pytest
 from rlm_code.rlm.session_replay import SessionRecorder
 
-from sessions_app.chain import verify_chain
+from sessions_app.verification import verify_session
 from sessions_app.models import Checkpoint, Event, Snapshot
 
 from .builders_replay import api, get_json, import_one  # noqa: F401  (fixture)
@@ -49,10 +49,10 @@ def test_an_rlm_session_full_of_nul_characters_imports_whole_on_either_database(
     assert session.event_count == len(lines)
     assert (session.task, session.run_id, session.model) == (f"find the {SHOWN} byte", f"run{SHOWN}nul", f"model{SHOWN}")
     assert session.final_answer == f"final {SHOWN}"
-    events = list(Event.objects.of_session(session).order_by("seq"))
+    events = list(Event.objects.filter(session=session).order_by("seq"))
     assert [e.raw for e in events] == lines  # the originals, \\u0000 and all
     assert any("\\u0000" in e.raw for e in events)
-    assert verify_chain(session=session)["chainValid"] is True
+    assert verify_session(session=session).valid is True
     texts = [getattr(e, f) for e in events for f in ("agent_id", "parent_id", "child_id", "tool", "pair_id")]
     assert NUL not in "".join(texts) and f"child{SHOWN}" in texts
     keyframes = Snapshot.objects.filter(session=session)

@@ -12,6 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from sessions_app import jobs
+from sessions_app.verification import verify_session
 from sessions_app.models import Event, ImportJob, Project, Session
 
 from .builders_dashboard import conversation_events, build_session, logged_in, user  # noqa: F401
@@ -30,8 +31,9 @@ def two_sessions(db) -> tuple[Session, Session]:
                        model="gpt-4o")  # fmt: skip
     bad = build_session(conversation_events(turns=2), source_session_id="run-bad", task="fetch the page",
                         model="claude-3")  # fmt: skip
-    Session.objects.filter(pk=ok.pk).update(chain_valid=True)
-    Session.objects.filter(pk=bad.pk).update(chain_valid=False, chain_broken_seq=7, status=Session.Status.FAILED)
+    verify_session(session=ok)
+    Session.objects.filter(pk=bad.pk).update(chain_valid=False, chain_broken_seq=7, chain_checked_at=datetime.now(timezone.utc),
+                                             status=Session.Status.FAILED)  # fmt: skip
     return Session.objects.get(pk=ok.pk), Session.objects.get(pk=bad.pk)
 
 

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app import replay
-from sessions_app.chain import verify_chain
+from sessions_app.verification import verify_session
 from sessions_app.ingest import finish_session
 from sessions_app.models import Event
 
@@ -29,6 +29,7 @@ def matching_seqs(session, kinds) -> list[int]:
 
 
 def test_page_has_the_agentlens_replay_state_shape(long_session):
+    verify_session(session=long_session)
     page = replay.replay_page(session=long_session, offset=10, limit=5)
     assert set(page) >= {"session", "chainValid", "totalSteps", "steps", "pagination", "summary"}
     assert page["totalSteps"] == 3000 and page["chainValid"] is True
@@ -137,18 +138,16 @@ def test_filtered_page_finds_its_offset_in_a_logarithmic_number_of_queries(make_
     assert not any("OFFSET" in q["sql"].upper() for q in queries.captured_queries)
 
 
-def test_a_tampered_row_makes_its_page_chain_invalid(long_session):
-    Event.objects.filter(session=long_session, seq=1500).update(raw='{"tampered": true}')
-    assert replay.replay_page(session=long_session, offset=1490, limit=20)["chainValid"] is False
-    # Pages without the row cannot see it until the chain is verified and stored.
-    assert replay.replay_page(session=long_session, offset=0, limit=20)["chainValid"] is True
-    verify_chain(session=long_session)
+def test_a_page_says_the_chain_is_valid_only_after_a_verification_found_it_so(long_session):
     assert replay.replay_page(session=long_session, offset=0, limit=20)["chainValid"] is False
-
-
-def test_a_broken_link_at_the_page_start_is_seen(long_session):
-    Event.objects.filter(session=long_session, seq=1000).update(prev_hash="f" * 64)
-    assert replay.replay_page(session=long_session, offset=1000, limit=5)["chainValid"] is False
+    assert replay.session_info(long_session)["chain"]["state"] == "unverified"
+    verify_session(session=long_session)
+    assert replay.replay_page(session=long_session, offset=0, limit=20)["chainValid"] is True
+    Event.objects.filter(session=long_session, seq=1500).update(payload='{"tampered": true}')
+    verify_session(session=long_session)
+    page = replay.replay_page(session=long_session, offset=0, limit=20)
+    assert page["chainValid"] is False
+    assert page["session"]["chain"] == {**page["session"]["chain"], "state": "broken", "brokenSeq": 1500}
 
 
 def test_spliced_page_serialises_to_the_same_json(long_session):

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app.formats import registry
 from sessions_app.importing import ImportOutcome, import_file
+from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 
 
@@ -31,10 +32,13 @@ class Command(BaseCommand):
         unreadable = 0
         reported: set[Path] = set()
         for name in options["paths"]:
-            for outcome in import_file(
+            outcomes = import_file(
                 path=Path(name), project=project, format=options["format"],
                 replace=options["replace"], created_by="import_sessions",
-            ):  # fmt: skip
+            )  # fmt: skip
+            # Verified by a worker (make run's qcluster); until then the badge says so.
+            enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
+            for outcome in outcomes:
                 unreadable += outcome.unreadable
                 if options["json"]:
                     self.stdout.write(orjson.dumps(outcome.to_dict()).decode())

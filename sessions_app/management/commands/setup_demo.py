@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from sessions_app.importing import import_file
+from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 
 DEMO_USER = "demo"
@@ -40,7 +41,9 @@ class Command(BaseCommand):
         for path in paths:
             if path.name.startswith((".", "README")) or path.suffix == ".py":
                 continue
-            for outcome in import_file(path=path, project=project):
+            outcomes = import_file(path=path, project=project)
+            enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
+            for outcome in outcomes:
                 if outcome.error:
                     self.stderr.write(f"demo: {path.name}: {outcome.error}")
                 else:

@@ -1,0 +1,182 @@
+"""Verification: the chain covers every recorded field and content, and everything derived is
+derived again, so an edit of any stored field of any event is found at its seq."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import orjson
+import pytest
+from django.conf import settings
+from django.db import connection, models
+from django.test.utils import CaptureQueriesContext
+
+from sessions_app.chain import CONTENT_FIELDS, commit, salt_of
+from sessions_app.models import Event, Session, Snapshot
+from sessions_app.verification import verify_session
+
+from .builders_replay import import_one
+
+pytestmark = pytest.mark.django_db
+
+EDITED = 137
+# The one column whose edit changes nothing anyone sees: the row's storage address.
+NOT_SHOWN = {"id"}
+EVENT_FIELDS = [f.name for f in Event._meta.concrete_fields if f.name not in NOT_SHOWN]
+
+
+def _changed(field: models.Field, value, session: Session, other: Session):
+    """A different value of the same type for one stored column."""
+    if field.name == "session":
+        return other
+    if field.name == "salt":
+        return ("f" if value[0] != "f" else "e") + value[1:]
+    if field.name in ("payload", "step_state", "state_change", "kind_counts"):
+        loaded = orjson.loads(value) if value else {}
+        if isinstance(loaded, dict):
+            loaded = {**loaded, "edited": True}
+        return orjson.dumps(loaded).decode()
+    if isinstance(field, models.BooleanField):
+        return not value
+    if isinstance(field, models.DateTimeField):
+        return (value + timedelta(seconds=1)) if value is not None else session.created_at
+    if isinstance(field, models.FloatField):
+        return (value or 0.0) + 0.5
+    if isinstance(field, (models.IntegerField, models.BigIntegerField)):
+        if field.name == "seq":
+            return value + 10_000
+        return (value or 0) + 1
+    if isinstance(field, (models.CharField, models.TextField)):
+        return (value or "") + "x"
+    raise AssertionError(f"no edit defined for {field.name} ({type(field).__name__}): add one")
+
+
+@pytest.fixture
+def two_sessions(make_session):
+    return make_session(events=300), make_session(events=3)
+
+
+def test_an_untouched_session_verifies_and_the_result_is_stored(two_sessions):
+    session, _ = two_sessions
+    result = verify_session(session=session)
+    assert (result.valid, result.first_broken_seq, result.events, result.broken_events) == (True, None, 300, 0)
+    stored = Session.objects.get(pk=session.pk)
+    assert stored.chain_state == "verified" and stored.chain_checked_count == 300
+
+
+def test_a_session_is_not_verified_until_a_verification_ran(two_sessions):
+    session, _ = two_sessions
+    assert session.chain_state == "unverified"
+    assert Session.objects.get(pk=session.pk).chain_valid is None
+
+
+@pytest.mark.parametrize("name", EVENT_FIELDS)
+def test_editing_any_stored_field_of_an_event_is_found_at_its_seq(two_sessions, name):
+    session, other = two_sessions
+    field = Event._meta.get_field(name)
+    row = Event.objects.get(session=session, seq=EDITED)
+    edited = _changed(field, getattr(row, field.name), session, other)
+    Event.objects.filter(pk=row.pk).update(**{field.name: edited})
+
+    result = verify_session(session=session)
+
+    assert result.valid is False
+    assert result.first_broken_seq == EDITED, result.findings
+    assert Session.objects.get(pk=session.pk).chain_state == "broken"
+
+
+def test_every_event_field_is_either_hashed_derived_or_declared_not_shown():
+    from sessions_app.chain import RECORDED_FIELDS
+    from sessions_app.event_rows import DERIVED_COLUMNS
+
+    covered = set(RECORDED_FIELDS) | set(CONTENT_FIELDS) | set(DERIVED_COLUMNS) | {"seq", "salt", "session"}
+    assert set(EVENT_FIELDS) <= covered, set(EVENT_FIELDS) - covered
+
+
+def test_one_edited_event_is_reported_once_not_with_every_event_after_it(two_sessions):
+    session, _ = two_sessions
+    Event.objects.filter(session=session, seq=EDITED).update(payload='{"forged": true}')
+    result = verify_session(session=session)
+    assert result.broken_events == 1 and result.findings[0]["field"] == "hash"
+
+
+def test_a_rehashed_forgery_breaks_the_next_link(two_sessions):
+    from sessions_app.chain import RECORDED_FIELDS, commitments, link_hash, recorded_values
+
+    session, _ = two_sessions
+    row = Event.objects.filter(session=session, seq=20).values().get()
+    row["payload"] = '{"forged": true}'
+    forged = link_hash(
+        row["prev_hash"], 20, recorded_values([row[n] for n in RECORDED_FIELDS]),
+        commitments(row["salt"], [row[n] for n in CONTENT_FIELDS]),
+    )
+    Event.objects.filter(pk=row["id"]).update(payload=row["payload"], hash=forged)
+    assert verify_session(session=session).first_broken_seq == 21
+
+
+def test_a_deleted_event_is_found_where_it_was(two_sessions):
+    session, _ = two_sessions
+    Event.objects.filter(session=session, seq=50).delete()
+    assert verify_session(session=session).first_broken_seq == 50
+
+
+def test_events_missing_at_the_end_break_the_chain(two_sessions):
+    session, _ = two_sessions
+    Event.objects.filter(session=session, seq__gte=298).delete()
+    result = verify_session(session=session)
+    assert result.valid is False and result.first_broken_seq == 298
+
+
+def test_an_edited_keyframe_is_found_at_its_seq(two_sessions):
+    session, _ = two_sessions
+    keyframe = Snapshot.objects.filter(session=session, kind=Snapshot.Kind.KEYFRAME).first()
+    assert keyframe is not None
+    Snapshot.objects.filter(pk=keyframe.pk).update(variables={"forged": 1})
+    assert verify_session(session=session).first_broken_seq == keyframe.seq
+
+
+def test_edited_session_totals_are_reported(two_sessions):
+    session, _ = two_sessions
+    Session.objects.filter(pk=session.pk).update(cost_usd=99.0)
+    result = verify_session(session=session)
+    assert result.valid is False and result.first_broken_seq is None
+    assert any(f["field"] == "session.cost_usd" for f in result.findings)
+
+
+def test_a_content_value_replaced_by_its_commitment_still_verifies_the_link(two_sessions):
+    """The chain's design for redaction: a field's commitment can stand in for its value."""
+    from sessions_app.chain import RECORDED_FIELDS, link_hash, recorded_values
+
+    session, _ = two_sessions
+    row = Event.objects.filter(session=session, seq=7).values().get()
+    kept = [commit(salt_of(row["salt"], name), row[name]) for name in CONTENT_FIELDS]
+    assert link_hash(row["prev_hash"], 7, recorded_values([row[n] for n in RECORDED_FIELDS]), kept) == row["hash"]
+
+
+DEMO = sorted(p for p in (Path(settings.BASE_DIR) / "demo").iterdir() if p.suffix in (".json", ".jsonl"))
+FIXTURES = [
+    Path(settings.BASE_DIR) / "tests" / "fixtures" / name
+    for name in ("agentlens/two_sessions.ndjson", "daycare/complete_new.jsonl", "daycare/pending_tool_call.jsonl",
+                 "flux0/support_chat.jsonl")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", DEMO + FIXTURES, ids=lambda p: p.name)
+def test_every_format_verifies_after_import(path, project):
+    from sessions_app.importing import import_file
+
+    sessions = [o.session for o in import_file(path=path, project=project) if o.session is not None]
+    assert sessions
+    for session in sessions:
+        result = verify_session(session=session)
+        assert result.valid, result.findings
+
+
+def test_verification_reads_the_session_a_chunk_at_a_time(make_session):
+    session = make_session(events=1000)
+    with CaptureQueriesContext(connection) as queries:
+        verify_session(session=session, chunk=100)
+    reads = [q["sql"] for q in queries.captured_queries if "salt, hash, prev_hash" in q["sql"]]
+    assert len(reads) == 10
+    assert all("LIMIT 100" in sql and "OFFSET" not in sql.upper() for sql in reads)
