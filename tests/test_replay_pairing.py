@@ -72,3 +72,23 @@ def test_child_spawn_and_result_are_paired_in_a_recorded_session(tmp_path):
     # rlm-code gives LLM responses no id: each answers the oldest open request.
     llm = replay.replay_page(session=session, offset=0, limit=1000, event_types=["llm_call"])["steps"]
     assert all(s["pairedEvent"]["kind"] == "llm_response" for s in llm)
+
+
+@pytest.mark.parametrize("batch_rows", [1000, 2], ids=["one-batch", "across-batches"])
+def test_a_tool_result_recorded_before_its_call_still_pairs_with_it(monkeypatch, batch_rows):
+    # Writers reorder (a tool answers before its call is logged, clocks differ): pair by id.
+    monkeypatch.setattr("sessions_app.ingest.BATCH_ROWS", batch_rows)
+    session = session_of([
+        event(Kind.TOOL_RESPONSE, 0, pair_id="t1", tool="read_file", failed=False),
+        event(Kind.NOTE, 10),
+        event(Kind.NOTE, 20),
+        event(Kind.TOOL_CALL, 30, pair_id="t1", tool="read_file"),
+    ])
+    from sessions_app.models import Event
+    from sessions_app.verification import verify_session
+
+    pairs = dict(Event.objects.filter(session=session).values_list("seq", "pair_seq"))
+    assert pairs[0] == 3 and pairs[3] == 0
+    call = replay.replay_page(session=session, offset=3, limit=1)["steps"][0]
+    assert call["context"]["warnings"] == []  # no "call without a response"
+    assert verify_session(session=session).valid
