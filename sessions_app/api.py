@@ -702,7 +702,7 @@ def delete_checkpoint(request: HttpRequest, session_id: int, name: str):
 _EXPORTS = {
     "jsonl": (exporting.export_native_jsonl, "application/x-ndjson", "jsonl"),
     "snapshot": (exporting.export_snapshot, "application/json", "json"),
-    "original": (exporting.export_original, "application/octet-stream", "original.jsonl"),
+    "original": (exporting.export_original, "application/octet-stream", "original.jsonl"),  # or its own name
 }
 
 
@@ -714,7 +714,9 @@ def export(request: HttpRequest, session_id: int, query: Query[ExportQuery]):
     generate, content_type, extension = _EXPORTS[query.format]
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in (session.source_session_id or f"session-{session.pk}"))[:100]
     response = StreamingHttpResponse(generate(session=session), content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{stem}.{extension}"'
+    filename = (query.format == "original" and exporting.original_name(session)) or f"{stem}.{extension}"
+    filename = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)[:200]
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 

@@ -43,9 +43,8 @@ RECORDED_FIELDS = (
 # Hashed through a salted commitment each (None stays None: "no value" is part of the record).
 CONTENT_FIELDS = ("payload", "raw", "step_state", "state_change")
 
-_FLOATS = frozenset({"duration_ms", "cost_usd", "reward", "cumulative_reward"})
-_BOOLS = frozenset({"cost_unpriced", "is_error"})
 _FIELD_TAGS = {name: name.encode("ascii") for name in CONTENT_FIELDS}
+_TAGS = tuple(_FIELD_TAGS.values())
 _sha256 = hashlib.sha256
 
 
@@ -75,13 +74,10 @@ def commit(field_salt: bytes, text: str | None) -> str | None:
 def commitments(event_salt: str, contents: Sequence[str | None]) -> list[str | None]:
     """The commitments of an event's CONTENT_FIELDS values, in that order."""
     salt = bytes.fromhex(event_salt)
-    out: list[str | None] = []
-    for name, text in zip(CONTENT_FIELDS, contents):
-        if text is None:
-            out.append(None)
-        else:
-            out.append(commit(_sha256(salt + _FIELD_TAGS[name]).digest(), text))
-    return out
+    return [
+        None if text is None else commit(_sha256(salt + tag).digest(), text)
+        for tag, text in zip(_TAGS, contents)
+    ]
 
 
 def ts_text(value: Any) -> str | None:
@@ -89,13 +85,14 @@ def ts_text(value: Any) -> str | None:
     database gave it back (SQLite: the stored text; PostgreSQL: an aware datetime)."""
     if value is None:
         return None
-    if isinstance(value, datetime):
+    if type(value) is str:
+        if len(value) == 26 and value[10] == " ":
+            return value  # already the form (what ingest writes on SQLite, nearly always)
+    elif isinstance(value, datetime):
         if value.tzinfo is not None:
             value = value.astimezone(UTC).replace(tzinfo=None)
         return value.isoformat(" ", timespec="microseconds")
-    text = str(value).replace("T", " ")
-    if text.endswith("Z"):
-        text = text[:-1]
+    text = str(value).replace("T", " ").removesuffix("Z")
     if "." not in text:
         return text + ".000000"
     head, fraction = text.split(".", 1)
@@ -104,18 +101,20 @@ def ts_text(value: Any) -> str | None:
 
 def recorded_values(values: Sequence[Any]) -> list[Any]:
     """RECORDED_FIELDS values normalised the same way for both databases (booleans that SQLite
-    gives back as 0/1, integers stored in float columns, timestamps)."""
-    out = []
-    for name, value in zip(RECORDED_FIELDS, values):
-        if value is not None:
-            if name in _FLOATS:
-                value = float(value)
-            elif name in _BOOLS or name == "failed":
-                value = bool(value)
-            elif name == "ts":
-                value = ts_text(value)
-        out.append(value)
-    return out
+    gives back as 0/1, integers stored in float columns, timestamps). Spelled out rather than
+    looped over: it runs once per event written and once per event verified."""
+    (
+        kind, source_type, ts, line, step, depth, agent_id, parent_id, child_id, tool, pair_id,
+        duration_ms, cost_usd, cost_unpriced, tokens, reward, cumulative_reward, is_error, failed,
+    ) = values  # fmt: skip
+    return [
+        kind, source_type, ts_text(ts), line, step, depth, agent_id, parent_id, child_id, tool,
+        pair_id, None if duration_ms is None else float(duration_ms),
+        None if cost_usd is None else float(cost_usd), bool(cost_unpriced), tokens,
+        None if reward is None else float(reward),
+        None if cumulative_reward is None else float(cumulative_reward), bool(is_error),
+        None if failed is None else bool(failed),
+    ]  # fmt: skip
 
 
 def link_hash(prev_hash: str, seq: int, recorded: list[Any], commits: list[str | None]) -> str:

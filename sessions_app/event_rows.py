@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -80,8 +81,8 @@ _SALT = _INDEX["salt"]
 _HASH = _INDEX["hash"]
 _PREV_HASH = _INDEX["prev_hash"]
 _KIND_COUNTS = _INDEX["kind_counts"]
-_RECORDED = tuple(_INDEX[name] for name in RECORDED_FIELDS)
-_CONTENT = tuple(_INDEX[name] for name in CONTENT_FIELDS)
+_recorded_of = itemgetter(*(_INDEX[name] for name in RECORDED_FIELDS))
+_contents_of = itemgetter(*(_INDEX[name] for name in CONTENT_FIELDS))
 _LLM_KINDS = frozenset({Kind.LLM_CALL, Kind.LLM_RESPONSE})
 _NON_STR_KEYS = orjson.OPT_NON_STR_KEYS
 _dumps = orjson.dumps
@@ -186,17 +187,13 @@ def seal_rows(rows: list[list], state: WriterState) -> None:
     head = state.head
     counts = state.kind_counts
     dumps = _dumps
+    recorded, contents = _recorded_of, _contents_of
     for row in rows:
         kind = row[_KIND]
         counts[kind] = counts.get(kind, 0) + 1
         row[_KIND_COUNTS] = dumps(counts).decode()
         row[_PREV_HASH] = head
-        head = link_hash(
-            head,
-            row[_SEQ],
-            recorded_values([row[i] for i in _RECORDED]),
-            commitments(row[_SALT], [row[i] for i in _CONTENT]),
-        )
+        head = link_hash(head, row[_SEQ], recorded_values(recorded(row)), commitments(row[_SALT], contents(row)))
         row[_HASH] = head
     state.head = head
 
@@ -208,8 +205,11 @@ class EventRows:
     (verification builds the rows again from what was recorded and compares).
     """
 
-    def __init__(self, *, session_pk: int, state: WriterState, vendor: str) -> None:
+    def __init__(self, *, session_pk: int, state: WriterState, vendor: str, keep_raw: bool = True) -> None:
         self.state = state
+        # An import whose file is kept (its original, exported byte for byte) need not store each
+        # record's text again: half the bytes written, hashed and later redacted.
+        self.keep_raw = keep_raw
         self.session_pk = session_pk
         self.rows: list[list] = []
         self.rows_first_seq = state.next_seq
@@ -265,7 +265,8 @@ class EventRows:
                 event.step, None, event.depth, agent_id[:200], parent_id[:200], child_id[:200],
                 tool[:200], pair_id[:200], None, None, event.duration_ms, event.cost_usd,
                 event.cost_unpriced, tokens, event.reward, event.cumulative_reward,
-                event.is_error, event.failed, 0, json_text(event.payload), event.raw,
+                event.is_error, event.failed, 0, json_text(event.payload),
+                event.raw if self.keep_raw else None,
                 None if step_state is None else json_text(step_state),
                 None if change is None else json_text(change.to_dict()), self._salt(),
                 None, None, None, None, None, None, None, None, None,

@@ -5,7 +5,7 @@ session in memory):
   which rlm-code's own `load_session` loads with the summary our `get_summary` gives;
 - `export_snapshot`: a `SessionSnapshot.to_dict()` JSON document (rlm-code `SessionReplayer
   .from_file` loads it);
-- `export_original`: the records exactly as received, one per line.
+- `export_original`: the source exactly as received (the imported file byte for byte).
 
 Deliberate choices in the native export (docs/api.md, "Exports"):
 - no `step_result` lines: rlm-code adds a step's tokens once for step_result and again for
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
@@ -28,6 +29,7 @@ from django.db import connection
 from django.utils import timezone
 
 from .canonical import Kind
+from .formats import Source
 from .models import Event, Session
 from .replay import get_summary, iter_step_states, state_at
 
@@ -80,12 +82,39 @@ def _event_chunks(session: Session, columns: str, count: int) -> Iterator[list[t
 # Original records
 
 
-def export_original(*, session: Session) -> Iterator[bytes]:
-    """Every stored record exactly as received, one per line, in seq order.
+def original_file(session: Session) -> Path | None:
+    """The kept file the session was imported from, if it is still there."""
+    job = session.import_job
+    if job is None or not job.stored_path:
+        return None
+    path = Path(job.stored_path)
+    return path if path.is_file() else None
 
-    A record a format turned into several events is stored on each of them; it is written once
-    (consecutive events from the same source line).
-    """
+
+def original_name(session: Session) -> str | None:
+    """The name the original had when it was received (a .gz ending dropped: it is sent undone)."""
+    if original_file(session) is None:
+        return None
+    name = session.import_job.original_name
+    return name[:-3] if name.lower().endswith(".gz") else name
+
+
+def export_original(*, session: Session) -> Iterator[bytes]:
+    """The source exactly as received: the imported file byte for byte (gzip undone; all of it
+    when it held several sessions). A session with no kept file (a live one, or a folder format)
+    gives its stored records instead, one a line, in seq order."""
+    path = original_file(session)
+    if path is not None:
+        with Source(path=path).open() as stream:
+            while chunk := stream.read(1 << 20):
+                yield chunk
+        return
+    yield from _stored_records(session)
+
+
+def _stored_records(session: Session) -> Iterator[bytes]:
+    # A record a format turned into several events is stored on each of them; it is written
+    # once (consecutive events from the same source line).
     last_line: int | None = None
     for rows in _event_chunks(session, "seq, line, raw", session.event_count):
         out = []

@@ -27,6 +27,7 @@ from .ingest import (
     finish_session,
 )
 from .models import ImportJob, Project, Session
+from .uploads import keep_local_file
 
 logger = logging.getLogger(__name__)
 
@@ -178,8 +179,9 @@ def _import_session(
                 project=project, source_format=fmt, meta=parsed.meta, import_job=job
             )
             result = append_events(
-                session=session, events=events, on_progress=progress.events_written
-            )
+                session=session, events=events, on_progress=progress.events_written,
+                keep_raw=job is None or not path.is_file(),
+            )  # fmt: skip
             if result.event_count == 0:
                 raise _Empty
             session.source_digest = digest.hexdigest()
@@ -219,6 +221,24 @@ def _fingerprinted(events: Iterable[CanonicalEvent], digest: Any) -> Iterator[Ca
         update(event.raw.encode("utf-8", "surrogatepass"))
         update(b"\n")
         yield event
+
+
+def import_local_file(
+    *, path: Path, project: Project, format: str = "", replace: bool = False, created_by: str = ""
+) -> list[ImportOutcome]:
+    """Import a file or folder given on this machine (the command line, the demo), keeping a copy
+    of a file as an upload is kept, so its original stays exportable byte for byte."""
+    path = Path(path)
+    if not path.is_file() or _unreadable(path):
+        return import_file(path=path, project=project, format=format or None, replace=replace, created_by=created_by)
+    job = keep_local_file(path=path, project=project, format=format, created_by=created_by, replace=replace)
+    outcomes = import_file(
+        path=Path(job.stored_path), project=project, format=format or None, replace=replace, job=job,
+        created_by=created_by,
+    )  # fmt: skip
+    for outcome in outcomes:
+        outcome.path = path  # reported as the caller named it, not as kept
+    return outcomes
 
 
 class _FormatError(Exception):

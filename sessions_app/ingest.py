@@ -221,19 +221,21 @@ def append_events(
     events: Iterable[CanonicalEvent],
     on_progress: Callable[[int], None] | None = None,
     format_state: dict[str, Any] | None = None,
+    keep_raw: bool = True,
 ) -> AppendResult:
     """Append events after the session's last one, in one transaction.
 
     The session row is locked first, so two writers appending to one session take turns and
     seqs stay unique and gap-free (the unique (session, seq) constraint backs this up).
     `format_state` (live ingest) replaces the format converter's saved state in the same
-    transaction, so the next batch continues exactly where this one stopped.
+    transaction, so the next batch continues exactly where this one stopped. `keep_raw=False`
+    leaves each record's text out where the source file itself is kept (an import's job).
     """
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         state = state_of_session(locked)
         first_seq = state.next_seq
-        rows = EventRows(session_pk=locked.pk, state=state, vendor=connection.vendor)
+        rows = EventRows(session_pk=locked.pk, state=state, vendor=connection.vendor, keep_raw=keep_raw)
         stored = 0
         with _batch_writer(locked) as write:
             for event in events:

@@ -225,7 +225,9 @@ class Event(models.Model):
     failed = models.BooleanField(null=True, blank=True)  # a tool or step outcome, when recorded
     fail_streak = models.BigIntegerField(default=0)  # consecutive failures of this tool so far
     payload = models.TextField(default="{}")  # JSON text of the normalised data
-    raw = models.TextField()  # the source's record (a JSON line exactly as received)
+    # The source's record as received (a JSON line's text), where no copy of the source file is
+    # kept: live batches, and files imported without keeping them.
+    raw = models.TextField(null=True, blank=True)
     step_state = models.TextField(null=True, blank=True)  # JSON StepState when it closes a step
     state_change = models.TextField(null=True, blank=True)  # JSON change to variables/memory
     # The chain (sessions_app/chain.py): the salt of the content fields' commitments, this

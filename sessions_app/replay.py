@@ -1125,7 +1125,7 @@ def search(
         event = event_dict(row)
         event["stepIndex"] = _step_index(row, session.step_count)
         if q:
-            event["snippet"] = _snippet(row.payload or "", q) if q.lower() in (row.payload or "").lower() else _snippet(row.raw, q)
+            event["snippet"] = _snippet(row.payload or "", q) if q.lower() in (row.payload or "").lower() else _snippet(row.raw or "", q)
         results.append(event)
     return {
         "q": q,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import uuid
 from pathlib import Path
 
@@ -109,6 +110,29 @@ def accept_upload(
     return job
 
 
+def keep_local_file(
+    *, path: Path, project: Project, format: str = "", created_by: str = "", replace: bool = False
+) -> ImportJob:
+    """Keep a copy of a file given on this machine (the command line, the demo) as an upload is
+    kept, with its job, for the caller to import now: its original stays exportable byte for
+    byte even when the file given is later moved or changed."""
+    original_name = display_name(path.name)
+    lowered = original_name.lower()
+    suffix = next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
+    target = _new_stored_path(suffix)
+    shutil.copyfile(path, target)
+    os.chmod(target, 0o640)
+    return ImportJob.objects.create(
+        project=project,
+        original_name=original_name,
+        stored_path=str(target),
+        requested_format=format,
+        replace=replace,
+        bytes_total=target.stat().st_size,
+        created_by=created_by[:150],
+    )
+
+
 def display_name(name: str) -> str:
     """The client's file name without any folder part or control characters (display only)."""
     base = re.split(r"[\\/]", name)[-1]
@@ -116,13 +140,17 @@ def display_name(name: str) -> str:
     return (base or "upload")[:500]
 
 
-def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
-    lowered = original_name.lower()
-    suffix = next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
+def _new_stored_path(suffix: str) -> Path:
     now = timezone.now()
     folder = Path(settings.DATA_DIR) / "uploads" / f"{now:%Y}" / f"{now:%m}"
     folder.mkdir(parents=True, exist_ok=True, mode=0o750)
-    target = folder / f"{uuid.uuid4().hex}{suffix}"
+    return folder / f"{uuid.uuid4().hex}{suffix}"
+
+
+def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
+    lowered = original_name.lower()
+    suffix = next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
+    target = _new_stored_path(suffix)
     temporary_path = getattr(uploaded_file, "temporary_file_path", None)
     if temporary_path is not None:
         # Large uploads are already on disk: a rename, not a second copy of a 1 GB file.

@@ -49,6 +49,13 @@ def synthetic_events(count: int, *, start: int = 0, t0: datetime = T0) -> Iterat
         )
 
 
+@pytest.fixture(autouse=True)
+def _kept_files_in_tmp(settings, tmp_path):
+    # Imports keep a copy of each file (its original, exportable byte for byte): in the test's
+    # own folder, never in the checkout's var/.
+    settings.DATA_DIR = tmp_path / "data"
+
+
 @pytest.fixture
 def project(db) -> Project:
     return Project.get_default()

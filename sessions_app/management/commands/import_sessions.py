@@ -12,7 +12,7 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app.formats import registry
-from sessions_app.importing import ImportOutcome, import_file
+from sessions_app.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 
@@ -32,8 +32,8 @@ class Command(BaseCommand):
         unreadable = 0
         reported: set[Path] = set()
         for name in options["paths"]:
-            outcomes = import_file(
-                path=Path(name), project=project, format=options["format"],
+            outcomes = import_local_file(
+                path=Path(name), project=project, format=options["format"] or "",
                 replace=options["replace"], created_by="import_sessions",
             )  # fmt: skip
             # Verified by a worker (make run's qcluster); until then the badge says so.

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from sessions_app.importing import import_file
+from sessions_app.importing import import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 
@@ -41,7 +41,7 @@ class Command(BaseCommand):
         for path in paths:
             if path.name.startswith((".", "README")) or path.suffix == ".py":
                 continue
-            outcomes = import_file(path=path, project=project)
+            outcomes = import_local_file(path=path, project=project, created_by="setup_demo")
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
             for outcome in outcomes:
                 if outcome.error:
