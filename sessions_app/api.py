@@ -220,8 +220,10 @@ class PageContextOut(Schema):
 class ReplayStepOut(Schema):
     index: int
     event: EventOut
-    pairedEvent: PairedEventOut | None
-    pairDurationMs: float | None
+    # An AgentLens session's steps carry both only on the step that initiated the pair, as
+    # AgentLens's own replay does; other sessions' steps always carry them.
+    pairedEvent: PairedEventOut | None = None
+    pairDurationMs: float | None = None
     context: PageContextOut | None
 
 
@@ -289,6 +291,12 @@ class ReplayOut(Schema):
     approvals: dict[int, EventOut] = {}
 
 
+class LlmHistoryEntryOut(EventOut):
+    response: EventOut | None = Field(
+        None, description="AgentLens sessions: the llm_response that completed this call by this event"
+    )
+
+
 class ContextOut(Schema):
     """The context at one event with every history entry inlined, its state and its step."""
 
@@ -297,7 +305,7 @@ class ContextOut(Schema):
     cumulativeCostUsd: float
     elapsedMs: float
     eventCounts: dict[str, int]
-    llmHistory: list[EventOut]
+    llmHistory: list[LlmHistoryEntryOut]
     toolResults: list[EventOut]
     pendingApprovals: list[EventOut]
     errorCount: int

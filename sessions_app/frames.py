@@ -191,6 +191,10 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
                 # The panel lists history as one line each (the full event is a click away).
                 entry["preview"] = preview(entry)
                 entry.pop("payload", None)
+                response = entry.pop("response", None)
+                if response is not None:
+                    # An AgentLens call's entry, completed in place by its answer.
+                    entry["preview"] = _clip(f"{entry['preview']} → {preview(response)}")
 
     earlier = [e for e in events if e["seq"] < seq]
     later = [e for e in events if e["seq"] > seq]

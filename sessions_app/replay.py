@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import json
 from collections import namedtuple
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any, Iterable, Sequence
 
 import orjson
@@ -30,6 +30,7 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from .canonical import ALL_KINDS, Kind
+from .formats import agentlens
 from .ingest import KEYFRAME_EVERY
 from .models import Event, Session, Snapshot
 
@@ -49,6 +50,20 @@ KIND_ALIASES = {
     "session_started": Kind.SESSION_START,
     "session_ended": Kind.SESSION_END,
     "cost_tracked": Kind.COST,
+}
+
+# An AgentLens session's replay says things the way AgentLens's replay builder says them
+# (agentkitai/agentlens packages/server/src/lib/replay/builder.ts): the pair only on the step
+# that initiated it (buildPairMap keys it by the initiator), ...
+AGENTLENS_INITIATORS = frozenset({Kind.LLM_CALL, Kind.TOOL_CALL, Kind.APPROVAL_REQUESTED})
+# ... and eventCounts by AgentLens's own type names: the kinds standing for one type each.
+_AGENTLENS_NAMES = {
+    kind: types[0]
+    for kind, types in (
+        (kind, [name for name, mapped in agentlens.KINDS.items() if mapped == kind])
+        for kind in set(agentlens.KINDS.values())
+    )
+    if len(types) == 1
 }
 
 # rlm-code StepState fields and their defaults, in its field order.
@@ -577,13 +592,50 @@ def _step_index(row: Row, step_count: int) -> int | None:
     return min(index, step_count - 1)
 
 
-def _context_base(row: Row, session: Session, *, splice: bool, limits: Thresholds | None = None) -> dict[str, Any]:
+def agentlens_type_names(session: Session) -> dict[str, str] | None:
+    """For an AgentLens session, the AgentLens event type each canonical kind stood for (None for
+    other formats). Each row counts events by kind only: a kind that stood for several types in
+    this session (`custom`: custom, form_*, decision, observation, unknown types; `note`: the
+    two alert types) keeps its own name, with all of them counted together."""
+    if session.source_format != agentlens.NAME:
+        return None
+    seen = ((session.metadata or {}).get("agentlens") or {}).get("event_types")
+    if seen is None:  # a live session, never finished: what its converter has seen so far
+        states = (session.ingest_state or {}).get("format_state") or {}
+        seen = (states.get(agentlens.NAME) or {}).get("types") or {}
+    names = dict(_AGENTLENS_NAMES)
+    for kind, types in seen.items():
+        if len(types) == 1:
+            names[kind] = types[0]
+        else:
+            names.pop(kind, None)
+    return names
+
+
+def _event_counts(text: str | None, *, splice: bool, type_names: dict[str, str] | None) -> Any:
+    if type_names is None:
+        return _json(text, splice=splice, default={})
+    counts: dict[str, int] = {}
+    for kind, count in orjson.loads(text or "{}").items():
+        name = type_names.get(kind, kind)
+        counts[name] = counts.get(name, 0) + count
+    return counts
+
+
+def _context_base(
+    row: Row,
+    session: Session,
+    *,
+    splice: bool,
+    limits: Thresholds | None = None,
+    type_names: dict[str, str] | None = None,
+) -> dict[str, Any]:
     return {
         "eventIndex": row.seq,
         "totalEvents": session.event_count,
         "cumulativeCostUsd": row.cost_total,
         "elapsedMs": row.elapsed_ms,
-        "eventCounts": _json(row.kind_counts, splice=splice, default={}),
+        "eventCounts": _event_counts(row.kind_counts, splice=splice, type_names=type_names),
         "llmHistory": [],
         "toolResults": [],
         "pendingApprovals": [],
@@ -595,11 +647,13 @@ def _context_base(row: Row, session: Session, *, splice: bool, limits: Threshold
     }
 
 
-def _history_arms(before_seq: int, pending_after: int) -> list[tuple[str, list[Any]]]:
+def _history_arms(
+    before_seq: int, pending_after: int, *, llm_kinds: tuple[str, ...] = LLM_KINDS
+) -> list[tuple[str, list[Any]]]:
     """Arms reading the last HISTORY_LIMIT LLM events and tool results with seq < before_seq,
     and the approval requests still undecided after `pending_after`."""
     arms = []
-    for kind in LLM_KINDS + TOOL_RESULT_KINDS:
+    for kind in llm_kinds + TOOL_RESULT_KINDS:
         arms.append((f"kind = %s AND seq < %s ORDER BY seq DESC LIMIT {HISTORY_LIMIT}", [kind, before_seq]))
     arms.append((
         "kind = %s AND seq < %s AND (pair_seq IS NULL OR pair_seq > %s) "
@@ -612,8 +666,44 @@ def _history_arms(before_seq: int, pending_after: int) -> list[tuple[str, list[A
 def _history_before(session: Session, before_seq: int, pending_after: int) -> list[Row]:
     if before_seq <= 0:
         return []
-    arms = [(tail, [session.pk, *params]) for tail, params in _history_arms(before_seq, pending_after)]
+    calls_only = session.source_format == agentlens.NAME
+    llm_kinds = (Kind.LLM_CALL,) if calls_only else LLM_KINDS
+    arms = [
+        (tail, [session.pk, *params])
+        for tail, params in _history_arms(before_seq, pending_after, llm_kinds=llm_kinds)
+    ]
+    if calls_only:
+        arms.append(_lone_responses_arm(session.pk, before_seq))
     return sorted((Row._make(r) for r in _union_rows(arms)), key=lambda r: r.seq)
+
+
+def _lone_responses_arm(session_pk: int, before_seq: int) -> tuple[str, list[Any]]:
+    """The LLM responses before `before_seq` that answer no earlier call: in AgentLens's
+    llmHistory each is an entry of its own. The history keeps the last HISTORY_LIMIT entries, so
+    none older than the HISTORY_LIMIT-th last call can be one: the range read stops there."""
+    return (
+        "kind = %s AND seq < %s AND (pair_seq IS NULL OR pair_seq > seq) "
+        f"AND seq >= COALESCE((SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND kind = %s "
+        f"AND seq < %s ORDER BY seq DESC LIMIT 1 OFFSET {HISTORY_LIMIT - 1}), 0) "
+        f"ORDER BY seq DESC LIMIT {HISTORY_LIMIT}",
+        [session_pk, Kind.LLM_RESPONSE, before_seq, session_pk, Kind.LLM_CALL, before_seq],
+    )
+
+
+def _is_llm_entry(kind: str, seq: int, pair_seq: int | None, *, calls_only: bool) -> bool:
+    """Whether an event is an entry of llmHistory. AgentLens's replay builder gives each
+    llm_call an entry and completes it in place with its llm_response; a response answering no
+    earlier call gets one of its own. Other formats list calls and responses alike."""
+    if not calls_only:
+        return kind in LLM_KINDS
+    return kind == Kind.LLM_CALL or (kind == Kind.LLM_RESPONSE and (pair_seq is None or pair_seq > seq))
+
+
+def _answered_by(kind: str, seq: int, pair_seq: int | None, at: int) -> int | None:
+    """The seq of the response completing an llmHistory call entry by event `at`, if any."""
+    if kind == Kind.LLM_CALL and pair_seq is not None and seq < pair_seq <= at:
+        return pair_seq
+    return None
 
 
 def _pending(requests: list[tuple[int, int | None]], seq: int) -> list[int]:
@@ -632,11 +722,14 @@ def context_at(*, session: Session, seq: int) -> dict[str, Any] | None:
         return None
     row = found[0]
     history = _history_before(session, seq + 1, seq)
-    llm = [r for r in history if r.kind in LLM_KINDS][-HISTORY_LIMIT:]
+    calls_only = session.source_format == agentlens.NAME
+    llm = [r for r in history if _is_llm_entry(r.kind, r.seq, r.pair_seq, calls_only=calls_only)][-HISTORY_LIMIT:]
     tools = [r for r in history if r.kind in TOOL_RESULT_KINDS][-HISTORY_LIMIT:]
     approvals = [r for r in history if r.kind == Kind.APPROVAL_REQUESTED][-HISTORY_LIMIT:]
-    context = _context_base(row, session, splice=False)
+    context = _context_base(row, session, splice=False, type_names=agentlens_type_names(session))
     context["llmHistory"] = [event_dict(r) for r in llm]
+    if calls_only:
+        _complete_calls(session, llm, context["llmHistory"], seq)
     context["toolResults"] = [event_dict(r) for r in tools]
     context["pendingApprovals"] = [event_dict(r) for r in approvals]
 
@@ -653,6 +746,8 @@ def context_at(*, session: Session, seq: int) -> dict[str, Any] | None:
         )
         if paired:
             context["pairedEvent"] = _paired_dict(*paired[0])
+            if calls_only and _initiates(row):
+                context["pairDurationMs"] = _between_ms(row.ts, paired[0][3])
     index = context["stepIndex"]
     if index is None:
         context["step"] = None
@@ -664,6 +759,49 @@ def context_at(*, session: Session, seq: int) -> dict[str, Any] | None:
         context["stepSeq"] = step_seq(session=session, index=index)
         context["step"] = step_state_at(session=session, index=index)
     return context
+
+
+def _has_pair(row: Row) -> bool:
+    return row.pair_seq is not None
+
+
+def _initiates(row: Row) -> bool:
+    """Whether an AgentLens event is the initiating side of its pair: a call or request whose
+    answer came after it (AgentLens pairs an answer with a call already seen)."""
+    return row.kind in AGENTLENS_INITIATORS and row.pair_seq is not None and row.pair_seq > row.seq
+
+
+def _between_ms(start: Any, end: Any) -> float | None:
+    """Milliseconds from one event's time to another's, as AgentLens's pairDurationMs:
+    `new Date(b).getTime() - new Date(a).getTime()`, each time cut to the millisecond."""
+    first, last = _epoch_ms(start), _epoch_ms(end)
+    return float(last - first) if first is not None and last is not None else None
+
+
+def _epoch_ms(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = parse_datetime(value)
+        if value is None:
+            return None
+    if value.tzinfo is None:  # stored as naive UTC
+        value = value.replace(tzinfo=UTC)
+    return (value - _EPOCH) // timedelta(milliseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _complete_calls(session: Session, rows: list[Row], entries: list[dict[str, Any]], at: int) -> None:
+    """Each llmHistory entry with its `response` as of event `at`: the llm_response completing
+    the call by then, else None (AgentLens fills the call's entry in place)."""
+    answers = [_answered_by(r.kind, r.seq, r.pair_seq, at) for r in rows]
+    wanted = [seq for seq in answers if seq is not None]
+    found = {r.seq: r for r in _rows(f"seq IN ({', '.join(['%s'] * len(wanted))})", [session.pk, *wanted])} if wanted else {}
+    for entry, answer in zip(entries, answers):
+        response = found.get(answer) if answer is not None else None
+        entry["response"] = event_dict(response) if response is not None else None
 
 
 def _step_text(session: Session, seq: int) -> str | None:
@@ -780,7 +918,9 @@ def replay_page(
     if include_context and rows:
         contexts = _page_contexts(session, rows, by_seq, kinds is not None, maps, splice=splice)
 
-    missing_pairs = sorted({r.pair_seq for r in rows if r.pair_seq is not None and r.pair_seq not in by_seq})
+    calls_only = session.source_format == agentlens.NAME
+    shows_pair = _initiates if calls_only else _has_pair
+    missing_pairs = sorted({r.pair_seq for r in rows if shows_pair(r) and r.pair_seq not in by_seq})
     paired: dict[int, dict[str, Any]] = {}
     if missing_pairs:
         for found in _fetch(
@@ -793,20 +933,24 @@ def replay_page(
     steps = []
     for i, row in enumerate(rows):
         pair = None
-        if row.pair_seq is not None:
+        if shows_pair(row):
             other = by_seq.get(row.pair_seq)
             pair = (
                 _paired_dict(other.seq, other.kind, other.source_type, other.ts, other.is_error)
                 if other is not None
                 else paired.get(row.pair_seq)
             )
-        steps.append({
-            "index": offset + i,
-            "event": event_dict(row, splice=splice),
-            "pairedEvent": pair,
-            "pairDurationMs": row.pair_duration_ms,
-            "context": contexts[i],
-        })
+        step: dict[str, Any] = {"index": offset + i, "event": event_dict(row, splice=splice)}
+        if not calls_only:
+            step["pairedEvent"] = pair
+            step["pairDurationMs"] = row.pair_duration_ms
+        elif pair is not None:
+            # AgentLens's builder sets both keys on the initiating step only, timed by the
+            # two events' timestamps (the answer's latencyMs stays in its payload).
+            step["pairedEvent"] = pair
+            step["pairDurationMs"] = _between_ms(row.ts, pair["timestamp"])
+        step["context"] = contexts[i]
+        steps.append(step)
 
     page: dict[str, Any] = {
         "session": session_info(session),
@@ -834,7 +978,11 @@ def _page_contexts(
     first_seq, last_seq = rows[0].seq, rows[-1].seq
     pre = _history_before(session, first_seq, first_seq - 1)
     known: dict[int, Row] = {r.seq: r for r in pre}
-    llm_seqs = [r.seq for r in pre if r.kind in LLM_KINDS][-HISTORY_LIMIT:]
+    calls_only = session.source_format == agentlens.NAME
+    type_names = agentlens_type_names(session)
+    llm_seqs = [r.seq for r in pre if _is_llm_entry(r.kind, r.seq, r.pair_seq, calls_only=calls_only)][-HISTORY_LIMIT:]
+    # An AgentLens call's entry is completed in place by its response: call seq -> answer seq.
+    answers = {r.seq: r.pair_seq for r in pre if calls_only and _answered_by(r.kind, r.seq, r.pair_seq, last_seq)}
     tool_seqs = [r.seq for r in pre if r.kind in TOOL_RESULT_KINDS][-HISTORY_LIMIT:]
     requests = [(r.seq, r.pair_seq) for r in pre if r.kind == Kind.APPROVAL_REQUESTED]
 
@@ -850,7 +998,10 @@ def _page_contexts(
         span = [(r.seq, r.kind, r.pair_seq) for r in rows]
     for seq, kind, pair_seq in span:
         if kind in LLM_KINDS:
-            llm_seqs.append(seq)
+            if _is_llm_entry(kind, seq, pair_seq, calls_only=calls_only):
+                llm_seqs.append(seq)
+                if calls_only and _answered_by(kind, seq, pair_seq, last_seq):
+                    answers[seq] = pair_seq
         elif kind in TOOL_RESULT_KINDS:
             tool_seqs.append(seq)
         elif kind == Kind.APPROVAL_REQUESTED:
@@ -864,7 +1015,7 @@ def _page_contexts(
     tool_spans = _Spans()
     limits = thresholds()
     for row in rows:
-        context = _context_base(row, session, splice=splice, limits=limits)
+        context = _context_base(row, session, splice=splice, limits=limits, type_names=type_names)
         end = bisect.bisect_right(llm_seqs, row.seq)
         start = max(0, end - HISTORY_LIMIT)
         context["llmHistory"] = llm_seqs[start:end]
@@ -877,7 +1028,11 @@ def _page_contexts(
             context["pendingApprovals"] = _pending(requests, row.seq)
             referenced.update(context["pendingApprovals"])
         contexts.append(context)
-    referenced.update(llm_spans.values(llm_seqs), tool_spans.values(tool_seqs))
+    llm_entries = llm_spans.values(llm_seqs)
+    referenced.update(llm_entries, tool_spans.values(tool_seqs))
+    if answers:
+        # The responses completing call entries resolve like entries (resolve_page_context).
+        referenced.update(answers[seq] for seq in llm_entries if seq in answers)
 
     outside = sorted(seq for seq in referenced if seq not in by_seq)
     fetch = [seq for seq in outside if seq not in known]
@@ -918,9 +1073,12 @@ class _Spans:
 
 def resolve_page_context(page: dict[str, Any]) -> list[dict[str, Any] | None]:
     """The contexts of a (non-spliced) replay page with every reference replaced by its entry,
-    i.e. what context_at() gives for each step (without state and step)."""
+    i.e. what context_at() gives for each step (without state and step). In an AgentLens
+    session each llmHistory entry also gets its `response`: the event completing that call by
+    the step's event (its `pairSeq`, when not after it), else None."""
     events = {step["event"]["seq"]: step["event"] for step in page["steps"]}
     lookup = {**{k: v for m in ("llm", "tools", "approvals") for k, v in page.get(m, {}).items()}, **events}
+    completes = page["session"]["format"] == agentlens.NAME
     resolved = []
     for step in page["steps"]:
         context = step["context"]
@@ -930,6 +1088,12 @@ def resolve_page_context(page: dict[str, Any]) -> list[dict[str, Any] | None]:
         full = dict(context)
         for key in ("llmHistory", "toolResults", "pendingApprovals"):
             full[key] = [lookup[seq] for seq in context[key]]
+        if completes:
+            at = context["eventIndex"]
+            full["llmHistory"] = [
+                {**entry, "response": lookup.get(_answered_by(entry["kind"], entry["seq"], entry["pairSeq"], at))}
+                for entry in full["llmHistory"]
+            ]
         resolved.append(full)
     return resolved
 
