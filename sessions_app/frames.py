@@ -17,6 +17,7 @@ import orjson
 
 from . import replay
 from .canonical import Kind
+from .formats.flux0 import content_text
 from .models import Event, Session
 
 BEFORE = 8  # events shown before the current one
@@ -89,10 +90,16 @@ def message_text(payload: Any) -> str:
         return payload["text"]
     data = payload.get("data")
     if isinstance(data, dict) and isinstance(data.get("parts"), list):
+        # A part's content may be recorded as a list of pieces: shown joined, as flux0 joins it.
         return "".join(
-            part.get("content", "") for part in data["parts"] if isinstance(part, dict) and isinstance(part.get("content"), str)
-        )
+            content_text(part["content"]) for part in data["parts"]
+            if isinstance(part, dict) and _is_text(part.get("content"))
+        )  # fmt: skip
     return ""
+
+
+def _is_text(content: Any) -> bool:
+    return isinstance(content, str) or (isinstance(content, list) and all(isinstance(p, str) for p in content))
 
 
 def preview(event: dict[str, Any]) -> str:

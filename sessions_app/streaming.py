@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 from django.db import DatabaseError, connection
@@ -45,6 +46,7 @@ _COLUMNS = (
 )  # fmt: skip
 _FRAGMENTS = {"payload", "step_state"}  # stored JSON text, spliced without decoding
 _FRAME_NAMES = {Kind.CHUNK: b"chunk", Kind.STATUS: b"status"}
+_PAYLOAD = _COLUMNS.index("payload")
 
 
 @dataclass(slots=True)
@@ -85,6 +87,9 @@ def _pages(session_id: int, after: int) -> Iterator[list[_Row]]:
             for name in _FRAGMENTS:
                 if body[name] is not None:
                     body[name] = orjson.Fragment(body[name])
+            if body["kind"] == Kind.STATUS and body["payload"] is not None:
+                # Read, not spliced: the paced stream may give it an id (_with_an_id).
+                body["payload"] = orjson.loads(values[_PAYLOAD])
             ts = body["ts"]
             out.append(_Row(body["seq"], body["kind"], ts.timestamp() * 1000.0 if ts else None, body))
         last = out[-1].seq
@@ -187,11 +192,21 @@ def _paced(session, after, pacing, max_gap, sleep, clock) -> Iterator[bytes]:
                 last_ts = row.ts_ms
             if row.kind == Kind.USER_MESSAGE:
                 user_turns += 1
+            elif row.kind == Kind.STATUS:
+                _with_an_id(row.body["payload"])
             last_seq = row.seq
             sent += 1
             last_sent_at = clock()
             yield _event_frame(row, extra)
     yield frame("end", {"reason": "end_of_session", "last_seq": last_seq, "sent": sent})
+
+
+def _with_an_id(payload: Any) -> None:
+    """A status recorded with an empty id is sent with a fresh one, as flux0's replay agent
+    sends it (flux0_server/replay_agent/replay_agent.py: `uuid.uuid4().hex`, for the client's
+    SSE idempotency); the stored event keeps what was recorded."""
+    if isinstance(payload, dict) and not payload.get("id"):
+        payload["id"] = uuid.uuid4().hex
 
 
 def tail_stream(

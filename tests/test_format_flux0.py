@@ -88,7 +88,9 @@ def test_agent_messages_are_rebuilt_from_their_patch_chunks(project):
         "Done — I refunded the €4.99 shipping fee.",
     ]
     first = payload(messages[0])
-    assert first["messages"] == [{"event_id": "run_a1", "text": first["text"], "chunks": 5}]
+    # The streamed pieces stay a list, as recorded; `text` is them joined, as flux0 finalises it.
+    pieces = ["Sorry", " to hear", " that! ", "Order #4411 ", "shipped on Monday and arrives tomorrow."]
+    assert first["messages"] == [{"event_id": "run_a1", "text": first["text"], "chunks": 5, "content": pieces}]
     assert first["correlation_id"] == "corr_01"
     assert (first["agent_id"], first["agent_name"]) == ("k75P208WN6", "support-agent")
     # The rebuilt message sits right after its correlation's `completed` status, on its line.
@@ -322,3 +324,39 @@ def test_a_json_array_of_records_is_detected_and_imported(project, tmp_path):
     assert [payload(e)["text"] for e in rows(sessions[0]) if e.kind == Kind.AGENT_MESSAGE][1] == (
         "Done — I refunded the €4.99 shipping fee."
     )
+
+
+def test_a_recording_whose_first_record_is_not_its_header_is_reported_at_line_1(project, tmp_path):
+    # flux0 keeps a recording under its header at offset 0 (flux0_core/recordings.py) and its
+    # store refuses frames of a recording whose header it cannot find (storage/nanodb_memory.py,
+    # RecordingDocumentStore._ensure_header_exists).
+    lines = records()
+    path = tmp_path / "headless.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in lines[1:]) + b"\n")
+    sessions, problems = ingest_file(flux0, path, project)
+    assert problem_keys(problems) == [(1, "kind")]
+    assert problems.items[0].message.startswith("invalid recording: its first record is 'emitted', not its header")
+    assert sessions[0].event_count == 29  # reported, and what it holds still imported
+
+    lines[0], lines[1] = lines[1], lines[0]
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+    _, problems = ingest_file(flux0, path, project)
+    assert problem_keys(problems) == [(1, "kind"), (2, "offset")]
+
+
+def test_content_recorded_as_pieces_stays_a_list_and_reads_joined(project, tmp_path):
+    from sessions_app.frames import message_text
+
+    lines = records()
+    lines[1]["payload"]["data"]["parts"][0]["content"] = ["Hi, my order ", "#4411 hasn't arrived yet."]
+    path = tmp_path / "pieces.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+    (session,), problems = ingest_file(flux0, path, project)
+    assert problems.count == 0
+    user = next(e for e in rows(session) if e.kind == Kind.USER_MESSAGE)
+    stored = payload(user)
+    assert stored["data"]["parts"][0]["content"] == ["Hi, my order ", "#4411 hasn't arrived yet."]
+    assert stored["text"] == "Hi, my order #4411 hasn't arrived yet."
+    assert orjson.loads(user.raw) == lines[1]  # exported as recorded
+    del stored["text"]  # what the player reads without the converter's text
+    assert message_text(stored) == "Hi, my order #4411 hasn't arrived yet."

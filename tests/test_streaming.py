@@ -283,3 +283,29 @@ def test_tail_of_a_live_session_times_out_over_http(api, project, settings):
     frames = frames_of(api.get(f"/api/sessions/{session.pk}/tail").streaming_content)
     assert 0.3 <= time.monotonic() - started < 2.0
     assert frames[-1][1]["reason"] == "max_duration"
+
+
+def test_a_status_recorded_with_an_empty_id_is_streamed_with_a_fresh_one(api, project, tmp_path):
+    # flux0's replay agent (flux0_server/replay_agent/replay_agent.py) sends a recorded status
+    # with its own id, or `uuid.uuid4().hex` when the recorded id is empty.
+    from pathlib import Path
+
+    from sessions_app.formats import flux0
+
+    from .builders_formats import ingest_file, payload, rows
+
+    chat = Path(__file__).parent / "fixtures" / "flux0" / "support_chat.jsonl"
+    records = [orjson.loads(line) for line in chat.read_bytes().splitlines()]
+    assert [r["payload"]["id"] for r in records[2:4]] == ["run_a1", "run_a1"]  # processing, typing
+    records[2]["payload"]["id"] = ""
+    path = tmp_path / "empty_id.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    (session,), _ = ingest_file(flux0, path, project)
+    statuses = [d["payload"]["id"] for n, d, _ in stream(api, session, pacing=0) if n == "status"]
+    fresh = statuses[0]
+    assert len(fresh) == 32 and int(fresh, 16) >= 0
+    assert statuses[1] == "run_a1"  # a recorded id is sent as it is
+    again = [d["payload"]["id"] for n, d, _ in stream(api, session, pacing=0) if n == "status"][0]
+    assert again != fresh  # fresh at each replay, as flux0 makes it
+    stored = next(e for e in rows(session) if e.kind == Kind.STATUS)
+    assert payload(stored)["id"] == ""  # the stored event keeps what was recorded

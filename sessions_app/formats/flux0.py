@@ -264,6 +264,7 @@ class _Recording:
         self.turns: int = 0
         self.messages: int = 0
         self.last_status = ""
+        self.started = False
 
     def events(self, records: Iterator[Record]) -> Iterator[CanonicalEvent]:
         for record in records:
@@ -278,6 +279,17 @@ class _Recording:
     def convert(self, record: dict[str, Any], raw: str, line: int) -> list[CanonicalEvent]:
         problems = self.problems
         kind_name = record.get("kind")
+        if not self.started:
+            self.started = True
+            if kind_name != "header":
+                # flux0's recording store keeps a recording only under its header at offset 0
+                # (packages/core/src/flux0_core/recordings.py; storage/nanodb_memory.py refuses
+                # every frame of a recording whose header it cannot find).
+                problems.add(
+                    line, "kind",
+                    f"invalid recording: its first record is {clip(text(kind_name), 40)!r}, not its header "
+                    "(flux0 refuses a recording without its header at offset 0); imported as it is",
+                )  # fmt: skip
         timestamp = parse_iso(record.get("created_at"), "created_at", line, problems)
         self._check_offset(record, line)
         payload = record.get("payload")
@@ -488,9 +500,8 @@ class _Recording:
                         out.append(result)
             else:
                 entry = {"event_id": event_id, "text": content_text(content), "chunks": doc.chunks}
-                if content is not None and not isinstance(content, str) and not (
-                    isinstance(content, list) and all(isinstance(item, str) for item in content)
-                ):
+                if content is not None and not isinstance(content, str):
+                    # Pieces stay pieces, as they were streamed (`text` holds them joined).
                     entry["content"] = content
                 if doc.broken:
                     entry["incomplete"] = True
