@@ -317,6 +317,7 @@ class _JobProgress:
         self.events_done = 0
         self.last_reported = 0
         self._side = None
+        self._unwritten: dict[str, Any] = {}
 
     def start(self, path: Path, created_by: str) -> None:
         if self.job is None:
@@ -350,6 +351,9 @@ class _JobProgress:
     def session_done(self, events: int) -> None:
         self.events_done += events
         self.last_reported = self.events_done
+        if self.job is not None and self._unwritten:
+            values, self._unwritten = self._unwritten, {}
+            ImportJob.objects.filter(pk=self.job.pk).update(**values)
 
     def _write(self, **values: Any) -> None:
         job = self.job
@@ -367,6 +371,11 @@ class _JobProgress:
                     )
             except Exception:  # progress is best effort; the final row is written below
                 logger.warning("could not update progress of import job %s", job.pk, exc_info=True)
+            return
+        if connection.in_atomic_block:
+            # SQLite: no other connection would see it before the session commits, and the
+            # writer's thread holds the connection meanwhile (ingest._in_a_second_thread).
+            self._unwritten.update(values)
             return
         ImportJob.objects.filter(pk=job.pk).update(**values)
 

@@ -10,6 +10,8 @@ everywhere else.
 
 from __future__ import annotations
 
+import queue
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -136,9 +138,44 @@ def _row_writer() -> Iterator[Callable[[list[list]], None]]:
     sql = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
     cursor = raw_connection.cursor()
     try:
-        yield lambda rows: cursor.executemany(sql, rows)
+        with _in_a_second_thread(lambda rows: cursor.executemany(sql, rows)) as write_rows:
+            yield write_rows
     finally:
         cursor.close()
+
+
+@contextmanager
+def _in_a_second_thread(write_rows: Callable[[list[list]], None]) -> Iterator[Callable[[list[list]], None]]:
+    """`write_rows` run by a second thread, one batch at a time and in order, while the caller
+    builds the next batch: SQLite inserts and indexes with the GIL released, so the two overlap.
+    The caller's thread does not touch the connection meanwhile (Django opens SQLite
+    connections with check_same_thread=False); every batch is written when this closes."""
+    batches: queue.Queue[list[list] | None] = queue.Queue(maxsize=2)
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        while (rows := batches.get()) is not None:
+            if not failed:
+                try:
+                    write_rows(rows)
+                except BaseException as exc:  # re-raised in the caller's thread
+                    failed.append(exc)
+
+    thread = threading.Thread(target=work, name="replay-row-writer", daemon=True)
+    thread.start()
+
+    def put(rows: list[list]) -> None:
+        if failed:
+            raise failed[0]
+        batches.put(rows)
+
+    try:
+        yield put
+    finally:
+        batches.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 @contextmanager
