@@ -363,6 +363,7 @@ def step_seqs(*, session: Session, start: int, stop: int) -> dict[int, int]:
 
 CONVERSATION_MESSAGES = 10
 TYPING_CHUNKS = 2000
+REWRITES = 200  # assistant_rewrite records read for one conversation window, at most
 
 
 def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[list[dict[str, Any]], str]:
@@ -381,6 +382,8 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
         {"seq": s, "kind": kind, "user": kind == Kind.USER_MESSAGE, "text": _clip_block(message_text(orjson.loads(p)), 4000)}
         for s, kind, p in found
     ]
+    if session.source_format == "daycare" and kinds.get(Kind.NOTE):
+        _apply_rewrites(session, messages, seq)
     typing = ""
     if messages and messages[-1]["user"] and kinds.get(Kind.CHUNK):
         pieces: list[str] = []
@@ -393,3 +396,26 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
                     pieces.append(patch["value"])
         typing = _clip_block("".join(pieces), 4000)
     return messages, typing
+
+
+def _apply_rewrites(session: Session, messages: list[dict[str, Any]], seq: int) -> None:
+    """daycare's assistant_rewrite: from the rewrite on, the message it names reads its new text,
+    as daycare's agentHistoryContext rebuilds the conversation (the importer resolved which
+    message it names: `rewrites.seq`). Only rewrites after the oldest message shown can touch
+    one, so the read stays within the window."""
+    shown = {m["seq"]: m for m in messages if not m["user"]}
+    if not shown:
+        return
+    rewrites = (
+        Event.objects.filter(
+            session=session, kind=Kind.NOTE, source_type="assistant_rewrite", seq__gt=min(shown), seq__lte=seq
+        )
+        .order_by("seq")
+        .values_list("payload", flat=True)[:REWRITES]
+    )
+    for payload_text in rewrites:
+        payload = orjson.loads(payload_text)
+        target = shown.get((payload.get("rewrites") or {}).get("seq"))
+        if target is not None and isinstance(payload.get("text"), str):
+            target["text"] = _clip_block(payload["text"], 4000)
+            target["rewritten"] = True

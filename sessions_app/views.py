@@ -169,7 +169,8 @@ def _player_page(session: Session) -> dict[str, Any]:
     recovery = None
     if metadata.get("pending_phase"):
         recovery = {"phase": metadata["pending_phase"], "action": metadata.get("pending_action", ""),
-                    "seq": metadata.get("pending_event_index")}  # fmt: skip
+                    "seq": metadata.get("pending_event_index"), "blocks": metadata.get("pending_run_python") or [],
+                    "assistant": metadata.get("pending_assistant"), "deferred": metadata.get("pending_deferred")}  # fmt: skip
     export_url = reverse("api:export", args=[session.pk])
     kind_counts = session.kind_counts
     return {

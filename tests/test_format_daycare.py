@@ -334,3 +334,107 @@ def test_a_text_full_of_unclosed_run_python_tags_imports_without_blocks(project,
     assert payload(events[2])["run_python_blocks"] == 1
     assert extract_run_python(flood + "<run_python>x = 1</run_python>") == ["x = 1"]
     assert extract_run_python(flood) == []
+
+
+# assistant_rewrite and the recovery view, as daycare's own code does them:
+# agentHistoryContext.ts (the rebuilt conversation) and agentLoopPendingPhaseResolve.ts (what a
+# restart takes up), packages/daycare/sources/engine/agents/ops/.
+
+
+def rewrite_history() -> list[dict]:
+    """daycare's own case (agentHistoryContext.spec.ts): a rewrite naming the older of two
+    assistant messages by its `at`."""
+    return [
+        {"type": "user_message", "at": 1, "text": "go", "files": []},
+        {"type": "assistant_message", "at": 10, "content": [{"type": "text", "text": "first raw"}], "tokens": None},
+        {"type": "assistant_message", "at": 20, "content": [{"type": "text", "text": "second untouched"}], "tokens": None},
+        {"type": "assistant_rewrite", "at": 30, "assistantAt": 10, "text": "first rewritten", "reason": "run_python_failure_trim"},
+        {"type": "note", "at": 40, "text": "after"},
+    ]  # fmt: skip
+
+
+def conversation_at(session, seq: int) -> list[tuple[int, str]]:
+    from sessions_app.frames import frame_at
+
+    return [(m["seq"], m["text"]) for m in frame_at(session=session, seq=seq, kinds=[]).conversation]
+
+
+def test_assistant_rewrite_replaces_the_text_of_the_message_it_names_from_then_on(project, tmp_path):
+    sessions, problems = ingest_file(daycare, write(tmp_path, rewrite_history()), project)
+    assert problems.count == 0
+    (session,) = sessions
+    events = rows(session)
+    rewrite = events[3]
+    assert payload(rewrite)["rewrites"] == {"seq": 1, "line": 2}
+    assert payload(events[1])["text"] == "first raw"  # the recorded message stays as recorded
+    assert conversation_at(session, 2) == [(0, "go"), (1, "first raw"), (2, "second untouched")]
+    assert conversation_at(session, 4) == [(0, "go"), (1, "first rewritten"), (2, "second untouched")]
+
+
+def test_assistant_rewrite_naming_no_message_rewrites_the_latest_and_keeps_tool_calls(project, tmp_path):
+    records = rewrite_history()
+    records[3]["assistantAt"] = 999  # no message at that time: daycare takes the latest
+    records[2]["content"].append({"type": "toolCall", "id": "t1", "name": "say", "arguments": {}})
+    (session,), _ = ingest_file(daycare, write(tmp_path, records), project)
+    assert payload(rows(session)[4])["rewrites"]["seq"] == 2
+    assert conversation_at(session, 6)[-1] == (2, "first rewritten")
+
+    only_calls = rewrite_history()[:2] + [
+        {"type": "assistant_message", "at": 20, "content": [{"type": "toolCall", "id": "t1", "name": "say", "arguments": {}}]},
+        {"type": "assistant_rewrite", "at": 30, "assistantAt": 20, "text": "never shown", "reason": "run_python_failure_trim"},
+    ]  # fmt: skip
+    (session,), _ = ingest_file(daycare, write(tmp_path, only_calls, "b.jsonl"), project)
+    rewrite = next(e for e in rows(session) if e.source_type == "assistant_rewrite")
+    assert "rewrites" not in payload(rewrite)  # a message without text is left as it is
+
+
+def test_the_recovery_lists_the_pending_blocks_with_their_call_ids_and_message(project):
+    session, events = imported("pending_vm_start.jsonl", project)
+    meta = session.metadata
+    message = events[meta["pending_assistant"]["event_index"]]
+    assert message.kind == Kind.AGENT_MESSAGE and meta["pending_assistant"]["line"] == 3
+    assert meta["pending_assistant"]["text"] == "Two steps."
+    assert [(b["index"], b["tool_call_id"], b["state"], b["assistant_event_index"]) for b in meta["pending_run_python"]] == [
+        (0, "toolu_a", "not started", message.seq), (1, "toolu_b", "not started", message.seq),
+    ]  # fmt: skip
+    assert "pending_deferred" not in meta  # only a resumed block can hold deferred entries
+
+
+def test_the_tool_call_phase_counts_the_deferred_entries_its_block_persisted(project, tmp_path):
+    # persistedDeferredEntries: every rlm_tool_result of the pending block with a deferredPayload.
+    records = history("pending_tool_call.jsonl")
+    records[4]["deferredPayload"] = {"connector": "telegram", "text": "Crash on resume"}
+    records.append({**records[4], "at": records[4]["at"] + 1, "deferredPayload": None})
+    records.append({**records[3], "at": records[3]["at"] + 500, "toolCallCount": 2, "snapshotId": "snap_c3"})
+    other = {"type": "rlm_tool_result", "at": AT0 + 3000, "toolCallId": "toolu_other", "toolName": "say",
+             "toolResult": "", "toolIsError": False, "deferredPayload": {"text": "not this block"}}  # fmt: skip
+    (session,), _ = ingest_file(daycare, write(tmp_path, records + [other]), project)
+    meta = session.metadata
+    assert meta["pending_phase"] == "tool_call" and meta["pending_deferred"] == 2
+    assert [(b["tool_call_id"], b["state"]) for b in meta["pending_run_python"]] == [("toolu_c", "interrupted")]
+
+
+def test_the_recovery_text_follows_a_rewrite_of_exactly_its_message(project, tmp_path):
+    records = history("pending_vm_start.jsonl")
+    at = records[2]["at"]
+    records.append({"type": "assistant_rewrite", "at": at + 10, "assistantAt": at, "text": "Trimmed.",
+                    "reason": "run_python_failure_trim"})  # fmt: skip
+    (session,), _ = ingest_file(daycare, write(tmp_path, records), project)
+    assert session.metadata["pending_assistant"]["text"] == "Trimmed."
+    records[-1]["assistantAt"] = at + 1  # no message at that time: the recovery text stays
+    (session,), _ = ingest_file(daycare, write(tmp_path, records, "b.jsonl"), project)
+    assert session.metadata["pending_assistant"]["text"] == "Two steps."
+
+
+def test_the_player_shows_what_a_restart_would_do(client, django_user_model, project, tmp_path):
+    from django.urls import reverse
+
+    records = history("pending_tool_call.jsonl")
+    records[4]["deferredPayload"] = {"text": "Crash on resume"}
+    (session,), _ = ingest_file(daycare, write(tmp_path, records), project)
+    client.force_login(django_user_model.objects.create_user("viewer", password="x"))
+    html = client.get(reverse("sessions:player", args=[session.pk])).content.decode()
+    plan = html[html.index('id="recovery-plan"') : html.index("</details>", html.index('id="recovery-plan"'))]
+    assert "<code>toolu_c</code> · interrupted · of message #1" in plan
+    assert 'data-seq="1">#1</a>' in plan  # the assistant message the block belongs to
+    assert "1 persisted deferred entry" in plan

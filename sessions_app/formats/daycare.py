@@ -62,6 +62,8 @@ RESUME_MESSAGE = {
     "error": "a restart completes the block with isError=true: 'Process was restarted before any tool call'",
 }
 STEP_TEXT_LIMIT = 4000
+# Messages with run_python calls remembered to find a block's message by its code.
+RECENT_MESSAGES = 50
 # Events held back after the latest event of an open block (see _History.events).
 HOLD_LIMIT = 1000
 
@@ -143,6 +145,15 @@ class _History:
         self.assistant: dict[str, Any] | None = None  # latest assistant message with run_python
         self.outer_calls: dict[str, str] = {}  # outer tool call id -> tool name
         self.unassigned_tokens = 0  # tokens of the message whose first block has not started
+        # Assistant messages by their `at` (what an assistant_rewrite names) and the latest one.
+        self.assistant_by_at: dict[float, dict[str, Any]] = {}
+        self.last_assistant: dict[str, Any] | None = None
+        # Messages with run_python calls, by call id and the latest few: the message a block
+        # belongs to, found as daycare's assistantRunPythonForStart finds it.
+        self.run_python_by_id: dict[str, dict[str, Any]] = {}
+        self.run_python_recent: list[dict[str, Any]] = []
+        # rlm_tool_result records carrying a deferredPayload, per block not completed.
+        self.deferred: dict[str, int] = {}
 
     def events(self, source: Source) -> Iterator[CanonicalEvent]:
         # The latest event of a block still open is held back, with whatever follows it (up to
@@ -252,12 +263,21 @@ class _History:
         ]
         if not calls:
             blocks = [("", code) for code in extract_run_python(message) if code]
+        has_text = bool(text_parts) if "content" in record else "text" in record
+        info = {
+            "at": at_ms, "line": line, "index": self.position, "has_text": has_text, "text": message,
+            "ids": [b[0] for b in blocks], "codes": [b[1] for b in blocks],
+        }  # fmt: skip
+        if at_ms is not None:
+            self.assistant_by_at[at_ms] = info
+        self.last_assistant = info
         if blocks:
             event.payload["run_python_blocks"] = len(blocks)
-            self.assistant = {
-                "at": at_ms, "line": line, "ids": [b[0] for b in blocks], "codes": [b[1] for b in blocks],
-                "index": self.position,
-            }  # fmt: skip
+            self.assistant = info
+            for call_id in info["ids"]:
+                if call_id:
+                    self.run_python_by_id[call_id] = info
+            self.run_python_recent = [*self.run_python_recent[-(RECENT_MESSAGES - 1) :], info]
 
         tokens = record.get("tokens")
         used = None
@@ -343,7 +363,7 @@ class _History:
         code = self._text_field(record, "code", line)
         self.step += 1
         event.step = self.step
-        assistant = self.assistant
+        assistant = self._message_of_block(call_id, code, at_ms)
         index = 0
         if assistant is not None:
             if call_id in assistant["ids"]:
@@ -361,7 +381,8 @@ class _History:
         if call_id not in self.completed:
             self.starts[call_id] = {
                 "at": at_ms, "line": line, "block_index": index, "event_index": self.position,
-            }
+                "code": code, "assistant": assistant,
+            }  # fmt: skip
 
     def _rlm_tool_call(
         self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
@@ -406,6 +427,10 @@ class _History:
         if is_error:
             event.kind = Kind.TOOL_ERROR
             event.is_error = True
+        if "deferredPayload" in record and call_id not in self.completed:
+            # A send the block holds back until it succeeds: a restart restores it (daycare's
+            # persistedDeferredEntries: every such result of the pending block).
+            self.deferred[call_id] = self.deferred.get(call_id, 0) + 1
         block = self.blocks.get(call_id)
         if block is None:
             return
@@ -437,6 +462,7 @@ class _History:
         self.completed.add(call_id)
         self.starts.pop(call_id, None)
         self.latest_call.pop(call_id, None)
+        self.deferred.pop(call_id, None)
         block = self.blocks.pop(call_id, None)
         if block is None:
             self.step += 1
@@ -460,6 +486,43 @@ class _History:
                 "innerTools": block["inner_tools"],
             },
         )  # fmt: skip
+
+    def _assistant_rewrite(
+        self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
+    ) -> list[CanonicalEvent] | None:
+        """daycare's agentHistoryContext: the text of the assistant message at `assistantAt`
+        (else the latest one) becomes `text`: its first text part takes it, its other text
+        parts go, its tool calls stay; a message without text is left as it is. The rebuilt
+        conversation shows it from this record on (`rewrites` names the message's event)."""
+        new_text = self._text_field(record, "text", line)
+        assistant_at = record.get("assistantAt")
+        if isinstance(assistant_at, bool) or not isinstance(assistant_at, (int, float)):
+            self.problems.add(line, "assistantAt", f"not a time: {clip(text(assistant_at), 40)}")
+            assistant_at = None
+        named = self.assistant_by_at.get(assistant_at) if assistant_at is not None else None
+        target = named or self.last_assistant
+        if target is None:
+            self.problems.add(line, "assistantAt", "no assistant message before it: nothing rewritten")
+            return None
+        if target["has_text"]:
+            event.payload["rewrites"] = {"seq": target["index"], "line": target["line"]}
+        if named is not None and named["ids"]:
+            # What a restart re-runs reads this text (agentLoopPendingPhaseResolve applies a
+            # rewrite only to the message at exactly its assistantAt).
+            named["text"] = new_text
+        return None
+
+    def _message_of_block(self, call_id: str, code: str, at_ms: float | None) -> dict[str, Any] | None:
+        """The assistant message a run_python block belongs to: the one holding its call id,
+        else its code, else the latest with blocks, among those not after it."""
+        def before(info: dict[str, Any]) -> bool:
+            return at_ms is None or info["at"] is None or info["at"] <= at_ms
+
+        found = self.run_python_by_id.get(call_id) if call_id else None
+        if found is not None and before(found):
+            return found
+        recent = [info for info in reversed(self.run_python_recent) if before(info)]
+        return next((info for info in recent if code in info["codes"]), recent[0] if recent else None)
 
     # Helpers ------------------------------------------------------------------------------
 
@@ -501,6 +564,15 @@ class _History:
             if snapshot is not None:
                 metadata["pending_snapshot"] = snapshot["snapshot"]
                 metadata["pending_snapshot_line"] = snapshot["line"]
+                metadata["pending_deferred"] = self.deferred.get(pending_id, 0)
+            context = pending["assistant"]
+            if context is None:  # no message holds it: the block alone, as daycare falls back
+                context = {"at": None, "line": None, "index": None, "text": "", "ids": [pending_id],
+                           "codes": [pending["code"]]}  # fmt: skip
+            # The error phase only completes the block; the tool_call phase resumes it and then
+            # runs the message's blocks after it.
+            stop = pending["block_index"] + 1 if phase == "error" else len(context["ids"])
+            self._note_recovery(context, pending["block_index"], stop, interrupted=True)
             self.meta.completed = False
             self.meta.interrupted = True
             block = self.blocks.get(pending_id)
@@ -520,11 +592,30 @@ class _History:
                 "pending_event_index": assistant["index"],
                 "pending_action": RESUME_MESSAGE["vm_start"],
             })  # fmt: skip
+            self._note_recovery(assistant, 0, len(assistant["ids"]), interrupted=False)
             self.meta.completed = False
             self.meta.interrupted = True
             return
         metadata["pending_phase"] = None
         self.meta.completed = True
+
+    def _note_recovery(self, message: dict[str, Any], first: int, stop: int, *, interrupted: bool) -> None:
+        """What a restart takes up: the run_python blocks first..stop-1 of `message`, each with
+        its call id, and the assistant message they belong to (its text as rewritten)."""
+        self.meta.metadata["pending_assistant"] = {
+            "at": message["at"], "line": message["line"], "event_index": message["index"],
+            "text": clip(message["text"], STEP_TEXT_LIMIT),
+        }  # fmt: skip
+        self.meta.metadata["pending_run_python"] = [
+            {
+                "index": index,
+                "tool_call_id": message["ids"][index],
+                "code": clip(message["codes"][index], 500),
+                "state": "interrupted" if interrupted and index == first else "not started",
+                "assistant_event_index": message["index"],
+            }
+            for index in range(first, min(stop, len(message["ids"])))
+        ]
 
     def _close_interrupted(self, last: CanonicalEvent, block: dict[str, Any], call_id: str, phase: str) -> None:
         last.step_state = _step_state(
@@ -577,6 +668,7 @@ def _step_state(
 _HANDLERS = {
     "user_message": _History._user_message,
     "assistant_message": _History._assistant_message,
+    "assistant_rewrite": _History._assistant_rewrite,
     "tool_result": _History._tool_result,
     "rlm_start": _History._rlm_start,
     "rlm_tool_call": _History._rlm_tool_call,
