@@ -26,6 +26,7 @@ from .canonical import (
     json_without_nul,
     without_nul,
 )
+from .models import KEYFRAME_EVERY
 from .chain import (
     CONTENT_FIELDS,
     GENESIS_HASH,
@@ -37,9 +38,6 @@ from .chain import (
 )
 
 _NO_OFFSET = timedelta(0)
-# A state keyframe (full variables + memory) at most every this many events while the state
-# changes, so the state at any event is one keyframe plus at most this many rows away.
-KEYFRAME_EVERY = 256
 
 # Every stored column of an event, in the order the writer builds a row (models.Event).
 EVENT_COLUMNS = (

@@ -15,7 +15,6 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import orjson
@@ -25,7 +24,6 @@ from django.utils import timezone
 from .canonical import CanonicalEvent, CheckpointSpec, SessionMeta, json_without_nul, without_nul
 from .event_rows import (
     EVENT_COLUMNS,
-    KEYFRAME_EVERY,
     SAVED_FIELDS,
     Batch,
     EventRows,
@@ -35,7 +33,7 @@ from .event_rows import (
 from .models import Checkpoint, Event, Project, Session, Snapshot
 
 __all__ = [
-    "KEYFRAME_EVERY", "append_events", "bulk_write_cache", "create_session", "finish_session",
+    "append_events", "bulk_write_cache", "create_session", "finish_session",
 ]  # fmt: skip
 
 # Rows buffered before one bulk write; large enough to amortise each round trip.

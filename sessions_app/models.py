@@ -274,6 +274,12 @@ class Event(models.Model):
         return f"{self.session_id}#{self.seq} {self.kind}"
 
 
+# A state keyframe (full variables + memory) at most every this many events while the state
+# changes, so the state at any event is one keyframe plus at most this many rows away: the
+# writer keeps the promise (ingest/rows.py), the readers rely on it (replay/state.py).
+KEYFRAME_EVERY = 256
+
+
 class Snapshot(models.Model):
     """A point-in-time state of a session: variables, memory notes and stats at `seq`.
 

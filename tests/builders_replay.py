@@ -16,6 +16,7 @@ from sessions_app.canonical import CanonicalEvent, SessionMeta
 from sessions_app.importing import import_file
 from sessions_app.ingest import append_events, create_session, finish_session
 from sessions_app.models import ApiKey, Project, Session
+from sessions_app.replay.context import _answered_by as answered_by
 
 from .builders_rlm import record_full_session
 from .conftest import T0
@@ -107,3 +108,30 @@ def get_json(client: Client, url: str, status: int = 200) -> Any:
     response = client.get(url)
     assert response.status_code == status, (response.status_code, response.content[:500])
     return orjson.loads(response.content)
+
+
+def resolve_page_context(page: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """The contexts of a (non-spliced) replay page with every reference replaced by its entry,
+    i.e. what context_at() gives for each step (without state and step). In an AgentLens
+    session each llmHistory entry also gets its `response`: the event completing that call by
+    the step's event (its `pairSeq`, when not after it), else None."""
+    events = {step["event"]["seq"]: step["event"] for step in page["steps"]}
+    lookup = {**{k: v for m in ("llm", "tools", "approvals") for k, v in page.get(m, {}).items()}, **events}
+    completes = page["session"]["format"] == "agentlens"
+    resolved = []
+    for step in page["steps"]:
+        context = step["context"]
+        if context is None:
+            resolved.append(None)
+            continue
+        full = dict(context)
+        for key in ("llmHistory", "toolResults", "pendingApprovals"):
+            full[key] = [lookup[seq] for seq in context[key]]
+        if completes:
+            at = context["eventIndex"]
+            full["llmHistory"] = [
+                {**entry, "response": lookup.get(answered_by(entry["kind"], entry["seq"], entry["pairSeq"], at))}
+                for entry in full["llmHistory"]
+            ]
+        resolved.append(full)
+    return resolved

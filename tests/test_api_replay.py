@@ -109,8 +109,7 @@ def test_search_with_error_navigation(api, session):
     assert [r["seq"] for r in body["results"]] == [12, 120, 121] and body["nextFromSeq"] == 122
     errors = get_json(api, f"/api/sessions/{session.pk}/search?errors=1&limit=5&at=100")
     assert all(r["isError"] or r["kind"] == "step_end" for r in errors["results"])
-    assert errors["nextError"] == replay.next_error(session=session, seq=100, direction=1)
-    assert errors["previousError"] == replay.next_error(session=session, seq=100, direction=-1)
+    assert (errors["previousError"], errors["nextError"]) == replay.errors_around(session=session, seq=100)
     assert errors["previousError"] < 100 < errors["nextError"]
     kinds = get_json(api, f"/api/sessions/{session.pk}/search?kind=tool_error&limit=2&from=50")
     assert [r["kind"] for r in kinds["results"]] == ["tool_error", "tool_error"]

@@ -18,9 +18,10 @@ from sessions_app import replay
 from sessions_app.canonical import SessionMeta
 from sessions_app.formats import agentlens
 from sessions_app.live_ingest import append_batch, create_live_session
+from sessions_app.replay import rows as rows_module
 
 from .builders_formats import FIXTURES, ingest_file, rows
-from .builders_replay import api, get_json  # noqa: F401  (fixture)
+from .builders_replay import api, get_json, resolve_page_context  # noqa: F401  (fixture)
 
 CONTEXT_ONLY = ("memoryNotes", "variables", "event", "pairedEvent", "pairDurationMs", "step", "stepSeq")
 
@@ -127,7 +128,7 @@ def test_every_step_says_what_agentlens_replay_says(project, tmp_path, offset, l
     expected = agentlens_replay(events)[offset : offset + limit]
     page = replay.replay_page(session=session, offset=offset, limit=limit)
     ids = source_ids(session)
-    got = [ours(step, context, ids) for step, context in zip(page["steps"], replay.resolve_page_context(page))]
+    got = [ours(step, context, ids) for step, context in zip(page["steps"], resolve_page_context(page))]
     assert got == expected
 
 
@@ -145,7 +146,7 @@ def test_event_counts_use_agentlens_type_names_and_types_sharing_a_kind_count_to
 def test_llm_history_has_one_entry_per_call_completed_in_place(deploy):
     session, _ = deploy
     page = replay.replay_page(session=session, offset=0, limit=100)
-    contexts = replay.resolve_page_context(page)
+    contexts = resolve_page_context(page)
     call = contexts[1]["llmHistory"]
     assert [(e["kind"], e["response"]) for e in call] == [("llm_call", None)]
     answered = contexts[2]["llmHistory"]
@@ -169,8 +170,8 @@ def test_a_filtered_page_keeps_the_agentlens_context(deploy):
     session, _ = deploy
     full = replay.replay_page(session=session, offset=0, limit=100)
     filtered = replay.replay_page(session=session, offset=0, limit=100, event_types=["llm_response"])
-    by_seq = {s["event"]["seq"]: (s, c) for s, c in zip(full["steps"], replay.resolve_page_context(full))}
-    for step, context in zip(filtered["steps"], replay.resolve_page_context(filtered)):
+    by_seq = {s["event"]["seq"]: (s, c) for s, c in zip(full["steps"], resolve_page_context(full))}
+    for step, context in zip(filtered["steps"], resolve_page_context(filtered)):
         full_step, full_context = by_seq[step["event"]["seq"]]
         assert ({**step, "index": None}, context) == ({**full_step, "index": None}, full_context)
     assert all("pairedEvent" not in s for s in filtered["steps"])
@@ -179,7 +180,7 @@ def test_a_filtered_page_keeps_the_agentlens_context(deploy):
 def test_context_at_gives_each_steps_context_with_history_inlined(deploy):
     session, _ = deploy
     page = replay.replay_page(session=session, offset=0, limit=100)
-    for step, context in zip(page["steps"], replay.resolve_page_context(page)):
+    for step, context in zip(page["steps"], resolve_page_context(page)):
         single = replay.context_at(session=session, seq=step["event"]["seq"])
         assert {k: v for k, v in single.items() if k not in CONTEXT_ONLY} == context
         if "pairedEvent" in step:
@@ -214,7 +215,7 @@ def test_other_formats_keep_canonical_kinds_and_both_pair_keys(make_session):
 
 
 def test_agentlens_kinds_that_stand_for_one_type_each():
-    assert replay._AGENTLENS_NAMES == {
+    assert rows_module._AGENTLENS_NAMES == {
         "session_start": "session_started", "session_end": "session_ended", "llm_call": "llm_call",
         "llm_response": "llm_response", "tool_call": "tool_call", "tool_response": "tool_response",
         "tool_error": "tool_error", "approval_requested": "approval_requested",

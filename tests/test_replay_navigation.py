@@ -86,10 +86,9 @@ def test_search_by_kind_and_errors(make_session):
 def test_next_and_previous_error_include_error_steps(make_session):
     session = make_session(events=100)
     errors = sorted(r["seq"] for r in replay.search(session=session, errors=True, limit=100)["results"])
-    assert replay.next_error(session=session, seq=errors[2], direction=1) == errors[3]
-    assert replay.next_error(session=session, seq=errors[2], direction=-1) == errors[1]
-    assert replay.next_error(session=session, seq=errors[0], direction=-1) is None
-    assert replay.next_error(session=session, seq=errors[-1], direction=1) is None
+    assert replay.errors_around(session=session, seq=errors[2]) == (errors[1], errors[3])
+    assert replay.errors_around(session=session, seq=errors[0])[0] is None
+    assert replay.errors_around(session=session, seq=errors[-1])[1] is None
 
 
 def test_errors_around_is_previous_and_next_error_in_one_statement(make_session, django_assert_num_queries):
@@ -103,10 +102,7 @@ def test_errors_around_is_previous_and_next_error_in_one_statement(make_session,
         )
         with django_assert_num_queries(1):
             around = replay.errors_around(session=session, seq=seq)
-        assert around == expected == (
-            replay.next_error(session=session, seq=seq, direction=-1),
-            replay.next_error(session=session, seq=seq, direction=1),
-        )
+        assert around == expected
 
 
 def test_next_turn_boundary_is_the_next_user_message():

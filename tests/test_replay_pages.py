@@ -9,9 +9,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app import replay
-from sessions_app.verification import verify_session
 from sessions_app.ingest import finish_session
 from sessions_app.models import Event
+from sessions_app.verification import verify_session
+
+from .builders_replay import resolve_page_context
 
 CONTEXT_ONLY = ("memoryNotes", "variables", "event", "pairedEvent", "pairDurationMs", "step", "stepSeq")
 
@@ -67,12 +69,12 @@ def test_filtered_page_starts_at_the_nth_matching_event(long_session, kinds, off
 
 def test_filtered_context_equals_the_unfiltered_context(long_session):
     filtered = replay.replay_page(session=long_session, offset=60, limit=40, event_types=["tool_error"])
-    resolved = replay.resolve_page_context(filtered)
+    resolved = resolve_page_context(filtered)
     seqs = [s["event"]["seq"] for s in filtered["steps"]]
     assert len(seqs) == 40 and seqs[-1] - seqs[0] > 500  # the hidden events between them matter
     for seq, context in zip(seqs, resolved):
         unfiltered = replay.replay_page(session=long_session, offset=seq, limit=1)
-        assert context == replay.resolve_page_context(unfiltered)[0]
+        assert context == resolve_page_context(unfiltered)[0]
         full = replay.context_at(session=long_session, seq=seq)
         assert context == {k: v for k, v in full.items() if k not in CONTEXT_ONLY}
     # A context counts every event, not only the shown ones.
@@ -83,7 +85,7 @@ def test_filtered_context_equals_the_unfiltered_context(long_session):
 
 def test_unfiltered_page_contexts_equal_context_at(long_session):
     page = replay.replay_page(session=long_session, offset=1234, limit=30)
-    for step, context in zip(page["steps"], replay.resolve_page_context(page)):
+    for step, context in zip(page["steps"], resolve_page_context(page)):
         full = replay.context_at(session=long_session, seq=step["event"]["seq"])
         assert context == {k: v for k, v in full.items() if k not in CONTEXT_ONLY}
 

@@ -1,0 +1,187 @@
+"""Navigation: windows of events, next error, turns, search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+
+from ..canonical import Kind
+from ..models import Session
+from .context import _step_index
+from .pages import resolve_kinds
+from .rows import EVENT_TABLE, MAX_PAGE, ReplayParameterError, Row, _fetch, _rows, _union_rows, event_dict
+
+# Navigation: windows, search, errors, turns
+
+
+def events_around(
+    *,
+    session: Session,
+    seq: int,
+    kinds: list[str] | None = None,
+    before: int = 25,
+    after: int = 25,
+    include_payload: bool = True,
+) -> dict[str, Any]:
+    """A window of events around `seq` for a step list: up to `before` events before it, the
+    event itself when it matches, up to `after` after it; `first`/`last` say whether the window
+    reaches the session's first/last matching event."""
+    if before < 0 or after < 0 or before + after > MAX_PAGE:
+        raise ReplayParameterError(f"before and after must be 0 or more and add up to at most {MAX_PAGE}")
+    selected = resolve_kinds(kinds)
+    n = session.event_count
+    seq = max(0, min(seq, n - 1)) if n else 0
+    if n == 0:
+        rows: list[Row] = []
+        first = last = True
+    elif selected is None:
+        start, stop = max(0, seq - before), min(n - 1, seq + after)
+        rows = _rows("seq >= %s AND seq <= %s", [session.pk, start, stop])
+        first, last = start == 0, stop == n - 1
+    else:
+        arms = []
+        for kind in selected:
+            arms.append((f"kind = %s AND seq < %s ORDER BY seq DESC LIMIT {before + 1}", [session.pk, kind, seq]))
+            arms.append((f"kind = %s AND seq >= %s ORDER BY seq LIMIT {after + 2}", [session.pk, kind, seq]))
+        found = sorted((Row._make(r) for r in _union_rows(arms)), key=lambda r: r.seq)
+        earlier = [r for r in found if r.seq < seq]
+        here = [r for r in found if r.seq == seq]
+        later = [r for r in found if r.seq > seq]
+        first = len(earlier) <= before
+        last = len(later) <= after
+        rows = earlier[-before:] if before else []
+        rows += here + later[:after]
+    events = []
+    for row in rows:
+        event = event_dict(row)
+        if not include_payload:
+            event.pop("payload")
+        event["stepIndex"] = _step_index(row, session.step_count)
+        events.append(event)
+    return {"seq": seq, "events": events, "first": first, "last": last, "totalEvents": n}
+
+
+def _step_error_sql() -> str:
+    """True for an event that closes a step with a non-empty error (rlm-code's error steps)."""
+    if connection.vendor == "postgresql":
+        return "(step_state IS NOT NULL AND COALESCE(step_state::jsonb ->> 'error', '') <> '')"
+    return "(step_state IS NOT NULL AND COALESCE(json_extract(step_state, '$.error'), '') <> '')"
+
+
+def _flagged_error_sql() -> str:
+    """`is_error` spelled the way each planner matches the partial index event_session_error_seq:
+    SQLite only uses it when the query repeats its `is_error = 1` literally."""
+    return "is_error" if connection.vendor == "postgresql" else "is_error = 1"
+
+
+def _error_sql() -> str:
+    return f"(is_error OR {_step_error_sql()})"
+
+
+def errors_around(*, session: Session, seq: int) -> tuple[int | None, int | None]:
+    """(previous, next) error event or error step from `seq`: `next_error` both ways, in one
+    statement instead of four (the player asks on every frame; on PostgreSQL each statement is a
+    round trip). Each step lookup stops at the flagged error found on its side, as there."""
+    flagged = _flagged_error_sql()
+    step_error = _step_error_sql()
+    sql = (
+        f"WITH after_flag AS (SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND {flagged} "
+        "AND seq > %s ORDER BY seq ASC LIMIT 1), "
+        f"before_flag AS (SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND {flagged} "
+        "AND seq < %s ORDER BY seq DESC LIMIT 1) "
+        "SELECT (SELECT seq FROM before_flag), (SELECT seq FROM after_flag), "
+        f"(SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND step_pos IS NOT NULL AND seq < %s "
+        f"AND seq > COALESCE((SELECT seq FROM before_flag), -1) AND {step_error} "
+        "ORDER BY seq DESC LIMIT 1), "
+        f"(SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND step_pos IS NOT NULL AND seq > %s "
+        f"AND seq < COALESCE((SELECT seq FROM after_flag), {_NO_SEQ_AFTER}) AND {step_error} "
+        "ORDER BY seq ASC LIMIT 1)"
+    )
+    pk = session.pk
+    ((flag_before, flag_after, step_before, step_after),) = _fetch(sql, [pk, seq, pk, seq, pk, seq, pk, seq])
+    return (
+        step_before if step_before is not None else flag_before,
+        step_after if step_after is not None else flag_after,
+    )
+
+
+# Larger than any seq (a BIGINT): the upper bound when no flagged error follows.
+_NO_SEQ_AFTER = 2**63 - 1
+
+
+def next_turn_boundary(*, session: Session, seq: int) -> int | None:
+    """The seq of the next user message after `seq` (a turn boundary), if any."""
+    found = _fetch(
+        f"SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND kind = %s AND seq > %s "
+        "ORDER BY seq LIMIT 1",
+        [session.pk, Kind.USER_MESSAGE, seq],
+    )
+    return found[0][0] if found else None
+
+
+def _like_pattern(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _snippet(text: str, needle: str, width: int = 60) -> str:
+    at = text.lower().find(needle.lower())
+    if at < 0:
+        return text[: 2 * width]
+    start = max(0, at - width)
+    return ("…" if start else "") + text[start:at + len(needle) + width] + ("…" if at + len(needle) + width < len(text) else "")
+
+
+def search(
+    *,
+    session: Session,
+    q: str = "",
+    kind: str | None = None,
+    errors: bool = False,
+    from_seq: int | None = None,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """Events matching text (in the payload, the original record or the step), a kind and/or
+    being errors, from `from_seq` on, in seq order; `nextFromSeq` continues the search.
+
+    Text search reads forward from `from_seq` until `limit` matches are found (no full-text
+    index: stored payloads are searched as they are).
+    """
+    if not 1 <= limit <= 500:
+        raise ReplayParameterError(f"limit must be between 1 and 500, got {limit}")
+    if from_seq is not None and from_seq < 0:
+        raise ReplayParameterError(f"from must be 0 or more, got {from_seq}")
+    where = ["seq >= %s", "seq < %s"]
+    params: list[Any] = [session.pk, from_seq or 0, session.event_count]
+    if kind:
+        selected = resolve_kinds([kind])
+        where.append("kind = %s")
+        params.append(selected[0] if selected else kind)
+    if errors:
+        where.append(_error_sql())
+    if q:
+        like = "ILIKE" if connection.vendor == "postgresql" else "LIKE"
+        pattern = _like_pattern(q)
+        where.append(
+            f"(payload {like} %s ESCAPE '\\' OR raw {like} %s ESCAPE '\\' "
+            f"OR step_state {like} %s ESCAPE '\\')"
+        )
+        params += [pattern, pattern, pattern]
+    rows = _rows(" AND ".join(where), params, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    results = []
+    for row in rows:
+        event = event_dict(row)
+        event["stepIndex"] = _step_index(row, session.step_count)
+        if q:
+            event["snippet"] = _snippet(row.payload or "", q) if q.lower() in (row.payload or "").lower() else _snippet(row.raw or "", q)
+        results.append(event)
+    return {
+        "q": q,
+        "kind": kind,
+        "errors": errors,
+        "results": results,
+        "nextFromSeq": rows[-1].seq + 1 if more and rows else None,
+    }

@@ -1,0 +1,189 @@
+"""Rows of events read with raw SQL, and their API shapes: what every reader of the read side shares."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from datetime import UTC
+from typing import Any, Sequence
+
+import orjson
+from django.db import connection
+from django.utils.dateparse import parse_datetime
+
+from ..canonical import Kind
+from ..formats import agentlens
+from ..models import Event
+
+EVENT_TABLE = Event._meta.db_table
+HISTORY_LIMIT = 50  # llmHistory / toolResults / pendingApprovals, as AgentLens caps them
+MAX_PAGE = 5000
+SEARCH_FANOUT = 32  # probes per query of the filtered-offset search
+LLM_KINDS = (Kind.LLM_CALL, Kind.LLM_RESPONSE)
+TOOL_RESULT_KINDS = (Kind.TOOL_RESPONSE, Kind.TOOL_ERROR)
+# Calls that should get an answer; a missing one is a warning.
+ANSWERED_CALLS = frozenset({Kind.LLM_CALL, Kind.TOOL_CALL, Kind.CHILD_SPAWN})
+# Events that complete a call: where a slow call is noticed.
+CALL_ANSWERS = frozenset({Kind.LLM_RESPONSE, Kind.TOOL_RESPONSE, Kind.TOOL_ERROR})
+
+# AgentLens's own event type names, accepted in `eventTypes` beside the canonical kinds.
+KIND_ALIASES = {
+    "session_started": Kind.SESSION_START,
+    "session_ended": Kind.SESSION_END,
+    "cost_tracked": Kind.COST,
+}
+
+# An AgentLens session's replay says things the way AgentLens's replay builder says them
+# (agentkitai/agentlens packages/server/src/lib/replay/builder.ts): the pair only on the step
+# that initiated it (buildPairMap keys it by the initiator), ...
+AGENTLENS_INITIATORS = frozenset({Kind.LLM_CALL, Kind.TOOL_CALL, Kind.APPROVAL_REQUESTED})
+# ... and eventCounts by AgentLens's own type names: the kinds standing for one type each.
+_AGENTLENS_NAMES = {
+    kind: types[0]
+    for kind, types in (
+        (kind, [name for name, mapped in agentlens.KINDS.items() if mapped == kind])
+        for kind in set(agentlens.KINDS.values())
+    )
+    if len(types) == 1
+}
+
+# rlm-code StepState fields and their defaults, in its field order.
+STEP_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("step", 0),
+    ("timestamp", ""),
+    ("action_type", ""),
+    ("action_code", ""),
+    ("action_rationale", ""),
+    ("success", False),
+    ("output", ""),
+    ("error", ""),
+    ("reward", 0.0),
+    ("cumulative_reward", 0.0),
+    ("duration_ms", 0.0),
+    ("tokens_used", 0),
+)
+
+_COLUMNS = (
+    "seq", "kind", "source_type", "ts", "step", "step_pos", "depth", "agent_id", "parent_id",
+    "child_id", "tool", "pair_id", "pair_seq", "pair_duration_ms", "duration_ms", "cost_usd",
+    "cost_unpriced", "tokens", "is_error", "fail_streak", "payload", "cost_total", "tokens_total",
+    "errors_total", "elapsed_ms", "reward_total", "steps_total", "kind_counts", "raw",
+)  # fmt: skip
+Row = namedtuple("Row", _COLUMNS)
+
+# On SQLite, Django's connection converts declared datetime and bool columns with a Python
+# function per value (a fifth of a page's read time); the same columns as expressions come back
+# as text and integers: the timestamp is already ISO 8601 (ingest stores naive UTC).
+_SQLITE_EXPRESSIONS = {
+    "ts": "replace(ts, ' ', 'T') || 'Z' AS ts",
+    "is_error": "(is_error = 1) AS is_error",
+    "cost_unpriced": "(cost_unpriced = 1) AS cost_unpriced",
+}
+
+
+def _columns(names: Sequence[str]) -> str:
+    if connection.vendor == "sqlite":
+        return ", ".join(_SQLITE_EXPRESSIONS.get(name, name) for name in names)
+    return ", ".join(names)
+
+
+_PAIRED = ("seq", "kind", "source_type", "ts", "is_error")
+
+
+class ReplayParameterError(ValueError):
+    """A parameter a caller got wrong (the API answers 400 with the message)."""
+
+
+# Reading rows
+
+
+def _fetch(sql: str, params: Sequence[Any]) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _rows(where: str, params: Sequence[Any], *, order: str = "seq", limit: int | None = None) -> list[Row]:
+    sql = f"SELECT {_columns(_COLUMNS)} FROM {EVENT_TABLE} WHERE session_id = %s AND {where} ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return [Row._make(r) for r in _fetch(sql, params)]
+
+
+def _union_rows(arms: list[tuple[str, list[Any]]], *, columns: str | None = None) -> list[tuple]:
+    """One statement of several `(WHERE ..., ORDER BY ... LIMIT ...)` arms.
+
+    Each arm reads one kind on the `(session, kind, seq)` index; a single `kind IN (...)` with
+    `ORDER BY seq` would make the database sort every matching event of the session instead.
+    """
+    if not arms:
+        return []
+    columns = columns or _columns(_COLUMNS)
+    parts = []
+    params: list[Any] = []
+    for i, (tail, arm_params) in enumerate(arms):
+        parts.append(f"SELECT * FROM (SELECT {columns} FROM {EVENT_TABLE} WHERE session_id = %s AND {tail}) AS arm{i}")
+        params.extend(arm_params)
+    return _fetch(" UNION ALL ".join(parts), params)
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value.endswith("Z"):
+            return value
+        value = parse_datetime(value)
+        if value is None:
+            return None
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.isoformat() + "Z"
+
+
+def _json(text: str | None, *, splice: bool, default: Any = None) -> Any:
+    if text is None:
+        return default
+    return orjson.Fragment(text) if splice else orjson.loads(text)
+
+
+def event_dict(row: Row, *, splice: bool = False) -> dict[str, Any]:
+    """The API's event shape (docs/api.md, "Events")."""
+    return {
+        "seq": row.seq,
+        "kind": row.kind,
+        "eventType": row.source_type,
+        "timestamp": _iso(row.ts),
+        "step": row.step,
+        "stepPos": row.step_pos,
+        "depth": row.depth,
+        "agentId": row.agent_id,
+        "parentId": row.parent_id,
+        "childId": row.child_id,
+        "tool": row.tool,
+        "pairId": row.pair_id,
+        "pairSeq": row.pair_seq,
+        "pairDurationMs": row.pair_duration_ms,
+        "durationMs": row.duration_ms,
+        "costUsd": row.cost_usd,
+        "costUnpriced": bool(row.cost_unpriced),
+        "tokens": row.tokens,
+        "isError": bool(row.is_error),
+        "payload": _json(row.payload, splice=splice, default={}),
+    }
+
+
+def _paired_dict(seq: int, kind: str, source_type: str, ts: Any, is_error: Any) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "kind": kind,
+        "eventType": source_type,
+        "timestamp": _iso(ts),
+        "isError": bool(is_error),
+    }
+
+
+def _check_window(offset: int, limit: int) -> None:
+    if offset < 0:
+        raise ReplayParameterError(f"offset must be 0 or more, got {offset}")
+    if not 1 <= limit <= MAX_PAGE:
+        raise ReplayParameterError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
