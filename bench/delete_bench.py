@@ -40,7 +40,7 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
 
     from sessions_app.canonical import SessionMeta
-    from sessions_app.ingest import append_events, create_session
+    from sessions_app.ingest.writer import append_events, create_session
     from sessions_app.models import Event, Project, Session
     from tests.conftest import synthetic_events
 

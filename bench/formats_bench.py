@@ -1,15 +1,20 @@
-"""Import speed and memory of the AgentLens, flux0 and daycare formats at two file sizes.
+"""Reading and import speed and memory of the AgentLens, flux0 and daycare formats.
 
-    .venv/bin/python bench/formats_bench.py [--events 20000,100000] [--runs 1]
+    .venv/bin/python bench/formats_bench.py [--events 20000,100000] [--runs 1] [--reading-only]
     .venv/bin/python .ci/with_postgres.py -- .venv/bin/python bench/formats_bench.py
 
-Generates realistic files of each size (AgentLens as one pretty-printed JSON array holding two
-interleaved sessions, so both the array splitter and the per-session spool are exercised; AgentLens
-as JSON lines; a flux0 recording of short turns streamed in many chunks; a daycare history of
-run_python blocks), then imports each with `import_file` into a fresh SQLite database (and
-PostgreSQL when DATABASE_URL points there) in a child process, and prints seconds, events per
-second and the child's peak RSS. Memory must not grow with the file: compare the peak RSS of the
-two sizes. There is no reference importer for these formats; the figures depend on the machine.
+First the reading alone: `iter_records` (ijson) over an AgentLens `{"events": [...]}` document of
+100,000 records of about 300 bytes, pretty-printed and on one line: seconds (median of 3),
+records per second and the peak of Python's traced memory while reading (a separate pass).
+
+Then the imports: generates realistic files of each size (AgentLens as one pretty-printed JSON
+array holding two interleaved sessions, so both the document reader and the per-session spool are
+exercised; AgentLens as JSON lines; a flux0 recording of short turns streamed in many chunks; a
+daycare history of run_python blocks), then imports each with `import_file` into a fresh SQLite
+database (and PostgreSQL when DATABASE_URL points there) in a child process, and prints seconds,
+events per second and the child's peak RSS. Memory must not grow with the file: compare the peak
+RSS of the two sizes. There is no reference importer for these formats; the figures depend on the
+machine.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,7 +48,7 @@ django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from pathlib import Path
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import Project
 project = Project.get_default()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -172,6 +178,72 @@ def write_daycare(path: Path, count: int) -> None:
             record({"type": "tool_result", "toolCallId": call, "output": {"toolMessage": {"isError": False}, "files": []}})
 
 
+def small_agentlens_events(count: int):
+    """Tool calls and their responses of one session, about 300 bytes each as compact JSON."""
+    prev = None
+    for i in range(count):
+        call = f"t{i // 2}"
+        if i % 2 == 0:
+            kind, payload = "tool_call", {"toolName": "search", "callId": call, "arguments": {"q": f"ticket {i // 2}"}}
+        else:
+            kind, payload = "tool_response", {"callId": call, "toolName": "search", "durationMs": 35, "result": {"hits": i % 5}}
+        event = {"id": f"evt{i:08d}", "timestamp": _iso(i * 50), "sessionId": "ses_a", "agentId": "bench-bot",
+                 "eventType": kind, "severity": "info", "payload": payload, "metadata": {}, "prevHash": prev}
+        prev = event["hash"] = f"{i * 2654435761 % 2**128:032x}"  # read, never verified, here
+        yield event
+
+
+def reading_figures(workdir: Path, count: int = 100_000) -> None:
+    import ijson
+
+    from sessions_app.canonical import Problems
+    from sessions_app.formats import Source
+    from sessions_app.formats.records import iter_records
+
+    events = list(small_agentlens_events(count))
+    layouts = {
+        "pretty-printed": lambda out: out.write(json.dumps({"events": events}, indent=2)),
+        "one line": lambda out: out.write(json.dumps({"events": events})),
+    }
+    for layout, write in layouts.items():
+        path = workdir / "reading.json"
+        with path.open("w") as out:
+            write(out)
+        size = path.stat().st_size
+        lines = path.read_bytes().count(b"\n") + 1
+
+        def read() -> int:
+            problems = Problems()
+            read_count = sum(1 for _ in iter_records(Source(path=path), problems, body_keys=("events",)))
+            assert read_count == count and problems.count == 0, (read_count, problems.to_list()[:3])
+            return read_count
+
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - started)
+        tracemalloc.start()
+        read()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        bare = []  # ijson alone, as the floor: no lines, no records, no checks
+        for _ in range(3):
+            started = time.perf_counter()
+            with path.open("rb") as stream:
+                assert sum(1 for _ in ijson.items(stream, "events.item", use_float=True)) == count
+            bare.append(time.perf_counter() - started)
+        seconds = statistics.median(times)
+        print(
+            f"reading {layout:<15} {count:>7,} records {size / 1e6:6.1f} MB {lines:>9,} lines"
+            f"  {seconds:6.2f} s (runs {', '.join(f'{t:.2f}' for t in times)})"
+            f"  {count / seconds:9,.0f} records/s  traced peak {peak / 2**20:5.1f} MiB"
+            f"  (ijson.items alone: {statistics.median(bare):.2f} s)",
+            flush=True,
+        )
+        path.unlink()
+
+
 WRITERS = {
     "agentlens array (2 sessions)": ("agentlens.json", write_agentlens_array),
     "agentlens JSON lines (2 sessions)": ("agentlens.ndjson", write_agentlens_lines),
@@ -184,7 +256,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="20000,100000", help="comma-separated record counts")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--reading-only", action="store_true", help="only the reading figures")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="formats_bench_") as tmp:
+        reading_figures(Path(tmp))
+    if args.reading_only:
+        return
     sizes = [int(size) for size in args.events.split(",")]
     url = os.environ.get("DATABASE_URL", "")
     postgres = PostgresDatabases(url) if url.startswith(("postgres://", "postgresql://")) else None

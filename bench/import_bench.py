@@ -130,7 +130,7 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from pathlib import Path
 from sessions_app.formats import registry
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import Project
 
 registry()  # import every format module now, as rlm-code's module is imported before its timing
@@ -205,8 +205,9 @@ class PostgresDatabases:
         self.created: list[str] = []
 
     def env(self, n: int) -> dict[str, str]:
-        import psycopg
         from urllib.parse import urlsplit, urlunsplit
+
+        import psycopg
 
         name = f"replay_import_bench_{os.getpid()}_{n}"
         with psycopg.connect(self.url, autocommit=True) as conn:

@@ -133,7 +133,7 @@ def run_api(api: Api, events: list[dict], batch: int, project: str, label: str) 
 
 
 def run_file(events: list[dict], folder: Path, project, label: str) -> tuple[float, int]:
-    from sessions_app.importing import import_file
+    from sessions_app.ingest.importing import import_file
 
     path = folder / f"{label}.jsonl"
     start = {"kind": "session_start", "payload": {"task": label, "session_id": label}}

@@ -51,7 +51,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 call_command("migrate", verbosity=0)
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import ApiKey, Project
 
 path, runs, offsets = Path(sys.argv[1]), int(sys.argv[3]), [int(x) for x in sys.argv[4].split(",")]

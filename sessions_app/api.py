@@ -23,7 +23,7 @@ from ninja.responses import Status
 from ninja.security import HttpBearer, SessionAuth
 
 from . import diffing, exporting, replay, verification
-from .ingest import set_checkpoint
+from .ingest.writer import set_checkpoint
 from .models import ApiKey, Checkpoint, Session
 
 

@@ -24,13 +24,14 @@ from django.urls import reverse
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel, Field, ValidationError
 
-from . import jobs, live_ingest, streaming
+from . import jobs, streaming
 from .api import API_AUTH
 from .api import router as shared_router
 from .canonical import SessionMeta
-from .live_ingest import IngestError
+from .ingest import live as live_ingest
+from .ingest.live import IngestError
+from .ingest.uploads import UploadRejected, accept_upload, check_declared_size
 from .models import ApiKey, ImportJob, Project, Session
-from .uploads import UploadRejected, accept_upload, check_declared_size
 
 router = Router(auth=API_AUTH, tags=["ingest"])
 
@@ -363,6 +364,7 @@ def create_import(request: HttpRequest):
             uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
             created_by=_who(request),
         )  # fmt: skip
+        jobs.enqueue_import_after_commit(job_id=job.pk)
     except (_BadRequest, UploadRejected) as exc:
         return _error(exc)
     status_url = reverse("api:import_status", kwargs={"job_id": job.pk})

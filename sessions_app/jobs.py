@@ -21,9 +21,9 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task
 
+from .ingest.uploads import decompressed_size_within_limit, too_large_message
 from .models import ImportJob, Session
 from .retention import CleanupResult, delete_expired_sessions
-from .uploads import decompressed_size_within_limit, too_large_message
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +37,16 @@ def enqueue_import(*, job_id: int) -> str:
     )
 
 
+def enqueue_import_after_commit(*, job_id: int) -> None:
+    """Queue the import once the job row is committed (a worker must find it)."""
+    transaction.on_commit(lambda: enqueue_import(job_id=job_id))
+
+
 def run_import(*, job_id: int) -> None:
     """Import a stored upload. A job found RUNNING was interrupted mid-way (worker killed): the
     sessions its earlier attempt left half-written are removed first, and completed ones are
     recognised by the importer's content de-duplication, so a re-run never duplicates."""
-    from .importing import import_file  # the importer imports formats; keep worker start light
+    from .ingest.importing import import_file  # the importer imports formats; keep worker start light
 
     job = ImportJob.objects.select_related("project").filter(pk=job_id).first()
     if job is None:

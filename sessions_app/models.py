@@ -2,7 +2,7 @@
 
 The shape of `Event` is what makes every page cheap: each row carries the running totals *after*
 itself (cost, tokens, errors, elapsed time, reward, steps, counts by kind), its pairing and its
-hash-chain link, all computed once at ingest (sessions_app/ingest.py). A page of a session is
+hash-chain link, all computed once at ingest (sessions_app/ingest/rows.py). A page of a session is
 then one indexed range read over `(session, seq)`, whatever the session's length or the offset.
 JSON columns that pages read in bulk (payload, step_state, kind_counts) are stored as text and
 spliced into responses with orjson.Fragment, never decoded by Django's JSONField.

@@ -23,7 +23,7 @@ from django.db import connection
 from django.utils import timezone
 
 from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, commitments, link_hash, recorded_values
-from .event_rows import DERIVED_COLUMNS, EVENT_COLUMNS, EventRows, Keyframe, WriterState
+from .ingest.rows import DERIVED_COLUMNS, EVENT_COLUMNS, EventRows, Keyframe, WriterState
 from .models import Event, Session, Snapshot
 
 CHUNK = 2000

@@ -17,13 +17,13 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from . import charts, diffing, replay, timeline, verification
+from . import charts, diffing, jobs, replay, timeline, verification
 from .forms import PACES, SPEEDS, CheckpointForm, CompareForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm
 from .frames import frame_at, step_seqs
-from .ingest import set_checkpoint
+from .ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
+from .ingest.writer import set_checkpoint
 from .listing import list_sessions, recent_jobs
 from .models import Checkpoint, Project, Session
-from .uploads import UploadRejected, accept_upload, check_declared_size, display_name
 
 LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors")
 
@@ -93,8 +93,9 @@ def upload(request: HttpRequest) -> HttpResponse:
         project = form.cleaned_data["project"] or Project.get_default()
         for uploaded in form.cleaned_data["files"]:
             try:
-                accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
-                              created_by=request.user.get_username())  # fmt: skip
+                job = accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
+                                    created_by=request.user.get_username())  # fmt: skip
+                jobs.enqueue_import_after_commit(job_id=job.pk)
             except UploadRejected as exc:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
     elif form is not None:

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta, StateChange
-from sessions_app.ingest import append_events, create_session, finish_session
+from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import Project, Session
 
 from .conftest import T0

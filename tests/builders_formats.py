@@ -9,7 +9,7 @@ import orjson
 
 from sessions_app.canonical import Problems
 from sessions_app.formats import Source
-from sessions_app.ingest import append_events, create_session, finish_session
+from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import Event, Project, Session
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -79,7 +79,7 @@ def watch_job_progress(monkeypatch: Any, job: Any) -> list[tuple[int, int]]:
     connection) pairs; they are equal when progress is visible while the import runs."""
     from django.db import connections
 
-    from sessions_app import importing
+    from sessions_app.ingest import importing
 
     observed: list[tuple[int, int]] = []
     write = importing._JobProgress._write

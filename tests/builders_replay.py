@@ -13,8 +13,8 @@ from django.test import Client
 from rlm_code.rlm.session_replay import SessionRecorder
 
 from sessions_app.canonical import CanonicalEvent, SessionMeta
-from sessions_app.importing import import_file
-from sessions_app.ingest import append_events, create_session, finish_session
+from sessions_app.ingest.importing import import_file
+from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import ApiKey, Project, Session
 from sessions_app.replay.context import _answered_by as answered_by
 

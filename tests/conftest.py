@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta, StateChange
-from sessions_app.ingest import append_events, create_session
+from sessions_app.ingest.writer import append_events, create_session
 from sessions_app.models import Project, Session
 
 T0 = datetime(2026, 2, 8, 10, 30, tzinfo=UTC)

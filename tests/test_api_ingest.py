@@ -11,9 +11,9 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
+from sessions_app.models import ApiKey, Event, ImportJob, IngestBatch, Project, Session
 from sessions_app.verification import verify_session
-from sessions_app.models import GENESIS_HASH, ApiKey, Event, ImportJob, IngestBatch, Project, Session
 
 from .builders_ingest import canonical_records, write_canonical_file
 from .builders_rlm import record_full_session

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from sessions_app import replay
-from sessions_app.ingest import finish_session
+from sessions_app.ingest.writer import finish_session
 from sessions_app.models import Event
 
 from .builders_replay import api, get_json, recorded_session  # noqa: F401  (fixture)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sessions_app import api as read_api
-from sessions_app.ingest import set_checkpoint
+from sessions_app.ingest.writer import set_checkpoint
 
 from .builders_replay import api, get_json, recorded_session  # noqa: F401  (fixture)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sessions_app.canonical import SessionMeta
-from sessions_app.ingest import finish_session, set_checkpoint
-from sessions_app.verification import verify_session
+from sessions_app.ingest.writer import finish_session, set_checkpoint
 from sessions_app.models import Event, Project, Session, Snapshot
+from sessions_app.verification import verify_session
 
 from .builders_replay import api, get_json  # noqa: F401  (fixture)
 

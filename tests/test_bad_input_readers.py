@@ -12,7 +12,7 @@ import pytest
 
 from sessions_app.canonical import Problems
 from sessions_app.formats import Source, _json_records, detect
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import Event, Project
 
 GOOD_NATIVE = [

@@ -19,7 +19,7 @@ import pytest
 from rlm_code.rlm.session_replay import SessionRecorder
 
 from sessions_app.client import RemoteRecorder, RemoteRecorderError
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import ApiKey, Checkpoint, Event, IngestBatch, Project, Session
 
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from django.db import connection, connections
 
-from sessions_app.event_rows import sqlite_timestamp
-from sessions_app.ingest import append_events
+from sessions_app.ingest.rows import sqlite_timestamp
+from sessions_app.ingest.writer import append_events
 from sessions_app.models import Event, Session, Snapshot
 
 from .conftest import synthetic_events

@@ -592,7 +592,7 @@ def test_a_file_without_events_reports_it_once(project, tmp_path):
 def test_import_file_detects_a_gzipped_array_and_stores_each_session(project, tmp_path):
     import gzip
 
-    from sessions_app.importing import import_file
+    from sessions_app.ingest.importing import import_file
 
     path = tmp_path / "EXPORT.JSON.GZ"
     path.write_bytes(gzip.compress((DIR / "two_sessions_array.json").read_bytes()))
@@ -607,7 +607,7 @@ def test_import_file_detects_a_gzipped_array_and_stores_each_session(project, tm
 
 
 def test_import_file_reports_bad_lines_and_keeps_the_good_ones(project):
-    from sessions_app.importing import import_file
+    from sessions_app.ingest.importing import import_file
 
     (outcome,) = import_file(path=DIR / "bad_input.ndjson", project=project)
     assert (outcome.format, outcome.events, outcome.error) == ("agentlens", 7, None)
@@ -650,7 +650,7 @@ def test_remembered_calls_stay_bounded_and_recent_ones_still_pair(monkeypatch):
 
 def test_live_batches_through_the_api_workflow_store_what_the_file_import_stores(project):
     from sessions_app.canonical import SessionMeta
-    from sessions_app.live_ingest import append_batch, create_live_session
+    from sessions_app.ingest.live import append_batch, create_live_session
 
     events = [e for e in source_events("two_sessions.ndjson") if e["sessionId"] == DEPLOY]
     session, _ = create_live_session(project=project, meta=SessionMeta(source_session_id=DEPLOY))
@@ -723,7 +723,7 @@ def test_a_severity_or_message_text_of_the_wrong_json_type_is_reported_and_the_e
 
 def test_live_batches_with_an_unhashable_severity_are_stored_with_a_warning(project):
     from sessions_app.canonical import SessionMeta
-    from sessions_app.live_ingest import append_batch, create_live_session
+    from sessions_app.ingest.live import append_batch, create_live_session
 
     events = [e for e in source_events("two_sessions.ndjson") if e["sessionId"] == DEPLOY]
     events[2]["severity"] = ["error"]

@@ -24,7 +24,7 @@ from django.urls import reverse
 
 from sessions_app.canonical import Problems, SessionMeta
 from sessions_app.formats import agentlens
-from sessions_app.live_ingest import append_batch, create_live_session
+from sessions_app.ingest.live import append_batch, create_live_session
 
 from .builders_dashboard import logged_in, user  # noqa: F401  (fixtures)
 from .builders_formats import ingest_file, problem_keys, rows

@@ -303,7 +303,7 @@ def test_each_source_line_is_stored_once_in_order_so_the_original_can_be_written
 
 
 def test_import_file_detects_a_history_and_records_its_pending_phase(project):
-    from sessions_app.importing import import_file
+    from sessions_app.ingest.importing import import_file
 
     (outcome,) = import_file(path=DIR / "pending_tool_call.jsonl", project=project)
     assert (outcome.format, outcome.events, outcome.steps, outcome.error) == ("daycare", 7, 1, None)

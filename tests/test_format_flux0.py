@@ -304,7 +304,7 @@ def test_each_source_line_is_stored_once_in_order_so_the_original_can_be_written
 
 
 def test_import_file_detects_and_imports_the_recording(project, tmp_path):
-    from sessions_app.importing import import_file
+    from sessions_app.ingest.importing import import_file
 
     path = tmp_path / "Recording.NDJSON"
     shutil.copy(CHAT, path)

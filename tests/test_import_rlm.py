@@ -14,7 +14,7 @@ import pytest
 from rlm_code.rlm.session_replay import SessionRecorder, SessionReplayer, SessionStore, load_session
 
 from sessions_app.canonical import Kind
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import Checkpoint, Event, Session
 
 from .builders_rlm import (

@@ -13,9 +13,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from sessions_app import importing
+from sessions_app.ingest import importing
 from sessions_app.canonical import Kind
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import Event, ImportJob, Project, Session
 
 from .builders_ingest import watch_job_progress
@@ -283,7 +283,7 @@ def test_job_gets_progress_while_importing_and_its_result_at_the_end(project, tm
 
     monkeypatch.setattr(importing._JobProgress, "_write", spy)
     monkeypatch.setattr(importing, "PROGRESS_EVERY", 500)
-    monkeypatch.setattr("sessions_app.ingest.BATCH_ROWS", 250)
+    monkeypatch.setattr("sessions_app.ingest.writer.BATCH_ROWS", 250)
 
     outcomes = import_file(path=path, project=project, job=job, created_by="alice")
 
@@ -408,7 +408,7 @@ def test_job_progress_is_visible_to_other_connections_while_a_session_streams_in
     record_full_session(path, steps=150, large_output_at=None, checkpoint_at=None, fail_at=frozenset())
     job = ImportJob.objects.create(project=project, original_name="long.jsonl", stored_path=str(path))
     observed = watch_job_progress(monkeypatch, job)
-    monkeypatch.setattr("sessions_app.ingest.BATCH_ROWS", 100)
+    monkeypatch.setattr("sessions_app.ingest.writer.BATCH_ROWS", 100)
 
     import_file(path=path, project=project, job=job)
 

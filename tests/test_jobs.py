@@ -21,9 +21,9 @@ from django.utils import timezone
 from django_q.models import OrmQ, Schedule
 
 from sessions_app import jobs
-from sessions_app.ingest import set_checkpoint
+from sessions_app.ingest.uploads import UploadTooLarge, accept_upload
+from sessions_app.ingest.writer import set_checkpoint
 from sessions_app.models import Event, ImportJob, Session
-from sessions_app.uploads import UploadTooLarge, accept_upload
 
 from .builders_ingest import write_canonical_file
 
@@ -71,6 +71,7 @@ def test_upload_is_enqueued_only_after_its_transaction_commits(
     source = write_canonical_file(tmp_path / "x.jsonl", events=8)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job = accept_upload(uploaded_file=upload_of(source), project=project)
+        jobs.enqueue_import_after_commit(job_id=job.pk)  # what the API and the upload form do
         assert queued_import_job_ids() == []
     assert len(callbacks) == 1
     callbacks[0]()
@@ -376,7 +377,8 @@ def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(
 ):
     sessions, events = 16, 2500
     source = write_canonical_file(tmp_path / "big.jsonl", sessions=sessions, events=events)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)  # enqueued (autocommit)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    jobs.enqueue_import_after_commit(job_id=job.pk)  # autocommit: queued at once
     worker_db.push()
     log = tmp_path / "qcluster.log"
     cluster = worker_db.start("qcluster", log=log)

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from rlm_code.rlm.session_replay import SessionRecorder
 
-from sessions_app.verification import verify_session
 from sessions_app.models import Checkpoint, Event, Snapshot
+from sessions_app.verification import verify_session
 
 from .builders_replay import api, get_json, import_one  # noqa: F401  (fixture)
 

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from sessions_app import charts, timeline
 from sessions_app.canonical import Kind
-from sessions_app.importing import import_file
+from sessions_app.ingest.importing import import_file
 from sessions_app.models import Checkpoint, Event, Project, Session
 
 from .builders_dashboard import (  # noqa: F401

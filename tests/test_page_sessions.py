@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import unquote
 from datetime import datetime, timedelta, timezone
+from urllib.parse import unquote
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from sessions_app import jobs
-from sessions_app.verification import verify_session
 from sessions_app.models import Event, ImportJob, Project, Session
+from sessions_app.verification import verify_session
 
-from .builders_dashboard import conversation_events, build_session, logged_in, user  # noqa: F401
+from .builders_dashboard import build_session, conversation_events, logged_in, user  # noqa: F401
 from .builders_rlm import record_failing_session
 
 LIST = reverse("sessions:list")

@@ -17,7 +17,7 @@ import pytest
 from sessions_app import replay
 from sessions_app.canonical import SessionMeta
 from sessions_app.formats import agentlens
-from sessions_app.live_ingest import append_batch, create_live_session
+from sessions_app.ingest.live import append_batch, create_live_session
 from sessions_app.replay import rows as rows_module
 
 from .builders_formats import FIXTURES, ingest_file, rows

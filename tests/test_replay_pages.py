@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app import replay
-from sessions_app.ingest import finish_session
+from sessions_app.ingest.writer import finish_session
 from sessions_app.models import Event
 from sessions_app.verification import verify_session
 

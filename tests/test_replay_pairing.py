@@ -77,7 +77,7 @@ def test_child_spawn_and_result_are_paired_in_a_recorded_session(tmp_path):
 @pytest.mark.parametrize("batch_rows", [1000, 2], ids=["one-batch", "across-batches"])
 def test_a_tool_result_recorded_before_its_call_still_pairs_with_it(monkeypatch, batch_rows):
     # Writers reorder (a tool answers before its call is logged, clocks differ): pair by id.
-    monkeypatch.setattr("sessions_app.ingest.BATCH_ROWS", batch_rows)
+    monkeypatch.setattr("sessions_app.ingest.writer.BATCH_ROWS", batch_rows)
     session = session_of([
         event(Kind.TOOL_RESPONSE, 0, pair_id="t1", tool="read_file", failed=False),
         event(Kind.NOTE, 10),

@@ -8,8 +8,7 @@ from rlm_code.rlm.session_replay import load_session
 
 from sessions_app import replay
 from sessions_app.canonical import Kind, StateChange
-from sessions_app.models import KEYFRAME_EVERY
-from sessions_app.models import Event, Snapshot
+from sessions_app.models import KEYFRAME_EVERY, Event, Snapshot
 
 from .builders_replay import event, recorded_session, session_of
 

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions_app import streaming
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
-from sessions_app.ingest import append_events, create_session, finish_session
+from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import ApiKey, Session
 
 from .builders_ingest import T0

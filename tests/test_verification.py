@@ -16,8 +16,6 @@ from sessions_app.chain import CONTENT_FIELDS, commit, salt_of
 from sessions_app.models import Event, Session, Snapshot
 from sessions_app.verification import verify_session
 
-from .builders_replay import import_one
-
 pytestmark = pytest.mark.django_db
 
 EDITED = 137
@@ -88,7 +86,7 @@ def test_editing_any_stored_field_of_an_event_is_found_at_its_seq(two_sessions, 
 
 def test_every_event_field_is_either_hashed_derived_or_declared_not_shown():
     from sessions_app.chain import RECORDED_FIELDS
-    from sessions_app.event_rows import DERIVED_COLUMNS
+    from sessions_app.ingest.rows import DERIVED_COLUMNS
 
     covered = set(RECORDED_FIELDS) | set(CONTENT_FIELDS) | set(DERIVED_COLUMNS) | {"seq", "salt", "session"}
     assert set(EVENT_FIELDS) <= covered, set(EVENT_FIELDS) - covered
@@ -164,7 +162,7 @@ FIXTURES = [
 
 @pytest.mark.parametrize("path", DEMO + FIXTURES, ids=lambda p: p.name)
 def test_every_format_verifies_after_import(path, project):
-    from sessions_app.importing import import_file
+    from sessions_app.ingest.importing import import_file
 
     sessions = [o.session for o in import_file(path=path, project=project) if o.session is not None]
     assert sessions

@@ -14,7 +14,7 @@ import pytest
 from django_q.conf import Conf
 from playwright.sync_api import Page
 
-from sessions_app.ingest import append_events, finish_session
+from sessions_app.ingest.writer import append_events, finish_session
 from sessions_app.models import Event, Session
 
 from ..builders_dashboard import XSS_IMG, XSS_SCRIPT, build_session, conversation_events, hostile_events, turn_length

@@ -12,7 +12,7 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app.formats import registry
-from sessions_app.importing import ImportOutcome, import_local_file
+from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from sessions_app.importing import import_local_file
+from sessions_app.ingest.importing import import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 

@@ -1,6 +1,6 @@
-"""Accepting an uploaded file: keep the original under REPLAY_DATA_DIR, create its ImportJob and
-enqueue the import once the job row is committed. The API (POST /api/imports) and the dashboard's
-upload form both call `accept_upload`; the import itself runs in a worker (sessions_app/jobs.py).
+"""Accepting an uploaded file: keep the original under REPLAY_DATA_DIR and create its ImportJob.
+The API (POST /api/imports) and the dashboard's upload form both call `accept_upload`, then queue
+the import (jobs.enqueue_import_after_commit); it runs in a worker (sessions_app/jobs.py).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
 from django.utils import timezone
 
-from .formats import GZIP_MAGIC, registry
-from .models import ImportJob, Project
+from ..formats import GZIP_MAGIC, registry
+from ..models import ImportJob, Project
 
 # The extensions we keep on the stored copy (decoration only: formats are detected by content).
 _KEPT_SUFFIXES = (".jsonl.gz", ".ndjson.gz", ".json.gz", ".jsonl", ".ndjson", ".json", ".gz")
@@ -68,7 +67,7 @@ def accept_upload(
     created_by: str = "",
     replace: bool = False,
 ) -> ImportJob:
-    """Keep the uploaded file and queue its import; raises UploadRejected / UploadTooLarge.
+    """Keep the uploaded file and create its job; raises UploadRejected / UploadTooLarge.
 
     The stored name is generated (never derived from the client's file name); the client's
     name is kept on the job for display only.
@@ -86,24 +85,15 @@ def accept_upload(
     original_name = display_name(uploaded_file.name or "upload")
     stored = _store(uploaded_file, original_name)
     try:
-        with transaction.atomic():
-            job = ImportJob.objects.create(
-                project=project,
-                original_name=original_name,
-                stored_path=str(stored),
-                requested_format=format,
-                replace=replace,
-                bytes_total=size,
-                created_by=created_by[:150],
-            )
-            job_id = job.pk
-
-            def enqueue() -> None:
-                from .jobs import enqueue_import
-
-                enqueue_import(job_id=job_id)
-
-            transaction.on_commit(enqueue)
+        job = ImportJob.objects.create(
+            project=project,
+            original_name=original_name,
+            stored_path=str(stored),
+            requested_format=format,
+            replace=replace,
+            bytes_total=size,
+            created_by=created_by[:150],
+        )
     except BaseException:
         stored.unlink(missing_ok=True)
         raise

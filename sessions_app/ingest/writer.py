@@ -21,8 +21,9 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .canonical import CanonicalEvent, CheckpointSpec, SessionMeta, json_without_nul, without_nul
-from .event_rows import (
+from ..canonical import CanonicalEvent, CheckpointSpec, SessionMeta, json_without_nul, without_nul
+from ..models import Checkpoint, Event, Project, Session, Snapshot
+from .rows import (
     EVENT_COLUMNS,
     SAVED_FIELDS,
     Batch,
@@ -30,7 +31,6 @@ from .event_rows import (
     Keyframe,
     WriterState,
 )
-from .models import Checkpoint, Event, Project, Session, Snapshot
 
 __all__ = [
     "append_events", "bulk_write_cache", "create_session", "finish_session",

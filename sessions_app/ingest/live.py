@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 from django.db import IntegrityError, transaction
 
-from .canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta
-from .ingest import AppendResult, append_events, create_session, finish_session, set_checkpoint
-from .models import IngestBatch, Project, Session
+from ..canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta
+from ..models import IngestBatch, Project, Session
+from .writer import AppendResult, append_events, create_session, finish_session, set_checkpoint
 
 # Formats an agent can stream, and the module holding each one's Converter.
 LIVE_FORMATS = {

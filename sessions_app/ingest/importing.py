@@ -18,16 +18,16 @@ from typing import Any, Iterable, Iterator
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from .canonical import CanonicalEvent, ParsedSession, Problems, SessionMeta
-from .formats import Source, detect, registry
-from .ingest import (
+from ..canonical import CanonicalEvent, ParsedSession, Problems
+from ..formats import Source, detect, registry
+from ..models import ImportJob, Project, Session
+from .uploads import keep_local_file
+from .writer import (
     append_events,
     bulk_write_cache,
     create_session,
     finish_session,
 )
-from .models import ImportJob, Project, Session
-from .uploads import keep_local_file
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .canonical import (
+from ..canonical import (
     CALL_FAMILY,
     INT64_MAX,
     INT64_MIN,
@@ -26,8 +26,7 @@ from .canonical import (
     json_without_nul,
     without_nul,
 )
-from .models import KEYFRAME_EVERY
-from .chain import (
+from ..chain import (
     CONTENT_FIELDS,
     GENESIS_HASH,
     RECORDED_FIELDS,
@@ -36,6 +35,7 @@ from .chain import (
     new_salts,
     recorded_values,
 )
+from ..models import KEYFRAME_EVERY
 
 _NO_OFFSET = timedelta(0)
 
