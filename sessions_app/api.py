@@ -1,4 +1,4 @@
-"""The read side of the API: a thin ninja Router over replay, diffing, chain and exporting.
+"""The read side of the API: a thin ninja Router over replay (pages, compare, exports) and verification.
 
 Every operation validates its query with an explicit schema, looks the session up (404) and
 calls one workflow function. Replay pages, step pages and contexts are rendered here with orjson
@@ -22,9 +22,11 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 from ninja.security import HttpBearer, SessionAuth
 
-from . import diffing, exporting, replay, verification
+from . import replay, verification
 from .ingest.writer import set_checkpoint
 from .models import ApiKey, Checkpoint, Session
+from .replay import exports
+from .replay.compare import MAX_PAIRS, diff_sessions
 
 
 class ApiKeyAuth(HttpBearer):
@@ -464,7 +466,7 @@ class CompareQuery(Schema):
     a: int
     b: int
     offset: int = Field(0, ge=0)
-    limit: int = Field(100, ge=1, le=diffing.MAX_PAIRS)
+    limit: int = Field(100, ge=1, le=MAX_PAIRS)
 
 
 class ExportQuery(Schema):
@@ -645,7 +647,7 @@ def compare(request: HttpRequest, query: Query[CompareQuery]):
     """rlm-code's SessionComparison of a and b (deltas b - a) and aligned step pairs."""
     a = _session_or_404(query.a)
     b = _session_or_404(query.b)
-    return _json(diffing.diff_sessions(a=a, b=b, offset=query.offset, limit=query.limit))
+    return _json(diff_sessions(a=a, b=b, offset=query.offset, limit=query.limit))
 
 
 # --- checkpoints ---------------------------------------------------------------------------------
@@ -708,9 +710,9 @@ def delete_checkpoint(request: HttpRequest, session_id: int, name: str):
 # --- export and verification ---------------------------------------------------------------------
 
 _EXPORTS = {
-    "jsonl": (exporting.export_native_jsonl, "application/x-ndjson", "jsonl"),
-    "snapshot": (exporting.export_snapshot, "application/json", "json"),
-    "original": (exporting.export_original, "application/octet-stream", "original.jsonl"),  # or its own name
+    "jsonl": (exports.export_native_jsonl, "application/x-ndjson", "jsonl"),
+    "snapshot": (exports.export_snapshot, "application/json", "json"),
+    "original": (exports.export_original, "application/octet-stream", "original.jsonl"),  # or its own name
 }
 
 
@@ -722,7 +724,7 @@ def export(request: HttpRequest, session_id: int, query: Query[ExportQuery]):
     generate, content_type, extension = _EXPORTS[query.format]
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in (session.source_session_id or f"session-{session.pk}"))[:100]
     response = StreamingHttpResponse(generate(session=session), content_type=content_type)
-    filename = (query.format == "original" and exporting.original_name(session)) or f"{stem}.{extension}"
+    filename = (query.format == "original" and exports.original_name(session)) or f"{stem}.{extension}"
     filename = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)[:200]
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response

@@ -24,7 +24,7 @@ from django.urls import reverse
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel, Field, ValidationError
 
-from . import jobs, streaming
+from . import jobs
 from .api import API_AUTH
 from .api import router as shared_router
 from .canonical import SessionMeta
@@ -32,6 +32,7 @@ from .ingest import live as live_ingest
 from .ingest.live import IngestError
 from .ingest.uploads import UploadRejected, accept_upload, check_declared_size
 from .models import ApiKey, ImportJob, Project, Session
+from .replay import streaming
 
 router = Router(auth=API_AUTH, tags=["ingest"])
 

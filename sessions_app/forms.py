@@ -7,7 +7,6 @@ opens a page.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -15,22 +14,11 @@ from django.core.exceptions import ValidationError
 
 from .canonical import ALL_KINDS
 from .models import Project, Session
+from .replay.listing import parse_cursor
 
 SPEEDS = ("1", "2", "5", "10")
 PACES = (("steps", "steps"), ("recorded", "recorded time"))
 
-# Sort keys of the sessions page: URL value -> (column, descending). Every column is non-null,
-# so keyset pagination on (column, id) is total.
-SESSION_SORTS: dict[str, tuple[str, bool]] = {
-    "-created": ("created_at", True),
-    "created": ("created_at", False),
-    "-cost": ("cost_usd", True),
-    "-tokens": ("tokens", True),
-    "-steps": ("step_count", True),
-    "-events": ("event_count", True),
-    "-errors": ("error_count", True),
-    "-duration": ("elapsed_ms", True),
-}
 SORT_LABELS = {
     "-created": "newest", "created": "oldest", "-cost": "cost", "-tokens": "tokens",
     "-steps": "steps", "-events": "events", "-errors": "errors", "-duration": "duration",
@@ -142,34 +130,6 @@ class SessionFilterForm(QueryForm):
         out["after"] = parse_cursor(out["after"], out["sort"])
         out["before"] = parse_cursor(out["before"], out["sort"])
         return out
-
-
-def parse_cursor(value: str | None, sort: str) -> tuple[Any, int] | None:
-    """`<sort value>~<id>` of the row a page starts after (or ends before); None when malformed."""
-    if not value or "~" not in value:
-        return None
-    raw, _, pk = value.rpartition("~")
-    column, _ = SESSION_SORTS[sort]
-    try:
-        key: Any
-        if column == "created_at":
-            key = datetime.fromisoformat(raw)
-            if key.tzinfo is None:
-                return None
-        elif column in {"cost_usd", "elapsed_ms"}:
-            key = float(raw)
-        else:
-            key = int(raw)
-        return key, int(pk)
-    except ValueError:
-        return None
-
-
-def format_cursor(session: Session, sort: str) -> str:
-    column, _ = SESSION_SORTS[sort]
-    value = getattr(session, column)
-    text = value.isoformat() if isinstance(value, datetime) else repr(value)
-    return f"{text}~{session.pk}"
 
 
 class MultipleFileInput(forms.ClearableFileInput):

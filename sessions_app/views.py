@@ -17,13 +17,15 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from . import charts, diffing, jobs, replay, timeline, verification
+from . import jobs, replay, verification
 from .forms import PACES, SPEEDS, CheckpointForm, CompareForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm
-from .frames import frame_at, step_seqs
 from .ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
 from .ingest.writer import set_checkpoint
-from .listing import list_sessions, recent_jobs
 from .models import Checkpoint, Project, Session
+from .replay import charts, timeline
+from .replay.compare import diff_sessions
+from .replay.frames import frame_at, step_seqs
+from .replay.listing import list_sessions, recent_jobs
 
 LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors")
 
@@ -264,7 +266,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         return render(request, "sessions_app/diff.html", {"form": form}, status=400)
     a, b = _session(form.cleaned_data["a"]), _session(form.cleaned_data["b"])
     offset = form.cleaned_data["offset"] or 0
-    diff = diffing.diff_sessions(a=a, b=b, offset=offset, limit=DIFF_PAGE)
+    diff = diff_sessions(a=a, b=b, offset=offset, limit=DIFF_PAGE)
     stop = offset + DIFF_PAGE
     context = {
         "form": form, "a": a, "b": b, "diff": diff, "offset": offset, "page": DIFF_PAGE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app import diffing
+from sessions_app.replay import compare as diffing
 
 from .builders_replay import api, get_json, import_one, record_variant  # noqa: F401  (fixture)
 

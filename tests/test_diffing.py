@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rlm_code.rlm.session_replay import compare_sessions, load_session
 
-from sessions_app import diffing
 from sessions_app.replay import ReplayParameterError
+from sessions_app.replay import compare as diffing
 
 from .builders_replay import import_one, record_variant
 

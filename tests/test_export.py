@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from rlm_code.rlm.session_replay import SessionReplayer, load_session
 
-from sessions_app import exporting, replay
+from sessions_app import replay
 from sessions_app.models import Project
+from sessions_app.replay import exports as exporting
 
 from .builders_replay import import_one, recorded_session
 

@@ -354,7 +354,7 @@ def rewrite_history() -> list[dict]:
 
 
 def conversation_at(session, seq: int) -> list[tuple[int, str]]:
-    from sessions_app.frames import frame_at
+    from sessions_app.replay.frames import frame_at
 
     return [(m["seq"], m["text"]) for m in frame_at(session=session, seq=seq, kinds=[]).conversation]
 

@@ -345,7 +345,7 @@ def test_a_recording_whose_first_record_is_not_its_header_is_reported_at_line_1(
 
 
 def test_content_recorded_as_pieces_stays_a_list_and_reads_joined(project, tmp_path):
-    from sessions_app.frames import message_text
+    from sessions_app.replay.frames import message_text
 
     lines = records()
     lines[1]["payload"]["data"]["parts"][0]["content"] = ["Hi, my order ", "#4411 hasn't arrived yet."]

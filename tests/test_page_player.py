@@ -14,10 +14,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from sessions_app import charts, timeline
 from sessions_app.canonical import Kind
 from sessions_app.ingest.importing import import_file
 from sessions_app.models import Checkpoint, Event, Project, Session
+from sessions_app.replay import charts, timeline
 
 from .builders_dashboard import (  # noqa: F401
     XSS_IMG,

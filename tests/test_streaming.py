@@ -12,10 +12,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sessions_app import streaming
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import ApiKey, Session
+from sessions_app.replay import streaming
 
 from .builders_ingest import T0
 

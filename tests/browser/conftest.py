@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
-
 from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"

@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from . import replay
-from .canonical import Kind
-from .formats.flux0 import content_text
-from .models import Event, Session
+from .. import replay
+from ..canonical import Kind
+from ..formats.flux0 import content_text
+from ..models import Event, Session
 
 BEFORE = 8  # events shown before the current one
 AFTER = 16  # and after it

@@ -12,8 +12,9 @@ from typing import Any, Iterable
 
 import orjson
 
-from .models import Event, Session
-from .replay import ReplayParameterError, get_summary, session_info
+from ..models import Event, Session
+from .rows import ReplayParameterError
+from .summary import get_summary, session_info
 
 CHUNK = 2000  # steps read from each session per query
 MAX_PAIRS = 5000

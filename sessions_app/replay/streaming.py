@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterator
 import orjson
 from django.db import DatabaseError, connection
 
-from .canonical import Kind
-from .models import Event, Session
+from ..canonical import Kind
+from ..models import Event, Session
 
 logger = logging.getLogger(__name__)
 

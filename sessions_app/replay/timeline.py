@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from .canonical import Kind
-from .models import Checkpoint, Event, Session
+from ..canonical import Kind
+from ..models import Checkpoint, Event, Session
 
 BUCKETS = 240
 WIDTH = 1000.0  # SVG user units; the element is stretched to the page width

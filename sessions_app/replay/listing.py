@@ -10,10 +10,50 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from .forms import SESSION_SORTS, format_cursor
-from .models import ImportJob, Project, Session, SessionQuerySet
+from ..models import ImportJob, Project, Session, SessionQuerySet
 
 PER_PAGE = 50
+
+# Sort keys of the sessions page: URL value -> (column, descending). Every column is non-null,
+# so keyset pagination on (column, id) is total.
+SESSION_SORTS: dict[str, tuple[str, bool]] = {
+    "-created": ("created_at", True),
+    "created": ("created_at", False),
+    "-cost": ("cost_usd", True),
+    "-tokens": ("tokens", True),
+    "-steps": ("step_count", True),
+    "-events": ("event_count", True),
+    "-errors": ("error_count", True),
+    "-duration": ("elapsed_ms", True),
+}
+
+
+def parse_cursor(value: str | None, sort: str) -> tuple[Any, int] | None:
+    """`<sort value>~<id>` of the row a page starts after (or ends before); None when malformed."""
+    if not value or "~" not in value:
+        return None
+    raw, _, pk = value.rpartition("~")
+    column, _ = SESSION_SORTS[sort]
+    try:
+        key: Any
+        if column == "created_at":
+            key = datetime.fromisoformat(raw)
+            if key.tzinfo is None:
+                return None
+        elif column in {"cost_usd", "elapsed_ms"}:
+            key = float(raw)
+        else:
+            key = int(raw)
+        return key, int(pk)
+    except ValueError:
+        return None
+
+
+def format_cursor(session: Session, sort: str) -> str:
+    column, _ = SESSION_SORTS[sort]
+    value = getattr(session, column)
+    text = value.isoformat() if isinstance(value, datetime) else repr(value)
+    return f"{text}~{session.pk}"
 
 
 @dataclass

@@ -13,8 +13,8 @@ from typing import Any
 from django.db.models import Count, F, Max, Min
 from django.db.models.expressions import CombinedExpression
 
-from .canonical import Kind
-from .models import Event, Session
+from ..canonical import Kind
+from ..models import Event, Session
 from .timeline import boundaries
 
 MAX_POINTS = 400

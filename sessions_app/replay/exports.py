@@ -28,10 +28,11 @@ import orjson
 from django.db import connection
 from django.utils import timezone
 
-from .canonical import Kind
-from .formats import Source
-from .models import Event, Session
-from .replay import get_summary, iter_step_states, state_at
+from ..canonical import Kind
+from ..formats import Source
+from ..models import Event, Session
+from .state import iter_step_states, state_at
+from .summary import get_summary
 
 CHUNK = 2000
 # Events of an unfinished step are held back so they can follow its step_start line; a step
