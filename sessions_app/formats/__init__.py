@@ -18,19 +18,21 @@ batch continues where the last stopped), and `.meta: SessionMeta`. Their `parse`
 
 Helpers here for JSON-lines formats: `read_records(source, problems)` yields (line, record, raw
 text) for every usable line and reports the rest (BOM, invalid UTF-8, malformed JSON, truncated
-last line, non-objects); `source_stem(name)` is a file's stem the way rlm-code names a session
-without a run id. A format that reads a folder gets a Source whose `is_dir` is true and a Head
-without text; its `sniff` looks at the folder's layout.
+last line, non-objects); `read_blocks` and `iter_lines` give a file's bytes and its lines (`\n`,
+`\r\n` and a lone `\r` each end one); `source_stem(name)` is a file's stem the way rlm-code names
+a session without a run id. JSON documents (arrays, request bodies, snapshots) are streamed by
+`json_documents` and `records`. A format that reads a folder gets a Source whose `is_dir` is
+true and a Head without text; its `sniff` looks at the folder's layout.
 """
 
 from __future__ import annotations
 
 import gzip
 import importlib
-import io
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 import orjson
 
@@ -69,18 +71,67 @@ class Source:
         return raw
 
 
-def iter_lines(stream: IO[bytes], *, on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[int, bytes]]:
-    """(line number from 1, line bytes without the line ending); a BOM on line 1 is removed."""
-    consumed = 0
-    for number, line in enumerate(stream, start=1):
-        consumed += len(line)
-        if on_bytes is not None and number % 2048 == 0:
-            on_bytes(consumed)
-        if number == 1 and line.startswith(BOM):
-            line = line[3:]
-        yield number, line.rstrip(b"\r\n")
-    if on_bytes is not None:
-        on_bytes(consumed)
+READ_BLOCK = 1 << 20
+
+
+def read_blocks(
+    source: Source, problems: Problems | None = None, *, on_bytes: Callable[[int], None] | None = None
+) -> Iterator[bytes]:
+    """The file's bytes in blocks of READ_BLOCK, a BOM at its start removed (reported when
+    `problems` is given). `on_bytes` hears the bytes read so far, of the file on disk (a .gz
+    counts its own size)."""
+    with source.open() as stream:
+        position = getattr(stream, "fileobj", stream).tell
+        first = True
+        while block := stream.read(READ_BLOCK):
+            if on_bytes is not None:
+                on_bytes(position())
+            if first:
+                first = False
+                if block.startswith(BOM):
+                    if problems is not None:
+                        problems.add(1, "line", "byte-order mark at the start of the file (ignored)")
+                    block = block[3:]
+                    if not block:
+                        continue
+            yield block
+
+
+def iter_lines(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """Each line with its ending, however the blocks cut them: `\n`, `\r\n` and a lone `\r`
+    (old Mac files) each end a line."""
+    held: list[bytes] = []  # the start of a line that the blocks so far leave open
+    for block in whole_line_breaks(blocks):
+        lines = block.splitlines(keepends=True)
+        if held:
+            held.append(lines[0])
+            if lines[0][-1] not in _LINE_ENDS:  # no line break in the whole block
+                continue
+            lines[0] = b"".join(held)
+            held = []
+        if lines[-1][-1] not in _LINE_ENDS:
+            held.append(lines.pop())
+        yield from lines
+    if held:
+        yield b"".join(held)
+
+
+_LINE_ENDS = b"\r\n"
+
+
+def whole_line_breaks(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """The blocks, none but the last ending with `\r`: its `\n` may open the next one."""
+    held = b""
+    for block in blocks:
+        if held:
+            block = held + block
+        held = b""
+        if block.endswith(b"\r"):
+            block, held = block[:-1], b"\r"
+        if block:
+            yield block
+    if held:
+        yield held
 
 
 def source_stem(name: str) -> str:
@@ -102,34 +153,22 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
     truncated last line, a value that is not an object. The raw text is the line exactly as
     received, without its line ending (what the hash chain covers).
     """
-    on_bytes = source.on_bytes
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
-    with source.open() as stream:
-        # Progress counts bytes of the file on disk, so a .gz reports against its own size.
-        position = getattr(stream, "fileobj", stream).tell
-        number = 0
-        for number, line in enumerate(stream, start=1):
-            if on_bytes is not None and not number & 255:
-                on_bytes(position())
-            if number == 1 and line.startswith(BOM):
-                problems.add(1, "line", "byte-order mark at the start of the file (ignored)")
-                line = line[3:]
-            body = line.rstrip(b"\r\n")
-            try:
-                record = loads(body)
-            except decode_error:
-                record = load_json_line(number, body, problems, last=not line.endswith(b"\n"))
-                if record is None:
-                    continue
-            if type(record) is not dict:
-                problems.add(number, "line", f"expected a JSON object, got {type(record).__name__}")
+    for number, line in enumerate(iter_lines(read_blocks(source, problems, on_bytes=source.on_bytes)), start=1):
+        body = line.rstrip(b"\r\n")
+        try:
+            record = loads(body)
+        except decode_error:
+            record = load_json_line(number, body, problems, last=len(body) == len(line))
+            if record is None:
                 continue
-            if len(body) > _DEEP_LINE and not storable(number, record, body, problems):
-                continue
-            yield number, record, body.decode("utf-8")
-        if on_bytes is not None:
-            on_bytes(position())
+        if type(record) is not dict:
+            problems.add(number, "line", f"expected a JSON object, got {type(record).__name__}")
+            continue
+        if len(body) > _DEEP_LINE and not storable(number, record, body, problems):
+            continue
+        yield number, record, body.decode("utf-8")
 
 
 Record = tuple[int, dict[str, Any], str]  # (line, parsed record, raw text)
@@ -184,11 +223,16 @@ def storable(number: int, record: Any, body: bytes, problems: Problems, *, by_or
         return True
     try:
         orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
-    except orjson.JSONEncodeError as exc:
-        why = "nested deeper than 255 levels" if "ecursion" in str(exc) else str(exc)
-        problems.add(number, "line", f"cannot be stored: {why}")
+    except orjson.JSONEncodeError as error:
+        problems.add(number, "line", cannot_store(error))
         return False
     return True
+
+
+def cannot_store(error: orjson.JSONEncodeError) -> str:
+    """The problem of a record orjson cannot write back."""
+    why = "nested deeper than 255 levels" if "ecursion" in str(error) else str(error)
+    return f"cannot be stored: {why}"
 
 
 def load_json_line(
@@ -261,7 +305,7 @@ class Head:
         if text.startswith(BOM):
             text = text[3:]
         records = []
-        for line in io.BytesIO(text).readlines()[:max_records]:
+        for line in text.splitlines()[:max_records]:
             try:
                 value = orjson.loads(line)
             except orjson.JSONDecodeError:
