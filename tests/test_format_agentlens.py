@@ -8,17 +8,19 @@ and an `{"events": [...]}` ingest body; the expected figures below are read off 
 
 from __future__ import annotations
 
-import itertools
 import random
 import re
 import shutil
+import tempfile
+from pathlib import Path
 
 import orjson
 import pytest
 
+from sessions_app import formats
 from sessions_app.canonical import Kind, Problems
 from sessions_app.formats import Head, Source, agentlens, detect
-from sessions_app.formats import _json_records
+from sessions_app.formats.records import iter_records
 from sessions_app.models import Session
 
 from .builders_formats import FIXTURES, ingest_file, payload, problem_keys, rows, step_state
@@ -89,7 +91,7 @@ def test_the_three_containers_give_identical_sessions(project):
     assert stored[CONTAINERS[0]] == stored[CONTAINERS[1]] == stored[CONTAINERS[2]]
 
 
-def test_raw_is_each_events_exact_source_text_and_lines_are_where_it_starts(project):
+def test_raw_is_a_lines_own_text_or_an_element_written_again_and_lines_are_where_it_starts(project):
     ndjson_lines = (DIR / "two_sessions.ndjson").read_text().splitlines()
     sessions, _ = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
     for event in rows(sessions[0]) + rows(sessions[1]):
@@ -97,12 +99,12 @@ def test_raw_is_each_events_exact_source_text_and_lines_are_where_it_starts(proj
 
     array_lines = (DIR / "two_sessions_array.json").read_text().splitlines()
     sessions, _ = ingest_file(agentlens, DIR / "two_sessions_array.json", project)
-    for event in rows(sessions[0]):
-        # A pretty-printed element keeps its own indentation and line breaks.
-        assert event.raw.startswith("{\n")
+    for event in rows(sessions[0]) + rows(sessions[1]):
+        # An element of a JSON document is written again by orjson (the upload keeps the file).
+        value = orjson.loads(event.raw)
+        assert event.raw == orjson.dumps(value).decode()
         assert array_lines[event.line - 1].strip() == "{"
-        first_key = array_lines[event.line].strip()
-        assert first_key == f'"id": "{orjson.loads(event.raw)["id"]}",'
+        assert array_lines[event.line].strip() == f'"id": "{value["id"]}",'
 
 
 def test_source_id_hash_and_prev_hash_are_kept_in_the_payload(project):
@@ -315,15 +317,24 @@ def test_one_request_body_a_line_is_read_element_by_element(project, tmp_path):
     assert first.line == 1 and orjson.loads(first.raw) == events[0]
 
 
-def test_array_elements_are_the_same_whatever_the_read_block_size(monkeypatch):
-    expected = [e for e in source_events("two_sessions.ndjson")]
-    for block in (1, 5, 64, 4096):
-        monkeypatch.setattr(_json_records, "READ_BLOCK", block)
-        for name in ("two_sessions_array.json", "two_sessions_body.json"):
-            problems = Problems()
-            records = list(_json_records.iter_records(Source(path=DIR / name), problems, body_keys=("events",)))
-            assert [r.value for r in records] == expected, (block, name)
-            assert problems.count == 0
+def element_starts(text: bytes) -> list[int]:
+    """The lines on which the elements of a pretty-printed array or body open: those opening an
+    object at the least indentation but the document's own."""
+    opening = {n: len(line) - len(line.lstrip()) for n, line in enumerate(text.split(b"\n"), start=1)
+               if n > 1 and line.lstrip().startswith(b"{")}  # fmt: skip
+    return [n for n, indent in opening.items() if indent == min(opening.values())]
+
+
+@pytest.mark.parametrize("block", [1, 5, 64, 4096, 1 << 20])
+def test_array_elements_and_their_lines_are_the_same_whatever_the_read_block_size(block, monkeypatch):
+    expected = source_events("two_sessions.ndjson")
+    monkeypatch.setattr(formats, "READ_BLOCK", block)
+    for name in ("two_sessions_array.json", "two_sessions_body.json"):
+        problems = Problems()
+        records = list(iter_records(Source(path=DIR / name), problems, body_keys=("events",)))
+        assert [r.value for r in records] == expected, (block, name)
+        assert [r.line for r in records] == element_starts((DIR / name).read_bytes()), (block, name)
+        assert problems.count == 0
 
 
 def test_bad_lines_are_reported_by_line_and_field_and_the_good_ones_import(project):
@@ -361,131 +372,100 @@ def test_bad_lines_are_reported_by_line_and_field_and_the_good_ones_import(proje
     assert events[6].ts is None and session.status == Session.Status.COMPLETED
 
 
-def test_a_truncated_or_broken_array_reports_where_and_keeps_the_whole_elements(project, tmp_path):
+def test_a_truncated_array_keeps_the_whole_elements_and_reports_the_line_it_ends_on(project, tmp_path):
     text = (DIR / "two_sessions_array.json").read_bytes()
     cut = text[: text.index(b'"eventType": "tool_call"', 4000)]  # ends inside an element
     path = tmp_path / "cut.json"
     path.write_bytes(cut)
     sessions, problems = ingest_file(agentlens, path, project)
-    whole = sum(s.event_count for s in sessions)
-    element_starts = [n for n, line in enumerate(cut.split(b"\n"), start=1) if line == b"  {"]
-    assert problem_keys(problems) == [(element_starts[-1], "line")]
-    assert problems.items[0].message == "truncated record (file ends mid-line)"
-    assert whole == cut.count(b'"eventType"')  # the cut element stops before its eventType
+    assert problem_keys(problems) == [(cut.rstrip().count(b"\n") + 1, "line")]
+    assert problems.items[0].message.startswith("file ends inside the JSON document (truncated)")
+    assert sum(s.event_count for s in sessions) == cut.count(b'"eventType"')  # the cut one stops before it
 
-    broken = text.replace(b'"ses_triage_2b91"', b'"ses_\xff_triage"', 1)
-    path.write_bytes(broken)
+
+def test_invalid_utf8_in_an_array_ends_it_there_and_keeps_the_elements_before(project, tmp_path):
+    text = (DIR / "two_sessions_array.json").read_bytes()
+    at = text.index(b'"ses_triage_2b91"')
+    path = tmp_path / "broken.json"
+    path.write_bytes(text.replace(b'"ses_triage_2b91"', b'"ses_\xff_triage"', 1))
     sessions, problems = ingest_file(agentlens, path, project)
-    # The unreadable element is lost, so the next event of its session no longer links.
-    assert [p.field for p in problems.items] == ["line", "prevHash"]
-    assert problems.items[0].message.startswith("invalid UTF-8")
-    assert sum(s.event_count for s in sessions) == 23
+    assert problem_keys(problems) == [(text.count(b"\n", 0, at) + 1, "line")]
+    assert problems.items[0].message.startswith("invalid UTF-8 at column ")
+    # Its element's eventType comes after the sessionId: the elements before it are whole.
+    assert sum(s.event_count for s in sessions) == text.count(b'"eventType"', 0, at)
 
 
-# One damaged element of the pretty-printed array (the 8th, a tool_call of ses_deploy_7f3a):
-# (what is done to it, the problems it gives as (line offset from its first line, message start)).
+# A syntax error in the 8th element of the pretty-printed array (a tool_call of ses_deploy_7f3a):
+# (what is done to it, where the parser stops (lines after the damaged one), yajl's reason).
 DAMAGE = {
-    "unclosed string": (lambda e: e.replace(b'"tool_call"', b'"tool_call', 1), [(0, "malformed JSON")]),
-    "extra opening brace": (lambda e: e.replace(b'"eventType"', b'{"eventType"', 1), [(0, "malformed JSON")]),
-    "closing brace inside": (
-        lambda e: e.replace(b'"eventType"', b'}"eventType"', 1),
-        [(0, "malformed JSON"), (5, "unexpected text after an array element")],
+    "unclosed string": (
+        lambda e: e.replace(b'"tool_call"', b'"tool_call', 1), 0, "invalid character inside string"
     ),
-    "missing comma inside": (lambda e: e.replace(b'"tool_call",', b'"tool_call"', 1), [(0, "malformed JSON")]),
+    "extra opening brace": (
+        lambda e: e.replace(b'"eventType"', b'{"eventType"', 1), 0, "invalid object key (must be a string)"
+    ),
+    "closing brace inside": (  # after the comma before it, where a key must come
+        lambda e: e.replace(b'"eventType"', b'}"eventType"', 1), 0, "invalid object key (must be a string)"
+    ),
+    "missing comma inside": (
+        lambda e: e.replace(b'"tool_call",', b'"tool_call"', 1), 1, "after key and value, inside map, I expect ',' or '}'"
+    ),
 }
 
 
-def damaged_array(text: bytes, damage, element: int = 7) -> tuple[bytes, int]:
-    """The array with its `element`th element damaged, and the line that element starts on."""
-    starts = [m.start() for m in re.finditer(rb"\n  \{", text)]
-    begin, end = starts[element] + 1, starts[element + 1]
-    return text[:begin] + damage(text[begin:end]) + text[end:], text.count(b"\n", 0, begin) + 1
-
-
-@pytest.mark.parametrize("block", [7, 4096, 1 << 20])
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
 @pytest.mark.parametrize("name", list(DAMAGE))
-def test_a_malformed_element_costs_only_itself_not_the_elements_after_it(name, block, monkeypatch, tmp_path):
-    damage, expected = DAMAGE[name]
-    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
-    text = (DIR / "two_sessions_array.json").read_bytes()
-    data, line = damaged_array(text, damage)
+def test_a_syntax_error_in_a_pretty_printed_array_keeps_the_elements_before_it(name, body, project, tmp_path):
+    damage, lines_after, reason = DAMAGE[name]
+    events = source_events("two_sessions.ndjson")
+    text = orjson.dumps({"events": events} if body else events, option=orjson.OPT_INDENT_2)
+    indent = b"    " if body else b"  "
+    starts = [m.start() + 1 for m in re.finditer(rb"\n" + indent + rb"\{\n", text)]
+    begin, end = starts[7], starts[8]
+    data = text[:begin] + damage(text[begin:end]) + text[end:]
+    damaged_line = data.count(b"\n", 0, data.index(b"tool_call", begin)) + 1
+    path = tmp_path / "damaged.json"
+    path.write_bytes(data)
+    sessions, problems = ingest_file(agentlens, path, project)
+    assert problem_keys(problems) == [(damaged_line + lines_after, "line")]
+    message = problems.items[0].message
+    assert message.startswith("malformed JSON at column ") and message.endswith(
+        f": {reason}; the rest of the document could not be read"
+    ), message
+    stored = [orjson.loads(e.raw) for s in sessions for e in rows(s)]
+    assert sorted(stored, key=lambda e: e["id"]) == events[:7]
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+@pytest.mark.parametrize("element", [0, 7, 23])
+def test_a_syntax_error_in_a_one_line_array_is_reported_at_its_column(element, body, tmp_path):
+    events = source_events("two_sessions.ndjson")
+    parts = [orjson.dumps(event) for event in events]
+    parts[element] = parts[element].replace(b'","', b'" "', 1)  # a comma lost between two members
+    opening = b'{"events": [' if body else b"["
+    data = opening + b", ".join(parts) + (b"]}" if body else b"]") + b"\n"
     path = tmp_path / "damaged.json"
     path.write_bytes(data)
     problems = Problems()
-    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
+    records = list(iter_records(Source(path=path), problems, body_keys=("events",)))
+    assert [r.value for r in records] == events[:element]
+    assert {r.line for r in records} <= {1}
+    (problem,) = problems.items
+    damaged_from = len(opening) + sum(len(part) + 2 for part in parts[:element])
+    column = int(re.match(r"malformed JSON at column (\d+): ", problem.message).group(1))
+    assert (problem.line, problem.field) == (1, "line")
+    assert damaged_from < column <= damaged_from + len(parts[element])
+
+
+def test_any_one_damaged_byte_of_a_one_line_array_keeps_every_element_before_it():
+    # 600 damages with a fixed seed: a byte deleted or doubled, or a brace or quote inserted. The
+    # bytes before the damage are the start of a valid document, so the parser cannot stop there.
     events = source_events("two_sessions.ndjson")
-    assert [r.value for r in records] == events[:7] + events[8:]
-    assert [(p.line - line, p.message[: len(m)]) for p, (_, m) in zip(problems.items, expected)] == expected, problems.items
-    assert problems.count == len(expected)
-
-
-# Damage to one element of an array written on one line, as a request body or a compact export
-# is: there the next element is found by how the elements open (`{"id":`) instead of by
-# indentation. (what is done to the element, the problems it gives, (line, message start)).
-ONE_LINE_DAMAGE = {
-    "unclosed string": (lambda e: e.replace(b'","', b',"', 1), [(1, "malformed JSON")]),  # every element has one
-    "extra opening brace": (DAMAGE["extra opening brace"][0], [(1, "malformed JSON")]),
-    "closing brace inside": (
-        DAMAGE["closing brace inside"][0],
-        [(1, "malformed JSON"), (1, "unexpected text after an array element (skipped to the next element)")],
-    ),
-    # The pretty-printed cases' own damage needs a "tool_call": this one fits every element.
-    "missing comma inside": (lambda e: e.replace(b'","', b'" "', 1), [(1, "malformed JSON")]),
-}
-# The last element has no next one to be found by: what it swallows or leaves is the array's end.
-ONE_LINE_DAMAGE_LAST = {
-    "unclosed string": [(1, "truncated record (file ends mid-line)")],
-    "extra opening brace": [(1, "malformed JSON"), (2, "file ends before the array is closed")],
-    "closing brace inside": [
-        (1, "malformed JSON"), (1, "unexpected text after an array element (skipped to the end of the array)"),
-    ],
-}
-
-
-@pytest.mark.parametrize("block", [7, 4096, 1 << 20])
-@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
-@pytest.mark.parametrize("element", [0, 7, 23])
-@pytest.mark.parametrize("name", list(ONE_LINE_DAMAGE))
-def test_a_malformed_element_of_a_one_line_array_costs_only_itself(name, element, body, block, monkeypatch, tmp_path):
-    damage, expected = ONE_LINE_DAMAGE[name]
-    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
-    events = source_events("two_sessions.ndjson")
-    parts = [orjson.dumps(event) for event in events]
-    assert damage(parts[element]) != parts[element]
-    parts[element] = damage(parts[element])
-    array = b"[" + b", ".join(parts) + b"]"
-    path = tmp_path / "damaged.json"
-    path.write_bytes((b'{"events": ' + array + b"}" if body else array) + b"\n")
-    if element == len(events) - 1:
-        expected = ONE_LINE_DAMAGE_LAST.get(name, expected)
-        if body and name == "extra opening brace":  # the body's own closing brace, then
-            expected = [expected[0], (1, "unexpected '}' between array elements (skipped)"), expected[1]]
-    problems = Problems()
-    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
-    assert [r.value for r in records] == events[:element] + events[element + 1 :]
-    assert [(p.line, p.message[: len(m)]) for p, (_, m) in zip(problems.items, expected)] == expected, problems.items
-    assert problems.count == len(expected)
-
-
-@pytest.mark.parametrize("block", [7, 1 << 20])
-def test_text_after_the_last_element_of_a_one_line_array_is_skipped_to_its_end_as_one_problem(block):
-    # Before, each piece of the text became an element of its own, and a problem each.
-    events = source_events("two_sessions.ndjson")[:2]
-    data = b"[" + orjson.dumps(events[0]) + b", " + orjson.dumps(events[1]) + b' "junk": [1, {"a": 2}], 3 ]\n'
-    problems = Problems()
-    elements = list(_json_records.split_array(iter([data[i : i + block] for i in range(0, len(data), block)]), problems))
-    assert [orjson.loads(raw) for _, raw, _, _ in elements] == events
-    assert [(p.line, p.message) for p in problems.items] == [
-        (1, "unexpected text after an array element (skipped to the end of the array)")
-    ]
-
-
-def test_any_one_damaged_byte_of_a_one_line_array_costs_at_most_its_own_element():
-    # 600 damages with a fixed seed: a byte deleted or doubled, or a brace or quote inserted.
-    # Before the one-line landmark, one in four of them lost elements after the damaged one
-    # (down to all of them).
-    events = source_events("two_sessions.ndjson")
-    text = b"[" + b", ".join(orjson.dumps(event) for event in events) + b"]\n"
+    ends, text = [], b"["
+    for n, event in enumerate(events):
+        text += (b", " if n else b"") + orjson.dumps(event)
+        ends.append(len(text))
+    text += b"]\n"
     rng = random.Random(7)
     for _ in range(600):
         data = bytearray(text)
@@ -497,83 +477,61 @@ def test_any_one_damaged_byte_of_a_one_line_array_costs_at_most_its_own_element(
             data.insert(at, data[at])
         else:
             data.insert(at, ord(how))
-        values = []
-        for _, raw, _, value in _json_records.split_array([bytes(data)], Problems()):
-            try:
-                values.append(orjson.loads(raw) if value is _json_records._UNPARSED else value)
-            except orjson.JSONDecodeError:
-                pass
-        kept = sum(1 for event in events if event in values)
-        assert kept >= len(events) - 1, (at, how, kept)
+        problems = Problems()
+        with tempfile.NamedTemporaryFile(suffix=".json") as handle:
+            handle.write(bytes(data))
+            handle.flush()
+            values = [r.value for r in iter_records(Source(path=Path(handle.name)), problems, body_keys=("events",))]
+        whole_before = sum(1 for end in ends if end <= at)
+        assert values[:whole_before] == events[:whole_before], (at, how)
+        # At most one problem ends the document, the last; the others are elements that the
+        # damage made into something else than an object.
+        ending = [p for p in problems.items if p.message.endswith("could not be read")]
+        assert ending in ([], problems.items[-1:]), (at, how, problems.to_list())
+        for problem in ending:
+            column = re.search(r"at column (\d+)", problem.message)
+            if column:
+                assert int(column.group(1)) > at, (at, how, problem)
 
 
-@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
-@pytest.mark.parametrize("block", [7, 1 << 20])
-def test_an_element_with_a_bare_nan_in_a_one_line_array_is_not_cut(body, block, monkeypatch, tmp_path):
-    # Found by review: orjson refuses the NaN Python's json writes, and the element was then cut
-    # at a nested object that opens like the elements. Read as a line with NaN is: as null.
-    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
-    array = b'[{"id": 1, "v": NaN, "children": [{"id": 2}, {"id": 3}]}, {"id": 4}]'
+def test_a_bare_nan_in_a_json_document_ends_it_there(tmp_path):
+    # Only JSON lines read Python's NaN (as null); in a document it is a syntax error like any.
     path = tmp_path / "nan.json"
-    path.write_bytes((b'{"events": ' + array + b"}" if body else array) + b"\n")
+    path.write_bytes(b'[{"id": 1}, {"id": 2, "v": NaN}, {"id": 3}]\n')
     problems = Problems()
-    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
-    assert [r.value for r in records] == [{"id": 1, "v": None, "children": [{"id": 2}, {"id": 3}]}, {"id": 4}]
-    assert problems.count == 0
+    records = list(iter_records(Source(path=path), problems, body_keys=("events",)))
+    assert [r.value for r in records] == [{"id": 1}]
+    assert [(p.line, p.message) for p in problems.items] == [
+        (1, "malformed JSON at column 28: invalid char in json text; the rest of the document could not be read")
+    ]
 
 
-def test_a_valid_element_with_a_nested_line_at_its_own_indentation_is_not_cut():
-    # Hand-formatted: a nested object opens a line at the element's indentation. The element is
-    # valid, so it stays whole even though braces in a string send it down the structural walk.
+def test_a_valid_element_with_a_nested_line_at_its_own_indentation_reads_whole():
     events = source_events("two_sessions.ndjson")[:3]
     events[1]["payload"]["note"] = "}" * 20
     middle = orjson.dumps(events[1]).replace(b'"payload":', b'"payload":\n  ')
     data = b"[\n  " + orjson.dumps(events[0]) + b",\n  " + middle + b",\n  " + orjson.dumps(events[2]) + b"\n]\n"
-    problems = Problems()
-    elements = list(_json_records.split_array([data], problems))
-    assert [orjson.loads(raw) for _, raw, _, _ in elements] == events
+    with tempfile.NamedTemporaryFile(suffix=".json") as handle:
+        handle.write(data)
+        handle.flush()
+        problems = Problems()
+        records = list(iter_records(Source(path=Path(handle.name)), problems))
+    assert [(r.line, r.value) for r in records] == [(2, events[0]), (3, events[1]), (5, events[2])]
     assert problems.count == 0
 
 
-def test_a_stray_closing_brace_between_elements_is_skipped_not_read_for_ever():
-    text = (DIR / "two_sessions_array.json").read_bytes()
-    data, line = damaged_array(text, lambda e: b"}\n  " + e)
-    problems = Problems()
-    # At most 30 elements are taken: a scan that stood on the brace would give 30 empty ones.
-    elements = list(itertools.islice(_json_records.split_array([data], problems), 30))
-    assert [orjson.loads(raw) for _, raw, _, _ in elements] == source_events("two_sessions.ndjson")
-    assert [(p.line, p.message) for p in problems.items] == [
-        (line, "unexpected '}' between array elements (skipped)")
-    ]
-
-
-@pytest.mark.parametrize("block", [7, 1 << 20])
-def test_text_after_the_last_element_is_skipped_to_the_end_with_one_problem(block, monkeypatch):
-    monkeypatch.setattr(_json_records, "READ_BLOCK", block)
-    text = (DIR / "two_sessions_array.json").read_bytes().rstrip()
-    assert text.endswith(b"}\n]")
-    data = text[:-2] + b' "oops": [1, 2\n  ] more\n]\n'
-    problems = Problems()
-    elements = list(_json_records.split_array(iter([data[i : i + block] for i in range(0, len(data), block)]), problems))
-    assert [orjson.loads(raw) for _, raw, _, _ in elements] == source_events("two_sessions.ndjson")
-    assert [(p.line, p.message) for p in problems.items] == [
-        (text.count(b"\n"), "unexpected text after an array element (skipped to the end of the file)")
-    ]
-
-
-def test_a_malformed_element_of_an_ingest_body_keeps_the_rest_and_imports(project, tmp_path):
+def test_a_syntax_error_in_an_ingest_body_keeps_the_events_before_it(project, tmp_path):
     events = source_events("two_sessions.ndjson")
     body = orjson.dumps({"events": events}, option=orjson.OPT_INDENT_2)
     broken = body.replace(b'"eventType": "approval_requested"', b'"eventType": "approval_requested', 1)
     path = tmp_path / "body.json"
     path.write_bytes(broken)
     sessions, problems = ingest_file(agentlens, path, project)
-    assert sum(s.event_count for s in sessions) == 23
-    # The lost element also breaks AgentLens's chain at the next event of its session.
-    assert [p.field for p in problems.items] == ["line", "prevHash"]
-    assert problems.items[0].message.startswith("malformed JSON")
-    element_line = broken[: broken.index(b"approval_requested")].rfind(b"\n    {")
-    assert problems.items[0].line == broken.count(b"\n", 0, element_line) + 2
+    at = broken.index(b"approval_requested")
+    before = broken.count(b'"eventType"', 0, at) - 1  # the damaged one's own came first
+    assert sum(s.event_count for s in sessions) == before
+    assert problem_keys(problems) == [(broken.count(b"\n", 0, at) + 1, "line")]
+    assert problems.items[0].message.startswith("malformed JSON at column ")
 
 
 def test_a_file_without_events_reports_it_once(project, tmp_path):
@@ -617,7 +575,7 @@ def test_import_file_reports_bad_lines_and_keeps_the_good_ones(project):
     assert len(outcome.problems) == 12
 
 
-def test_elements_with_unbalanced_braces_in_strings_or_many_objects_split_correctly(tmp_path):
+def test_elements_with_unbalanced_braces_in_strings_or_many_objects_read_whole(tmp_path):
     events = source_events("two_sessions.ndjson")[:4]
     events[1]["payload"]["messages"][0]["content"] = 'fix this: if (x) { return "}" } } ]'
     events[2]["payload"]["completion"] = "{" * 700  # never balances: the structural walk decides
@@ -630,7 +588,7 @@ def test_elements_with_unbalanced_braces_in_strings_or_many_objects_split_correc
     path = tmp_path / "tricky.json"
     path.write_bytes(orjson.dumps(events, option=orjson.OPT_INDENT_2))
     problems = Problems()
-    records = list(_json_records.iter_records(Source(path=path), problems, body_keys=("events",)))
+    records = list(iter_records(Source(path=path), problems, body_keys=("events",)))
     assert [r.value for r in records] == events
     assert problems.count == 0
 
@@ -686,7 +644,7 @@ def test_json_lines_with_a_damaged_first_line_or_a_first_line_longer_than_a_bloc
     assert problem_keys(problems) == [(1, "line"), (2, "prevHash")]
     assert sum(s.event_count for s in sessions) == 23
 
-    monkeypatch.setattr(_json_records, "READ_BLOCK", 64)  # every line is longer than a block
+    monkeypatch.setattr(formats, "READ_BLOCK", 64)  # every line is longer than a block
     sessions, problems = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)
     assert problems.count == 0
     assert [s.event_count for s in sessions] == [15, 9]

@@ -1,5 +1,5 @@
 """Files holding many sessions (AgentLens events, flux0 recordings): the file is read once and
-each session converted from its own spool (`_json_records.RecordSpool`), so the work stays two
+each session converted from its own spool (`records.RecordSpool`), so the work stays two
 passes over the records whatever the number of sessions, and nothing is left on disk."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from sessions_app.canonical import Problems
-from sessions_app.formats import Source, _json_records, agentlens, flux0
+from sessions_app.formats import Source, agentlens, flux0
+from sessions_app.formats import records as json_records
 
 from .builders_formats import FIXTURES, ingest_file, rows
 
@@ -89,7 +90,7 @@ def test_many_sessions_are_read_from_one_pass_over_the_file(
 ):
     module, build = FORMATS[name]
     # Two open spool files for forty sessions: every write reopens one, appending.
-    monkeypatch.setattr(_json_records, "SPOOL_OPEN_FILES", open_files)
+    monkeypatch.setattr(json_records, "SPOOL_OPEN_FILES", open_files)
     path = tmp_path / "many.jsonl"
     by_id = build(path)
     sessions, problems = ingest_file(module, path, project)

@@ -5,7 +5,7 @@ hash}`. A file holds them as JSON lines, a JSON array, or the `{"events": [...]}
 `POST /api/events` (also one such body a line). One file may hold several sessions: the one pass
 over the file lists the session ids (and whether each session is stored newest first, as
 AgentLens' event query returns it) and spools each event to its session's file on disk
-(`_json_records.RecordSpool`); each session is then converted from its own spool, newest-first
+(`records.RecordSpool`); each session is then converted from its own spool, newest-first
 ones read backwards. Two passes over the events whatever the number of sessions, and memory
 holds one read block, one event and the spool's write buffers.
 
@@ -38,18 +38,8 @@ import orjson
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from ._json_records import (
-    DiscardProblems,
-    Record,
-    RecordSpool,
-    clip,
-    file_bytes,
-    iter_records,
-    monotonic_progress,
-    number,
-    parse_iso,
-    text,
-)
+from .fields import clip, number, parse_iso, text
+from .records import DiscardProblems, Record, RecordSpool, file_bytes, iter_records, monotonic_progress
 
 NAME = "agentlens"
 Json = dict[str, Any]

@@ -19,8 +19,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any, Iterator
 
-from pydantic import BaseModel
-from pydantic import ConfigDict, Field, FiniteFloat, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
 
 from ..canonical import (
     ALL_KINDS,
@@ -35,7 +34,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, read_records, source_stem
-from ._json_records import in_utc_range
+from .fields import in_utc_range
 
 NAME = "canonical"
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from ._json_records import clip, iter_records, number, parse_epoch_ms, text
+from .fields import clip, number, parse_epoch_ms, text
+from .records import iter_records
 
 NAME = "daycare"
 BODY_KEYS = ("records",)

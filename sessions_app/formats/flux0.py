@@ -5,7 +5,7 @@ A record: `{id, recording_id, offset, kind, created_at, payload}`, kind `header`
 `emitted` (`{id, source, type, correlation_id, data, metadata}`). One recording is one session,
 named by the header's source_session_id (else the recording id); a file holding several
 recordings yields one session each (the pass over the file lists them and spools each record to
-its recording's file on disk, `_json_records.RecordSpool`; each recording is then read from its
+its recording's file on disk, `records.RecordSpool`; each recording is then read from its
 own spool: two passes whatever the number of recordings).
 
 Mapping (docs/formats.md "flux0"):
@@ -35,16 +35,8 @@ import orjson
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from ._json_records import (
-    Record,
-    RecordSpool,
-    clip,
-    file_bytes,
-    iter_records,
-    monotonic_progress,
-    parse_iso,
-    text,
-)
+from .fields import clip, parse_iso, text
+from .records import Record, RecordSpool, file_bytes, iter_records, monotonic_progress
 
 NAME = "flux0"
 RECORD_KINDS = ("header", "chunk", "emitted")

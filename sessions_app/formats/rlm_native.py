@@ -32,7 +32,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, parse_appended_sessions
-from ._json_records import in_utc_range
+from .fields import in_utc_range
 
 NAME = "rlm_native"
 

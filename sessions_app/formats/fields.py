@@ -1,0 +1,103 @@
+"""A record's field values, read the way every JSON format here reads them: each unusable value is
+a problem on its line and field, and the record itself is kept."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from ..canonical import INT64_MAX, INT64_MIN, Problems
+
+_MISSING = object()
+
+
+def number(container: dict[str, Any] | Any, key: str, field: str, line: int | None, problems: Problems) -> float | None:
+    """A finite number at `container[key]`, or None. Absent is fine; null, text, booleans and
+    NaN/Infinity are reported on `field` and ignored."""
+    if not isinstance(container, dict):
+        return None
+    value = container.get(key, _MISSING)
+    if value is _MISSING:
+        return None
+    if value is None:
+        problems.add(line, field, "null where a number was expected (ignored)")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        problems.add(line, field, f"not a number: {_preview(value)} (ignored)")
+        return None
+    if not math.isfinite(value):
+        problems.add(line, field, f"not a finite number: {value} (ignored)")
+        return None
+    if not INT64_MIN < value <= INT64_MAX:  # stored in 64-bit columns
+        problems.add(line, field, f"a number beyond 64 bits: {value} (ignored)")
+        return None
+    return value
+
+
+def text(value: Any) -> str:
+    """A value shown as text: strings as they are, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return str(value)
+
+
+def clip(value: str, limit: int) -> str:
+    return value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
+
+
+def _preview(value: Any) -> str:
+    return clip(text(value), 60)
+
+
+def parse_iso(value: Any, field: str, line: int | None, problems: Problems) -> datetime | None:
+    """An ISO 8601 timestamp (a trailing Z allowed; naive means UTC), or None with a problem."""
+    if value is None or value == "":
+        problems.add(line, field, "missing timestamp")
+        return None
+    if not isinstance(value, str):
+        problems.add(line, field, f"not an ISO 8601 timestamp: {_preview(value)}")
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        problems.add(line, field, f"not an ISO 8601 timestamp: {_preview(value)}")
+        return None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    if not in_utc_range(parsed):
+        problems.add(line, field, f"timestamp outside the years 1-9999 in UTC: {_preview(value)}")
+        return None
+    return parsed
+
+
+def in_utc_range(moment: datetime) -> bool:
+    """Whether an aware datetime exists in UTC ("0001-01-01T00:00+14:00" does not): it is
+    stored and compared in UTC."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
+
+
+def parse_epoch_ms(value: Any, field: str, line: int | None, problems: Problems) -> datetime | None:
+    """Epoch milliseconds as an aware UTC datetime, or None with a problem."""
+    if value is None:
+        problems.add(line, field, "null where epoch milliseconds were expected")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        problems.add(line, field, f"not epoch milliseconds: {_preview(value)}")
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000.0, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        problems.add(line, field, f"epoch milliseconds out of range: {value}")
+        return None

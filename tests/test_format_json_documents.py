@@ -1,0 +1,304 @@
+"""JSON documents (a list of records, or an object whose list holds them) read with ijson: each
+record on the line it starts on, whatever the layout and line breaks; a syntax error ends the
+document there, reported once by line and column, and the records before it import; memory
+stays bounded whatever the document's size. Also the line breaks of JSON lines (CR alone too).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import tracemalloc
+from pathlib import Path
+
+import ijson
+import orjson
+import pytest
+
+from sessions_app import formats
+from sessions_app.canonical import Problems
+from sessions_app.formats import Source, read_records
+from sessions_app.formats.records import iter_records
+
+EVENT = {"id": "e0", "sessionId": "s1", "eventType": "custom", "payload": {"n": [1, {"k": "v"}]}, "metadata": {}}
+
+
+def events(count: int) -> list[dict]:
+    return [{**EVENT, "id": f"e{n}", "payload": {"n": [n, {"k": "v" * (n % 7)}]}} for n in range(count)]
+
+
+def read(path: Path, body_keys: tuple[str, ...] = ("events",)) -> tuple[list, list]:
+    problems = Problems()
+    records = [(r.line, r.value) for r in iter_records(Source(path=path), problems, body_keys=body_keys)]
+    return records, [(p.line, p.field, p.message) for p in problems.items]
+
+
+def write(tmp_path: Path, data: bytes, name: str = "doc.json") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def pretty(value, *, newline: bytes = b"\n") -> bytes:
+    return json.dumps(value, indent=2).encode().replace(b"\n", newline)
+
+
+def starts(text: bytes, indent: bytes) -> list[int]:
+    """The lines (any line break) that open an object at `indent`."""
+    return [n for n, line in enumerate(text.splitlines(), start=1) if line == indent + b"{"]
+
+
+def test_ijson_reads_with_its_c_backend():
+    # The pure-Python backends read the same but many times slower: a wheel without yajl2_c
+    # must not go unnoticed.
+    assert ijson.backend == "yajl2_c", ijson.backend
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+def test_each_record_of_a_pretty_printed_document_is_on_the_line_it_starts_on(newline, body, tmp_path):
+    records = events(30)
+    text = pretty({"events": records} if body else records, newline=newline)
+    found, problems = read(write(tmp_path, text))
+    assert problems == []
+    assert [value for _, value in found] == records
+    assert [line for line, _ in found] == starts(text, b"    " if body else b"  ") != []
+
+
+def test_every_record_of_a_one_line_array_is_on_line_1(tmp_path):
+    records = events(2000)  # more than one read block
+    found, problems = read(write(tmp_path, orjson.dumps(records)))
+    assert problems == [] and [value for _, value in found] == records
+    assert {line for line, _ in found} == {1}
+
+
+def test_the_records_before_a_syntax_error_import_and_it_is_reported_once_by_line_and_column(tmp_path):
+    records = events(10)
+    text = pretty(records)
+    at = text.index(b'"id": "e6"')
+    broken = text[:at] + b'"id" "e6"' + text[at + len(b'"id": "e6"') :]  # a colon lost
+    found, problems = read(write(tmp_path, broken))
+    assert [value for _, value in found] == records[:6]
+    line = broken.count(b"\n", 0, at) + 1
+    # The parser stops where the token that cannot stand there ends: the quote closing "e6".
+    column = at - broken.rfind(b"\n", 0, at) + len(b'"id" "e6')
+    assert problems == [
+        (line, "line", f"malformed JSON at column {column}: object key and value must be separated by a colon"
+                       " (':'); the rest of the document could not be read"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r"], ids=["LF", "CR"])
+def test_a_truncated_document_keeps_its_whole_records_and_names_its_last_line(newline, tmp_path):
+    records = events(10)
+    text = pretty(records, newline=newline)
+    cut = text[: text.index(b'"eventType"', text.index(b'"e4"'))]
+    found, problems = read(write(tmp_path, cut))
+    assert [value for _, value in found] == records[:4]
+    last = len(cut.rstrip().splitlines())
+    assert problems == [(last, "line", "file ends inside the JSON document (truncated); the rest could not be read")]
+
+
+def test_invalid_utf8_in_a_document_is_reported_on_its_line(tmp_path):
+    text = pretty(events(5))
+    at = text.index(b'"e3"')
+    found, problems = read(write(tmp_path, text[: at + 2] + b"\xff" + text[at + 2 :]))
+    assert len(found) == 3
+    assert [(line, field) for line, field, _ in problems] == [(text.count(b"\n", 0, at) + 1, "line")]
+    assert problems[0][2].startswith("invalid UTF-8 at column ")
+
+
+def test_a_byte_order_mark_is_reported_and_the_document_read(tmp_path):
+    records = events(3)
+    text = pretty(records)
+    found, problems = read(write(tmp_path, formats.BOM + text))
+    assert [value for _, value in found] == records
+    assert [line for line, _ in found] == starts(text, b"  ")
+    assert problems == [(1, "line", "byte-order mark at the start of the file (ignored)")]
+
+
+def test_elements_that_are_not_objects_are_problems_and_the_rest_imports(tmp_path):
+    a, b, c = events(3)
+    elements = [orjson.dumps(a), b"42", orjson.dumps(b), b'"text"', b"[1, 2]", orjson.dumps(c)]
+    found, problems = read(write(tmp_path, b"[" + b", ".join(elements) + b"]"))
+    assert found == [(1, a), (1, b), (1, c)]
+    assert problems == [
+        (1, "line", "expected a JSON object, got int"),
+        (1, "line", "expected a JSON object, got str"),
+        (1, "line", "expected a JSON object, got list"),
+    ]
+    # One element a line: ijson tells where an object starts, and of any other value only the
+    # lines in which it may end (from the last line that opened an object).
+    found, problems = read(write(tmp_path, b"[\n" + b",\n".join(elements) + b"\n]\n"))
+    assert found == [(2, a), (4, b), (7, c)]
+    assert problems == [
+        (2, "line", "expected a JSON object, got int (an element ending on one of lines 2-3)"),
+        (4, "line", "expected a JSON object, got str (an element ending on one of lines 4-6)"),
+        (4, "line", "expected a JSON object, got list (an element ending on one of lines 4-6)"),
+    ]
+
+
+def test_a_record_nested_deeper_than_can_be_stored_is_a_problem_on_its_line(tmp_path):
+    a, b = events(2)
+    deep = {"id": "deep", "payload": json.loads("[" * 300 + "]" * 300)}
+    text = (
+        b"[\n"
+        + b",\n".join(orjson.dumps(v) for v in (a,))
+        + b",\n"
+        + json.dumps(deep).encode()
+        + b",\n"
+        + orjson.dumps(b)
+        + b"\n]"
+    )
+    found, problems = read(write(tmp_path, text))
+    assert found == [(2, a), (4, b)]
+    assert problems == [(3, "line", "cannot be stored: nested deeper than 255 levels")]
+
+
+def test_an_integer_beyond_64_bits_ends_a_document(tmp_path):
+    # yajl reads numbers into 64 bits: such a number is a syntax error to it (JSON lines read it
+    # as a float, which the fields then report).
+    a, b = events(2)
+    text = b"[" + orjson.dumps(a) + b', {"id": "big", "n": 123456789012345678901234567890}, ' + orjson.dumps(b) + b"]"
+    found, problems = read(write(tmp_path, text))
+    assert found == [(1, a)]
+    assert len(problems) == 1 and problems[0][2].endswith(
+        "integer overflow; the rest of the document could not be read"
+    )
+
+
+def test_an_events_body_without_its_list_is_reported_but_an_empty_list_is_not(tmp_path):
+    assert read(write(tmp_path, b'{\n  "events": []\n}\n')) == ([], [])
+    assert read(write(tmp_path, b'{\n  "events": {"a": 1}\n}\n')) == (
+        [], [(None, "file", 'no top-level array or "events" list found')]
+    )  # fmt: skip
+
+
+def _layout(rng: random.Random, value, out: list[bytes], starts: list[int], line: list[int], depth: int = 0) -> None:
+    """`value` as JSON tokens with random whitespace and line breaks (LF, CRLF or CR) between
+    them, noting the line each object at depth 1 (an element) starts on."""
+
+    def gap() -> None:
+        roll = rng.random()
+        if roll < 0.25:
+            out.append(rng.choice([b"\n", b"\r\n", b"\r"]) + rng.choice([b"", b"  ", b"    ", b"\t"]))
+            line[0] += 1
+        elif roll < 0.35:
+            out.append(b" ")
+
+    gap()
+    if isinstance(value, dict):
+        if depth == 1:
+            starts.append(line[0])
+        out.append(b"{")
+        for n, (key, item) in enumerate(value.items()):
+            if n:
+                gap()
+                out.append(b",")
+            gap()
+            out.append(json.dumps(key).encode())
+            gap()
+            out.append(b":")
+            _layout(rng, item, out, starts, line, depth + 1)
+        gap()
+        out.append(b"}")
+    elif isinstance(value, list):
+        out.append(b"[")
+        for n, item in enumerate(value):
+            if n:
+                gap()
+                out.append(b",")
+            _layout(rng, item, out, starts, line, depth + 1)
+        gap()
+        out.append(b"]")
+    else:
+        out.append(json.dumps(value).encode())
+
+
+def _random_value(rng: random.Random, depth: int = 0):
+    roll = rng.random()
+    if depth > 3 or roll < 0.45:
+        return rng.choice(
+            [0, -7, 2.5, 1e-7, -0.0, 9007199254740993, "s", 'q"}{[,\\', "line\n", "é🚀", None, True, False]
+        )
+    if roll < 0.75:
+        return {f"k{i}": _random_value(rng, depth + 1) for i in range(rng.randint(0, 3))}
+    return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+
+
+def test_valid_documents_in_random_layouts_read_exactly_as_json_loads(tmp_path):
+    rng = random.Random(2026)
+    for case in range(200):
+        records = [
+            {"id": n, **{f"f{i}": _random_value(rng) for i in range(rng.randint(0, 4))}}
+            for n in range(rng.randint(0, 6))
+        ]
+        body = rng.random() < 0.5
+        document = {"meta": _random_value(rng, 2), "events": records} if body else records
+        out: list[bytes] = []
+        element_starts: list[int] = []
+        _layout(rng, records, out, element_starts, [1])
+        text = b"".join(out)
+        if body:  # a first line of its own: the file reads as one document, not as JSON lines
+            text = b'{\n"events":' + text + b', "meta": ' + json.dumps(document["meta"]).encode() + b"}"
+            element_starts = [line + 1 for line in element_starts]
+        assert json.loads(text) == document, case
+        found, problems = read(write(tmp_path, text))
+        assert problems == [], (case, text)
+        assert [value for _, value in found] == records, case
+        assert [line for line, _ in found] == element_starts, (case, text)
+
+
+@pytest.mark.parametrize("one_line", [False, True], ids=["pretty-printed", "one line"])
+def test_memory_stays_bounded_while_a_large_document_is_read(one_line, tmp_path):
+    records = [{**event, "text": "x" * 400} for event in events(20000)]
+    text = orjson.dumps({"events": records}) if one_line else pretty({"events": records})
+    path = write(tmp_path, text)
+    assert len(text) > 8_000_000
+    count = 0
+    tracemalloc.start()
+    try:
+        for _ in iter_records(Source(path=path), Problems(), body_keys=("events",)):
+            count += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 20000
+    # A read block (1 MiB), a piece (64 KiB at most) and the records it completes: not the
+    # document (about 3 MB measured, for 9-10 MB documents).
+    assert peak < 5_000_000, peak
+
+
+@pytest.mark.parametrize("block", [3, 1 << 20])
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_json_lines_end_at_any_line_break_and_keep_their_text(newline, block, tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "READ_BLOCK", block)
+    records = events(5)
+    lines = [orjson.dumps(r) for r in records]
+    path = write(tmp_path, newline.join(lines) + newline, "records.jsonl")
+    found, problems = read(path, body_keys=())
+    native = list(read_records(Source(path=path), Problems()))
+    assert found == list(enumerate(records, start=1)) and problems == []
+    assert native == [(n, r, line.decode()) for n, (r, line) in enumerate(zip(records, lines, strict=True), start=1)]
+
+
+def test_a_line_that_ends_with_cr_alone_among_lf_lines_is_a_line_of_its_own(tmp_path):
+    a, b, c = (orjson.dumps(r) for r in events(3))
+    path = write(tmp_path, a + b"\n" + b + b"\r" + c + b"\n", "mixed.jsonl")
+    assert [line for line, _, _ in read_records(Source(path=path), Problems())] == [1, 2, 3]
+
+
+def test_the_syntax_error_column_is_right_across_read_blocks(tmp_path, monkeypatch):
+    records = events(200)
+    text = bytearray(orjson.dumps(records))
+    at = text.index(b'"e150"') + 2
+    text[at] = ord("\n")  # a line break inside a string
+    path = write(tmp_path, bytes(text))
+    for block in (7, 4096, 1 << 20):
+        monkeypatch.setattr(formats, "READ_BLOCK", block)
+        found, problems = read(path)
+        assert len(found) == 150
+        (problem,) = problems
+        assert problem[:2] == (1, "line")
+        assert re.match(rf"malformed JSON at column {at + 1}: invalid character inside string;", problem[2]), problem
