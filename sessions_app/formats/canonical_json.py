@@ -19,7 +19,8 @@ import math
 from datetime import UTC, datetime
 from typing import Any, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
+from pydantic import BaseModel
+from pydantic import ConfigDict, Field, FiniteFloat, ValidationError, field_validator
 
 from ..canonical import (
     ALL_KINDS,
