@@ -23,7 +23,7 @@ from django.db import connection
 from django.utils import timezone
 
 from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, commitments, link_hash, recorded_values
-from .ingest.rows import DERIVED_COLUMNS, EVENT_COLUMNS, EventRows, Keyframe, WriterState
+from .ingest.rows import DERIVED_COLUMNS, EVENT_COLUMNS, SESSION_STATE, EventRows, Keyframe, WriterState
 from .models import Event, Session, Snapshot
 
 CHUNK = 2000
@@ -32,12 +32,9 @@ _TABLE = Event._meta.db_table
 _READ = [name for name in EVENT_COLUMNS if name != "session_id"]
 # Compared after derivation; the chain's own columns are checked link by link instead.
 _COMPARED = [name for name in DERIVED_COLUMNS if name not in ("hash", "prev_hash")]
-# The session's totals and what derivation ends with.
-_SESSION_TOTALS = {
-    "event_count": "next_seq", "cost_usd": "cost_total", "tokens": "tokens_total",
-    "error_count": "errors_total", "step_count": "steps_total", "step_error_count": "step_errors",
-    "step_success_count": "step_successes", "elapsed_ms": "elapsed_ms", "kind_counts": "kind_counts",
-}  # fmt: skip
+# The session's totals against what derivation ends with; not the head (checked link by link) nor
+# the reward (a source's stated total_reward overrides the sum when the session finishes).
+_SESSION_TOTALS = {column: field for column, field in SESSION_STATE.items() if column not in ("head_hash", "reward")}
 
 
 @dataclass

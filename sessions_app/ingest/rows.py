@@ -85,6 +85,15 @@ _LLM_KINDS = frozenset({Kind.LLM_CALL, Kind.LLM_RESPONSE})
 _NON_STR_KEYS = orjson.OPT_NON_STR_KEYS
 _dumps = orjson.dumps
 
+# The session's columns that hold the writer's running state (column -> WriterState field): a
+# later append starts from them (writer.state_of_session), verification compares them.
+SESSION_STATE = {
+    "event_count": "next_seq", "head_hash": "head", "cost_usd": "cost_total", "tokens": "tokens_total",
+    "error_count": "errors_total", "reward": "reward_total", "step_count": "steps_total",
+    "step_error_count": "step_errors", "step_success_count": "step_successes", "elapsed_ms": "elapsed_ms",
+    "kind_counts": "kind_counts", "models_used": "models", "tools_used": "tools",
+}  # fmt: skip
+
 # Saved between appends (Session.ingest_state): what neither the session's own columns nor its
 # last event hold.
 SAVED_FIELDS = (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from contextlib import contextmanager
+from copy import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Callable, Iterable, Iterator
@@ -26,6 +27,7 @@ from ..models import Checkpoint, Event, Project, Session, Snapshot
 from .rows import (
     EVENT_COLUMNS,
     SAVED_FIELDS,
+    SESSION_STATE,
     Batch,
     EventRows,
     Keyframe,
@@ -52,21 +54,7 @@ class AppendResult:
 def state_of_session(session: Session) -> WriterState:
     """Where the session's last append stopped: its totals, chain head and saved state."""
     saved = dict(session.ingest_state or {})
-    state = WriterState(
-        next_seq=session.event_count,
-        head=session.head_hash,
-        cost_total=session.cost_usd,
-        tokens_total=session.tokens,
-        errors_total=session.error_count,
-        reward_total=session.reward,
-        steps_total=session.step_count,
-        step_errors=session.step_error_count,
-        step_successes=session.step_success_count,
-        elapsed_ms=session.elapsed_ms,
-        kind_counts=dict(session.kind_counts or {}),
-        models=list(session.models_used or []),
-        tools=list(session.tools_used or []),
-    )
+    state = WriterState(**{field: copy(getattr(session, column)) for column, field in SESSION_STATE.items()})
     for name in SAVED_FIELDS:
         if name in saved:
             setattr(state, name, saved[name])
@@ -74,19 +62,8 @@ def state_of_session(session: Session) -> WriterState:
 
 
 def save_state_to(state: WriterState, session: Session) -> None:
-    session.event_count = state.next_seq
-    session.head_hash = state.head
-    session.cost_usd = state.cost_total
-    session.tokens = state.tokens_total
-    session.error_count = state.errors_total
-    session.reward = state.reward_total
-    session.step_count = state.steps_total
-    session.step_error_count = state.step_errors
-    session.step_success_count = state.step_successes
-    session.elapsed_ms = state.elapsed_ms
-    session.kind_counts = state.kind_counts
-    session.models_used = state.models
-    session.tools_used = state.tools
+    for column, field in SESSION_STATE.items():
+        setattr(session, column, getattr(state, field))
     saved = {name: getattr(state, name) for name in SAVED_FIELDS}
     # The agent's variables and the converter's memory of the source, as JSON the database takes.
     if b"\\u0000" in orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS):

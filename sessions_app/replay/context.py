@@ -8,7 +8,6 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.utils.dateparse import parse_datetime
 
 from ..canonical import Kind
 from ..formats import agentlens
@@ -30,6 +29,7 @@ from .rows import (
     _paired_dict,
     _rows,
     _union_rows,
+    as_utc,
     event_dict,
 )
 from .state import _state_at, _step_state, step_seq, step_state_at
@@ -301,15 +301,8 @@ def _between_ms(start: Any, end: Any) -> float | None:
 
 
 def _epoch_ms(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = parse_datetime(value)
-        if value is None:
-            return None
-    if value.tzinfo is None:  # stored as naive UTC
-        value = value.replace(tzinfo=UTC)
-    return (value - _EPOCH) // timedelta(milliseconds=1)
+    moment = as_utc(value)
+    return None if moment is None else (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -31,6 +31,7 @@ from django.utils import timezone
 from ..canonical import Kind
 from ..formats import Source
 from ..models import Event, Session
+from .rows import as_utc
 from .state import iter_step_states, state_at
 from .summary import get_summary
 
@@ -48,18 +49,6 @@ def _iso(value: datetime | None) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat()
-
-
-def _as_utc(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        from django.utils.dateparse import parse_datetime
-
-        value = parse_datetime(value)
-        if value is None:
-            return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _event_chunks(session: Session, columns: str, count: int) -> Iterator[list[tuple]]:
@@ -243,9 +232,9 @@ def _times(session: Session) -> tuple[datetime, datetime]:
     if start is None:
         first = Event.objects.filter(session=session, ts__isnull=False).order_by("seq").values_list("ts", flat=True).first()
         start = first or session.created_at
-    start = _as_utc(start)
+    start = as_utc(start)
     if session.started_at is not None and session.ended_at is not None:
-        end = _as_utc(session.ended_at)
+        end = as_utc(session.ended_at)
     else:
         end = start + timedelta(seconds=session.duration_seconds)
     return start, end
@@ -276,7 +265,7 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
         out: list[bytes] = []
         for (seq, kind, source_type, ts, step, depth, parent_id, child_id, tool, duration_ms,
              is_error, payload_text, step_text, change_text) in rows:  # fmt: skip
-            stamp = _iso(_as_utc(ts)) or _iso(start)
+            stamp = _iso(as_utc(ts)) or _iso(start)
             change = orjson.loads(change_text) if change_text else None
             if step_text is not None:
                 # A step closes here: its start, the events it held, its action, its end.

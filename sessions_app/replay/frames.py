@@ -10,7 +10,6 @@ only the events of one block. Nothing here depends on the session's length.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -19,6 +18,7 @@ from .. import replay
 from ..canonical import Kind
 from ..formats.flux0 import content_text
 from ..models import Event, Session
+from .rows import as_utc
 
 BEFORE = 8  # events shown before the current one
 AFTER = 16  # and after it
@@ -73,12 +73,8 @@ class Frame:
 
 
 def _epoch_ms(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000.0
-    except ValueError:
-        return None
+    moment = as_utc(iso)
+    return None if moment is None else moment.timestamp() * 1000.0
 
 
 def message_text(payload: Any) -> str:

@@ -25,6 +25,8 @@ SESSION_SORTS: dict[str, tuple[str, bool]] = {
     "-events": ("event_count", True),
     "-errors": ("error_count", True),
     "-duration": ("elapsed_ms", True),
+    # The API's one order: its `before` cursor is a session id (the page offers SORT_LABELS only).
+    "-id": ("id", True),
 }
 
 
@@ -68,7 +70,7 @@ class SessionPage:
 def filter_sessions(
     *,
     q: str = "",
-    project: Project | None = None,
+    project: Project | str | None = None,
     format: str = "",
     status: str = "",
     model: str = "",
@@ -76,13 +78,15 @@ def filter_sessions(
     end: date | None = None,
     errors: str = "",
 ) -> SessionQuerySet:
+    """The sessions matching the filters, for the page and the API alike; `project` is a
+    Project or a slug, `model` matches the session's model or any model it used."""
     sessions = Session.objects.in_project(project).matching(q)
     if format:
         sessions = sessions.filter(source_format=format)
     if status:
         sessions = sessions.filter(status=status)
     if model:
-        sessions = sessions.filter(model__icontains=model)
+        sessions = sessions.filter(Q(model__icontains=model) | Q(models_used__icontains=model))
     # A session's date is when it ran (its first event), not when it was imported.
     if start:
         sessions = sessions.filter(started_at__gte=_day_start(start))

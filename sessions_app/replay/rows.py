@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import namedtuple
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, Sequence
 
 import orjson
@@ -124,6 +124,21 @@ def _union_rows(arms: list[tuple[str, list[Any]]], *, columns: str | None = None
         parts.append(f"SELECT * FROM (SELECT {columns} FROM {EVENT_TABLE} WHERE session_id = %s AND {tail}) AS arm{i}")
         params.extend(arm_params)
     return _fetch(" UNION ALL ".join(parts), params)
+
+
+def as_utc(value: Any) -> datetime | None:
+    """A stored timestamp as an aware UTC datetime, however the database or a dict gave it
+    (an ISO text, "Z" or not; a naive datetime, which ingest stores as UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = parse_datetime(value)
+        except ValueError:
+            return None
+        if value is None:
+            return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _iso(value: Any) -> str | None:
