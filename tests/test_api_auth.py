@@ -70,3 +70,25 @@ def test_last_used_is_recorded_without_a_write_per_request(db, csrf_client, djan
     assert ApiKey.authenticate(key).last_used_at == first_use  # within the minute: no new write
     with django_assert_num_queries(1):  # the lookup only
         ApiKey.authenticate(key)
+
+
+@pytest.mark.parametrize("user,expected", [("ana", "ana"), (None, "key:ci")])
+def test_a_keys_writes_are_attributed_to_its_user_else_to_the_key(make_session, user, expected):
+    owner = get_user_model().objects.create_user(user) if user else None
+    _, key = ApiKey.create_key(name="ci", user=owner)
+    session = make_session(events=5)
+    response = Client().post(
+        f"/api/sessions/{session.pk}/checkpoints", {"name": "here", "seq": 2},
+        content_type="application/json", headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status_code == 201 and response.json()["checkpoint"]["createdBy"] == expected
+
+
+def test_a_logged_in_users_writes_are_attributed_to_them(make_session):
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("ana", password="pw-123456789"))
+    session = make_session(events=5)
+    response = client.post(
+        f"/api/sessions/{session.pk}/checkpoints", {"name": "here", "seq": 2}, content_type="application/json"
+    )
+    assert response.status_code == 201 and response.json()["checkpoint"]["createdBy"] == "ana"

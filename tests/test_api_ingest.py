@@ -389,7 +389,7 @@ def test_upload_answers_202_with_a_status_url_that_reports_the_import(
     body = response.json()
     assert body["status_url"] == f"/api/imports/{body['job']}" and body["status"] == "queued"
     job = ImportJob.objects.get(pk=body["job"])
-    assert job.original_name == "up.jsonl" and job.created_by == "api key agent"
+    assert job.original_name == "up.jsonl" and job.created_by == "key:agent"
 
     from sessions_app.jobs import run_import
 

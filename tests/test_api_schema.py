@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app import api as read_api
+from sessions_app.api import checkpoints, compare, exports, replay, schemas, sessions
 from sessions_app.ingest.writer import set_checkpoint
 
 from .builders_replay import api, get_json, recorded_session  # noqa: F401  (fixture)
@@ -23,19 +23,19 @@ def session(tmp_path):
 @pytest.mark.parametrize(
     "url,schema",
     [
-        ("/api/sessions", read_api.SessionListOut),
-        ("/api/sessions/{id}", read_api.SessionDetailOut),
-        ("/api/sessions/{id}/replay", read_api.ReplayOut),
-        ("/api/sessions/{id}/replay?offset=20&eventTypes=llm_call,step_end", read_api.ReplayOut),
-        ("/api/sessions/{id}/replay?includeContext=false", read_api.ReplayOut),
-        ("/api/sessions/{id}/summary", read_api.SummaryOut),
-        ("/api/sessions/{id}/steps?limit=5", read_api.StepsOut),
-        ("/api/sessions/{id}/steps/2", read_api.StepStateOut),
-        ("/api/sessions/{id}/context?seq=30", read_api.ContextOut),
-        ("/api/sessions/{id}/search?q=step&at=10", read_api.SearchOut),
-        ("/api/sessions/{id}/checkpoints/cp", read_api.CheckpointStateOut),
-        ("/api/sessions/{id}/verify", read_api.VerifyOut),
-        ("/api/compare?a={id}&b={id}", read_api.CompareOut),
+        ("/api/sessions", sessions.SessionListOut),
+        ("/api/sessions/{id}", sessions.SessionDetailOut),
+        ("/api/sessions/{id}/replay", replay.ReplayOut),
+        ("/api/sessions/{id}/replay?offset=20&eventTypes=llm_call,step_end", replay.ReplayOut),
+        ("/api/sessions/{id}/replay?includeContext=false", replay.ReplayOut),
+        ("/api/sessions/{id}/summary", sessions.SummaryOut),
+        ("/api/sessions/{id}/steps?limit=5", replay.StepsOut),
+        ("/api/sessions/{id}/steps/2", schemas.StepStateOut),
+        ("/api/sessions/{id}/context?seq=30", schemas.ContextOut),
+        ("/api/sessions/{id}/search?q=step&at=10", replay.SearchOut),
+        ("/api/sessions/{id}/checkpoints/cp", checkpoints.CheckpointStateOut),
+        ("/api/sessions/{id}/verify", exports.VerifyOut),
+        ("/api/compare?a={id}&b={id}", compare.CompareOut),
     ],
 )
 def test_response_matches_its_declared_schema(api, session, url, schema):
@@ -44,3 +44,13 @@ def test_response_matches_its_declared_schema(api, session, url, schema):
     # Nothing the endpoint returns is missing from the schema.
     dumped = validated.model_dump(by_alias=True)
     assert set(body) <= set(dumped), set(body) - set(dumped)
+
+
+def test_operation_ids_do_not_follow_the_module_a_view_lives_in(client):
+    paths = client.get("/api/openapi.json").json()["paths"]
+    ids = {(path, method): op["operationId"] for path, ops in paths.items() for method, op in ops.items()}
+    assert ids["/api/sessions", "get"] == "sessions_app_api_list_sessions"
+    assert ids["/api/sessions/{session_id}/verify", "get"] == "sessions_app_api_verify"
+    assert ids["/api/sessions", "post"] == "sessions_app_api_write_create_session"
+    assert ids["/api/imports/{job_id}", "get"] == "sessions_app_api_write_import_status"
+    assert len(set(ids.values())) == len(ids) == 23

@@ -57,6 +57,15 @@ def test_list_filters(api, sessions, query, expected):
     assert body["total"] == len(expected)
 
 
+def test_the_api_and_the_page_list_the_same_sessions_for_a_model_any_session_used(api, sessions, client, django_user_model):
+    a, _, _ = sessions
+    Session.objects.filter(pk=a.pk).update(models_used=["gpt-4o", "o3-mini"])
+    assert ids(get_json(api, "/api/sessions?model=o3")) == [a.pk]
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    html = client.get("/sessions/", {"model": "o3"}, HTTP_HX_REQUEST="true").content.decode()
+    assert f'<tr data-session="{a.pk}">' in html and html.count("<tr data-session=") == 1
+
+
 def test_a_recording_that_stops_mid_action_is_listed_and_filtered_as_interrupted(api, make_session):
     done = make_session(events=3)
     finish_session(session=done, meta=SessionMeta(completed=True))

@@ -225,13 +225,14 @@ def test_agentlens_kinds_that_stand_for_one_type_each():
 
 
 def test_agentlens_answers_match_their_declared_schemas(api, deploy):
-    from sessions_app import api as read_api
+    from sessions_app.api.replay import ReplayOut
+    from sessions_app.api.schemas import ContextOut
 
     session, _ = deploy
     page = get_json(api, f"/api/sessions/{session.pk}/replay")
-    read_api.ReplayOut.model_validate(page)
+    ReplayOut.model_validate(page)
     context = get_json(api, f"/api/sessions/{session.pk}/context?seq=3")
-    validated = read_api.ContextOut.model_validate(context)
+    validated = ContextOut.model_validate(context)
     assert validated.llmHistory[0].response.seq == 2
 
 

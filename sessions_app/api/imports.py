@@ -1,0 +1,128 @@
+"""Uploads: POST a file to import in the background, then poll its status."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.http import HttpRequest
+from django.urls import reverse
+from ninja import Router, Schema, Status
+
+from .. import jobs
+from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size
+from ..models import ImportJob, Project
+from .auth import who
+from .responses import BadRequest, error, not_found
+from .schemas import ErrorOut
+
+router = Router(tags=["ingest"])
+
+
+class ImportAcceptedOut(Schema):
+    job: int
+    status: str
+    status_url: str
+
+
+class LineProblemOut(Schema):
+    line: int | None = None
+    field: str
+    message: str
+
+
+class ImportedSessionOut(Schema):
+    session: int | None = None
+    format: str = ""
+    events: int = 0
+    steps: int = 0
+    duplicate: bool = False
+    error: str | None = None
+
+
+class ImportStatusOut(Schema):
+    id: int
+    status: str
+    original_name: str
+    project: str
+    requested_format: str
+    detected_format: str
+    bytes_total: int
+    bytes_done: int
+    events_done: int
+    sessions_done: int
+    sessions: list[ImportedSessionOut]
+    problem_count: int
+    problems: list[LineProblemOut]
+    error: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "format": {"type": "string", "description": "skip detection: a format name"},
+                        "project": {"type": "string", "description": "project slug (default project)"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/imports",
+    response={202: ImportAcceptedOut, 400: ErrorOut, 413: ErrorOut},
+    openapi_extra=_UPLOAD_BODY,
+    url_name="create_import",
+)
+def create_import(request: HttpRequest):
+    """Upload a file to import in the background; poll `status_url` for progress."""
+    try:
+        # Before touching request.FILES, so an oversized body is refused unread.
+        check_declared_size(request.META.get("CONTENT_LENGTH"))
+        uploaded = request.FILES.get("file")
+        if uploaded is None:
+            raise BadRequest(400, "file: a multipart field named 'file' is required")
+        slug = request.POST.get("project", "")
+        project = Project.objects.filter(slug=slug).first() if slug else Project.get_default()
+        if project is None:
+            raise BadRequest(400, f"project: no project with slug {slug!r}")
+        job = accept_upload(
+            uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
+            created_by=who(request),
+        )  # fmt: skip
+        jobs.enqueue_import_after_commit(job_id=job.pk)
+    except (BadRequest, UploadRejected) as exc:
+        return error(exc)
+    status_url = reverse("api:import_status", kwargs={"job_id": job.pk})
+    return Status(202, {"job": job.pk, "status": job.status, "status_url": status_url})
+
+
+@router.get(
+    "/imports/{job_id}",
+    response={200: ImportStatusOut, 404: ErrorOut},
+    url_name="import_status",
+)
+def import_status(request: HttpRequest, job_id: int):
+    """An import's status (queued, running, done, failed), progress, sessions and problems."""
+    job = ImportJob.objects.select_related("project").filter(pk=job_id).first()
+    if job is None:
+        return not_found("import job", job_id)
+    return Status(200, {
+        **{f: getattr(job, f) for f in (
+            "id", "status", "original_name", "requested_format", "detected_format", "bytes_total",
+            "bytes_done", "events_done", "sessions_done", "problem_count", "problems", "error",
+            "created_at", "started_at", "finished_at")},
+        "project": job.project.slug,
+        "sessions": [entry for entry in job.result if isinstance(entry, dict)],
+    })  # fmt: skip

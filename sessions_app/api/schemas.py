@@ -1,0 +1,160 @@
+"""The schemas several routers answer with; a schema one router uses lives in that router."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ninja import Field, Schema
+
+
+class DetailOut(Schema):
+    detail: str
+
+
+NOT_FOUND = {404: DetailOut}
+BAD = {400: DetailOut, 404: DetailOut}
+
+
+class ProblemOut(Schema):
+    index: int | None = None
+    field: str
+    message: str
+
+
+# The write side's errors: `detail` plus one entry per bad event or field.
+class ErrorOut(Schema):
+    detail: str
+    errors: list[ProblemOut] = []
+
+
+class CheckpointOut(Schema):
+    name: str
+    seq: int
+    stepPos: int | None
+    note: str
+    createdBy: str
+    createdAt: str | None
+
+
+class SourceChainOut(Schema):
+    """The source's own hash chain (AgentLens's prevHash/hash) as the importer checked it."""
+
+    valid: bool
+    chained: bool | None = Field(
+        None, description="false: every prevHash was null, only each event's own hash was checked"
+    )
+    broken_at: int | None = Field(None, description="seq of the first event that breaks it")
+    event_id: str | None = None
+    line: int | None = None
+    field: str | None = None
+    reason: str | None = None
+
+
+class ReplaySessionOut(Schema):
+    id: int
+    projectId: int
+    sourceSessionId: str
+    runId: str
+    agentId: str
+    format: str
+    status: str
+    completed: bool
+    task: str
+    environment: str
+    model: str
+    startedAt: str | None
+    endedAt: str | None
+    createdAt: str | None
+    eventCount: int
+    stepCount: int
+    sourceChain: SourceChainOut | None = None
+
+
+class StepStateOut(Schema):
+    """rlm-code's StepState, with the variables and memory notes as they were at that step."""
+
+    step: int
+    timestamp: str
+    action_type: str
+    action_code: str
+    action_rationale: str
+    success: bool
+    output: Any
+    error: Any
+    reward: float
+    cumulative_reward: float
+    duration_ms: float
+    tokens_used: int
+    memory_notes: list[Any]
+    variables: dict[str, Any]
+    raw_action: dict[str, Any]
+    raw_observation: dict[str, Any]
+
+
+class EventOut(Schema):
+    seq: int
+    kind: str
+    eventType: str
+    timestamp: str | None
+    step: int | None
+    stepPos: int | None
+    depth: int
+    agentId: str
+    parentId: str
+    childId: str
+    tool: str
+    pairId: str
+    pairSeq: int | None
+    pairDurationMs: float | None
+    durationMs: float | None
+    costUsd: float | None
+    costUnpriced: bool
+    tokens: int | None
+    isError: bool
+    payload: Any
+
+
+class PairedEventOut(Schema):
+    seq: int
+    kind: str
+    eventType: str
+    timestamp: str | None
+    isError: bool
+
+
+class WarningOut(Schema):
+    type: Literal["cost", "unpriced", "latency", "unanswered", "repeated_failure"]
+    message: str
+    value: float | None
+    threshold: float | None
+
+
+class LlmHistoryEntryOut(EventOut):
+    response: EventOut | None = Field(
+        None, description="AgentLens sessions: the llm_response that completed this call by this event"
+    )
+
+
+class ContextOut(Schema):
+    """The context at one event with every history entry inlined, its state and its step."""
+
+    eventIndex: int
+    totalEvents: int
+    cumulativeCostUsd: float
+    elapsedMs: float
+    eventCounts: dict[str, int]
+    llmHistory: list[LlmHistoryEntryOut]
+    toolResults: list[EventOut]
+    pendingApprovals: list[EventOut]
+    errorCount: int
+    warnings: list[WarningOut]
+    tokens: int
+    reward: float
+    stepIndex: int | None
+    memoryNotes: list[Any]
+    variables: dict[str, Any]
+    event: EventOut
+    pairedEvent: PairedEventOut | None
+    pairDurationMs: float | None
+    step: StepStateOut | None
+    stepSeq: int | None

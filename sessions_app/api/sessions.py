@@ -1,0 +1,143 @@
+"""Sessions: the list (the dashboard's query), one session, its summary, deleting it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from ninja.responses import Status
+
+from .. import replay
+from ..models import Session
+from ..replay.listing import list_sessions as list_session_page
+from .checkpoints import checkpoint_row
+from .responses import session_or_404
+from .schemas import NOT_FOUND, CheckpointOut, DetailOut
+
+router = Router(tags=["sessions"])
+
+
+class SessionOut(Schema):
+    id: int
+    project: str
+    sourceSessionId: str
+    runId: str
+    agentId: str
+    format: str
+    status: str
+    completed: bool
+    task: str
+    environment: str
+    model: str
+    startedAt: str | None
+    endedAt: str | None
+    createdAt: str | None
+    eventCount: int
+    stepCount: int
+    totalCost: float
+    totalTokens: int
+    totalReward: float
+    errorEvents: int
+    chainValid: bool | None
+
+
+class SessionListOut(Schema):
+    total: int
+    sessions: list[SessionOut]
+    next: int | None = Field(None, description="pass as `before` for the next page; null at the end")
+
+
+class SummaryOut(Schema):
+    session_id: str
+    run_id: str
+    task: str
+    environment: str
+    model: str
+    completed: bool
+    total_steps: int
+    total_reward: float
+    total_tokens: int
+    duration_seconds: float
+    success_rate: float
+    error_count: int
+    totalCost: float
+    totalEvents: int
+    llmCalls: int
+    toolCalls: int
+    models: list[str]
+    tools: list[str]
+    errorEvents: int
+    chainValid: bool | None
+    status: str
+    format: str
+
+
+class SessionDetailOut(Schema):
+    session: SessionOut
+    summary: SummaryOut
+    checkpoints: list[CheckpointOut]
+
+
+class SessionListQuery(Schema):
+    project: str | None = Field(None, description="project slug")
+    format: str | None = None
+    status: Literal["live", "completed", "failed", "interrupted"] | None = None
+    model: str | None = None
+    q: str | None = Field(None, max_length=200, description="text in task, ids, agent, model, answer")
+    limit: int = Field(50, ge=1, le=500)
+    before: int | None = Field(None, ge=1, description="keyset cursor: sessions with a smaller id")
+
+
+def _session_row(session: Session) -> dict[str, Any]:
+    info = replay.session_info(session)
+    info.pop("projectId")
+    return {
+        **info,
+        "project": session.project.slug,
+        "totalCost": session.cost_usd,
+        "totalTokens": session.tokens,
+        "totalReward": session.reward,
+        "errorEvents": session.error_count,
+        "chainValid": session.chain_valid,
+    }
+
+
+@router.get("/sessions", response={200: SessionListOut, 400: DetailOut}, url_name="list_sessions")
+def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
+    """Sessions, newest first, filtered by project, format, status, model and text; keyset
+    pagination: pass `next` back as `before`."""
+    filters = {name: getattr(query, name) or "" for name in ("project", "format", "status", "model", "q")}
+    # In id order the cursor's sort value is the id itself.
+    after = None if query.before is None else (query.before, query.before)
+    page = list_session_page(filters=filters, sort="-id", after=after, per_page=query.limit)
+    return {
+        "total": page.total,
+        "sessions": [_session_row(s) for s in page.sessions],
+        "next": page.sessions[-1].pk if page.next_cursor else None,
+    }
+
+
+@router.get("/sessions/{session_id}", response={200: SessionDetailOut, **NOT_FOUND}, url_name="get_session")
+def get_session(request: HttpRequest, session_id: int):
+    """One session: its row, its summary and its checkpoints."""
+    session = session_or_404(session_id)
+    return {
+        "session": _session_row(session),
+        "summary": replay.get_summary(session=session),
+        "checkpoints": [checkpoint_row(c) for c in session.checkpoints.order_by("seq", "name")],
+    }
+
+
+@router.delete("/sessions/{session_id}", response={204: None, **NOT_FOUND}, url_name="delete_session")
+def delete_session(request: HttpRequest, session_id: int):
+    """Delete a session with its events, snapshots and checkpoints (the database cascades)."""
+    session = session_or_404(session_id)
+    session.delete()
+    return Status(204, None)
+
+
+@router.get("/sessions/{session_id}/summary", response={200: SummaryOut, **NOT_FOUND}, url_name="summary")
+def session_summary(request: HttpRequest, session_id: int):
+    """rlm-code's get_summary() keys plus totals for cost, events, calls, models and tools."""
+    return replay.get_summary(session=session_or_404(session_id))
