@@ -46,7 +46,10 @@ def _changed(field: models.Field, value, session: Session, other: Session):
             return value + 10_000
         return (value or 0) + 1
     if isinstance(field, (models.CharField, models.TextField)):
-        return (value or "") + "x"
+        value = value or ""
+        if field.max_length and len(value) >= field.max_length:  # PostgreSQL keeps the length
+            return value[:-1] + ("0" if value[-1] != "0" else "1")
+        return value + "x"
     raise AssertionError(f"no edit defined for {field.name} ({type(field).__name__}): add one")
 
 
