@@ -7,7 +7,8 @@ Generates (unless --file is given) a native rlm-code session with rlm-code's own
 20,000 steps, about 100,000 events and 50 MB. Then, for each of `--runs` rounds, times in a fresh
 child process (so neither pollutes the other's memory figure):
   - rlm-code: `load_session(path)` + `get_summary()` (what it does on every look);
-  - ours: `import_file` into a fresh SQLite database, and into a fresh database of a throw-away
+  - ours: `import_local_file` (what `import_sessions` runs: the file kept as an upload is, then
+    imported) into a fresh SQLite database, and into a fresh database of a throw-away
     PostgreSQL server that the bench starts itself (.ci/with_postgres.py; or the server
     DATABASE_URL points to; `--no-postgres` skips it).
 Prints the medians (wall clock, and CPU time of each child), the ratio ours/rlm (target <= 2.0),
@@ -130,14 +131,14 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from pathlib import Path
 from sessions_app.formats import registry
-from sessions_app.ingest.importing import import_file
+from sessions_app.ingest.importing import import_local_file
 from sessions_app.models import Project
 
 registry()  # import every format module now, as rlm-code's module is imported before its timing
 project = Project.get_default()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 start, cpu = time.perf_counter(), time.process_time()
-outcomes = import_file(path=Path(sys.argv[1]), project=project)
+outcomes = import_local_file(path=Path(sys.argv[1]), project=project)
 elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
 outcome = outcomes[0]
 assert outcome.error is None, outcome.error
@@ -194,6 +195,7 @@ def _tree_rss_kib(pid: int) -> int:
 def sqlite_env(workdir: Path, n: int) -> dict[str, str]:
     env = dict(os.environ)
     env["DATABASE_URL"] = f"sqlite:///{workdir / f'bench_{n}.sqlite3'}"
+    env["REPLAY_DATA_DIR"] = str(workdir / f"data_{n}")
     return env
 
 
@@ -216,6 +218,7 @@ class PostgresDatabases:
         parts = urlsplit(self.url)
         env = dict(os.environ)
         env["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
+        env["REPLAY_DATA_DIR"] = tempfile.mkdtemp(prefix="replay_bench_data_")  # the kept copies
         return env
 
     def drop_all(self) -> None:
