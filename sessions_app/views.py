@@ -5,6 +5,7 @@ the partial's name as id); a history-restore request and a plain request get the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import wraps
 from typing import Any, Callable
 from urllib.parse import urlencode
@@ -24,7 +25,7 @@ from .ingest.writer import set_checkpoint
 from .models import Checkpoint, Project, Session
 from .replay import charts, timeline
 from .replay.compare import diff_sessions
-from .replay.frames import frame_at, step_seqs
+from .replay.frames import frame_at, search_panel, step_seqs
 from .replay.listing import list_sessions, recent_jobs
 
 LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors")
@@ -177,7 +178,6 @@ def _player_page(session: Session) -> dict[str, Any]:
     export_url = reverse("api:export", args=[session.pk])
     kind_counts = session.kind_counts
     return {
-        "summary": replay.get_summary(session=session),
         "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
         "kind_options": sorted(kind_counts.items(), key=lambda item: (-item[1], item[0])),
         "recovery": recovery,
@@ -201,8 +201,8 @@ def search(request: HttpRequest, session_id: int) -> HttpResponse:
     start = query["step"] or 0
     found = None
     if query["q"] or query["errors"] or query["kind"]:
-        found = replay.search(session=session, q=query["q"], kind=query["kind"] or None,
-                              errors=query["errors"], from_seq=start, limit=20)  # fmt: skip
+        found = search_panel(replay.search(session=session, q=query["q"], kind=query["kind"] or None,
+                                           errors=query["errors"], from_seq=start, limit=20))  # fmt: skip
     context = {"session": session, "search": found, "search_from": start}
     response = render(request, "sessions_app/player.html#search-results", context)
     patch_vary_headers(response, ["HX-Request"])
@@ -258,6 +258,104 @@ def session_charts(request: HttpRequest, session_id: int) -> HttpResponse:
 DIFF_PAGE = 50
 
 
+@dataclass
+class DiffStep:
+    """One side of a row: what the diff shows of a step, and the seq of the event closing it
+    (the link into that session's player)."""
+
+    action_type: str
+    action_code: str
+    success: bool
+    reward: float
+    tokens_used: int
+    output: str
+    error: str
+    seq: int | None
+
+
+@dataclass
+class DiffChanges:
+    """Which fields of a row's two steps differ (all of them when a side has no step)."""
+
+    action_type: bool
+    action_code: bool
+    success: bool
+    reward: bool
+    output: bool
+    error: bool
+
+
+@dataclass
+class DiffRow:
+    index: int
+    a: DiffStep | None
+    b: DiffStep | None
+    same: bool
+    divergence: bool  # the first divergence
+    differs: DiffChanges
+
+
+@dataclass
+class DiffPage:
+    """The diff page: the comparison's deltas (B - A) and one page of aligned steps."""
+
+    first_divergence_step: int | None
+    divergence_reason: str
+    a_steps: int
+    b_steps: int
+    step_delta: int
+    a_reward: float
+    b_reward: float
+    reward_delta: float
+    a_tokens: int
+    b_tokens: int
+    token_delta: int
+    a_efficiency: float
+    b_efficiency: float
+    efficiency_delta: float
+    total: int  # aligned steps in all
+    has_more: bool
+    rows: list[DiffRow]
+
+
+def diff_page(diff: dict[str, Any], *, seqs_a: dict[int, int], seqs_b: dict[int, int]) -> DiffPage:
+    """The diff page from diff_sessions' result and step_seqs of both sessions."""
+    rows = [
+        DiffRow(
+            index=pair["index"],
+            a=_diff_step(pair["a"], seqs_a.get(pair["index"])),
+            b=_diff_step(pair["b"], seqs_b.get(pair["index"])),
+            same=pair["same"],
+            divergence=pair["divergence"],
+            differs=DiffChanges(
+                action_type=pair["differs"]["actionType"], action_code=pair["differs"]["actionCode"],
+                success=pair["differs"]["success"], reward=pair["differs"]["reward"],
+                output=pair["differs"]["output"], error=pair["differs"]["error"],
+            ),
+        )
+        for pair in diff["pairs"]
+    ]  # fmt: skip
+    return DiffPage(
+        first_divergence_step=diff["first_divergence_step"], divergence_reason=diff["divergence_reason"],
+        a_steps=diff["a_steps"], b_steps=diff["b_steps"], step_delta=diff["step_delta"],
+        a_reward=diff["a_reward"], b_reward=diff["b_reward"], reward_delta=diff["reward_delta"],
+        a_tokens=diff["a_tokens"], b_tokens=diff["b_tokens"], token_delta=diff["token_delta"],
+        a_efficiency=diff["a_efficiency"], b_efficiency=diff["b_efficiency"],
+        efficiency_delta=diff["efficiency_delta"],
+        total=diff["pagination"]["total"], has_more=diff["pagination"]["hasMore"], rows=rows,
+    )  # fmt: skip
+
+
+def _diff_step(step: dict[str, Any] | None, seq: int | None) -> DiffStep | None:
+    if step is None:
+        return None
+    return DiffStep(
+        action_type=step["actionType"], action_code=step["actionCode"], success=step["success"],
+        reward=step["reward"], tokens_used=step["tokensUsed"], output=step["output"], error=step["error"],
+        seq=seq,
+    )  # fmt: skip
+
+
 @login_required
 @require_GET
 def compare(request: HttpRequest) -> HttpResponse:
@@ -266,12 +364,14 @@ def compare(request: HttpRequest) -> HttpResponse:
         return render(request, "sessions_app/diff.html", {"form": form}, status=400)
     a, b = _session(form.cleaned_data["a"]), _session(form.cleaned_data["b"])
     offset = form.cleaned_data["offset"] or 0
-    diff = diff_sessions(a=a, b=b, offset=offset, limit=DIFF_PAGE)
     stop = offset + DIFF_PAGE
+    diff = diff_page(
+        diff_sessions(a=a, b=b, offset=offset, limit=DIFF_PAGE),
+        seqs_a=step_seqs(session=a, start=offset, stop=stop),
+        seqs_b=step_seqs(session=b, start=offset, stop=stop),
+    )
     context = {
         "form": form, "a": a, "b": b, "diff": diff, "offset": offset, "page": DIFF_PAGE,
-        "seqs_a": step_seqs(session=a, start=offset, stop=stop),
-        "seqs_b": step_seqs(session=b, start=offset, stop=stop),
         "cost_delta": b.cost_usd - a.cost_usd,
     }  # fmt: skip
     return render_page(request, "sessions_app/diff.html", "diff-rows", context)

@@ -43,12 +43,140 @@ _PREVIEW_KEYS = (
 )  # fmt: skip
 
 
+# What the player's templates read: built here from the read side's API shapes (whose camelCase
+# keys stay the API's), so a template never reads an API dict.
+
+
+@dataclass
+class RowGroup:
+    """A run of streamed chunks folded into one row of the step list."""
+
+    kind: str
+    count: int
+    first: int
+    last: int
+    open: bool  # the current event is inside it
+
+
+@dataclass
+class StepRow:
+    """One event of the step list."""
+
+    seq: int
+    kind: str
+    tool: str | None
+    step_pos: int | None
+    depth_class: int
+    clock: str  # HH:MM:SS.mmm
+    preview: str
+    pair: str  # `1.2 s ↔ #42`
+    cost_usd: float | None
+    is_error: bool
+    current: bool
+    opens: RowGroup | None = None  # this row opens a group of chunks
+    closes: bool = False  # and this one closes it
+
+
+@dataclass
+class PanelEvent:
+    """The event the context panel shows."""
+
+    seq: int
+    kind: str
+    event_type: str
+    timestamp: str | None
+    depth: int | None
+    agent_id: str | None
+    tool: str | None
+    cost_usd: float | None
+    cost_unpriced: bool
+    tokens: int | None
+    is_error: bool
+    payload: Any
+
+
+@dataclass
+class PairedEvent:
+    """The other side of the event's pair, and the time between the two."""
+
+    seq: int
+    kind: str
+    duration_ms: float | None
+
+
+@dataclass
+class HistoryEntry:
+    seq: int
+    kind: str
+    tool: str | None
+    is_error: bool
+    preview: str  # one line (the full event is a click away)
+
+
+@dataclass
+class History:
+    """One of the context's histories: how many entries it holds, and the last SHOWN_HISTORY."""
+
+    count: int
+    shown: list[HistoryEntry]
+
+
+@dataclass
+class PanelStep:
+    """The step the event belongs to (rlm-code's StepState fields), and where it closes."""
+
+    index: int  # its position in the session's steps
+    seq: int | None  # the event that closes it
+    done: bool  # closed at or before the current event: its outcome is shown
+    step: int  # the step number as recorded
+    action_type: str
+    action_rationale: str
+    action_code: str
+    success: bool
+    output: str
+    error: str
+    reward: float
+    cumulative_reward: float
+    tokens_used: int
+    duration_ms: float
+
+
+@dataclass
+class PanelWarning:
+    type: str
+    message: str
+
+
+@dataclass
+class PanelContext:
+    """The context panel at one event: running totals, the event, its pair and step, histories."""
+
+    event_index: int
+    total_events: int
+    cumulative_cost_usd: float
+    tokens: int
+    reward: float
+    elapsed_ms: float
+    error_count: int
+    step_index: int | None
+    warnings: list[PanelWarning]
+    event: PanelEvent
+    paired_event: PairedEvent | None
+    step: PanelStep | None
+    event_counts: dict[str, int]
+    memory_note_count: int
+    variable_count: int
+    llm_history: History
+    tool_results: History
+    pending_approvals: History
+
+
 @dataclass
 class Frame:
     session: Session
     seq: int
-    events: list[dict[str, Any]]  # rows of the step list, chunk runs folded into groups
-    context: dict[str, Any] | None
+    events: list[StepRow]  # the step list, chunk runs folded into groups
+    context: PanelContext | None
     nav: dict[str, Any]
     kinds: list[str]
     block: dict[str, Any] | None = None
@@ -60,16 +188,20 @@ class Frame:
     memory: list[str] = field(default_factory=list)
     memory_hidden: int = 0
 
-    @property
-    def event(self) -> dict[str, Any] | None:
-        return self.context["event"] if self.context else None
 
-    @property
-    def step_done(self) -> bool:
-        """Whether the step shown in the context has closed by this event (its output exists)."""
-        if not self.context or self.context.get("stepSeq") is None:
-            return False
-        return self.seq >= self.context["stepSeq"]
+@dataclass
+class SearchHit:
+    seq: int
+    kind: str
+    snippet: str
+
+
+@dataclass
+class SearchPanel:
+    """The player's search results, and the seq a further search would continue from."""
+
+    hits: list[SearchHit]
+    next_from_seq: int | None
 
 
 def _epoch_ms(iso: str | None) -> float | None:
@@ -147,31 +279,98 @@ def _pair_label(event: dict[str, Any]) -> str:
     return f"{shown} ↔ #{event['pairSeq']}"
 
 
-def _rows(events: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
-    """Step-list rows: each event with its preview, clock time and pair label. A run of
-    COLLAPSE_MIN or more streamed chunks folds into one row: its first event `opens` the group
-    (kind, count, seq range, open when the current event is inside) and its last `closes` it."""
-    for event in events:
-        event["preview"] = preview(event)
-        event["ts_ms"] = _epoch_ms(event.get("timestamp"))
-        event["clock"] = (event.get("timestamp") or "")[11:23]  # HH:MM:SS.mmm of the ISO time
-        event["pair"] = _pair_label(event)
-        event["current"] = event["seq"] == seq
-        event["depth_class"] = min(event.get("depth") or 0, 6)
+def step_rows(events: list[dict[str, Any]], seq: int) -> list[StepRow]:
+    """Step-list rows from the window's events: each with its preview, clock time and pair
+    label. A run of COLLAPSE_MIN or more streamed chunks folds into one row: its first row
+    `opens` the group (kind, count, seq range, open when the current event is inside) and its
+    last `closes` it."""
+    rows = [
+        StepRow(
+            seq=event["seq"], kind=event["kind"], tool=event["tool"], step_pos=event["stepPos"],
+            depth_class=min(event["depth"] or 0, 6),
+            clock=(event["timestamp"] or "")[11:23],  # HH:MM:SS.mmm of the ISO time
+            preview=preview(event), pair=_pair_label(event), cost_usd=event["costUsd"],
+            is_error=event["isError"], current=event["seq"] == seq,
+        )
+        for event in events
+    ]  # fmt: skip
     start = 0
-    while start < len(events):
-        kind = events[start]["kind"]
+    while start < len(rows):
+        kind = rows[start].kind
         stop = start + 1
         if kind in COLLAPSE_KINDS:
-            while stop < len(events) and events[stop]["kind"] == kind:
+            while stop < len(rows) and rows[stop].kind == kind:
                 stop += 1
             if stop - start >= COLLAPSE_MIN:
-                first, last = events[start]["seq"], events[stop - 1]["seq"]
-                events[start]["opens"] = {"kind": kind, "count": stop - start, "first": first, "last": last,
-                                          "open": first <= seq <= last}  # fmt: skip
-                events[stop - 1]["closes"] = True
+                first, last = rows[start].seq, rows[stop - 1].seq
+                rows[start].opens = RowGroup(kind=kind, count=stop - start, first=first, last=last,
+                                             open=first <= seq <= last)  # fmt: skip
+                rows[stop - 1].closes = True
         start = stop
-    return events
+    return rows
+
+
+def panel_context(context: dict[str, Any]) -> PanelContext:
+    """The context panel from replay.context_at's result."""
+    event, paired, seq = context["event"], context["pairedEvent"], context["eventIndex"]
+    return PanelContext(
+        event_index=seq,
+        total_events=context["totalEvents"],
+        cumulative_cost_usd=context["cumulativeCostUsd"],
+        tokens=context["tokens"],
+        reward=context["reward"],
+        elapsed_ms=context["elapsedMs"],
+        error_count=context["errorCount"],
+        step_index=context["stepIndex"],
+        warnings=[PanelWarning(type=w["type"], message=w["message"]) for w in context["warnings"]],
+        event=PanelEvent(
+            seq=event["seq"], kind=event["kind"], event_type=event["eventType"], timestamp=event["timestamp"],
+            depth=event["depth"], agent_id=event["agentId"], tool=event["tool"], cost_usd=event["costUsd"],
+            cost_unpriced=event["costUnpriced"], tokens=event["tokens"], is_error=event["isError"],
+            payload=event["payload"],
+        ),
+        paired_event=None if paired is None else PairedEvent(
+            seq=paired["seq"], kind=paired["kind"], duration_ms=context["pairDurationMs"]
+        ),
+        step=_panel_step(context["step"], index=context["stepIndex"], step_seq=context["stepSeq"], seq=seq),
+        event_counts=context["eventCounts"],
+        memory_note_count=len(context["memoryNotes"]),
+        variable_count=len(context["variables"]),
+        llm_history=_history(context["llmHistory"]),
+        tool_results=_history(context["toolResults"]),
+        pending_approvals=_history(context["pendingApprovals"]),
+    )  # fmt: skip
+
+
+def _panel_step(step: dict[str, Any] | None, *, index: int, step_seq: int | None, seq: int) -> PanelStep | None:
+    if step is None:
+        return None
+    return PanelStep(
+        index=index, seq=step_seq, done=step_seq is not None and seq >= step_seq, step=step["step"],
+        action_type=step["action_type"], action_rationale=step["action_rationale"],
+        action_code=step["action_code"], success=step["success"], output=step["output"], error=step["error"],
+        reward=step["reward"], cumulative_reward=step["cumulative_reward"], tokens_used=step["tokens_used"],
+        duration_ms=step["duration_ms"],
+    )  # fmt: skip
+
+
+def _history(entries: list[dict[str, Any]]) -> History:
+    """The last SHOWN_HISTORY entries, one line each, and how many the context holds."""
+    shown = []
+    for entry in entries[-SHOWN_HISTORY:]:
+        line = preview(entry)
+        if entry.get("response") is not None:
+            # An AgentLens call's entry, completed in place by its answer.
+            line = _clip(f"{line} → {preview(entry['response'])}")
+        shown.append(HistoryEntry(seq=entry["seq"], kind=entry["kind"], tool=entry["tool"],
+                                  is_error=entry["isError"], preview=line))  # fmt: skip
+    return History(count=len(entries), shown=shown)
+
+
+def search_panel(found: dict[str, Any]) -> SearchPanel:
+    """The search results panel from replay.search's result."""
+    hits = [SearchHit(seq=r["seq"], kind=r["kind"], snippet=r.get("snippet", "")) for r in found["results"]]
+    return SearchPanel(hits=hits, next_from_seq=found["nextFromSeq"])
 
 
 def _kind_totals(session: Session) -> dict[str, int]:
@@ -186,18 +385,6 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
     window = replay.events_around(session=session, seq=seq, kinds=kinds or None, before=BEFORE, after=AFTER)
     events = window["events"]
     context = replay.context_at(session=session, seq=seq) if session.event_count else None
-    if context is not None:
-        for key in ("llmHistory", "toolResults", "pendingApprovals"):
-            # The panel lists the most recent entries; the count says how many the context holds.
-            context[f"{key}Shown"] = context[key][-SHOWN_HISTORY:]
-            for entry in context[f"{key}Shown"]:
-                # The panel lists history as one line each (the full event is a click away).
-                entry["preview"] = preview(entry)
-                entry.pop("payload", None)
-                response = entry.pop("response", None)
-                if response is not None:
-                    # An AgentLens call's entry, completed in place by its answer.
-                    entry["preview"] = _clip(f"{entry['preview']} → {preview(response)}")
 
     earlier = [e for e in events if e["seq"] < seq]
     later = [e for e in events if e["seq"] > seq]
@@ -226,7 +413,8 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
     if session.error_count or session.step_error_count:
         nav["prev_error"], nav["next_error"] = replay.errors_around(session=session, seq=seq)
 
-    frame = Frame(session=session, seq=seq, events=_rows(events, seq), context=context, nav=nav, kinds=kinds)
+    panel = panel_context(context) if context is not None else None
+    frame = Frame(session=session, seq=seq, events=step_rows(events, seq), context=panel, nav=nav, kinds=kinds)
     if context is not None:
         variables = context.get("variables") or {}
         names = list(variables)[-SHOWN_VARIABLES:]
