@@ -17,6 +17,7 @@ Where we deliberately differ from rlm-code's `load_session` (docs/formats.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Iterator
 
@@ -33,6 +34,7 @@ from ..canonical import (
 )
 from . import Head, Source, parse_appended_sessions
 from .fields import in_utc_range
+from .step_state import STEP_DEFAULTS
 
 NAME = "rlm_native"
 
@@ -55,24 +57,6 @@ KINDS = {
     "error": Kind.ERROR,
 }
 
-# The StepState fields a step carries (rlm-code's StepState without variables/memory_notes,
-# which live in state changes), with rlm-code's defaults.
-STEP_DEFAULTS: dict[str, Any] = {
-    "step": 0,
-    "timestamp": "",
-    "action_type": "",
-    "action_code": "",
-    "action_rationale": "",
-    "success": False,
-    "output": "",
-    "error": "",
-    "reward": 0.0,
-    "cumulative_reward": 0.0,
-    "duration_ms": 0.0,
-    "tokens_used": 0,
-    "raw_action": {},
-    "raw_observation": {},
-}
 _STEP_END_KEPT_ELSEWHERE = frozenset(STEP_DEFAULTS) | {"variables", "memory_notes"}
 _TEXT_FIELDS = ("action_type", "action_code", "action_rationale", "output", "error")
 _MISSING = object()
@@ -94,20 +78,16 @@ def sniff(head: Head) -> bool:
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
     """One ParsedSession per session_start that follows earlier events (append-mode files)."""
-    return parse_appended_sessions(
-        source,
-        problems,
-        new_converter=lambda stem: Converter(fallback_id=stem),
-        session_events=_session_events,
-    )
+    return parse_with(Converter, source, problems, session_events=_session_events)
 
 
 def _session_events(
-    converter: "Converter",
+    converter: Converter,
     pending: list[tuple[int, dict[str, Any], str]],
     records: Iterator[tuple[int, dict[str, Any], str]],
     problems: Problems,
 ) -> Iterator[CanonicalEvent]:
+    # The import hot path: `convert_one` gives at most one event a record, without a list.
     convert = converter.convert_one
     number, record, raw = pending.pop()
     event = convert(record, raw, number, problems)
@@ -121,6 +101,59 @@ def _session_events(
         if event is not None:
             yield event
     converter.finish()
+
+
+def _converted_session_events(
+    converter: Converter,
+    pending: list[tuple[int, dict[str, Any], str]],
+    records: Iterator[tuple[int, dict[str, Any], str]],
+    problems: Problems,
+) -> Iterator[CanonicalEvent]:
+    """`_session_events` for any converter: `convert` gives a list of events a record, and what
+    the converter holds back comes out of `flush` once the session's records are exhausted."""
+    line, record, raw = pending.pop()
+    yield from converter.convert(record, raw, line, problems)
+    for line, record, raw in records:
+        if converter.starts_new_session(record):
+            pending.append((line, record, raw))  # the next session of an appended file
+            break
+        yield from converter.convert(record, raw, line, problems)
+    yield from converter.flush()
+    converter.finish()
+
+
+def parse_with(
+    converter_class: type[Converter],
+    source: Source,
+    problems: Problems,
+    *,
+    session_events: Callable[..., Iterator[CanonicalEvent]] = _converted_session_events,
+) -> Iterator[ParsedSession]:
+    """`parse` for a format whose converter is Converter or a subclass (the legacy formats'):
+    one ParsedSession per run the file appends."""
+    return parse_appended_sessions(
+        source,
+        problems,
+        new_converter=lambda stem: converter_class(fallback_id=stem),
+        session_events=session_events,
+    )
+
+
+def legacy_kind(
+    record: dict[str, Any], key: str, kinds: dict[str, str], line: int | None, problems: Problems
+) -> tuple[str, str] | None:
+    """A legacy record's type at `record[key]` and its canonical kind in `kinds`; an unknown
+    type is reported and kept as a custom event, a record without one reported and skipped
+    (None). (`Converter.convert_one` reads the native type inline, on the import hot path.)"""
+    name = record.get(key)
+    if type(name) is not str or not name:
+        problems.add(line, key, f"missing {key}; line skipped")
+        return None
+    kind = kinds.get(name)
+    if kind is None:
+        problems.add(line, key, f"unknown {key} {name[:60]!r}; kept as a custom event")
+        kind = Kind.CUSTOM
+    return name, kind
 
 
 def _complete(meta: SessionMeta, fallback_id: str) -> None:
@@ -253,6 +286,16 @@ def mapping(value: Any, field: str, line: int | None, problems: Problems) -> dic
     return {}
 
 
+def mapping_at(container: dict[str, Any], key: str, field: str, line: int | None, problems: Problems) -> dict[str, Any]:
+    """The object at `container[key]`: {} when absent, and when not an object (reported)."""
+    value = container.get(key, _MISSING)
+    if type(value) is dict:
+        return value
+    if value is _MISSING:
+        return {}
+    return mapping(value, field, line, problems)
+
+
 def text(value: Any) -> Any:
     return "" if value is None else value
 
@@ -324,6 +367,10 @@ class Converter:
         """A session_start after events begins the next session of an append-mode file."""
         return self.emitted > 0 and record.get("event_type") == "session_start"
 
+    def flush(self) -> list[CanonicalEvent]:
+        """The events held back until the records of the session are exhausted: none here."""
+        return []
+
     def finish(self) -> None:
         """Complete the metadata once the records of the session are exhausted."""
         _complete(self.meta, self.fallback_id)
@@ -364,11 +411,7 @@ class Converter:
         step_key: str = "step",
     ) -> tuple[CanonicalEvent, dict[str, Any], Any]:
         """The event with the fields every record type shares; (event, data, raw timestamp)."""
-        data = record.get("data", _MISSING)
-        if data is _MISSING:
-            data = {}
-        elif type(data) is not dict:
-            data = mapping(data, "data", line, problems)
+        data = mapping_at(record, "data", "data", line, problems)
 
         stamp = record.get("timestamp")
         timestamp, timestamp_text = parse_timestamp_text(stamp)
@@ -431,11 +474,7 @@ class Converter:
         self.step_tokens_counted = False
 
     def _step_action(self, event, data, stamp, line, problems) -> None:
-        action = data.get("action", _MISSING)
-        if action is _MISSING:
-            action = {}
-        elif type(action) is not dict:
-            action = mapping(action, "data.action", line, problems)
+        action = mapping_at(data, "action", "data.action", line, problems)
         current = self.step
         current["action_type"] = text(action.get("action", ""))
         current["action_code"] = text(action.get("code", ""))
@@ -443,11 +482,7 @@ class Converter:
         current["raw_action"] = action
 
     def _step_result(self, event, data, stamp, line, problems) -> None:
-        observation = data.get("observation", _MISSING)
-        if observation is _MISSING:
-            observation = {}
-        elif type(observation) is not dict:
-            observation = mapping(observation, "data.observation", line, problems)
+        observation = mapping_at(data, "observation", "data.observation", line, problems)
         current = self.step
         success = bool(data.get("success", False))
         current["success"] = success
@@ -645,13 +680,28 @@ class Converter:
         event.is_error = True
 
     def _session_end(self, event, data, stamp, line, problems) -> None:
-        meta = self.meta
         if "completed" in data:
-            meta.completed = bool(data["completed"])
-        if "final_response" in data and data["final_response"]:
-            meta.final_answer = str(data["final_response"])
-        if "total_reward" in data:
-            total = number(data["total_reward"], "data.total_reward", line, problems)
+            self.meta.completed = bool(data["completed"])
+        self.end_session(event, data, data.get("final_response"), line, problems)
+
+    def end_session(
+        self,
+        event: CanonicalEvent,
+        fields: dict[str, Any],
+        answer: Any,
+        line: int | None,
+        problems: Problems,
+        *,
+        prefix: str = "data.",
+    ) -> None:
+        """What the record ending a session (session_end, or a legacy format's own) states: the
+        final answer when there is one, `fields`' total_reward (reported as `prefix` +
+        "total_reward"), and the session's end at the event's time."""
+        meta = self.meta
+        if answer:
+            meta.final_answer = str(answer)
+        if "total_reward" in fields:
+            total = number(fields["total_reward"], f"{prefix}total_reward", line, problems)
             if total is not None:
                 meta.total_reward = float(total)
         if event.timestamp is not None:

@@ -15,8 +15,9 @@ from typing import Any, Iterator
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source, read_records
-from .rlm_native import STEP_DEFAULTS, number, parse_timestamp, text
+from .rlm_native import number, parse_timestamp, text
 from .rlm_snapshot import _PrefixedProblems
+from .step_state import STEP_DEFAULTS
 
 NAME = "rlm_sink"
 

@@ -29,7 +29,8 @@ import orjson
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, ParsedSession, Problems, SessionMeta, StateChange
 from . import Head, Source, cannot_store
 from .json_documents import JsonDocument
-from .rlm_native import STEP_DEFAULTS, mapping, number, parse_timestamp, text
+from .rlm_native import mapping, number, parse_timestamp, text
+from .step_state import STEP_DEFAULTS
 
 NAME = "rlm_snapshot"
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..canonical import Kind, ParsedSession, Problems
-from . import Head, Source, parse_appended_sessions
-from .rlm_native import Converter, mapping, number, text
+from . import Head, Source
+from .rlm_native import Converter, legacy_kind, mapping_at, number, parse_with, text
 
 NAME = "rlm_steps"
 
@@ -38,23 +38,7 @@ def sniff(head: Head) -> bool:
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
     """One session per file, or one per `final` line when a file holds several runs."""
-    return parse_appended_sessions(
-        source,
-        problems,
-        new_converter=lambda stem: StepsConverter(fallback_id=stem),
-        session_events=_session_events,
-    )
-
-
-def _session_events(converter, pending, records, problems):
-    line, record, raw = pending.pop()
-    yield from converter.convert(record, raw, line, problems)
-    for line, record, raw in records:
-        if converter.starts_new_session(record):
-            pending.append((line, record, raw))
-            break
-        yield from converter.convert(record, raw, line, problems)
-    converter.finish()
+    return parse_with(StepsConverter, source, problems)
 
 
 class StepsConverter(Converter):
@@ -67,14 +51,10 @@ class StepsConverter(Converter):
         return self.ended and record.get("type") in ("step", "context")
 
     def convert(self, record, raw, line, problems):
-        kind_name = record.get("type")
-        if type(kind_name) is not str or not kind_name:
-            problems.add(line, "type", "missing type; line skipped")
+        found = legacy_kind(record, "type", KINDS, line, problems)
+        if found is None:
             return []
-        kind = KINDS.get(kind_name)
-        if kind is None:
-            problems.add(line, "type", f"unknown type {kind_name[:60]!r}; kept as a custom event")
-            kind = Kind.CUSTOM
+        kind_name, kind = found
         # The whole record is the event's data in this format.
         event, _, stamp = self.base_event(
             {**record, "data": {}}, raw, line, problems, kind_name, kind
@@ -97,18 +77,12 @@ class StepsConverter(Converter):
         parent = record.get("parent_run_id")
         if parent:
             event.parent_id = str(parent)[:200]
-        action = record.get("action", {})
-        if type(action) is not dict:
-            action = mapping(action, "action", line, problems)
-        observation = record.get("observation", {})
-        if type(observation) is not dict:
-            observation = mapping(observation, "observation", line, problems)
+        action = mapping_at(record, "action", "action", line, problems)
+        observation = mapping_at(record, "observation", "observation", line, problems)
         success = observation.get("success")
         if success is None:
             success = not bool(observation.get("error") or observation.get("stderr"))
-        usage = record.get("usage", {})
-        if type(usage) is not dict:
-            usage = mapping(usage, "usage", line, problems)
+        usage = mapping_at(record, "usage", "usage", line, problems)
         tokens = 0
         for name in ("prompt_tokens", "completion_tokens"):
             if name in usage:
@@ -136,16 +110,7 @@ class StepsConverter(Converter):
         self.close_step(event, step_data, stamp, line, problems)
 
     def _final_line(self, event, record, line, problems) -> None:
-        meta = self.meta
         self.ended = True
         if "completed" in record:
-            meta.completed = bool(record["completed"])
-        answer = record.get("final_response")
-        if answer:
-            meta.final_answer = str(answer)
-        if "total_reward" in record:
-            total = number(record["total_reward"], "total_reward", line, problems)
-            if total is not None:
-                meta.total_reward = float(total)
-        if event.timestamp is not None:
-            meta.ended_at = event.timestamp
+            self.meta.completed = bool(record["completed"])
+        self.end_session(event, record, record.get("final_response"), line, problems, prefix="")

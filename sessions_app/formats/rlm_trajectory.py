@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems
-from . import Head, Source, parse_appended_sessions
-from .rlm_native import Converter, mapping, number, text
+from . import Head, Source
+from .rlm_native import Converter, legacy_kind, mapping, number, parse_with, text
 
 NAME = "rlm_trajectory"
 
@@ -60,24 +60,7 @@ def sniff(head: Head) -> bool:
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
     """One ParsedSession per run_start that follows earlier events (the logger appends)."""
-    return parse_appended_sessions(
-        source,
-        problems,
-        new_converter=lambda stem: TrajectoryConverter(fallback_id=stem),
-        session_events=_session_events,
-    )
-
-
-def _session_events(converter, pending, records, problems) -> Iterator[CanonicalEvent]:
-    number_, record, raw = pending.pop()
-    yield from converter.convert(record, raw, number_, problems)
-    for number_, record, raw in records:
-        if converter.starts_new_session(record):
-            pending.append((number_, record, raw))
-            break
-        yield from converter.convert(record, raw, number_, problems)
-    yield from converter.flush()
-    converter.finish()
+    return parse_with(TrajectoryConverter, source, problems)
 
 
 class TrajectoryConverter(Converter):
@@ -96,14 +79,10 @@ class TrajectoryConverter(Converter):
     def convert(
         self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
     ) -> list[CanonicalEvent]:
-        event_type = record.get("event_type")
-        if type(event_type) is not str or not event_type:
-            problems.add(line, "event_type", "missing event_type; line skipped")
+        found = legacy_kind(record, "event_type", KINDS, line, problems)
+        if found is None:
             return []
-        kind = KINDS.get(event_type)
-        if kind is None:
-            problems.add(line, "event_type", f"unknown event_type {event_type[:60]!r}; kept as a custom event")
-            kind = Kind.CUSTOM
+        event_type, kind = found
         event, data, stamp = self.base_event(
             record, raw, line, problems, event_type, kind, step_key="iteration"
         )
@@ -247,20 +226,11 @@ class TrajectoryConverter(Converter):
         self._error(event, data, stamp, line, problems)
 
     def _run_end(self, event, data, stamp, line, problems, record) -> None:
-        meta = self.meta
         if "completed" in data:
-            meta.completed = bool(data["completed"])
+            self.meta.completed = bool(data["completed"])
         elif "success" in data:  # the logger's run_end
-            meta.completed = bool(data["success"])
-        answer = data.get("final_response") or data.get("answer")
-        if answer:
-            meta.final_answer = str(answer)
-        if "total_reward" in data:
-            total = number(data["total_reward"], "data.total_reward", line, problems)
-            if total is not None:
-                meta.total_reward = float(total)
-        if event.timestamp is not None:
-            meta.ended_at = event.timestamp
+            self.meta.completed = bool(data["success"])
+        self.end_session(event, data, data.get("final_response") or data.get("answer"), line, problems)
 
 
 def _number_at(container: dict[str, Any], key: str, field: str, line, problems) -> Any:
