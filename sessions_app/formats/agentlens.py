@@ -38,8 +38,9 @@ import orjson
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import clip, number, parse_iso, text
-from .records import DiscardProblems, Record, RecordSpool, file_bytes, iter_records, monotonic_progress
+from .fields import clip, number, parse_iso, payload_object, record_kind, text
+from .records import DiscardProblems, Record, RecordSpool, iter_records
+from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
 NAME = "agentlens"
 Json = dict[str, Any]
@@ -81,8 +82,6 @@ APPROVAL_OUTCOME = {
 # Open calls and priced responses remembered for pairing details and cost de-duplication; a
 # session that never answers its calls cannot grow the (JSON) converter state without bound.
 MAX_REMEMBERED = 2000
-# Step outputs keep this much text; the whole value stays in the event's payload.
-STEP_TEXT_LIMIT = 4000
 # Unknown event types all become `custom`: past this many, which ones is no longer told apart.
 MAX_TYPES_PER_KIND = 20
 
@@ -120,10 +119,8 @@ class _SessionInfo:
 
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
-    spool = RecordSpool(file_bytes=file_bytes(source))
-    try:
+    with RecordSpool.of(source) as spool:
         sessions = _list_sessions(source, problems, spool)
-        progress = monotonic_progress(source.on_bytes)
         for session_id, info in sessions.items():
             converter = Converter()
             meta = converter.meta
@@ -138,10 +135,8 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
                     info.first_line, "timestamp",
                     f"session {session_id}: events are not in time order; kept in file order",
                 )  # fmt: skip
-            records = spool.records(session_id, newest_first=order == "newest_first", on_bytes=progress)
+            records = spool.records(session_id, newest_first=order == "newest_first")
             yield ParsedSession(meta=meta, events=_convert_all(converter, records, problems))
-    finally:
-        spool.close()
 
 
 def source_chain_summary(chain: Json) -> Json | None:
@@ -264,17 +259,7 @@ class Converter:
     def convert(
         self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
     ) -> list[CanonicalEvent]:
-        event_type = record.get("eventType")
-        if not isinstance(event_type, str) or not event_type:
-            problems.add(line, "eventType", "missing eventType: kept as a custom event")
-            event_type = ""
-            kind = Kind.CUSTOM
-        else:
-            kind = KINDS.get(event_type)
-            if kind is None:
-                problems.add(line, "eventType", f"unknown eventType {event_type!r}: kept as a custom event")
-                kind = Kind.CUSTOM
-
+        event_type, kind = record_kind(record, "eventType", KINDS, line, problems)
         timestamp = parse_iso(record.get("timestamp"), "timestamp", line, problems)
         self._timestamp_text = record.get("timestamp")
         severity = record.get("severity", "info")
@@ -282,13 +267,7 @@ class Converter:
         if not isinstance(severity, str) or severity not in SEVERITIES:
             problems.add(line, "severity", f"unknown severity {clip(text(severity), 40)!r}: taken as info")
             severity = "info"
-        source_payload = record.get("payload", {})
-        if source_payload is None:
-            problems.add(line, "payload", "null payload (taken as empty)")
-            source_payload = {}
-        elif not isinstance(source_payload, dict):
-            problems.add(line, "payload", f"payload is a {type(source_payload).__name__}, not an object")
-            source_payload = {"value": source_payload}
+        source_payload = payload_object(record.get("payload", {}), line, problems)
 
         payload = dict(source_payload)
         envelope: dict[str, Any] = {"id": record.get("id"), "severity": severity}
@@ -324,11 +303,9 @@ class Converter:
     def _tool_call(
         self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
     ) -> None:
-        call_id = _str(payload, "callId")
         event.tool = _str(payload, "toolName")
-        event.pair_id = call_id
+        call_id = _pair_id(event, payload, "callId", line, problems)
         if not call_id:
-            problems.add(line, "payload.callId", "tool_call without callId: it cannot be paired")
             return
         self._remember_call(call_id, {
             "kind": "tool", "name": event.tool, "ts": _ms(event.timestamp),
@@ -338,11 +315,7 @@ class Converter:
     def _tool_outcome(
         self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
     ) -> None:
-        call_id = _str(payload, "callId")
-        call = self._calls.pop(call_id, None) if call_id else None
-        if not call_id:
-            problems.add(line, "payload.callId", f"{event.source_type} without callId: it cannot be paired")
-        event.pair_id = call_id
+        call_id, call = self._answered_call(event, payload, "callId", line, problems)
         event.tool = _str(payload, "toolName") or (call or {}).get("name", "")
         event.duration_ms = number(payload, "durationMs", "payload.durationMs", line, problems)
         failed = event.kind == Kind.TOOL_ERROR
@@ -371,11 +344,9 @@ class Converter:
     def _llm_call(
         self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
     ) -> None:
-        call_id = _str(payload, "callId")
         event.tool = _str(payload, "model")
-        event.pair_id = call_id
+        call_id = _pair_id(event, payload, "callId", line, problems)
         if not call_id:
-            problems.add(line, "payload.callId", "llm_call without callId: it cannot be paired")
             return
         self._remember_call(call_id, {
             "kind": "llm", "name": event.tool, "ts": _ms(event.timestamp),
@@ -385,11 +356,7 @@ class Converter:
     def _llm_response(
         self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
     ) -> None:
-        call_id = _str(payload, "callId")
-        call = self._calls.pop(call_id, None) if call_id else None
-        if not call_id:
-            problems.add(line, "payload.callId", "llm_response without callId: it cannot be paired")
-        event.pair_id = call_id
+        call_id, call = self._answered_call(event, payload, "callId", line, problems)
         event.tool = _str(payload, "model") or (call or {}).get("name", "")
         tokens = _tokens(payload, "usage", line, problems)
         cost = number(payload, "costUsd", "payload.costUsd", line, problems)
@@ -453,10 +420,8 @@ class Converter:
     def _approval_request(
         self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
     ) -> None:
-        request_id = _str(payload, "requestId")
-        event.pair_id = request_id
+        request_id = _pair_id(event, payload, "requestId", line, problems)
         if not request_id:
-            problems.add(line, "payload.requestId", "approval_requested without requestId: it cannot be paired")
             return
         self._remember_call(request_id, {
             "kind": "approval", "name": _str(payload, "action"), "ts": _ms(event.timestamp),
@@ -466,11 +431,7 @@ class Converter:
     def _approval_decision(
         self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
     ) -> None:
-        request_id = _str(payload, "requestId")
-        request = self._calls.pop(request_id, None) if request_id else None
-        event.pair_id = request_id
-        if not request_id:
-            problems.add(line, "payload.requestId", f"{event.source_type} without requestId: it cannot be paired")
+        request_id, request = self._answered_call(event, payload, "requestId", line, problems)
         outcome = APPROVAL_OUTCOME[event.kind]
         action = _str(payload, "action") or (request or {}).get("name", "")
         decided_by = _str(payload, "decidedBy")
@@ -579,39 +540,26 @@ class Converter:
         if source_type not in types and len(types) < MAX_TYPES_PER_KIND:
             types.append(source_type)
 
-    def _close_step(
-        self,
-        event: CanonicalEvent,
-        *,
-        action_type: str,
-        action_code: str,
-        success: bool,
-        output: str,
-        error: str,
-        duration_ms: float | None,
-        tokens: int,
-        raw_action: dict[str, Any],
-        action_rationale: str = "",
-    ) -> None:
+    def _close_step(self, event: CanonicalEvent, **outcome: Any) -> None:
+        """Close the next step on `event`; `outcome` holds the rest of unrewarded_step_state's
+        arguments."""
         self._steps += 1
         event.step = self._steps
-        event.step_state = {
-            "step": self._steps,
+        event.step_state = unrewarded_step_state(
+            step=self._steps,
             # The source's own ISO text (already validated), as rlm-code's StepState keeps it.
-            "timestamp": self._timestamp_text if event.timestamp is not None else "",
-            "action_type": action_type,
-            "action_code": action_code,
-            "action_rationale": action_rationale,
-            "success": success,
-            "output": clip(output, STEP_TEXT_LIMIT),
-            "error": clip(error, STEP_TEXT_LIMIT),
-            "reward": 0.0,
-            "cumulative_reward": 0.0,
-            "duration_ms": duration_ms or 0.0,
-            "tokens_used": tokens,
-            "raw_action": raw_action,
-            "raw_observation": {"eventType": event.source_type, "id": event.payload["_source"].get("id")},
-        }
+            timestamp=self._timestamp_text if event.timestamp is not None else "",
+            raw_observation={"eventType": event.source_type, "id": event.payload["_source"].get("id")},
+            **outcome,
+        )
+
+    def _answered_call(
+        self, event: CanonicalEvent, payload: Json, key: str, line: int | None, problems: Problems
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The id at `payload[key]` and the open call (or approval request) it answers, now
+        closed: None without an id, or when the call was never seen or has been forgotten."""
+        call_id = _pair_id(event, payload, key, line, problems)
+        return call_id, self._calls.pop(call_id, None) if call_id else None
 
     def _duration(self, event: CanonicalEvent, call: dict[str, Any] | None) -> float | None:
         if event.duration_ms is not None:
@@ -647,6 +595,16 @@ _HANDLERS = {
     Kind.APPROVAL_DENIED: Converter._approval_decision,
     Kind.APPROVAL_EXPIRED: Converter._approval_decision,
 }
+
+
+def _pair_id(event: CanonicalEvent, payload: Json, key: str, line: int | None, problems: Problems) -> str:
+    """The id at `payload[key]` that pairs a call (or approval request) with its answer, set as
+    the event's pair id; an event without one is reported."""
+    pair_id = _str(payload, key)
+    event.pair_id = pair_id
+    if not pair_id:
+        problems.add(line, f"payload.{key}", f"{event.source_type} without {key}: it cannot be paired")
+    return pair_id
 
 
 def _ms(value: datetime | None) -> float | None:

@@ -33,8 +33,9 @@ from typing import Any
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import clip, number, parse_epoch_ms, text
+from .fields import clip, number, parse_epoch_ms, record_kind, text
 from .records import iter_records
+from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
 NAME = "daycare"
 BODY_KEYS = ("records",)
@@ -62,7 +63,6 @@ RESUME_MESSAGE = {
     "tool_call": "a restart resumes the latest snapshot with the error 'Process was restarted'",
     "error": "a restart completes the block with isError=true: 'Process was restarted before any tool call'",
 }
-STEP_TEXT_LIMIT = 4000
 # Messages with run_python calls remembered to find a block's message by its code.
 RECENT_MESSAGES = 50
 # Events held back after the latest event of an open block (see _History.events).
@@ -181,15 +181,7 @@ class _History:
 
     def convert(self, record: dict[str, Any], raw: str, line: int) -> list[CanonicalEvent]:
         problems = self.problems
-        record_type = record.get("type")
-        if not isinstance(record_type, str) or not record_type:
-            problems.add(line, "type", "missing type: kept as a custom event")
-            record_type, kind = "", Kind.CUSTOM
-        else:
-            kind = KINDS.get(record_type)
-            if kind is None:
-                problems.add(line, "type", f"unknown type {record_type!r}: kept as a custom event")
-                kind = Kind.CUSTOM
+        record_type, kind = record_kind(record, "type", KINDS, line, problems)
         at = record.get("at")
         timestamp = parse_epoch_ms(at, "at", line, problems) if "at" in record else None
         if "at" not in record:
@@ -419,10 +411,7 @@ class _History:
     ) -> list[CanonicalEvent] | None:
         call_id = self._text_field(record, "toolCallId", line)
         name = self._text_field(record, "toolName", line)
-        is_error = record.get("toolIsError")
-        if not isinstance(is_error, bool):
-            self.problems.add(line, "toolIsError", f"not a boolean: {clip(text(is_error), 40)} (taken as false)")
-            is_error = False
+        is_error = self._bool_field(record, "toolIsError", line)
         event.tool = name
         event.failed = is_error
         if is_error:
@@ -452,10 +441,7 @@ class _History:
         self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
     ) -> list[CanonicalEvent] | None:
         call_id = self._text_field(record, "toolCallId", line)
-        is_error = record.get("isError")
-        if not isinstance(is_error, bool):
-            self.problems.add(line, "isError", f"not a boolean: {clip(text(is_error), 40)} (taken as false)")
-            is_error = False
+        is_error = self._bool_field(record, "isError", line)
         count = number(record, "toolCallCount", "toolCallCount", line, self.problems)
         error = self._text_field(record, "error", line, required=False)
         output = text(record.get("output"))
@@ -537,6 +523,13 @@ class _History:
             return ""
         self.problems.add(line, key, f"{key} is a {type(value).__name__}, not text")
         return text(value)
+
+    def _bool_field(self, record: dict[str, Any], key: str, line: int) -> bool:
+        value = record.get(key)
+        if isinstance(value, bool):
+            return value
+        self.problems.add(line, key, f"not a boolean: {clip(text(value), 40)} (taken as false)")
+        return False
 
     def finish(self, last: CanonicalEvent | None) -> None:
         """The recovery phase, exactly as daycare's agentLoopPendingPhaseResolve decides it.
@@ -634,36 +627,16 @@ def _elapsed_ms(start_ms: float | None, event: CanonicalEvent) -> float | None:
     return max(0.0, event.timestamp.timestamp() * 1000.0 - start_ms)
 
 
-def _step_state(
-    *,
-    step: int,
-    event: CanonicalEvent,
-    code: str,
-    description: str,
-    success: bool,
-    output: str,
-    error: str,
-    duration_ms: float | None,
-    tokens: int,
-    raw_action: dict[str, Any],
-    raw_observation: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "step": step,
-        "timestamp": event.timestamp.isoformat() if event.timestamp is not None else "",
-        "action_type": RUN_PYTHON,
-        "action_code": code,
-        "action_rationale": description,
-        "success": success,
-        "output": clip(output, STEP_TEXT_LIMIT),
-        "error": clip(error, STEP_TEXT_LIMIT),
-        "reward": 0.0,
-        "cumulative_reward": 0.0,
-        "duration_ms": duration_ms or 0.0,
-        "tokens_used": tokens,
-        "raw_action": raw_action,
-        "raw_observation": raw_observation,
-    }
+def _step_state(*, event: CanonicalEvent, code: str, description: str, **outcome: Any) -> dict[str, Any]:
+    """A run_python block's StepState; `outcome` holds the rest of unrewarded_step_state's
+    arguments."""
+    return unrewarded_step_state(
+        timestamp=event.timestamp.isoformat() if event.timestamp is not None else "",
+        action_type=RUN_PYTHON,
+        action_code=code,
+        action_rationale=description,
+        **outcome,
+    )
 
 
 _HANDLERS = {

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from ..canonical import INT64_MAX, INT64_MIN, Problems
+from ..canonical import INT64_MAX, INT64_MIN, Kind, Problems
 
 _MISSING = object()
 
@@ -47,6 +47,34 @@ def text(value: Any) -> str:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:
         return str(value)
+
+
+def record_kind(
+    record: dict[str, Any], key: str, kinds: dict[str, str], line: int | None, problems: Problems
+) -> tuple[str, str]:
+    """The record's type at `record[key]` and its canonical kind in `kinds`. A missing type
+    ("" then) or an unknown one is reported, and the record kept as a custom event."""
+    name = record.get(key)
+    if not isinstance(name, str) or not name:
+        problems.add(line, key, f"missing {key}: kept as a custom event")
+        return "", Kind.CUSTOM
+    kind = kinds.get(name)
+    if kind is None:
+        problems.add(line, key, f"unknown {key} {name!r}: kept as a custom event")
+        return name, Kind.CUSTOM
+    return name, kind
+
+
+def payload_object(value: Any, line: int | None, problems: Problems) -> dict[str, Any]:
+    """A record's `payload` as an object: null is taken as empty and any other value that is no
+    object is kept under "value", both reported."""
+    if value is None:
+        problems.add(line, "payload", "null payload (taken as empty)")
+        return {}
+    if not isinstance(value, dict):
+        problems.add(line, "payload", f"payload is a {type(value).__name__}, not an object")
+        return {"value": value}
+    return value
 
 
 def clip(value: str, limit: int) -> str:

@@ -35,13 +35,13 @@ import orjson
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import clip, parse_iso, text
-from .records import Record, RecordSpool, file_bytes, iter_records, monotonic_progress
+from .fields import clip, parse_iso, payload_object, text
+from .records import Record, RecordSpool, iter_records
+from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
 NAME = "flux0"
 RECORD_KINDS = ("header", "chunk", "emitted")
 ERROR_STATUSES = frozenset({"error", "failed"})
-STEP_TEXT_LIMIT = 4000
 
 
 _RECORDING_ID_IN_TEXT = re.compile(rb'"recording_id"\s*:')
@@ -66,10 +66,8 @@ class _RecordingInfo:
 
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
-    spool = RecordSpool(file_bytes=file_bytes(source))
-    try:
+    with RecordSpool.of(source) as spool:
         recordings = _list_recordings(source, problems, spool)
-        progress = monotonic_progress(source.on_bytes)
         for recording_id, info in recordings.items():
             meta = SessionMeta(
                 source_session_id=info.source_session_id or recording_id,
@@ -79,10 +77,8 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
             if info.source_session_id:
                 meta.metadata["source_session_id"] = info.source_session_id
             recording = _Recording(meta, problems)
-            records = spool.records(recording_id, on_bytes=progress)
+            records = spool.records(recording_id)
             yield ParsedSession(meta=meta, events=recording.events(records))
-    finally:
-        spool.close()
 
 
 def _list_recordings(source: Source, problems: Problems, spool: RecordSpool) -> dict[str, _RecordingInfo]:
@@ -284,13 +280,7 @@ class _Recording:
                 )  # fmt: skip
         timestamp = parse_iso(record.get("created_at"), "created_at", line, problems)
         self._check_offset(record, line)
-        payload = record.get("payload")
-        if payload is None:
-            problems.add(line, "payload", "null payload (taken as empty)")
-            payload = {}
-        elif not isinstance(payload, dict):
-            problems.add(line, "payload", f"payload is a {type(payload).__name__}, not an object")
-            payload = {"value": payload}
+        payload = payload_object(record.get("payload"), line, problems)
         out = dict(payload)
         out["_source"] = {"id": record.get("id"), "offset": record.get("offset"), "kind": kind_name}
         event = CanonicalEvent(
@@ -552,22 +542,20 @@ class _Recording:
         duration = None
         if self.turn_at is not None and event.timestamp is not None:
             duration = max(0.0, (event.timestamp - self.turn_at).total_seconds() * 1000.0)
-        event.step_state = {
-            "step": self.turn,
-            "timestamp": event.timestamp.isoformat() if event.timestamp is not None else "",
-            "action_type": "agent_turn",
-            "action_code": "",
-            "action_rationale": clip(self.turn_text, STEP_TEXT_LIMIT),
-            "success": not error,
-            "output": clip(message, STEP_TEXT_LIMIT),
-            "error": clip(error, STEP_TEXT_LIMIT),
-            "reward": 0.0,
-            "cumulative_reward": 0.0,
-            "duration_ms": duration or 0.0,
-            "tokens_used": 0,
-            "raw_action": {"correlation_id": correlation_id},
-            "raw_observation": {"unfinished": bool(event.payload.get("unfinished"))},
-        }
+        event.step_state = unrewarded_step_state(
+            step=self.turn,
+            timestamp=event.timestamp.isoformat() if event.timestamp is not None else "",
+            action_type="agent_turn",
+            action_code="",
+            action_rationale=clip(self.turn_text, STEP_TEXT_LIMIT),
+            success=not error,
+            output=message,
+            error=error,
+            duration_ms=duration,
+            tokens=0,
+            raw_action={"correlation_id": correlation_id},
+            raw_observation={"unfinished": bool(event.payload.get("unfinished"))},
+        )
 
 
 def _fill_tool_result(event: CanonicalEvent, call: dict[str, Any]) -> None:

@@ -214,7 +214,7 @@ class RecordSpool:
     each group is a numbered file.
     """
 
-    def __init__(self, *, file_bytes: int = 0) -> None:
+    def __init__(self, *, file_bytes: int = 0, on_bytes: Callable[[int], None] | None = None) -> None:
         import tempfile  # here, not at the top: the parse worker's start need not pay for it
 
         self.folder = Path(tempfile.mkdtemp(prefix="replay-spool-"))
@@ -222,9 +222,21 @@ class RecordSpool:
         self.handles: OrderedDict[int, IO[bytes]] = OrderedDict()
         self.total = 0
         self.read = 0
-        # Reading back reports progress in bytes of the source file (`file_bytes`), in the
-        # proportion of the spool read so far, so a job's progress bar moves with the writes.
+        # Reading back reports progress to `on_bytes` in bytes of the source file (`file_bytes`),
+        # in the proportion of the spool read so far, so a job's progress bar moves with the writes.
         self.file_bytes = file_bytes
+        self.on_bytes = on_bytes
+
+    @classmethod
+    def of(cls, source: Source) -> RecordSpool:
+        """A spool for the records of `source`, reporting its reading back as the source's progress."""
+        return cls(file_bytes=file_bytes(source), on_bytes=monotonic_progress(source.on_bytes))
+
+    def __enter__(self) -> RecordSpool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def add(self, key: str, line: int, raw: bytes) -> None:
         number = self.groups.get(key)
@@ -241,10 +253,9 @@ class RecordSpool:
         handle.write(raw)
         self.total += _FRAME.size + len(raw)
 
-    def records(
-        self, key: str, *, newest_first: bool = False, on_bytes: Callable[[int], None] | None = None
-    ) -> Iterator[Record]:
+    def records(self, key: str, *, newest_first: bool = False) -> Iterator[Record]:
         """The group's records in the order they were added, or the reverse; each group once."""
+        on_bytes = self.on_bytes
         number = self.groups[key]
         handle = self.handles.pop(number, None)
         if handle is not None:
