@@ -213,7 +213,7 @@ def message_text(payload: Any) -> str:
     """The text of a user or agent message: `text` (daycare, flux0's rebuilt messages) or the
     content parts of a flux0 emitted message."""
     if not isinstance(payload, dict):
-        return _text(payload)
+        return display_text(payload)
     if isinstance(payload.get("text"), str):
         return payload["text"]
     data = payload.get("data")
@@ -234,11 +234,11 @@ def preview(event: dict[str, Any]) -> str:
     """A one-line description of an event from its payload (display text, escaped later)."""
     payload = event.get("payload")
     if not isinstance(payload, dict):
-        return _clip(_text(payload))
+        return _clip(display_text(payload))
     if event.get("kind") == Kind.LLM_CALL and isinstance(payload.get("messages"), list) and payload["messages"]:
         last = payload["messages"][-1]
         if isinstance(last, dict):
-            return _clip(_text(last.get("content")))
+            return _clip(display_text(last.get("content")))
     if event.get("kind") in (Kind.USER_MESSAGE, Kind.AGENT_MESSAGE):
         text = message_text(payload)
         if text:
@@ -246,11 +246,12 @@ def preview(event: dict[str, Any]) -> str:
     for key in _PREVIEW_KEYS:
         value = payload.get(key)
         if value not in (None, "", [], {}):
-            return _clip(_text(value))
-    return _clip(_text(payload)) if payload else ""
+            return _clip(display_text(value))
+    return _clip(display_text(payload)) if payload else ""
 
 
-def _text(value: Any) -> str:
+def display_text(value: Any) -> str:
+    """Any payload value as display text: strings as they are, anything else as JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -418,10 +419,10 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
     if context is not None:
         variables = context.get("variables") or {}
         names = list(variables)[-SHOWN_VARIABLES:]
-        frame.variables = [(str(name), _clip_block(_text(variables[name]))) for name in names]
+        frame.variables = [(str(name), _clip_block(display_text(variables[name]))) for name in names]
         frame.variables_hidden = len(variables) - len(names)
         notes = list(context.get("memoryNotes") or [])
-        frame.memory = [_clip_block(_text(note)) for note in notes[-SHOWN_NOTES:]]
+        frame.memory = [_clip_block(display_text(note)) for note in notes[-SHOWN_NOTES:]]
         frame.memory_hidden = len(notes) - len(frame.memory)
         if session.source_format == "daycare":
             frame.block = run_python_block(session=session, seq=seq, context=context)
@@ -527,7 +528,7 @@ def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
         end = ends.get(result_seq) if result_seq is not None and result_seq <= seq else None
         children.append({
             "seq": spawn_seq, "child_id": child_id or pair_id, "depth": depth,
-            "task": _clip(_text(payload.get("task")), 120),
+            "task": _clip(display_text(payload.get("task")), 120),
             "result_seq": result_seq if end else None,
             "finished": end is not None,
             "cost": (end[0] - cost0) if end else None,

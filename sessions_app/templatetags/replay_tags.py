@@ -10,6 +10,7 @@ from django.utils.safestring import SafeString
 
 from .. import highlighting
 from ..canonical import Kind
+from ..replay.frames import display_text
 
 register = template.Library()
 
@@ -84,12 +85,7 @@ def pretty_json(value: Any) -> SafeString:
 
 @register.filter
 def to_text(value: Any) -> str:
-    """Any payload value as display text: strings as they are, anything else as JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+    return display_text(value)
 
 
 @register.filter
