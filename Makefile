@@ -13,7 +13,7 @@ PORT ?= 8000
 
 help:
 	@echo "make run    start the dashboard (web + worker) with demo sessions on http://$(HOST):$(PORT)/"
-	@echo "make test   run the whole suite on SQLite and on a throw-away PostgreSQL"
+	@echo "make test   ruff, then the whole suite on SQLite and on a throw-away PostgreSQL, on two CPythons"
 	@echo "make bench  run the benchmarks under bench/"
 
 $(PY):
@@ -35,6 +35,22 @@ $(DEV_STAMP): $(STAMP) pyproject.toml
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
+
+# The suite runs on a second CPython too (3.12 beside 3.13, or the other way round) where the
+# machine has one: the same code must run on every CPython >= 3.12.
+ALT_VENV := .venv-alt
+ALT_PY := $(ALT_VENV)/bin/python
+ALT_STAMP := $(ALT_VENV)/.installed-dev
+
+$(ALT_STAMP): pyproject.toml | $(PY)
+	@PYBIN=$$(.ci/find-python --other $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')) || \
+	  { echo "note: no second Python >= 3.12 here; the suite runs on $$($(PY) --version) only"; exit 0; }; \
+	echo "Creating $(ALT_VENV) with $$PYBIN"; \
+	"$$PYBIN" -m venv $(ALT_VENV) && \
+	$(ALT_PY) -m pip install --quiet --upgrade pip && \
+	$(ALT_PY) -m pip install --quiet -e '.[dev]' && \
+	$(ALT_PY) -m pip install --quiet --no-deps 'rlm-code==0.1.13' && \
+	touch $@
 
 # Browser tests drive Debian's Chromium (never a downloaded browser).
 browser:
@@ -59,12 +75,17 @@ run: demo
 	$(PY) manage.py runserver --insecure --noreload $(HOST):$(PORT) & \
 	wait
 
-test: $(DEV_STAMP) browser
+test: $(DEV_STAMP) $(ALT_STAMP) browser
 	@rc=0; \
-	echo "=== tests on SQLite ==="; \
-	$(PY) -m pytest || rc=1; \
-	echo "=== tests on PostgreSQL ==="; \
-	$(PY) .ci/with_postgres.py -- $(PY) -m pytest || rc=1; \
+	echo "=== ruff (lint and format) ==="; \
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . || rc=1; \
+	for py in $(PY) $$( [ -x $(ALT_PY) ] && echo $(ALT_PY) ); do \
+	  version=$$($$py --version); \
+	  echo "=== tests on SQLite, $$version ==="; \
+	  $$py -m pytest || rc=1; \
+	  echo "=== tests on PostgreSQL, $$version ==="; \
+	  $$py .ci/with_postgres.py -- $$py -m pytest || rc=1; \
+	done; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$rc
 
@@ -79,4 +100,4 @@ bench: $(DEV_STAMP)
 	$(PY) bench/replay_bench.py
 
 clean:
-	rm -rf var/ .pytest_cache
+	rm -rf var/ .pytest_cache $(ALT_VENV)
