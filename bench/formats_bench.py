@@ -78,27 +78,51 @@ def agentlens_events(count: int):
         phase = i % 6
         call = f"c{session}{n}"
         if phase in (0, 1):
-            kind, payload = "llm_call", {
-                "callId": call, "provider": "openai", "model": "gpt-4o",
-                "messages": [{"role": "user", "content": f"Plan step {n}: summarise ticket {n % 97} " * 6}],
-            }
+            kind, payload = (
+                "llm_call",
+                {
+                    "callId": call,
+                    "provider": "openai",
+                    "model": "gpt-4o",
+                    "messages": [{"role": "user", "content": f"Plan step {n}: summarise ticket {n % 97} " * 6}],
+                },
+            )
         elif phase in (2, 3):
-            kind, payload = "llm_response", {
-                "callId": call, "provider": "openai", "model": "gpt-4o",
-                "completion": f"Ticket {n % 97} is a duplicate of #{n % 13}. " * 4, "finishReason": "stop",
-                "usage": {"inputTokens": 820, "outputTokens": 64, "totalTokens": 884},
-                "costUsd": 0.0031, "latencyMs": 640,
-            }
+            kind, payload = (
+                "llm_response",
+                {
+                    "callId": call,
+                    "provider": "openai",
+                    "model": "gpt-4o",
+                    "completion": f"Ticket {n % 97} is a duplicate of #{n % 13}. " * 4,
+                    "finishReason": "stop",
+                    "usage": {"inputTokens": 820, "outputTokens": 64, "totalTokens": 884},
+                    "costUsd": 0.0031,
+                    "latencyMs": 640,
+                },
+            )
         elif phase == 4:
             kind, payload = "tool_call", {"toolName": "search", "callId": f"t{call}", "arguments": {"q": f"ticket {n}"}}
         else:
             failed = n % 9 == 0
             kind = "tool_error" if failed else "tool_response"
-            payload = {"callId": f"t{call}", "toolName": "search", "durationMs": 35,
-                       **({"error": "timeout"} if failed else {"result": {"hits": n % 5}})}
-        event = {"id": f"evt{i:08d}", "timestamp": _iso(i * 50), "sessionId": session, "agentId": "bench-bot",
-                 "eventType": kind, "severity": "error" if kind == "tool_error" else "info",
-                 "payload": payload, "metadata": {}, "prevHash": prev[session]}
+            payload = {
+                "callId": f"t{call}",
+                "toolName": "search",
+                "durationMs": 35,
+                **({"error": "timeout"} if failed else {"result": {"hits": n % 5}}),
+            }
+        event = {
+            "id": f"evt{i:08d}",
+            "timestamp": _iso(i * 50),
+            "sessionId": session,
+            "agentId": "bench-bot",
+            "eventType": kind,
+            "severity": "error" if kind == "tool_error" else "info",
+            "payload": payload,
+            "metadata": {},
+            "prevHash": prev[session],
+        }
         # AgentLens's own hash, which the importer checks (formats/agentlens.py).
         event["hash"] = source_hash(event)
         prev[session] = event["hash"]
@@ -126,9 +150,19 @@ def write_flux0(path: Path, count: int) -> None:
 
         def record(kind: str, payload: dict) -> None:
             nonlocal offset
-            out.write(json.dumps({"id": f"r{offset:08d}", "recording_id": "RecBench01", "offset": offset,
-                                  "kind": kind, "created_at": (T0 + timedelta(milliseconds=offset * 40)).isoformat(),
-                                  "payload": payload}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "id": f"r{offset:08d}",
+                        "recording_id": "RecBench01",
+                        "offset": offset,
+                        "kind": kind,
+                        "created_at": (T0 + timedelta(milliseconds=offset * 40)).isoformat(),
+                        "payload": payload,
+                    }
+                )
+                + "\n"
+            )
             offset += 1
 
         record("header", {"source_session_id": "bench_session"})
@@ -136,18 +170,52 @@ def write_flux0(path: Path, count: int) -> None:
         while offset < count:
             turn += 1
             corr = f"corr{turn}"
-            record("emitted", {"id": f"u{turn}", "source": "user", "type": "message", "correlation_id": corr,
-                               "data": {"type": "message", "parts": [{"type": "content", "content": f"Question {turn}?"}]}, "metadata": {}})
+            record(
+                "emitted",
+                {
+                    "id": f"u{turn}",
+                    "source": "user",
+                    "type": "message",
+                    "correlation_id": corr,
+                    "data": {"type": "message", "parts": [{"type": "content", "content": f"Question {turn}?"}]},
+                    "metadata": {},
+                },
+            )
             for status in ("processing", "typing"):
-                record("emitted", {"id": f"run{turn}", "source": "ai_agent", "type": "status", "correlation_id": corr,
-                                   "data": {"type": "status", "status": status, "data": {}}, "metadata": None})
+                record(
+                    "emitted",
+                    {
+                        "id": f"run{turn}",
+                        "source": "ai_agent",
+                        "type": "status",
+                        "correlation_id": corr,
+                        "data": {"type": "status", "status": status, "data": {}},
+                        "metadata": None,
+                    },
+                )
             for piece in range(20):
-                record("chunk", {"correlation_id": corr, "event_id": f"run{turn}", "seq": 0,
-                                 "patches": [{"op": "add", "path": "/-", "value": f"word{piece} "}],
-                                 "metadata": {"agent_id": "agent01", "agent_name": "bench"}})
+                record(
+                    "chunk",
+                    {
+                        "correlation_id": corr,
+                        "event_id": f"run{turn}",
+                        "seq": 0,
+                        "patches": [{"op": "add", "path": "/-", "value": f"word{piece} "}],
+                        "metadata": {"agent_id": "agent01", "agent_name": "bench"},
+                    },
+                )
             for status, event_id in (("ready", f"run{turn}"), ("completed", corr)):
-                record("emitted", {"id": event_id, "source": "ai_agent", "type": "status", "correlation_id": corr,
-                                   "data": {"type": "status", "status": status, "data": {}}, "metadata": None})
+                record(
+                    "emitted",
+                    {
+                        "id": event_id,
+                        "source": "ai_agent",
+                        "type": "status",
+                        "correlation_id": corr,
+                        "data": {"type": "status", "status": status, "data": {}},
+                        "metadata": None,
+                    },
+                )
 
 
 def write_daycare(path: Path, count: int) -> None:
@@ -168,14 +236,54 @@ def write_daycare(path: Path, count: int) -> None:
             block += 1
             call = f"toolu_{block}"
             code = f"for i in range(3):\n    fetch(item={block}*10+i)\n'done {block}'"
-            record({"type": "assistant_message", "content": [{"type": "toolCall", "id": call, "name": "run_python", "arguments": {"code": code}}],
-                    "tokens": {"provider": "anthropic", "model": "claude-sonnet-4-5", "size": {"input": 900, "output": 60, "cacheRead": 0, "cacheWrite": 0, "total": 960}}})
-            record({"type": "rlm_start", "toolCallId": call, "code": code, "preamble": "def fetch(item: int) -> str: ..."})
+            record(
+                {
+                    "type": "assistant_message",
+                    "content": [{"type": "toolCall", "id": call, "name": "run_python", "arguments": {"code": code}}],
+                    "tokens": {
+                        "provider": "anthropic",
+                        "model": "claude-sonnet-4-5",
+                        "size": {"input": 900, "output": 60, "cacheRead": 0, "cacheWrite": 0, "total": 960},
+                    },
+                }
+            )
+            record(
+                {"type": "rlm_start", "toolCallId": call, "code": code, "preamble": "def fetch(item: int) -> str: ..."}
+            )
             for i in range(3):
-                record({"type": "rlm_tool_call", "toolCallId": call, "snapshotId": f"snap{block}_{i}", "printOutput": [], "toolCallCount": i, "toolName": "fetch", "toolArgs": {"item": block * 10 + i}})
-                record({"type": "rlm_tool_result", "toolCallId": call, "toolName": "fetch", "toolResult": "ok", "toolIsError": block % 11 == 0})
-            record({"type": "rlm_complete", "toolCallId": call, "output": f"done {block}", "printOutput": [], "toolCallCount": 3, "isError": False})
-            record({"type": "tool_result", "toolCallId": call, "output": {"toolMessage": {"isError": False}, "files": []}})
+                record(
+                    {
+                        "type": "rlm_tool_call",
+                        "toolCallId": call,
+                        "snapshotId": f"snap{block}_{i}",
+                        "printOutput": [],
+                        "toolCallCount": i,
+                        "toolName": "fetch",
+                        "toolArgs": {"item": block * 10 + i},
+                    }
+                )
+                record(
+                    {
+                        "type": "rlm_tool_result",
+                        "toolCallId": call,
+                        "toolName": "fetch",
+                        "toolResult": "ok",
+                        "toolIsError": block % 11 == 0,
+                    }
+                )
+            record(
+                {
+                    "type": "rlm_complete",
+                    "toolCallId": call,
+                    "output": f"done {block}",
+                    "printOutput": [],
+                    "toolCallCount": 3,
+                    "isError": False,
+                }
+            )
+            record(
+                {"type": "tool_result", "toolCallId": call, "output": {"toolMessage": {"isError": False}, "files": []}}
+            )
 
 
 def small_agentlens_events(count: int):
@@ -186,9 +294,21 @@ def small_agentlens_events(count: int):
         if i % 2 == 0:
             kind, payload = "tool_call", {"toolName": "search", "callId": call, "arguments": {"q": f"ticket {i // 2}"}}
         else:
-            kind, payload = "tool_response", {"callId": call, "toolName": "search", "durationMs": 35, "result": {"hits": i % 5}}
-        event = {"id": f"evt{i:08d}", "timestamp": _iso(i * 50), "sessionId": "ses_a", "agentId": "bench-bot",
-                 "eventType": kind, "severity": "info", "payload": payload, "metadata": {}, "prevHash": prev}
+            kind, payload = (
+                "tool_response",
+                {"callId": call, "toolName": "search", "durationMs": 35, "result": {"hits": i % 5}},
+            )
+        event = {
+            "id": f"evt{i:08d}",
+            "timestamp": _iso(i * 50),
+            "sessionId": "ses_a",
+            "agentId": "bench-bot",
+            "eventType": kind,
+            "severity": "info",
+            "payload": payload,
+            "metadata": {},
+            "prevHash": prev,
+        }
         prev = event["hash"] = f"{i * 2654435761 % 2**128:032x}"  # read, never verified, here
         yield event
 
@@ -212,7 +332,7 @@ def reading_figures(workdir: Path, count: int = 100_000) -> None:
         size = path.stat().st_size
         lines = path.read_bytes().count(b"\n") + 1
 
-        def read() -> int:
+        def read(path: Path = path) -> int:
             problems = Problems()
             read_count = sum(1 for _ in iter_records(Source(path=path), problems, body_keys=("events",)))
             assert read_count == count and problems.count == 0, (read_count, problems.to_list()[:3])
@@ -274,9 +394,9 @@ def main() -> None:
                     path = workdir / f"{size}_{name}"
                     writer(path, size)
                     megabytes = path.stat().st_size / 1e6
-                    targets = [("SQLite", lambda: sqlite_env(workdir, n))]
+                    targets = [("SQLite", lambda n=n: sqlite_env(workdir, n))]
                     if postgres is not None:
-                        targets.append(("PostgreSQL", lambda: postgres.env(n)))
+                        targets.append(("PostgreSQL", lambda n=n: postgres.env(n)))
                     for database, env in targets:
                         runs = []
                         for _ in range(args.runs):

@@ -86,7 +86,9 @@ def generate(path: Path, steps: int) -> None:
             if step % 50 == 0:
                 notes = (notes + [f"region {step % 12} checked at step {step}"])[-8:]
                 recorder.record_memory_update(notes)
-            recorder.record_step_end(action, observation, reward=reward, success=not failed, duration_ms=35.0, tokens_used=884)
+            recorder.record_step_end(
+                action, observation, reward=reward, success=not failed, duration_ms=35.0, tokens_used=884
+            )
         recorder.record_final("Growth per region computed", completed=True)
         recorder.end_session()
 
@@ -98,7 +100,9 @@ def session_file(path: Path | None, steps: int, folder: Path) -> Path:
     path = folder / "bench_session.jsonl"
     started = time.perf_counter()
     generate(path, steps)
-    print(f"generated {path.stat().st_size / 1e6:.1f} MB with rlm-code's SessionRecorder in {time.perf_counter() - started:.1f} s")
+    print(
+        f"generated {path.stat().st_size / 1e6:.1f} MB with rlm-code's SessionRecorder in {time.perf_counter() - started:.1f} s"
+    )
     return path
 
 

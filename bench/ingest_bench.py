@@ -121,8 +121,9 @@ class Api:
 def run_api(api: Api, events: list[dict], batch: int, project: str, label: str) -> tuple[float, int]:
     session = api.post("/api/sessions", orjson.dumps({"project": project, "task": label}))
     bodies = [
-        orjson.dumps({"events": events[i : i + batch], "format": "canonical",
-                      "idempotency_key": f"{label}-{i}"})  # fmt: skip
+        orjson.dumps(
+            {"events": events[i : i + batch], "format": "canonical", "idempotency_key": f"{label}-{i}"}
+        )  # fmt: skip
         for i in range(0, len(events), batch)
     ]
     path = f"/api/sessions/{session['id']}/events"
@@ -187,7 +188,11 @@ def main() -> None:
             file_s, file_session = run_file(events, folder, project, f"file-{run}")
             a, f = Session.objects.get(pk=api_session), Session.objects.get(pk=file_session)
             assert a.event_count == f.event_count - 1 == args.events, (a.event_count, f.event_count)
-            same_totals = (a.tokens, round(a.cost_usd, 6), a.step_count) == (f.tokens, round(f.cost_usd, 6), f.step_count)
+            same_totals = (a.tokens, round(a.cost_usd, 6), a.step_count) == (
+                f.tokens,
+                round(f.cost_usd, 6),
+                f.step_count,
+            )
             print(f"run {run + 1}: API {api_s:.2f} s ({args.events / api_s:,.0f} events/s), "
                   f"file import {file_s:.2f} s ({(args.events + 1) / file_s:,.0f} events/s); "
                   f"same totals: {same_totals}", flush=True)  # fmt: skip

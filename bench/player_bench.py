@@ -131,20 +131,24 @@ def run_child(path: Path, database_url: str, runs: int) -> dict:
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
         raise SystemExit(f"benchmark child failed on {database_url.split(':')[0]}")
-    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    line = next(text for text in done.stdout.splitlines() if text.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
 
 
 def report(result: dict) -> None:
     load_s = result["load_s"]
-    print(f"\n== {result['vendor']}: {result['events']:,} events, {result['steps']:,} steps "
-          f"(imported in {result['import_s']:.1f} s); player at event {result['seq']:,}")
+    print(
+        f"\n== {result['vendor']}: {result['events']:,} events, {result['steps']:,} steps "
+        f"(imported in {result['import_s']:.1f} s); player at event {result['seq']:,}"
+    )
     print(f"rlm-code load_session + get_summary, interleaved with the requests: median {load_s:.2f} s")
     print(f"{'request':36} {'median':>10} {'min':>10} {'size':>10} {'load/this':>10}  target")
     targets = {"step": ">= 100x", "step filtered": ">= 100x"}
     for name, figure in result["requests"].items():
-        print(f"{name:36} {figure['median_s'] * 1000:7.1f} ms {figure['min_s'] * 1000:7.1f} ms "
-              f"{figure['bytes'] / 1e3:7.1f} KB {load_s / figure['median_s']:9.0f}x  {targets.get(name, '')}")
+        print(
+            f"{name:36} {figure['median_s'] * 1000:7.1f} ms {figure['min_s'] * 1000:7.1f} ms "
+            f"{figure['bytes'] / 1e3:7.1f} KB {load_s / figure['median_s']:9.0f}x  {targets.get(name, '')}"
+        )
     transfer = result["transfer"]
     print("player page transfer before charts (raw / gzip):")
     print(f"  {'HTML':34} {transfer['html'] / 1e3:7.1f} KB {transfer['html_gz'] / 1e3:7.1f} KB")

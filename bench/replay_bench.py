@@ -121,20 +121,24 @@ def run_child(path: Path, database_url: str, runs: int, repeat: int) -> dict:
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
         raise SystemExit(f"benchmark child failed on {database_url.split(':')[0]}")
-    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    line = next(text for text in done.stdout.splitlines() if text.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
 
 
 def report(result: dict) -> None:
     load_s = result["load_s"]
     ms = lambda s: f"{s * 1000:8.1f} ms"  # noqa: E731
-    print(f"\n== {result['vendor']}: {result['events']:,} events, {result['steps']:,} steps "
-          f"(imported in {result['import_s']:.1f} s)")
+    print(
+        f"\n== {result['vendor']}: {result['events']:,} events, {result['steps']:,} steps "
+        f"(imported in {result['import_s']:.1f} s)"
+    )
     print(f"rlm-code load_session + get_summary, interleaved with the requests: median {load_s:.2f} s")
     print(f"{'what':44} {'median':>11} {'size':>10} {'load/this':>10}  target")
     for page in result["pages"]:
-        print(f"{'replay page offset=' + format(page['offset'], ','):44} {ms(page['median_s'])} "
-              f"{page['bytes'] / 1e6:8.2f} MB {load_s / page['median_s']:9.0f}x  >= 40x, < 2 MB")
+        print(
+            f"{'replay page offset=' + format(page['offset'], ','):44} {ms(page['median_s'])} "
+            f"{page['bytes'] / 1e6:8.2f} MB {load_s / page['median_s']:9.0f}x  >= 40x, < 2 MB"
+        )
     first, last = result["pages"][0]["median_s"], result["pages"][-1]["median_s"]
     print(f"{'last/first page':44} {last / first:11.2f} {'':>10} {'':>10}  <= 1.5")
     for name, label, target in (
@@ -151,10 +155,13 @@ def report(result: dict) -> None:
         result["step"]["median_s"] <= load_s / 400,
         result["compare"]["median_s"] <= load_s / 4,
     ]
-    print("targets met: " + ", ".join(
-        f"{name}={'yes' if ok else 'NO'}"
-        for name, ok in zip(("page time", "page size", "last/first", "single step", "compare"), verdicts)
-    ))
+    print(
+        "targets met: "
+        + ", ".join(
+            f"{name}={'yes' if ok else 'NO'}"
+            for name, ok in zip(("page time", "page size", "last/first", "single step", "compare"), verdicts)
+        )
+    )
 
 
 def main() -> None:

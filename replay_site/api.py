@@ -69,9 +69,10 @@ def validation_message(errors: list[dict]) -> str:
 def bad_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     return api.create_response(
         request,
-        {"detail": validation_message(exc.errors), "errors": [
-            {"field": _location(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors
-        ]},
+        {
+            "detail": validation_message(exc.errors),
+            "errors": [{"field": _location(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors],
+        },
         status=400,
     )
 
@@ -90,9 +91,7 @@ def forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
 def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     # Last resort: a bug. Logged with its traceback for us, a clean message for the client.
     logger.exception("unhandled error on %s %s", request.method, request.path)
-    return api.create_response(
-        request, {"detail": "internal error; it has been logged"}, status=500
-    )
+    return api.create_response(request, {"detail": "internal error; it has been logged"}, status=500)
 
 
 api.add_router("", router)

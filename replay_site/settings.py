@@ -76,9 +76,7 @@ def database_from_url(url: str) -> dict:
         elif path.startswith("/") and not Path(path).is_absolute():
             path = path.lstrip("/")
         return sqlite_database(Path(path) if path else BASE_DIR / "var" / "replay.sqlite3")
-    raise ImproperlyConfigured(
-        f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}"
-    )
+    raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}")
 
 
 def sqlite_database(path: Path) -> dict:

@@ -57,8 +57,16 @@ class CheckpointAdmin(admin.ModelAdmin):
 
 @admin.register(ImportJob)
 class ImportJobAdmin(admin.ModelAdmin):
-    list_display = ["original_name", "project", "status", "detected_format", "events_done",
-                    "sessions_done", "problem_count", "created_at"]
+    list_display = [
+        "original_name",
+        "project",
+        "status",
+        "detected_format",
+        "events_done",
+        "sessions_done",
+        "problem_count",
+        "created_at",
+    ]
     list_filter = ["status", "detected_format"]
     readonly_fields = ["problems", "result", "error"]
 

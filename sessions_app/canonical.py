@@ -6,9 +6,10 @@ them. Nothing here touches the database.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
 
 class Kind:
@@ -139,7 +140,7 @@ class SessionMeta:
     total_reward: float | None = None  # session_end / final total_reward overrides the sum
     metadata: dict[str, Any] = field(default_factory=dict)
     # Named positions: (name, step position or None, seq or None, created_at, created_by)
-    checkpoints: list["CheckpointSpec"] = field(default_factory=list)
+    checkpoints: list[CheckpointSpec] = field(default_factory=list)
 
 
 @dataclass

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Sequence
+from typing import Any
 
 import orjson
 
@@ -129,4 +130,3 @@ def link_hash(prev_hash: str, seq: int, recorded: list[Any], commits: list[str |
     """The event's hash: its predecessor's hash and its own hashed form."""
     form = orjson.dumps([seq, *recorded, *commits])
     return _sha256(prev_hash.encode("ascii") + b"\n" + form).hexdigest()
-

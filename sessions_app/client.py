@@ -34,9 +34,10 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import deque
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class RemoteRecorderError(Exception):
 
 
 def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def _json_default(value: Any) -> Any:
@@ -140,9 +141,7 @@ class RemoteRecorder:
             self._thread = threading.Thread(target=self._run, name="replay-recorder", daemon=True)
             self._thread.start()
 
-        self._record_event(
-            "session_start", {"task": task, "environment": environment, "model": model}
-        )
+        self._record_event("session_start", {"task": task, "environment": environment, "model": model})
 
     # --- SessionRecorder's methods ---------------------------------------------------------------
 
@@ -296,9 +295,7 @@ class RemoteRecorder:
             duration = (datetime.fromisoformat(finished_at) - started).total_seconds()
         except ValueError:
             duration = 0.0
-        snapshot_id = hashlib.md5(
-            f"{self.session_id}:{self._current_step}:{finished_at}".encode()
-        ).hexdigest()[:12]
+        snapshot_id = hashlib.md5(f"{self.session_id}:{self._current_step}:{finished_at}".encode()).hexdigest()[:12]
         return {
             "snapshot_id": snapshot_id,
             "session_id": str(self.session_id or ""),
@@ -355,15 +352,13 @@ class RemoteRecorder:
         finally:
             self._stop_thread()
 
-    def __enter__(self) -> "RemoteRecorder":
+    def __enter__(self) -> RemoteRecorder:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def _record_event(
-        self, event_type: str, data: dict[str, Any], duration_ms: float | None = None
-    ) -> dict[str, Any]:
+    def _record_event(self, event_type: str, data: dict[str, Any], duration_ms: float | None = None) -> dict[str, Any]:
         event: dict[str, Any] = {
             "event_type": event_type,
             "timestamp": _utc_now(),

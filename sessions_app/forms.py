@@ -114,9 +114,7 @@ class SessionFilterForm(QueryForm):
     errors = forms.ChoiceField(
         required=False, label="Errors", choices=[("", "any"), ("yes", "with errors"), ("no", "without")]
     )
-    sort = forms.ChoiceField(
-        required=False, choices=list(SORT_LABELS.items()), initial="-created"
-    )
+    sort = forms.ChoiceField(required=False, choices=list(SORT_LABELS.items()), initial="-created")
     after = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
     before = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
 
@@ -151,8 +149,9 @@ class MultipleFileField(forms.FileField):
 class UploadForm(forms.Form):
     # Empty files reach accept_upload, whose message names the file among several.
     files = MultipleFileField(label="Session files", allow_empty_file=True)
-    project = forms.ModelChoiceField(queryset=Project.objects.all(), to_field_name="slug", required=False,
-                                     empty_label="Default project")
+    project = forms.ModelChoiceField(
+        queryset=Project.objects.all(), to_field_name="slug", required=False, empty_label="Default project"
+    )
     format = forms.ChoiceField(required=False, label="Format")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -32,9 +32,7 @@ CLEANUP_HOUR_UTC = 3  # a quiet hour for the daily clean-up
 
 
 def enqueue_import(*, job_id: int) -> str:
-    return async_task(
-        "sessions_app.jobs.run_import", job_id=job_id, task_name=f"import-{job_id}", group="imports"
-    )
+    return async_task("sessions_app.jobs.run_import", job_id=job_id, task_name=f"import-{job_id}", group="imports")
 
 
 def enqueue_import_after_commit(*, job_id: int) -> None:
@@ -56,7 +54,9 @@ def run_import(*, job_id: int) -> None:
         return  # delivered again after it had finished: nothing to do
     if job.status == ImportJob.Status.RUNNING:
         discarded = discard_partial_sessions(job=job)
-        logger.warning("import job %s: re-running after an interruption (%s partial sessions removed)", job_id, discarded)
+        logger.warning(
+            "import job %s: re-running after an interruption (%s partial sessions removed)", job_id, discarded
+        )
 
     _mark(job, status=ImportJob.Status.RUNNING, started_at=timezone.now(), finished_at=None,
           error="", bytes_done=0, events_done=0)  # fmt: skip
@@ -147,9 +147,7 @@ def enqueue_cleanup(*, days: float | None = None, include_checkpointed: bool = F
     )
 
 
-def run_cleanup(
-    *, days: float | None = None, include_checkpointed: bool = False, dry_run: bool = False
-) -> dict:
+def run_cleanup(*, days: float | None = None, include_checkpointed: bool = False, dry_run: bool = False) -> dict:
     """Delete sessions older than `days` (default REPLAY_RETENTION_DAYS; unset keeps all)."""
     if days is None:
         days = settings.RETENTION_DAYS

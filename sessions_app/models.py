@@ -36,22 +36,20 @@ class Project(models.Model):
         return self.name
 
     @classmethod
-    def get_default(cls) -> "Project":
-        project, _ = cls.objects.get_or_create(
-            slug=cls.DEFAULT_SLUG, defaults={"name": "Default"}
-        )
+    def get_default(cls) -> Project:
+        project, _ = cls.objects.get_or_create(slug=cls.DEFAULT_SLUG, defaults={"name": "Default"})
         return project
 
 
 class SessionQuerySet(models.QuerySet):
-    def in_project(self, project: Project | str | None) -> "SessionQuerySet":
+    def in_project(self, project: Project | str | None) -> SessionQuerySet:
         if project is None or project == "":
             return self
         if isinstance(project, Project):
             return self.filter(project=project)
         return self.filter(project__slug=project)
 
-    def matching(self, text: str) -> "SessionQuerySet":
+    def matching(self, text: str) -> SessionQuerySet:
         if not text:
             return self
         return self.filter(
@@ -159,7 +157,7 @@ class Session(models.Model):
 
     @property
     def chain_state(self) -> str:
-        """"verified", "broken" or "unverified": only a verification that ran says more."""
+        """ "verified", "broken" or "unverified": only a verification that ran says more."""
         if self.chain_valid is None or self.chain_checked_at is None:
             return "unverified"
         return "verified" if self.chain_valid else "broken"
@@ -195,9 +193,7 @@ class Event(models.Model):
 
     # No index of its own: the unique (session, seq) index below starts with session and serves
     # every "events of a session" lookup; a second index would only slow each insert.
-    session = models.ForeignKey(
-        Session, on_delete=models.DB_CASCADE, related_name="events", db_index=False
-    )
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="events", db_index=False)
     seq = models.BigIntegerField()  # 0, 1, 2 ... gap-free per session: the one true order
     kind = models.CharField(max_length=32)  # canonical vocabulary, docs/formats.md
     source_type = models.CharField(max_length=64)
@@ -389,9 +385,7 @@ class IngestBatch(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["session", "idempotency_key"], name="ingestbatch_session_key_uniq"
-            ),
+            models.UniqueConstraint(fields=["session", "idempotency_key"], name="ingestbatch_session_key_uniq"),
         ]
 
     def __str__(self) -> str:
@@ -399,7 +393,7 @@ class IngestBatch(models.Model):
 
 
 class ApiKeyQuerySet(models.QuerySet):
-    def active(self) -> "ApiKeyQuerySet":
+    def active(self) -> ApiKeyQuerySet:
         return self.filter(revoked_at__isnull=True)
 
 
@@ -411,9 +405,7 @@ class ApiKey(models.Model):
     name = models.CharField(max_length=200)
     key_prefix = models.CharField(max_length=16)  # first characters, to tell keys apart
     key_hash = models.CharField(max_length=64, unique=True)
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -431,15 +423,13 @@ class ApiKey(models.Model):
         return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
     @classmethod
-    def create_key(cls, *, name: str, user=None) -> tuple["ApiKey", str]:
+    def create_key(cls, *, name: str, user=None) -> tuple[ApiKey, str]:
         key = cls.PREFIX + secrets.token_urlsafe(32)
-        api_key = cls.objects.create(
-            name=name, key_prefix=key[:10], key_hash=cls.hash_key(key), user=user
-        )
+        api_key = cls.objects.create(name=name, key_prefix=key[:10], key_hash=cls.hash_key(key), user=user)
         return api_key, key
 
     @classmethod
-    def authenticate(cls, key: str) -> "ApiKey | None":
+    def authenticate(cls, key: str) -> ApiKey | None:
         if not key:
             return None
         api_key = cls.objects.active().filter(key_hash=cls.hash_key(key)).first()

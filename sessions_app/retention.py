@@ -59,9 +59,7 @@ def delete_expired_sessions(
     result = CleanupResult(days=days, cutoff=cutoff, dry_run=dry_run)
     doomed = expired_sessions(cutoff=cutoff, include_checkpointed=include_checkpointed)
     if not include_checkpointed:
-        result.kept_checkpointed = (
-            expired_sessions(cutoff=cutoff, include_checkpointed=True).count() - doomed.count()
-        )
+        result.kept_checkpointed = expired_sessions(cutoff=cutoff, include_checkpointed=True).count() - doomed.count()
     if dry_run:
         totals = doomed.aggregate(events=Sum("event_count"))
         result.sessions = doomed.count()
@@ -75,4 +73,3 @@ def delete_expired_sessions(
             chunk = Session.objects.filter(pk__in=ids)
             result.events += chunk.aggregate(events=Sum("event_count"))["events"] or 0
             result.sessions += chunk.delete()[1].get(Session._meta.label, 0)
-

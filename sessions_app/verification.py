@@ -208,7 +208,9 @@ def _compare_keyframes(session: Session, keyframes: list[Keyframe], findings: _F
         if frame is None:
             findings.add(snapshot.seq, "keyframe", "a stored state keyframe the events do not give")
         elif (snapshot.variables, snapshot.memory_notes, snapshot.step_pos) != (
-            frame.variables, frame.memory_notes, frame.step_pos
+            frame.variables,
+            frame.memory_notes,
+            frame.step_pos,
         ):
             findings.add(snapshot.seq, "keyframe", "the stored variables or memory differ from the events'")
     for seq in sorted(derived):

@@ -5,9 +5,10 @@ the partial's name as id); a history-restore request and a plain request get the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.views import redirect_to_login
@@ -51,9 +52,7 @@ def wants_partial(request: HttpRequest) -> bool:
     return bool(request.htmx) and not request.htmx.history_restore_request
 
 
-def render_page(
-    request: HttpRequest, template: str, partial: str, context: dict[str, Any]
-) -> HttpResponse:
+def render_page(request: HttpRequest, template: str, partial: str, context: dict[str, Any]) -> HttpResponse:
     name = f"{template}#{partial}" if wants_partial(request) else template
     response = render(request, name, context)
     patch_vary_headers(response, ["HX-Request"])
@@ -128,7 +127,6 @@ def _imports_response(request: HttpRequest, *, upload_errors: list[str]) -> Http
         # The last poll: the sessions table reloads itself to show what was imported.
         trigger_client_event(response, "sessions-changed")
     return response
-
 
 
 # --- the player -------------------------------------------------------------------------------

@@ -95,10 +95,23 @@ def hostile_events() -> list[CanonicalEvent]:
         _event(0, Kind.USER_MESSAGE, payload={"text": f"hi {XSS_SCRIPT} {XSS_IMG}"}),
         _event(1, Kind.TOOL_CALL, pair_id="x", tool="<b>tool</b>", payload={"arguments": XSS_IMG}),
         _event(2, Kind.TOOL_RESPONSE, pair_id="x", tool="<b>tool</b>", payload={"result": XSS_SCRIPT}),
-        _event(3, Kind.STEP_END, step=0, reward=0.5,
-               step_state={"step": 0, "action_type": "code", "action_code": f"print('{XSS_SCRIPT}')",
-                           "success": True, "output": XSS_IMG, "error": "", "reward": 0.5, "tokens_used": 1},
-               state_change=StateChange(variables={"html": XSS_IMG}, memory=[XSS_SCRIPT])),  # fmt: skip
+        _event(
+            3,
+            Kind.STEP_END,
+            step=0,
+            reward=0.5,
+            step_state={
+                "step": 0,
+                "action_type": "code",
+                "action_code": f"print('{XSS_SCRIPT}')",
+                "success": True,
+                "output": XSS_IMG,
+                "error": "",
+                "reward": 0.5,
+                "tokens_used": 1,
+            },
+            state_change=StateChange(variables={"html": XSS_IMG}, memory=[XSS_SCRIPT]),
+        ),  # fmt: skip
     ]
 
 
@@ -107,9 +120,20 @@ def child_agent_events() -> list[CanonicalEvent]:
     return [
         _event(0, Kind.SESSION_START, payload={"task": "parent"}),
         _event(1, Kind.LLM_RESPONSE, cost_usd=0.10, tokens=10, tool="gpt-4o", payload={"completion": "plan"}),
-        _event(2, Kind.CHILD_SPAWN, pair_id="kid-1", child_id="kid-1", payload={"task": "look it up", "child_id": "kid-1"}),
-        _event(3, Kind.LLM_RESPONSE, depth=1, agent_id="kid-1", parent_id="parent", cost_usd=0.25, tokens=30,
-               tool="gpt-4o", payload={"completion": "found it"}),  # fmt: skip
+        _event(
+            2, Kind.CHILD_SPAWN, pair_id="kid-1", child_id="kid-1", payload={"task": "look it up", "child_id": "kid-1"}
+        ),
+        _event(
+            3,
+            Kind.LLM_RESPONSE,
+            depth=1,
+            agent_id="kid-1",
+            parent_id="parent",
+            cost_usd=0.25,
+            tokens=30,
+            tool="gpt-4o",
+            payload={"completion": "found it"},
+        ),  # fmt: skip
         _event(4, Kind.CHILD_RESULT, pair_id="kid-1", child_id="kid-1", payload={"result_preview": "42"}),
         _event(5, Kind.LLM_RESPONSE, cost_usd=0.05, tokens=5, tool="gpt-4o", payload={"completion": "done"}),
     ]

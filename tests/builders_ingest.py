@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
@@ -58,9 +59,7 @@ def session_end(*, t: datetime, status: str = "completed", answer: str = "42") -
             "payload": {"status": status, "final_answer": answer}}  # fmt: skip
 
 
-def write_canonical_file(
-    path: Path, *, sessions: int = 1, events: int = 20, compress: bool = False
-) -> Path:
+def write_canonical_file(path: Path, *, sessions: int = 1, events: int = 20, compress: bool = False) -> Path:
     """NDJSON of `sessions` canonical sessions, each opened by session_start."""
     lines = []
     for s in range(sessions):

@@ -61,9 +61,13 @@ def record_variant(
         success = not (changed and change == "success")
         recorder.record_action(action, rationale=f"r{index}")
         observation = {"success": success, "output": f"out {index}"}
-        recorder.record_result(observation, reward=0.5 if success else -0.5, success=success, duration_ms=3.0, tokens_used=tokens)
+        recorder.record_result(
+            observation, reward=0.5 if success else -0.5, success=success, duration_ms=3.0, tokens_used=tokens
+        )
         recorder.record_variable_update("i", index)
-        recorder.record_step_end(action, observation, reward=0.5 if success else -0.5, success=success, duration_ms=3.0, tokens_used=tokens)
+        recorder.record_step_end(
+            action, observation, reward=0.5 if success else -0.5, success=success, duration_ms=3.0, tokens_used=tokens
+        )
     recorder.end_session()
     return recorder
 

@@ -14,7 +14,9 @@ from rlm_code.rlm.observability import LocalJSONLSink
 from rlm_code.rlm.session_replay import SessionRecorder, SessionStore
 from rlm_code.rlm.trajectory import TrajectoryLogger
 
-UNICODE_TASK = "Résumé des données — 数据分析 🚀 with a task longer than one hundred characters, to check the summary cut"
+UNICODE_TASK = (
+    "Résumé des données — 数据分析 🚀 with a task longer than one hundred characters, to check the summary cut"
+)
 
 
 def record_full_session(
@@ -55,7 +57,9 @@ def record_full_session(
         else:
             observation = {"success": True, "output": f"ok {step} ✓"}
         reward = -0.25 if failed else 0.5
-        recorder.record_result(observation, reward=reward, success=not failed, duration_ms=10.0 * step, tokens_used=150 + step)
+        recorder.record_result(
+            observation, reward=reward, success=not failed, duration_ms=10.0 * step, tokens_used=150 + step
+        )
         recorder.record_variable_update(f"x_{step}", step * 2)
         recorder.record_variable_update("table", {"rows": list(range(step)), "name": "données"})
         if step % 2 == 0:
@@ -68,7 +72,9 @@ def record_full_session(
         if step == 4:
             recorder.record_child_spawn("child_002", "Analyse section 2", depth=1)
             recorder.record_child_result("child_002", success=False, result="failed")
-        recorder.record_step_end(action, observation, reward=reward, success=not failed, duration_ms=10.0 * step, tokens_used=150 + step)
+        recorder.record_step_end(
+            action, observation, reward=reward, success=not failed, duration_ms=10.0 * step, tokens_used=150 + step
+        )
         if checkpoint_at == step:
             recorder.create_checkpoint("before_refactor")
     if final:
@@ -98,9 +104,7 @@ def record_failing_session(path: Path, *, run_id: str = "run_failing") -> Sessio
 def write_steps_only_session(path: Path, *, run_id: str = "run_ends_only") -> None:
     """A file whose steps are only step_end lines (no step_start/action/result): rlm-code
     ignores step_end's own action/output/error; we use them."""
-    recorder = SessionRecorder(
-        session_id="s", run_id=run_id, task="ends only", environment="generic", output_path=path
-    )
+    recorder = SessionRecorder(session_id="s", run_id=run_id, task="ends only", environment="generic", output_path=path)
     recorder.record_variable_update("a", 1)
     recorder._current_step = 1
     recorder.record_step_end(
@@ -123,8 +127,17 @@ def write_trajectory_logger_session(path: Path, *, run_id: str = "traj_logger") 
         logger.log_context_load("text", 1200, preview="Report text …")
         for iteration in range(1, 4):
             logger.log_iteration_start(iteration)
-            logger.log_llm_call(f"prompt {iteration}", f"response {iteration}", tokens_in=50, tokens_out=10, duration_ms=300.0)
-            logger.log_iteration(iteration, reasoning=f"think {iteration}", code=f"print({iteration})", output=f"{iteration}\n", duration_ms=12.0, tokens_used=60 + iteration)
+            logger.log_llm_call(
+                f"prompt {iteration}", f"response {iteration}", tokens_in=50, tokens_out=10, duration_ms=300.0
+            )
+            logger.log_iteration(
+                iteration,
+                reasoning=f"think {iteration}",
+                code=f"print({iteration})",
+                output=f"{iteration}\n",
+                duration_ms=12.0,
+                tokens_used=60 + iteration,
+            )
             if iteration == 2:
                 logger.log_llm_call("sub prompt", "sub response", tokens_in=5, tokens_out=2, is_sub_llm=True)
                 logger.log_child_spawn("child_a", "sub task", depth=1)
@@ -138,7 +151,12 @@ def write_documented_trajectory(path: Path, *, run_id: str = "traj_doc") -> None
     """The legacy trajectory dialect rlm-code's docs describe (iteration, data.action,
     data.observation, iteration_end), written line by line as rlm-code would read it."""
     lines = [
-        {"event_type": "run_start", "timestamp": "2026-02-08T10:00:00+00:00", "run_id": run_id, "data": {"task": "Legacy task", "environment": "generic", "model": "gpt-4"}},
+        {
+            "event_type": "run_start",
+            "timestamp": "2026-02-08T10:00:00+00:00",
+            "run_id": run_id,
+            "data": {"task": "Legacy task", "environment": "generic", "model": "gpt-4"},
+        },
     ]
     cumulative = 0.0
     for i in range(1, 4):
@@ -149,15 +167,79 @@ def write_documented_trajectory(path: Path, *, run_id: str = "traj_doc") -> None
         obs = {"success": not failed, "output": f"out {i}", "error": "oops" if failed else ""}
         lines += [
             {"event_type": "iteration_start", "iteration": i, "timestamp": ts, "run_id": run_id, "data": {}},
-            {"event_type": "llm_request", "iteration": i, "step": i, "timestamp": ts, "run_id": run_id, "data": {"prompt_preview": "p", "model": "gpt-4"}},
-            {"event_type": "llm_response", "iteration": i, "step": i, "timestamp": ts, "run_id": run_id, "data": {"response_preview": "r", "tokens_in": 5, "tokens_out": 6}},
-            {"event_type": "iteration_code", "iteration": i, "timestamp": ts, "run_id": run_id, "data": {"action": {"action": "run_python", "code": f"print({i})"}, "rationale": f"why {i}"}},
-            {"event_type": "iteration_output", "iteration": i, "timestamp": ts, "run_id": run_id, "duration_ms": 4.0, "data": {"observation": obs, "success": not failed, "reward": reward, "cumulative_reward": cumulative, "tokens_used": 40 + i}},
-            {"event_type": "iteration_end", "iteration": i, "timestamp": ts, "run_id": run_id, "data": {"reward": reward, "success": not failed, "tokens_used": 40 + i}},
+            {
+                "event_type": "llm_request",
+                "iteration": i,
+                "step": i,
+                "timestamp": ts,
+                "run_id": run_id,
+                "data": {"prompt_preview": "p", "model": "gpt-4"},
+            },
+            {
+                "event_type": "llm_response",
+                "iteration": i,
+                "step": i,
+                "timestamp": ts,
+                "run_id": run_id,
+                "data": {"response_preview": "r", "tokens_in": 5, "tokens_out": 6},
+            },
+            {
+                "event_type": "iteration_code",
+                "iteration": i,
+                "timestamp": ts,
+                "run_id": run_id,
+                "data": {"action": {"action": "run_python", "code": f"print({i})"}, "rationale": f"why {i}"},
+            },
+            {
+                "event_type": "iteration_output",
+                "iteration": i,
+                "timestamp": ts,
+                "run_id": run_id,
+                "duration_ms": 4.0,
+                "data": {
+                    "observation": obs,
+                    "success": not failed,
+                    "reward": reward,
+                    "cumulative_reward": cumulative,
+                    "tokens_used": 40 + i,
+                },
+            },
+            {
+                "event_type": "iteration_end",
+                "iteration": i,
+                "timestamp": ts,
+                "run_id": run_id,
+                "data": {"reward": reward, "success": not failed, "tokens_used": 40 + i},
+            },
         ]
-    lines.append({"event_type": "sub_llm_request", "iteration": 3, "timestamp": "2026-02-08T10:00:05+00:00", "run_id": run_id, "data": {"prompt": "sub"}})
-    lines.append({"event_type": "final_detected", "iteration": 3, "step": 3, "timestamp": "2026-02-08T10:00:06+00:00", "run_id": run_id, "data": {"answer": "done", "completed": True}})
-    lines.append({"event_type": "run_end", "iteration": 3, "timestamp": "2026-02-08T10:00:09+00:00", "run_id": run_id, "data": {"completed": True, "total_reward": 2.0}})
+    lines.append(
+        {
+            "event_type": "sub_llm_request",
+            "iteration": 3,
+            "timestamp": "2026-02-08T10:00:05+00:00",
+            "run_id": run_id,
+            "data": {"prompt": "sub"},
+        }
+    )
+    lines.append(
+        {
+            "event_type": "final_detected",
+            "iteration": 3,
+            "step": 3,
+            "timestamp": "2026-02-08T10:00:06+00:00",
+            "run_id": run_id,
+            "data": {"answer": "done", "completed": True},
+        }
+    )
+    lines.append(
+        {
+            "event_type": "run_end",
+            "iteration": 3,
+            "timestamp": "2026-02-08T10:00:09+00:00",
+            "run_id": run_id,
+            "data": {"completed": True, "total_reward": 2.0},
+        }
+    )
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
@@ -178,7 +260,18 @@ def write_runner_steps(path: Path, *, run_id: str = "runner_1", with_context: bo
             "usage": {"prompt_tokens": 100 * i, "completion_tokens": 10 * i, "total_calls": 1},
             "depth": 0, "parent_run_id": None,
         })  # fmt: skip
-    lines.append({"type": "final", "run_id": run_id, "completed": True, "steps": 4, "total_reward": 1.0, "final_response": "runner answer", "usage": {"prompt_tokens": 1000, "completion_tokens": 100}, "timestamp": "2026-02-08T11:00:09+00:00"})
+    lines.append(
+        {
+            "type": "final",
+            "run_id": run_id,
+            "completed": True,
+            "steps": 4,
+            "total_reward": 1.0,
+            "final_response": "runner answer",
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 100},
+            "timestamp": "2026-02-08T11:00:09+00:00",
+        }
+    )
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
@@ -190,9 +283,21 @@ def write_sink_folder(base: Path, *, runs: tuple[str, ...] = ("sink_a", "sink_b"
         for step in range(1, 4 + n):
             reward = 0.5 if step != 2 else -0.5
             cumulative += reward
-            event = {"step": step, "action": {"action": "run_python"}, "reward": reward, "observation": {"success": step != 2}}
+            event = {
+                "step": step,
+                "action": {"action": "run_python"},
+                "reward": reward,
+                "observation": {"success": step != 2},
+            }
             sink.on_step(run_id, event=event, cumulative_reward=cumulative)
-        result = SimpleNamespace(completed=n == 0, steps=3 + n, total_reward=cumulative, finished_at="2026-02-08T12:00:00+00:00", task=f"Sink task {run_id}", environment="generic")
+        result = SimpleNamespace(
+            completed=n == 0,
+            steps=3 + n,
+            total_reward=cumulative,
+            finished_at="2026-02-08T12:00:00+00:00",
+            task=f"Sink task {run_id}",
+            environment="generic",
+        )
         sink.on_run_end(run_id, result=result, run_path=base / f"{run_id}.jsonl")
     return sink
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Iterator
 
 import orjson
 import pytest
@@ -23,29 +23,53 @@ def synthetic_events(count: int, *, start: int = 0, t0: datetime = T0) -> Iterat
         if phase == 0:
             kind, extra = Kind.LLM_CALL, {"pair_id": f"c{i}", "tool": "gpt-4o"}
         elif phase == 1:
-            kind, extra = Kind.LLM_RESPONSE, {
-                "pair_id": f"c{i - 1}", "tool": "gpt-4o", "cost_usd": 0.001 * (i % 7),
-                "tokens": 10 + i % 13,
-            }
+            kind, extra = (
+                Kind.LLM_RESPONSE,
+                {
+                    "pair_id": f"c{i - 1}",
+                    "tool": "gpt-4o",
+                    "cost_usd": 0.001 * (i % 7),
+                    "tokens": 10 + i % 13,
+                },
+            )
         elif phase == 2:
             kind, extra = Kind.TOOL_CALL, {"pair_id": f"t{i}", "tool": "read_file"}
         elif phase == 3:
             failed = i % 4 == 3
-            kind, extra = (Kind.TOOL_ERROR if failed else Kind.TOOL_RESPONSE), {
-                "pair_id": f"t{i - 1}", "tool": "read_file", "is_error": failed, "failed": failed,
-            }
+            kind, extra = (
+                (Kind.TOOL_ERROR if failed else Kind.TOOL_RESPONSE),
+                {
+                    "pair_id": f"t{i - 1}",
+                    "tool": "read_file",
+                    "is_error": failed,
+                    "failed": failed,
+                },
+            )
         else:
-            kind, extra = Kind.STEP_END, {
-                "step_state": {"step": i // 5, "success": i % 3 != 0, "error": "boom" if i % 3 == 0 else "",
-                               "reward": 0.5, "tokens_used": 3},
-                "reward": 0.5,
-                "tokens": 3,
-                "state_change": StateChange(variables={f"v{i}": i}, memory=[f"note {i}"]),
-            }
+            kind, extra = (
+                Kind.STEP_END,
+                {
+                    "step_state": {
+                        "step": i // 5,
+                        "success": i % 3 != 0,
+                        "error": "boom" if i % 3 == 0 else "",
+                        "reward": 0.5,
+                        "tokens_used": 3,
+                    },
+                    "reward": 0.5,
+                    "tokens": 3,
+                    "state_change": StateChange(variables={f"v{i}": i}, memory=[f"note {i}"]),
+                },
+            )
         payload = {"i": i, "text": f"event {i}"}
         yield CanonicalEvent(
-            kind=kind, source_type=kind, raw=orjson.dumps({"i": i, "kind": kind}).decode(),
-            payload=payload, timestamp=ts, line=i + 1, **extra,
+            kind=kind,
+            source_type=kind,
+            raw=orjson.dumps({"i": i, "kind": kind}).decode(),
+            payload=payload,
+            timestamp=ts,
+            line=i + 1,
+            **extra,
         )
 
 
@@ -65,7 +89,8 @@ def project(db) -> Project:
 def make_session(project):
     def build(events: int = 0, **meta) -> Session:
         session = create_session(
-            project=project, source_format=meta.pop("source_format", "canonical"),
+            project=project,
+            source_format=meta.pop("source_format", "canonical"),
             meta=SessionMeta(**meta),
         )
         if events:

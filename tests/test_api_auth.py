@@ -16,7 +16,9 @@ def csrf_client() -> Client:
 
 def test_a_wrong_key_on_a_write_is_401_not_a_csrf_403(db, csrf_client):
     response = csrf_client.post(
-        "/api/sessions", {"task": "x"}, content_type="application/json",
+        "/api/sessions",
+        {"task": "x"},
+        content_type="application/json",
         headers={"Authorization": "Bearer rpl_not-a-key"},
     )
     assert response.status_code == 401
@@ -30,7 +32,9 @@ def test_no_credentials_at_all_is_401(db, csrf_client):
 def test_a_valid_key_writes_without_csrf(db, csrf_client):
     _, key = ApiKey.create_key(name="ci")
     response = csrf_client.post(
-        "/api/sessions", {"task": "x"}, content_type="application/json",
+        "/api/sessions",
+        {"task": "x"},
+        content_type="application/json",
         headers={"Authorization": f"Bearer {key}"},
     )
     assert response.status_code == 201
@@ -78,8 +82,10 @@ def test_a_keys_writes_are_attributed_to_its_user_else_to_the_key(make_session, 
     _, key = ApiKey.create_key(name="ci", user=owner)
     session = make_session(events=5)
     response = Client().post(
-        f"/api/sessions/{session.pk}/checkpoints", {"name": "here", "seq": 2},
-        content_type="application/json", headers={"Authorization": f"Bearer {key}"},
+        f"/api/sessions/{session.pk}/checkpoints",
+        {"name": "here", "seq": 2},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
     )
     assert response.status_code == 201 and response.json()["checkpoint"]["createdBy"] == expected
 

@@ -22,7 +22,9 @@ def session(make_session):
 
 
 def test_create_a_checkpoint_at_a_step_and_get_its_full_state(api, session):
-    response = post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": "before retry", "step": 40, "note": "look here"})
+    response = post(
+        api, f"/api/sessions/{session.pk}/checkpoints", {"name": "before retry", "step": 40, "note": "look here"}
+    )
     assert response.status_code == 201
     body = orjson.loads(response.content)
     seq = replay.step_seq(session=session, index=40)

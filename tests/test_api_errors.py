@@ -96,8 +96,13 @@ def test_openapi_schema_and_docs_are_served(client):
     schema = client.get("/api/openapi.json")
     assert schema.status_code == 200
     paths = orjson.loads(schema.content)["paths"]
-    for path in ("/api/sessions", "/api/sessions/{session_id}/replay", "/api/compare",
-                 "/api/sessions/{session_id}/checkpoints/{name}", "/api/sessions/{session_id}/verify"):
+    for path in (
+        "/api/sessions",
+        "/api/sessions/{session_id}/replay",
+        "/api/compare",
+        "/api/sessions/{session_id}/checkpoints/{name}",
+        "/api/sessions/{session_id}/verify",
+    ):
         assert path in paths
     replay_params = {p["name"] for p in paths["/api/sessions/{session_id}/replay"]["get"]["parameters"]}
     assert {"offset", "limit", "eventTypes", "includeContext"} <= replay_params

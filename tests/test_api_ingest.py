@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 from django.db import connection
+from django.http import HttpResponse
 from django.test import Client
 
 from sessions_app.ingest.importing import import_file
@@ -29,7 +30,7 @@ def api(api_key) -> Client:
     return Client(headers={"authorization": f"Bearer {api_key}"})
 
 
-def post_json(client: Client, url: str, body) -> "HttpResponse":
+def post_json(client: Client, url: str, body) -> HttpResponse:
     data = body if isinstance(body, bytes) else orjson.dumps(body)
     return client.post(url, data=data, content_type="application/json")
 
@@ -182,7 +183,10 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
         ({"events": [{"kind": "note", "timestamp": "yesterday", "payload": {}}]}, "events[0].timestamp"),
         ({"events": [{"kind": "note", "payload": {}, "cost_usd": float("nan")}]}, "events[0].cost_usd"),
         ({"events": [{"what": "is this"}]}, "format"),
-        ({"events": [{"kind": "note", "payload": {}, "state_change": {"memory": "x"}}]}, "events[0].state_change.memory"),
+        (
+            {"events": [{"kind": "note", "payload": {}, "state_change": {"memory": "x"}}]},
+            "events[0].state_change.memory",
+        ),
         # Beyond the 64-bit columns: a 500 on the write before (found in review).
         ({"events": [{"kind": "note", "payload": {}, "depth": 2**63}]}, "events[0].depth"),
         ({"events": [{"kind": "note", "payload": {}, "step": 2**63}]}, "events[0].step"),
@@ -191,7 +195,9 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
 )
 def test_malformed_batches_are_400_never_500(api, project, body, field):
     sid = new_session(api)["id"]
-    if isinstance(body, dict) and any(isinstance(e, dict) and isinstance(e.get("cost_usd"), float) for e in body["events"]):
+    if isinstance(body, dict) and any(
+        isinstance(e, dict) and isinstance(e.get("cost_usd"), float) for e in body["events"]
+    ):
         body = json.dumps(body).encode()  # NaN written the way Python's json module writes it
     response = post_json(api, f"/api/sessions/{sid}/events", body)
     assert response.status_code == 400, response.content
@@ -287,13 +293,19 @@ def test_an_rlm_record_without_event_type_is_refused_when_the_format_is_given(ap
     sid = new_session(api)["id"]
     response = append(api, sid, [{"timestamp": "2026-02-08T10:30:00+00:00", "data": {}}], format="rlm_native")
     assert response.status_code == 400
-    assert response.json()["errors"][0] == {"index": 0, "field": "event_type", "message": "missing event_type, or not a string; line skipped"}
+    assert response.json()["errors"][0] == {
+        "index": 0,
+        "field": "event_type",
+        "message": "missing event_type, or not a string; line skipped",
+    }
 
 
 # --- ending --------------------------------------------------------------------------------------
 
 
-def test_ending_a_session_sets_its_status_and_final_answer(api, project, monkeypatch, django_capture_on_commit_callbacks):
+def test_ending_a_session_sets_its_status_and_final_answer(
+    api, project, monkeypatch, django_capture_on_commit_callbacks
+):
     queued = []
     monkeypatch.setattr("sessions_app.jobs.enqueue_verify", lambda *, session_id: queued.append(session_id))
     sid = new_session(api)["id"]

@@ -36,7 +36,9 @@ def test_replay_defaults_to_a_thousand_steps_with_context(api, session):
 
 
 def test_replay_filter_and_no_context(api, session):
-    body = get_json(api, f"/api/sessions/{session.pk}/replay?eventTypes=llm_call,tool_error&includeContext=false&limit=10")
+    body = get_json(
+        api, f"/api/sessions/{session.pk}/replay?eventTypes=llm_call,tool_error&includeContext=false&limit=10"
+    )
     assert {s["event"]["kind"] for s in body["steps"]} == {"llm_call", "tool_error"}
     assert body["totalSteps"] == Event.objects.filter(session=session, kind__in=["llm_call", "tool_error"]).count()
     assert all(s["context"] is None for s in body["steps"])

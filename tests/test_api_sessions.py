@@ -57,7 +57,9 @@ def test_list_filters(api, sessions, query, expected):
     assert body["total"] == len(expected)
 
 
-def test_the_api_and_the_page_list_the_same_sessions_for_a_model_any_session_used(api, sessions, client, django_user_model):
+def test_the_api_and_the_page_list_the_same_sessions_for_a_model_any_session_used(
+    api, sessions, client, django_user_model
+):
     a, _, _ = sessions
     Session.objects.filter(pk=a.pk).update(models_used=["gpt-4o", "o3-mini"])
     assert ids(get_json(api, "/api/sessions?model=o3")) == [a.pk]
@@ -96,10 +98,16 @@ def test_detail_has_summary_and_checkpoints(api, make_session):
     body = get_json(api, f"/api/sessions/{session.pk}")
     assert body["session"]["sourceSessionId"] == "run-7"
     assert body["summary"]["total_steps"] == 6 and body["summary"]["session_id"] == "run-7"
-    assert body["checkpoints"] == [{
-        "name": "before", "seq": 12, "stepPos": 1, "note": "", "createdBy": "me",
-        "createdAt": body["checkpoints"][0]["createdAt"],
-    }]
+    assert body["checkpoints"] == [
+        {
+            "name": "before",
+            "seq": 12,
+            "stepPos": 1,
+            "note": "",
+            "createdBy": "me",
+            "createdAt": body["checkpoints"][0]["createdAt"],
+        }
+    ]
 
 
 def test_unknown_session_is_404(api, db):

@@ -63,12 +63,12 @@ def test_a_line_that_cannot_be_stored_is_a_problem_and_the_rest_imports(db, tmp_
     assert outcome.problems[0]["message"].startswith(message), outcome.problems
 
 
-@pytest.mark.parametrize(
-    "field,value", [("step", 10**29), ("step", 2**63), ("depth", -(2**64))]
-)
+@pytest.mark.parametrize("field,value", [("step", 10**29), ("step", 2**63), ("depth", -(2**64))])
 def test_a_number_beyond_64_bits_is_a_problem_on_its_field(db, tmp_path, field, value):
     # orjson writes no integer beyond 64 bits (nor reads it as one: it becomes a float).
-    bad = orjson.dumps({k: v for k, v in GOOD_NATIVE[1].items() if k != field})[:-1] + f', "{field}": {value}}}'.encode()
+    bad = (
+        orjson.dumps({k: v for k, v in GOOD_NATIVE[1].items() if k != field})[:-1] + f', "{field}": {value}}}'.encode()
+    )
     outcome = imported(native_file(tmp_path, bad))
     assert outcome.events == 3
     assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, field)]
@@ -81,7 +81,9 @@ def test_a_number_beyond_64_bits_is_a_problem_on_its_field(db, tmp_path, field, 
 def test_a_number_beyond_32_bits_but_within_64_is_stored_as_it_is(db, tmp_path, field, value):
     # On PostgreSQL a 32-bit column refused it (the whole import failed), and a binary COPY
     # would wrap it (3,000,000,000 became -1,294,967,296).
-    bad = orjson.dumps({k: v for k, v in GOOD_NATIVE[1].items() if k != field})[:-1] + f', "{field}": {value}}}'.encode()
+    bad = (
+        orjson.dumps({k: v for k, v in GOOD_NATIVE[1].items() if k != field})[:-1] + f', "{field}": {value}}}'.encode()
+    )
     outcome = imported(native_file(tmp_path, bad))
     assert outcome.error is None and outcome.events == 3 and outcome.problems == []
     assert list(Event.objects.order_by("seq").values_list(field, flat=True))[1] == value

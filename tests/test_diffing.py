@@ -74,7 +74,10 @@ def test_pairs_are_paged(tmp_path):
 
 def test_divergence_checks_action_type_before_code_before_success():
     base = {"action_type": "run", "action_code": "x", "success": True}
-    assert diffing.divergence_reason(base, {**base, "action_type": "final", "action_code": "y"}) == "Action type: run vs final"
+    assert (
+        diffing.divergence_reason(base, {**base, "action_type": "final", "action_code": "y"})
+        == "Action type: run vs final"
+    )
     assert diffing.divergence_reason(base, {**base, "action_code": "y", "success": False}) == "Different code"
     assert diffing.divergence_reason(base, {**base, "success": False}) == "Success: True vs False"
     assert diffing.divergence_reason(base, {**base, "output": "other"}) is None

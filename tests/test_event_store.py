@@ -109,8 +109,9 @@ def test_concurrent_appends_keep_seq_unique_and_gap_free(make_session):
     def writer(start: int) -> None:
         try:
             for chunk in range(5):
-                append_events(session=Session.objects.get(pk=session.pk),
-                              events=synthetic_events(40, start=start + chunk * 40))
+                append_events(
+                    session=Session.objects.get(pk=session.pk), events=synthetic_events(40, start=start + chunk * 40)
+                )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:

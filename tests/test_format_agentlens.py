@@ -193,7 +193,14 @@ def test_steps_close_at_llm_responses_tool_outcomes_and_approval_decisions(proje
     assert [e.step_pos for e in steps] == list(range(6))
     states = [step_state(e) for e in steps]
     assert [s["step"] for s in states] == [1, 2, 3, 4, 5, 6]
-    assert [s["action_type"] for s in states] == ["llm_call", "tool_call", "tool_call", "tool_call", "approval", "llm_call"]
+    assert [s["action_type"] for s in states] == [
+        "llm_call",
+        "tool_call",
+        "tool_call",
+        "tool_call",
+        "approval",
+        "llm_call",
+    ]
     assert [s["success"] for s in states] == [True, True, False, False, False, True]
     assert states[0]["output"] == "I'll read the deploy config and run the smoke tests first."
     assert states[0]["action_rationale"] == "Review the deploy plan for api v2.3 and ship it if green."
@@ -255,8 +262,6 @@ def test_a_newest_first_export_is_put_back_in_time_order(project):
     assert triage.cost_usd == pytest.approx(0.0121)
 
 
-
-
 def test_events_out_of_time_order_stay_in_file_order_with_a_problem(project, tmp_path):
     events = source_events("two_sessions.ndjson")
     triage = [e for e in events if e["sessionId"] == TRIAGE]
@@ -275,10 +280,21 @@ def test_a_cost_tracked_naming_an_unpriced_call_prices_it_without_recounting_tok
     converter = agentlens.Converter()
     problems = Problems()
     base = {"sessionId": "s", "agentId": "a", "severity": "info", "timestamp": "2026-02-08T10:30:00Z"}
-    response = {**base, "eventType": "llm_response", "payload": {
-        "callId": "c1", "model": "gpt-4o", "completion": "x", "usage": {"inputTokens": 70, "outputTokens": 30}}}
-    cost = {**base, "eventType": "cost_tracked", "payload": {
-        "callId": "c1", "model": "gpt-4o", "totalTokens": 100, "costUsd": 0.002}}
+    response = {
+        **base,
+        "eventType": "llm_response",
+        "payload": {
+            "callId": "c1",
+            "model": "gpt-4o",
+            "completion": "x",
+            "usage": {"inputTokens": 70, "outputTokens": 30},
+        },
+    }
+    cost = {
+        **base,
+        "eventType": "cost_tracked",
+        "payload": {"callId": "c1", "model": "gpt-4o", "totalTokens": 100, "costUsd": 0.002},
+    }
     (first,) = converter.convert(response, orjson.dumps(response).decode(), 1, problems)
     (second,) = converter.convert(cost, orjson.dumps(cost).decode(), 2, problems)
     assert (first.tokens, first.cost_usd, first.cost_unpriced) == (100, None, True)
@@ -398,17 +414,21 @@ def test_invalid_utf8_in_an_array_ends_it_there_and_keeps_the_elements_before(pr
 # A syntax error in the 8th element of the pretty-printed array (a tool_call of ses_deploy_7f3a):
 # (what is done to it, where the parser stops (lines after the damaged one), yajl's reason).
 DAMAGE = {
-    "unclosed string": (
-        lambda e: e.replace(b'"tool_call"', b'"tool_call', 1), 0, "invalid character inside string"
-    ),
+    "unclosed string": (lambda e: e.replace(b'"tool_call"', b'"tool_call', 1), 0, "invalid character inside string"),
     "extra opening brace": (
-        lambda e: e.replace(b'"eventType"', b'{"eventType"', 1), 0, "invalid object key (must be a string)"
+        lambda e: e.replace(b'"eventType"', b'{"eventType"', 1),
+        0,
+        "invalid object key (must be a string)",
     ),
     "closing brace inside": (  # after the comma before it, where a key must come
-        lambda e: e.replace(b'"eventType"', b'}"eventType"', 1), 0, "invalid object key (must be a string)"
+        lambda e: e.replace(b'"eventType"', b'}"eventType"', 1),
+        0,
+        "invalid object key (must be a string)",
     ),
     "missing comma inside": (
-        lambda e: e.replace(b'"tool_call",', b'"tool_call"', 1), 1, "after key and value, inside map, I expect ',' or '}'"
+        lambda e: e.replace(b'"tool_call",', b'"tool_call"', 1),
+        1,
+        "after key and value, inside map, I expect ',' or '}'",
     ),
 }
 
@@ -598,7 +618,11 @@ def test_remembered_calls_stay_bounded_and_recent_ones_still_pair(monkeypatch):
     converter = agentlens.Converter()
     base = {"sessionId": "s", "agentId": "a", "severity": "info", "timestamp": "2026-02-08T10:30:00Z"}
     for n in range(10):
-        call = {**base, "eventType": "tool_call", "payload": {"toolName": "t", "callId": f"c{n}", "arguments": {"n": n}}}
+        call = {
+            **base,
+            "eventType": "tool_call",
+            "payload": {"toolName": "t", "callId": f"c{n}", "arguments": {"n": n}},
+        }
         converter.convert(call, "{}", n, Problems())
     assert len(converter.state()["calls"]) <= 4
     answer = {**base, "eventType": "tool_response", "payload": {"toolName": "t", "callId": "c9", "result": "ok"}}
@@ -617,8 +641,12 @@ def test_live_batches_through_the_api_workflow_store_what_the_file_import_stores
         assert (result.format, result.warnings) == ("agentlens", [])
     session.refresh_from_db()
     imported = ingest_file(agentlens, DIR / "two_sessions.ndjson", project)[0][0]
-    live = [(e.kind, e.tool, e.pair_id, e.pair_seq, e.cost_usd, e.tokens, e.step_pos, e.fail_streak) for e in rows(session)]
-    filed = [(e.kind, e.tool, e.pair_id, e.pair_seq, e.cost_usd, e.tokens, e.step_pos, e.fail_streak) for e in rows(imported)]
+    live = [
+        (e.kind, e.tool, e.pair_id, e.pair_seq, e.cost_usd, e.tokens, e.step_pos, e.fail_streak) for e in rows(session)
+    ]
+    filed = [
+        (e.kind, e.tool, e.pair_id, e.pair_seq, e.cost_usd, e.tokens, e.step_pos, e.fail_streak) for e in rows(imported)
+    ]
     assert live == filed
     assert session.cost_usd == pytest.approx(0.0048)
     assert (session.source_format, session.step_count) == ("agentlens", 6)

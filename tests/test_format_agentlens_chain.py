@@ -230,7 +230,9 @@ TRICKY = [
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js to run AgentLens's own code")
 def test_the_hash_is_computeEventHash_run_by_node():
-    done = subprocess.run(["node", "-e", NODE_HASH], input="\n".join(TRICKY), capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["node", "-e", NODE_HASH], input="\n".join(TRICKY), capture_output=True, text=True, check=True
+    )
     expected = json.loads(done.stdout)
     assert [agentlens.source_hash(json.loads(line)) for line in TRICKY] == expected
 

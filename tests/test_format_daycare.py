@@ -44,7 +44,14 @@ def write(tmp_path, records: list[dict], name: str = "history.jsonl"):
 
 
 @pytest.mark.parametrize(
-    "name", ["complete_new.jsonl", "complete_old.jsonl", "pending_vm_start.jsonl", "pending_tool_call.jsonl", "pending_error.jsonl"]
+    "name",
+    [
+        "complete_new.jsonl",
+        "complete_old.jsonl",
+        "pending_vm_start.jsonl",
+        "pending_tool_call.jsonl",
+        "pending_error.jsonl",
+    ],
 )
 def test_daycare_is_detected_by_content_whatever_the_file_name(name, tmp_path):
     renamed = tmp_path / "agent.txt"
@@ -118,7 +125,11 @@ def test_each_run_python_block_is_a_step_with_code_output_and_error(project):
     assert (failed["success"], failed["error"]) == (False, "ToolError: channel_not_found: #eng")
     assert failed["duration_ms"] == 1200  # rlm_start -> rlm_complete
     assert failed["tokens_used"] == 4206  # the issuing message's tokens, on its first block
-    assert failed["raw_observation"] == {"printOutput": ["7"], "toolCallCount": 2, "innerTools": ["github_search", "send_message"]}
+    assert failed["raw_observation"] == {
+        "printOutput": ["7"],
+        "toolCallCount": 2,
+        "innerTools": ["github_search", "send_message"],
+    }
     assert (passed["success"], passed["output"], passed["error"], passed["step"]) == (True, "posted", "", 2)
     assert session.step_count == 2
     assert (session.step_error_count, session.step_success_count) == (1, 1)
@@ -246,8 +257,22 @@ def test_the_latest_unfinished_block_is_the_pending_one(project, tmp_path):
 def test_run_python_calls_answered_by_a_later_rlm_start_are_not_pending(project, tmp_path):
     records = history("pending_vm_start.jsonl")
     done = [
-        {"type": "rlm_start", "at": AT0 + 3000, "toolCallId": "toolu_a", "code": "exec_command(cmd='rm -rf /tmp/cache')", "preamble": ""},
-        {"type": "rlm_complete", "at": AT0 + 3100, "toolCallId": "toolu_a", "output": "", "printOutput": [], "toolCallCount": 0, "isError": False},
+        {
+            "type": "rlm_start",
+            "at": AT0 + 3000,
+            "toolCallId": "toolu_a",
+            "code": "exec_command(cmd='rm -rf /tmp/cache')",
+            "preamble": "",
+        },
+        {
+            "type": "rlm_complete",
+            "at": AT0 + 3100,
+            "toolCallId": "toolu_a",
+            "output": "",
+            "printOutput": [],
+            "toolCallCount": 0,
+            "isError": False,
+        },
     ]
     sessions, _ = ingest_file(daycare, write(tmp_path, records + done), project)
     # daycare only asks whether any rlm_start came after the latest run_python message.
@@ -257,7 +282,13 @@ def test_run_python_calls_answered_by_a_later_rlm_start_are_not_pending(project,
 
 def test_the_pending_block_index_follows_the_call_id_in_its_message(project, tmp_path):
     records = history("pending_vm_start.jsonl")
-    start_b = {"type": "rlm_start", "at": AT0 + 3000, "toolCallId": "toolu_b", "code": "exec_command(cmd='df -h /')", "preamble": ""}
+    start_b = {
+        "type": "rlm_start",
+        "at": AT0 + 3000,
+        "toolCallId": "toolu_b",
+        "code": "exec_command(cmd='df -h /')",
+        "preamble": "",
+    }
     sessions, _ = ingest_file(daycare, write(tmp_path, records + [start_b]), project)
     meta = sessions[0].metadata
     assert (meta["pending_phase"], meta["pending_tool_call_id"], meta["pending_block_index"]) == ("error", "toolu_b", 1)

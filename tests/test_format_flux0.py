@@ -59,7 +59,9 @@ def test_one_recording_is_one_session_named_by_its_source_session(project):
 def test_every_record_is_kept_with_its_exact_text_and_recorded_time(project):
     _, events = imported(project)
     source = CHAT.read_text().splitlines()
-    originals = [e for e in events if e.source_type not in ("rebuilt_message", "rebuilt_tool_call", "rebuilt_tool_result")]
+    originals = [
+        e for e in events if e.source_type not in ("rebuilt_message", "rebuilt_tool_call", "rebuilt_tool_result")
+    ]
     assert [e.line for e in originals] == list(range(1, len(source) + 1))
     for event in originals:
         assert event.raw == source[event.line - 1]
@@ -279,7 +281,10 @@ def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(pro
         (11, "payload.type"),
     ]
     messages = {(p.line, p.field): p.message for p in problems.items}
-    assert messages[(4, "payload.patches[0]")] == "unsupported op 'remove' (flux0 streams add and replace): operation skipped"
+    assert (
+        messages[(4, "payload.patches[0]")]
+        == "unsupported op 'remove' (flux0 streams add and replace): operation skipped"
+    )
     assert messages[(9, "offset")] == "offset 3 after 8: kept in file order"
     assert messages[(13, "line")] == "truncated record (file ends mid-line)"
     (session,) = sessions

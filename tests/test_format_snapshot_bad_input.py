@@ -150,7 +150,11 @@ def step_lines(text: str) -> list[int]:
 # A syntax error in the third step: (the text replaced, its replacement, the text on the line
 # where the parser stops).
 SYNTAX_ERRORS = {
-    "comma lost between steps": ('    },\n    {\n      "step": 3,', '    }\n    {\n      "step": 3,', '{\n      "step": 3,'),
+    "comma lost between steps": (
+        '    },\n    {\n      "step": 3,',
+        '    }\n    {\n      "step": 3,',
+        '{\n      "step": 3,',
+    ),
     "string never closed": ('"rationale": "because 3"', '"rationale": "because 3', '"rationale": "because 3'),
     "closing brace lost": ('"because 3"\n      },', '"because 3"', '"raw_observation"'),
 }
@@ -167,7 +171,9 @@ def test_a_syntax_error_ends_the_snapshot_there_and_the_steps_before_it_import(s
     third = text.index('\n      "step": 3,')  # the step's, not the header's
     assert problem_keys(problems) == [(text.count("\n", 0, text.index(stops_at, third - 20)) + 1, "line")]
     message = problems.items[0].message
-    assert message.startswith("malformed JSON at column ") and message.endswith("the rest of the document could not be read")
+    assert message.startswith("malformed JSON at column ") and message.endswith(
+        "the rest of the document could not be read"
+    )
     assert content(session) == [row for row in expected if row[0] == "step_end" and row[1] in (1, 2)]
     # The members before the steps still describe the session.
     assert session.final_answer == snapshot["final_answer"] and session.source_session_id == snapshot["session_id"]

@@ -23,7 +23,9 @@ HOSTILE_IDS = ["../../escape", "a/b", "/abs", "nul\u0000byte", "x" * 300, "Ã© ðŸ
 
 def agentlens_file(path: Path, *, newest_first: bool = False) -> dict[str, list[dict]]:
     """SESSIONS sessions of 5 events each, interleaved event by event; their events by id."""
-    template = [orjson.loads(line) for line in (FIXTURES / "agentlens" / "two_sessions.ndjson").read_bytes().splitlines()]
+    template = [
+        orjson.loads(line) for line in (FIXTURES / "agentlens" / "two_sessions.ndjson").read_bytes().splitlines()
+    ]
     deploy = [e for e in template if e["sessionId"] == "ses_deploy_7f3a"][:5]
     ids = HOSTILE_IDS + [f"ses_{n:03d}" for n in range(SESSIONS - len(HOSTILE_IDS))]
     by_id = {sid: rechained([{**e, "id": f"{sid}-{i}", "sessionId": sid} for i, e in enumerate(deploy)]) for sid in ids}
@@ -97,7 +99,7 @@ def test_many_sessions_are_read_from_one_pass_over_the_file(
     assert problems.count == 0
     assert opens == [path]  # one pass over the file, not one per session
     assert len(sessions) == SESSIONS
-    for session, (sid, records) in zip(sessions, by_id.items()):
+    for session, (_sid, records) in zip(sessions, by_id.items()):
         # flux0 adds rebuilt messages carrying their last chunk's line and bytes: each source
         # line counts once, and every record is there, in file order.
         lines = {e.line: orjson.loads(e.raw) for e in rows(session)}

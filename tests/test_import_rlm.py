@@ -313,7 +313,11 @@ def test_trajectory_logger_dialect_loads_the_steps_rlm_misses(project, tmp_path)
         Event.objects.filter(session=session, step_pos__isnull=False).order_by("seq").values_list("source_type", "line")
     )
     assert [source for source, _ in closing] == ["iteration_output"] * 3
-    starts = list(Event.objects.filter(session=session, source_type="iteration_start").order_by("seq").values_list("line", flat=True))
+    starts = list(
+        Event.objects.filter(session=session, source_type="iteration_start")
+        .order_by("seq")
+        .values_list("line", flat=True)
+    )
     assert closing[0][1] < starts[1] and closing[1][1] < starts[2]
     # LLM calls pair with their responses, sub-LLM calls apart from the agent's own.
     for call in Event.objects.filter(session=session, kind=Kind.LLM_CALL):
@@ -459,7 +463,9 @@ def test_step_variables_are_exact_at_every_step_even_as_changes(project, tmp_pat
     assert [type(s["variables"]["a"]) for s in state_at_steps(session)] == [int, bool, bool, bool]
     changes = [
         orjson.loads(text)
-        for text in Event.objects.filter(session=session, kind=Kind.STEP_END).order_by("seq").values_list("state_change", flat=True)
+        for text in Event.objects.filter(session=session, kind=Kind.STEP_END)
+        .order_by("seq")
+        .values_list("state_change", flat=True)
     ]
     assert changes[2] == {"variables": {"a": True}, "replace": True}
     assert changes[3] == {"variables": {"a": True, "c": "x"}}  # a was a preview again before it

@@ -13,8 +13,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from sessions_app.ingest import importing
 from sessions_app.canonical import Kind
+from sessions_app.ingest import importing
 from sessions_app.ingest.importing import import_file
 from sessions_app.models import Event, ImportJob, Project, Session
 

@@ -53,9 +53,7 @@ def queued_import_job_ids() -> list[int]:
 
 def test_upload_is_kept_under_a_generated_name_never_the_clients(project, data_dir, tmp_path):
     source = write_canonical_file(tmp_path / "x.jsonl", events=8)
-    job = accept_upload(
-        uploaded_file=upload_of(source, "../../etc/passwd.jsonl"), project=project, created_by="ann"
-    )
+    job = accept_upload(uploaded_file=upload_of(source, "../../etc/passwd.jsonl"), project=project, created_by="ann")
     stored = Path(job.stored_path)
     assert stored.is_file() and stored.read_bytes() == source.read_bytes()
     assert stored.resolve().is_relative_to(data_dir.resolve())
@@ -88,9 +86,7 @@ def test_upload_over_the_size_limit_is_refused_with_a_clear_message(project, dat
     assert not ImportJob.objects.exists()
 
 
-def test_gzip_stating_a_decompressed_size_over_the_limit_is_refused_at_upload(
-    project, data_dir, settings
-):
+def test_gzip_stating_a_decompressed_size_over_the_limit_is_refused_at_upload(project, data_dir, settings):
     settings.MAX_UPLOAD_MB = 1
     bomb = gzip.compress(b"\n" * (3 * 1024 * 1024))  # 3 MB of newlines: a few KB compressed
     assert len(bomb) < 1024 * 1024
@@ -99,9 +95,7 @@ def test_gzip_stating_a_decompressed_size_over_the_limit_is_refused_at_upload(
     assert "decompressed upload" in refused.value.message
 
 
-def test_gzip_hiding_its_size_fails_the_job_once_decompressed_past_the_limit(
-    project, data_dir, settings, tmp_path
-):
+def test_gzip_hiding_its_size_fails_the_job_once_decompressed_past_the_limit(project, data_dir, settings, tmp_path):
     settings.MAX_UPLOAD_MB = 1
     # Two gzip members: the trailer of the last (tiny) one is all a quick look can see.
     bomb = gzip.compress(b"\n" * (3 * 1024 * 1024)) + gzip.compress(b"\n")
@@ -372,9 +366,7 @@ def test_an_upload_is_imported_by_a_real_qcluster_worker(worker_db, data_dir, tm
     assert Event.objects.count() == 3 * 42
 
 
-def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(
-    worker_db, data_dir, tmp_path, project
-):
+def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(worker_db, data_dir, tmp_path, project):
     sessions, events = 16, 2500
     source = write_canonical_file(tmp_path / "big.jsonl", sessions=sessions, events=events)
     job = accept_upload(uploaded_file=upload_of(source), project=project)

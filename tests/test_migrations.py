@@ -57,7 +57,9 @@ def test_0006_keeps_every_stored_event_and_drops_autoincrement_on_sqlite():
     project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
     session = Session.objects.create(project=project, source_format="rlm_native")
     stored = [
-        Event.objects.create(session=session, seq=seq, kind="note", source_type="x", raw=f'{{"n": {seq}}}', hash="h", prev_hash="p")
+        Event.objects.create(
+            session=session, seq=seq, kind="note", source_type="x", raw=f'{{"n": {seq}}}', hash="h", prev_hash="p"
+        )
         for seq in range(3)
     ]
     try:
@@ -65,7 +67,9 @@ def test_0006_keeps_every_stored_event_and_drops_autoincrement_on_sqlite():
         Event = apps.get_model("sessions_app", "Event")
         kept = list(Event.objects.filter(session_id=session.pk).order_by("seq").values_list("pk", "seq", "raw"))
         assert kept == [(event.pk, event.seq, event.raw) for event in stored]
-        added = Event.objects.create(session_id=session.pk, seq=3, kind="note", source_type="x", raw="{}", hash="h", prev_hash="p")
+        added = Event.objects.create(
+            session_id=session.pk, seq=3, kind="note", source_type="x", raw="{}", hash="h", prev_hash="p"
+        )
         assert added.pk > max(event.pk for event in stored)
         if connection.vendor == "sqlite":
             with connection.cursor() as cursor:
@@ -83,4 +87,9 @@ def test_events_carry_only_the_indexes_their_reads_use():
     with connection.cursor() as cursor:
         names = set(connection.introspection.get_constraints(cursor, "sessions_app_event"))
     assert "event_session_pair" not in names
-    assert {"event_session_seq_uniq", "event_session_kind_seq", "event_session_step_pos", "event_session_error_seq"} <= names
+    assert {
+        "event_session_seq_uniq",
+        "event_session_kind_seq",
+        "event_session_step_pos",
+        "event_session_error_seq",
+    } <= names

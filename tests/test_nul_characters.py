@@ -47,7 +47,11 @@ def test_an_rlm_session_full_of_nul_characters_imports_whole_on_either_database(
     session = import_one(path)
     lines = [line for line in path.read_text().splitlines() if line]
     assert session.event_count == len(lines)
-    assert (session.task, session.run_id, session.model) == (f"find the {SHOWN} byte", f"run{SHOWN}nul", f"model{SHOWN}")
+    assert (session.task, session.run_id, session.model) == (
+        f"find the {SHOWN} byte",
+        f"run{SHOWN}nul",
+        f"model{SHOWN}",
+    )
     assert session.final_answer == f"final {SHOWN}"
     events = list(Event.objects.filter(session=session).order_by("seq"))
     assert [e.raw for e in events] == lines  # the originals, \\u0000 and all

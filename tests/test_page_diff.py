@@ -36,8 +36,8 @@ def test_full_page_shows_divergence_deltas_and_aligned_steps(logged_in, pair):
     rows = re.findall(r'<tr class="[^"]*" id="diff-step-(\d+)"', html)
     assert [int(r) for r in rows] == [0, 1, 2, 3]  # B's extra step is aligned against nothing
     # Deltas are B - A.
-    assert "<td>Steps</td><td class=\"num\">3</td><td class=\"num\">4</td><td class=\"num\">1</td>" in html
-    assert f"<td class=\"num\">{b.tokens - a.tokens}</td>" in html
+    assert '<td>Steps</td><td class="num">3</td><td class="num">4</td><td class="num">1</td>' in html
+    assert f'<td class="num">{b.tokens - a.tokens}</td>' in html
     assert 'id="diff-scrubber"' in html and 'id="diff-offset"' in html
     assert "HX-Request" in response["Vary"]
 
@@ -78,7 +78,11 @@ def test_anonymous_visitor_is_sent_to_login_and_sees_no_steps(client, pair):
 def test_bad_parameters_get_a_clear_400(logged_in, pair, params):
     response = logged_in.get(COMPARE, params)
     assert response.status_code == 400
-    assert b"Pick" in response.content or b"This field is required" in response.content or b"whole number" in response.content
+    assert (
+        b"Pick" in response.content
+        or b"This field is required" in response.content
+        or b"whole number" in response.content
+    )
 
 
 def test_unknown_session_is_404(logged_in, pair):

@@ -52,7 +52,7 @@ def current_row(html: str) -> int:
 
 def context_panel(html: str) -> str:
     start = html.index('<section id="context-panel"')
-    return html[start: html.index("</section>\n", html.index("Pending approvals", start))]
+    return html[start : html.index("</section>\n", html.index("Pending approvals", start))]
 
 
 @pytest.fixture
@@ -81,7 +81,9 @@ def test_htmx_request_gets_the_step_list_with_side_panels_out_of_band(logged_in,
     html = response.content.decode()
     assert html.lstrip().startswith('<section id="step-list"')
     assert "<html" not in html and 'id="filters"' not in html and 'id="scrubber"' not in html
-    assert '<section id="context-panel" class="context-panel" aria-label="Context at event #7" hx-swap-oob="true">' in html
+    assert (
+        '<section id="context-panel" class="context-panel" aria-label="Context at event #7" hx-swap-oob="true">' in html
+    )
     assert '<output id="step-status" class="step-status" hx-swap-oob="true">' in html
     assert current_row(html) == 7
     # Links inside the frame keep the player's state.
@@ -95,7 +97,7 @@ def test_history_restore_request_gets_the_full_page(logged_in, talk):
     html = response.content.decode()
     assert "<html" in html and 'id="filters"' in html and 'id="scrubber"' in html
     assert current_row(html) == 7
-    assert 'hx-swap-oob' not in html.split('id="step-list"')[1].split("</section>")[0]
+    assert "hx-swap-oob" not in html.split('id="step-list"')[1].split("</section>")[0]
 
 
 @pytest.mark.parametrize("path", ["player", "search", "charts"])
@@ -167,7 +169,10 @@ def test_step_defaults_and_bounds(logged_in, talk):
     last = talk.event_count - 1
     assert frame_data(logged_in.get(url(talk), {"step": 10**9}).content.decode())["seq"] == last
     assert frame_data(logged_in.get(url(talk), {"step": "-4"}).content.decode())["seq"] == 0
-    assert frame_data(logged_in.get(url(talk), {"step": "abc", "speed": "99", "types": "nope"}).content.decode())["seq"] == 0
+    assert (
+        frame_data(logged_in.get(url(talk), {"step": "abc", "speed": "99", "types": "nope"}).content.decode())["seq"]
+        == 0
+    )
 
 
 def test_frame_knows_neighbours_turn_boundary_and_errors(logged_in, talk):
@@ -185,11 +190,17 @@ def test_frame_knows_neighbours_turn_boundary_and_errors(logged_in, talk):
 def test_filters_hide_kinds_but_leave_the_context_numbers_alone(logged_in, talk):
     seq = 17
     everything = logged_in.get(url(talk), {"step": seq}, HTTP_HX_REQUEST="true").content.decode()
-    filtered = logged_in.get(url(talk), {"step": seq, "types": "tool_call,tool_error"}, HTTP_HX_REQUEST="true").content.decode()
-    shown = {int(s) for s in re.findall(r'<li class="event kind-(?:\w+)[^"]*"[^>]*>\s*<a href="[^"]*" data-seq="(\d+)"', filtered)}
+    filtered = logged_in.get(
+        url(talk), {"step": seq, "types": "tool_call,tool_error"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
+    shown = {
+        int(s)
+        for s in re.findall(r'<li class="event kind-(?:\w+)[^"]*"[^>]*>\s*<a href="[^"]*" data-seq="(\d+)"', filtered)
+    }
     kinds = dict(Event.objects.filter(session=talk).values_list("seq", "kind"))
     assert shown and all(kinds[s] in {"tool_call", "tool_error"} for s in shown)
     assert len(shown) < talk.event_count
+
     def without_links(html: str) -> str:
         return re.sub(r'href="[^"]*"', "", context_panel(html))
 
@@ -285,7 +296,9 @@ def test_checkpoint_is_saved_at_the_current_step_and_marked_on_the_scrubber(logg
     assert "before &lt;retry&gt;" in html and 'data-seq="9"' in html
     assert 'id="scrubber-overview" class="scrubber-overview" hx-swap-oob="true"' in html
     assert "checkpoint before &lt;retry&gt; (#9)" in html
-    bad = logged_in.post(reverse("sessions:checkpoint", args=[talk.pk]), {"name": "", "step": 9}, HTTP_HX_REQUEST="true")
+    bad = logged_in.post(
+        reverse("sessions:checkpoint", args=[talk.pk]), {"name": "", "step": 9}, HTTP_HX_REQUEST="true"
+    )
     assert bad.status_code == 400 and b"needs a name" in bad.content
 
 
@@ -297,7 +310,9 @@ def test_search_lists_matches_from_the_current_step(logged_in, talk):
     seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', html)]
     payloads = {e.seq: e.payload for e in Event.objects.filter(session=talk, seq__in=seqs)}
     assert seqs and all("answer 2" in payloads[s] for s in seqs)
-    errors = logged_in.get(reverse("sessions:search", args=[talk.pk]), {"errors": "on", "step": 0}, HTTP_HX_REQUEST="true")
+    errors = logged_in.get(
+        reverse("sessions:search", args=[talk.pk]), {"errors": "on", "step": 0}, HTTP_HX_REQUEST="true"
+    )
     error_seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', errors.content.decode())]
     assert error_seqs == [turn_length() + 10, turn_length() + 11]
 
@@ -327,7 +342,9 @@ def test_charts_partial_holds_four_figures_whose_points_name_their_seq(logged_in
     assert "vendor/plotly/plotly.min.js" in html
     data = json.loads(re.search(r'<script id="chart-data" type="application/json">(.*?)</script>', html, re.S).group(1))
     assert set(data["figures"]) == {"reward", "cost", "tokens", "latency"}
-    steps = list(Event.objects.filter(session=talk, step_pos__isnull=False).order_by("seq").values_list("seq", "reward_total"))
+    steps = list(
+        Event.objects.filter(session=talk, step_pos__isnull=False).order_by("seq").values_list("seq", "reward_total")
+    )
     cumulative = data["figures"]["reward"]["data"][1]
     assert cumulative["customdata"] == [seq for seq, _ in steps]
     assert cumulative["y"] == [total for _, total in steps]
@@ -344,7 +361,8 @@ def test_charts_of_a_long_session_are_sampled(make_session):
     assert cost["x"][-1] == last.seq and cost["y"][-1] == pytest.approx(last.cost_total, abs=1e-6)
     latency = figures["latency"]["data"][0]
     assert max(latency["y"]) == pytest.approx(
-        max(Event.objects.filter(session=session, kind=Kind.LLM_CALL).values_list("pair_duration_ms", flat=True)), abs=0.1
+        max(Event.objects.filter(session=session, kind=Kind.LLM_CALL).values_list("pair_duration_ms", flat=True)),
+        abs=0.1,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from urllib.parse import unquote
 
 import pytest
@@ -32,7 +32,7 @@ def two_sessions(db) -> tuple[Session, Session]:
     bad = build_session(conversation_events(turns=2), source_session_id="run-bad", task="fetch the page",
                         model="claude-3")  # fmt: skip
     verify_session(session=ok)
-    Session.objects.filter(pk=bad.pk).update(chain_valid=False, chain_broken_seq=7, chain_checked_at=datetime.now(timezone.utc),
+    Session.objects.filter(pk=bad.pk).update(chain_valid=False, chain_broken_seq=7, chain_checked_at=datetime.now(UTC),
                                              status=Session.Status.FAILED)  # fmt: skip
     return Session.objects.get(pk=ok.pk), Session.objects.get(pk=bad.pk)
 
@@ -44,7 +44,7 @@ def test_full_page_lists_sessions_with_their_totals_and_chain_status(logged_in, 
     assert response.status_code == 200
     assert "<html" in html and 'id="upload-form"' in html and 'id="session-filters"' in html
     assert set(_ids(html)) == {ok.pk, bad.pk}
-    row = html[html.index(f'<tr data-session="{bad.pk}">'):]
+    row = html[html.index(f'<tr data-session="{bad.pk}">') :]
     row = row[: row.index("</tr>")]
     assert f">{bad.step_count}<" in row and f">{bad.event_count}<" in row and f">{bad.tokens}<" in row
     assert f"${bad.cost_usd:.4f}" in row
@@ -128,10 +128,15 @@ def test_bad_query_values_fall_back_instead_of_failing(logged_in, two_sessions):
 
 @pytest.mark.parametrize("sort", ["-tokens", "-created", "created"])
 def test_keyset_pages_cover_every_session_once_in_both_directions(logged_in, project, sort):
-    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
     made = [
-        Session.objects.create(project=project, source_format="canonical", source_session_id=f"s{i}",
-                               created_at=base + timedelta(minutes=i // 3), tokens=i % 4)  # fmt: skip
+        Session.objects.create(
+            project=project,
+            source_format="canonical",
+            source_session_id=f"s{i}",
+            created_at=base + timedelta(minutes=i // 3),
+            tokens=i % 4,
+        )  # fmt: skip
         for i in range(123)
     ]
     seen: list[int] = []
@@ -158,7 +163,9 @@ def test_keyset_pages_cover_every_session_once_in_both_directions(logged_in, pro
     assert previous == pages[1]
 
 
-def test_upload_creates_jobs_that_poll_until_done_then_show_problems_by_line(logged_in, tmp_path, django_capture_on_commit_callbacks, monkeypatch):
+def test_upload_creates_jobs_that_poll_until_done_then_show_problems_by_line(
+    logged_in, tmp_path, django_capture_on_commit_callbacks, monkeypatch
+):
     path = tmp_path / "failing.jsonl"
     record_failing_session(path)
     good = path.read_bytes()

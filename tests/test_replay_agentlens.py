@@ -53,6 +53,7 @@ def deploy_events(*, shared_kind: bool = True) -> list[dict]:
 def agentlens_replay(events: list[dict]) -> list[dict]:
     """builder.ts on these events, step by step: `eventCounts`, `llmHistory` as (callId,
     response) pairs, and `pair` as (paired event id, pairDurationMs) or None."""
+
     def ms(event: dict) -> int:
         return int(datetime.fromisoformat(event["timestamp"]).timestamp() * 1000)
 

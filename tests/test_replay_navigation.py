@@ -26,7 +26,9 @@ def test_window_around_an_event_with_first_and_last_flags(make_session):
 
 def test_filtered_window_holds_only_the_chosen_kinds(make_session):
     session = make_session(events=200)
-    errors = list(Event.objects.filter(session=session, kind="tool_error").order_by("seq").values_list("seq", flat=True))
+    errors = list(
+        Event.objects.filter(session=session, kind="tool_error").order_by("seq").values_list("seq", flat=True)
+    )
     window = replay.events_around(session=session, seq=errors[4], kinds=["tool_error"], before=2, after=2)
     assert [e["seq"] for e in window["events"]] == errors[2:7]
     assert {e["kind"] for e in window["events"]} == {"tool_error"}
@@ -57,12 +59,14 @@ def test_search_finds_text_case_insensitively_and_continues_from_where_it_stoppe
 
 
 def test_search_treats_like_wildcards_as_plain_text():
-    session = session_of([
-        event(Kind.NOTE, 0, payload={"text": "100% done"}),
-        event(Kind.NOTE, 1, payload={"text": "1000 done"}),
-        event(Kind.NOTE, 2, payload={"text": "a_b"}),
-        event(Kind.NOTE, 3, payload={"text": "axb"}),
-    ])
+    session = session_of(
+        [
+            event(Kind.NOTE, 0, payload={"text": "100% done"}),
+            event(Kind.NOTE, 1, payload={"text": "1000 done"}),
+            event(Kind.NOTE, 2, payload={"text": "a_b"}),
+            event(Kind.NOTE, 3, payload={"text": "axb"}),
+        ]
+    )
     assert [r["seq"] for r in replay.search(session=session, q="100%")["results"]] == [0]
     assert [r["seq"] for r in replay.search(session=session, q="a_b")["results"]] == [2]
 
@@ -106,13 +110,15 @@ def test_errors_around_is_previous_and_next_error_in_one_statement(make_session,
 
 
 def test_next_turn_boundary_is_the_next_user_message():
-    session = session_of([
-        event(Kind.USER_MESSAGE, 0),
-        event(Kind.AGENT_MESSAGE, 10),
-        event(Kind.CHUNK, 20),
-        event(Kind.USER_MESSAGE, 30),
-        event(Kind.AGENT_MESSAGE, 40),
-    ])
+    session = session_of(
+        [
+            event(Kind.USER_MESSAGE, 0),
+            event(Kind.AGENT_MESSAGE, 10),
+            event(Kind.CHUNK, 20),
+            event(Kind.USER_MESSAGE, 30),
+            event(Kind.AGENT_MESSAGE, 40),
+        ]
+    )
     assert replay.next_turn_boundary(session=session, seq=0) == 3
     assert replay.next_turn_boundary(session=session, seq=2) == 3
     assert replay.next_turn_boundary(session=session, seq=3) is None

@@ -43,8 +43,16 @@ def test_page_has_the_agentlens_replay_state_shape(long_session):
     assert step["event"]["kind"] == "llm_call" and step["pairedEvent"]["seq"] == 11
     assert step["pairDurationMs"] == 250.0
     assert set(step["context"]) >= {
-        "eventIndex", "totalEvents", "cumulativeCostUsd", "elapsedMs", "eventCounts", "llmHistory",
-        "toolResults", "pendingApprovals", "errorCount", "warnings",
+        "eventIndex",
+        "totalEvents",
+        "cumulativeCostUsd",
+        "elapsedMs",
+        "eventCounts",
+        "llmHistory",
+        "toolResults",
+        "pendingApprovals",
+        "errorCount",
+        "warnings",
     }
     assert page["summary"]["totalLlmCalls"] == 600 and page["summary"]["models"] == ["gpt-4o"]
 
@@ -62,7 +70,7 @@ def test_filtered_page_starts_at_the_nth_matching_event(long_session, kinds, off
     expected = matching_seqs(long_session, kinds)
     page = replay.replay_page(session=long_session, offset=offset, limit=25, event_types=kinds, include_context=False)
     assert page["totalSteps"] == len(expected)
-    assert [s["event"]["seq"] for s in page["steps"]] == expected[offset:offset + 25]
+    assert [s["event"]["seq"] for s in page["steps"]] == expected[offset : offset + 25]
     assert [s["index"] for s in page["steps"]] == list(range(offset, offset + len(page["steps"])))
     assert page["pagination"]["hasMore"] == (offset + 25 < len(expected))
 

@@ -14,16 +14,23 @@ pytestmark = pytest.mark.django_db
 
 
 def test_llm_call_and_response_point_at_each_other_with_the_duration():
-    session = session_of([
-        event(Kind.LLM_CALL, 0, pair_id="call_001", tool="gpt-4o"),
-        event(Kind.TOOL_CALL, 100, pair_id="t1", tool="read_file"),
-        event(Kind.LLM_RESPONSE, 1200, pair_id="call_001", tool="gpt-4o"),
-        event(Kind.TOOL_ERROR, 1500, pair_id="t1", tool="read_file", is_error=True, failed=True),
-    ])
+    session = session_of(
+        [
+            event(Kind.LLM_CALL, 0, pair_id="call_001", tool="gpt-4o"),
+            event(Kind.TOOL_CALL, 100, pair_id="t1", tool="read_file"),
+            event(Kind.LLM_RESPONSE, 1200, pair_id="call_001", tool="gpt-4o"),
+            event(Kind.TOOL_ERROR, 1500, pair_id="t1", tool="read_file", is_error=True, failed=True),
+        ]
+    )
     steps = replay.replay_page(session=session, offset=0, limit=10)["steps"]
     call, tool_call, response, tool_error = steps
-    assert call["pairedEvent"] == {"seq": 2, "kind": "llm_response", "eventType": "llm_response",
-                                   "timestamp": "2026-02-08T10:30:01.200000Z", "isError": False}
+    assert call["pairedEvent"] == {
+        "seq": 2,
+        "kind": "llm_response",
+        "eventType": "llm_response",
+        "timestamp": "2026-02-08T10:30:01.200000Z",
+        "isError": False,
+    }
     assert response["pairedEvent"]["seq"] == 0
     assert call["pairDurationMs"] == response["pairDurationMs"] == 1200.0
     assert tool_call["pairedEvent"]["seq"] == 3 and tool_call["pairedEvent"]["isError"] is True
@@ -42,13 +49,15 @@ def test_a_partner_outside_the_page_is_still_given():
 
 
 def test_an_approval_is_pending_from_its_request_until_its_decision():
-    session = session_of([
-        event(Kind.APPROVAL_REQUESTED, 0, pair_id="req1", payload={"action": "deploy"}),
-        event(Kind.APPROVAL_REQUESTED, 10, pair_id="req2", payload={"action": "delete"}),
-        event(Kind.NOTE, 20),
-        event(Kind.APPROVAL_GRANTED, 30, pair_id="req1"),
-        event(Kind.NOTE, 40),
-    ])
+    session = session_of(
+        [
+            event(Kind.APPROVAL_REQUESTED, 0, pair_id="req1", payload={"action": "deploy"}),
+            event(Kind.APPROVAL_REQUESTED, 10, pair_id="req2", payload={"action": "delete"}),
+            event(Kind.NOTE, 20),
+            event(Kind.APPROVAL_GRANTED, 30, pair_id="req1"),
+            event(Kind.NOTE, 40),
+        ]
+    )
     page = replay.replay_page(session=session, offset=0, limit=10)
     pending = [s["context"]["pendingApprovals"] for s in page["steps"]]
     assert pending == [[0], [0, 1], [0, 1], [1], [1]]
@@ -78,12 +87,14 @@ def test_child_spawn_and_result_are_paired_in_a_recorded_session(tmp_path):
 def test_a_tool_result_recorded_before_its_call_still_pairs_with_it(monkeypatch, batch_rows):
     # Writers reorder (a tool answers before its call is logged, clocks differ): pair by id.
     monkeypatch.setattr("sessions_app.ingest.writer.BATCH_ROWS", batch_rows)
-    session = session_of([
-        event(Kind.TOOL_RESPONSE, 0, pair_id="t1", tool="read_file", failed=False),
-        event(Kind.NOTE, 10),
-        event(Kind.NOTE, 20),
-        event(Kind.TOOL_CALL, 30, pair_id="t1", tool="read_file"),
-    ])
+    session = session_of(
+        [
+            event(Kind.TOOL_RESPONSE, 0, pair_id="t1", tool="read_file", failed=False),
+            event(Kind.NOTE, 10),
+            event(Kind.NOTE, 20),
+            event(Kind.TOOL_CALL, 30, pair_id="t1", tool="read_file"),
+        ]
+    )
     from sessions_app.models import Event
     from sessions_app.verification import verify_session
 

@@ -93,8 +93,7 @@ def test_steps_page_equals_single_steps(make_session, offset, limit):
     page = replay.steps_page(session=session, offset=offset, limit=limit)
     assert page["total"] == session.step_count == 200
     expected = [
-        replay.step_state_at(session=session, index=i)
-        for i in range(offset, min(offset + limit, session.step_count))
+        replay.step_state_at(session=session, index=i) for i in range(offset, min(offset + limit, session.step_count))
     ]
     assert page["steps"] == expected
 
@@ -122,15 +121,19 @@ def test_context_at_inlines_history_state_and_the_current_step(make_session):
     llm_seqs = [entry["seq"] for entry in context["llmHistory"]]
     expected = list(
         Event.objects.filter(session=session, kind__in=["llm_call", "llm_response"], seq__lte=502)
-        .order_by("-seq").values_list("seq", flat=True)[:50]
+        .order_by("-seq")
+        .values_list("seq", flat=True)[:50]
     )[::-1]
     assert llm_seqs == expected
     assert all(entry["payload"]["i"] == entry["seq"] for entry in context["llmHistory"])
     assert [e["seq"] for e in context["toolResults"]] == list(
         Event.objects.filter(session=session, kind__in=["tool_response", "tool_error"], seq__lte=502)
-        .order_by("-seq").values_list("seq", flat=True)[:50]
+        .order_by("-seq")
+        .values_list("seq", flat=True)[:50]
     )[::-1]
-    assert {"variables": context["variables"], "memory_notes": context["memoryNotes"]} == brute_force_state(session, 502)
+    assert {"variables": context["variables"], "memory_notes": context["memoryNotes"]} == brute_force_state(
+        session, 502
+    )
     # Event 502 is inside step 100 (closed by the step_end at 504).
     assert context["stepIndex"] == 100 and context["stepSeq"] == 504
     assert context["step"] == replay.step_state_at(session=session, index=100)

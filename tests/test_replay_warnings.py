@@ -20,12 +20,14 @@ def warnings_by_seq(session: Session) -> dict[int, list[str]]:
 
 def test_an_event_over_the_cost_threshold_warns_at_that_step_only(settings):
     settings.WARN_STEP_COST_USD = 0.50
-    session = session_of([
-        event(Kind.LLM_CALL, 0, pair_id="a", tool="gpt-4o"),
-        event(Kind.LLM_RESPONSE, 100, pair_id="a", tool="gpt-4o", cost_usd=0.75, tokens=9000),
-        event(Kind.LLM_CALL, 200, pair_id="b", tool="gpt-4o"),
-        event(Kind.LLM_RESPONSE, 300, pair_id="b", tool="gpt-4o", cost_usd=0.20, tokens=100),
-    ])
+    session = session_of(
+        [
+            event(Kind.LLM_CALL, 0, pair_id="a", tool="gpt-4o"),
+            event(Kind.LLM_RESPONSE, 100, pair_id="a", tool="gpt-4o", cost_usd=0.75, tokens=9000),
+            event(Kind.LLM_CALL, 200, pair_id="b", tool="gpt-4o"),
+            event(Kind.LLM_RESPONSE, 300, pair_id="b", tool="gpt-4o", cost_usd=0.20, tokens=100),
+        ]
+    )
     assert warnings_by_seq(session) == {0: [], 1: ["cost"], 2: [], 3: []}
     warning = replay.context_at(session=session, seq=1)["warnings"][0]
     assert warning["value"] == 0.75 and warning["threshold"] == 0.50
@@ -40,37 +42,37 @@ def test_cost_threshold_comes_from_settings(settings):
 
 def test_a_slow_call_warns_when_its_answer_arrives(settings):
     settings.WARN_LATENCY_MS = 30_000
-    session = session_of([
-        event(Kind.TOOL_CALL, 0, pair_id="t1", tool="search"),
-        event(Kind.TOOL_RESPONSE, 45_000, pair_id="t1", tool="search"),
-        event(Kind.TOOL_CALL, 46_000, pair_id="t2", tool="search"),
-        event(Kind.TOOL_RESPONSE, 47_000, pair_id="t2", tool="search"),
-    ])
+    session = session_of(
+        [
+            event(Kind.TOOL_CALL, 0, pair_id="t1", tool="search"),
+            event(Kind.TOOL_RESPONSE, 45_000, pair_id="t1", tool="search"),
+            event(Kind.TOOL_CALL, 46_000, pair_id="t2", tool="search"),
+            event(Kind.TOOL_RESPONSE, 47_000, pair_id="t2", tool="search"),
+        ]
+    )
     assert warnings_by_seq(session) == {0: [], 1: ["latency"], 2: [], 3: []}
     warning = replay.context_at(session=session, seq=1)["warnings"][0]
     assert warning["value"] == 45_000 and "search answered after 45000 ms" in warning["message"]
 
 
 def test_a_call_that_never_got_an_answer_warns_once_the_session_ended():
-    session = session_of([
-        event(Kind.LLM_CALL, 0, pair_id="lost", tool="gpt-4o"),
-        event(Kind.LLM_CALL, 10, pair_id="ok", tool="gpt-4o"),
-        event(Kind.LLM_RESPONSE, 20, pair_id="ok", tool="gpt-4o"),
-    ])
+    session = session_of(
+        [
+            event(Kind.LLM_CALL, 0, pair_id="lost", tool="gpt-4o"),
+            event(Kind.LLM_CALL, 10, pair_id="ok", tool="gpt-4o"),
+            event(Kind.LLM_RESPONSE, 20, pair_id="ok", tool="gpt-4o"),
+        ]
+    )
     assert session.status != Session.Status.LIVE
     assert warnings_by_seq(session) == {0: ["unanswered"], 1: [], 2: []}
 
 
 def test_an_open_call_in_a_live_session_warns_only_after_the_latency_threshold(settings):
     settings.WARN_LATENCY_MS = 30_000
-    recent = session_of(
-        [event(Kind.TOOL_CALL, 0, pair_id="x", tool="db"), event(Kind.NOTE, 10_000)], finish=False
-    )
+    recent = session_of([event(Kind.TOOL_CALL, 0, pair_id="x", tool="db"), event(Kind.NOTE, 10_000)], finish=False)
     assert recent.status == Session.Status.LIVE
     assert warnings_by_seq(recent) == {0: [], 1: []}
-    stale = session_of(
-        [event(Kind.TOOL_CALL, 0, pair_id="x", tool="db"), event(Kind.NOTE, 31_000)], finish=False
-    )
+    stale = session_of([event(Kind.TOOL_CALL, 0, pair_id="x", tool="db"), event(Kind.NOTE, 31_000)], finish=False)
     assert warnings_by_seq(stale) == {0: ["unanswered"], 1: []}
 
 
@@ -90,9 +92,11 @@ def test_the_same_tool_failing_repeatedly_warns_from_the_nth_failure(settings):
 
 
 def test_a_cost_that_could_not_be_priced_is_a_warning_not_a_silent_zero():
-    session = session_of([
-        event(Kind.LLM_RESPONSE, 0, tool="mystery-model", tokens=1200, cost_unpriced=True),
-    ])
+    session = session_of(
+        [
+            event(Kind.LLM_RESPONSE, 0, tool="mystery-model", tokens=1200, cost_unpriced=True),
+        ]
+    )
     warning = replay.context_at(session=session, seq=0)["warnings"][0]
     assert warning["type"] == "unpriced"
     assert "1200 tokens" in warning["message"] and "mystery-model" in warning["message"]

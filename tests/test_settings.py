@@ -21,15 +21,9 @@ PRODUCTION_ENV = {
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     # The child sees a deployment's environment: none of ours, and not the async-safety switch
     # the browser tests set for their own process (check --deploy rightly rejects it).
-    full_env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("REPLAY_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"
-    }
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True
-    )
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True)
 
 
 def test_production_settings_pass_check_deploy():
@@ -62,7 +56,11 @@ def test_database_url_selects_postgresql():
     db = database_from_url("postgres://u:p%40ss@db.internal:6543/replay?sslmode=require")
     assert db["ENGINE"] == "django.db.backends.postgresql"
     assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (
-        "u", "p@ss", "db.internal", "6543", "replay",
+        "u",
+        "p@ss",
+        "db.internal",
+        "6543",
+        "replay",
     )
     assert db["OPTIONS"] == {"sslmode": "require"}
 

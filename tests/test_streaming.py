@@ -31,7 +31,9 @@ def timed_session(project, spec: list[tuple[str, float | None]], **meta) -> Sess
                              meta=SessionMeta(**meta))  # fmt: skip
     events = [
         CanonicalEvent(
-            kind=kind, source_type=kind, raw=orjson.dumps({"n": n, "kind": kind}).decode(),
+            kind=kind,
+            source_type=kind,
+            raw=orjson.dumps({"n": n, "kind": kind}).decode(),
             payload={"n": n, "text": f"<b>{kind} {n}</b>"},
             timestamp=None if at is None else T0 + timedelta(milliseconds=at),
         )  # fmt: skip

@@ -109,7 +109,9 @@ def test_a_rehashed_forgery_breaks_the_next_link(two_sessions):
     row = Event.objects.filter(session=session, seq=20).values().get()
     row["payload"] = '{"forged": true}'
     forged = link_hash(
-        row["prev_hash"], 20, recorded_values([row[n] for n in RECORDED_FIELDS]),
+        row["prev_hash"],
+        20,
+        recorded_values([row[n] for n in RECORDED_FIELDS]),
         commitments(row["salt"], [row[n] for n in CONTENT_FIELDS]),
     )
     Event.objects.filter(pk=row["id"]).update(payload=row["payload"], hash=forged)

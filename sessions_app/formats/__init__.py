@@ -235,9 +235,7 @@ def cannot_store(error: orjson.JSONEncodeError) -> str:
     return f"cannot be stored: {why}"
 
 
-def load_json_line(
-    number: int, line: bytes, problems: Problems, *, last: bool = False
-) -> dict[str, Any] | None:
+def load_json_line(number: int, line: bytes, problems: Problems, *, last: bool = False) -> dict[str, Any] | None:
     """Parse one JSON-lines record, reporting why it cannot be used; None means skip it.
 
     Accepts the bare NaN/Infinity rlm-code's recorder may write (Python's json writes them).
@@ -258,9 +256,7 @@ def load_json_line(
         value = _load_with_nan(stripped)
         if value is None:
             why = (
-                "truncated record (file ends mid-line)"
-                if last
-                else f"malformed JSON at column {exc.colno}: {exc.msg}"
+                "truncated record (file ends mid-line)" if last else f"malformed JSON at column {exc.colno}: {exc.msg}"
             )
             problems.add(number, "line", why)
             return None
@@ -297,7 +293,7 @@ class Head:
     records: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def of(cls, source: Source, *, max_records: int = 20) -> "Head":
+    def of(cls, source: Source, *, max_records: int = 20) -> Head:
         if source.is_dir:
             return cls(source=source)
         with source.open() as stream:

@@ -156,9 +156,7 @@ def source_chain_summary(chain: Json) -> Json | None:
     }
 
 
-def _convert_all(
-    converter: "Converter", records: Iterator[Record], problems: Problems
-) -> Iterator[CanonicalEvent]:
+def _convert_all(converter: Converter, records: Iterator[Record], problems: Problems) -> Iterator[CanonicalEvent]:
     for record in records:
         yield from converter.convert(record.value, record.text, record.line, problems)
     converter.finish()
@@ -256,9 +254,7 @@ class Converter:
         if self._calls:
             info["unanswered_calls"] = len(self._calls)
 
-    def convert(
-        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
-    ) -> list[CanonicalEvent]:
+    def convert(self, record: dict[str, Any], raw: str, line: int | None, problems: Problems) -> list[CanonicalEvent]:
         event_type, kind = record_kind(record, "eventType", KINDS, line, problems)
         timestamp = parse_iso(record.get("timestamp"), "timestamp", line, problems)
         self._timestamp_text = record.get("timestamp")
@@ -370,9 +366,7 @@ class Converter:
         key = call_id or f"#{self._seen}"
         self._remember(self._responses, key, {"model": event.tool, "cost": cost, "tokens": tokens})
         self._last_priced = (
-            {"callId": key, "model": event.tool, "cost": cost, "tokens": tokens}
-            if cost is not None
-            else None
+            {"callId": key, "model": event.tool, "cost": cost, "tokens": tokens} if cost is not None else None
         )
         self._close_step(
             event,
@@ -387,9 +381,7 @@ class Converter:
             raw_action={"callId": call_id, "model": event.tool, "provider": _str(payload, "provider")},
         )
 
-    def _cost(
-        self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems
-    ) -> None:
+    def _cost(self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems) -> None:
         cost = number(payload, "costUsd", "payload.costUsd", line, problems)
         tokens = _cost_tokens(payload, line, problems)
         model = _str(payload, "model")
@@ -400,8 +392,10 @@ class Converter:
         response = self._responses.get(reference) if reference else None
         last = self._last_priced
         self._last_priced = None
-        if response is None and last is not None and (
-            last["model"] == model and last["cost"] == cost and last["tokens"] == tokens
+        if (
+            response is None
+            and last is not None
+            and (last["model"] == model and last["cost"] == cost and last["tokens"] == tokens)
         ):
             reference, response = last["callId"], self._responses.get(last["callId"])
         if response is not None and not response.get("costed"):
@@ -716,7 +710,7 @@ def _written_alike(value: Any) -> bool:
     surrogates; orjson writes every other float with the same shortest digits.
     """
     stack = [value]
-    pop, push, extend = stack.pop, stack.append, stack.extend
+    pop, extend = stack.pop, stack.extend
     while stack:
         item = pop()
         kind = type(item)

@@ -16,11 +16,11 @@ follows other events begins the next session of the file. `session_end` may stat
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, Iterator
+from typing import Any
 
-from pydantic import BaseModel
-from pydantic import ConfigDict, Field, FiniteFloat, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
 
 from ..canonical import (
     ALL_KINDS,
@@ -132,9 +132,7 @@ def event_from_record(record: dict[str, Any], raw: str, line: int | None) -> Can
         step_state=item.step_state,
         state_change=None
         if change is None
-        else StateChange(
-            memory=change.memory, variables=change.variables, replace_variables=change.replace
-        ),
+        else StateChange(memory=change.memory, variables=change.variables, replace_variables=change.replace),
     )
 
 
@@ -158,9 +156,7 @@ class Converter:
         self.meta = SessionMeta()
         self.emitted = int((state or {}).get("emitted", 0))  # events so far: a checkpoint's seq
 
-    def convert(
-        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
-    ) -> list[CanonicalEvent]:
+    def convert(self, record: dict[str, Any], raw: str, line: int | None, problems: Problems) -> list[CanonicalEvent]:
         try:
             event = event_from_record(record, raw, line)
         except ValidationError as exc:
@@ -276,8 +272,6 @@ def _next_session(
                 yield event
             item = next(records, None)
         if not converter.meta.source_session_id:
-            converter.meta.source_session_id = converter.meta.run_id or source_stem(
-                source.display_name
-            )
+            converter.meta.source_session_id = converter.meta.run_id or source_stem(source.display_name)
 
     return ParsedSession(meta=converter.meta, events=events())

@@ -249,11 +249,7 @@ class _History:
         event.payload["text"] = message
 
         # run_python blocks: native calls, else the <run_python> tags of the older text shape.
-        blocks = [
-            (call["id"], call["code"])
-            for call in calls
-            if call["name"] == RUN_PYTHON and call["code"].strip()
-        ]
+        blocks = [(call["id"], call["code"]) for call in calls if call["name"] == RUN_PYTHON and call["code"].strip()]
         if not calls:
             blocks = [("", code) for code in extract_run_python(message) if code]
         has_text = bool(text_parts) if "content" in record else "text" in record
@@ -302,12 +298,19 @@ class _History:
             self.outer_calls[call["id"]] = call["name"]
             derived.append(
                 CanonicalEvent(
-                    kind=Kind.TOOL_CALL, source_type="assistant_message.toolCall", raw=event.raw,
+                    kind=Kind.TOOL_CALL,
+                    source_type="assistant_message.toolCall",
+                    raw=event.raw,
                     payload={
-                        "id": call["id"], "name": call["name"], "arguments": call["arguments"],
+                        "id": call["id"],
+                        "name": call["name"],
+                        "arguments": call["arguments"],
                         "derived_from_line": line,
                     },
-                    timestamp=event.timestamp, line=line, tool=call["name"], pair_id=call["id"],
+                    timestamp=event.timestamp,
+                    line=line,
+                    tool=call["name"],
+                    pair_id=call["id"],
                 )  # fmt: skip
             )
         return derived
@@ -502,6 +505,7 @@ class _History:
     def _message_of_block(self, call_id: str, code: str, at_ms: float | None) -> dict[str, Any] | None:
         """The assistant message a run_python block belongs to: the one holding its call id,
         else its code, else the latest with blocks, among those not after it."""
+
         def before(info: dict[str, Any]) -> bool:
             return at_ms is None or info["at"] is None or info["at"] <= at_ms
 
@@ -540,9 +544,7 @@ class _History:
         pending = None
         pending_id = ""
         for call_id, start in self.starts.items():  # insertion order: the first wins a tie
-            if pending is None or (
-                start["at"] is not None and (pending["at"] is None or start["at"] > pending["at"])
-            ):
+            if pending is None or (start["at"] is not None and (pending["at"] is None or start["at"] > pending["at"])):
                 pending, pending_id = start, call_id
         if pending is not None:
             snapshot = self.latest_call.get(pending_id)

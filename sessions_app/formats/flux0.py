@@ -530,9 +530,15 @@ class _Recording:
             call_id = call.get("tool_call_id") if isinstance(call.get("tool_call_id"), str) else ""
             out.append(
                 CanonicalEvent(
-                    kind=Kind.TOOL_CALL, source_type="rebuilt_tool_call", raw=raw,
+                    kind=Kind.TOOL_CALL,
+                    source_type="rebuilt_tool_call",
+                    raw=raw,
                     payload={"event_id": event_id, "tool_call_id": call_id, "tool_name": name, "args": args},
-                    timestamp=timestamp, line=line, step=self.turn, tool=name, pair_id=call_id,
+                    timestamp=timestamp,
+                    line=line,
+                    step=self.turn,
+                    tool=name,
+                    pair_id=call_id,
                 )  # fmt: skip
             )
         return out

@@ -17,9 +17,9 @@ Where we deliberately differ from rlm-code's `load_session` (docs/formats.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, Iterator
+from typing import Any
 
 from ..canonical import (
     INT64_MAX,
@@ -69,9 +69,7 @@ def sniff(head: Head) -> bool:
         if isinstance(event_type, str) and event_type in KINDS and "iteration" not in record:
             # TrajectoryLogger files share some names (llm_request, error); only the native
             # recorder writes ISO text timestamps with a `step`.
-            if event_type == "session_start" or (
-                "step" in record and isinstance(record.get("timestamp"), str)
-            ):
+            if event_type == "session_start" or ("step" in record and isinstance(record.get("timestamp"), str)):
                 return True
     return False
 
@@ -219,7 +217,7 @@ def parse_timestamp_text(value: Any) -> tuple[datetime | None, str | None]:
 
 
 def _naive_utc_text(value: str, parsed: datetime) -> str:
-    """"2026-11-22T05:47:01.346935" (UTC, without its offset) -> "2026-11-22 05:47:01.346935",
+    """ "2026-11-22T05:47:01.346935" (UTC, without its offset) -> "2026-11-22 05:47:01.346935",
     as Django writes it: the text itself when it has exactly that shape (checked, since ISO 8601
     allows others: the separators at 4, 7, 10, 13, 16 and 19 in one slice), else formatted."""
     size = len(value)
@@ -375,9 +373,7 @@ class Converter:
         """Complete the metadata once the records of the session are exhausted."""
         _complete(self.meta, self.fallback_id)
 
-    def convert(
-        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
-    ) -> list[CanonicalEvent]:
+    def convert(self, record: dict[str, Any], raw: str, line: int | None, problems: Problems) -> list[CanonicalEvent]:
         event = self.convert_one(record, raw, line, problems)
         return [] if event is None else [event]
 
@@ -545,9 +541,7 @@ class Converter:
         if "cumulative_reward" not in state:
             cumulative = _field_number(data, "cumulative_reward", line, problems)
             state["cumulative_reward"] = (
-                cumulative
-                if cumulative is not None
-                else _running_sum(self.cumulative, state["reward"], line, problems)
+                cumulative if cumulative is not None else _running_sum(self.cumulative, state["reward"], line, problems)
             )
         if "duration_ms" not in state:
             duration = _field_number(data, "duration_ms", line, problems)
@@ -560,9 +554,7 @@ class Converter:
             state["raw_action"] = raw_action if type(raw_action) is dict else fallback_action
         if "raw_observation" not in state:
             raw_observation = data.get("raw_observation")
-            state["raw_observation"] = (
-                raw_observation if type(raw_observation) is dict else fallback_observation
-            )
+            state["raw_observation"] = raw_observation if type(raw_observation) is dict else fallback_observation
         if not self.step_tokens_counted:
             event.tokens = (event.tokens or 0) + state["tokens_used"]
         self.step_tokens_counted = False
@@ -616,7 +608,9 @@ class Converter:
             event.state_change = StateChange(memory=notes)
             self.memory = notes
         else:
-            problems.add(line, "data.notes", f"expected an array, got {_json_type(notes) if notes is not None else 'null'}")
+            problems.add(
+                line, "data.notes", f"expected an array, got {_json_type(notes) if notes is not None else 'null'}"
+            )
 
     def _variable_update(self, event, data, stamp, line, problems) -> None:
         # The recorder writes only a 200-character preview; it stands for the value until the
@@ -723,7 +717,9 @@ def _running_sum(total: Any, value: Any, line: int | None, problems: Problems) -
     holds) become a float, reported, instead of stopping the import at the write."""
     result = total + value
     if type(result) is int and not INT64_MIN <= result <= INT64_MAX:
-        problems.add(line, "data.cumulative_reward", f"the cumulative reward {result} passes 64 bits; kept as {float(result)}")
+        problems.add(
+            line, "data.cumulative_reward", f"the cumulative reward {result} passes 64 bits; kept as {float(result)}"
+        )
         return float(result)
     return result
 

@@ -10,8 +10,9 @@ runs.jsonl line ends the session with the run's task, environment and totals.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source, read_records
@@ -132,4 +133,6 @@ def _apply_summary(meta: SessionMeta, record: dict[str, Any], line: int, problem
         meta.total_reward = float(total) if total is not None else None
     meta.started_at = parse_timestamp(record.get("started_at"))
     meta.ended_at = parse_timestamp(record.get("finished_at")) or parse_timestamp(record.get("timestamp"))
-    meta.metadata = {"run_summary": {k: record.get(k) for k in ("steps", "step_count_observed", "run_path", "params") if k in record}}
+    meta.metadata = {
+        "run_summary": {k: record.get(k) for k in ("steps", "step_count_observed", "run_path", "params") if k in record}
+    }

@@ -80,7 +80,6 @@ def read_header(source: Source, problems: Problems, *, whole: bool = False) -> d
     return header
 
 
-
 class SnapshotSteps:
     """Turns one snapshot's members into the session's metadata and step events."""
 
@@ -180,7 +179,9 @@ class SnapshotSteps:
             kind=Kind.STEP_END,
             source_type="snapshot_step",
             raw=raw.decode(),
-            payload={k: v for k, v in value.items() if k not in STEP_DEFAULTS and k not in ("variables", "memory_notes")},
+            payload={
+                k: v for k, v in value.items() if k not in STEP_DEFAULTS and k not in ("variables", "memory_notes")
+            },
             timestamp=parse_timestamp(state["timestamp"]),
             line=line,
             step=state["step"],
@@ -206,9 +207,7 @@ class SnapshotSteps:
             variables = None
         if type(memory) is not list:
             memory = None
-        if (variables is None or variables == self.last_variables) and (
-            memory is None or memory == self.last_memory
-        ):
+        if (variables is None or variables == self.last_variables) and (memory is None or memory == self.last_memory):
             return None
         kept = [key for key in _TAIL if key in self.tail]
         try:
@@ -223,9 +222,7 @@ class SnapshotSteps:
             payload={},
             timestamp=self.meta.ended_at,
             line=min(self.tail[key][1] for key in kept),
-            state_change=StateChange(
-                memory=memory, variables=variables, replace_variables=variables is not None
-            ),
+            state_change=StateChange(memory=memory, variables=variables, replace_variables=variables is not None),
         )
 
 
@@ -270,7 +267,9 @@ def _parse_snapshot(
         after = document.after
         if after is not None:
             problems.add(
-                after.line, "line", "text after the end of the snapshot object (ignored): a snapshot file holds one object"
+                after.line,
+                "line",
+                "text after the end of the snapshot object (ignored): a snapshot file holds one object",
             )
         final = reader.final_state_event()
         if final is not None:
@@ -313,9 +312,7 @@ def _parse_store(source: Source, problems: Problems) -> Iterator[ParsedSession]:
             rel = f"{folder}/{path.name}"
             file_problems = _PrefixedProblems(problems, rel)
             try:
-                header = read_header(
-                    Source(path=path, display_name=rel), file_problems, whole=folder == "checkpoints"
-                )
+                header = read_header(Source(path=path, display_name=rel), file_problems, whole=folder == "checkpoints")
             except OSError as exc:
                 problems.add(None, rel, f"cannot read: {exc}")
                 continue

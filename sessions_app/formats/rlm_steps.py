@@ -13,7 +13,8 @@ from a session_start, which these files never have).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..canonical import Kind, ParsedSession, Problems
 from . import Head, Source
@@ -56,9 +57,7 @@ class StepsConverter(Converter):
             return []
         kind_name, kind = found
         # The whole record is the event's data in this format.
-        event, _, stamp = self.base_event(
-            {**record, "data": {}}, raw, line, problems, kind_name, kind
-        )
+        event, _, stamp = self.base_event({**record, "data": {}}, raw, line, problems, kind_name, kind)
         event.payload = record
         if kind == Kind.STEP_END:
             self._step(event, record, stamp, line, problems)

@@ -17,7 +17,8 @@ canonical events without step content. Steps are assembled by the native format'
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems
 from . import Head, Source
@@ -76,16 +77,12 @@ class TrajectoryConverter(Converter):
     def starts_new_session(self, record: dict[str, Any]) -> bool:
         return self.emitted > 0 and record.get("event_type") == "run_start"
 
-    def convert(
-        self, record: dict[str, Any], raw: str, line: int | None, problems: Problems
-    ) -> list[CanonicalEvent]:
+    def convert(self, record: dict[str, Any], raw: str, line: int | None, problems: Problems) -> list[CanonicalEvent]:
         found = legacy_kind(record, "event_type", KINDS, line, problems)
         if found is None:
             return []
         event_type, kind = found
-        event, data, stamp = self.base_event(
-            record, raw, line, problems, event_type, kind, step_key="iteration"
-        )
+        event, data, stamp = self.base_event(record, raw, line, problems, event_type, kind, step_key="iteration")
         if type(stamp) is float or type(stamp) is int:
             # The logger's epoch seconds: steps show ISO text like every other source.
             stamp = event.timestamp.isoformat() if event.timestamp is not None else stamp

@@ -11,9 +11,10 @@ import gc
 import hashlib
 import logging
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from django.db import connection, connections, transaction
 from django.utils import timezone
@@ -132,9 +133,7 @@ def import_file(
     try:
         sessions = registry()[fmt].parse(source, problems)
         for parsed in sessions:
-            outcome = _import_session(
-                parsed, path, project, fmt, replace, job, created, progress, problems
-            )
+            outcome = _import_session(parsed, path, project, fmt, replace, job, created, progress, problems)
             if outcome is not None:
                 outcomes.append(outcome)
     except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
@@ -168,16 +167,14 @@ def _import_session(
     replace: bool,
     job: ImportJob | None,
     created: set[int],
-    progress: "_JobProgress",
+    progress: _JobProgress,
     problems: Problems,
 ) -> ImportOutcome | None:
     digest = hashlib.sha256()
     events = _fingerprinted(parsed.events, digest)
     try:
         with bulk_write_cache(), transaction.atomic():
-            session = create_session(
-                project=project, source_format=fmt, meta=parsed.meta, import_job=job
-            )
+            session = create_session(project=project, source_format=fmt, meta=parsed.meta, import_job=job)
             result = append_events(
                 session=session, events=events, on_progress=progress.events_written,
                 keep_raw=job is None or not path.is_file(),
@@ -282,11 +279,7 @@ def _import_folder(
     for child in sorted(path.iterdir()):
         if child.name.startswith("."):
             continue
-        outcomes.extend(
-            import_file(
-                path=child, project=project, format=format, replace=replace, created_by=created_by
-            )
-        )
+        outcomes.extend(import_file(path=child, project=project, format=format, replace=replace, created_by=created_by))
     if not outcomes:
         outcomes.append(ImportOutcome(path=path, error=f"{path.name}: empty folder (nothing importable)"))
     return outcomes

@@ -82,9 +82,7 @@ def create_live_session(
             if existing is not None:
                 return existing, False
             meta.metadata = {**meta.metadata, "idempotency_key": idempotency_key}
-        session = create_session(
-            project=project, source_format=format or UNDECIDED_FORMAT, meta=meta
-        )
+        session = create_session(project=project, source_format=format or UNDECIDED_FORMAT, meta=meta)
     return session, True
 
 
@@ -119,15 +117,12 @@ def append_batch(
         with transaction.atomic():
             session = Session.objects.select_for_update().get(pk=session_id)
             if idempotency_key:
-                done = IngestBatch.objects.filter(
-                    session=session, idempotency_key=idempotency_key
-                ).first()
+                done = IngestBatch.objects.filter(session=session, idempotency_key=idempotency_key).first()
                 if done is not None:
                     return _replayed(done, session)
             if session.status != Session.Status.LIVE:
                 raise SessionNotLive(
-                    f"session {session.pk} is {session.status}; events can only be appended "
-                    "to a live session"
+                    f"session {session.pk} is {session.status}; events can only be appended to a live session"
                 )
             name = format or detect_batch_format(records)
             if name is None and type(records[0]) is not dict:
@@ -138,8 +133,7 @@ def append_batch(
                 )
             if name is None:
                 raise IngestError(
-                    "cannot tell the format of events[0]; set \"format\" to one of "
-                    + ", ".join(LIVE_FORMATS),
+                    'cannot tell the format of events[0]; set "format" to one of ' + ", ".join(LIVE_FORMATS),
                     [{"index": 0, "field": "format", "message": "unrecognised event shape"}],
                 )
             saved_states = dict((session.ingest_state or {}).get("format_state") or {})
@@ -162,9 +156,7 @@ def append_batch(
         # Another request stored this key between our check and our insert (only possible if
         # the session lock did not serialise them): the batch is stored once, answer as a retry.
         if idempotency_key:
-            done = IngestBatch.objects.filter(
-                session_id=session_id, idempotency_key=idempotency_key
-            ).first()
+            done = IngestBatch.objects.filter(session_id=session_id, idempotency_key=idempotency_key).first()
             if done is not None:
                 return _replayed(done, Session.objects.get(pk=session_id))
         raise
@@ -232,10 +224,9 @@ def _convert(converter, name: str, records: list[Any]) -> tuple[list[CanonicalEv
         # the order sent). The hash chain covers these bytes.
         converted = converter.convert(record, dumps(record).decode(), index, problems)
         if problems.count != before:
-            found = [
-                {"index": index, "field": p.field, "message": p.message}
-                for p in problems.items[kept:]
-            ] or [{"index": index, "field": "event", "message": "invalid event"}]
+            found = [{"index": index, "field": p.field, "message": p.message} for p in problems.items[kept:]] or [
+                {"index": index, "field": "event", "message": "invalid event"}
+            ]
             if converted and name != "canonical":
                 warnings.extend(found)
             else:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from copy import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import orjson
 from django.db import connection, transaction
@@ -185,8 +186,7 @@ def _update_pairs(session_id: int, updates: list[tuple[int, float | None, int]])
         return
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"UPDATE {_TABLE} SET pair_seq = %s, pair_duration_ms = %s "
-            "WHERE session_id = %s AND seq = %s",
+            f"UPDATE {_TABLE} SET pair_seq = %s, pair_duration_ms = %s WHERE session_id = %s AND seq = %s",
             [(pair_seq, duration, session_id, seq) for seq, duration, pair_seq in updates],
         )
 
@@ -266,9 +266,7 @@ def append_events(
         save_state_to(state, locked)
         locked.save()
     _copy_fields(locked, session)
-    return AppendResult(
-        stored=stored, first_seq=first_seq, head_hash=state.head, event_count=state.next_seq
-    )
+    return AppendResult(stored=stored, first_seq=first_seq, head_hash=state.head, event_count=state.next_seq)
 
 
 @contextmanager
@@ -316,9 +314,7 @@ def finish_session(
                 locked.status = Session.Status.COMPLETED
         if locked.ended_at is None:
             last_ts = locked.ingest_state.get("last_ts_ms")
-            locked.ended_at = (
-                datetime.fromtimestamp(last_ts / 1000.0, tz=UTC) if last_ts else timezone.now()
-            )
+            locked.ended_at = datetime.fromtimestamp(last_ts / 1000.0, tz=UTC) if last_ts else timezone.now()
         locked.save()
         if meta is not None:
             _write_checkpoints(locked, meta.checkpoints)
@@ -351,11 +347,7 @@ def _write_checkpoints(session: Session, specs: list[CheckpointSpec]) -> None:
     for spec in specs:
         seq = spec.seq
         if seq is None and spec.step_pos is not None:
-            seq = (
-                Event.objects.filter(session=session, step_pos=spec.step_pos)
-                .values_list("seq", flat=True)
-                .first()
-            )
+            seq = Event.objects.filter(session=session, step_pos=spec.step_pos).values_list("seq", flat=True).first()
         if seq is None:
             seq = max(session.event_count - 1, 0)
         Checkpoint.objects.update_or_create(
@@ -378,9 +370,7 @@ def _copy_fields(source: Session, target: Session) -> None:
         setattr(target, f.attname, getattr(source, f.attname))
 
 
-def set_checkpoint(
-    *, session: Session, name: str, seq: int, created_by: str = "", note: str = ""
-) -> Checkpoint:
+def set_checkpoint(*, session: Session, name: str, seq: int, created_by: str = "", note: str = "") -> Checkpoint:
     """Name a position of a session (a user's checkpoint); an existing name moves."""
     step_pos = (
         Event.objects.filter(session=session, seq__lte=seq)

@@ -8,7 +8,8 @@ stops at the first divergence.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import orjson
 
@@ -53,9 +54,7 @@ def efficiency(reward: float, tokens: int) -> float:
     return (reward * 1000) / tokens if tokens > 0 else 0.0
 
 
-def comparison(
-    a: dict[str, Any], b: dict[str, Any], divergence: tuple[int | None, str]
-) -> dict[str, Any]:
+def comparison(a: dict[str, Any], b: dict[str, Any], divergence: tuple[int | None, str]) -> dict[str, Any]:
     """rlm-code's SessionComparison fields from two summaries (get_summary shape)."""
     a_eff = efficiency(a["total_reward"], a["total_tokens"])
     b_eff = efficiency(b["total_reward"], b["total_tokens"])
@@ -162,9 +161,7 @@ def _divergence(a: Session, b: Session) -> tuple[int | None, str]:
     return None, ""
 
 
-def diff_sessions(
-    *, a: Session, b: Session, offset: int = 0, limit: int | None = None
-) -> dict[str, Any]:
+def diff_sessions(*, a: Session, b: Session, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
     """rlm-code's SessionComparison of `a` and `b` (deltas are b - a) plus the aligned step
     pairs offset..offset+limit-1 (all of them when limit is None) for a side-by-side view."""
     total = max(a.step_count, b.step_count)

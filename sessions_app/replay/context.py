@@ -52,54 +52,66 @@ def warnings_for(row: Row, *, session: Session, limits: Thresholds | None = None
     cost_limit = limits.cost_usd
     latency_limit = limits.latency_ms
     if row.cost_usd is not None and cost_limit is not None and row.cost_usd > cost_limit:
-        found.append({
-            "type": "cost",
-            "message": f"This event cost ${row.cost_usd:.4f}, over the ${cost_limit:.4f} threshold",
-            "value": row.cost_usd,
-            "threshold": cost_limit,
-        })
+        found.append(
+            {
+                "type": "cost",
+                "message": f"This event cost ${row.cost_usd:.4f}, over the ${cost_limit:.4f} threshold",
+                "value": row.cost_usd,
+                "threshold": cost_limit,
+            }
+        )
     if row.cost_unpriced:
-        found.append({
-            "type": "unpriced",
-            "message": f"{row.tokens or 0} tokens used with no known price for "
-            f"{row.tool or 'this model'}: its cost is unknown, not $0",
-            "value": row.tokens,
-            "threshold": None,
-        })
+        found.append(
+            {
+                "type": "unpriced",
+                "message": f"{row.tokens or 0} tokens used with no known price for "
+                f"{row.tool or 'this model'}: its cost is unknown, not $0",
+                "value": row.tokens,
+                "threshold": None,
+            }
+        )
     if row.kind in CALL_ANSWERS and latency_limit is not None:
         latency = row.pair_duration_ms if row.pair_duration_ms is not None else row.duration_ms
         if latency is not None and latency > latency_limit:
-            found.append({
-                "type": "latency",
-                "message": f"{row.tool or row.kind} answered after {latency:.0f} ms, "
-                f"over the {latency_limit:.0f} ms threshold",
-                "value": latency,
-                "threshold": latency_limit,
-            })
+            found.append(
+                {
+                    "type": "latency",
+                    "message": f"{row.tool or row.kind} answered after {latency:.0f} ms, "
+                    f"over the {latency_limit:.0f} ms threshold",
+                    "value": latency,
+                    "threshold": latency_limit,
+                }
+            )
     if row.kind in ANSWERED_CALLS and row.pair_seq is None:
         open_ms = max(0.0, session.elapsed_ms - row.elapsed_ms)
         if session.status != Session.Status.LIVE:
-            found.append({
-                "type": "unanswered",
-                "message": f"{row.tool or row.kind} never got a response",
-                "value": None,
-                "threshold": None,
-            })
+            found.append(
+                {
+                    "type": "unanswered",
+                    "message": f"{row.tool or row.kind} never got a response",
+                    "value": None,
+                    "threshold": None,
+                }
+            )
         elif latency_limit is not None and open_ms > latency_limit:
-            found.append({
-                "type": "unanswered",
-                "message": f"{row.tool or row.kind} has had no response for {open_ms:.0f} ms",
-                "value": open_ms,
-                "threshold": latency_limit,
-            })
+            found.append(
+                {
+                    "type": "unanswered",
+                    "message": f"{row.tool or row.kind} has had no response for {open_ms:.0f} ms",
+                    "value": open_ms,
+                    "threshold": latency_limit,
+                }
+            )
     repeat_limit = limits.repeated_failures
     if row.fail_streak and row.fail_streak >= repeat_limit:
-        found.append({
-            "type": "repeated_failure",
-            "message": f"{row.tool} failed {row.fail_streak} times in a row",
-            "value": row.fail_streak,
-            "threshold": repeat_limit,
-        })
+        found.append(
+            {
+                "type": "repeated_failure",
+                "message": f"{row.tool} failed {row.fail_streak} times in a row",
+                "value": row.fail_streak,
+                "threshold": repeat_limit,
+            }
+        )
     return found
 
 
@@ -177,11 +189,12 @@ def _history_arms(
     arms = []
     for kind in llm_kinds + TOOL_RESULT_KINDS:
         arms.append((f"kind = %s AND seq < %s ORDER BY seq DESC LIMIT {HISTORY_LIMIT}", [kind, before_seq]))
-    arms.append((
-        "kind = %s AND seq < %s AND (pair_seq IS NULL OR pair_seq > %s) "
-        f"ORDER BY seq DESC LIMIT {HISTORY_LIMIT}",
-        [Kind.APPROVAL_REQUESTED, before_seq, pending_after],
-    ))
+    arms.append(
+        (
+            f"kind = %s AND seq < %s AND (pair_seq IS NULL OR pair_seq > %s) ORDER BY seq DESC LIMIT {HISTORY_LIMIT}",
+            [Kind.APPROVAL_REQUESTED, before_seq, pending_after],
+        )
+    )
     return arms
 
 
@@ -191,8 +204,7 @@ def _history_before(session: Session, before_seq: int, pending_after: int) -> li
     calls_only = session.source_format == agentlens.NAME
     llm_kinds = (Kind.LLM_CALL,) if calls_only else LLM_KINDS
     arms = [
-        (tail, [session.pk, *params])
-        for tail, params in _history_arms(before_seq, pending_after, llm_kinds=llm_kinds)
+        (tail, [session.pk, *params]) for tail, params in _history_arms(before_seq, pending_after, llm_kinds=llm_kinds)
     ]
     if calls_only:
         arms.append(_lone_responses_arm(session.pk, before_seq))
@@ -313,14 +325,16 @@ def _complete_calls(session: Session, rows: list[Row], entries: list[dict[str, A
     the call by then, else None (AgentLens fills the call's entry in place)."""
     answers = [_answered_by(r.kind, r.seq, r.pair_seq, at) for r in rows]
     wanted = [seq for seq in answers if seq is not None]
-    found = {r.seq: r for r in _rows(f"seq IN ({', '.join(['%s'] * len(wanted))})", [session.pk, *wanted])} if wanted else {}
+    found = (
+        {r.seq: r for r in _rows(f"seq IN ({', '.join(['%s'] * len(wanted))})", [session.pk, *wanted])}
+        if wanted
+        else {}
+    )
     for entry, answer in zip(entries, answers):
         response = found.get(answer) if answer is not None else None
         entry["response"] = event_dict(response) if response is not None else None
 
 
 def _step_text(session: Session, seq: int) -> str | None:
-    found = _fetch(
-        f"SELECT step_state FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s", [session.pk, seq]
-    )
+    found = _fetch(f"SELECT step_state FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s", [session.pk, seq])
     return found[0][0] if found else None

@@ -20,9 +20,10 @@ Deliberate choices in the native export (docs/api.md, "Exports"):
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 from django.db import connection
@@ -135,8 +136,17 @@ class _NativeWriter:
         self.step_number = 0
         self.pending: list[bytes] = []  # lines of the step in progress
 
-    def line(self, event_type: str, timestamp: str, data: dict[str, Any], *, step: int | None = None,
-             depth: int = 0, parent_id: str = "", duration_ms: float | None = None) -> bytes:
+    def line(
+        self,
+        event_type: str,
+        timestamp: str,
+        data: dict[str, Any],
+        *,
+        step: int | None = None,
+        depth: int = 0,
+        parent_id: str = "",
+        duration_ms: float | None = None,
+    ) -> bytes:
         record: dict[str, Any] = {
             "event_type": event_type,
             "timestamp": timestamp,
@@ -166,9 +176,17 @@ class _NativeWriter:
             if not memory_only:
                 for name, value in new.items():
                     if name not in self.variables or self.variables[name] != value:
-                        out.append(self.line("variable_update", timestamp, {
-                            "name": name, "type": type(value).__name__, "preview": str(value)[:200],
-                        }))
+                        out.append(
+                            self.line(
+                                "variable_update",
+                                timestamp,
+                                {
+                                    "name": name,
+                                    "type": type(value).__name__,
+                                    "preview": str(value)[:200],
+                                },
+                            )
+                        )
             self.variables = new
         return out
 
@@ -230,7 +248,9 @@ def _times(session: Session) -> tuple[datetime, datetime]:
     computes the duration from the session_start and session_end lines)."""
     start = session.started_at
     if start is None:
-        first = Event.objects.filter(session=session, ts__isnull=False).order_by("seq").values_list("ts", flat=True).first()
+        first = (
+            Event.objects.filter(session=session, ts__isnull=False).order_by("seq").values_list("ts", flat=True).first()
+        )
         start = first or session.created_at
     start = as_utc(start)
     if session.started_at is not None and session.ended_at is not None:
@@ -253,9 +273,16 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
     """rlm-code native session JSONL for any session (see the module docstring)."""
     writer = _NativeWriter(session)
     start, end = _times(session)
-    yield writer.line("session_start", _iso(start), {
-        "task": session.task, "environment": session.environment, "model": session.model,
-    }, step=0)
+    yield writer.line(
+        "session_start",
+        _iso(start),
+        {
+            "task": session.task,
+            "environment": session.environment,
+            "model": session.model,
+        },
+        step=0,
+    )
     columns = (
         "seq, kind, source_type, ts, step, depth, parent_id, child_id, tool, duration_ms, "
         "is_error, payload, step_state, state_change"
@@ -263,8 +290,8 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
     steps = 0
     for rows in _event_chunks(session, columns, session.event_count):
         out: list[bytes] = []
-        for (seq, kind, source_type, ts, step, depth, parent_id, child_id, tool, duration_ms,
-             is_error, payload_text, step_text, change_text) in rows:  # fmt: skip
+        for (_seq, kind, _source_type, ts, step, depth, parent_id, child_id, tool, duration_ms,
+             _is_error, payload_text, step_text, change_text) in rows:  # fmt: skip
             stamp = _iso(as_utc(ts)) or _iso(start)
             change = orjson.loads(change_text) if change_text else None
             if step_text is not None:
@@ -279,9 +306,17 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
                 step_start_ts = full["timestamp"] or stamp
                 out.append(writer.line("step_start", step_start_ts, {"step": number}, step=number))
                 out.extend(writer.flush_pending())
-                out.append(writer.line("step_action", stamp, {
-                    "action": _action(full), "rationale": full["action_rationale"],
-                }, step=number))
+                out.append(
+                    writer.line(
+                        "step_action",
+                        stamp,
+                        {
+                            "action": _action(full),
+                            "rationale": full["action_rationale"],
+                        },
+                        step=number,
+                    )
+                )
                 out.extend(state_lines)
                 end_data = {
                     **{name: full[name] for name, _ in _STEP_FIELDS},
@@ -302,11 +337,32 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
             if not isinstance(payload, dict):
                 payload = {"value": payload}
             if kind == Kind.LLM_CALL:
-                lines.append(writer.line("llm_request", stamp, _llm_request_data(payload, tool), depth=depth, parent_id=parent_id))
+                lines.append(
+                    writer.line(
+                        "llm_request", stamp, _llm_request_data(payload, tool), depth=depth, parent_id=parent_id
+                    )
+                )
             elif kind == Kind.LLM_RESPONSE:
-                lines.append(writer.line("llm_response", stamp, _llm_response_data(payload), depth=depth, parent_id=parent_id, duration_ms=duration_ms))
+                lines.append(
+                    writer.line(
+                        "llm_response",
+                        stamp,
+                        _llm_response_data(payload),
+                        depth=depth,
+                        parent_id=parent_id,
+                        duration_ms=duration_ms,
+                    )
+                )
             elif kind in _NATIVE_PASSTHROUGH:
-                lines.append(writer.line(_NATIVE_PASSTHROUGH[kind], stamp, _passthrough_data(kind, payload, child_id, session), depth=depth, parent_id=parent_id))
+                lines.append(
+                    writer.line(
+                        _NATIVE_PASSTHROUGH[kind],
+                        stamp,
+                        _passthrough_data(kind, payload, child_id, session),
+                        depth=depth,
+                        parent_id=parent_id,
+                    )
+                )
             writer.pending.extend(lines)
             if len(writer.pending) > STEP_BUFFER:
                 out.extend(writer.flush_pending())
@@ -334,18 +390,28 @@ _STEP_FIELDS: tuple[tuple[str, Any], ...] = (
 
 def _passthrough_data(kind: str, payload: dict[str, Any], child_id: str, session: Session) -> dict[str, Any]:
     if kind == Kind.CHILD_SPAWN:
-        return {"child_id": payload.get("child_id", child_id), "task": str(payload.get("task", ""))[:200],
-                "depth": payload.get("depth", 1)}
+        return {
+            "child_id": payload.get("child_id", child_id),
+            "task": str(payload.get("task", ""))[:200],
+            "depth": payload.get("depth", 1),
+        }
     if kind == Kind.CHILD_RESULT:
-        return {"child_id": payload.get("child_id", child_id), "success": bool(payload.get("success", True)),
-                "result_preview": str(payload.get("result_preview", payload.get("result", "")))[:200]}
+        return {
+            "child_id": payload.get("child_id", child_id),
+            "success": bool(payload.get("success", True)),
+            "result_preview": str(payload.get("result_preview", payload.get("result", "")))[:200],
+        }
     if kind == Kind.FINAL:
         return {"answer": payload.get("answer", session.final_answer), "completed": payload.get("completed", True)}
     if kind == Kind.CHECKPOINT:
-        return {"checkpoint_name": payload.get("checkpoint_name", payload.get("name", "")),
-                "step": payload.get("step", 0)}
-    return {"error": _text(payload, "error", "message") or orjson.dumps(payload, option=_OPTIONS).decode(),
-            "recoverable": payload.get("recoverable", True)}
+        return {
+            "checkpoint_name": payload.get("checkpoint_name", payload.get("name", "")),
+            "step": payload.get("step", 0),
+        }
+    return {
+        "error": _text(payload, "error", "message") or orjson.dumps(payload, option=_OPTIONS).decode(),
+        "recoverable": payload.get("recoverable", True),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,9 +449,14 @@ def export_snapshot(*, session: Session) -> Iterator[bytes]:
             first, batch = False, []
     if batch:
         yield (b"" if first else b",") + b",".join(batch)
-    final = state_at(session=session, seq=session.event_count - 1) if session.event_count else {
-        "variables": {}, "memory_notes": [],
-    }
+    final = (
+        state_at(session=session, seq=session.event_count - 1)
+        if session.event_count
+        else {
+            "variables": {},
+            "memory_notes": [],
+        }
+    )
     metadata = {
         **(session.metadata or {}),
         "replay_session_id": session.pk,

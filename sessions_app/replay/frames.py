@@ -514,13 +514,16 @@ def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
     spawns = list(
         Event.objects.filter(session=session, kind=Kind.CHILD_SPAWN, seq__lte=seq)
         .order_by("-seq")
-        .values_list("seq", "child_id", "pair_id", "depth", "payload", "pair_seq", "cost_total", "tokens_total")[:CHILDREN]
+        .values_list("seq", "child_id", "pair_id", "depth", "payload", "pair_seq", "cost_total", "tokens_total")[
+            :CHILDREN
+        ]
     )
     spawns.reverse()
     ends = {
         row[0]: row[1:]
-        for row in Event.objects.filter(session=session, seq__in=[s[5] for s in spawns if s[5] is not None])
-        .values_list("seq", "cost_total", "tokens_total", "is_error")
+        for row in Event.objects.filter(
+            session=session, seq__in=[s[5] for s in spawns if s[5] is not None]
+        ).values_list("seq", "cost_total", "tokens_total", "is_error")
     }
     children = []
     for spawn_seq, child_id, pair_id, depth, payload_text, result_seq, cost0, tokens0 in spawns:
@@ -558,13 +561,20 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
     the session's counts by kind: kinds it never had are not looked for."""
     found: list[tuple[int, str, str]] = []
     for kind in (k for k in (Kind.USER_MESSAGE, Kind.AGENT_MESSAGE) if kinds.get(k)):
-        found += Event.objects.filter(session=session, kind=kind, seq__lte=seq).order_by("-seq").values_list(
-            "seq", "kind", "payload"
-        )[:CONVERSATION_MESSAGES]
+        found += (
+            Event.objects.filter(session=session, kind=kind, seq__lte=seq)
+            .order_by("-seq")
+            .values_list("seq", "kind", "payload")[:CONVERSATION_MESSAGES]
+        )
     found.sort()
     found = found[-CONVERSATION_MESSAGES:]
     messages = [
-        {"seq": s, "kind": kind, "user": kind == Kind.USER_MESSAGE, "text": _clip_block(message_text(orjson.loads(p)), 4000)}
+        {
+            "seq": s,
+            "kind": kind,
+            "user": kind == Kind.USER_MESSAGE,
+            "text": _clip_block(message_text(orjson.loads(p)), 4000),
+        }
         for s, kind, p in found
     ]
     if session.source_format == "daycare" and kinds.get(Kind.NOTE):
@@ -572,9 +582,11 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
     typing = ""
     if messages and messages[-1]["user"] and kinds.get(Kind.CHUNK):
         pieces: list[str] = []
-        for (payload_text,) in Event.objects.filter(
-            session=session, kind=Kind.CHUNK, seq__gt=messages[-1]["seq"], seq__lte=seq
-        ).order_by("seq").values_list("payload")[:TYPING_CHUNKS]:
+        for (payload_text,) in (
+            Event.objects.filter(session=session, kind=Kind.CHUNK, seq__gt=messages[-1]["seq"], seq__lte=seq)
+            .order_by("seq")
+            .values_list("payload")[:TYPING_CHUNKS]
+        ):
             payload = orjson.loads(payload_text)
             for patch in payload.get("patches") or []:
                 if isinstance(patch, dict) and patch.get("path") == "/-" and isinstance(patch.get("value"), str):

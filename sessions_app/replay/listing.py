@@ -121,9 +121,7 @@ def list_sessions(
         # Rows strictly past the cursor in the page's direction, id breaking ties.
         forward = descending != backwards
         op = "lt" if forward else "gt"
-        sessions = sessions.filter(
-            Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": pk})
-        )
+        sessions = sessions.filter(Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": pk}))
     if backwards:
         order = [o[1:] if o.startswith("-") else f"-{o}" for o in order]
     rows = list(sessions.select_related("project").order_by(*order)[: per_page + 1])
@@ -145,9 +143,7 @@ def list_sessions(
 
 def recent_jobs(*, created_by: str, limit: int = 10) -> list[ImportJob]:
     """The uploads a user started most recently, newest first (what the upload panel shows)."""
-    return list(
-        ImportJob.objects.filter(created_by=created_by).select_related("project")[:limit]
-    )
+    return list(ImportJob.objects.filter(created_by=created_by).select_related("project")[:limit])
 
 
 def _day_start(day: date) -> datetime:

@@ -113,8 +113,7 @@ _NO_SEQ_AFTER = 2**63 - 1
 def next_turn_boundary(*, session: Session, seq: int) -> int | None:
     """The seq of the next user message after `seq` (a turn boundary), if any."""
     found = _fetch(
-        f"SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND kind = %s AND seq > %s "
-        "ORDER BY seq LIMIT 1",
+        f"SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND kind = %s AND seq > %s ORDER BY seq LIMIT 1",
         [session.pk, Kind.USER_MESSAGE, seq],
     )
     return found[0][0] if found else None
@@ -130,7 +129,11 @@ def _snippet(text: str, needle: str, width: int = 60) -> str:
     if at < 0:
         return text[: 2 * width]
     start = max(0, at - width)
-    return ("…" if start else "") + text[start:at + len(needle) + width] + ("…" if at + len(needle) + width < len(text) else "")
+    return (
+        ("…" if start else "")
+        + text[start : at + len(needle) + width]
+        + ("…" if at + len(needle) + width < len(text) else "")
+    )
 
 
 def search(
@@ -164,8 +167,7 @@ def search(
         like = "ILIKE" if connection.vendor == "postgresql" else "LIKE"
         pattern = _like_pattern(q)
         where.append(
-            f"(payload {like} %s ESCAPE '\\' OR raw {like} %s ESCAPE '\\' "
-            f"OR step_state {like} %s ESCAPE '\\')"
+            f"(payload {like} %s ESCAPE '\\' OR raw {like} %s ESCAPE '\\' OR step_state {like} %s ESCAPE '\\')"
         )
         params += [pattern, pattern, pattern]
     rows = _rows(" AND ".join(where), params, limit=limit + 1)
@@ -176,7 +178,11 @@ def search(
         event = event_dict(row)
         event["stepIndex"] = _step_index(row, session.step_count)
         if q:
-            event["snippet"] = _snippet(row.payload or "", q) if q.lower() in (row.payload or "").lower() else _snippet(row.raw or "", q)
+            event["snippet"] = (
+                _snippet(row.payload or "", q)
+                if q.lower() in (row.payload or "").lower()
+                else _snippet(row.raw or "", q)
+            )
         results.append(event)
     return {
         "q": q,

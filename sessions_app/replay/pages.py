@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import orjson
 
@@ -56,9 +57,7 @@ def resolve_kinds(event_types: Iterable[str] | None) -> tuple[str, ...] | None:
             continue
         kind = KIND_ALIASES.get(name, name)
         if kind not in ALL_KINDS:
-            raise ReplayParameterError(
-                f"unknown event type {name!r}; known types: {', '.join(sorted(ALL_KINDS))}"
-            )
+            raise ReplayParameterError(f"unknown event type {name!r}; known types: {', '.join(sorted(ALL_KINDS))}")
         if kind not in kinds:
             kinds.append(kind)
     if not kinds:
@@ -260,7 +259,7 @@ def _page_contexts(
     outside = sorted(seq for seq in referenced if seq not in by_seq)
     fetch = [seq for seq in outside if seq not in known]
     for chunk_start in range(0, len(fetch), 500):
-        chunk = fetch[chunk_start:chunk_start + 500]
+        chunk = fetch[chunk_start : chunk_start + 500]
         for found in _rows(f"seq IN ({', '.join(['%s'] * len(chunk))})", [session.pk, *chunk]):
             known[found.seq] = found
     for seq in outside:

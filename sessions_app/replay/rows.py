@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import namedtuple
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Sequence
+from typing import Any
 
 import orjson
 from django.db import connection

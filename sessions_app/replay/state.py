@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import orjson
 from django.db import connection
@@ -140,11 +141,7 @@ def step_seq(*, session: Session, index: int) -> int | None:
         return None
     # No ORDER BY (`.first()` would add the model's (session, seq) ordering, and SQLite then
     # walks the whole session in seq order instead of probing the step_pos index).
-    found = (
-        Event.objects.filter(session=session, step_pos=index)
-        .order_by()
-        .values_list("seq", flat=True)[:1]
-    )
+    found = Event.objects.filter(session=session, step_pos=index).order_by().values_list("seq", flat=True)[:1]
     return next(iter(found), None)
 
 
@@ -226,8 +223,5 @@ def steps_page(*, session: Session, offset: int, limit: int) -> dict[str, Any]:
     The state is computed once for the first step and carried forward through the page.
     """
     _check_window(offset, limit)
-    steps = [
-        step
-        for _pos, _seq, step in iter_step_states(session=session, offset=offset, limit=limit, chunk=limit)
-    ]
+    steps = [step for _pos, _seq, step in iter_step_states(session=session, offset=offset, limit=limit, chunk=limit)]
     return {"total": session.step_count, "steps": steps}

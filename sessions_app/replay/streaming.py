@@ -20,8 +20,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import orjson
 from django.db import DatabaseError, connection
@@ -75,9 +76,7 @@ def _pages(session_id: int, after: int) -> Iterator[list[_Row]]:
     last = after
     while True:
         rows = list(
-            Event.objects.filter(session_id=session_id, seq__gt=last)
-            .order_by("seq")
-            .values_list(*_COLUMNS)[:page]
+            Event.objects.filter(session_id=session_id, seq__gt=last).order_by("seq").values_list(*_COLUMNS)[:page]
         )
         if not rows:
             return
@@ -251,9 +250,7 @@ def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, sleep, 
             return
         now = clock()
         if now - started >= max_seconds:
-            yield frame(
-                "end", {"reason": "max_duration", "resume_after": last_seq, "last_seq": last_seq}
-            )
+            yield frame("end", {"reason": "max_duration", "resume_after": last_seq, "last_seq": last_seq})
             return
         if now - last_beat >= heartbeat_seconds:
             last_beat = now

@@ -87,9 +87,9 @@ def session_overview(*, session: Session, buckets: int = BUCKETS) -> Overview:
     ends = boundaries(count, buckets)
     rows = {
         seq: (elapsed or 0.0, kind_counts, errors)
-        for seq, elapsed, kind_counts, errors in Event.objects.filter(
-            session=session, seq__in=ends
-        ).values_list("seq", "elapsed_ms", "kind_counts", "errors_total")
+        for seq, elapsed, kind_counts, errors in Event.objects.filter(session=session, seq__in=ends).values_list(
+            "seq", "elapsed_ms", "kind_counts", "errors_total"
+        )
     }
     ends = [seq for seq in ends if seq in rows]  # a live session may have grown meanwhile
     previous_counts: dict[str, int] = {}

@@ -257,7 +257,7 @@ def test_live_session_follows_new_events_over_the_tail(watched, analyst, transac
     while not any("/tail?after=" in url for url in watch.requests):
         assert time.monotonic() < deadline, "the player never opened the tail stream"
         page.wait_for_timeout(50)
-    append_events(session=session, events=first_turn[turn_length():])
+    append_events(session=session, events=first_turn[turn_length() :])
     newest = 2 * turn_length() - 1
     wait_for_seq(page, newest)
     assert page.locator("#live-count").inner_text() == str(newest + 1)
@@ -278,7 +278,12 @@ def test_hostile_payloads_show_as_text_and_run_nothing(watched, analyst, transac
         text = page.locator("body").inner_text()
         assert "window.__pwned" in text
         assert page.evaluate("window.__pwned") is None
-        assert page.locator("#step-list img, #context-panel img, #step-list script:not([type]), #context-panel script:not([type])").count() == 0
+        assert (
+            page.locator(
+                "#step-list img, #context-panel img, #step-list script:not([type]), #context-panel script:not([type])"
+            ).count()
+            == 0
+        )
     panel = page.locator("#context-panel").inner_text()
     assert XSS_SCRIPT in panel and XSS_IMG in panel
     page.goto("/sessions/")

@@ -17,9 +17,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--days", type=float, help="age in days (default REPLAY_RETENTION_DAYS)")
         parser.add_argument("--dry-run", action="store_true", help="only count what would go")
-        parser.add_argument(
-            "--include-checkpointed", action="store_true", help="delete checkpointed sessions too"
-        )
+        parser.add_argument("--include-checkpointed", action="store_true", help="delete checkpointed sessions too")
 
     def handle(self, *args, days: float | None, dry_run: bool, include_checkpointed: bool,
                **options) -> None:  # fmt: skip
@@ -30,9 +28,7 @@ class Command(BaseCommand):
                 return
         if days <= 0:
             raise CommandError("--days must be a positive number of days")
-        result = delete_expired_sessions(
-            days=days, include_checkpointed=include_checkpointed, dry_run=dry_run
-        )
+        result = delete_expired_sessions(days=days, include_checkpointed=include_checkpointed, dry_run=dry_run)
         verb = "Would delete" if dry_run else "Deleted"
         self.stdout.write(
             f"{verb} {result.sessions} session(s) ({result.events} events) created before "

@@ -13,4 +13,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         schedule = schedule_jobs()
-        self.stdout.write(f"Scheduled {schedule.name}: {schedule.func} daily, next run {schedule.next_run:%Y-%m-%d %H:%M} UTC")
+        self.stdout.write(
+            f"Scheduled {schedule.name}: {schedule.func} daily, next run {schedule.next_run:%Y-%m-%d %H:%M} UTC"
+        )
