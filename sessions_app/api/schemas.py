@@ -50,9 +50,10 @@ class SourceChainOut(Schema):
     reason: str | None = None
 
 
-class ReplaySessionOut(Schema):
+class SessionIdentityOut(Schema):
+    """What every description of a session says of it (the list adds totals, a page the chain)."""
+
     id: int
-    projectId: int
     sourceSessionId: str
     runId: str
     agentId: str
@@ -67,6 +68,18 @@ class ReplaySessionOut(Schema):
     createdAt: str | None
     eventCount: int
     stepCount: int
+
+
+class ChainStatusOut(Schema):
+    state: str = Field(description="verified | broken | unverified (no verification has run yet)")
+    checkedAt: str | None
+    brokenSeq: int | None = Field(description="the first event found changed (null: none, or the session's totals)")
+    checkedEvents: int | None
+
+
+class ReplaySessionOut(SessionIdentityOut):
+    projectId: int
+    chain: ChainStatusOut
     sourceChain: SourceChainOut | None = None
 
 

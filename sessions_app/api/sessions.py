@@ -13,28 +13,13 @@ from ..models import Session
 from ..replay.listing import list_sessions as list_session_page
 from .checkpoints import checkpoint_row
 from .responses import session_or_404
-from .schemas import NOT_FOUND, CheckpointOut, DetailOut
+from .schemas import NOT_FOUND, CheckpointOut, DetailOut, SessionIdentityOut
 
 router = Router(tags=["sessions"])
 
 
-class SessionOut(Schema):
-    id: int
+class SessionOut(SessionIdentityOut):
     project: str
-    sourceSessionId: str
-    runId: str
-    agentId: str
-    format: str
-    status: str
-    completed: bool
-    task: str
-    environment: str
-    model: str
-    startedAt: str | None
-    endedAt: str | None
-    createdAt: str | None
-    eventCount: int
-    stepCount: int
     totalCost: float
     totalTokens: int
     totalReward: float
