@@ -12,7 +12,8 @@ child process (so neither pollutes the other's memory figure):
     PostgreSQL server that the bench starts itself (.ci/with_postgres.py; or the server
     DATABASE_URL points to; `--no-postgres` skips it).
 Prints the medians (wall clock, and CPU time of each child), the ratio ours/rlm (target <= 2.0),
-events per second and peak RSS (target <= 250 MiB). The figures depend on the machine and its
+events per second and peak RSS (target <= 250 MiB), and the time of the verification an import
+queues (sessions_app/verification.py), run after the import's own figures are taken. The figures depend on the machine and its
 load: compare ratios, not seconds; on a busy machine the CPU-time ratio is the steadier one.
 """
 
@@ -147,7 +148,14 @@ elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
 outcome = outcomes[0]
 assert outcome.error is None, outcome.error
 own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# The verification an import queues (a job in production), timed after the import's figures.
+from sessions_app.verification import verify_session
+verify_start = time.perf_counter()
+verified = verify_session(session=outcome.session)
+assert verified.valid, verified.findings[:3]
+verify_seconds = time.perf_counter() - verify_start
 print(json.dumps({"seconds": elapsed, "cpu": cpu, "events": outcome.events, "steps": outcome.steps,
+                  "verify_seconds": verify_seconds,
                   "peak_mib": own_peak, "baseline_mib": before}))
 """
 
@@ -249,6 +257,12 @@ def report(label: str, runs: list[dict], reference: list[dict] | None) -> None:
     print(line, flush=True)
 
 
+def report_verify(label: str, runs: list[dict], reference: list[dict]) -> None:
+    seconds = statistics.median(r["verify_seconds"] for r in runs)
+    ratio = seconds / statistics.median(r["seconds"] for r in reference)
+    print(f"{label:<22} median {seconds:6.2f} s   ratio verify/rlm load {ratio:.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
@@ -290,8 +304,10 @@ def main() -> None:
               f"{sqlite_runs[0]['events']:,} events")  # fmt: skip
         report("rlm-code load_session", rlm_runs, None)
         report("ours, SQLite", sqlite_runs, rlm_runs)
+        report_verify("verify, SQLite", sqlite_runs, rlm_runs)
         if pg_runs:
             report("ours, PostgreSQL", pg_runs, rlm_runs)
+            report_verify("verify, PostgreSQL", pg_runs, rlm_runs)
         print(f"our process before importing (Django loaded): {sqlite_runs[0]['baseline_mib']:.1f} MiB; "
               f"{sys.implementation.name} {sys.version.split()[0]}")  # fmt: skip
         if args.keep and args.file is None:
