@@ -70,3 +70,15 @@ def test_a_command_line_import_keeps_its_original_too(api, tmp_path):  # noqa: F
     session = Session.objects.order_by("pk").first()
     response = api.get(f"/api/sessions/{session.pk}/export?format=original")
     assert b"".join(response.streaming_content) == ONE_OF_EACH["AgentLens JSON array"].read_bytes()
+
+
+def test_importing_the_same_file_again_by_command_keeps_no_second_copy(tmp_path, settings):
+    from django.core.management import call_command
+
+    source = tmp_path / "again.json"
+    source.write_bytes(ONE_OF_EACH["AgentLens JSON array"].read_bytes())
+    for _ in range(2):
+        call_command("import_sessions", str(source), stdout=open("/dev/null", "w"))
+    kept = [p for p in Path(settings.DATA_DIR).rglob("*") if p.is_file()]
+    assert len(kept) == 1 and ImportJob.objects.count() == 1
+    assert Session.objects.filter(import_job__isnull=False).count() == Session.objects.count() == 2

@@ -235,6 +235,11 @@ def import_local_file(
     )  # fmt: skip
     for outcome in outcomes:
         outcome.path = path  # reported as the caller named it, not as kept
+    if not any(o.session is not None and not o.duplicate for o in outcomes):
+        # Nothing new was stored (the same file again, as at every `make run`, or nothing
+        # importable; the command printed why): no copy and no job to keep for it.
+        Path(job.stored_path).unlink(missing_ok=True)
+        job.delete()
     return outcomes
 
 
