@@ -10,7 +10,7 @@ import logging
 
 import orjson
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import ValidationError
 from ninja.operation import Operation
@@ -80,6 +80,12 @@ def bad_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 @api.exception_handler(ReplayParameterError)
 def bad_replay_parameter(request: HttpRequest, exc: ReplayParameterError) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=400)
+
+
+@api.exception_handler(Http404)
+def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    # sessions_app/access.py words "not yours" exactly as "not there".
+    return api.create_response(request, {"detail": str(exc) or "Not Found"}, status=404)
 
 
 @api.exception_handler(PermissionDenied)

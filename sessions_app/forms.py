@@ -103,9 +103,7 @@ class CompareForm(forms.Form):
 
 class SessionFilterForm(QueryForm):
     q = forms.CharField(required=False, max_length=200, strip=True, label="Search")
-    project = forms.ModelChoiceField(
-        required=False, queryset=Project.objects.all(), to_field_name="slug", empty_label="all projects"
-    )
+    project = forms.ChoiceField(required=False)
     format = forms.ChoiceField(required=False)
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *Session.Status.choices])
     model = forms.CharField(required=False, max_length=200, strip=True)
@@ -118,8 +116,10 @@ class SessionFilterForm(QueryForm):
     after = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
     before = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
+        """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
         super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
         self.fields["format"].choices = [("", "any format"), *format_choices()]
 
     def values(self) -> dict[str, Any]:
@@ -149,11 +149,11 @@ class MultipleFileField(forms.FileField):
 class UploadForm(forms.Form):
     # Empty files reach accept_upload, whose message names the file among several.
     files = MultipleFileField(label="Session files", allow_empty_file=True)
-    project = forms.ModelChoiceField(
-        queryset=Project.objects.all(), to_field_name="slug", required=False, empty_label="Default project"
-    )
+    project = forms.ChoiceField(label="Project")
     format = forms.ChoiceField(required=False, label="Format")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
+        """`projects`: those the caller may upload to (maintainer or admin)."""
         super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [(p.slug, p.name) for p in projects]
         self.fields["format"].choices = [("", "detect from content"), *format_choices()]

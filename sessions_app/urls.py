@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from .views import sessions as views
 
 app_name = "sessions"
 

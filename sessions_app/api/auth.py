@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest
 from ninja.security import HttpBearer, SessionAuth
 
+from ..access import actor_of
 from ..models import ApiKey
 
 
 class ApiKeyAuth(HttpBearer):
-    """`Authorization: Bearer <key>`; keys are stored hashed (models.ApiKey)."""
+    """`Authorization: Bearer <key>`; keys are stored hashed (models.ApiKey). A revoked key, or
+    a key of an inactive or deleted user, is refused (401)."""
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
         return ApiKey.authenticate(token)
@@ -33,13 +34,6 @@ API_AUTH = [ApiKeyAuth(), LoginCookieAuth()]
 
 
 def who(request: HttpRequest) -> str:
-    """The `created_by` of what a request makes (uploads, checkpoints): the key's user, else
-    `key:<key name>`; the logged-in user for the cookie."""
-    auth = getattr(request, "auth", None)
-    if isinstance(auth, ApiKey):
-        name = auth.user.get_username() if auth.user_id else f"key:{auth.name}"
-    elif isinstance(auth, AbstractBaseUser):
-        name = auth.get_username()
-    else:
-        name = ""
-    return name[:150]
+    """The `created_by` of what a request makes (uploads, checkpoints): the user, whether
+    signed in or acting through one of their keys."""
+    return actor_of(request).name

@@ -9,11 +9,11 @@ from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from .. import replay
+from .. import access, audit, replay
 from ..ingest.writer import set_checkpoint
-from ..models import Checkpoint, Session
+from ..models import Checkpoint, Role, Session
 from .auth import who
-from .responses import json_response, session_or_404
+from .responses import json_response
 from .schemas import BAD, NOT_FOUND, CheckpointOut, ContextOut, StepStateOut
 
 router = Router(tags=["sessions"])
@@ -60,7 +60,7 @@ def _checkpoint_state(session: Session, checkpoint: Checkpoint) -> dict[str, Any
 )
 def list_checkpoints(request: HttpRequest, session_id: int):
     """The session's named positions, in seq order."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     return [checkpoint_row(c) for c in session.checkpoints.order_by("seq", "name")]
 
 
@@ -69,7 +69,7 @@ def list_checkpoints(request: HttpRequest, session_id: int):
 )
 def create_checkpoint(request: HttpRequest, session_id: int, body: CheckpointIn):
     """Name an event (`seq`) or a step (`step`); an existing name moves. Returns the full state."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id, need=Role.MAINTAINER)
     if (body.seq is None) == (body.step is None):
         raise HttpError(400, "give exactly one of seq or step")
     seq = body.seq
@@ -80,6 +80,13 @@ def create_checkpoint(request: HttpRequest, session_id: int, body: CheckpointIn)
     if seq >= session.event_count:
         raise HttpError(400, f"seq: session {session_id} has no event {seq} (it has {session.event_count})")
     checkpoint = set_checkpoint(session=session, name=body.name, seq=seq, created_by=who(request), note=body.note)
+    audit.record_request(
+        request,
+        action="checkpoint.create",
+        project=session.project_id,
+        target=f"session:{session.pk}",
+        detail={"name": checkpoint.name, "seq": checkpoint.seq},
+    )
     return json_response(_checkpoint_state(session, checkpoint), status=201)
 
 
@@ -88,7 +95,7 @@ def create_checkpoint(request: HttpRequest, session_id: int, body: CheckpointIn)
 )
 def get_checkpoint(request: HttpRequest, session_id: int, name: str):
     """A checkpoint with the full state at its position."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     checkpoint = session.checkpoints.filter(name=name).first()
     if checkpoint is None:
         raise HttpError(404, f"session {session_id} has no checkpoint named {name!r}")
@@ -99,8 +106,15 @@ def get_checkpoint(request: HttpRequest, session_id: int, name: str):
     "/sessions/{session_id}/checkpoints/{name}", response={204: None, **NOT_FOUND}, url_name="delete_checkpoint"
 )
 def delete_checkpoint(request: HttpRequest, session_id: int, name: str):
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id, need=Role.MAINTAINER)
     deleted, _ = session.checkpoints.filter(name=name).delete()
     if not deleted:
         raise HttpError(404, f"session {session_id} has no checkpoint named {name!r}")
+    audit.record_request(
+        request,
+        action="checkpoint.delete",
+        project=session.project_id,
+        target=f"session:{session.pk}",
+        detail={"name": name},
+    )
     return Status(204, None)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
+from .. import access
 from ..replay.compare import MAX_PAIRS, diff_sessions
-from .responses import json_response, session_or_404
+from .responses import json_response
 from .schemas import BAD, ReplaySessionOut
 
 router = Router(tags=["sessions"])
@@ -77,6 +78,6 @@ class CompareQuery(Schema):
 @router.get("/compare", response={200: CompareOut, **BAD}, url_name="compare")
 def compare(request: HttpRequest, query: Query[CompareQuery]):
     """rlm-code's SessionComparison of a and b (deltas b - a) and aligned step pairs."""
-    a = session_or_404(query.a)
-    b = session_or_404(query.b)
+    a = access.session_for(request, query.a)
+    b = access.session_for(request, query.b)
     return json_response(diff_sessions(a=a, b=b, offset=query.offset, limit=query.limit))

@@ -7,9 +7,8 @@ from typing import Literal
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema
 
-from .. import verification
+from .. import access, audit, verification
 from ..replay import exports
-from .responses import session_or_404
 from .schemas import BAD, NOT_FOUND
 
 router = Router(tags=["sessions"])
@@ -46,7 +45,14 @@ _EXPORTS = {
 def export(request: HttpRequest, session_id: int, query: Query[ExportQuery]):
     """Stream the session as rlm-code native JSONL, a rlm-code snapshot JSON, or the original
     records exactly as received."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
+    audit.record_request(
+        request,
+        action="session.export",
+        project=session.project_id,
+        target=f"session:{session.pk}",
+        detail={"format": query.format},
+    )
     generate, content_type, extension = _EXPORTS[query.format]
     stem = "".join(
         c if c.isalnum() or c in "-_." else "_" for c in (session.source_session_id or f"session-{session.pk}")
@@ -63,4 +69,13 @@ def verify(request: HttpRequest, session_id: int):
     """Verify the stored events: every link of the hash chain over their recorded fields and
     content, and every derived value (pairing, running totals, keyframes) derived again; the
     result is stored on the session."""
-    return verification.verify_session(session=session_or_404(session_id)).to_dict()
+    session = access.session_for(request, session_id)
+    result = verification.verify_session(session=session)
+    audit.record_request(
+        request,
+        action="session.verify",
+        project=session.project_id,
+        target=f"session:{session.pk}",
+        detail={"valid": result.valid, "first_broken_seq": result.first_broken_seq},
+    )
+    return result.to_dict()

@@ -8,11 +8,10 @@ from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Schema, Status
 
-from .. import jobs
+from .. import access, audit, jobs
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size
-from ..models import ImportJob, Project
 from .auth import who
-from .responses import BadRequest, error, not_found
+from .responses import BadRequest, error
 from .schemas import ErrorOut
 
 router = Router(tags=["ingest"])
@@ -70,7 +69,10 @@ _UPLOAD_BODY = {
                     "properties": {
                         "file": {"type": "string", "format": "binary"},
                         "format": {"type": "string", "description": "skip detection: a format name"},
-                        "project": {"type": "string", "description": "project slug (default project)"},
+                        "project": {
+                            "type": "string",
+                            "description": "project slug (may be left out by a caller with one project to write to)",
+                        },
                     },
                 }
             }
@@ -93,15 +95,22 @@ def create_import(request: HttpRequest):
         uploaded = request.FILES.get("file")
         if uploaded is None:
             raise BadRequest(400, "file: a multipart field named 'file' is required")
-        slug = request.POST.get("project", "")
-        project = Project.objects.filter(slug=slug).first() if slug else Project.get_default()
-        if project is None:
-            raise BadRequest(400, f"project: no project with slug {slug!r}")
+        try:
+            project = access.project_to_write(request, request.POST.get("project", ""))
+        except ValueError as exc:
+            raise BadRequest(400, str(exc))
         job = accept_upload(
             uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
             created_by=who(request),
         )  # fmt: skip
         jobs.enqueue_import_after_commit(job_id=job.pk)
+        audit.record_request(
+            request,
+            action="session.import",
+            project=project,
+            target=f"import:{job.pk}",
+            detail={"file": job.original_name, "bytes": job.bytes_total},
+        )
     except (BadRequest, UploadRejected) as exc:
         return error(exc)
     status_url = reverse("api:import_status", kwargs={"job_id": job.pk})
@@ -115,9 +124,7 @@ def create_import(request: HttpRequest):
 )
 def import_status(request: HttpRequest, job_id: int):
     """An import's status (queued, running, done, failed), progress, sessions and problems."""
-    job = ImportJob.objects.select_related("project").filter(pk=job_id).first()
-    if job is None:
-        return not_found("import job", job_id)
+    job = access.job_for(request, job_id)
     return Status(200, {
         **{f: getattr(job, f) for f in (
             "id", "status", "original_name", "requested_format", "detected_format", "bytes_total",

@@ -12,11 +12,11 @@ from django.urls import reverse
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel, Field
 
-from .. import jobs
+from .. import access, audit, jobs
 from ..canonical import SessionMeta
 from ..ingest import live as live_ingest
 from ..ingest.live import IngestError
-from ..models import Project, Session
+from ..models import Role, Session
 from ..replay import streaming
 from .bodies import json_body, read_body
 from .responses import BadRequest, error, not_found
@@ -27,7 +27,7 @@ router = Router(tags=["ingest"])
 
 
 class SessionCreateIn(BaseModel, extra="forbid"):
-    project: str = Field("", description="project slug; the default project when empty")
+    project: str = Field("", description="project slug; may be left out by a caller with one project to write to")
     format: Literal["", "canonical", "rlm_native", "agentlens"] = Field(
         "", description="the format of the events to come; detected from the first batch if empty"
     )
@@ -129,9 +129,7 @@ def create_session(request: HttpRequest):
     """Create a live session (201); a retry with the same idempotency_key returns it (200)."""
     try:
         data = read_body(request, SessionCreateIn)
-        project = Project.get_default() if not data.project else Project.objects.filter(slug=data.project).first()
-        if project is None:
-            raise BadRequest(400, f"project: no project with slug {data.project!r}")
+        project = _project(request, data.project)
         meta = SessionMeta(
             source_session_id=data.source_session_id, run_id=data.run_id, agent_id=data.agent_id,
             task=data.task, environment=data.environment, model=data.model,
@@ -142,6 +140,14 @@ def create_session(request: HttpRequest):
         )
     except (BadRequest, IngestError) as exc:
         return error(exc)
+    if created:
+        audit.record_request(
+            request,
+            action="session.create_live",
+            project=project,
+            target=f"session:{session.pk}",
+            detail={"source_session_id": session.source_session_id},
+        )
     return Status(201 if created else 200, {
         **{f: getattr(session, f) for f in ("id", "status", "source_format", "source_session_id",
                                             "run_id", "task", "environment", "model", "created_at")},
@@ -158,6 +164,7 @@ def create_session(request: HttpRequest):
 )
 def append_session_events(request: HttpRequest, session_id: int):
     """Append 1-5000 events to a live session in one transaction."""
+    access.session_for(request, session_id, need=Role.MAINTAINER)
     try:
         batch = read_body(request, EventBatchIn)
         result = live_ingest.append_batch(
@@ -179,6 +186,7 @@ def append_session_events(request: HttpRequest, session_id: int):
 )
 def end_session(request: HttpRequest, session_id: int):
     """Close a live session as completed or failed (a repeat with the same status is a no-op)."""
+    access.session_for(request, session_id, need=Role.MAINTAINER)
     try:
         data = read_body(request, EndIn)
         session = live_ingest.end_live_session(
@@ -190,6 +198,14 @@ def end_session(request: HttpRequest, session_id: int):
         return error(exc)
     jobs.enqueue_verify_after_commit(session_ids=[session.pk])  # "verified when they end"
     return Status(200, session)
+
+
+def _project(request: HttpRequest, slug: str):
+    """The project a new live session goes to (the caller must be one of its maintainers)."""
+    try:
+        return access.project_to_write(request, slug)
+    except ValueError as exc:
+        raise BadRequest(400, str(exc))
 
 
 def _sse(frames) -> StreamingHttpResponse:
@@ -214,9 +230,7 @@ def _start_after(request: HttpRequest, after: int | None) -> int:
 )
 def stream_session(request: HttpRequest, session_id: int, query: Query[StreamQuery]):
     """Server-Sent Events of the session at its recorded pace, one turn at a time."""
-    session = Session.objects.filter(pk=session_id).first()
-    if session is None:
-        return not_found("session", session_id)
+    session = access.session_for(request, session_id)
     return _sse(
         streaming.paced_stream(
             session=session,
@@ -234,9 +248,7 @@ def stream_session(request: HttpRequest, session_id: int, query: Query[StreamQue
 )
 def tail_session(request: HttpRequest, session_id: int, query: Query[TailQuery]):
     """Server-Sent Events of a live session's events as they are appended."""
-    session = Session.objects.filter(pk=session_id).first()
-    if session is None:
-        return not_found("session", session_id)
+    session = access.session_for(request, session_id)
     return _sse(
         streaming.tail_stream(
             session=session,

@@ -7,8 +7,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
-from .. import replay
-from .responses import json_response, session_or_404
+from .. import access, replay
+from .responses import json_response
 from .schemas import BAD, ContextOut, EventOut, PairedEventOut, ReplaySessionOut, StepStateOut, WarningOut
 
 router = Router(tags=["sessions"])
@@ -128,7 +128,7 @@ def _split(value: str | None) -> list[str] | None:
 def replay_page(request: HttpRequest, session_id: int, query: Query[ReplayQuery]):
     """AgentLens's ReplayState for a page of events; a filter hides steps but every context is
     over all events; history entries are seqs into the page's steps or the page-level maps."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     page = replay.replay_page(
         session=session, offset=query.offset, limit=query.limit,
         event_types=_split(query.eventTypes), include_context=query.includeContext, splice=True,
@@ -139,14 +139,14 @@ def replay_page(request: HttpRequest, session_id: int, query: Query[ReplayQuery]
 @router.get("/sessions/{session_id}/steps", response={200: StepsOut, **BAD}, url_name="steps")
 def steps_page(request: HttpRequest, session_id: int, query: Query[StepsQuery]):
     """StepStates at positions offset..offset+limit-1, with their point-in-time state."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     return json_response(replay.steps_page(session=session, offset=query.offset, limit=query.limit))
 
 
 @router.get("/sessions/{session_id}/steps/{index}", response={200: StepStateOut, **BAD}, url_name="step")
 def step_state(request: HttpRequest, session_id: int, index: int):
     """The StepState at a 0-based position (rlm-code's goto_step)."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     step = replay.step_state_at(session=session, index=index)
     if step is None:
         raise HttpError(404, f"session {session_id} has no step {index} (it has {session.step_count})")
@@ -156,7 +156,7 @@ def step_state(request: HttpRequest, session_id: int, index: int):
 @router.get("/sessions/{session_id}/context", response={200: ContextOut, **BAD}, url_name="context")
 def context(request: HttpRequest, session_id: int, query: Query[ContextQuery]):
     """The full context at one event (history inlined), its state and its step."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     found = replay.context_at(session=session, seq=query.seq)
     if found is None:
         raise HttpError(404, f"session {session_id} has no event {query.seq} (it has {session.event_count})")
@@ -167,7 +167,7 @@ def context(request: HttpRequest, session_id: int, query: Query[ContextQuery]):
 def search(request: HttpRequest, session_id: int, query: Query[SearchQuery]):
     """Events matching text, a kind and/or errors from a seq on; with `at`, the next and
     previous error around that seq."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     found = replay.search(
         session=session, q=query.q, kind=query.kind or None, errors=query.errors,
         from_seq=query.from_, limit=query.limit,

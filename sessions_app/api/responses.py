@@ -8,11 +8,9 @@ from typing import Any
 import orjson
 from django.http import HttpResponse
 from ninja import Status
-from ninja.errors import HttpError
 
 from ..ingest.live import IngestError
 from ..ingest.uploads import UploadRejected
-from ..models import Session
 
 
 def json_response(data: Any, status: int = 200) -> HttpResponse:
@@ -22,13 +20,6 @@ def json_response(data: Any, status: int = 200) -> HttpResponse:
     return HttpResponse(
         orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS), status=status, content_type="application/json"
     )
-
-
-def session_or_404(session_id: int) -> Session:
-    session = Session.objects.filter(pk=session_id).first()
-    if session is None:
-        raise HttpError(404, f"session {session_id} not found")
-    return session
 
 
 class BadRequest(Exception):

@@ -8,11 +8,10 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from .. import replay
-from ..models import Session
+from .. import access, audit, replay
+from ..models import Role, Session
 from ..replay.listing import list_sessions as list_session_page
 from .checkpoints import checkpoint_row
-from .responses import session_or_404
 from .schemas import NOT_FOUND, CheckpointOut, DetailOut, SessionIdentityOut
 
 router = Router(tags=["sessions"])
@@ -95,7 +94,9 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
     filters = {name: getattr(query, name) or "" for name in ("project", "format", "status", "model", "q")}
     # In id order the cursor's sort value is the id itself.
     after = None if query.before is None else (query.before, query.before)
-    page = list_session_page(filters=filters, sort="-id", after=after, per_page=query.limit)
+    page = list_session_page(
+        sessions=access.sessions_visible_to(request), filters=filters, sort="-id", after=after, per_page=query.limit
+    )
     return {
         "total": page.total,
         "sessions": [_session_row(s) for s in page.sessions],
@@ -106,7 +107,7 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
 @router.get("/sessions/{session_id}", response={200: SessionDetailOut, **NOT_FOUND}, url_name="get_session")
 def get_session(request: HttpRequest, session_id: int):
     """One session: its row, its summary and its checkpoints."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id)
     return {
         "session": _session_row(session),
         "summary": replay.get_summary(session=session),
@@ -117,12 +118,20 @@ def get_session(request: HttpRequest, session_id: int):
 @router.delete("/sessions/{session_id}", response={204: None, **NOT_FOUND}, url_name="delete_session")
 def delete_session(request: HttpRequest, session_id: int):
     """Delete a session with its events, snapshots and checkpoints (the database cascades)."""
-    session = session_or_404(session_id)
+    session = access.session_for(request, session_id, need=Role.MAINTAINER)
+    events = session.event_count
     session.delete()
+    audit.record_request(
+        request,
+        action="session.delete",
+        project=session.project_id,
+        target=f"session:{session_id}",
+        detail={"events": events, "source_session_id": session.source_session_id},
+    )
     return Status(204, None)
 
 
 @router.get("/sessions/{session_id}/summary", response={200: SummaryOut, **NOT_FOUND}, url_name="summary")
 def session_summary(request: HttpRequest, session_id: int):
     """rlm-code's get_summary() keys plus totals for cost, events, calls, models and tools."""
-    return replay.get_summary(session=session_or_404(session_id))
+    return replay.get_summary(session=access.session_for(request, session_id))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
+from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
@@ -68,6 +69,7 @@ class SessionPage:
 
 
 def filter_sessions(
+    sessions: SessionQuerySet,
     *,
     q: str = "",
     project: Project | str | None = None,
@@ -78,9 +80,10 @@ def filter_sessions(
     end: date | None = None,
     errors: str = "",
 ) -> SessionQuerySet:
-    """The sessions matching the filters, for the page and the API alike; `project` is a
-    Project or a slug, `model` matches the session's model or any model it used."""
-    sessions = Session.objects.in_project(project).matching(q)
+    """The sessions of `sessions` (the caller's, sessions_app/access.py) matching the filters,
+    for the page and the API alike; `project` is a Project or a slug, `model` matches the
+    session's model or any model it used."""
+    sessions = sessions.in_project(project).matching(q)
     if format:
         sessions = sessions.filter(source_format=format)
     if status:
@@ -102,6 +105,7 @@ def filter_sessions(
 
 def list_sessions(
     *,
+    sessions: SessionQuerySet,
     filters: dict[str, Any],
     sort: str,
     after: tuple[Any, int] | None = None,
@@ -109,8 +113,9 @@ def list_sessions(
     per_page: int = PER_PAGE,
 ) -> SessionPage:
     """One page of the filtered sessions in `sort` order, starting after `after` or ending
-    before `before` (a row's sort value and id)."""
-    sessions = filter_sessions(**filters)
+    before `before` (a row's sort value and id). `sessions` are the caller's
+    (access.sessions_visible_to)."""
+    sessions = filter_sessions(sessions, **filters)
     total = sessions.count()
     column, descending = SESSION_SORTS[sort]
     order = [f"-{column}", "-id"] if descending else [column, "id"]
@@ -141,9 +146,10 @@ def list_sessions(
     )
 
 
-def recent_jobs(*, created_by: str, limit: int = 10) -> list[ImportJob]:
-    """The uploads a user started most recently, newest first (what the upload panel shows)."""
-    return list(ImportJob.objects.filter(created_by=created_by).select_related("project")[:limit])
+def recent_jobs(*, jobs: models.QuerySet[ImportJob], created_by: str, limit: int = 10) -> list[ImportJob]:
+    """The uploads a user started most recently in the projects they see (`jobs`, from
+    access.jobs_visible_to), newest first: what the upload panel shows."""
+    return list(jobs.filter(created_by=created_by).select_related("project")[:limit])
 
 
 def _day_start(day: date) -> datetime:

@@ -1,62 +1,34 @@
-"""Dashboard views: small functions that look up, validate the query string, call a workflow and
-render. An htmx request gets the named partial of the page's template (whose root element has
-the partial's name as id); a history-restore request and a plain request get the full page.
+"""The session pages: the list with its upload panel, the player and its panels, the diff.
+
+Small functions that look up through sessions_app/access.py, validate the query string, call a
+workflow and render (views/pages.py says how htmx requests get partials).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+from django_htmx.http import trigger_client_event
 
-from . import jobs, replay, verification
-from .forms import PACES, SPEEDS, CheckpointForm, CompareForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm
-from .ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
-from .ingest.writer import set_checkpoint
-from .models import Checkpoint, Project, Session
-from .replay import charts, timeline
-from .replay.compare import diff_sessions
-from .replay.frames import frame_at, search_panel, step_seqs
-from .replay.listing import list_sessions, recent_jobs
+from .. import access, audit, jobs, replay, verification
+from ..forms import PACES, SPEEDS, CheckpointForm, CompareForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm
+from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
+from ..ingest.writer import set_checkpoint
+from ..models import Checkpoint, Project, Role, Session
+from ..replay import charts, timeline
+from ..replay.compare import diff_sessions
+from ..replay.frames import frame_at, search_panel, step_seqs
+from ..replay.listing import list_sessions, recent_jobs
+from .pages import login_required, render_page, wants_partial
 
 LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors")
-
-
-def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Anonymous visitors go to the login page and never reach a view's data. htmx would follow
-    a plain redirect and swap the login form into a panel, so it is told to load the page."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if request.user.is_authenticated:
-            return view(request, *args, **kwargs)
-        if request.htmx:
-            current = request.htmx.current_url_abs_path or request.get_full_path()
-            return HttpResponseClientRedirect(redirect_to_login(current).url)
-        return redirect_to_login(request.get_full_path())
-
-    return wrapper
-
-
-def wants_partial(request: HttpRequest) -> bool:
-    return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def render_page(request: HttpRequest, template: str, partial: str, context: dict[str, Any]) -> HttpResponse:
-    name = f"{template}#{partial}" if wants_partial(request) else template
-    response = render(request, name, context)
-    patch_vary_headers(response, ["HX-Request"])
-    return response
 
 
 @login_required
@@ -67,17 +39,19 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def session_list(request: HttpRequest) -> HttpResponse:
-    form = SessionFilterForm(request.GET)
+    projects = access.projects_visible_to(request)
+    form = SessionFilterForm(request.GET, projects=projects)
     values = form.values()
     page = list_sessions(
+        sessions=access.sessions_visible_to(request),
         filters={name: values[name] for name in LIST_FILTERS},
         sort=values["sort"],
         after=values["after"],
         before=values["before"],
     )
-    context: dict[str, Any] = {"form": form, "page": page}
+    context: dict[str, Any] = {"form": form, "page": page, "projects": projects}
     if not wants_partial(request):
-        context |= _imports_context(request) | {"upload_form": UploadForm()}
+        context |= _imports_context(request) | {"upload_form": UploadForm(projects=_writable(projects))}
     return render_page(request, "sessions_app/session_list.html", "session-table", context)
 
 
@@ -90,14 +64,22 @@ def upload(request: HttpRequest) -> HttpResponse:
         check_declared_size(request.META.get("CONTENT_LENGTH"))
     except UploadRejected as exc:
         errors.append(exc.message)
-    form = UploadForm(request.POST, request.FILES) if not errors else None
+    form = UploadForm(request.POST, request.FILES, projects=_writable(access.projects_visible_to(request)))
+    form = form if not errors else None
     if form is not None and form.is_valid():
-        project = form.cleaned_data["project"] or Project.get_default()
+        project = access.project_for(request, form.cleaned_data["project"], need=Role.MAINTAINER)
         for uploaded in form.cleaned_data["files"]:
             try:
                 job = accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
                                     created_by=request.user.get_username())  # fmt: skip
                 jobs.enqueue_import_after_commit(job_id=job.pk)
+                audit.record_request(
+                    request,
+                    action="session.import",
+                    project=project,
+                    target=f"import:{job.pk}",
+                    detail={"file": job.original_name, "bytes": job.bytes_total},
+                )
             except UploadRejected as exc:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
     elif form is not None:
@@ -114,8 +96,12 @@ def imports(request: HttpRequest) -> HttpResponse:
     return _imports_response(request, upload_errors=[])
 
 
+def _writable(projects: list[Project]) -> list[Project]:
+    return [p for p in projects if p.role is not None and p.role.includes(Role.MAINTAINER)]
+
+
 def _imports_context(request: HttpRequest) -> dict[str, Any]:
-    jobs = recent_jobs(created_by=request.user.get_username())
+    jobs = recent_jobs(jobs=access.jobs_visible_to(request), created_by=request.user.get_username())
     return {"jobs": jobs, "jobs_running": any(not job.finished for job in jobs)}
 
 
@@ -132,14 +118,10 @@ def _imports_response(request: HttpRequest, *, upload_errors: list[str]) -> Http
 # --- the player -------------------------------------------------------------------------------
 
 
-def _session(session_id: int) -> Session:
-    return get_object_or_404(Session.objects.select_related("project"), pk=session_id)
-
-
 @login_required
 @require_GET
 def player(request: HttpRequest, session_id: int) -> HttpResponse:
-    session = _session(session_id)
+    session = access.session_for(request, session_id)
     state = PlayerForm(request.GET).values()
     live = session.status == Session.Status.LIVE
     # Without a step a finished session opens at its start, a live one at its newest event.
@@ -194,7 +176,7 @@ def _player_page(session: Session) -> dict[str, Any]:
 @require_GET
 def search(request: HttpRequest, session_id: int) -> HttpResponse:
     """Events matching the search box, from the current step on."""
-    session = _session(session_id)
+    session = access.session_for(request, session_id)
     query = SearchForm(request.GET).values()
     start = query["step"] or 0
     found = None
@@ -210,12 +192,14 @@ def search(request: HttpRequest, session_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def checkpoint(request: HttpRequest, session_id: int) -> HttpResponse:
-    session = _session(session_id)
+    session = access.session_for(request, session_id, need=Role.MAINTAINER)
     form = CheckpointForm(request.POST)
     error = ""
     if form.is_valid() and form.cleaned_data["step"] < max(session.event_count, 1):
-        set_checkpoint(session=session, name=form.cleaned_data["name"], seq=form.cleaned_data["step"],
-                       created_by=request.user.get_username())  # fmt: skip
+        saved = set_checkpoint(session=session, name=form.cleaned_data["name"], seq=form.cleaned_data["step"],
+                               created_by=request.user.get_username())  # fmt: skip
+        audit.record_request(request, action="checkpoint.create", project=session.project_id,
+                             target=f"session:{session.pk}", detail={"name": saved.name, "seq": saved.seq})  # fmt: skip
     else:
         error = "A checkpoint needs a name and a step of this session."
     if not request.htmx:
@@ -232,8 +216,15 @@ def checkpoint(request: HttpRequest, session_id: int) -> HttpResponse:
 @require_POST
 def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     """Verify the stored session now and show the chain badge's new state."""
-    session = _session(session_id)
-    verification.verify_session(session=session)
+    session = access.session_for(request, session_id)
+    result = verification.verify_session(session=session)
+    audit.record_request(
+        request,
+        action="session.verify",
+        project=session.project_id,
+        target=f"session:{session.pk}",
+        detail={"valid": result.valid, "first_broken_seq": result.first_broken_seq},
+    )
     if not request.htmx:
         return redirect(session.get_absolute_url())
     return render(request, "sessions_app/player.html#chain-badge", {"session": session})
@@ -243,7 +234,7 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
 @require_GET
 def session_charts(request: HttpRequest, session_id: int) -> HttpResponse:
     """The player's charts, loaded when scrolled into view (plotly.js is 4.8 MB)."""
-    session = _session(session_id)
+    session = access.session_for(request, session_id)
     figures = charts.player_figures(session=session)
     context = {"session": session, "charts": figures, "chart_names": list(figures["figures"])}
     response = render(request, "sessions_app/player.html#charts", context)
@@ -360,7 +351,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     form = CompareForm(request.GET)
     if not form.is_valid():
         return render(request, "sessions_app/diff.html", {"form": form}, status=400)
-    a, b = _session(form.cleaned_data["a"]), _session(form.cleaned_data["b"])
+    a, b = access.session_for(request, form.cleaned_data["a"]), access.session_for(request, form.cleaned_data["b"])
     offset = form.cleaned_data["offset"] or 0
     stop = offset + DIFF_PAGE
     diff = diff_page(

@@ -10,35 +10,13 @@ spliced into responses with orjson.Fragment, never decoded by Django's JSONField
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from .chain import GENESIS_HASH
-
-
-class Project(models.Model):
-    name = models.CharField(max_length=200, unique=True)
-    slug = models.SlugField(max_length=100, unique=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    DEFAULT_SLUG = "default"
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @classmethod
-    def get_default(cls) -> Project:
-        project, _ = cls.objects.get_or_create(slug=cls.DEFAULT_SLUG, defaults={"name": "Default"})
-        return project
+from ..chain import GENESIS_HASH
+from .projects import Project
 
 
 class SessionQuerySet(models.QuerySet):
@@ -390,54 +368,3 @@ class IngestBatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}:{self.idempotency_key}"
-
-
-class ApiKeyQuerySet(models.QuerySet):
-    def active(self) -> ApiKeyQuerySet:
-        return self.filter(revoked_at__isnull=True)
-
-
-class ApiKey(models.Model):
-    """An API key. Only its SHA-256 is stored; the key itself is shown once, at creation."""
-
-    PREFIX = "rpl_"
-
-    name = models.CharField(max_length=200)
-    key_prefix = models.CharField(max_length=16)  # first characters, to tell keys apart
-    key_hash = models.CharField(max_length=64, unique=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created_at = models.DateTimeField(default=timezone.now)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    objects = ApiKeyQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.key_prefix}…)"
-
-    @staticmethod
-    def hash_key(key: str) -> str:
-        return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-    @classmethod
-    def create_key(cls, *, name: str, user=None) -> tuple[ApiKey, str]:
-        key = cls.PREFIX + secrets.token_urlsafe(32)
-        api_key = cls.objects.create(name=name, key_prefix=key[:10], key_hash=cls.hash_key(key), user=user)
-        return api_key, key
-
-    @classmethod
-    def authenticate(cls, key: str) -> ApiKey | None:
-        if not key:
-            return None
-        api_key = cls.objects.active().filter(key_hash=cls.hash_key(key)).first()
-        if api_key is not None:
-            # At most one write a minute per key: a write on every request would cost more than
-            # serving a single step, and "last used" needs no finer grain.
-            now = timezone.now()
-            if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() > 60:
-                cls.objects.filter(pk=api_key.pk).update(last_used_at=now)
-                api_key.last_used_at = now
-        return api_key

@@ -1,0 +1,197 @@
+"""The audit log: an append-only, hash-chained record of who did what, when, from where.
+
+`record()` is the only writer. Each entry is linked to its predecessor in its log (one log per
+project, one for the site) with the same function that links events (chain.link_hash), over
+its stored values; `verify_log()` walks a log and names the first entry whose link does not
+hold, as a session's verification does. Entries never hold a secret or a redacted value: the
+detail says which seqs or which key, never what was in them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from django.db import transaction
+from django.http import HttpRequest
+from django.utils import timezone
+
+from .access import Actor, actor_of
+from .chain import GENESIS_HASH, link_hash, ts_text
+from .models import AuditEntry, AuditLog, Project, log_name
+
+# One dotted name per action (docs/teams.md), so filters and exports stay stable.
+ACTIONS = (
+    "auth.login", "auth.login_failed", "auth.logout",
+    "session.import", "session.create_live", "session.delete", "session.export", "session.verify",
+    "checkpoint.create", "checkpoint.delete",
+    "member.add", "member.change", "member.remove",
+    "key.create", "key.revoke",
+    "project.create", "retention.run",
+)  # fmt: skip
+
+CHUNK = 2000
+
+
+def client_ip(request: HttpRequest | None) -> str | None:
+    """The address the request came from. REMOTE_ADDR: behind a reverse proxy, the proxy sets
+    it from X-Forwarded-For for us (docs/deployment.md); a header the client controls is not
+    trusted here."""
+    if request is None:
+        return None
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def _detail_text(detail: dict[str, Any] | None) -> str:
+    return orjson.dumps(detail or {}, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def entry_hash(*, prev_hash: str, seq: int, at: Any, actor: str, action: str, target: str, detail: str,
+               ip: str | None, key_prefix: str, project_id: int | None) -> str:  # fmt: skip
+    """An entry's link: its predecessor's and its own stored values, hashed as events are."""
+    return link_hash(prev_hash, seq, [ts_text(at), actor, action, target, detail, ip, key_prefix, project_id], [])
+
+
+def record(
+    *,
+    action: str,
+    actor: Actor | str,
+    project: Project | int | None = None,
+    target: str = "",
+    detail: dict[str, Any] | None = None,
+    ip: str | None = None,
+) -> AuditEntry:
+    """Append one entry to the project's log (or the site's): who (an Actor, or a name for
+    what no request made, such as the retention job), what, on what."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown audit action {action!r}")
+    project_id = project.pk if isinstance(project, Project) else project
+    name = actor.name if isinstance(actor, Actor) else actor
+    key_prefix = actor.key_prefix if isinstance(actor, Actor) else ""
+    values = {
+        "log": log_name(project_id), "project_id": project_id, "at": timezone.now(),
+        "actor": name[:200], "action": action, "target": target[:200], "detail": _detail_text(detail), "ip": ip,
+        "key_prefix": key_prefix,
+    }  # fmt: skip
+    with transaction.atomic():
+        AuditLog.objects.get_or_create(name=values["log"])
+        # The head row is locked (PostgreSQL) or the database is (SQLite's IMMEDIATE
+        # transactions), so entries of one log are appended one at a time.
+        head = AuditLog.objects.select_for_update().get(name=values["log"])
+        seq = head.last_seq + 1
+        link = entry_hash(prev_hash=head.head_hash, seq=seq, **{k: values[k] for k in _HASHED})
+        entry = AuditEntry.objects.create(seq=seq, prev_hash=head.head_hash, hash=link, **values)
+        AuditLog.objects.filter(pk=head.pk).update(head_hash=link, last_seq=seq)
+    return entry
+
+
+_HASHED = ("at", "actor", "action", "target", "detail", "ip", "key_prefix", "project_id")
+
+
+def record_request(
+    request: HttpRequest,
+    *,
+    action: str,
+    project: Project | int | None = None,
+    target: str = "",
+    detail: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """`record()` for what a request did, by its actor, from its address."""
+    return record(action=action, actor=actor_of(request), project=project, target=target, detail=detail,
+                  ip=client_ip(request))  # fmt: skip
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def entry_dict(entry: AuditEntry) -> dict[str, Any]:
+    """An entry as the API, the page and the JSONL export give it."""
+    return {
+        "seq": entry.seq,
+        "at": entry.at.isoformat(),
+        "actor": entry.actor,
+        "action": entry.action,
+        "target": entry.target,
+        "detail": orjson.loads(entry.detail) if entry.detail else {},
+        "ip": entry.ip,
+        "key": entry.key_prefix,
+        "hash": entry.hash,
+    }
+
+
+def entries_of(
+    *, project: Project, actor: str = "", action: str = "", since: datetime | None = None,
+    until: datetime | None = None, before: int | None = None,
+) -> Any:  # fmt: skip
+    """A project's entries, newest first, filtered; `before` is a seq (keyset pagination)."""
+    found = AuditEntry.objects.of_project(project).order_by("-seq")
+    if actor:
+        found = found.filter(actor=actor)
+    if action:
+        found = found.filter(action=action)
+    if since is not None:
+        found = found.filter(at__gte=since)
+    if until is not None:
+        found = found.filter(at__lt=until)
+    if before is not None:
+        found = found.filter(seq__lt=before)
+    return found
+
+
+def export_lines(*, project: Project) -> Iterator[bytes]:
+    """The project's whole log, oldest first, one JSON object a line, in keyset chunks."""
+    after = -1
+    while True:
+        chunk = list(AuditEntry.objects.of_project(project).filter(seq__gt=after).order_by("seq")[:CHUNK])
+        for entry in chunk:
+            yield orjson.dumps(entry_dict(entry) | {"prev_hash": entry.prev_hash}) + b"\n"
+        if len(chunk) < CHUNK:
+            return
+        after = chunk[-1].seq
+
+
+@dataclass
+class LogVerification:
+    valid: bool
+    entries: int
+    first_broken_seq: int | None
+    why: str
+    head: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"valid": self.valid, "entries": self.entries, "firstBrokenSeq": self.first_broken_seq,
+                "why": self.why, "head": self.head}  # fmt: skip
+
+
+def verify_log(*, project: Project | None) -> LogVerification:
+    """Walk a log in seq order: every link must be the hash of its predecessor and its own
+    stored values, seqs gap-free, and the log's head the last link."""
+    name = log_name(project.pk if project is not None else None)
+    prev, expected_seq, count = GENESIS_HASH, 0, 0
+    after = -1
+    while True:
+        chunk = list(AuditEntry.objects.filter(log=name, seq__gt=after).order_by("seq")[:CHUNK])
+        for entry in chunk:
+            count += 1
+            why = ""
+            if entry.seq != expected_seq:
+                why = f"seq {expected_seq} is missing"
+            elif entry.prev_hash != prev:
+                why = "its prev_hash is not the hash of the entry before it"
+            elif entry.hash != entry_hash(prev_hash=prev, seq=entry.seq, **{k: getattr(entry, k) for k in _HASHED}):
+                why = "its stored values do not hash to its link"
+            if why:
+                return LogVerification(
+                    False, count, entry.seq if entry.seq == expected_seq else expected_seq, why, prev
+                )
+            prev, expected_seq = entry.hash, entry.seq + 1
+        if len(chunk) < CHUNK:
+            break
+        after = chunk[-1].seq
+    head = AuditLog.objects.filter(name=name).values_list("head_hash", "last_seq").first()
+    if head is not None and (head[0] != prev or head[1] != expected_seq - 1):
+        return LogVerification(False, count, expected_seq, "entries after this seq were removed", prev)
+    return LogVerification(True, count, None, "", prev)

@@ -1,0 +1,164 @@
+"""Projects, who belongs to them in which role, and the API keys users act through.
+
+What each role may do is decided in one place, sessions_app/access.py; these are only the facts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+
+from django.conf import settings
+from django.db import DatabaseError, models, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+logger = logging.getLogger("replay.access")
+
+
+class Role(models.TextChoices):
+    """A member's role in a project; each includes the ones before it (docs/teams.md)."""
+
+    VIEWER = "viewer", "Viewer"
+    REVIEWER = "reviewer", "Reviewer"
+    MAINTAINER = "maintainer", "Maintainer"
+    ADMIN = "admin", "Admin"
+
+    @property
+    def rank(self) -> int:
+        return _ROLE_RANK[self.value]
+
+    def includes(self, needed: Role | str) -> bool:
+        """Whether this role may do what `needed` may do."""
+        return self.rank >= _ROLE_RANK[needed]
+
+
+_ROLE_RANK = {role.value: rank for rank, role in enumerate(Role)}
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+    # Sessions older than this many days are deleted by the daily retention run; empty: the
+    # server's REPLAY_RETENTION_DAYS (sessions_app/retention.py).
+    retention_days = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    DEFAULT_SLUG = "default"
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("sessions:project", args=[self.slug])
+
+    @classmethod
+    def get_default(cls) -> Project:
+        """The project of command-line and demo imports that name none."""
+        project, _ = cls.objects.get_or_create(slug=cls.DEFAULT_SLUG, defaults={"name": "Default"})
+        return project
+
+
+class Membership(models.Model):
+    """One user's role in one project."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=12, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "user__username"]
+        constraints = [
+            # One role per user and project; also the index of "this user's role in the session's
+            # project", the lookup every scoped read joins (sessions_app/access.py).
+            models.UniqueConstraint(fields=["user", "project"], name="membership_user_project_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.project_id}: {self.role}"
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self) -> ApiKeyQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """A user's API key. It acts as its user, narrowed to one project and/or to reading when
+    created so. Only its SHA-256 is stored; the key itself is shown once, at creation."""
+
+    PREFIX = "rpl_"
+
+    name = models.CharField(max_length=200)
+    key_prefix = models.CharField(max_length=16)  # first characters, to tell keys apart
+    key_hash = models.CharField(max_length=64, unique=True)
+    # Null only for keys made before keys belonged to users: those are refused (401).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys")
+    read_only = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key_prefix}…)"
+
+    @property
+    def actor_name(self) -> str:
+        """How the audit log names what this key did."""
+        return f"key:{self.key_prefix}"
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def create_key(
+        cls, *, name: str, user, project: Project | None = None, read_only: bool = False
+    ) -> tuple[ApiKey, str]:
+        key = cls.PREFIX + secrets.token_urlsafe(32)
+        api_key = cls.objects.create(
+            name=name, key_prefix=key[:10], key_hash=cls.hash_key(key), user=user, project=project,
+            read_only=read_only,
+        )  # fmt: skip
+        return api_key, key
+
+    @classmethod
+    def authenticate(cls, key: str) -> ApiKey | None:
+        """The active key of an active user, or None (401)."""
+        if not key:
+            return None
+        api_key = cls.objects.active().select_related("user").filter(key_hash=cls.hash_key(key)).first()
+        if api_key is None or api_key.user is None or not api_key.user.is_active:
+            return None
+        api_key.note_use()
+        return api_key
+
+    def note_use(self) -> None:
+        """Record the last use, at most once a minute: a write on every request would cost more
+        than serving a single step, and "last used" needs no finer grain. It is a convenience,
+        so it never fails or holds up the read it rides on (the request runs in autocommit, so
+        this is its own short statement, outside any transaction of the request)."""
+        now = timezone.now()
+        if self.last_used_at is not None and (now - self.last_used_at).total_seconds() <= 60:
+            return
+        try:
+            with transaction.atomic():  # a savepoint, should a caller's transaction be open
+                type(self).objects.filter(pk=self.pk).update(last_used_at=now)
+        except DatabaseError:  # a locked SQLite file, a read-only replica: skip it this time
+            logger.warning("could not record the last use of API key %s", self.key_prefix)
+            return
+        self.last_used_at = now

@@ -1,0 +1,117 @@
+"""Workflows of teams: making projects, adding and removing members, creating and revoking API
+keys. The API, the dashboard and the management commands all call these, and each records its
+audit entry."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from . import audit
+from .access import Actor
+from .models import ApiKey, Membership, Project, Role
+
+
+class TeamError(ValueError):
+    """A request the workflow refuses; the message names the field (a 400, or a form error)."""
+
+
+def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = None) -> Project:
+    """A new project, whose creator is its admin."""
+    name = name.strip()
+    slug = slug.strip() or slugify(name)
+    if not name:
+        raise TeamError("name: a project needs a name")
+    if not slug or slugify(slug) != slug:
+        raise TeamError("slug: use lowercase letters, digits, hyphens and underscores")
+    if Project.objects.filter(slug=slug).exists():
+        raise TeamError(f"slug: a project {slug!r} exists already")
+    if Project.objects.filter(name=name).exists():
+        raise TeamError(f"name: a project named {name!r} exists already")
+    try:
+        with transaction.atomic():
+            project = Project.objects.create(name=name[:200], slug=slug[:100])
+            Membership.objects.create(project=project, user=actor.user, role=Role.ADMIN)
+    except IntegrityError:  # created by someone else in between
+        raise TeamError(f"slug: a project {slug!r} exists already")
+    audit.record(action="project.create", actor=actor, project=project, target=f"project:{slug}",
+                 detail={"name": project.name}, ip=ip)  # fmt: skip
+    return project
+
+
+def set_member(*, actor: Actor, project: Project, username: str, role: str, ip: str | None = None) -> bool:
+    """Give a user a role in the project; True when the user was added, False when their role
+    changed (or stayed). The last admin cannot be demoted."""
+    if role not in Role.values:
+        raise TeamError(f"role: one of {', '.join(Role.values)}")
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise TeamError(f"username: no active user {username!r}")
+    with transaction.atomic():
+        current = Membership.objects.select_for_update().filter(project=project, user=user).first()
+        if current is None:
+            Membership.objects.create(project=project, user=user, role=role)
+        elif current.role != role:
+            if current.role == Role.ADMIN and _admins(project) == 1:
+                raise TeamError(f"role: {username} is the project's last admin; make another admin first")
+            old = current.role
+            current.role = role
+            current.save(update_fields=["role", "updated_at"])
+        else:
+            return False
+    if current is None:
+        audit.record(action="member.add", actor=actor, project=project, target=f"user:{username}",
+                     detail={"role": role}, ip=ip)  # fmt: skip
+        return True
+    audit.record(action="member.change", actor=actor, project=project, target=f"user:{username}",
+                 detail={"from": old, "role": role}, ip=ip)  # fmt: skip
+    return False
+
+
+def remove_member(*, actor: Actor, project: Project, username: str, ip: str | None = None) -> None:
+    """Take a user out of the project; never its last admin."""
+    with transaction.atomic():
+        member = Membership.objects.select_for_update().filter(project=project, user__username=username).first()
+        if member is None:
+            raise TeamError(f"username: {username!r} is not a member of {project.slug}")
+        if member.role == Role.ADMIN and _admins(project) == 1:
+            raise TeamError(f"username: {username} is the project's last admin; make another admin first")
+        role = member.role
+        member.delete()
+    audit.record(action="member.remove", actor=actor, project=project, target=f"user:{username}",
+                 detail={"role": role}, ip=ip)  # fmt: skip
+
+
+def _admins(project: Project) -> int:
+    return Membership.objects.filter(project=project, role=Role.ADMIN).count()
+
+
+def members_of(project: Project) -> list[Membership]:
+    return list(Membership.objects.filter(project=project).select_related("user").order_by("user__username"))
+
+
+def create_key(
+    *, actor: Actor | str, user, name: str, project: Project | None = None, read_only: bool = False,
+    ip: str | None = None,
+) -> tuple[ApiKey, str]:  # fmt: skip
+    """A new key of `user`; the key itself is returned once and never stored."""
+    name = name.strip()
+    if not name:
+        raise TeamError("name: a key needs a name")
+    if not user.is_active:
+        raise TeamError(f"user: {user.get_username()} is not active")
+    api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only)
+    audit.record(action="key.create", actor=actor, project=project, target=f"key:{api_key.key_prefix}",
+                 detail={"name": api_key.name, "user": user.get_username(), "read_only": read_only}, ip=ip)  # fmt: skip
+    return api_key, key
+
+
+def revoke_key(*, actor: Actor | str, api_key: ApiKey, ip: str | None = None) -> None:
+    if api_key.revoked_at is not None:
+        return
+    ApiKey.objects.filter(pk=api_key.pk).update(revoked_at=timezone.now())
+    api_key.revoked_at = timezone.now()
+    audit.record(action="key.revoke", actor=actor, project=api_key.project_id, target=f"key:{api_key.key_prefix}",
+                 detail={"name": api_key.name}, ip=ip)  # fmt: skip

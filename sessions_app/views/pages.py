@@ -1,0 +1,44 @@
+"""What every dashboard page shares: sign-in, and htmx partials of one template per page.
+
+An htmx request gets the named partial of the page's template (whose root element has the
+partial's name as id); a history-restore request and a plain request get the full page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
+from django_htmx.http import HttpResponseClientRedirect
+
+
+def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Anonymous visitors go to the login page and never reach a view's data. htmx would follow
+    a plain redirect and swap the login form into a panel, so it is told to load the page."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if request.htmx:
+            current = request.htmx.current_url_abs_path or request.get_full_path()
+            return HttpResponseClientRedirect(redirect_to_login(current).url)
+        return redirect_to_login(request.get_full_path())
+
+    return wrapper
+
+
+def wants_partial(request: HttpRequest) -> bool:
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def render_page(request: HttpRequest, template: str, partial: str, context: dict[str, Any]) -> HttpResponse:
+    name = f"{template}#{partial}" if wants_partial(request) else template
+    response = render(request, name, context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
