@@ -15,6 +15,7 @@ from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta, StateChang
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import Project, Session
 
+from .builders_teams import member
 from .conftest import T0
 
 PASSWORD = "correct horse battery staple"
@@ -24,7 +25,8 @@ XSS_IMG = '<img src="x" onerror="window.__pwned = 2">'
 
 @pytest.fixture
 def user(db):
-    return get_user_model().objects.create_user(username="analyst", password=PASSWORD)
+    # A maintainer of the default project, where build_session puts sessions.
+    return member("analyst")
 
 
 @pytest.fixture

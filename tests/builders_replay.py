@@ -15,10 +15,11 @@ from rlm_code.rlm.session_replay import SessionRecorder
 from sessions_app.canonical import CanonicalEvent, SessionMeta
 from sessions_app.ingest.importing import import_file
 from sessions_app.ingest.writer import append_events, create_session, finish_session
-from sessions_app.models import ApiKey, Project, Session
+from sessions_app.models import Project, Session
 from sessions_app.replay.context import _answered_by as answered_by
 
 from .builders_rlm import record_full_session
+from .builders_teams import maintainer_key
 from .conftest import T0
 
 
@@ -98,8 +99,8 @@ def session_of(events: list[CanonicalEvent], *, finish: bool = True, **meta: Any
 
 
 def api_key(name: str = "tests") -> str:
-    _, key = ApiKey.create_key(name=name)
-    return key
+    """A key of a maintainer of the default project (where build_session puts sessions)."""
+    return maintainer_key(name)
 
 
 @pytest.fixture

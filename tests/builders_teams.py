@@ -1,0 +1,27 @@
+"""Builders for teams: users with a role in a project, and their API keys."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+
+from sessions_app.models import ApiKey, Membership, Project, Role
+
+PASSWORD = "correct horse battery staple"
+
+
+def member(username: str, project: Project | None = None, role: str = Role.MAINTAINER, **fields) -> object:
+    """A user (made if missing, with PASSWORD) holding `role` in `project` (the default one)."""
+    users = get_user_model().objects
+    user = users.filter(username=username).first() or users.create_user(username=username, password=PASSWORD, **fields)
+    Membership.objects.update_or_create(project=project or Project.get_default(), user=user, defaults={"role": role})
+    return user
+
+
+def key_of(user, *, name: str = "tests", project: Project | None = None, read_only: bool = False) -> str:
+    """A new API key of `user`, optionally narrowed; the key itself."""
+    return ApiKey.create_key(name=name, user=user, project=project, read_only=read_only)[1]
+
+
+def maintainer_key(name: str = "tests", project: Project | None = None) -> str:
+    """The key of a maintainer of `project` (the default one): what most API tests act as."""
+    return key_of(member(f"owner-of-{name}", project), name=name)
