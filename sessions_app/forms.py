@@ -12,8 +12,9 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from .audit import ACTIONS
 from .canonical import ALL_KINDS
-from .models import Project, Session
+from .models import Project, Role, Session
 from .replay.listing import parse_cursor
 
 SPEEDS = ("1", "2", "5", "10")
@@ -157,3 +158,48 @@ class UploadForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["project"].choices = [(p.slug, p.name) for p in projects]
         self.fields["format"].choices = [("", "detect from content"), *format_choices()]
+
+
+# --- teams: projects, members, keys, the audit log --------------------------------------------
+
+
+class ProjectForm(forms.Form):
+    name = forms.CharField(max_length=200, strip=True)
+    slug = forms.CharField(max_length=100, required=False, strip=True, help_text="empty: made from the name")
+
+
+class MemberForm(forms.Form):
+    """Add a member, or change a member's role (teams.set_member does both)."""
+
+    username = forms.CharField(max_length=150, strip=True)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
+
+
+class RemoveMemberForm(forms.Form):
+    username = forms.CharField(max_length=150, strip=True)
+
+
+class RetentionForm(forms.Form):
+    retention_days = forms.IntegerField(
+        required=False, min_value=1, max_value=36500, label="Keep sessions for (days)",
+        help_text="empty: the server's default",
+    )  # fmt: skip
+
+
+class AuditFilterForm(QueryForm):
+    actor = forms.CharField(required=False, max_length=200, strip=True)
+    action = forms.ChoiceField(required=False, choices=[("", "any action"), *((a, a) for a in ACTIONS)])
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+    before = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(max_length=200, strip=True)
+    project = forms.ChoiceField(required=False, label="Only for project")
+    read_only = forms.BooleanField(required=False, label="Read-only")
+
+    def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
+        """`projects`: the caller's (access.projects_visible_to); a key never reaches beyond them."""
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]

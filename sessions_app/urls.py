@@ -1,6 +1,7 @@
 from django.urls import path
 
 from .views import sessions as views
+from .views import teams
 
 app_name = "sessions"
 
@@ -15,4 +16,14 @@ urlpatterns = [
     path("sessions/<int:session_id>/verify/", views.verify, name="verify"),
     path("sessions/<int:session_id>/charts/", views.session_charts, name="charts"),
     path("compare/", views.compare, name="diff"),
+    path("projects/", teams.projects, name="projects"),
+    path("projects/<slug:slug>/", teams.project, name="project"),
+    path("projects/<slug:slug>/members/", teams.project_member, name="project_member"),
+    path("projects/<slug:slug>/members/remove/", teams.project_member_remove, name="project_member_remove"),
+    path("projects/<slug:slug>/settings/", teams.project_settings, name="project_settings"),
+    path("projects/<slug:slug>/audit/", teams.audit_log, name="audit"),
+    path("projects/<slug:slug>/audit/export/", teams.audit_export, name="audit_export"),
+    path("projects/<slug:slug>/audit/verify/", teams.audit_verify, name="audit_verify"),
+    path("account/keys/", teams.keys, name="keys"),
+    path("account/keys/<int:key_id>/revoke/", teams.key_revoke, name="key_revoke"),
 ]

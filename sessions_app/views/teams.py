@@ -1,0 +1,238 @@
+"""The team pages: the caller's projects, one project's members and settings, its audit log,
+and the signed-in user's API keys.
+
+Every project is looked up through sessions_app/access.py with the role the operation needs
+(404 outside the project, 403 below the role); changes go through the workflows of
+sessions_app/teams.py, whose TeamError ("field: message") becomes a form error and a 400.
+Posts answer with a redirect (post/redirect/get) or, when refused, the page at 400 with the
+message next to its form: plain forms, because htmx 2 does not swap a 4xx response.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from .. import access, audit, teams
+from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, RemoveMemberForm, RetentionForm
+from ..models import ApiKey, Membership, Project, Role
+from .pages import login_required, render_page, wants_partial
+
+AUDIT_PAGE = 50
+
+
+def _refused(form: forms.Form, error: teams.TeamError) -> None:
+    """A workflow's "field: message" as the form's error on that field (or on the form)."""
+    field, _, message = str(error).partition(": ")
+    if message and field in form.fields:
+        form.add_error(field, message)
+    else:
+        form.add_error(None, str(error))
+
+
+# --- projects ---------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def projects(request: HttpRequest) -> HttpResponse:
+    form = ProjectForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            project = teams.create_project(actor=access.actor_of(request), name=form.cleaned_data["name"],
+                                           slug=form.cleaned_data["slug"], ip=audit.client_ip(request))  # fmt: skip
+        except teams.TeamError as exc:
+            _refused(form, exc)
+        else:
+            return redirect(project)
+    mine = access.projects_visible_to(request)
+    ids = [p.pk for p in mine]
+    # Two grouped counts for the whole list; the session count goes through the same scoping
+    # helper as the session list, so it is the number that list shows.
+    sessions = dict(access.sessions_visible_to(request).filter(project__in=ids).order_by()
+                    .values_list("project").annotate(n=Count("pk")))  # fmt: skip
+    members = dict(Membership.objects.filter(project__in=ids).order_by().values_list("project").annotate(n=Count("pk")))
+    rows = [{"project": p, "sessions": sessions.get(p.pk, 0), "members": members.get(p.pk, 0)} for p in mine]
+    return render(
+        request, "sessions_app/projects.html", {"rows": rows, "form": form}, status=400 if form.errors else 200
+    )
+
+
+@login_required
+@require_GET
+def project(request: HttpRequest, slug: str) -> HttpResponse:
+    return _project_page(request, access.project_for(request, slug))
+
+
+def _project_page(request: HttpRequest, project: Project, *, status: int = 200, **forms_: Any) -> HttpResponse:
+    """The project page; a refused post passes its bound form (or a member row's error) back in."""
+    row_errors: dict[str, str] = forms_.pop("row_errors", {})
+    members = teams.members_of(project)
+    for member in members:
+        member.error = row_errors.pop(member.user.get_username(), "")
+    context = {
+        "project": project,
+        "members": members,
+        "member_errors": list(row_errors.values()),  # about no current member (a stale page)
+        "is_admin": project.role.includes(Role.ADMIN),
+        "can_read_audit": project.role.includes(Role.REVIEWER),
+        "roles": Role.choices,
+        "member_form": MemberForm(),
+        "retention_form": RetentionForm(initial={"retention_days": project.retention_days}),
+        "server_retention_days": settings.RETENTION_DAYS,
+    } | forms_  # fmt: skip
+    return render(request, "sessions_app/project.html", context, status=status)
+
+
+@login_required
+@require_POST
+def project_member(request: HttpRequest, slug: str) -> HttpResponse:
+    """Add a member, or change a member's role (the row forms post `change`)."""
+    project = access.project_for(request, slug, need=Role.ADMIN)
+    form = MemberForm(request.POST)
+    if form.is_valid():
+        try:
+            teams.set_member(actor=access.actor_of(request), project=project, username=form.cleaned_data["username"],
+                             role=form.cleaned_data["role"], ip=audit.client_ip(request))  # fmt: skip
+        except teams.TeamError as exc:
+            _refused(form, exc)
+        else:
+            return redirect(project) if _still_sees(request, project) else redirect("sessions:projects")
+    if "change" in request.POST:
+        message = " ".join(e for errors in form.errors.values() for e in errors)
+        return _project_page(request, project, status=400, row_errors={request.POST.get("username", ""): message})
+    return _project_page(request, project, status=400, member_form=form)
+
+
+@login_required
+@require_POST
+def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
+    project = access.project_for(request, slug, need=Role.ADMIN)
+    form = RemoveMemberForm(request.POST)
+    if form.is_valid():
+        try:
+            teams.remove_member(actor=access.actor_of(request), project=project,
+                                username=form.cleaned_data["username"], ip=audit.client_ip(request))  # fmt: skip
+        except teams.TeamError as exc:
+            _refused(form, exc)
+        else:
+            return redirect(project) if _still_sees(request, project) else redirect("sessions:projects")
+    message = " ".join(e for errors in form.errors.values() for e in errors)
+    return _project_page(request, project, status=400, row_errors={request.POST.get("username", ""): message})
+
+
+def _still_sees(request: HttpRequest, project: Project) -> bool:
+    """Whether the caller may still open the project after changing its members (an admin may
+    have removed themselves)."""
+    return access.Actor(user=request.user).role_in(project.pk) is not None
+
+
+@login_required
+@require_POST
+def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
+    project = access.project_for(request, slug, need=Role.ADMIN)
+    form = RetentionForm(request.POST)
+    if not form.is_valid():
+        return _project_page(request, project, status=400, retention_form=form)
+    Project.objects.filter(pk=project.pk).update(retention_days=form.cleaned_data["retention_days"])
+    return redirect(project)
+
+
+# --- the audit log ----------------------------------------------------------------------------
+# Reading, exporting and verifying the log record nothing: the log is about the project's data.
+
+
+@login_required
+@require_GET
+def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
+    project = access.project_for(request, slug, need=Role.REVIEWER)
+    return render_page(request, "sessions_app/audit.html", "audit-entries", _audit_context(request, project))
+
+
+def _audit_context(request: HttpRequest, project: Project) -> dict[str, Any]:
+    form = AuditFilterForm(request.GET)
+    values = form.values()
+    found = audit.entries_of(
+        project=project, actor=values["actor"] or "", action=values["action"] or "",
+        since=_day_start(values["since"]), until=_day_start(values["until"], days_after=1), before=values["before"],
+    )  # fmt: skip
+    entries = list(found[: AUDIT_PAGE + 1])
+    # Keyset pages: the next one holds the entries below the last seq shown.
+    next_before = entries[AUDIT_PAGE - 1].seq if len(entries) > AUDIT_PAGE else None
+    return {"project": project, "form": form, "entries": entries[:AUDIT_PAGE], "next_before": next_before,
+            "is_first": values["before"] is None}  # fmt: skip
+
+
+def _day_start(day: date | None, *, days_after: int = 0) -> datetime | None:
+    """Midnight (in the site's time zone) of the day, or of a day after it: `until` includes its day."""
+    if day is None:
+        return None
+    return timezone.make_aware(datetime.combine(day + timedelta(days=days_after), time.min))
+
+
+@login_required
+@require_GET
+def audit_export(request: HttpRequest, slug: str) -> HttpResponse:
+    project = access.project_for(request, slug, need=Role.REVIEWER)
+    response = StreamingHttpResponse(audit.export_lines(project=project), content_type="application/x-ndjson")
+    response["Content-Disposition"] = content_disposition_header(True, f"audit-{project.slug}.jsonl")
+    return response
+
+
+@login_required
+@require_POST
+def audit_verify(request: HttpRequest, slug: str) -> HttpResponse:
+    project = access.project_for(request, slug, need=Role.REVIEWER)
+    context = {"project": project, "verification": audit.verify_log(project=project)}
+    if wants_partial(request):
+        return render(request, "sessions_app/audit.html#log-verification", context)
+    return render(request, "sessions_app/audit.html", _audit_context(request, project) | context)
+
+
+# --- API keys ---------------------------------------------------------------------------------
+# A user's keys are theirs alone: looked up by owner, so another user's key id is a 404.
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def keys(request: HttpRequest) -> HttpResponse:
+    projects = access.projects_visible_to(request)
+    form = ApiKeyForm(request.POST if request.method == "POST" else None, projects=projects)
+    created = None
+    if request.method == "POST" and form.is_valid():
+        slug = form.cleaned_data["project"]
+        try:
+            created = teams.create_key(
+                actor=access.actor_of(request), user=request.user, name=form.cleaned_data["name"],
+                project=access.project_for(request, slug) if slug else None,
+                read_only=form.cleaned_data["read_only"], ip=audit.client_ip(request),
+            )  # fmt: skip
+        except teams.TeamError as exc:
+            _refused(form, exc)
+        else:
+            form = ApiKeyForm(projects=projects)
+    own = ApiKey.objects.filter(user=request.user).select_related("project").order_by("-created_at")
+    context = {"form": form, "keys": own, "created_key": created[0] if created else None,
+               "new_key": created[1] if created else ""}  # fmt: skip
+    response = render(request, "sessions_app/keys.html", context, status=400 if form.errors else 200)
+    if created:
+        add_never_cache_headers(response)  # the only time the key is ever sent: keep it out of caches
+    return response
+
+
+@login_required
+@require_POST
+def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+    api_key = get_object_or_404(ApiKey, pk=key_id, user=request.user)
+    teams.revoke_key(actor=access.actor_of(request), api_key=api_key, ip=audit.client_ip(request))
+    return redirect("sessions:keys")
