@@ -79,9 +79,33 @@ def database_from_url(url: str) -> dict:
     raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}")
 
 
+def private_folder(path: Path) -> Path:
+    """The folder, created readable by its owner only when missing (an existing one keeps its
+    mode: tightening a deployment's folders is its owner's decision, docs/deployment.md)."""
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+    # mkdir(parents=True) would give the missing parents the umask's mode, not this one.
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """The file, created empty and readable by its owner only when missing. SQLite takes an empty
+    file for a new database, and gives its -wal and -shm files the main file's mode, so the
+    database never exists readable by others, not even for a moment."""
+    private_folder(path.parent)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    return path
+
+
 def sqlite_database(path: Path) -> dict:
-    # SQLite cannot create the folder of its file; the default lives under var/.
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # SQLite cannot create the folder of its file (the default lives under var/), and would
+    # create the file with the process's umask (usually readable by everyone).
+    if str(path) != ":memory:":
+        private_file(path)
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": path,
@@ -107,7 +131,8 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("REPLAY_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("REPLAY_CSRF_TRUSTED_ORIGINS", [])
 
-DATA_DIR = Path(env_str("REPLAY_DATA_DIR", str(BASE_DIR / "var" / "data")))
+# The uploaded originals: readable by their owner only (and so is var/, made with it by default).
+DATA_DIR = private_folder(Path(env_str("REPLAY_DATA_DIR", str(BASE_DIR / "var" / "data"))))
 VAR_DIR = BASE_DIR / "var"
 
 INSTALLED_APPS = [
