@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -144,6 +145,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "django_q",
+    "axes",
     "sessions_app",
 ]
 
@@ -158,6 +160,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a refused sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "replay_site.urls"
@@ -189,8 +193,31 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# django-axes' backend refuses a sign-in before any password is checked when its username and
+# address have failed too often (ours only marks the refused request for the audit log,
+# sessions_app/signin.py); the model backend then checks the password.
+AUTHENTICATION_BACKENDS = [
+    "sessions_app.signin.LockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Per username *and* address: a stranger failing with someone's name does not lock that person
+# out everywhere, and one address trying many names is limited for each of them.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = int(env_number("REPLAY_LOGIN_FAILURE_LIMIT", 5, minimum=1))
+AXES_COOLOFF_TIME = timedelta(minutes=env_number("REPLAY_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_RESET_ON_SUCCESS = True
+# A refused attempt does not restart the cool-off, so the time the lockout page names holds.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# The address is the one the audit log records (REMOTE_ADDR, set by a trusted proxy).
+AXES_CLIENT_IP_CALLABLE = "sessions_app.audit.client_ip"
+AXES_LOCKOUT_CALLABLE = "sessions_app.signin.locked_out"
+# Sign-ins are in the audit log already (auth.login); axes keeps only the failures it counts.
+AXES_DISABLE_ACCESS_LOG = True
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "sessions:list"
 LOGOUT_REDIRECT_URL = "login"
