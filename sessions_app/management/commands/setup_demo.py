@@ -1,6 +1,9 @@
 """Creates the demo login (printing its credentials) and loads the sessions shipped under demo/.
 
-Idempotent: a second run keeps the same password and does not duplicate sessions.
+The demo user is an ordinary maintainer of the demo project, never staff or superuser (the first
+admin is made with `createsuperuser`, docs/deployment.md). Its password is new at every run and
+printed, so no password outlives the server it was printed for. A second run does not duplicate
+sessions.
 """
 
 from __future__ import annotations
@@ -8,13 +11,14 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from axes.utils import reset as reset_sign_in_failures
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
-from sessions_app.models import Project
+from sessions_app.models import Membership, Project, Role
 
 DEMO_USER = "demo"
 
@@ -26,15 +30,18 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000/", help="where the dashboard will be")
 
     def handle(self, *args, **options) -> None:
-        password = self._demo_password()
-        user_model = get_user_model()
-        user, created = user_model.objects.get_or_create(username=DEMO_USER)
-        if created or not user.check_password(password):
-            user.set_password(password)
-            user.is_staff = True
-            user.is_superuser = True
-            user.save()
+        password = secrets.token_urlsafe(12)
+        user, _ = get_user_model().objects.get_or_create(username=DEMO_USER)
+        user.set_password(password)
+        # A demo user made superuser by an earlier version becomes an ordinary one.
+        user.is_active, user.is_staff, user.is_superuser = True, False, False
+        user.save()
         project = Project.get_default()
+        Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role.MAINTAINER})
+        # A new password is a fresh start: failed sign-ins with the old one no longer lock it.
+        reset_sign_in_failures(username=DEMO_USER)
+        # Earlier versions kept the password here; it no longer signs in.
+        (Path(settings.VAR_DIR) / "demo-password.txt").unlink(missing_ok=True)
         demo_dir = settings.BASE_DIR / "demo"
         loaded = 0
         paths = sorted(demo_dir.iterdir()) if demo_dir.is_dir() else []
@@ -48,16 +55,8 @@ class Command(BaseCommand):
                     self.stderr.write(f"demo: {path.name}: {outcome.error}")
                 else:
                     loaded += 1
-        self.stdout.write(f"Demo sessions available: {loaded}")
-        self.stdout.write(f"Log in at {options['url']} with  username: {DEMO_USER}  password: {password}")
-
-    def _demo_password(self) -> str:
-        # Kept under var/ so a second `make run` prints the same, still valid, password.
-        path = Path(settings.VAR_DIR) / "demo-password.txt"
-        if path.exists():
-            return path.read_text().strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        password = secrets.token_urlsafe(12)
-        path.write_text(password + "\n")
-        path.chmod(0o600)
-        return password
+        self.stdout.write(
+            f"Demo sessions available: {loaded} (project {project.name}, where {DEMO_USER} is a maintainer)"
+        )
+        self.stdout.write(f"Sign in at {options['url']}")
+        self.stdout.write(f"Demo sign-in: user {DEMO_USER}, password {password}")

@@ -1,0 +1,97 @@
+"""`manage.py setup_demo` (make run): an ordinary maintainer of the demo project, with a new
+password printed at every start, and the demo sessions loaded once."""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client
+
+from sessions_app.models import Membership, Project, Role, Session
+
+pytestmark = pytest.mark.django_db
+
+PRINTED = re.compile(r"^Demo sign-in: user demo, password (\S+)$", re.MULTILINE)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashes(settings):
+    # Each sign-in checks a password: at the production hasher's cost these tests take minutes.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _var_in_tmp(settings, tmp_path):
+    settings.VAR_DIR = tmp_path / "var"
+
+
+@pytest.fixture
+def no_demo_files(settings, tmp_path):
+    # The demo files take seconds to import; most tests here are about the user only.
+    settings.BASE_DIR = tmp_path
+
+
+def setup_demo() -> str:
+    """The password the command printed."""
+    out = StringIO()
+    call_command("setup_demo", stdout=out, stderr=StringIO())
+    (password,) = PRINTED.findall(out.getvalue())
+    return password
+
+
+def demo_user():
+    return get_user_model().objects.get(username="demo")
+
+
+def test_the_demo_user_is_an_ordinary_maintainer_of_the_demo_project():
+    setup_demo()
+    user = demo_user()
+    assert not user.is_superuser and not user.is_staff and user.is_active
+    (membership,) = Membership.objects.filter(user=user)
+    assert (membership.project, membership.role) == (Project.get_default(), Role.MAINTAINER)
+    assert Session.objects.filter(project=Project.get_default()).exists()
+
+
+def test_the_printed_password_signs_in_on_the_login_page(no_demo_files):
+    password = setup_demo()
+    client = Client()
+    response = client.post("/accounts/login/", {"username": "demo", "password": password})
+    assert response.status_code == 302 and "_auth_user_id" in client.session
+
+
+def test_every_start_prints_a_new_password_and_the_old_one_stops_working(no_demo_files):
+    first = setup_demo()
+    second = setup_demo()
+    assert first != second and len(second) >= 16
+    assert demo_user().check_password(second) and not demo_user().check_password(first)
+    assert Membership.objects.filter(user=demo_user()).count() == 1
+
+
+def test_a_demo_superuser_of_an_earlier_version_becomes_an_ordinary_user(no_demo_files):
+    get_user_model().objects.create_superuser("demo", password="old-demo-password")
+    setup_demo()
+    user = demo_user()
+    assert not user.is_superuser and not user.is_staff
+    assert Membership.objects.get(user=user).role == Role.MAINTAINER
+
+
+def test_a_new_password_lifts_a_lock_on_the_demo_user(no_demo_files):
+    setup_demo()
+    client = Client()
+    for _ in range(5):
+        client.post("/accounts/login/", {"username": "demo", "password": "wrong"})
+    password = setup_demo()
+    response = client.post("/accounts/login/", {"username": "demo", "password": password})
+    assert response.status_code == 302
+
+
+def test_the_password_file_of_earlier_versions_is_removed(no_demo_files, settings):
+    stale = settings.VAR_DIR / "demo-password.txt"
+    stale.parent.mkdir()
+    stale.write_text("old-demo-password\n")
+    setup_demo()
+    assert not stale.exists()
