@@ -150,7 +150,8 @@ class MultipleFileField(forms.FileField):
 class UploadForm(forms.Form):
     # Empty files reach accept_upload, whose message names the file among several.
     files = MultipleFileField(label="Session files", allow_empty_file=True)
-    project = forms.ChoiceField(label="Project")
+    # Left empty, the upload goes to the caller's only project they may write to.
+    project = forms.ChoiceField(label="Project", required=False)
     format = forms.ChoiceField(required=False, label="Format")
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:

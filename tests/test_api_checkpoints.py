@@ -29,7 +29,7 @@ def test_create_a_checkpoint_at_a_step_and_get_its_full_state(api, session):
     body = orjson.loads(response.content)
     seq = replay.step_seq(session=session, index=40)
     assert body["checkpoint"]["seq"] == seq and body["checkpoint"]["stepPos"] == 40
-    assert body["checkpoint"]["note"] == "look here" and body["checkpoint"]["createdBy"] == "key:tests"
+    assert body["checkpoint"]["note"] == "look here" and body["checkpoint"]["createdBy"] == "owner-of-tests"
     assert body["stepState"] == replay.step_state_at(session=session, index=40)
     assert body["context"]["eventIndex"] == seq
     assert body["context"]["variables"] == replay.state_at(session=session, seq=seq)["variables"]

@@ -14,6 +14,7 @@ from django.utils import timezone
 from sessions_app.models import ApiKey, Session
 
 from .builders_replay import api, api_key, get_json  # noqa: F401  (fixture)
+from .builders_teams import member
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +59,7 @@ def test_unknown_sessions_are_404_on_every_endpoint(api):
 
 
 def test_the_dashboard_login_can_read_the_api(make_session):
-    user = get_user_model().objects.create_user("ana", password="pw-123456")
+    user = member("ana")
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
     session = make_session(events=4)

@@ -18,11 +18,12 @@ from sessions_app.verification import verify_session
 
 from .builders_ingest import canonical_records, write_canonical_file
 from .builders_rlm import record_full_session
+from .builders_teams import maintainer_key, member
 
 
 @pytest.fixture
 def api_key(db) -> str:
-    return ApiKey.create_key(name="agent")[1]
+    return maintainer_key("agent")
 
 
 @pytest.fixture
@@ -72,14 +73,20 @@ def test_create_session_retried_with_its_key_returns_the_same_session(api, proje
     assert Session.objects.count() == 1
 
 
-def test_create_session_in_an_unknown_project_is_a_400(api, project):
-    response = post_json(api, "/api/sessions", {"project": "nope"})
-    assert response.status_code == 400
-    assert "project" in response.json()["detail"]
+def test_create_session_in_an_unknown_project_is_a_404_as_for_a_project_of_others(api, project):
+    Project.objects.create(name="Theirs", slug="theirs")
+    nope = post_json(api, "/api/sessions", {"project": "nope"})
+    theirs = post_json(api, "/api/sessions", {"project": "theirs"})
+    assert nope.status_code == theirs.status_code == 404
+    assert (
+        nope.json()["detail"] == "project 'nope' not found" and theirs.json()["detail"] == "project 'theirs' not found"
+    )
+    assert not Session.objects.exists()
 
 
 def test_create_session_in_a_named_project(api, project):
     other = Project.objects.create(name="Other", slug="other")
+    member("owner-of-agent", other)  # the key's user maintains both projects now
     body = new_session(api, project="other")
     assert Session.objects.get(pk=body["id"]).project == other
 
@@ -230,7 +237,7 @@ def test_appending_to_an_ended_session_is_a_409(api, project):
 
 
 def test_the_dashboard_login_may_append_with_its_csrf_token(project, django_user_model):
-    user = django_user_model.objects.create_user("ann", password="pw-123456")
+    user = member("ann")
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
     client.get("/accounts/login/")  # sets the CSRF cookie
@@ -401,7 +408,7 @@ def test_upload_answers_202_with_a_status_url_that_reports_the_import(
     body = response.json()
     assert body["status_url"] == f"/api/imports/{body['job']}" and body["status"] == "queued"
     job = ImportJob.objects.get(pk=body["job"])
-    assert job.original_name == "up.jsonl" and job.created_by == "key:agent"
+    assert job.original_name == "up.jsonl" and job.created_by == "owner-of-agent"
 
     from sessions_app.jobs import run_import
 
@@ -440,14 +447,16 @@ def test_upload_larger_than_the_limit_is_a_413_before_the_body_is_read(api, proj
     assert not ImportJob.objects.exists() and not data_dir.exists()
 
 
-def test_upload_without_a_file_or_with_an_unknown_format_or_project_is_a_400(api, project, data_dir, tmp_path):
+def test_upload_without_a_file_or_with_an_unknown_format_is_a_400_and_an_unknown_project_a_404(
+    api, project, data_dir, tmp_path
+):
     assert api.post("/api/imports", {}).status_code == 400
     source = write_canonical_file(tmp_path / "x.jsonl", events=2)
     with source.open("rb") as handle:
         unknown_format = api.post("/api/imports", {"file": handle, "format": "yaml"})
     with source.open("rb") as handle:
         unknown_project = api.post("/api/imports", {"file": handle, "project": "nope"})
-    assert unknown_format.status_code == unknown_project.status_code == 400
+    assert unknown_format.status_code == 400 and unknown_project.status_code == 404
     assert "yaml" in unknown_format.json()["detail"] and "nope" in unknown_project.json()["detail"]
     assert not ImportJob.objects.exists()
 

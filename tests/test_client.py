@@ -22,6 +22,8 @@ from sessions_app.client import RemoteRecorder, RemoteRecorderError
 from sessions_app.ingest.importing import import_file
 from sessions_app.models import ApiKey, Checkpoint, Event, IngestBatch, Project, Session
 
+from .builders_teams import maintainer_key
+
 
 class FaultyProxy:
     """Forwards requests to the live server. `faults` holds what happens to the next matching
@@ -102,7 +104,7 @@ class FaultyProxy:
 @pytest.fixture
 def api_key(live_server) -> str:
     Project.get_default()
-    return ApiKey.create_key(name="agent")[1]
+    return maintainer_key("agent")
 
 
 @pytest.fixture

@@ -19,8 +19,10 @@ import pytest
 from sessions_app.canonical import Kind
 from sessions_app.formats import Head, Source, daycare, detect
 from sessions_app.formats.daycare import extract_run_python
+from sessions_app.models import Role
 
 from .builders_formats import FIXTURES, ingest_file, payload, problem_keys, rows, step_state
+from .builders_teams import member
 
 DIR = FIXTURES / "daycare"
 AT0 = 1760520000000
@@ -463,7 +465,7 @@ def test_the_player_shows_what_a_restart_would_do(client, django_user_model, pro
     records = history("pending_tool_call.jsonl")
     records[4]["deferredPayload"] = {"text": "Crash on resume"}
     (session,), _ = ingest_file(daycare, write(tmp_path, records), project)
-    client.force_login(django_user_model.objects.create_user("viewer", password="x"))
+    client.force_login(member("viewer", role=Role.VIEWER))
     html = client.get(reverse("sessions:player", args=[session.pk])).content.decode()
     plan = html[html.index('id="recovery-plan"') : html.index("</details>", html.index('id="recovery-plan"'))]
     assert "<code>toolu_c</code> · interrupted · of message #1" in plan

@@ -26,6 +26,7 @@ from sessions_app.ingest.writer import set_checkpoint
 from sessions_app.models import Event, ImportJob, Session
 
 from .builders_ingest import write_canonical_file
+from .builders_teams import maintainer_key
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -338,7 +339,7 @@ def test_an_upload_is_imported_by_a_real_qcluster_worker(worker_db, data_dir, tm
 
     from sessions_app.models import ApiKey
 
-    api = Client(headers={"authorization": f"Bearer {ApiKey.create_key(name='up')[1]}"})
+    api = Client(headers={"authorization": f"Bearer {maintainer_key('up')}"})
     source = write_canonical_file(tmp_path / "queued.jsonl.gz", sessions=3, events=40, compress=True)
     with source.open("rb") as handle:
         response = api.post("/api/imports", {"file": handle})  # autocommit: enqueued at once

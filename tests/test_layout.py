@@ -22,6 +22,10 @@ FORBIDDEN = {
     "replay": {"ingest", "api", "views", "jobs"},
     "verification": {"replay", "api", "views", "jobs"},
     "jobs": {"api", "views"},
+    # Scoping and the audit log sit between the models and every page or operation that asks.
+    "access": {"formats", "ingest", "replay", "api", "views", "jobs", "audit", "teams"},
+    "audit": {"formats", "ingest", "replay", "api", "views", "jobs", "teams"},
+    "teams": {"formats", "ingest", "replay", "api", "views", "jobs"},
 }
 
 

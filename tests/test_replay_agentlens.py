@@ -18,10 +18,12 @@ from sessions_app import replay
 from sessions_app.canonical import SessionMeta
 from sessions_app.formats import agentlens
 from sessions_app.ingest.live import append_batch, create_live_session
+from sessions_app.models import Role
 from sessions_app.replay import rows as rows_module
 
 from .builders_formats import FIXTURES, ingest_file, rows
 from .builders_replay import api, get_json, resolve_page_context  # noqa: F401  (fixture)
+from .builders_teams import member
 
 CONTEXT_ONLY = ("memoryNotes", "variables", "event", "pairedEvent", "pairDurationMs", "step", "stepSeq")
 
@@ -241,7 +243,7 @@ def test_the_player_lists_each_call_once_with_its_answer(client, django_user_mod
     from django.urls import reverse
 
     session, _ = deploy
-    client.force_login(django_user_model.objects.create_user("viewer", password="x"))
+    client.force_login(member("viewer", role=Role.VIEWER))
     html = client.get(reverse("sessions:player", args=[session.pk]), {"step": 3}).content.decode()
     history = html[html.index("LLM history (") : html.index("</ol>", html.index("LLM history ("))]
     assert history.startswith("LLM history (1)")

@@ -14,15 +14,16 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
-from sessions_app.models import ApiKey, Session
+from sessions_app.models import ApiKey, Role, Session
 from sessions_app.replay import streaming
 
 from .builders_ingest import T0
+from .builders_teams import key_of, member
 
 
 @pytest.fixture
 def api(db) -> Client:
-    return Client(headers={"authorization": f"Bearer {ApiKey.create_key(name='viewer')[1]}"})
+    return Client(headers={"authorization": f"Bearer {key_of(member('viewer', role=Role.VIEWER))}"})
 
 
 def timed_session(project, spec: list[tuple[str, float | None]], **meta) -> Session:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -67,7 +68,10 @@ def upload(request: HttpRequest) -> HttpResponse:
     form = UploadForm(request.POST, request.FILES, projects=_writable(access.projects_visible_to(request)))
     form = form if not errors else None
     if form is not None and form.is_valid():
-        project = access.project_for(request, form.cleaned_data["project"], need=Role.MAINTAINER)
+        try:
+            project = access.project_to_write(request, form.cleaned_data["project"])
+        except (ValueError, PermissionDenied) as exc:
+            return _imports_response(request, upload_errors=[str(exc)])
         for uploaded in form.cleaned_data["files"]:
             try:
                 job = accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],

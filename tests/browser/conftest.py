@@ -14,6 +14,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from ..builders_teams import member
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -80,7 +82,7 @@ def watched(browser: Browser, live_server) -> tuple[Page, Watch]:
 
 @pytest.fixture
 def analyst(transactional_db):
-    return get_user_model().objects.create_user(username="analyst", password=PASSWORD)
+    return member("analyst")
 
 
 def log_in(page: Page, next_path: str = "/sessions/") -> None:

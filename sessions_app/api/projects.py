@@ -1,0 +1,173 @@
+"""Projects: the caller's projects, making one, its members and roles, its audit log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Field, Query, Router, Schema
+from ninja.errors import HttpError
+from ninja.responses import Status
+
+from .. import access, audit, teams
+from ..models import Project, Role
+from .schemas import DetailOut
+
+router = Router(tags=["projects"])
+
+DENIED = {403: DetailOut, 404: DetailOut}
+
+
+class ProjectOut(Schema):
+    slug: str
+    name: str
+    role: str = Field(description="the caller's role: viewer, reviewer, maintainer or admin")
+
+
+class ProjectIn(Schema):
+    name: str = Field(..., min_length=1, max_length=200)
+    slug: str = Field("", max_length=100, description="lowercase letters, digits, - and _; from the name when empty")
+
+
+class MemberOut(Schema):
+    username: str
+    role: str
+    since: datetime
+
+
+class MemberIn(Schema):
+    username: str = Field(..., min_length=1, max_length=150)
+    role: Role
+
+
+class AuditEntryOut(Schema):
+    seq: int
+    at: str
+    actor: str
+    action: str
+    target: str
+    detail: dict[str, Any]
+    ip: str | None
+    key: str = Field(description="prefix of the API key it came through, if any")
+    hash: str
+
+
+class AuditPageOut(Schema):
+    entries: list[AuditEntryOut]
+    next: int | None = Field(None, description="pass as `before` for older entries; null at the end")
+
+
+class AuditQuery(Schema):
+    actor: str = Field("", max_length=200)
+    action: str = Field("", max_length=40)
+    since: datetime | None = None
+    until: datetime | None = None
+    before: int | None = Field(None, ge=0, le=2**62, description="seq cursor: entries older than this")
+    limit: int = Field(50, ge=1, le=500)
+
+
+class AuditVerifyOut(Schema):
+    valid: bool
+    entries: int
+    firstBrokenSeq: int | None
+    why: str
+    head: str
+
+
+def _project_row(project: Project) -> dict[str, Any]:
+    return {"slug": project.slug, "name": project.name, "role": project.role.value}
+
+
+def _refused(exc: teams.TeamError) -> HttpError:
+    return HttpError(400, str(exc))
+
+
+@router.get("/projects", response=list[ProjectOut], url_name="projects")
+def list_projects(request: HttpRequest):
+    """The caller's projects with the caller's role in each."""
+    return [_project_row(p) for p in access.projects_visible_to(request)]
+
+
+@router.post("/projects", response={201: ProjectOut, **DENIED, 400: DetailOut}, url_name="create_project")
+def create_project(request: HttpRequest, body: ProjectIn):
+    """Make a project; its creator is its admin."""
+    actor = access.actor_of(request)
+    if actor.read_only or actor.project_limit is not None:
+        raise PermissionDenied("a read-only or project-limited key cannot make projects")
+    try:
+        project = teams.create_project(actor=actor, name=body.name, slug=body.slug, ip=audit.client_ip(request))
+    except teams.TeamError as exc:
+        raise _refused(exc)
+    project.role = Role.ADMIN
+    return Status(201, _project_row(project))
+
+
+@router.get("/projects/{slug}/members", response={200: list[MemberOut], **DENIED}, url_name="members")
+def list_members(request: HttpRequest, slug: str):
+    """Who is in the project, with their roles (any member may see the team)."""
+    project = access.project_for(request, slug)
+    return [
+        {"username": m.user.get_username(), "role": m.role, "since": m.created_at} for m in teams.members_of(project)
+    ]
+
+
+@router.post(
+    "/projects/{slug}/members",
+    response={200: MemberOut, 201: MemberOut, **DENIED, 400: DetailOut},
+    url_name="add_member",
+)
+def add_member(request: HttpRequest, slug: str, body: MemberIn):
+    """Add a member (201) or change a member's role (200). Admins only."""
+    project = access.project_for(request, slug, need=Role.ADMIN)
+    try:
+        added = teams.set_member(actor=access.actor_of(request), project=project, username=body.username,
+                                 role=body.role.value, ip=audit.client_ip(request))  # fmt: skip
+    except teams.TeamError as exc:
+        raise _refused(exc)
+    member = next(m for m in teams.members_of(project) if m.user.get_username() == body.username)
+    return Status(201 if added else 200, {"username": body.username, "role": member.role, "since": member.created_at})
+
+
+@router.delete(
+    "/projects/{slug}/members/{username}", response={204: None, **DENIED, 400: DetailOut}, url_name="remove_member"
+)
+def remove_member(request: HttpRequest, slug: str, username: str):
+    """Take a member out of the project; the last admin stays. Admins only."""
+    project = access.project_for(request, slug, need=Role.ADMIN)
+    try:
+        teams.remove_member(actor=access.actor_of(request), project=project, username=username,
+                            ip=audit.client_ip(request))  # fmt: skip
+    except teams.TeamError as exc:
+        raise _refused(exc)
+    return Status(204, None)
+
+
+@router.get("/projects/{slug}/audit", response={200: AuditPageOut, **DENIED, 400: DetailOut}, url_name="audit")
+def audit_log(request: HttpRequest, slug: str, query: Query[AuditQuery]):
+    """The project's audit log, newest first, filtered by actor, action and time; reviewers,
+    maintainers and admins."""
+    project = access.project_for(request, slug, need=Role.REVIEWER)
+    found = audit.entries_of(project=project, actor=query.actor, action=query.action, since=query.since,
+                             until=query.until, before=query.before)  # fmt: skip
+    rows = list(found[: query.limit + 1])
+    more = len(rows) > query.limit
+    rows = rows[: query.limit]
+    return {"entries": [audit.entry_dict(e) for e in rows], "next": rows[-1].seq if more else None}
+
+
+@router.get("/projects/{slug}/audit/export", response={200: None, **DENIED}, url_name="audit_export")
+def audit_export(request: HttpRequest, slug: str):
+    """The whole log as JSON lines, oldest first, with each entry's links."""
+    project = access.project_for(request, slug, need=Role.REVIEWER)
+    response = StreamingHttpResponse(audit.export_lines(project=project), content_type="application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="audit-{project.slug}.jsonl"'
+    return response
+
+
+@router.get("/projects/{slug}/audit/verify", response={200: AuditVerifyOut, **DENIED}, url_name="audit_verify")
+def audit_verify(request: HttpRequest, slug: str):
+    """Walk the project's log link by link; the first entry that does not hold is named."""
+    project = access.project_for(request, slug, need=Role.REVIEWER)
+    return audit.verify_log(project=project).to_dict()
