@@ -30,7 +30,7 @@ ACTIONS = (
     "checkpoint.create", "checkpoint.delete",
     "member.add", "member.change", "member.remove",
     "key.create", "key.revoke",
-    "project.create", "retention.run",
+    "project.create", "project.change", "retention.run",
 )  # fmt: skip
 
 CHUNK = 2000

@@ -15,6 +15,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -144,7 +145,13 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
     form = RetentionForm(request.POST)
     if not form.is_valid():
         return _project_page(request, project, status=400, retention_form=form)
-    Project.objects.filter(pk=project.pk).update(retention_days=form.cleaned_data["retention_days"])
+    new = form.cleaned_data["retention_days"]
+    with transaction.atomic():  # the row locked, so "from" is the value this change replaced
+        old = Project.objects.select_for_update().values_list("retention_days", flat=True).get(pk=project.pk)
+        if old != new:
+            Project.objects.filter(pk=project.pk).update(retention_days=new)
+            audit.record_request(request, action="project.change", project=project, target=f"project:{project.slug}",
+                                 detail={"retention_days": {"from": old, "to": new}})  # fmt: skip
     return redirect(project)
 
 
