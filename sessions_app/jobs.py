@@ -148,14 +148,17 @@ def enqueue_cleanup(*, days: float | None = None, include_checkpointed: bool = F
 
 
 def run_cleanup(*, days: float | None = None, include_checkpointed: bool = False, dry_run: bool = False) -> dict:
-    """Delete sessions older than `days` (default REPLAY_RETENTION_DAYS; unset keeps all)."""
+    """Delete each project's expired sessions: its own retention_days, else `days` (default
+    REPLAY_RETENTION_DAYS; unset keeps the sessions of projects without their own)."""
     if days is None:
         days = settings.RETENTION_DAYS
     result: CleanupResult = delete_expired_sessions(
         days=days, include_checkpointed=include_checkpointed, dry_run=dry_run
     )
-    if result.sessions:
-        logger.info("retention: deleted %s sessions (%s events)", result.sessions, result.events)
+    for outcome in result.projects:
+        if outcome.sessions and not dry_run:
+            logger.info("retention: deleted %s sessions (%s events) of project %s older than %s days",
+                        outcome.sessions, outcome.events, outcome.project, outcome.days)  # fmt: skip
     return result.to_dict()
 
 

@@ -1,43 +1,79 @@
-"""Retention: delete sessions older than REPLAY_RETENTION_DAYS (unset = keep forever).
+"""Retention: delete each project's sessions older than its retention.
 
-Sessions somebody checkpointed are kept unless asked otherwise, and a live session that is still
-receiving events is never deleted under its agent. Called by the daily job (jobs.run_cleanup)
-and by `manage.py cleanup_sessions`.
+A project's `retention_days` (set by its admins on the project page) wins; a project without one
+follows the server's REPLAY_RETENTION_DAYS, and with that unset too its sessions are kept
+forever. Sessions somebody checkpointed are kept unless asked otherwise, and a live session that
+is still receiving events is never deleted under its agent. Each run that deletes something
+writes `retention.run` to the audit log of every project it deleted from. Called by the daily
+job (jobs.run_cleanup) and by `manage.py cleanup_sessions`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import models, transaction
 from django.db.models import Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
-from .models import Checkpoint, Session
+from . import audit
+from .models import Checkpoint, Project, Session
 
 # Sessions deleted per transaction: the events go with them (DB_CASCADE), so a chunk can be
 # millions of rows; small chunks keep each transaction and its locks short.
 DELETE_CHUNK = 50
 
+# The audit log's actor for what no person asked for in a request.
+ACTOR = "retention"
+
 
 @dataclass
-class CleanupResult:
-    days: float | None
-    cutoff: datetime | None
-    dry_run: bool
+class ProjectCleanup:
+    """What one project's retention deleted (or, in a dry run, would delete)."""
+
+    project: str  # slug
+    days: float
+    cutoff: datetime
     sessions: int = 0
     events: int = 0
     kept_checkpointed: int = 0
 
     def to_dict(self) -> dict:
-        out = asdict(self)
-        out["cutoff"] = self.cutoff.isoformat() if self.cutoff else None
-        return out
+        return asdict(self) | {"cutoff": self.cutoff.isoformat()}
 
 
-def expired_sessions(*, cutoff: datetime, include_checkpointed: bool) -> models.QuerySet:
-    candidates = Session.objects.filter(created_at__lt=cutoff).exclude(
+@dataclass
+class CleanupResult:
+    days: float | None  # the server's default, which projects without their own follow
+    cutoff: datetime | None  # of that default
+    dry_run: bool
+    projects: list[ProjectCleanup] = field(default_factory=list)
+
+    @property
+    def sessions(self) -> int:
+        return sum(p.sessions for p in self.projects)
+
+    @property
+    def events(self) -> int:
+        return sum(p.events for p in self.projects)
+
+    @property
+    def kept_checkpointed(self) -> int:
+        return sum(p.kept_checkpointed for p in self.projects)
+
+    def to_dict(self) -> dict:
+        return {
+            "days": self.days, "cutoff": self.cutoff.isoformat() if self.cutoff else None, "dry_run": self.dry_run,
+            "sessions": self.sessions, "events": self.events, "kept_checkpointed": self.kept_checkpointed,
+            "projects": [p.to_dict() for p in self.projects if p.sessions or p.kept_checkpointed],
+        }  # fmt: skip
+
+
+def expired_sessions(*, project: Project, cutoff: datetime, include_checkpointed: bool) -> models.QuerySet:
+    """The project's sessions created before `cutoff`, except live ones still receiving events
+    (and, unless included, checkpointed ones). Uses the (project, -created_at) index."""
+    candidates = Session.objects.filter(project=project, created_at__lt=cutoff).exclude(
         Q(status=Session.Status.LIVE) & Q(updated_at__gte=cutoff)
     )
     if include_checkpointed:
@@ -52,24 +88,45 @@ def delete_expired_sessions(
     dry_run: bool = False,
     now: datetime | None = None,
 ) -> CleanupResult:
-    """Delete (or with dry_run, count) sessions created more than `days` days ago."""
-    if days is None:
-        return CleanupResult(days=None, cutoff=None, dry_run=dry_run)
-    cutoff = (now or timezone.now()) - timedelta(days=days)
-    result = CleanupResult(days=days, cutoff=cutoff, dry_run=dry_run)
-    doomed = expired_sessions(cutoff=cutoff, include_checkpointed=include_checkpointed)
+    """Delete (or with dry_run, count) each project's sessions created more than its retention
+    ago: its own `retention_days`, else `days` (the server's default; None keeps them)."""
+    now = now or timezone.now()
+    result = CleanupResult(days=days, cutoff=now - timedelta(days=days) if days else None, dry_run=dry_run)
+    projects = Project.objects.order_by("pk").only("pk", "slug", "retention_days")
+    if not days:
+        projects = projects.filter(retention_days__isnull=False)
+    for project in projects:
+        project_days = project.retention_days or days
+        if not project_days:
+            continue
+        outcome = ProjectCleanup(project=project.slug, days=project_days, cutoff=now - timedelta(days=project_days))
+        _clean_project(project, outcome, include_checkpointed=include_checkpointed, dry_run=dry_run)
+        result.projects.append(outcome)
+    return result
+
+
+def _clean_project(project: Project, outcome: ProjectCleanup, *, include_checkpointed: bool, dry_run: bool) -> None:
+    doomed = expired_sessions(project=project, cutoff=outcome.cutoff, include_checkpointed=include_checkpointed)
     if not include_checkpointed:
-        result.kept_checkpointed = expired_sessions(cutoff=cutoff, include_checkpointed=True).count() - doomed.count()
+        every = expired_sessions(project=project, cutoff=outcome.cutoff, include_checkpointed=True)
+        outcome.kept_checkpointed = every.count() - doomed.count()
     if dry_run:
-        totals = doomed.aggregate(events=Sum("event_count"))
-        result.sessions = doomed.count()
-        result.events = totals["events"] or 0
-        return result
-    while True:
-        ids = list(doomed.order_by("pk").values_list("pk", flat=True)[:DELETE_CHUNK])
-        if not ids:
-            return result
-        with transaction.atomic():
-            chunk = Session.objects.filter(pk__in=ids)
-            result.events += chunk.aggregate(events=Sum("event_count"))["events"] or 0
-            result.sessions += chunk.delete()[1].get(Session._meta.label, 0)
+        outcome.sessions = doomed.count()
+        outcome.events = doomed.aggregate(events=Sum("event_count"))["events"] or 0
+        return
+    try:
+        while ids := list(doomed.order_by("pk").values_list("pk", flat=True)[:DELETE_CHUNK]):
+            with transaction.atomic():
+                chunk = Session.objects.filter(pk__in=ids)
+                events = chunk.aggregate(events=Sum("event_count"))["events"] or 0
+                outcome.sessions += chunk.delete()[1].get(Session._meta.label, 0)
+                outcome.events += events
+    finally:
+        # Each chunk commits on its own, so a run stopped half-way has still deleted what it
+        # counted: the entry says so either way. Counts and the cutoff only, never contents.
+        if outcome.sessions:
+            audit.record(
+                action="retention.run", actor=ACTOR, project=project, target=f"project:{project.slug}",
+                detail={"days": outcome.days, "cutoff": outcome.cutoff.isoformat(), "sessions": outcome.sessions,
+                        "events": outcome.events, "include_checkpointed": include_checkpointed},
+            )  # fmt: skip
