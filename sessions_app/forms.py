@@ -150,14 +150,16 @@ class MultipleFileField(forms.FileField):
 class UploadForm(forms.Form):
     # Empty files reach accept_upload, whose message names the file among several.
     files = MultipleFileField(label="Session files", allow_empty_file=True)
-    # Left empty, the upload goes to the caller's only project they may write to.
-    project = forms.ChoiceField(label="Project", required=False)
+    # A slug, offered as a select of the caller's writable projects but checked by the view
+    # through access.py like the API's (404 for another team's, 403 below maintainer). Left
+    # empty, the upload goes to the caller's only project they may write to.
+    project = forms.SlugField(label="Project", required=False, max_length=100)
     format = forms.ChoiceField(required=False, label="Format")
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: those the caller may upload to (maintainer or admin)."""
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [(p.slug, p.name) for p in projects]
+        self.fields["project"].widget = forms.Select(choices=[(p.slug, p.name) for p in projects])
         self.fields["format"].choices = [("", "detect from content"), *format_choices()]
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -33,6 +32,7 @@ LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "er
 
 
 @login_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
     return redirect("sessions:list")
 
@@ -69,8 +69,10 @@ def upload(request: HttpRequest) -> HttpResponse:
     form = form if not errors else None
     if form is not None and form.is_valid():
         try:
+            # A project named but not the caller's to write to answers 404/403 as in the API;
+            # naming none when there is no single choice is a message in the panel.
             project = access.project_to_write(request, form.cleaned_data["project"])
-        except (ValueError, PermissionDenied) as exc:
+        except ValueError as exc:
             return _imports_response(request, upload_errors=[str(exc)])
         for uploaded in form.cleaned_data["files"]:
             try:
