@@ -163,15 +163,18 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
 
-    from sessions_app.models import ApiKey, Event, Project, Session
+    from sessions_app.models import ApiKey, Event, Membership, Project, Role, Session
 
     call_command("migrate", verbosity=0)
     stamp = datetime.now().strftime("%H%M%S")
     project = Project.objects.create(name=f"ingest bench {stamp}", slug=f"ingest-bench-{stamp}")
-    api_key, key = ApiKey.create_key(name=f"ingest bench {stamp}")
+    owner = get_user_model().objects.create_user(username=f"ingest-bench-{stamp}")
+    Membership.objects.create(project=project, user=owner, role=Role.MAINTAINER)
+    api_key, key = ApiKey.create_key(name=f"ingest bench {stamp}", user=owner)
     events = bench_events(args.events)
     size = sum(len(orjson.dumps(e)) for e in events[:1000]) / 1000
     print(f"database: {connection.vendor}; {args.events:,} canonical events (~{size:.0f} B each), "

@@ -53,7 +53,7 @@ from django.db import connection
 from django.test import Client
 call_command("migrate", verbosity=0)
 from sessions_app.ingest.importing import import_file
-from sessions_app.models import Project
+from sessions_app.models import Membership, Project, Role
 
 path, runs = Path(sys.argv[1]), int(sys.argv[3])
 started = time.perf_counter()
@@ -62,6 +62,8 @@ import_s = time.perf_counter() - started
 assert outcome.error is None, outcome.error
 session = outcome.session
 user = get_user_model().objects.create_user(username="bench", password="bench-password")
+# A viewer of the project, as a team member opening the player is (sessions_app/access.py).
+Membership.objects.create(project=session.project, user=user, role=Role.VIEWER)
 client = Client()
 client.force_login(user)
 from rlm_code.rlm.session_replay import load_session

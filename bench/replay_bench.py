@@ -47,12 +47,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "replay_site.settings")
 import django
 django.setup()
 from pathlib import Path
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 call_command("migrate", verbosity=0)
 from sessions_app.ingest.importing import import_file
-from sessions_app.models import ApiKey, Project
+from sessions_app.models import ApiKey, Membership, Project, Role
 
 path, runs, offsets = Path(sys.argv[1]), int(sys.argv[3]), [int(x) for x in sys.argv[4].split(",")]
 repeat = int(sys.argv[5])
@@ -62,7 +63,11 @@ import_s = time.perf_counter() - started
 b = import_file(path=path, project=Project.objects.create(name="Bench B", slug="bench-b"))[0]
 assert a.error is None and b.error is None, (a.error, b.error)
 session, other = a.session, b.session
-_, key = ApiKey.create_key(name="bench")
+# The key of a viewer of both projects, as a team member's script is (sessions_app/access.py).
+user = get_user_model().objects.create_user(username="bench")
+for project in (session.project, other.project):
+    Membership.objects.create(project=project, user=user, role=Role.VIEWER)
+_, key = ApiKey.create_key(name="bench", user=user)
 client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
 
 from rlm_code.rlm.session_replay import load_session
