@@ -1,0 +1,385 @@
+"""The audit log: one entry (action, actor, target, address, key) for each action, read newest
+first through the API with filters and keyset pages, exported as chained JSON lines, and
+verified: a changed or removed entry is found at its seq, and each project's log is its own chain."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
+from django.http import HttpResponse
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from sessions_app import audit, jobs
+from sessions_app.canonical import SessionMeta
+from sessions_app.chain import GENESIS_HASH
+from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
+from sessions_app.models import ApiKey, AuditEntry, Project, Role, Session
+from sessions_app.models.audit import SITE_LOG
+
+from .builders_teams import key_of, member
+from .conftest import synthetic_events
+
+IP = "203.0.113.7"
+UPLOAD = b'{"kind": "llm_call", "timestamp": "2026-02-08T10:30:00Z", "payload": {}}\n'
+
+
+@pytest.fixture
+def acme(db) -> Project:
+    return Project.objects.create(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def other(db) -> Project:
+    return Project.objects.create(name="Other", slug="other")
+
+
+@pytest.fixture
+def ours(acme) -> Session:
+    session = create_session(project=acme, source_format="canonical", meta=SessionMeta(task="ACME-SECRET-TASK"))
+    append_events(session=session, events=synthetic_events(10))
+    finish_session(session=session)
+    session.refresh_from_db()
+    return session
+
+
+@pytest.fixture
+def mia(acme):
+    return member("mia", acme, Role.MAINTAINER)
+
+
+@pytest.fixture
+def mia_key(mia) -> str:
+    return key_of(mia)
+
+
+@pytest.fixture
+def api(mia_key) -> Client:
+    """mia's API key, from a known address."""
+    return Client(HTTP_AUTHORIZATION=f"Bearer {mia_key}", REMOTE_ADDR=IP)
+
+
+@pytest.fixture
+def page(mia) -> Client:
+    """mia signed in to the dashboard, from a known address."""
+    client = Client(REMOTE_ADDR=IP)
+    client.force_login(mia)
+    return client
+
+
+def post_json(client: Client, url: str, body: dict) -> HttpResponse:
+    return client.post(url, orjson.dumps(body), content_type="application/json")
+
+
+def only(project: Project | None, action: str) -> AuditEntry:
+    """The one entry of `action` in the project's log (or the site's)."""
+    found = AuditEntry.objects.filter(action=action)
+    found = found.of_project(project) if project is not None else found.filter(log=SITE_LOG)
+    entries = list(found)
+    assert len(entries) == 1, [(e.action, e.target) for e in entries]
+    return entries[0]
+
+
+def who(entry: AuditEntry) -> tuple[str, str, str | None, str]:
+    return entry.actor, entry.target, entry.ip, entry.key_prefix
+
+
+def detail(entry: AuditEntry) -> dict:
+    return orjson.loads(entry.detail)
+
+
+# --- one entry per action ---------------------------------------------------------------------
+
+
+def test_an_api_upload_is_session_import_with_the_key_it_came_through(acme, api, mia_key):
+    response = api.post("/api/imports", {"file": SimpleUploadedFile("up.jsonl", UPLOAD), "project": "acme"})
+    assert response.status_code == 202
+    entry = only(acme, "session.import")
+    assert who(entry) == ("mia", f"import:{response.json()['job']}", IP, mia_key[:10])
+    assert detail(entry) == {"file": "up.jsonl", "bytes": len(UPLOAD)}
+
+
+def test_a_dashboard_upload_is_session_import_without_a_key(acme, page):
+    assert page.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("page.jsonl", UPLOAD)],
+                                                  "project": "acme"}).status_code == 302  # fmt: skip
+    entry = only(acme, "session.import")
+    assert who(entry)[0::2] == ("mia", IP) and entry.key_prefix == "" and entry.target.startswith("import:")
+    assert detail(entry)["file"] == "page.jsonl"
+
+
+def test_a_refused_upload_records_nothing(acme, ours):
+    viewer = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('vic', acme, Role.VIEWER))}")
+    assert viewer.post("/api/imports", {"file": SimpleUploadedFile("up.jsonl", UPLOAD)}).status_code == 403
+    assert viewer.delete(f"/api/sessions/{ours.pk}").status_code == 403
+    assert not AuditEntry.objects.of_project(acme).exists()
+
+
+def test_a_live_session_is_session_create_live(acme, api, mia_key):
+    response = post_json(api, "/api/sessions", {"project": "acme", "source_session_id": "agent-7"})
+    assert response.status_code == 201
+    entry = only(acme, "session.create_live")
+    assert who(entry) == ("mia", f"session:{response.json()['id']}", IP, mia_key[:10])
+    assert detail(entry) == {"source_session_id": "agent-7"}
+
+
+def test_deleting_a_session_is_session_delete_with_its_event_count(acme, ours, api, mia_key):
+    assert api.delete(f"/api/sessions/{ours.pk}").status_code == 204
+    entry = only(acme, "session.delete")
+    assert who(entry) == ("mia", f"session:{ours.pk}", IP, mia_key[:10])
+    assert detail(entry)["events"] == 10
+    assert "ACME-SECRET-TASK" not in entry.detail
+
+
+def test_exporting_is_session_export_with_its_format(acme, ours, api, mia_key):
+    assert api.get(f"/api/sessions/{ours.pk}/export", {"format": "snapshot"}).status_code == 200
+    entry = only(acme, "session.export")
+    assert who(entry) == ("mia", f"session:{ours.pk}", IP, mia_key[:10])
+    assert detail(entry) == {"format": "snapshot"}
+
+
+def test_verifying_through_the_api_and_the_dashboard_button_is_session_verify(acme, ours, api, page, mia_key):
+    assert api.get(f"/api/sessions/{ours.pk}/verify").status_code == 200
+    assert page.post(reverse("sessions:verify", args=[ours.pk])).status_code == 302
+    entries = list(AuditEntry.objects.of_project(acme).filter(action="session.verify").order_by("seq"))
+    assert [who(e) for e in entries] == [
+        ("mia", f"session:{ours.pk}", IP, mia_key[:10]), ("mia", f"session:{ours.pk}", IP, ""),
+    ]  # fmt: skip
+    assert all(detail(e) == {"valid": True, "first_broken_seq": None} for e in entries)
+
+
+def test_checkpoints_made_through_the_api_and_the_dashboard_and_deleted(acme, ours, api, page, mia_key):
+    assert post_json(api, f"/api/sessions/{ours.pk}/checkpoints", {"name": "api-cp", "seq": 2}).status_code == 201
+    assert (
+        page.post(reverse("sessions:checkpoint", args=[ours.pk]), {"name": "page-cp", "step": "4"}).status_code == 302
+    )
+    assert api.delete(f"/api/sessions/{ours.pk}/checkpoints/api-cp").status_code == 204
+    made = list(AuditEntry.objects.of_project(acme).filter(action="checkpoint.create").order_by("seq"))
+    assert [(who(e), detail(e)) for e in made] == [
+        (("mia", f"session:{ours.pk}", IP, mia_key[:10]), {"name": "api-cp", "seq": 2}),
+        (("mia", f"session:{ours.pk}", IP, ""), {"name": "page-cp", "seq": 4}),
+    ]
+    deleted = only(acme, "checkpoint.delete")
+    assert who(deleted) == ("mia", f"session:{ours.pk}", IP, mia_key[:10]) and detail(deleted) == {"name": "api-cp"}
+
+
+def test_members_added_changed_and_removed(acme):
+    ada = member("ada", acme, Role.ADMIN)
+    key = key_of(ada)
+    admin = Client(HTTP_AUTHORIZATION=f"Bearer {key}", REMOTE_ADDR=IP)
+    get_user_model().objects.create_user(username="bob", password="x")
+    assert post_json(admin, "/api/projects/acme/members", {"username": "bob", "role": "viewer"}).status_code == 201
+    assert post_json(admin, "/api/projects/acme/members", {"username": "bob", "role": "reviewer"}).status_code == 200
+    assert admin.delete("/api/projects/acme/members/bob").status_code == 204
+    entries = list(AuditEntry.objects.of_project(acme).order_by("seq"))
+    assert [(e.action, detail(e)) for e in entries] == [
+        ("member.add", {"role": "viewer"}), ("member.change", {"from": "viewer", "role": "reviewer"}),
+        ("member.remove", {"role": "reviewer"}),
+    ]  # fmt: skip
+    assert {who(e) for e in entries} == {("ada", "user:bob", IP, key[:10])}
+
+
+def test_keys_created_and_revoked_in_the_dashboard(acme, page):
+    response = page.post(reverse("sessions:keys"), {"name": "ci", "project": "acme", "read_only": "on"})
+    assert response.status_code == 200
+    api_key = ApiKey.objects.get(name="ci")
+    made = only(acme, "key.create")
+    assert who(made) == ("mia", f"key:{api_key.key_prefix}", IP, "")
+    assert detail(made) == {"name": "ci", "user": "mia", "read_only": True}
+    assert response.context["new_key"] not in made.detail  # the key itself is never logged
+    assert page.post(reverse("sessions:key_revoke", args=[api_key.pk])).status_code == 302
+    revoked = only(acme, "key.revoke")
+    assert who(revoked) == ("mia", f"key:{api_key.key_prefix}", IP, "") and detail(revoked) == {"name": "ci"}
+
+
+def test_a_key_for_all_projects_is_logged_in_the_sites_log(mia, page):
+    page.post(reverse("sessions:keys"), {"name": "everywhere"})
+    api_key = ApiKey.objects.get(name="everywhere")
+    page.post(reverse("sessions:key_revoke", args=[api_key.pk]))
+    assert who(only(None, "key.create")) == ("mia", f"key:{api_key.key_prefix}", IP, "")
+    assert who(only(None, "key.revoke")) == ("mia", f"key:{api_key.key_prefix}", IP, "")
+    assert audit.verify_log(project=None).valid
+
+
+def test_keys_created_and_revoked_by_management_command(acme, mia):
+    out = io.StringIO()
+    call_command("create_api_key", "deploy", "--user", "mia", "--project", "acme", stdout=out, stderr=io.StringIO())
+    key = out.getvalue().strip().splitlines()[-1]
+    call_command("revoke_api_key", key[:10], stdout=io.StringIO())
+    made, revoked = only(acme, "key.create"), only(acme, "key.revoke")
+    assert who(made) == ("manage.py", f"key:{key[:10]}", None, "") and key not in made.detail
+    assert who(revoked) == ("manage.py", f"key:{key[:10]}", None, "")
+    assert made.seq < revoked.seq
+
+
+def test_a_retention_run_is_retention_run_by_retention(acme, ours, settings):
+    settings.RETENTION_DAYS = None
+    acme.retention_days = 5
+    acme.save()
+    Session.objects.filter(pk=ours.pk).update(created_at=timezone.now() - timedelta(days=6))
+    jobs.run_cleanup(dry_run=True)
+    assert not AuditEntry.objects.of_project(acme).filter(action="retention.run").exists()
+    jobs.run_cleanup()
+    entry = only(acme, "retention.run")
+    assert who(entry) == ("retention", "project:acme", None, "")
+    assert {k: detail(entry)[k] for k in ("days", "sessions", "events")} == {"days": 5, "sessions": 1, "events": 10}
+    assert "ACME-SECRET-TASK" not in entry.detail
+
+
+def test_making_a_project_is_project_create_by_its_maker(mia, mia_key, api):
+    response = post_json(api, "/api/projects", {"name": "Red team", "slug": "red"})
+    assert response.status_code == 201
+    entry = only(Project.objects.get(slug="red"), "project.create")
+    assert who(entry) == ("mia", "project:red", IP, mia_key[:10]) and detail(entry) == {"name": "Red team"}
+
+
+# --- reading the log through the API ----------------------------------------------------------
+
+
+def log(project: Project, *, action: str = "session.export", actor: str = "bob", at: datetime | None = None,
+        monkeypatch: pytest.MonkeyPatch | None = None) -> AuditEntry:  # fmt: skip
+    """One entry; `at` fixes its time (audit.record stamps entries with timezone.now())."""
+    if at is not None:
+        monkeypatch.setattr(audit.timezone, "now", lambda: at)
+    entry = audit.record(action=action, actor=actor, project=project, target="session:1", ip="10.0.0.1")
+    if at is not None:
+        monkeypatch.undo()
+    return entry
+
+
+@pytest.fixture
+def reviewer(acme) -> Client:
+    return Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('rita', acme, Role.REVIEWER))}")
+
+
+def test_entries_come_newest_first_with_every_field(acme, reviewer):
+    first = log(acme, action="member.add", actor="ada")
+    second = log(acme, action="session.export", actor="bob")
+    body = reviewer.get("/api/projects/acme/audit").json()
+    assert [e["seq"] for e in body["entries"]] == [second.seq, first.seq] and body["next"] is None
+    top = body["entries"][0]
+    assert {k: top[k] for k in ("actor", "action", "target", "ip", "key", "hash")} == {
+        "actor": "bob", "action": "session.export", "target": "session:1", "ip": "10.0.0.1", "key": "",
+        "hash": second.hash,
+    }  # fmt: skip
+    assert datetime.fromisoformat(top["at"]) == second.at
+
+
+def test_entries_filter_by_actor_action_and_since(acme, reviewer, monkeypatch):
+    day = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    log(acme, action="member.add", actor="ada", at=day, monkeypatch=monkeypatch)
+    log(acme, action="session.export", actor="bob", at=day + timedelta(days=1), monkeypatch=monkeypatch)
+    log(acme, action="session.export", actor="ada", at=day + timedelta(days=2), monkeypatch=monkeypatch)
+    url = "/api/projects/acme/audit"
+
+    def seqs(**query) -> list[int]:
+        response = reviewer.get(url, query)
+        assert response.status_code == 200, response.content
+        return [e["seq"] for e in response.json()["entries"]]
+
+    assert seqs() == [2, 1, 0]
+    assert seqs(actor="ada") == [2, 0]
+    assert seqs(action="session.export") == [2, 1]
+    assert seqs(actor="ada", action="session.export") == [2]
+    assert seqs(since=(day + timedelta(hours=1)).isoformat()) == [2, 1]
+    assert seqs(since=(day + timedelta(days=2)).isoformat()) == [2]
+    assert seqs(actor="nobody") == []
+
+
+def test_entries_page_by_next(acme, reviewer):
+    for _ in range(5):
+        log(acme)
+    seen, cursor = [], None
+    for _ in range(5):
+        query = {"limit": 2} | ({"before": cursor} if cursor is not None else {})
+        body = reviewer.get("/api/projects/acme/audit", query).json()
+        seen.append([e["seq"] for e in body["entries"]])
+        cursor = body["next"]
+        if cursor is None:
+            break
+    assert seen == [[4, 3], [2, 1], [0]]
+
+
+def test_a_reviewer_reads_the_log_a_viewer_gets_403_and_a_non_member_404(acme, other, reviewer):
+    log(acme)
+    viewer = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('vic', acme, Role.VIEWER))}")
+    outsider = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('olga', other, Role.ADMIN))}")
+    for path in ("/api/projects/acme/audit", "/api/projects/acme/audit/export", "/api/projects/acme/audit/verify"):
+        assert reviewer.get(path).status_code == 200, path
+        assert viewer.get(path).status_code == 403, path
+        response = outsider.get(path)
+        assert response.status_code == 404 and b"session:1" not in response.content, path
+
+
+# --- the chain --------------------------------------------------------------------------------
+
+
+def export(client: Client, slug: str = "acme") -> list[dict]:
+    response = client.get(f"/api/projects/{slug}/audit/export")
+    assert response.status_code == 200
+    return [orjson.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+
+
+def test_the_jsonl_export_parses_and_chains_oldest_first(acme, reviewer):
+    for action in ("member.add", "session.import", "session.export", "session.delete"):
+        log(acme, action=action)
+    lines = export(reviewer)
+    assert [line["seq"] for line in lines] == [0, 1, 2, 3]
+    assert [line["action"] for line in lines] == ["member.add", "session.import", "session.export", "session.delete"]
+    assert lines[0]["prev_hash"] == GENESIS_HASH
+    for before, after in zip(lines, lines[1:]):
+        assert after["prev_hash"] == before["hash"]
+    assert len({line["hash"] for line in lines}) == 4
+    assert reviewer.get("/api/projects/acme/audit/verify").json() == {
+        "valid": True, "entries": 4, "firstBrokenSeq": None, "why": "", "head": lines[-1]["hash"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("field, value", [("detail", '{"role": "admin"}'), ("actor", "mallory")])
+def test_a_tampered_entry_is_found_at_its_seq(acme, reviewer, field, value):
+    for _ in range(4):
+        log(acme, action="member.add")
+    AuditEntry.objects.of_project(acme).filter(seq=2).update(**{field: value})
+    found = audit.verify_log(project=acme)
+    assert (found.valid, found.first_broken_seq) == (False, 2)
+    assert "do not hash" in found.why
+    body = reviewer.get("/api/projects/acme/audit/verify").json()
+    assert (body["valid"], body["firstBrokenSeq"]) == (False, 2)
+
+
+def test_a_deleted_last_entry_is_found_because_the_head_no_longer_matches(acme, reviewer):
+    for _ in range(3):
+        log(acme)
+    assert audit.verify_log(project=acme).valid
+    AuditEntry.objects.of_project(acme).filter(seq=2).delete()
+    found = audit.verify_log(project=acme)
+    assert (found.valid, found.first_broken_seq, found.entries) == (False, 2, 2)
+    assert "removed" in found.why
+    assert reviewer.get("/api/projects/acme/audit/verify").json()["firstBrokenSeq"] == 2
+
+
+def test_a_deleted_middle_entry_is_found_at_its_seq(acme):
+    for _ in range(4):
+        log(acme)
+    AuditEntry.objects.of_project(acme).filter(seq=1).delete()
+    found = audit.verify_log(project=acme)
+    assert (found.valid, found.first_broken_seq) == (False, 1)
+
+
+def test_two_projects_logs_are_separate_chains(acme, other):
+    for project in (acme, other, acme, other, acme):
+        log(project)
+    for project, count in ((acme, 3), (other, 2)):
+        entries = list(AuditEntry.objects.of_project(project).order_by("seq"))
+        assert [e.seq for e in entries] == list(range(count))
+        assert entries[0].prev_hash == GENESIS_HASH
+        assert all(after.prev_hash == before.hash for before, after in zip(entries, entries[1:]))
+    AuditEntry.objects.of_project(acme).filter(seq=0).update(actor="mallory")
+    assert audit.verify_log(project=acme).first_broken_seq == 0
+    assert audit.verify_log(project=other).valid  # the other chain does not depend on it
