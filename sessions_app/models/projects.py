@@ -8,9 +8,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import DatabaseError, models, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -156,9 +158,27 @@ class ApiKey(models.Model):
         if self.last_used_at is not None and (now - self.last_used_at).total_seconds() <= 60:
             return
         try:
-            with transaction.atomic():  # a savepoint, should a caller's transaction be open
+            with _no_waiting(), transaction.atomic():  # a savepoint, should a transaction be open
                 type(self).objects.filter(pk=self.pk).update(last_used_at=now)
         except DatabaseError:  # a locked SQLite file, a read-only replica: skip it this time
             logger.warning("could not record the last use of API key %s", self.key_prefix)
             return
         self.last_used_at = now
+
+
+@contextmanager
+def _no_waiting() -> Iterator[None]:
+    """On SQLite, a write that would wait for another writer's lock fails at once instead (the
+    busy timeout is otherwise 30 s): a read must not wait to record a convenience."""
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        (waits,) = cursor.fetchone()
+        cursor.execute("PRAGMA busy_timeout = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(waits)}")
