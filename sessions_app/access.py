@@ -128,30 +128,25 @@ def _with_role(queryset: QuerySet, actor: Actor, project_field: str) -> QuerySet
 # --- one object -------------------------------------------------------------------------------
 
 
-def session_for(who: HttpRequest | Actor, session_id: int, *, need: Role = Role.VIEWER) -> Session:
-    """The session, if the caller's role in its project is at least `need`."""
-    actor = _as_actor(who)
-    what = f"session {session_id}"
+def _object_for(actor: Actor, queryset: QuerySet, pk: int, what: str, need: Role):
+    """The object `pk` of `queryset` if the actor's role in its project is at least `need`."""
     if actor.user is None:
         raise NotVisible(f"{what} not found")
-    session = _with_role(Session.objects.select_related("project"), actor, "project_id").filter(pk=session_id).first()
-    if session is None:
+    found = _with_role(queryset.select_related("project"), actor, "project_id").filter(pk=pk).first()
+    if found is None:
         raise NotVisible(f"{what} not found")
-    check(actor, project_id=session.project_id, role=getattr(session, "member_role", None), need=need, what=what)
-    return session
+    check(actor, project_id=found.project_id, role=getattr(found, "member_role", None), need=need, what=what)
+    return found
+
+
+def session_for(who: HttpRequest | Actor, session_id: int, *, need: Role = Role.VIEWER) -> Session:
+    """The session, if the caller's role in its project is at least `need`."""
+    return _object_for(_as_actor(who), Session.objects.all(), session_id, f"session {session_id}", need)
 
 
 def job_for(who: HttpRequest | Actor, job_id: int, *, need: Role = Role.VIEWER) -> ImportJob:
     """The import job, if the caller's role in its project is at least `need`."""
-    actor = _as_actor(who)
-    what = f"import job {job_id}"
-    if actor.user is None:
-        raise NotVisible(f"{what} not found")
-    job = _with_role(ImportJob.objects.select_related("project"), actor, "project_id").filter(pk=job_id).first()
-    if job is None:
-        raise NotVisible(f"{what} not found")
-    check(actor, project_id=job.project_id, role=getattr(job, "member_role", None), need=need, what=what)
-    return job
+    return _object_for(_as_actor(who), ImportJob.objects.all(), job_id, f"import job {job_id}", need)
 
 
 def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER) -> Project:
