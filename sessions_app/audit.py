@@ -104,6 +104,18 @@ def record_request(
                   ip=client_ip(request))  # fmt: skip
 
 
+def record_on_session(request: HttpRequest, action: str, session: Any, **detail: Any) -> AuditEntry:
+    """`record_request()` for an action on one session: its project's log, `session:<id>`."""
+    return record_request(request, action=action, project=session.project_id, target=f"session:{session.pk}",
+                          detail=detail)  # fmt: skip
+
+
+def record_upload(request: HttpRequest, job: Any) -> AuditEntry:
+    """`session.import` for an accepted upload (the API's or the dashboard's)."""
+    return record_request(request, action="session.import", project=job.project_id, target=f"import:{job.pk}",
+                          detail={"file": job.original_name, "bytes": job.bytes_total})  # fmt: skip
+
+
 # --- reading ----------------------------------------------------------------------------------
 
 

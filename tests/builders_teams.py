@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from django.contrib.auth import get_user_model
 
 from sessions_app.models import ApiKey, Membership, Project, Role
 
 PASSWORD = "correct horse battery staple"
+# One canonical event, as a file to upload.
+UPLOAD = b'{"kind": "llm_call", "timestamp": "2026-02-08T10:30:00Z", "payload": {}}\n'
 
 
 def member(username: str, project: Project | None = None, role: str = Role.MAINTAINER, **fields) -> object:
@@ -25,3 +28,13 @@ def key_of(user, *, name: str = "tests", project: Project | None = None, read_on
 def maintainer_key(name: str = "tests", project: Project | None = None) -> str:
     """The key of a maintainer of `project` (the default one): what most API tests act as."""
     return key_of(member(f"owner-of-{name}", project), name=name)
+
+
+@pytest.fixture
+def acme(db) -> Project:
+    return Project.objects.create(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def other(db) -> Project:
+    return Project.objects.create(name="Other", slug="other")

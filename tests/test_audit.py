@@ -24,21 +24,10 @@ from sessions_app.ingest.writer import append_events, create_session, finish_ses
 from sessions_app.models import ApiKey, AuditEntry, Project, Role, Session
 from sessions_app.models.audit import SITE_LOG
 
-from .builders_teams import key_of, member
+from .builders_teams import UPLOAD, acme, key_of, member, other  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
 
 IP = "203.0.113.7"
-UPLOAD = b'{"kind": "llm_call", "timestamp": "2026-02-08T10:30:00Z", "payload": {}}\n'
-
-
-@pytest.fixture
-def acme(db) -> Project:
-    return Project.objects.create(name="Acme", slug="acme")
-
-
-@pytest.fixture
-def other(db) -> Project:
-    return Project.objects.create(name="Other", slug="other")
 
 
 @pytest.fixture

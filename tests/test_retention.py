@@ -17,18 +17,8 @@ from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, set_checkpoint
 from sessions_app.models import AuditEntry, Event, Project, Role, Session
 
-from .builders_teams import member
+from .builders_teams import acme, member, other  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
-
-
-@pytest.fixture
-def acme(db) -> Project:
-    return Project.objects.create(name="Acme", slug="acme")
-
-
-@pytest.fixture
-def other(db) -> Project:
-    return Project.objects.create(name="Other", slug="other")
 
 
 def old_session(project: Project, *, days: float, events: int = 3, task: str = "secret task text") -> Session:

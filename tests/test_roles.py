@@ -17,20 +17,8 @@ from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
 from sessions_app.models import ApiKey, Checkpoint, ImportJob, Membership, Project, Role, Session
 
-from .builders_teams import key_of, member
+from .builders_teams import UPLOAD, acme, key_of, member, other  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
-
-UPLOAD = b'{"kind": "llm_call", "timestamp": "2026-02-08T10:30:00Z", "payload": {}}\n'
-
-
-@pytest.fixture
-def acme(db) -> Project:
-    return Project.objects.create(name="Acme", slug="acme")
-
-
-@pytest.fixture
-def other(db) -> Project:
-    return Project.objects.create(name="Other", slug="other")
 
 
 def recorded(project: Project, task: str) -> Session:

@@ -80,13 +80,7 @@ def create_checkpoint(request: HttpRequest, session_id: int, body: CheckpointIn)
     if seq >= session.event_count:
         raise HttpError(400, f"seq: session {session_id} has no event {seq} (it has {session.event_count})")
     checkpoint = set_checkpoint(session=session, name=body.name, seq=seq, created_by=who(request), note=body.note)
-    audit.record_request(
-        request,
-        action="checkpoint.create",
-        project=session.project_id,
-        target=f"session:{session.pk}",
-        detail={"name": checkpoint.name, "seq": checkpoint.seq},
-    )
+    audit.record_on_session(request, "checkpoint.create", session, name=checkpoint.name, seq=checkpoint.seq)
     return json_response(_checkpoint_state(session, checkpoint), status=201)
 
 
@@ -110,11 +104,5 @@ def delete_checkpoint(request: HttpRequest, session_id: int, name: str):
     deleted, _ = session.checkpoints.filter(name=name).delete()
     if not deleted:
         raise HttpError(404, f"session {session_id} has no checkpoint named {name!r}")
-    audit.record_request(
-        request,
-        action="checkpoint.delete",
-        project=session.project_id,
-        target=f"session:{session.pk}",
-        detail={"name": name},
-    )
+    audit.record_on_session(request, "checkpoint.delete", session, name=name)
     return Status(204, None)

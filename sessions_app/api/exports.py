@@ -46,13 +46,7 @@ def export(request: HttpRequest, session_id: int, query: Query[ExportQuery]):
     """Stream the session as rlm-code native JSONL, a rlm-code snapshot JSON, or the original
     records exactly as received."""
     session = access.session_for(request, session_id)
-    audit.record_request(
-        request,
-        action="session.export",
-        project=session.project_id,
-        target=f"session:{session.pk}",
-        detail={"format": query.format},
-    )
+    audit.record_on_session(request, "session.export", session, format=query.format)
     generate, content_type, extension = _EXPORTS[query.format]
     stem = "".join(
         c if c.isalnum() or c in "-_." else "_" for c in (session.source_session_id or f"session-{session.pk}")
@@ -71,11 +65,7 @@ def verify(request: HttpRequest, session_id: int):
     result is stored on the session."""
     session = access.session_for(request, session_id)
     result = verification.verify_session(session=session)
-    audit.record_request(
-        request,
-        action="session.verify",
-        project=session.project_id,
-        target=f"session:{session.pk}",
-        detail={"valid": result.valid, "first_broken_seq": result.first_broken_seq},
+    audit.record_on_session(
+        request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
     )
     return result.to_dict()

@@ -104,13 +104,7 @@ def create_import(request: HttpRequest):
             created_by=who(request),
         )  # fmt: skip
         jobs.enqueue_import_after_commit(job_id=job.pk)
-        audit.record_request(
-            request,
-            action="session.import",
-            project=project,
-            target=f"import:{job.pk}",
-            detail={"file": job.original_name, "bytes": job.bytes_total},
-        )
+        audit.record_upload(request, job)
     except (BadRequest, UploadRejected) as exc:
         return error(exc)
     status_url = reverse("api:import_status", kwargs={"job_id": job.pk})

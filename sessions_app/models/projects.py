@@ -118,11 +118,6 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.key_prefix}…)"
 
-    @property
-    def actor_name(self) -> str:
-        """How the audit log names what this key did."""
-        return f"key:{self.key_prefix}"
-
     @staticmethod
     def hash_key(key: str) -> str:
         return hashlib.sha256(key.encode("utf-8")).hexdigest()

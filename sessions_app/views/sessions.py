@@ -79,13 +79,7 @@ def upload(request: HttpRequest) -> HttpResponse:
                 job = accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
                                     created_by=request.user.get_username())  # fmt: skip
                 jobs.enqueue_import_after_commit(job_id=job.pk)
-                audit.record_request(
-                    request,
-                    action="session.import",
-                    project=project,
-                    target=f"import:{job.pk}",
-                    detail={"file": job.original_name, "bytes": job.bytes_total},
-                )
+                audit.record_upload(request, job)
             except UploadRejected as exc:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
     elif form is not None:
@@ -204,8 +198,7 @@ def checkpoint(request: HttpRequest, session_id: int) -> HttpResponse:
     if form.is_valid() and form.cleaned_data["step"] < max(session.event_count, 1):
         saved = set_checkpoint(session=session, name=form.cleaned_data["name"], seq=form.cleaned_data["step"],
                                created_by=request.user.get_username())  # fmt: skip
-        audit.record_request(request, action="checkpoint.create", project=session.project_id,
-                             target=f"session:{session.pk}", detail={"name": saved.name, "seq": saved.seq})  # fmt: skip
+        audit.record_on_session(request, "checkpoint.create", session, name=saved.name, seq=saved.seq)
     else:
         error = "A checkpoint needs a name and a step of this session."
     if not request.htmx:
@@ -224,12 +217,8 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     """Verify the stored session now and show the chain badge's new state."""
     session = access.session_for(request, session_id)
     result = verification.verify_session(session=session)
-    audit.record_request(
-        request,
-        action="session.verify",
-        project=session.project_id,
-        target=f"session:{session.pk}",
-        detail={"valid": result.valid, "first_broken_seq": result.first_broken_seq},
+    audit.record_on_session(
+        request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
     )
     if not request.htmx:
         return redirect(session.get_absolute_url())
