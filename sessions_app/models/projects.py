@@ -138,8 +138,11 @@ class ApiKey(models.Model):
         """The active key of an active user, or None (401)."""
         if not key:
             return None
-        api_key = cls.objects.active().select_related("user").filter(key_hash=cls.hash_key(key)).first()
-        if api_key is None or api_key.user is None or not api_key.user.is_active:
+        try:
+            api_key = cls.objects.active().select_related("user").get(key_hash=cls.hash_key(key))
+        except cls.DoesNotExist:
+            return None
+        if api_key.user is None or not api_key.user.is_active:
             return None
         api_key.note_use()
         return api_key
