@@ -31,6 +31,8 @@ ACTIONS = (
     "member.add", "member.change", "member.remove",
     "key.create", "key.revoke",
     "project.create", "project.change", "retention.run",
+    "comment.create", "comment.edit", "comment.delete", "comment.resolve", "review.create",
+    "bundle.export", "bundle.import",
 )  # fmt: skip
 
 CHUNK = 2000

@@ -1,8 +1,9 @@
 """The models, by subject: projects and who may use them, recorded sessions and their events,
-the audit log."""
+what reviewers leave on them (comments, sign-offs), the audit log."""
 
 from .audit import SITE_LOG, AuditEntry, AuditLog, log_name
 from .projects import ApiKey, Membership, Project, Role
+from .reviews import Comment, CommentRevision, Review
 from .sessions import (
     KEYFRAME_EVERY,
     Checkpoint,
@@ -16,7 +17,8 @@ from .sessions import (
 )
 
 __all__ = [
-    "KEYFRAME_EVERY", "SITE_LOG", "ApiKey", "AuditEntry", "AuditLog", "Checkpoint", "Event", "ImportJob",
+    "KEYFRAME_EVERY", "SITE_LOG", "ApiKey", "AuditEntry", "AuditLog", "Checkpoint", "Comment", "CommentRevision",
+    "Event", "ImportJob", "Review",
     "IngestBatch", "Membership", "Project", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot",
     "log_name",
 ]  # fmt: skip
