@@ -135,6 +135,9 @@ CSRF_TRUSTED_ORIGINS = env_list("REPLAY_CSRF_TRUSTED_ORIGINS", [])
 # The uploaded originals: readable by their owner only (and so is var/, made with it by default).
 DATA_DIR = private_folder(Path(env_str("REPLAY_DATA_DIR", str(BASE_DIR / "var" / "data"))))
 VAR_DIR = BASE_DIR / "var"
+# The Ed25519 key that signs evidence bundles: a file outside the database, made (0600) on first
+# use (sessions_app/signing.py, docs/bundles.md).
+SIGNING_KEY_FILE = Path(env_str("REPLAY_SIGNING_KEY_FILE", str(DATA_DIR / "signing-key.pem")))
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from .views import sessions as views
-from .views import teams
+from .views import about, teams
 
 app_name = "sessions"
 
@@ -24,6 +24,7 @@ urlpatterns = [
     path("projects/<slug:slug>/audit/", teams.audit_log, name="audit"),
     path("projects/<slug:slug>/audit/export/", teams.audit_export, name="audit_export"),
     path("projects/<slug:slug>/audit/verify/", teams.audit_verify, name="audit_verify"),
+    path("about/", about.about, name="about"),
     path("account/keys/", teams.keys, name="keys"),
     path("account/keys/<int:key_id>/revoke/", teams.key_revoke, name="key_revoke"),
 ]

@@ -78,6 +78,7 @@ def _kept_files_in_tmp(settings, tmp_path):
     # Imports keep a copy of each file (its original, exportable byte for byte): in the test's
     # own folder, never in the checkout's var/.
     settings.DATA_DIR = tmp_path / "data"
+    settings.SIGNING_KEY_FILE = tmp_path / "data" / "signing-key.pem"
 
 
 @pytest.fixture

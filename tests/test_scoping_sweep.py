@@ -49,6 +49,7 @@ NAMES_NO_OBJECT = {
     ("GET", "/api/sessions"), ("GET", "/api/projects"), ("POST", "/api/projects"),
     ("GET", "/"), ("GET", "/sessions/"), ("GET", "/sessions/imports/"), ("GET", "/projects/"),
     ("POST", "/projects/"), ("GET", "/account/keys/"), ("POST", "/account/keys/"),
+    ("GET", "/api/signing-key"), ("GET", "/about/"),
 }  # fmt: skip
 
 # The role each operation on a project's objects needs (docs/teams.md). (method, route).
@@ -68,6 +69,7 @@ ROLE_NEEDED = {
     ("DELETE", "/api/sessions/{session_id}/checkpoints/{name}"): Role.MAINTAINER,
     ("GET", "/api/sessions/{session_id}/export"): Role.VIEWER,
     ("GET", "/api/sessions/{session_id}/verify"): Role.VIEWER,
+    ("GET", "/api/sessions/{session_id}/bundle"): Role.VIEWER,
     ("POST", "/api/sessions"): Role.MAINTAINER,
     ("POST", "/api/sessions/{session_id}/events"): Role.MAINTAINER,
     ("POST", "/api/sessions/{session_id}/end"): Role.MAINTAINER,

@@ -165,6 +165,7 @@ def _player_page(session: Session) -> dict[str, Any]:
             {"url": f"{export_url}?format=jsonl", "label": "rlm-code JSONL"},
             {"url": f"{export_url}?format=snapshot", "label": "snapshot JSON"},
             {"url": f"{export_url}?format=original", "label": "original records"},
+            {"url": reverse("api:bundle", args=[session.pk]), "label": "evidence bundle (signed .zip)"},
         ],
         "speeds": [(s, f"{s}×") for s in SPEEDS],
         "paces": PACES,

@@ -1,0 +1,236 @@
+"""Reading and checking an evidence bundle (sessions_app/bundles.py writes them) with no database
+and no server: zipfile, cryptography (through signing.py) and chain.py only.
+
+`read_bundle(path, key=...)` checks, in this order, and raises BundleError naming the first
+thing that does not match:
+
+1. the signature of manifest.json's exact bytes (manifest.sig), against the pinned key when one
+   is given, else against the key the manifest carries (which proves only that the bundle is
+   whole, not who made it: `Bundle.pinned` says which);
+2. every file's SHA-256 against the manifest, and no file missing or extra;
+3. the event chain: each line of events.jsonl, from genesis, recomputed with chain.link_hash
+   over its recorded fields and the commitments of its content, linked to the line before,
+   ending at the manifest's `chain.head`.
+
+What it returns gives an importer everything: the manifest, the session's summary, the events
+(an iterator, read again from the zip each time), comments, sign-offs and the original file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from . import signing
+from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, commitments, link_hash, recorded_values
+
+FORMAT = "replay-bundle/1"
+# The two members the manifest cannot list (it is what they sign), and the files it must.
+SIGNED_BY_MANIFEST = ("manifest.json", "manifest.sig")
+REQUIRED_FILES = ("events.jsonl", "comments.json", "reviews.json", "index.html")
+_READ = 1 << 20
+
+
+class BundleError(Exception):
+    """The bundle is not what its manifest and signature say; the message names where."""
+
+
+@dataclass
+class Bundle:
+    path: Path
+    manifest: dict[str, Any]
+    public_key: str  # base64, the key the signature was checked against
+    fingerprint: str
+    pinned: bool  # checked against a key the caller gave, not only the one inside the bundle
+    signature_valid: bool
+    files_valid: bool
+    chain_valid: bool
+    events_checked: int
+    comments: list[dict[str, Any]]
+    reviews: list[dict[str, Any]]
+
+    @property
+    def session(self) -> dict[str, Any]:
+        return self.manifest["session"]
+
+    @property
+    def chain(self) -> dict[str, Any]:
+        return self.manifest["chain"]
+
+    @property
+    def original_name(self) -> str | None:
+        """The original upload's name (without `original/`), when the bundle holds it."""
+        for name in self.manifest["files"]:
+            if name.startswith("original/"):
+                return name.removeprefix("original/")
+        return None
+
+    def open_original(self) -> IO[bytes]:
+        """The original upload as a binary stream (close it, or use `with`)."""
+        name = self.original_name
+        if name is None:
+            raise BundleError("the bundle holds no original file")
+        archive = zipfile.ZipFile(self.path)
+        stream = archive.open(f"original/{name}")
+        stream_close = stream.close
+
+        def close() -> None:
+            stream_close()
+            archive.close()
+
+        stream.close = close  # type: ignore[method-assign]
+        return stream
+
+    def read_original(self) -> bytes:
+        with self.open_original() as stream:
+            return stream.read()
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The events of events.jsonl in seq order, one dict a line, every stored column."""
+        with zipfile.ZipFile(self.path) as archive, archive.open("events.jsonl") as stream:
+            for line in stream:
+                yield orjson.loads(line)
+
+
+def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
+    """Check the bundle at `path` (see the module docstring) and open it for reading.
+    `key`: the public key (base64 of its raw 32 bytes) it must be signed by."""
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise BundleError(f"{path.name}: not a readable zip file ({error})") from None
+    with archive:
+        names = set(archive.namelist())
+        for needed in SIGNED_BY_MANIFEST:
+            if needed not in names:
+                raise BundleError(f"{needed}: missing from the bundle")
+        manifest_bytes = archive.read("manifest.json")
+        signature = archive.read("manifest.sig").decode("ascii", "replace")
+        manifest = _manifest(manifest_bytes)
+        public_key, fingerprint = _check_signature(manifest, manifest_bytes, signature, key)
+        _check_files(archive, manifest, names)
+        events = _check_chain(archive, manifest)
+        comments = _json_member(archive, "comments.json")
+        reviews = _json_member(archive, "reviews.json")
+    return Bundle(
+        path=path, manifest=manifest, public_key=public_key, fingerprint=fingerprint, pinned=key is not None,
+        signature_valid=True, files_valid=True, chain_valid=True, events_checked=events, comments=comments,
+        reviews=reviews,
+    )  # fmt: skip
+
+
+def _manifest(data: bytes) -> dict[str, Any]:
+    try:
+        manifest = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise BundleError(f"manifest.json: not JSON ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError(f"manifest.json: not a {FORMAT} manifest")
+    for field, kind in (("files", dict), ("chain", dict), ("session", dict), ("public_key", str)):
+        if not isinstance(manifest.get(field), kind):
+            raise BundleError(f"manifest.json: field {field!r} is missing or not a {kind.__name__}")
+    return manifest
+
+
+def _check_signature(manifest: dict[str, Any], data: bytes, signature: str, key: str | None) -> tuple[str, str]:
+    embedded = manifest["public_key"]
+    try:
+        public, raw = signing.public_key_from_text(key if key is not None else embedded)
+    except ValueError as error:
+        where = "--key" if key is not None else "manifest.json: field 'public_key'"
+        raise BundleError(f"{where}: not an Ed25519 public key: it {error}") from None
+    fingerprint = signing.fingerprint(raw)
+    if signing.verify(public, signature, data):
+        return key if key is not None else embedded, fingerprint
+    if key is None:
+        raise BundleError(
+            "manifest.sig: not a signature of manifest.json by the key the manifest names "
+            f"({signing.grouped(fingerprint)}): manifest.json or manifest.sig was changed"
+        )
+    try:
+        named = signing.grouped(signing.fingerprint(signing.public_key_from_text(embedded)[1]))
+    except ValueError:
+        named = "none"
+    raise BundleError(
+        f"manifest.sig: not a signature of manifest.json by the pinned key {signing.grouped(fingerprint)} "
+        f"(the manifest names the key {named})"
+    )
+
+
+def _check_files(archive: zipfile.ZipFile, manifest: dict[str, Any], names: set[str]) -> None:
+    listed = manifest["files"]
+    for name in REQUIRED_FILES:
+        if name not in listed:
+            raise BundleError(f"manifest.json: lists no {name}")
+    for name in listed:
+        if name not in names:
+            raise BundleError(f"{name}: listed in manifest.json but missing from the bundle")
+    extra = sorted(names - set(listed) - set(SIGNED_BY_MANIFEST))
+    if extra:
+        raise BundleError(f"{extra[0]}: in the bundle but not listed in manifest.json")
+    for name, expected in listed.items():
+        digest = hashlib.sha256()
+        with archive.open(name) as stream:
+            while chunk := stream.read(_READ):
+                digest.update(chunk)
+        if digest.hexdigest() != expected:
+            where = ""
+            if name == "events.jsonl":
+                # Say which event: the chain walk finds the first line whose link no longer holds.
+                try:
+                    _check_chain(archive, manifest)
+                except BundleError as error:
+                    where = f"; {error}"
+            raise BundleError(f"{name}: its SHA-256 does not match manifest.json (the file was changed){where}")
+
+
+def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> int:
+    """Walk events.jsonl from genesis; the number of events on success."""
+    chain = manifest["chain"]
+    expected_seq = chain.get("first_seq", 0)
+    prev = GENESIS_HASH
+    line_number = 0
+    with archive.open("events.jsonl") as stream:
+        for line in stream:
+            line_number += 1
+            try:
+                event = orjson.loads(line)
+                seq = event["seq"]
+                recorded = recorded_values([event[name] for name in RECORDED_FIELDS])
+                contents = [event[name] for name in CONTENT_FIELDS]
+                stored_prev, stored_hash, salt = event["prev_hash"], event["hash"], event["salt"]
+                commits = commitments(salt, contents)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+                raise BundleError(f"events.jsonl line {line_number}: not an event line ({error!r})") from None
+            where = f"events.jsonl line {line_number} (seq {seq})"
+            if seq != expected_seq:
+                raise BundleError(f"{where}: field seq: expected seq {expected_seq} (an event missing or moved)")
+            if stored_prev != prev:
+                raise BundleError(f"{where}: field prev_hash: does not point at the previous event's hash")
+            if link_hash(prev, seq, recorded, commits) != stored_hash:
+                raise BundleError(
+                    f"{where}: field hash: the event's recorded fields or content "
+                    f"({', '.join(CONTENT_FIELDS)}) do not hash to its link (the event was changed)"
+                )
+            prev, expected_seq = stored_hash, seq + 1
+    if expected_seq - 1 != chain.get("last_seq"):
+        raise BundleError(
+            f"events.jsonl: ends at seq {expected_seq - 1}, manifest.json's chain.last_seq is {chain.get('last_seq')}"
+        )
+    if prev != chain.get("head"):
+        raise BundleError("events.jsonl: the last event's hash is not manifest.json's chain.head")
+    return line_number
+
+
+def _json_member(archive: zipfile.ZipFile, name: str) -> Any:
+    try:
+        return orjson.loads(archive.read(name))
+    except (KeyError, orjson.JSONDecodeError) as error:
+        raise BundleError(f"{name}: not readable JSON ({error})") from None

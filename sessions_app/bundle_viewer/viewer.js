@@ -1,0 +1,286 @@
+// The offline player of an evidence bundle (sessions_app/bundles.py inlines this file into the
+// bundle's index.html). It runs from disk with no server and makes no request (the page's CSP
+// allows none): everything comes from the JSON block #bundle-data.
+//
+// Everything from the session is inserted as text (textContent), never as HTML: a payload or
+// a comment is hostile data. The step list renders only the rows in view (a 100,000-event
+// session would otherwise be 100,000 elements), so a step costs the same at any length.
+"use strict";
+
+(function () {
+  const ROW = 24; // px, the .row height in viewer.css
+  const OVERSCAN = 10; // rows rendered above and below the visible ones
+  const PAYLOAD_SHOWN = 200000; // characters of a payload shown; the rest is cut (named)
+
+  const data = JSON.parse(document.getElementById("bundle-data").textContent);
+  const col = {};
+  data.columns.forEach(function (name, i) { col[name] = i; });
+  const events = data.events;
+  const manifest = data.manifest;
+  const session = manifest.session;
+
+  // Comments by the seq their thread is on; the seqs with comments, in order.
+  const threadsAt = new Map();
+  data.comments.forEach(function (thread) {
+    if (!threadsAt.has(thread.seq)) threadsAt.set(thread.seq, []);
+    threadsAt.get(thread.seq).push(thread);
+  });
+  const commentSeqs = Array.from(threadsAt.keys()).sort(function (a, b) { return a - b; });
+  // Seqs start at the manifest's first_seq and have no gaps: the index of seq s is s - base.
+  const base = events.length ? events[0][col.seq] : 0;
+
+  const $ = function (id) { return document.getElementById(id); };
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function money(value) { return "$" + Number(value || 0).toFixed(4); }
+  function count(value) { return Number(value || 0).toLocaleString("en-US"); }
+
+  let current = -1;
+
+  // --- header ------------------------------------------------------------------------------
+  function showHeader() {
+    const title = session.task ? session.task.slice(0, 140) : "session " + session.id;
+    $("title").textContent = title;
+    document.title = title + " · Replay bundle";
+    const c = session.counts || {};
+    const t = session.totals || {};
+    $("facts").textContent = [
+      "project " + session.project,
+      session.format,
+      session.model || "no model named",
+      count(c.events) + " events",
+      count(c.steps) + " steps",
+      money(t.cost_usd),
+      count(t.tokens) + " tokens",
+      count(c.errors) + " errors",
+      "exported " + manifest.exported_at + " by " + manifest.exported_by,
+    ].join(" · ");
+    $("fingerprint").textContent = data.fingerprint.replace(/(.{4})(?=.)/g, "$1 ");
+    $("head").textContent = manifest.chain.head.slice(0, 16) + "…";
+  }
+
+  // --- the step list (virtualised) -----------------------------------------------------------
+  const list = $("steps");
+  const spacer = $("steps-spacer");
+  const rows = new Map(); // index -> element, only those in view
+
+  function rowFor(i) {
+    const e = events[i];
+    const row = el("div", "row");
+    row.setAttribute("role", "option");
+    row.dataset.index = String(i);
+    row.style.top = i * ROW + "px";
+    if (e[col.is_error]) row.classList.add("error");
+    row.appendChild(el("span", "seq", e[col.seq]));
+    row.appendChild(el("span", "kind", e[col.kind]));
+    row.appendChild(el("span", "tool", e[col.tool] || ""));
+    const threads = threadsAt.get(e[col.seq]);
+    if (threads) row.appendChild(el("span", "has-comment", "● " + threads.length + " comment" + (threads.length > 1 ? "s" : "")));
+    if (i === current) row.classList.add("current");
+    return row;
+  }
+
+  function renderRows() {
+    const first = Math.max(0, Math.floor(list.scrollTop / ROW) - OVERSCAN);
+    const last = Math.min(events.length - 1, Math.ceil((list.scrollTop + list.clientHeight) / ROW) + OVERSCAN);
+    rows.forEach(function (row, i) {
+      if (i < first || i > last) { row.remove(); rows.delete(i); }
+    });
+    for (let i = first; i <= last; i++) {
+      if (!rows.has(i)) {
+        const row = rowFor(i);
+        rows.set(i, row);
+        spacer.appendChild(row);
+      }
+    }
+  }
+
+  function scrollIntoView(i) {
+    const top = i * ROW;
+    if (top < list.scrollTop) list.scrollTop = top;
+    else if (top + ROW > list.scrollTop + list.clientHeight) list.scrollTop = top + ROW - list.clientHeight;
+  }
+
+  // --- the context panel ---------------------------------------------------------------------
+  function pretty(text) {
+    if (text === null || text === undefined) return "";
+    let shown = text;
+    try { shown = JSON.stringify(JSON.parse(text), null, 2); } catch (error) { /* shown as stored */ }
+    if (shown.length > PAYLOAD_SHOWN) {
+      return shown.slice(0, PAYLOAD_SHOWN) + "\n… cut here: " + count(shown.length - PAYLOAD_SHOWN) + " more characters (events.jsonl holds all of it)";
+    }
+    return shown;
+  }
+
+  function fact(dl, name, value) {
+    dl.appendChild(el("dt", null, name));
+    dl.appendChild(el("dd", null, value));
+  }
+
+  function commentNode(comment, reply) {
+    const node = el("div", "comment" + (reply ? " reply" : ""));
+    node.id = "c-" + comment.id;
+    let meta = comment.author + " · " + comment.created_at;
+    if (comment.edited_at) meta += " · edited " + comment.edited_at + " (" + comment.revisions.length + " earlier version" + (comment.revisions.length === 1 ? "" : "s") + " in comments.json)";
+    node.appendChild(el("div", "meta", meta));
+    node.appendChild(el("div", "body", comment.deleted_at ? "(deleted " + comment.deleted_at + ")" : comment.body));
+    return node;
+  }
+
+  function threadNode(thread) {
+    const node = el("div", "thread" + (thread.resolved_at ? " resolved" : ""));
+    node.appendChild(commentNode(thread, false));
+    thread.replies.forEach(function (reply) { node.appendChild(commentNode(reply, true)); });
+    if (thread.resolved_at) node.appendChild(el("div", "meta", "resolved by " + thread.resolved_by + " · " + thread.resolved_at));
+    return node;
+  }
+
+  function showContext(i) {
+    const e = events[i];
+    const seq = e[col.seq];
+    $("event-title").textContent = "Event " + seq + " · " + e[col.kind];
+    const dl = $("context");
+    dl.replaceChildren();
+    fact(dl, "seq", seq);
+    fact(dl, "kind", e[col.kind]);
+    fact(dl, "time", e[col.ts] || "—");
+    fact(dl, "step", e[col.step] === null ? "—" : e[col.step]);
+    if (e[col.tool]) fact(dl, "tool / model", e[col.tool]);
+    fact(dl, "error", e[col.is_error] ? "yes" : "no");
+    fact(dl, "cost so far", money(e[col.cost_total]));
+    fact(dl, "tokens so far", count(e[col.tokens_total]));
+    fact(dl, "errors so far", count(e[col.errors_total]));
+    fact(dl, "steps so far", count(e[col.steps_total]));
+    fact(dl, "elapsed", (Number(e[col.elapsed_ms] || 0) / 1000).toFixed(1) + " s");
+
+    const box = $("step-comments");
+    box.replaceChildren();
+    const threads = threadsAt.get(seq) || [];
+    if (!threads.length) box.appendChild(el("p", "empty", "No comment on this step."));
+    threads.forEach(function (thread) { box.appendChild(threadNode(thread)); });
+
+    $("payload").textContent = pretty(e[col.payload]);
+    const state = e[col.step_state];
+    $("step-state-box").hidden = state === null || state === undefined;
+    $("step-state").textContent = state ? pretty(state) : "";
+  }
+
+  // --- moving --------------------------------------------------------------------------------
+  function show(i) {
+    if (!events.length) return;
+    i = Math.max(0, Math.min(events.length - 1, i));
+    const before = rows.get(current);
+    if (before) before.classList.remove("current");
+    current = i;
+    $("scrubber").value = String(i);
+    $("position").textContent = "event " + (i + 1).toLocaleString("en-US") + " of " + events.length.toLocaleString("en-US");
+    scrollIntoView(i);
+    renderRows();
+    const row = rows.get(i);
+    if (row) row.classList.add("current");
+    showContext(i);
+    try { history.replaceState(null, "", "#seq=" + events[i][col.seq]); } catch (error) { /* file:// may refuse */ }
+  }
+
+  function indexOfSeq(seq) { return seq - base; }
+
+  function nextCommentFrom(i, step) {
+    const seq = events[i][col.seq];
+    if (step > 0) {
+      for (const s of commentSeqs) if (s > seq) return indexOfSeq(s);
+    } else {
+      for (let k = commentSeqs.length - 1; k >= 0; k--) if (commentSeqs[k] < seq) return indexOfSeq(commentSeqs[k]);
+    }
+    return i;
+  }
+
+  function nextErrorFrom(i) {
+    for (let k = i + 1; k < events.length; k++) if (events[k][col.is_error]) return k;
+    return i;
+  }
+
+  // --- lists of comments and sign-offs, scrubber marks -----------------------------------------
+  function jumpLink(text, seq) {
+    const link = el("a", null, text);
+    link.href = "#seq=" + seq;
+    link.addEventListener("click", function (event) { event.preventDefault(); show(indexOfSeq(seq)); });
+    return link;
+  }
+
+  function showLists() {
+    const all = $("all-comments");
+    if (!data.comments.length) all.appendChild(el("li", null, "No comments."));
+    data.comments.forEach(function (thread) {
+      const item = el("li");
+      item.appendChild(jumpLink("event " + thread.seq, thread.seq));
+      item.appendChild(document.createTextNode(" · " + thread.author + ": " + (thread.deleted_at ? "(deleted)" : thread.body.slice(0, 120)) + (thread.replies.length ? " (+" + thread.replies.length + " replies)" : "") + (thread.resolved_at ? " · resolved" : "")));
+      all.appendChild(item);
+    });
+    const reviews = $("reviews");
+    if (!data.reviews.length) reviews.appendChild(el("li", null, "No sign-off."));
+    data.reviews.forEach(function (review) {
+      const item = el("li");
+      item.appendChild(el("span", "verdict-" + review.verdict, review.verdict.replace("_", " ")));
+      item.appendChild(document.createTextNode(" by " + review.reviewer + " · " + review.created_at + " · covers events " + review.first_seq + "–" + review.last_seq + " · head " + review.chain_head.slice(0, 16) + "…" + (review.chain_valid ? "" : " · chain was broken") + (review.note ? " · " + review.note : "")));
+      reviews.appendChild(item);
+    });
+    const marks = $("marks");
+    const span = Math.max(1, events.length - 1);
+    commentSeqs.forEach(function (seq) {
+      const mark = el("div", "mark");
+      mark.style.left = (indexOfSeq(seq) / span) * 100 + "%";
+      mark.title = "comment at event " + seq;
+      mark.addEventListener("click", function () { show(indexOfSeq(seq)); });
+      marks.appendChild(mark);
+    });
+  }
+
+  // --- wiring ----------------------------------------------------------------------------------
+  function start() {
+    showHeader();
+    $("loading").hidden = true;
+    $("viewer").hidden = false;
+    spacer.style.height = events.length * ROW + "px";
+    const scrubber = $("scrubber");
+    scrubber.max = String(Math.max(0, events.length - 1));
+    scrubber.addEventListener("input", function () { show(Number(scrubber.value)); });
+    list.addEventListener("scroll", renderRows, { passive: true });
+    list.addEventListener("click", function (event) {
+      const row = event.target.closest(".row");
+      if (row) show(Number(row.dataset.index));
+    });
+    $("first").addEventListener("click", function () { show(0); });
+    $("prev").addEventListener("click", function () { show(current - 1); });
+    $("next").addEventListener("click", function () { show(current + 1); });
+    $("last").addEventListener("click", function () { show(events.length - 1); });
+    $("prev-comment").addEventListener("click", function () { show(nextCommentFrom(current, -1)); });
+    $("next-comment").addEventListener("click", function () { show(nextCommentFrom(current, 1)); });
+    $("next-error").addEventListener("click", function () { show(nextErrorFrom(current)); });
+    document.addEventListener("keydown", function (event) {
+      if (event.target === scrubber || event.altKey || event.ctrlKey || event.metaKey) return;
+      const moves = {
+        ArrowRight: 1, ArrowDown: 1, j: 1, ArrowLeft: -1, ArrowUp: -1, k: -1,
+        PageDown: 20, PageUp: -20,
+      };
+      if (event.key in moves) show(current + moves[event.key]);
+      else if (event.key === "Home") show(0);
+      else if (event.key === "End") show(events.length - 1);
+      else if (event.key === "n") show(nextCommentFrom(current, 1));
+      else if (event.key === "p") show(nextCommentFrom(current, -1));
+      else if (event.key === "e") show(nextErrorFrom(current));
+      else return;
+      event.preventDefault();
+    });
+    showLists();
+    const wanted = /^#seq=(\d+)$/.exec(location.hash);
+    renderRows();
+    show(wanted ? indexOfSeq(Number(wanted[1])) : 0);
+    if (!events.length) $("event-title").textContent = "This session has no events.";
+  }
+
+  start();
+})();

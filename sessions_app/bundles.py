@@ -1,0 +1,292 @@
+"""The evidence bundle: one signed .zip that holds a session, what reviewers said of it, and an
+offline player, so it can be handed to someone outside the server and checked there.
+
+    events.jsonl     every event with every stored column, in seq order: with chain.py alone
+                     each link can be recomputed from genesis to the head
+    original/<name>  the upload exactly as received (when its file is kept)
+    comments.json    threads with their replies and revisions
+    reviews.json     sign-offs, each with the chain head and seqs it covered
+    index.html       the offline player (sessions_app/bundle_viewer/): data and code inlined
+    manifest.json    the session's summary, the SHA-256 of every file above, the chain head,
+                     who exported it and when, the server's public key
+    manifest.sig     the Ed25519 signature of manifest.json's exact bytes (base64)
+
+The zip is streamed as it is written (zipfile on an unseekable sink, members with data
+descriptors): the events are read once, in keyset chunks, and each chunk goes into
+events.jsonl at once and into a temporary file that becomes index.html's data block, so memory
+stays flat whatever the session's length. Checking a bundle is sessions_app/bundle_reader.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+from django.db import connection
+from django.utils import timezone
+
+from . import signing
+from .bundle_reader import FORMAT
+from .chain import GENESIS_HASH, RECORDED_FIELDS, recorded_values, ts_text
+from .ingest.rows import EVENT_COLUMNS
+from .models import Comment, Event, Review, Session
+from .replay.exports import export_original, original_name
+from .replay.rows import _iso
+
+CHUNK = 2000
+# Level 1: a third of level 6's time for ~10 % more bytes, and the bundle's time is the budget
+# (bench/bundle_bench.py).
+COMPRESS_LEVEL = 1
+VIEWER = Path(__file__).resolve().parent / "bundle_viewer"
+# What the offline player reads of each event (an array per event, in this order).
+VIEWER_COLUMNS = (
+    "seq", "kind", "ts", "step", "tool", "is_error", "cost_total", "tokens_total", "errors_total",
+    "steps_total", "elapsed_ms", "payload", "step_state",
+)  # fmt: skip
+
+_TABLE = Event._meta.db_table
+_COLUMNS = tuple(name for name in EVENT_COLUMNS if name != "session_id")
+_AT = {name: i for i, name in enumerate(_COLUMNS)}
+_RECORDED_AT = [_AT[name] for name in RECORDED_FIELDS]
+_VIEWER_AT = [_AT[name] for name in VIEWER_COLUMNS]
+_KIND_COUNTS = _AT["kind_counts"]
+_TS = _AT["ts"]
+_PRETTY = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+
+
+def bundle_filename(session: Session) -> str:
+    stem = session.source_session_id or f"session-{session.pk}"
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:100] + ".replay-bundle.zip"
+
+
+def stream_bundle(*, session: Session, exported_by: str) -> Iterator[bytes]:
+    """The bundle of `session` as it is written, chunk by chunk (see the module docstring)."""
+    key = signing.server_key()
+    # Count and head are written together by ingest; a live session that grows while we read
+    # is bundled as it was here.
+    count, head = Session.objects.filter(pk=session.pk).values_list("event_count", "head_hash").get()
+    exported_at = timezone.now()
+    sink = _Sink()
+    files: dict[str, str] = {}
+    with (
+        tempfile.TemporaryFile() as viewer_rows,
+        zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL) as bundle,
+    ):
+        files["events.jsonl"] = yield from _member(
+            bundle, sink, "events.jsonl", _event_lines(session, count, viewer_rows)
+        )
+        name = original_name(session)
+        if name is not None:
+            member = "original/" + (name.replace("\\", "/").rsplit("/", 1)[-1] or "original")
+            files[member] = yield from _member(bundle, sink, member, export_original(session=session))
+        comments, reviews = comment_threads(session), sign_offs(session)
+        files["comments.json"] = yield from _member(
+            bundle, sink, "comments.json", [orjson.dumps(comments, option=_PRETTY)]
+        )
+        files["reviews.json"] = yield from _member(
+            bundle, sink, "reviews.json", [orjson.dumps(reviews, option=_PRETTY)]
+        )
+        manifest = {
+            "format": FORMAT,
+            "session": session_summary(session, count),
+            "files": files,
+            "chain": {"head": head if count else GENESIS_HASH, "first_seq": 0, "last_seq": count - 1},
+            "exported_at": exported_at.isoformat(),
+            "exported_by": exported_by,
+            "public_key": key.public_key,
+        }
+        viewer = {"manifest": manifest, "fingerprint": key.fingerprint, "comments": comments, "reviews": reviews}
+        files["index.html"] = yield from _member(bundle, sink, "index.html", _index_html(viewer, viewer_rows))
+        manifest_bytes = orjson.dumps(manifest, option=_PRETTY)  # after index.html: `files` is complete
+        yield from _member(bundle, sink, "manifest.json", [manifest_bytes])
+        yield from _member(bundle, sink, "manifest.sig", [key.sign(manifest_bytes).encode("ascii") + b"\n"])
+    yield sink.take()
+
+
+class _Sink:
+    """The unseekable file zipfile writes into; what it wrote is taken and yielded as we go."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        out = b"".join(self.parts)
+        self.parts.clear()
+        return out
+
+
+def _member(bundle: zipfile.ZipFile, sink: _Sink, name: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Write one member from `chunks`, yielding the zip's bytes as they come; its SHA-256."""
+    digest = hashlib.sha256()
+    # force_zip64: an unseekable zip must decide before the data whether sizes can pass 2 GiB.
+    with bundle.open(name, "w", force_zip64=True) as out:
+        for chunk in chunks:
+            digest.update(chunk)
+            out.write(chunk)
+            if len(sink.parts) > 0:
+                yield sink.take()
+    return digest.hexdigest()
+
+
+def _event_lines(session: Session, count: int, viewer_rows: IO[bytes]) -> Iterator[bytes]:
+    """events.jsonl, a chunk of lines at a time; each chunk's rows for the viewer go to
+    `viewer_rows` (JSON arrays joined by commas) on the way."""
+    first = True
+    for rows in _event_chunks(session.pk, count):
+        lines, viewer = [], []
+        for row in rows:
+            values = dict(zip(_COLUMNS, row))
+            # The recorded fields as chain.py hashes them (the same bytes from both databases).
+            values.update(zip(RECORDED_FIELDS, recorded_values([row[i] for i in _RECORDED_AT])))
+            values["kind_counts"] = orjson.Fragment(row[_KIND_COUNTS] or "{}")
+            lines.append(orjson.dumps(values))
+            shown = [row[i] for i in _VIEWER_AT]
+            shown[2] = ts_text(row[_TS])
+            viewer.append(orjson.dumps(shown))
+        yield b"\n".join(lines) + b"\n"
+        # In a <script> element only "</script" and "<!--" could end the data early; a "<"
+        # can only be inside a JSON string, where \u003c is the same character.
+        viewer_rows.write((b"" if first else b",") + b",".join(viewer).replace(b"<", b"\\u003c"))
+        first = False
+
+
+def _event_chunks(session_pk: int, count: int) -> Iterator[list[tuple]]:
+    next_seq = 0
+    while next_seq < count:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE session_id = %s AND seq >= %s AND seq < %s "
+                f"ORDER BY seq LIMIT {CHUNK}",
+                [session_pk, next_seq, count],
+            )
+            rows = cursor.fetchall()
+        if not rows:
+            return
+        yield rows
+        next_seq = rows[-1][0] + 1
+
+
+def _index_html(viewer: dict[str, Any], viewer_rows: IO[bytes]) -> Iterator[bytes]:
+    """The offline player: the page, its style and script, and the data block in between."""
+    page = (VIEWER / "index.html").read_text()
+    head, tail = page.split("{{DATA}}")
+    head = head.replace("{{CSS}}", (VIEWER / "viewer.css").read_text())
+    tail = tail.replace("{{JS}}", (VIEWER / "viewer.js").read_text())
+    yield head.encode()
+    yield orjson.dumps(viewer).replace(b"<", b"\\u003c")[:-1] + b',"columns":' + orjson.dumps(VIEWER_COLUMNS)
+    yield b',"events":['
+    viewer_rows.seek(0)
+    while chunk := viewer_rows.read(1 << 20):
+        yield chunk
+    yield b"]}"
+    yield tail.encode()
+
+
+# --- what the bundle says besides the events ----------------------------------------------------
+
+
+def session_summary(session: Session, count: int) -> dict[str, Any]:
+    """The manifest's `session`: who the session is and its totals (as the server holds them)."""
+    return {
+        "id": session.pk,
+        "project": session.project.slug,
+        "source_session_id": session.source_session_id,
+        "run_id": session.run_id,
+        "agent_id": session.agent_id,
+        "task": session.task,
+        "environment": session.environment,
+        "model": session.model,
+        "format": session.source_format,
+        "status": str(session.status),
+        "completed": session.completed,
+        "started_at": _iso(session.started_at),
+        "ended_at": _iso(session.ended_at),
+        "final_answer": session.final_answer,
+        "counts": {
+            "events": count,
+            "steps": session.step_count,
+            "errors": session.error_count,
+            "step_errors": session.step_error_count,
+            "by_kind": session.kind_counts or {},
+        },
+        "totals": {
+            "cost_usd": session.cost_usd,
+            "tokens": session.tokens,
+            "reward": session.reward,
+            "elapsed_ms": session.elapsed_ms,
+            "duration_seconds": session.duration_seconds,
+        },
+    }
+
+
+def _at(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _comment(comment: Comment) -> dict[str, Any]:
+    return {
+        "id": comment.pk,
+        "seq": comment.seq,
+        "author": comment.author_name,
+        "created_at": _at(comment.created_at),
+        "edited_at": _at(comment.edited_at),
+        "deleted_at": _at(comment.deleted_at),
+        "body": "" if comment.deleted_at else comment.body,  # a deletion keeps its place only
+        "revisions": [
+            {"body": r.body, "written_at": _at(r.written_at), "replaced_at": _at(r.replaced_at)}
+            for r in comment.revisions.all()
+        ]
+        if not comment.deleted_at
+        else [],
+    }
+
+
+def comment_threads(session: Session) -> list[dict[str, Any]]:
+    """comments.json: threads in seq order, each with its replies oldest first."""
+    found = Comment.objects.filter(session=session).order_by("seq", "created_at", "id").prefetch_related("revisions")
+    threads: dict[int, dict[str, Any]] = {}
+    replies: list[Comment] = []
+    for comment in found:
+        if comment.parent_id is None:
+            threads[comment.pk] = _comment(comment) | {
+                "resolved_at": _at(comment.resolved_at),
+                "resolved_by": comment.resolved_by,
+                "replies": [],
+            }
+        else:
+            replies.append(comment)
+    for reply in replies:
+        if reply.parent_id in threads:
+            threads[reply.parent_id]["replies"].append(_comment(reply))
+    return list(threads.values())
+
+
+def sign_offs(session: Session) -> list[dict[str, Any]]:
+    """reviews.json: sign-offs, oldest first, each bound to the head and seqs it verified."""
+    return [
+        {
+            "id": review.pk,
+            "reviewer": review.reviewer_name,
+            "verdict": review.verdict,
+            "note": review.note,
+            "chain_head": review.chain_head,
+            "chain_valid": review.chain_valid,
+            "first_seq": review.first_seq,
+            "last_seq": review.last_seq,
+            "created_at": _at(review.created_at),
+        }
+        for review in Review.objects.filter(session=session).order_by("created_at", "id")
+    ]

@@ -1,0 +1,350 @@
+"""The signed evidence bundle: export, the signing key, and verify_bundle naming what changed."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
+from django.http import StreamingHttpResponse
+from django.test import Client
+
+from sessions_app import signing
+from sessions_app.bundle_reader import BundleError, read_bundle
+from sessions_app.ingest.importing import import_local_file
+from sessions_app.models import AuditEntry, Comment, CommentRevision, Event, Review, Role, Session
+
+from .builders_teams import acme, member  # noqa: F401  (fixtures)
+
+ROOT = Path(settings.BASE_DIR)
+SOURCE = ROOT / "demo" / "rlm_success.jsonl"
+HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def session(acme, tmp_path) -> Session:
+    """A session imported from a file (its original kept), with a thread, a reply with an edit,
+    and a sign-off."""
+    copy = tmp_path / SOURCE.name
+    copy.write_bytes(SOURCE.read_bytes())
+    (outcome,) = import_local_file(path=copy, project=acme)
+    found = Session.objects.get(pk=outcome.session.pk)
+    thread = Comment.objects.create(session=found, seq=3, author_name="rita", body="Why this query? " + HOSTILE)
+    reply = Comment.objects.create(session=found, seq=3, parent=thread, author_name="mia", body="Fixed wording")
+    CommentRevision.objects.create(comment=reply, body="first wording", written_at=reply.created_at)
+    Review.objects.create(session=found, reviewer_name="rita", verdict=Review.Verdict.APPROVED, note="fine",
+                          chain_head=found.head_hash, chain_valid=True, first_seq=0,
+                          last_seq=found.event_count - 1)  # fmt: skip
+    return found
+
+
+@pytest.fixture
+def viewer(acme) -> Client:
+    client = Client()
+    client.force_login(member("vera", acme, Role.VIEWER))
+    return client
+
+
+def export(client: Client, session: Session, folder: Path) -> Path:
+    response = client.get(f"/api/sessions/{session.pk}/bundle")
+    assert response.status_code == 200, response.content
+    path = folder / "bundle.zip"
+    path.write_bytes(b"".join(response.streaming_content))
+    return path
+
+
+@pytest.fixture
+def bundle(viewer, session, tmp_path) -> Path:
+    return export(viewer, session, tmp_path)
+
+
+def server_key() -> str:
+    return signing.server_key().public_key
+
+
+def verify(path: Path, key: str | None = None) -> str:
+    out = io.StringIO()
+    call_command("verify_bundle", str(path), *(["--key", key] if key else []), stdout=out)
+    return out.getvalue()
+
+
+def refused(path: Path, key: str | None = None) -> str:
+    with pytest.raises(CommandError) as raised:
+        verify(path, key)
+    return str(raised.value)
+
+
+def rezip(path: Path, changes: dict[str, Callable[[bytes], bytes]], target: Path | None = None) -> Path:
+    """The bundle again, members in the same order, with some members' bytes changed."""
+    target = target or path.with_name("changed.zip")
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        for name in source.namelist():
+            data = source.read(name)
+            out.writestr(name, changes[name](data) if name in changes else data)
+    return target
+
+
+def flip_in(needle: bytes, replacement: bytes, occurrence: int = 0) -> Callable[[bytes], bytes]:
+    def change(data: bytes) -> bytes:
+        at = -1
+        for _ in range(occurrence + 1):
+            at = data.index(needle, at + 1)
+        return data[:at] + replacement + data[at + len(needle) :]
+
+    return change
+
+
+def resign(manifest_change: Callable[[dict], None], key: Ed25519PrivateKey | None = None):
+    """Changes that rewrite the manifest and sign it with `key` (a stranger's key, named in
+    the manifest as its public key)."""
+    key = key or Ed25519PrivateKey.generate()
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    state: dict = {}
+
+    def manifest(data: bytes) -> bytes:
+        parsed = orjson.loads(data)
+        parsed["public_key"] = base64.b64encode(raw).decode()
+        manifest_change(parsed)
+        state["bytes"] = orjson.dumps(parsed, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+        return state["bytes"]
+
+    def signature(_data: bytes) -> bytes:
+        return base64.b64encode(key.sign(state["bytes"]))
+
+    return {"manifest.json": manifest, "manifest.sig": signature}, base64.b64encode(raw).decode()
+
+
+# --- export ---------------------------------------------------------------------------------
+
+
+def test_an_exported_bundle_verifies_against_the_servers_key(bundle):
+    out = verify(bundle, server_key())
+    assert out.startswith("bundle OK")
+    assert "by the pinned key" in out
+    assert "events.jsonl" in out and "original/rlm_success.jsonl" in out
+
+
+def test_without_a_key_the_embedded_key_is_used_and_said_to_be_unpinned(bundle):
+    assert "NOT pinned" in verify(bundle)
+
+
+def test_the_bundle_holds_the_events_original_comments_and_sign_offs_as_stored(bundle, session):
+    read = read_bundle(bundle, key=server_key())
+    assert read.pinned and read.signature_valid and read.files_valid and read.chain_valid
+    stored = list(Event.objects.filter(session=session).order_by("seq").values_list("seq", "hash", "payload", "salt"))
+    assert [(e["seq"], e["hash"], e["payload"], e["salt"]) for e in read.events()] == stored
+    assert read.chain == {"head": session.head_hash, "first_seq": 0, "last_seq": session.event_count - 1}
+    assert read.original_name == "rlm_success.jsonl"
+    assert read.read_original() == SOURCE.read_bytes()
+    (thread,) = read.comments
+    assert (thread["seq"], thread["author"], thread["body"]) == (3, "rita", "Why this query? " + HOSTILE)
+    assert thread["replies"][0]["revisions"][0]["body"] == "first wording"
+    (review,) = read.reviews
+    assert (review["verdict"], review["chain_head"], review["last_seq"]) == (
+        "approved", session.head_hash, session.event_count - 1)  # fmt: skip
+    assert read.session["project"] == "acme" and read.session["counts"]["events"] == session.event_count
+
+
+def test_the_manifest_names_every_file_with_its_sha256_and_is_signed(bundle):
+    with zipfile.ZipFile(bundle) as archive:
+        names = archive.namelist()
+        manifest_bytes = archive.read("manifest.json")
+        manifest = orjson.loads(manifest_bytes)
+        assert set(names) == set(manifest["files"]) | {"manifest.json", "manifest.sig"}
+        for name, digest in manifest["files"].items():
+            assert hashlib.sha256(archive.read(name)).hexdigest() == digest
+        public, _ = signing.public_key_from_text(manifest["public_key"])
+        assert signing.verify(public, archive.read("manifest.sig").decode(), manifest_bytes)
+    assert manifest["format"] == "replay-bundle/1" and manifest["exported_by"] == "vera"
+    assert manifest["public_key"] == server_key()
+
+
+def test_the_bundle_is_streamed_as_a_zip(viewer, session):
+    response = viewer.get(f"/api/sessions/{session.pk}/bundle")
+    assert isinstance(response, StreamingHttpResponse)
+    assert response["Content-Type"] == "application/zip"
+    assert response["Content-Disposition"].endswith('.replay-bundle.zip"')
+    chunks = list(response.streaming_content)
+    assert len(chunks) > 3  # written out member by member, not built first
+    zipfile.ZipFile(io.BytesIO(b"".join(chunks))).testzip()
+
+
+def test_exporting_a_bundle_is_bundle_export_in_the_audit_log(viewer, session):
+    export_ = viewer.get(f"/api/sessions/{session.pk}/bundle")
+    b"".join(export_.streaming_content)
+    entry = AuditEntry.objects.get(action="bundle.export")
+    assert (entry.actor, entry.target, entry.project_id) == ("vera", f"session:{session.pk}", session.project_id)
+    assert orjson.loads(entry.detail) == {"events": session.event_count, "head": session.head_hash}
+
+
+def test_a_non_member_gets_404_and_an_anonymous_caller_401(session, db):
+    outsider = Client()
+    outsider.force_login(member("olga"))  # a maintainer of the default project only
+    response = outsider.get(f"/api/sessions/{session.pk}/bundle")
+    assert response.status_code == 404
+    assert response.json() == {"detail": f"session {session.pk} not found"}
+    assert Client().get(f"/api/sessions/{session.pk}/bundle").status_code == 401
+    assert not AuditEntry.objects.filter(action="bundle.export").exists()
+
+
+def test_the_player_offers_the_bundle(viewer, session):
+    page = viewer.get(f"/sessions/{session.pk}/")
+    assert f'href="/api/sessions/{session.pk}/bundle"'.encode() in page.content
+
+
+def test_the_offline_player_can_make_no_request_and_holds_the_session_as_data_only(bundle):
+    with zipfile.ZipFile(bundle) as archive:
+        html = archive.read("index.html").decode()
+    assert "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:" in html
+    assert html.count("<script") == 2  # the JSON data block and the one inline script
+    assert "</script><script>alert" not in html and "<img src=x" not in html
+    data = html.split('<script type="application/json" id="bundle-data">', 1)[1].split("</script>", 1)[0]
+    parsed = orjson.loads(data)
+    assert parsed["comments"][0]["body"].endswith(HOSTILE)
+    assert "innerHTML" not in html and "insertAdjacentHTML" not in html and "src=" not in html.split("</style>")[0]
+
+
+# --- verify_bundle finds what changed -------------------------------------------------------
+
+
+def test_a_changed_payload_byte_is_named_by_its_line_and_seq(bundle):
+    with zipfile.ZipFile(bundle) as archive:
+        line = archive.read("events.jsonl").splitlines()[3]
+    event = orjson.loads(line)
+    payload = event["payload"]
+    changed = payload.replace(payload[-2], "X" if payload[-2] != "X" else "Y", 1)
+    edited = line.replace(orjson.dumps(payload)[1:-1], orjson.dumps(changed)[1:-1])
+    assert edited != line
+    message = refused(rezip(bundle, {"events.jsonl": flip_in(line, edited)}), server_key())
+    assert message.startswith("bundle NOT OK: events.jsonl: its SHA-256 does not match manifest.json")
+    assert "events.jsonl line 4 (seq 3): field hash" in message
+
+
+def test_a_changed_event_is_found_by_the_chain_even_when_the_manifest_is_re_signed(bundle):
+    """A stranger who rewrites an event, the manifest's hash of events.jsonl, and signs it all
+    with their own key: the unpinned check catches the chain, the pinned one the signature."""
+    with zipfile.ZipFile(bundle) as archive:
+        events = archive.read("events.jsonl")
+    line = events.splitlines()[5]
+    edited = line.replace(b'"seq":5,', b'"seq":5,', 1).replace(b'"kind":"', b'"kind":"x', 1)
+    new_events = events.replace(line, edited)
+    changes, stranger = resign(lambda m: m["files"].update({"events.jsonl": hashlib.sha256(new_events).hexdigest()}))
+    changed = rezip(bundle, {"events.jsonl": lambda _: new_events, **changes})
+    message = refused(changed)
+    assert "events.jsonl line 6 (seq 5): field hash" in message
+    assert "SHA-256" not in message
+    assert "not a signature of manifest.json by the pinned key" in refused(changed, server_key())
+
+
+def test_a_changed_original_byte_is_named(bundle):
+    message = refused(rezip(bundle, {"original/rlm_success.jsonl": flip_in(b"revenue", b"Revenue")}), server_key())
+    assert message == (
+        "bundle NOT OK: original/rlm_success.jsonl: its SHA-256 does not match manifest.json (the file was changed)"
+    )
+
+
+def test_a_changed_comment_is_named(bundle):
+    message = refused(rezip(bundle, {"comments.json": flip_in(b"Why this query?", b"Why that query?")}))
+    assert message.startswith("bundle NOT OK: comments.json: its SHA-256 does not match")
+
+
+def test_a_changed_manifest_breaks_the_signature(bundle):
+    message = refused(rezip(bundle, {"manifest.json": flip_in(b'"vera"', b'"eve"')}), server_key())
+    assert message.startswith("bundle NOT OK: manifest.sig: not a signature of manifest.json by the pinned key")
+    assert "not a signature of manifest.json by the key the manifest names" in refused(
+        rezip(bundle, {"manifest.json": flip_in(b'"vera"', b'"eve"')}, bundle.with_name("b.zip"))
+    )
+
+
+def test_a_signature_by_another_key_fails_against_the_pinned_key(bundle):
+    changes, stranger = resign(lambda m: m.update({"exported_by": "eve"}))
+    changed = rezip(bundle, changes)
+    assert "NOT pinned" in verify(changed)  # whole, and signed by the key it carries ...
+    message = refused(changed, server_key())  # ... which is not the server's
+    assert f"by the pinned key {signing.grouped(signing.server_key().fingerprint)}" in message
+    assert "the manifest names the key" in message
+    assert verify(changed, stranger).startswith("bundle OK")
+
+
+def test_pinning_another_key_refuses_a_genuine_bundle(bundle):
+    other = (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
+    assert "by the pinned key" in refused(bundle, base64.b64encode(other).decode())
+    assert "--key: not an Ed25519 public key" in refused(bundle, "not-a-key")
+
+
+def test_a_missing_or_extra_file_is_named(bundle):
+    target = bundle.with_name("extra.zip")
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(target, "w") as out:
+        for name in source.namelist():
+            if name != "reviews.json":
+                out.writestr(name, source.read(name))
+        out.writestr("payload.exe", b"MZ")
+    message = refused(target, server_key())
+    assert message == "bundle NOT OK: reviews.json: listed in manifest.json but missing from the bundle"
+
+
+def test_verify_bundle_needs_no_database_and_exits_non_zero(bundle, tmp_path):
+    # A database that cannot be reached: any ORM use would fail.
+    env = {**os.environ, "DATABASE_URL": "postgres://nobody@127.0.0.1:9/none", "REPLAY_DATA_DIR": str(tmp_path)}
+    command = [sys.executable, str(ROOT / "manage.py"), "verify_bundle"]
+    ok = subprocess.run([*command, str(bundle), "--key", server_key()], env=env, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("bundle OK")
+    broken = rezip(bundle, {"comments.json": flip_in(b"rita", b"rite")})
+    failed = subprocess.run([*command, str(broken)], env=env, capture_output=True, text=True)
+    assert failed.returncode != 0
+    assert "comments.json: its SHA-256 does not match" in failed.stderr
+
+
+def test_read_bundle_refuses_what_is_not_a_zip(tmp_path):
+    path = tmp_path / "not.zip"
+    path.write_bytes(b"hello")
+    with pytest.raises(BundleError, match="not a readable zip file"):
+        read_bundle(path)
+
+
+# --- the signing key ------------------------------------------------------------------------
+
+
+def test_the_signing_key_is_made_once_owner_only_and_outside_the_database(settings, tmp_path):
+    settings.SIGNING_KEY_FILE = tmp_path / "keys" / "signing.pem"
+    first = signing.load_or_create(settings.SIGNING_KEY_FILE)
+    assert stat.S_IMODE(settings.SIGNING_KEY_FILE.stat().st_mode) == 0o600
+    again = signing.load_or_create(settings.SIGNING_KEY_FILE)
+    assert first.public_key == again.public_key and len(first.fingerprint) == 16
+    assert len(base64.b64decode(first.public_key)) == 32
+
+
+def test_a_bad_key_file_stops_with_improperly_configured(tmp_path):
+    path = tmp_path / "bad.pem"
+    path.write_text("not a key")
+    with pytest.raises(ImproperlyConfigured, match="REPLAY_SIGNING_KEY_FILE"):
+        signing.load_or_create(path)
+
+
+def test_the_public_key_is_in_the_api_and_on_the_about_page(viewer):
+    body = viewer.get("/api/signing-key").json()
+    key = signing.server_key()
+    assert body == {"algorithm": "Ed25519", "public_key": key.public_key, "fingerprint": key.fingerprint}
+    page = viewer.get("/about/").content.decode()
+    assert key.public_key in page and signing.grouped(key.fingerprint) in page and "verify_bundle" in page
+    assert Client().get("/api/signing-key").status_code == 401
+    assert Client().get("/about/").status_code == 302
