@@ -1,0 +1,94 @@
+"""The bundle's index.html in real headless Chromium, opened from disk (file://) with every
+network request blocked: it steps through the session, shows a comment at its step, runs none
+of the session's hostile text, and asks for nothing outside the file."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from playwright.sync_api import Browser
+
+from sessions_app.bundles import stream_bundle
+from sessions_app.ingest.importing import import_local_file
+from sessions_app.models import Comment, Project, Session
+
+pytestmark = pytest.mark.browser
+
+SOURCE = Path(settings.BASE_DIR) / "demo" / "rlm_success.jsonl"
+HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>'
+
+
+@pytest.fixture
+def index_html(db, tmp_path) -> tuple[Path, Session]:
+    copy = tmp_path / SOURCE.name
+    copy.write_bytes(SOURCE.read_bytes())
+    (outcome,) = import_local_file(path=copy, project=Project.get_default())
+    session = Session.objects.get(pk=outcome.session.pk)
+    thread = Comment.objects.create(session=session, seq=3, author_name="rita", body="Look at this step " + HOSTILE)
+    Comment.objects.create(session=session, seq=3, parent=thread, author_name="mia", body="Agreed.")
+    bundle = tmp_path / "bundle.zip"
+    with bundle.open("wb") as out:
+        for chunk in stream_bundle(session=session, exported_by="rita"):
+            out.write(chunk)
+    folder = tmp_path / "unpacked"
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extract("index.html", folder)
+    return folder / "index.html", session
+
+
+def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocked(browser: Browser, index_html):
+    path, session = index_html
+    url = path.as_uri()
+    requests: list[str] = []
+    blocked: list[str] = []
+    errors: list[str] = []
+    dialogs: list[str] = []
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+
+    def route(route) -> None:
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    try:
+        page.goto(url)
+        page.locator("#position").filter(has_text=f"event 1 of {session.event_count}").wait_for()
+        assert page.locator("#event-title").text_content().startswith("Event 0 ")
+        assert page.locator("#step-comments").text_content() == "No comment on this step."
+        # Step forward with the keyboard to seq 3, where the thread is.
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+        assert page.locator("#event-title").text_content().startswith("Event 3 ")
+        thread = page.locator("#step-comments .thread")
+        assert thread.count() == 1
+        assert "Look at this step " + HOSTILE in thread.text_content()  # shown as text
+        assert "Agreed." in thread.text_content()
+        assert page.locator("#context").text_content().count("so far") == 4  # cost, tokens, errors, steps
+        # The buttons and the scrubber move too; the step list shows only rows around the view.
+        page.click("#next")
+        assert page.locator("#event-title").text_content().startswith("Event 4 ")
+        page.click("#first")
+        page.click("#next-comment")
+        assert page.locator("#event-title").text_content().startswith("Event 3 ")
+        assert page.locator("#steps .row.current .seq").text_content() == "3"
+        assert page.locator("#marks .mark").count() == 1
+        page.click("#last")
+        assert page.locator("#event-title").text_content().startswith(f"Event {session.event_count - 1} ")
+        assert page.evaluate("window.__pwned") is None
+    finally:
+        context.close()
+    assert dialogs == [] and errors == [], (dialogs, errors)
+    assert blocked == [], f"the page asked for {blocked}"
+    assert requests == [url], requests
