@@ -33,8 +33,7 @@ from django.utils import timezone
 
 from . import signing
 from .bundle_reader import FORMAT
-from .chain import GENESIS_HASH, RECORDED_FIELDS, recorded_values, ts_text
-from .ingest.rows import EVENT_COLUMNS
+from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, recorded_values
 from .models import Comment, Event, Review, Session
 from .replay.exports import export_original, original_name
 from .replay.rows import _iso
@@ -44,19 +43,23 @@ CHUNK = 2000
 # (bench/bundle_bench.py).
 COMPRESS_LEVEL = 1
 VIEWER = Path(__file__).resolve().parent / "bundle_viewer"
+# events.jsonl: what chain.py needs to recompute each link (the derived columns, running totals
+# and pairing, are left out: they follow from these in seq order, as verification derives them).
+LINE_FIELDS = ("seq", *RECORDED_FIELDS, *CONTENT_FIELDS, "salt", "hash", "prev_hash")
 # What the offline player reads of each event (an array per event, in this order).
 VIEWER_COLUMNS = (
-    "seq", "kind", "ts", "step", "tool", "is_error", "cost_total", "tokens_total", "errors_total",
-    "steps_total", "elapsed_ms", "payload", "step_state",
+    "seq", "kind", "ts", "step", "tool", "is_error", "payload", "step_state", "cost_total", "tokens_total",
+    "errors_total", "steps_total", "elapsed_ms",
 )  # fmt: skip
+_RUNNING = ("cost_total", "tokens_total", "errors_total", "steps_total", "elapsed_ms")
 
 _TABLE = Event._meta.db_table
-_COLUMNS = tuple(name for name in EVENT_COLUMNS if name != "session_id")
-_AT = {name: i for i, name in enumerate(_COLUMNS)}
-_RECORDED_AT = [_AT[name] for name in RECORDED_FIELDS]
-_VIEWER_AT = [_AT[name] for name in VIEWER_COLUMNS]
-_KIND_COUNTS = _AT["kind_counts"]
-_TS = _AT["ts"]
+_RECORDED = slice(1, 1 + len(RECORDED_FIELDS))
+_REST = slice(1 + len(RECORDED_FIELDS), len(LINE_FIELDS))
+_PAYLOAD, _STEP_STATE = 1 + len(RECORDED_FIELDS), 1 + len(RECORDED_FIELDS) + CONTENT_FIELDS.index("step_state")
+_KIND, _TS, _STEP, _TOOL, _IS_ERROR = (
+    RECORDED_FIELDS.index(name) for name in ("kind", "ts", "step", "tool", "is_error")
+)
 _PRETTY = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
 
@@ -148,14 +151,13 @@ def _event_lines(session: Session, count: int, viewer_rows: IO[bytes]) -> Iterat
     for rows in _event_chunks(session.pk, count):
         lines, viewer = [], []
         for row in rows:
-            values = dict(zip(_COLUMNS, row))
             # The recorded fields as chain.py hashes them (the same bytes from both databases).
-            values.update(zip(RECORDED_FIELDS, recorded_values([row[i] for i in _RECORDED_AT])))
-            values["kind_counts"] = orjson.Fragment(row[_KIND_COUNTS] or "{}")
-            lines.append(orjson.dumps(values))
-            shown = [row[i] for i in _VIEWER_AT]
-            shown[2] = ts_text(row[_TS])
-            viewer.append(orjson.dumps(shown))
+            recorded = recorded_values(row[_RECORDED])
+            lines.append(orjson.dumps(dict(zip(LINE_FIELDS, (row[0], *recorded, *row[_REST])))))
+            viewer.append(orjson.dumps((
+                row[0], recorded[_KIND], recorded[_TS], recorded[_STEP], recorded[_TOOL], recorded[_IS_ERROR],
+                row[_PAYLOAD], row[_STEP_STATE], *row[len(LINE_FIELDS):],
+            )))  # fmt: skip
         yield b"\n".join(lines) + b"\n"
         # In a <script> element only "</script" and "<!--" could end the data early; a "<"
         # can only be inside a JSON string, where \u003c is the same character.
@@ -164,11 +166,15 @@ def _event_lines(session: Session, count: int, viewer_rows: IO[bytes]) -> Iterat
 
 
 def _event_chunks(session_pk: int, count: int) -> Iterator[list[tuple]]:
+    # SQLite's stored timestamp text is already the form chain.ts_text gives: read it as text
+    # rather than have Django's converter parse it into a datetime that is formatted back.
+    ts = "ts || ''" if connection.vendor == "sqlite" else "ts"
+    columns = ", ".join(ts if name == "ts" else name for name in (*LINE_FIELDS, *_RUNNING))
     next_seq = 0
     while next_seq < count:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE session_id = %s AND seq >= %s AND seq < %s "
+                f"SELECT {columns} FROM {_TABLE} WHERE session_id = %s AND seq >= %s AND seq < %s "
                 f"ORDER BY seq LIMIT {CHUNK}",
                 [session_pk, next_seq, count],
             )

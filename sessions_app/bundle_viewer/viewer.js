@@ -68,35 +68,45 @@
   const spacer = $("steps-spacer");
   const rows = new Map(); // index -> element, only those in view
 
-  function rowFor(i) {
+  const spare = []; // rows scrolled out of view, reused rather than made again
+
+  function fillRow(row, i) {
     const e = events[i];
-    const row = el("div", "row");
-    row.setAttribute("role", "option");
     row.dataset.index = String(i);
     row.style.top = i * ROW + "px";
-    if (e[col.is_error]) row.classList.add("error");
-    row.appendChild(el("span", "seq", e[col.seq]));
-    row.appendChild(el("span", "kind", e[col.kind]));
-    row.appendChild(el("span", "tool", e[col.tool] || ""));
+    row.classList.toggle("error", Boolean(e[col.is_error]));
+    row.classList.toggle("current", i === current);
+    const parts = row.children;
+    parts[0].textContent = e[col.seq];
+    parts[1].textContent = e[col.kind];
+    parts[2].textContent = e[col.tool] || "";
     const threads = threadsAt.get(e[col.seq]);
-    if (threads) row.appendChild(el("span", "has-comment", "● " + threads.length + " comment" + (threads.length > 1 ? "s" : "")));
-    if (i === current) row.classList.add("current");
+    parts[3].textContent = threads ? "● " + threads.length + " comment" + (threads.length > 1 ? "s" : "") : "";
     return row;
+  }
+
+  function rowFor(i) {
+    let row = spare.pop();
+    if (!row) {
+      row = el("div", "row");
+      row.setAttribute("role", "option");
+      row.append(el("span", "seq"), el("span", "kind"), el("span", "tool"), el("span", "has-comment"));
+      spacer.appendChild(row);
+    }
+    row.hidden = false;
+    return fillRow(row, i);
   }
 
   function renderRows() {
     const first = Math.max(0, Math.floor(list.scrollTop / ROW) - OVERSCAN);
     const last = Math.min(events.length - 1, Math.ceil((list.scrollTop + list.clientHeight) / ROW) + OVERSCAN);
     rows.forEach(function (row, i) {
-      if (i < first || i > last) { row.remove(); rows.delete(i); }
+      if (i < first || i > last) { rows.delete(i); row.classList.remove("current"); spare.push(row); }
     });
     for (let i = first; i <= last; i++) {
-      if (!rows.has(i)) {
-        const row = rowFor(i);
-        rows.set(i, row);
-        spacer.appendChild(row);
-      }
+      if (!rows.has(i)) rows.set(i, rowFor(i));
     }
+    spare.forEach(function (row) { row.hidden = true; });
   }
 
   function scrollIntoView(i) {
@@ -183,7 +193,17 @@
     const row = rows.get(i);
     if (row) row.classList.add("current");
     showContext(i);
-    try { history.replaceState(null, "", "#seq=" + events[i][col.seq]); } catch (error) { /* file:// may refuse */ }
+    rememberSeq(events[i][col.seq]);
+  }
+
+  // The address keeps the shown event (#seq=N), written once stepping pauses: browsers refuse
+  // (and warn about) more than a few hundred history updates in a few seconds.
+  let remember = null;
+  function rememberSeq(seq) {
+    clearTimeout(remember);
+    remember = setTimeout(function () {
+      try { history.replaceState(null, "", "#seq=" + seq); } catch (error) { /* file:// may refuse */ }
+    }, 300);
   }
 
   function indexOfSeq(seq) { return seq - base; }
