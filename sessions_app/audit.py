@@ -32,7 +32,7 @@ ACTIONS = (
     "key.create", "key.revoke",
     "project.create", "project.change", "retention.run",
     "comment.create", "comment.edit", "comment.delete", "comment.resolve", "review.create",
-    "bundle.export", "bundle.import",
+    "bundle.export",
 )  # fmt: skip
 
 CHUNK = 2000

@@ -22,6 +22,7 @@ from django.utils import timezone
 from ..canonical import CanonicalEvent, ParsedSession, Problems
 from ..formats import Source, detect, registry
 from ..models import ImportJob, Project, Session
+from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
 from .uploads import keep_local_file
 from .writer import (
     append_events,
@@ -101,6 +102,11 @@ def import_file(
     if unreadable:
         outcome = ImportOutcome(path=path, error=f"{display_name}: {unreadable}", unreadable=True)
         progress.finish([outcome], Problems(), "")
+        return [outcome]
+
+    if is_bundle(path):
+        outcome = _import_bundle(path, project, created_by, display_name)
+        progress.finish([outcome], Problems(), FORMAT_NAME)
         return [outcome]
 
     source = Source(path=path, display_name=display_name, on_bytes=progress.bytes_read)
@@ -209,6 +215,16 @@ def _import_session(
         path=path, session=session, format=fmt, events=session.event_count,
         steps=session.step_count,
     )  # fmt: skip
+
+
+def _import_bundle(path: Path, project: Project, created_by: str, display_name: str) -> ImportOutcome:
+    """An evidence bundle from another Replay (ingest/bundles.py): all or nothing."""
+    try:
+        session, _bundle, duplicate = import_bundle(path=path, project=project, created_by=created_by)
+    except BundleError as exc:
+        return ImportOutcome(path=path, format=FORMAT_NAME, error=f"{display_name}: {exc}")
+    return ImportOutcome(path=path, session=session, format=FORMAT_NAME, events=session.event_count,
+                         steps=session.step_count, duplicate=duplicate)  # fmt: skip
 
 
 def _fingerprinted(events: Iterable[CanonicalEvent], digest: Any) -> Iterator[CanonicalEvent]:

@@ -10,6 +10,7 @@ import re
 import shutil
 import uuid
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 from django.core.files.move import file_move_safe
@@ -106,11 +107,22 @@ def keep_local_file(
     """Keep a copy of a file given on this machine (the command line, the demo) as an upload is
     kept, with its job, for the caller to import now: its original stays exportable byte for
     byte even when the file given is later moved or changed."""
-    original_name = display_name(path.name)
+    with path.open("rb") as stream:
+        return keep_stream(stream=stream, name=path.name, project=project, format=format, created_by=created_by,
+                           replace=replace)  # fmt: skip
+
+
+def keep_stream(
+    *, stream: IO[bytes], name: str, project: Project, format: str = "", created_by: str = "", replace: bool = False
+) -> ImportJob:
+    """Keep a copy of what `stream` reads (a local file; an original carried in an evidence
+    bundle) as an upload is kept, with its job."""
+    original_name = display_name(name)
     lowered = original_name.lower()
     suffix = next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
     target = _new_stored_path(suffix)
-    shutil.copyfile(path, target)
+    with target.open("wb") as out:
+        shutil.copyfileobj(stream, out, 1 << 20)
     os.chmod(target, 0o640)
     return ImportJob.objects.create(
         project=project,

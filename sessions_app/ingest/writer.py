@@ -243,6 +243,27 @@ def append_events(
     transaction, so the next batch continues exactly where this one stopped. `keep_raw=False`
     leaves each record's text out where the source file itself is kept (an import's job).
     """
+    return _append(session, events, EventRows.add, on_progress, format_state, keep_raw)
+
+
+def append_stored_events(
+    *, session: Session, events: Iterable[dict[str, Any]], on_progress: Callable[[int], None] | None = None
+) -> AppendResult:
+    """Append events as another Replay stored them (an evidence bundle's events.jsonl: every
+    recorded and content column with its salt), in one transaction. The rows are built by the
+    same code as any import's, so the same salts give the same links: the chain comes out as
+    it was, its head the bundle's."""
+    return _append(session, events, EventRows.add_stored, on_progress, None, True)
+
+
+def _append(
+    session: Session,
+    events: Iterable[Any],
+    add: Callable[[EventRows, Any], None],
+    on_progress: Callable[[int], None] | None,
+    format_state: dict[str, Any] | None,
+    keep_raw: bool,
+) -> AppendResult:
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         state = state_of_session(locked)
@@ -251,7 +272,7 @@ def append_events(
         stored = 0
         with _batch_writer(locked) as write:
             for event in events:
-                rows.add(event)
+                add(rows, event)
                 if len(rows.rows) >= BATCH_ROWS:
                     batch = rows.take()
                     write(batch)

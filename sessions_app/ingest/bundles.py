@@ -1,0 +1,176 @@
+"""Importing an evidence bundle (sessions_app/bundles.py writes them) into this Replay.
+
+The bundle is checked first, whole (signature, every file's SHA-256, the event chain:
+bundle_reader.read_bundle); nothing is stored from a bundle that fails. Its events then go
+through the one writer as stored rows with their salts (writer.append_stored_events), so the
+session's chain comes out link for link as the exporting server had it and its head is the
+manifest's. Comments (with their edit history) and sign-offs come back as they were, their
+authors by name; the session says which key signed the bundle it came from.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+
+from ..bundle_reader import Bundle, BundleError, read_bundle
+from ..canonical import SessionMeta
+from ..models import Comment, CommentRevision, ImportJob, Project, Review, Session
+from .uploads import keep_stream
+from .writer import append_stored_events, create_session
+
+__all__ = ["BundleError", "import_bundle", "is_bundle"]
+
+FORMAT_NAME = "replay_bundle"
+
+
+def is_bundle(path: Path) -> bool:
+    """Whether the file is a zip holding a bundle's manifest (checked before any format)."""
+    if not path.is_file() or not zipfile.is_zipfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return "manifest.json" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def import_bundle(
+    *, path: Path, project: Project, key: str | None = None, created_by: str = ""
+) -> tuple[Session, Bundle, bool]:
+    """Check the bundle and restore its session, comments and sign-offs in `project`: the
+    session, the bundle, and whether it was there already (the same chain head in the project).
+    A BundleError (nothing stored) names what did not match."""
+    bundle = read_bundle(path, key=key)
+    summary, head = bundle.session, bundle.chain["head"]
+    existing = Session.objects.filter(project=project, source_digest=head).order_by("pk").first()
+    if existing is not None:
+        return existing, bundle, True
+    with transaction.atomic():
+        session = create_session(project=project, source_format=summary.get("format") or FORMAT_NAME,
+                                 meta=_meta(summary, bundle), import_job=_keep_original(bundle, project, created_by))  # fmt: skip
+        append_stored_events(session=session, events=_stored(bundle))
+        session.refresh_from_db()
+        if session.head_hash != head:
+            # read_bundle checked every link, so only a writer change could get here.
+            raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
+        # A bundle imported twice is one session: its chain head names its content (the salts
+        # make any other content's head differ).
+        Session.objects.filter(pk=session.pk).update(source_digest=head)
+        _finish(session, summary)
+        _restore_comments(session, bundle.comments)
+        _restore_reviews(session, bundle.reviews)
+    session.refresh_from_db()
+    return session, bundle, False
+
+
+def _keep_original(bundle: Bundle, project: Project, created_by: str) -> ImportJob | None:
+    """The upload the bundle carries, kept as uploads are, so the imported session's original
+    exports byte for byte as it did where it came from."""
+    name = bundle.original_name
+    if name is None:
+        return None
+    with bundle.open_original() as stream:
+        job = keep_stream(stream=stream, name=name, project=project, format=bundle.session.get("format") or "",
+                          created_by=created_by)  # fmt: skip
+    ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.DONE, detected_format=FORMAT_NAME,
+                                                finished_at=datetime.now(UTC))  # fmt: skip
+    return job
+
+
+def _meta(summary: dict[str, Any], bundle: Bundle) -> SessionMeta:
+    return SessionMeta(
+        source_session_id=str(summary.get("source_session_id") or "")[:200],
+        run_id=str(summary.get("run_id") or "")[:200],
+        agent_id=str(summary.get("agent_id") or "")[:200],
+        task=str(summary.get("task") or ""),
+        environment=str(summary.get("environment") or "")[:200],
+        model=str(summary.get("model") or "")[:200],
+        started_at=_when(summary.get("started_at")),
+        metadata={"bundle": {
+            "fingerprint": bundle.fingerprint, "public_key": bundle.public_key, "pinned": bundle.pinned,
+            "exported_at": bundle.manifest.get("exported_at"), "exported_by": bundle.manifest.get("exported_by"),
+            "session": summary.get("id"), "project": summary.get("project"), "head": bundle.chain["head"],
+        }},
+    )  # fmt: skip
+
+
+def _stored(bundle: Bundle) -> Iterator[dict[str, Any]]:
+    """events.jsonl's lines as the writer's stored values: the timestamp in the database's own
+    form (SQLite keeps the hashed text as is; PostgreSQL takes an aware datetime)."""
+    as_text = connection.vendor == "sqlite"
+    for line in bundle.events():
+        ts = line.get("ts")
+        if ts is not None and not as_text:
+            line["ts"] = datetime.fromisoformat(ts).replace(tzinfo=UTC)
+        yield line
+
+
+def _finish(session: Session, summary: dict[str, Any]) -> None:
+    """What the writer does not derive from the events: how the session ended."""
+    fields = {
+        "status": summary.get("status") if summary.get("status") in Session.Status.values else Session.Status.COMPLETED,
+        "completed": bool(summary.get("completed")),
+        "ended_at": _when(summary.get("ended_at")),
+        "final_answer": str(summary.get("final_answer") or ""),
+    }  # fmt: skip
+    if fields["status"] == Session.Status.LIVE:  # nothing will append to an imported copy
+        fields["status"] = Session.Status.INTERRUPTED
+    Session.objects.filter(pk=session.pk).update(**fields)
+
+
+def _when(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _restore_comments(session: Session, threads: list[dict[str, Any]]) -> None:
+    for thread in threads:
+        first = _comment(session, thread, parent=None)
+        if thread.get("resolved_at"):
+            first.resolved_at = _when(thread["resolved_at"])
+            first.resolved_by = str(thread.get("resolved_by") or "")[:150]
+            first.save(update_fields=["resolved_at", "resolved_by"])
+        for reply in thread.get("replies") or []:
+            _comment(session, reply, parent=first)
+
+
+def _comment(session: Session, data: dict[str, Any], *, parent: Comment | None) -> Comment:
+    seq = int(data.get("seq", parent.seq if parent is not None else 0))
+    if not 0 <= seq < max(session.event_count, 1):
+        raise BundleError(f"comments.json: comment {data.get('id')} is on event {seq}, outside the session")
+    comment = Comment.objects.create(
+        session=session, seq=seq, parent=parent, author=None, author_name=str(data.get("author") or "")[:150],
+        body=str(data.get("body") or ""), created_at=_when(data.get("created_at")) or datetime.now(UTC),
+        edited_at=_when(data.get("edited_at")), deleted_at=_when(data.get("deleted_at")),
+    )  # fmt: skip
+    CommentRevision.objects.bulk_create(
+        CommentRevision(comment=comment, body=str(r.get("body") or ""),
+                        written_at=_when(r.get("written_at")) or comment.created_at,
+                        replaced_at=_when(r.get("replaced_at")) or comment.created_at)
+        for r in data.get("revisions") or []
+    )  # fmt: skip
+    return comment
+
+
+def _restore_reviews(session: Session, reviews: list[dict[str, Any]]) -> None:
+    verdicts = set(Review.Verdict.values)
+    for data in reviews:
+        if data.get("verdict") not in verdicts:
+            raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")
+        Review.objects.create(
+            session=session, reviewer=None, reviewer_name=str(data.get("reviewer") or "")[:150],
+            verdict=data["verdict"], note=str(data.get("note") or ""), chain_head=str(data.get("chain_head") or ""),
+            chain_valid=bool(data.get("chain_valid")), first_seq=int(data.get("first_seq") or 0),
+            last_seq=int(data.get("last_seq", -1)), created_at=_when(data.get("created_at")) or datetime.now(UTC),
+        )  # fmt: skip
