@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connections
 from playwright.sync_api import Browser
 
 from sessions_app.bundles import stream_bundle
@@ -22,7 +23,7 @@ HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</scrip
 
 
 @pytest.fixture
-def index_html(db, tmp_path) -> tuple[Path, Session]:
+def index_html(transactional_db, tmp_path) -> tuple[Path, Session]:
     copy = tmp_path / SOURCE.name
     copy.write_bytes(SOURCE.read_bytes())
     (outcome,) = import_local_file(path=copy, project=Project.get_default())
@@ -33,6 +34,9 @@ def index_html(db, tmp_path) -> tuple[Path, Session]:
     with bundle.open("wb") as out:
         for chunk in stream_bundle(session=session, exported_by="rita"):
             out.write(chunk)
+    # Made while Playwright's event loop runs, this connection is not the one pytest-django
+    # closes at the end (on PostgreSQL the test database could then not be dropped).
+    connections.close_all()
     folder = tmp_path / "unpacked"
     with zipfile.ZipFile(bundle) as archive:
         archive.extract("index.html", folder)
