@@ -1,0 +1,264 @@
+"""Comments on a session's moments: threads on an event (`seq`), replies, edits with their
+history kept, soft deletes, resolving a thread, and the Markdown they are shown as.
+
+The API (api/comments.py) and the player's forms (views/comments.py) call these workflows;
+each records its audit entry (ids and seqs only: a comment's body never reaches the log).
+Who may call them at all (reviewer and up) is the caller's `access.session_for`; the
+rules that depend on the comment (only one's own edit, admins delete anyone's) live here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+
+import nh3
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Count
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+
+from . import audit
+from .access import Actor, NotVisible
+from .models import Comment, CommentRevision, Role, Session
+
+MAX_BODY = 10_000  # characters of Markdown
+# The Discussion list and the scrubber's marks: a session with more threads shows the first.
+MAX_THREADS = 500
+
+# What CommonMark produces once images are off (an image's `!` stays text, its target a link):
+# nothing that loads from elsewhere, so a page holding comments makes no outside request.
+ALLOWED_TAGS = {
+    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "code", "pre",
+    "blockquote", "ul", "ol", "li", "a",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}}
+URL_SCHEMES = {"http", "https", "mailto"}
+
+
+class CommentError(ValueError):
+    """A comment the workflow refuses (a 400): the message names the field."""
+
+
+@dataclass
+class Thread:
+    """A thread's first comment and its replies, oldest first."""
+
+    first: Comment
+    replies: list[Comment] = field(default_factory=list)
+
+    @property
+    def resolved(self) -> bool:
+        return self.first.resolved_at is not None
+
+
+# --- Markdown ---------------------------------------------------------------------------------
+
+
+@cache
+def _markdown() -> MarkdownIt:
+    # Raw HTML is escaped (html: False), links are never made from bare text (linkify is off in
+    # the commonmark preset); markdown-it already refuses javascript:, vbscript: and data: links.
+    return MarkdownIt("commonmark", {"html": False}).disable("image")
+
+
+def render_markdown(body: str) -> SafeString:
+    """A comment's Markdown as HTML that is safe to put in a page: sanitised after rendering,
+    so even a renderer bug cannot let a script, an event handler or an outside image through."""
+    html = _markdown().render(body)
+    cleaned = nh3.clean(
+        html, tags=ALLOWED_TAGS, attributes=ALLOWED_ATTRIBUTES, url_schemes=URL_SCHEMES,
+        link_rel="noopener nofollow", clean_content_tags={"script", "style"},
+    )  # fmt: skip
+    return mark_safe(cleaned)
+
+
+def permalink(comment: Comment) -> str:
+    """The moment a comment is on: the player at its seq, scrolled to the comment."""
+    return f"{reverse('sessions:player', args=[comment.session_id])}?step={comment.seq}#c-{comment.pk}"
+
+
+def _shown(comment: Comment) -> Comment:
+    """The comment with what pages and the API show of it: HTML and permalink."""
+    comment.body_html = mark_safe("") if comment.deleted_at else render_markdown(comment.body)
+    comment.permalink = permalink(comment)
+    return comment
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def _threads(comments: list[Comment]) -> list[Thread]:
+    threads: dict[int, Thread] = {}
+    replies: list[Comment] = []
+    for comment in comments:
+        _shown(comment)
+        if comment.parent_id is None:
+            threads[comment.pk] = Thread(first=comment)
+        else:
+            replies.append(comment)
+    for reply in replies:
+        if reply.parent_id in threads:
+            threads[reply.parent_id].replies.append(reply)
+    return list(threads.values())
+
+
+def threads_at(*, session: Session, seq: int) -> list[Thread]:
+    """The threads on one event, with their replies: one query (a reply has its thread's seq;
+    the (session, seq) index serves it)."""
+    return _threads(list(Comment.objects.filter(session=session, seq=seq).order_by("created_at", "id")))
+
+
+def threads_of(*, session: Session) -> list[Thread]:
+    """Every thread of the session in seq order, with replies: what the API lists. One query."""
+    return _threads(list(Comment.objects.filter(session=session).order_by("seq", "created_at", "id")))
+
+
+@dataclass
+class ThreadSummary:
+    """A line of the Discussion list and a mark on the scrubber."""
+
+    id: int
+    seq: int
+    author_name: str
+    body: str
+    deleted: bool
+    resolved: bool
+    replies: int
+    created_at: datetime
+    permalink: str
+    x: float = 0.0  # its place on the scrubber (0..1), set by the page that draws it
+
+
+def thread_summaries(*, session: Session, limit: int = MAX_THREADS) -> list[ThreadSummary]:
+    """The session's threads in seq order, each with its reply count: one query."""
+    rows = (
+        Comment.objects.filter(session=session, parent=None)
+        .annotate(reply_count=Count("replies"))
+        .order_by("seq", "created_at", "id")[:limit]
+    )
+    return [
+        ThreadSummary(
+            id=c.pk,
+            seq=c.seq,
+            author_name=c.author_name,
+            body=c.body,
+            deleted=c.deleted_at is not None,
+            resolved=c.resolved_at is not None,
+            replies=c.reply_count,
+            created_at=c.created_at,
+            permalink=permalink(c),
+        )  # fmt: skip
+        for c in rows
+    ]
+
+
+def comment_in(*, session: Session, comment_id: int) -> Comment:
+    """The comment of this session; any other (another session's too) does not exist here."""
+    try:
+        comment = Comment.objects.select_related("parent").get(session=session, pk=comment_id)
+    except Comment.DoesNotExist:
+        raise NotVisible(f"session {session.pk} has no comment {comment_id}")
+    comment.session = session  # already fetched (and scoped) by the caller
+    return comment
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def _clean_body(body: str) -> str:
+    body = body.strip()
+    if not body:
+        raise CommentError("body: a comment needs some text")
+    if len(body) > MAX_BODY:
+        raise CommentError(f"body: a comment holds at most {MAX_BODY:,} characters (this one has {len(body):,})")
+    return body
+
+
+def _own(actor: Actor, comment: Comment) -> bool:
+    return actor.user is not None and comment.author_id == actor.user.pk
+
+
+def create_comment(
+    *, actor: Actor, session: Session, body: str, seq: int | None = None, parent: int | None = None,
+    ip: str | None = None,
+) -> Comment:  # fmt: skip
+    """A new thread on event `seq`, or a reply in the thread of comment `parent` (a reply to a
+    reply joins the same thread; a reply is on its thread's seq)."""
+    body = _clean_body(body)
+    thread = None
+    if parent is not None:
+        thread = Comment.objects.filter(session=session, pk=parent).first()
+        if thread is None:
+            raise CommentError(f"parent: session {session.pk} has no comment {parent}")
+        if thread.parent_id is not None:
+            thread = thread.parent
+        if seq is not None and seq != thread.seq:
+            raise CommentError(f"seq: a reply is on its thread's event, #{thread.seq}")
+        seq = thread.seq
+    if seq is None:
+        raise CommentError("seq: name the event the comment is on (or a parent to reply to)")
+    if not 0 <= seq < session.event_count:
+        raise CommentError(f"seq: session {session.pk} has no event {seq} (it has {session.event_count})")
+    comment = Comment.objects.create(session=session, seq=seq, parent=thread, author=actor.user,
+                                     author_name=actor.name, body=body)  # fmt: skip
+    detail = {"comment": comment.pk, "seq": seq} | ({"parent": thread.pk} if thread else {})
+    audit.record(action="comment.create", actor=actor, project=session.project_id, target=f"session:{session.pk}",
+                 detail=detail, ip=ip)  # fmt: skip
+    return _shown(comment)
+
+
+def edit_comment(*, actor: Actor, comment: Comment, body: str, ip: str | None = None) -> Comment:
+    """Replace one's own comment's body; the old body is kept as a revision."""
+    if not _own(actor, comment):
+        raise PermissionDenied("only its author may edit a comment")
+    if comment.deleted_at is not None:
+        raise CommentError("body: a deleted comment cannot be edited")
+    body = _clean_body(body)
+    if body != comment.body:
+        now = timezone.now()
+        with transaction.atomic():
+            CommentRevision.objects.create(comment=comment, body=comment.body,
+                                           written_at=comment.edited_at or comment.created_at, replaced_at=now)  # fmt: skip
+            comment.body, comment.edited_at = body, now
+            comment.save(update_fields=["body", "edited_at"])
+        audit.record(action="comment.edit", actor=actor, project=comment.session.project_id,
+                     target=f"session:{comment.session_id}", detail={"comment": comment.pk, "seq": comment.seq},
+                     ip=ip)  # fmt: skip
+    return _shown(comment)
+
+
+def delete_comment(*, actor: Actor, comment: Comment, role: Role | None, ip: str | None = None) -> Comment:
+    """Delete one's own comment (an admin of the project, `role`, may delete anyone's). The
+    comment keeps its place in its thread, so replies still answer something; its text goes,
+    with the text of its earlier revisions."""
+    if not _own(actor, comment) and not (role is not None and role.includes(Role.ADMIN)):
+        raise PermissionDenied("only its author or a project admin may delete a comment")
+    if comment.deleted_at is None:
+        with transaction.atomic():
+            comment.revisions.all().delete()
+            comment.body, comment.deleted_at = "", timezone.now()
+            comment.save(update_fields=["body", "deleted_at"])
+        detail = {"comment": comment.pk, "seq": comment.seq} | (
+            {} if _own(actor, comment) else {"author": comment.author_name}
+        )
+        audit.record(action="comment.delete", actor=actor, project=comment.session.project_id,
+                     target=f"session:{comment.session_id}", detail=detail, ip=ip)  # fmt: skip
+    return _shown(comment)
+
+
+def resolve_thread(*, actor: Actor, comment: Comment, resolved: bool = True, ip: str | None = None) -> Comment:
+    """Mark the thread `comment` is in resolved (or open again); its first comment answers."""
+    thread = comment.parent if comment.parent_id is not None else comment
+    if (thread.resolved_at is not None) != resolved:
+        thread.resolved_at = timezone.now() if resolved else None
+        thread.resolved_by = actor.name if resolved else ""
+        thread.save(update_fields=["resolved_at", "resolved_by"])
+        audit.record(action="comment.resolve", actor=actor, project=comment.session.project_id,
+                     target=f"session:{comment.session_id}",
+                     detail={"comment": thread.pk, "seq": thread.seq, "resolved": resolved}, ip=ip)  # fmt: skip
+    return _shown(thread)
