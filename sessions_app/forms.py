@@ -206,3 +206,18 @@ class ApiKeyForm(forms.Form):
         """`projects`: the caller's (access.projects_visible_to); a key never reaches beyond them."""
         super().__init__(*args, **kwargs)
         self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+
+
+class CommentForm(forms.Form):
+    # The body's limit is the workflow's (comments.MAX_BODY), answered with its message.
+    body = forms.CharField(strip=True)
+    seq = forms.IntegerField(required=False, min_value=0)
+    parent = forms.IntegerField(required=False, min_value=1)
+
+
+class CommentEditForm(forms.Form):
+    body = forms.CharField(strip=True)
+
+
+class ResolveForm(forms.Form):
+    resolved = forms.BooleanField(required=False)  # "false" opens a resolved thread again

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from .views import sessions as views
-from .views import about, teams
+from .views import about, comments, teams
 
 app_name = "sessions"
 
@@ -15,6 +15,10 @@ urlpatterns = [
     path("sessions/<int:session_id>/checkpoints/", views.checkpoint, name="checkpoint"),
     path("sessions/<int:session_id>/verify/", views.verify, name="verify"),
     path("sessions/<int:session_id>/charts/", views.session_charts, name="charts"),
+    path("sessions/<int:session_id>/comments/", comments.create, name="comment_create"),
+    path("sessions/<int:session_id>/comments/<int:comment_id>/edit/", comments.edit, name="comment_edit"),
+    path("sessions/<int:session_id>/comments/<int:comment_id>/delete/", comments.delete, name="comment_delete"),
+    path("sessions/<int:session_id>/comments/<int:comment_id>/resolve/", comments.resolve, name="comment_resolve"),
     path("compare/", views.compare, name="diff"),
     path("projects/", teams.projects, name="projects"),
     path("projects/<slug:slug>/", teams.project, name="project"),

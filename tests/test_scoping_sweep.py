@@ -26,11 +26,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from sessions_app import audit, teams
+from sessions_app import audit, comments, teams
 from sessions_app.access import Actor
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
-from sessions_app.models import ImportJob, Project, Role
+from sessions_app.models import ImportJob, Project, Role, Session
 
 from .builders_teams import key_of, member
 from .conftest import T0
@@ -38,7 +38,7 @@ from .conftest import T0
 # What the other project holds; none of it may reach an outsider.
 MARKERS = (
     "THEIRS-SECRET-TASK", "THEIRS-EVENT-PAYLOAD", "Theirs Secret Name", "theirs-checkpoint",
-    "theirs-upload.jsonl", "theirs-admin", "theirs-source-id", "THEIRS-ANSWER",
+    "theirs-upload.jsonl", "theirs-admin", "theirs-source-id", "THEIRS-ANSWER", "THEIRS-COMMENT",
 )  # fmt: skip
 
 # (method, route) of operations and pages that name no object of a project: outsiders get an
@@ -66,6 +66,11 @@ ROLE_NEEDED = {
     ("GET", "/api/sessions/{session_id}/checkpoints"): Role.VIEWER,
     ("POST", "/api/sessions/{session_id}/checkpoints"): Role.MAINTAINER,
     ("GET", "/api/sessions/{session_id}/checkpoints/{name}"): Role.VIEWER,
+    ("GET", "/api/sessions/{session_id}/comments"): Role.VIEWER,
+    ("POST", "/api/sessions/{session_id}/comments"): Role.REVIEWER,
+    ("PATCH", "/api/sessions/{session_id}/comments/{comment_id}"): Role.REVIEWER,
+    ("DELETE", "/api/sessions/{session_id}/comments/{comment_id}"): Role.REVIEWER,
+    ("POST", "/api/sessions/{session_id}/comments/{comment_id}/resolve"): Role.REVIEWER,
     ("DELETE", "/api/sessions/{session_id}/checkpoints/{name}"): Role.MAINTAINER,
     ("GET", "/api/sessions/{session_id}/export"): Role.VIEWER,
     ("GET", "/api/sessions/{session_id}/verify"): Role.VIEWER,
@@ -89,6 +94,10 @@ ROLE_NEEDED = {
     ("POST", "/sessions/{session_id}/checkpoints/"): Role.MAINTAINER,
     ("POST", "/sessions/{session_id}/verify/"): Role.VIEWER,
     ("GET", "/sessions/{session_id}/charts/"): Role.VIEWER,
+    ("POST", "/sessions/{session_id}/comments/"): Role.REVIEWER,
+    ("POST", "/sessions/{session_id}/comments/{comment_id}/edit/"): Role.REVIEWER,
+    ("POST", "/sessions/{session_id}/comments/{comment_id}/delete/"): Role.REVIEWER,
+    ("POST", "/sessions/{session_id}/comments/{comment_id}/resolve/"): Role.REVIEWER,
     ("GET", "/compare/"): Role.VIEWER,
     ("GET", "/projects/{slug}/"): Role.VIEWER,
     ("POST", "/projects/{slug}/members/"): Role.ADMIN,
@@ -109,6 +118,7 @@ class Theirs:
     b: int
     job: int
     key: int  # their admin's key id
+    comment: int  # a comment on session a
 
 
 @pytest.fixture
@@ -136,7 +146,9 @@ def theirs(db) -> Theirs:
     teams.set_member(actor=actor, project=project, username=member("theirs-viewer").get_username(),
                      role=Role.VIEWER)  # fmt: skip
     audit.record(action="session.export", actor=actor, project=project, target=f"session:{ids[0]}")
-    return Theirs(project=project, a=ids[0], b=ids[1], job=job.pk, key=key.pk)
+    comment = comments.create_comment(actor=actor, session=Session.objects.get(pk=ids[0]), seq=1,
+                                      body="THEIRS-COMMENT")  # fmt: skip
+    return Theirs(project=project, a=ids[0], b=ids[1], job=job.pk, key=key.pk, comment=comment.pk)
 
 
 # --- the endpoints --------------------------------------------------------------------------
@@ -163,7 +175,7 @@ def _pages() -> set[str]:
 
 def _path_values(t: Theirs) -> dict[str, object]:
     return {"session_id": t.a, "job_id": t.job, "name": "theirs-checkpoint", "index": 0, "slug": "theirs",
-            "username": "theirs-admin", "key_id": t.key}  # fmt: skip
+            "username": "theirs-admin", "key_id": t.key, "comment_id": t.comment}  # fmt: skip
 
 
 def _query(route: str, t: Theirs) -> dict[str, object]:
@@ -182,11 +194,15 @@ def _body(method: str, route: str) -> dict:
     return {
         ("POST", "/api/sessions"): {"project": "theirs", "task": "sweep"},
         ("POST", "/api/sessions/{session_id}/checkpoints"): {"name": "sweep", "seq": 1},
+        ("POST", "/api/sessions/{session_id}/comments"): {"seq": 1, "body": "sweep"},
+        ("PATCH", "/api/sessions/{session_id}/comments/{comment_id}"): {"body": "sweep"},
         ("POST", "/api/sessions/{session_id}/events"): {"events": [{"kind": "user_message", "payload": {}}]},
         ("POST", "/api/sessions/{session_id}/end"): {"status": "completed"},
         ("POST", "/api/projects"): {"name": "Sweep project", "slug": "sweep-project"},
         ("POST", "/api/projects/{slug}/members"): {"username": "theirs-viewer", "role": "reviewer"},
         ("POST", "/sessions/{session_id}/checkpoints/"): {"name": "sweep", "step": 1},
+        ("POST", "/sessions/{session_id}/comments/"): {"seq": 1, "body": "sweep"},
+        ("POST", "/sessions/{session_id}/comments/{comment_id}/edit/"): {"body": "sweep"},
         ("POST", "/projects/{slug}/members/"): {"username": "theirs-viewer", "role": "reviewer"},
         ("POST", "/projects/{slug}/members/remove/"): {"username": "theirs-viewer"},
         ("POST", "/projects/{slug}/settings/"): {"retention_days": "30"},

@@ -26,6 +26,7 @@ from ..replay import charts, timeline
 from ..replay.compare import diff_sessions
 from ..replay.frames import frame_at, search_panel, step_seqs
 from ..replay.listing import list_sessions, recent_jobs
+from .comments import comment_panel, discussion
 from .pages import login_required, render_page, wants_partial
 
 LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors")
@@ -134,8 +135,9 @@ def player(request: HttpRequest, session_id: int) -> HttpResponse:
     }  # fmt: skip
     if live or not partial:
         context["overview"] = timeline.session_overview(session=session)
+    context |= comment_panel(request, session, frame.seq)
     if not partial:
-        context |= _player_page(session)
+        context |= _player_page(session) | discussion(session, context["overview"])
     return render_page(request, "sessions_app/player.html", "step-list", context)
 
 

@@ -344,7 +344,45 @@
     if (!onPlayer()) return;
     afterFrame();
     startLive();
+    focusComment();
   });
+  // ---- comments ---------------------------------------------------------------------------
+  // "copy link to this moment": the Clipboard API where the page may use it (https or
+  // localhost); elsewhere, or when refused, the link is shown in a field to copy by hand.
+  document.addEventListener("click", function (event) {
+    const button = event.target.closest && event.target.closest("[data-copy-link]");
+    if (!button) return;
+    const url = button.getAttribute("data-copy-link");
+    const box = button.parentElement.querySelector(".moment-url");
+    const said = button.parentElement.querySelector(".copy-status");
+    const showField = function () {
+      if (!box) return;
+      box.hidden = false;
+      box.focus();
+      box.select();
+      if (said) said.textContent = "Copy the link from the field.";
+    };
+    if (!navigator.clipboard || !window.isSecureContext) return showField();
+    navigator.clipboard.writeText(url).then(function () {
+      if (said) said.textContent = "Link copied.";
+    }, showField);
+  });
+  // A permalink (#c-K) opens the player at its step; bring its thread into view and focus.
+  function focusComment() {
+    const match = /^#c-\d+$/.test(location.hash) && document.getElementById(location.hash.slice(1));
+    if (!match) return;
+    match.scrollIntoView({ block: "center" });
+    match.focus({ preventScroll: true });
+  }
+  // A refused comment (400) comes back as the threads with the reason: show it.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const target = event.detail.target;
+    if (event.detail.xhr.status === 400 && target && target.id === "comment-threads") {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
   // Exposed for the charts: clicking a point jumps the player.
   document.addEventListener("replay:goto", function (event) {
     setPlaying(false);

@@ -1,0 +1,118 @@
+"""The player's comments: the threads at the shown step (part of every frame), the Discussion
+list and scrubber marks (the full page), and the forms that write them.
+
+Each write answers an htmx request with the threads at its step, and the Discussion list and
+the marks out of band; a plain form post goes back to the comment's moment in the player.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+
+from .. import access, audit, comments
+from ..forms import CommentEditForm, CommentForm, ResolveForm
+from ..models import Comment, Role, Session
+from ..replay import timeline
+from .pages import login_required
+
+
+def comment_panel(request: HttpRequest, session: Session, seq: int) -> dict[str, Any]:
+    """What the context panel shows of comments at event `seq` (one query: its threads)."""
+    role = access.role_on(request, session)
+    return {
+        "threads": comments.threads_at(session=session, seq=seq),
+        "comment_seq": seq,
+        "can_comment": role is not None and role.includes(Role.REVIEWER),
+        "is_admin": role is not None and role.includes(Role.ADMIN),
+        "me": request.user.pk,
+        "moment_url": request.build_absolute_uri(f"{session.get_absolute_url()}?step={seq}"),
+    }
+
+
+def discussion(session: Session, overview: timeline.Overview) -> dict[str, Any]:
+    """The Discussion list, each thread placed on the scrubber (one query)."""
+    summaries = comments.thread_summaries(session=session)
+    for summary in summaries:
+        summary.x = timeline.position_of(summary.seq, overview.samples)
+    return {"discussion": summaries, "discussion_full": len(summaries) >= comments.MAX_THREADS}
+
+
+def _answer(request: HttpRequest, session: Session, *, seq: int, focus: int | None, error: str = "") -> HttpResponse:
+    if not request.htmx:
+        if error:
+            return HttpResponseBadRequest(error, content_type="text/plain; charset=utf-8")
+        return redirect(f"{session.get_absolute_url()}?step={seq}" + (f"#c-{focus}" if focus else ""))
+    overview = timeline.session_overview(session=session)
+    context = comment_panel(request, session, seq) | discussion(session, overview)
+    context |= {"session": session, "comment_error": error, "oob": True}
+    response = render(request, "sessions_app/includes/comments.html#comment-changes", context,
+                      status=400 if error else 200)  # fmt: skip
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _errors(form: CommentForm | CommentEditForm) -> str:
+    return "; ".join(f"{name}: {' '.join(messages)}" for name, messages in form.errors.items())
+
+
+@login_required
+@require_POST
+def create(request: HttpRequest, session_id: int) -> HttpResponse:
+    """A new thread at the shown step, or a reply (`parent`)."""
+    session = access.session_for(request, session_id, need=Role.REVIEWER)
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, session, seq=form.cleaned_data.get("seq") or 0, focus=None, error=_errors(form))
+    data = form.cleaned_data
+    try:
+        comment = comments.create_comment(actor=access.actor_of(request), session=session, body=data["body"],
+                                          seq=None if data["parent"] else data["seq"], parent=data["parent"],
+                                          ip=audit.client_ip(request))  # fmt: skip
+    except comments.CommentError as exc:
+        return _answer(request, session, seq=data["seq"] or 0, focus=data["parent"], error=str(exc))
+    return _answer(request, session, seq=comment.seq, focus=comment.pk)
+
+
+def _comment(request: HttpRequest, session_id: int, comment_id: int) -> tuple[Session, Comment]:
+    session = access.session_for(request, session_id, need=Role.REVIEWER)
+    return session, comments.comment_in(session=session, comment_id=comment_id)
+
+
+@login_required
+@require_POST
+def edit(request: HttpRequest, session_id: int, comment_id: int) -> HttpResponse:
+    session, comment = _comment(request, session_id, comment_id)
+    form = CommentEditForm(request.POST)
+    error = "" if form.is_valid() else _errors(form)
+    if not error:
+        try:
+            comments.edit_comment(actor=access.actor_of(request), comment=comment, body=form.cleaned_data["body"],
+                                  ip=audit.client_ip(request))  # fmt: skip
+        except comments.CommentError as exc:
+            error = str(exc)
+    return _answer(request, session, seq=comment.seq, focus=comment.pk, error=error)
+
+
+@login_required
+@require_POST
+def delete(request: HttpRequest, session_id: int, comment_id: int) -> HttpResponse:
+    session, comment = _comment(request, session_id, comment_id)
+    comments.delete_comment(actor=access.actor_of(request), comment=comment, role=access.role_on(request, session),
+                            ip=audit.client_ip(request))  # fmt: skip
+    return _answer(request, session, seq=comment.seq, focus=comment.parent_id or comment.pk)
+
+
+@login_required
+@require_POST
+def resolve(request: HttpRequest, session_id: int, comment_id: int) -> HttpResponse:
+    session, comment = _comment(request, session_id, comment_id)
+    form = ResolveForm(request.POST)
+    resolved = form.cleaned_data["resolved"] if form.is_valid() else True
+    thread = comments.resolve_thread(actor=access.actor_of(request), comment=comment, resolved=resolved,
+                                     ip=audit.client_ip(request))  # fmt: skip
+    return _answer(request, session, seq=thread.seq, focus=thread.pk)
