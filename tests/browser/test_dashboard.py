@@ -342,3 +342,28 @@ def test_screenshots_of_the_player_and_the_diff_view(watched, analyst, tmp_path,
     diff = save_screenshot(page, "diff.png", tmp_path)
     assert player.stat().st_size > 20_000 and diff.stat().st_size > 20_000
     watch.assert_clean()
+
+
+def test_comment_at_a_step_marks_the_scrubber_and_its_permalink_reopens_it(watched, analyst, talk):
+    page, watch = watched
+    log_in(page, f"/sessions/{talk.pk}/?step=7")
+    page.fill("#comment-body", "**why** did this fail?")
+    page.click("#comment-form button[type=submit]")
+    thread = page.locator("#comment-threads article.thread")
+    thread.wait_for()
+    assert thread.locator(".comment-body strong").inner_text() == "why"
+    assert page.locator("#comment-marks path.comment-mark").count() == 1
+    permalink = page.locator("#discussion a", has_text="event #7")
+    assert permalink.count() == 1
+    # Stepping away leaves the thread behind; the permalink brings the player back to it.
+    page.keyboard.press("End")
+    wait_for_seq(page, talk.event_count - 1)
+    assert page.locator("#comment-threads article.thread").count() == 0
+    permalink.click()
+    page.wait_for_load_state()
+    wait_for_seq(page, 7)
+    anchor = thread.get_attribute("id")
+    wait_until(page, "id => document.activeElement && document.activeElement.id === id", anchor)
+    page.click("[data-copy-link]")
+    wait_until(page, "document.querySelector('.copy-status').textContent !== ''")
+    watch.assert_clean()
