@@ -14,8 +14,8 @@ from django.core.exceptions import ValidationError
 
 from .audit import ACTIONS
 from .canonical import ALL_KINDS
-from .models import Project, Role, Session
-from .replay.listing import parse_cursor
+from .models import Project, Review, Role, Session
+from .replay.listing import UNREVIEWED, parse_cursor
 
 SPEEDS = ("1", "2", "5", "10")
 PACES = (("steps", "steps"), ("recorded", "recorded time"))
@@ -90,6 +90,11 @@ class CheckpointForm(forms.Form):
     step = forms.IntegerField(min_value=0)
 
 
+class SignOffForm(forms.Form):
+    verdict = forms.ChoiceField(choices=Review.Verdict.choices)
+    note = forms.CharField(required=False, max_length=10_000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+
+
 class CompareForm(forms.Form):
     a = forms.IntegerField(min_value=1)
     b = forms.IntegerField(min_value=1)
@@ -112,6 +117,9 @@ class SessionFilterForm(QueryForm):
     end = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
     errors = forms.ChoiceField(
         required=False, label="Errors", choices=[("", "any"), ("yes", "with errors"), ("no", "without")]
+    )
+    review = forms.ChoiceField(
+        required=False, label="Review", choices=[("", "any"), *Review.Verdict.choices, (UNREVIEWED, "unreviewed")]
     )
     sort = forms.ChoiceField(required=False, choices=list(SORT_LABELS.items()), initial="-created")
     after = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)

@@ -1,7 +1,7 @@
 from django.urls import path
 
+from .views import about, comments, reviews, teams
 from .views import sessions as views
-from .views import about, comments, teams
 
 app_name = "sessions"
 
@@ -19,6 +19,7 @@ urlpatterns = [
     path("sessions/<int:session_id>/comments/<int:comment_id>/edit/", comments.edit, name="comment_edit"),
     path("sessions/<int:session_id>/comments/<int:comment_id>/delete/", comments.delete, name="comment_delete"),
     path("sessions/<int:session_id>/comments/<int:comment_id>/resolve/", comments.resolve, name="comment_resolve"),
+    path("sessions/<int:session_id>/reviews/", reviews.sign_off_session, name="sign_off"),
     path("compare/", views.compare, name="diff"),
     path("projects/", teams.projects, name="projects"),
     path("projects/<slug:slug>/", teams.project, name="project"),

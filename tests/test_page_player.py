@@ -139,7 +139,7 @@ def test_unknown_session_is_404(logged_in, talk):
 # the next turn boundary (1), previous and next error (1: replay.errors_around), and the
 # conversation's last user messages (1), the comment threads at the event with their replies (1).
 FRAME_QUERIES = 14
-PAGE_QUERIES = FRAME_QUERIES + 4  # + overview samples, checkpoint marks, checkpoint list, discussion
+PAGE_QUERIES = FRAME_QUERIES + 5  # + overview samples, checkpoint marks, checkpoint list, sign-offs, discussion
 
 
 def test_step_partial_query_count_is_pinned(logged_in, talk, django_assert_num_queries):

@@ -3,10 +3,10 @@ replay_site/api.py mounts under /api/. docs/api.md describes every endpoint."""
 
 from ninja import Router
 
-from . import bundles, checkpoints, comments, compare, exports, imports, live, projects, replay, sessions
+from . import bundles, checkpoints, comments, compare, exports, imports, live, projects, replay, reviews, sessions
 from .auth import API_AUTH
 
 # Every operation needs a key or the login cookie. The order is the OpenAPI schema's order.
 router = Router(auth=API_AUTH)
-for resource in (sessions, replay, compare, checkpoints, comments, exports, bundles, live, imports, projects):
+for resource in (sessions, replay, compare, checkpoints, comments, reviews, exports, bundles, live, imports, projects):
     router.add_router("", resource.router)

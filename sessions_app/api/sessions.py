@@ -26,9 +26,13 @@ class SessionOut(SessionIdentityOut):
     chainValid: bool | None
 
 
+class SessionListRowOut(SessionOut):
+    reviewState: str | None = Field(description="the newest sign-off's verdict; null: unreviewed")
+
+
 class SessionListOut(Schema):
     total: int
-    sessions: list[SessionOut]
+    sessions: list[SessionListRowOut]
     next: int | None = Field(None, description="pass as `before` for the next page; null at the end")
 
 
@@ -69,6 +73,9 @@ class SessionListQuery(Schema):
     status: Literal["live", "completed", "failed", "interrupted"] | None = None
     model: str | None = None
     q: str | None = Field(None, max_length=200, description="text in task, ids, agent, model, answer")
+    review: Literal["approved", "changes_requested", "rejected", "unreviewed"] | None = Field(
+        None, description="the newest sign-off's verdict, or `unreviewed`"
+    )
     limit: int = Field(50, ge=1, le=500)
     before: int | None = Field(None, ge=1, description="keyset cursor: sessions with a smaller id")
 
@@ -91,7 +98,7 @@ def _session_row(session: Session) -> dict[str, Any]:
 def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
     """Sessions, newest first, filtered by project, format, status, model and text; keyset
     pagination: pass `next` back as `before`."""
-    filters = {name: getattr(query, name) or "" for name in ("project", "format", "status", "model", "q")}
+    filters = {name: getattr(query, name) or "" for name in ("project", "format", "status", "model", "q", "review")}
     # In id order the cursor's sort value is the id itself.
     after = None if query.before is None else (query.before, query.before)
     page = list_session_page(
@@ -99,7 +106,7 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
     )
     return {
         "total": page.total,
-        "sessions": [_session_row(s) for s in page.sessions],
+        "sessions": [_session_row(s) | {"reviewState": s.review_state} for s in page.sessions],
         "next": page.sessions[-1].pk if page.next_cursor else None,
     }
 

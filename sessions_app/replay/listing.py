@@ -8,12 +8,14 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
-from ..models import ImportJob, Project, Session, SessionQuerySet
+from ..models import ImportJob, Project, Review, Session, SessionQuerySet
 
 PER_PAGE = 50
+# The review filter's value for a session without a sign-off (the others are verdicts).
+UNREVIEWED = "unreviewed"
 
 # Sort keys of the sessions page: URL value -> (column, descending). Every column is non-null,
 # so keyset pagination on (column, id) is total.
@@ -79,11 +81,13 @@ def filter_sessions(
     start: date | None = None,
     end: date | None = None,
     errors: str = "",
+    review: str = "",
 ) -> SessionQuerySet:
     """The sessions of `sessions` (the caller's, sessions_app/access.py) matching the filters,
     for the page and the API alike; `project` is a Project or a slug, `model` matches the
-    session's model or any model it used."""
-    sessions = sessions.in_project(project).matching(q)
+    session's model or any model it used, `review` the newest sign-off's verdict (or
+    `unreviewed`). Each session comes with that verdict as `review_state` (None: unreviewed)."""
+    sessions = sessions.in_project(project).matching(q).annotate(review_state=_newest_verdict())
     if format:
         sessions = sessions.filter(source_format=format)
     if status:
@@ -100,7 +104,18 @@ def filter_sessions(
         sessions = sessions.filter(has_errors)
     elif errors == "no":
         sessions = sessions.exclude(has_errors)
+    if review == UNREVIEWED:
+        sessions = sessions.filter(review_state__isnull=True)
+    elif review in Review.Verdict.values:
+        sessions = sessions.filter(review_state=review)
     return sessions
+
+
+def _newest_verdict() -> Subquery:
+    # A correlated subquery, one probe of the review_session_created index per row: the list
+    # stays one query however many rows it shows, and filters on it in the same query.
+    newest = Review.objects.filter(session=OuterRef("pk")).order_by("-created_at", "-id")
+    return Subquery(newest.values("verdict")[:1])
 
 
 def list_sessions(

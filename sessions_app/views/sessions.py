@@ -28,8 +28,9 @@ from ..replay.frames import frame_at, search_panel, step_seqs
 from ..replay.listing import list_sessions, recent_jobs
 from .comments import comment_panel, discussion
 from .pages import login_required, render_page, wants_partial
+from .reviews import sign_off_panel
 
-LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors")
+LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors", "review")
 
 
 @login_required
@@ -137,7 +138,7 @@ def player(request: HttpRequest, session_id: int) -> HttpResponse:
         context["overview"] = timeline.session_overview(session=session)
     context |= comment_panel(request, session, frame.seq)
     if not partial:
-        context |= _player_page(session) | discussion(session, context["overview"])
+        context |= _player_page(session) | sign_off_panel(request, session) | discussion(session, context["overview"])
     return render_page(request, "sessions_app/player.html", "step-list", context)
 
 

@@ -1,0 +1,89 @@
+"""Sign-offs: a session's reviews with their coverage now, and signing one off."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Router, Schema
+from ninja.errors import HttpError
+
+from .. import access, audit
+from ..models import Review, Role
+from ..reviews import SignOff, SignOffRefused, sign_off, sign_offs_of
+from .responses import json_response
+from .schemas import NOT_FOUND, DetailOut
+
+router = Router(tags=["reviews"])
+
+
+class CoversOut(Schema):
+    # "from" is a Python keyword: the field is `first` with `from` as its JSON name.
+    first: int = Field(..., alias="from", description="the first event covered, counted from 1")
+    to: int = Field(..., description="the last event covered, counted from 1 (0: the session had none)")
+    of: int = Field(..., description="the events the session has now")
+
+
+class ReviewOut(Schema):
+    id: int
+    verdict: Review.Verdict
+    note: str
+    reviewer: str
+    created_at: datetime
+    chain_head: str = Field(description="the chain head the verification before the sign-off ended at")
+    chain_valid: bool = Field(description="whether the chain held (false only for a rejection)")
+    first_seq: int
+    last_seq: int = Field(description="-1 for a session without events")
+    covers: CoversOut
+    current: bool = Field(description="the session's newest sign-off: the review state the session list shows")
+    unchanged: bool = Field(description="the covered events still end in `chain_head`")
+
+
+class ReviewIn(Schema):
+    verdict: Review.Verdict
+    note: str = Field("", max_length=10_000)
+
+
+def review_row(found: SignOff) -> dict[str, Any]:
+    """A sign-off as `ReviewOut`."""
+    review = found.review
+    return {
+        "id": review.pk,
+        "verdict": review.verdict,
+        "note": review.note,
+        "reviewer": review.reviewer_name,
+        "created_at": review.created_at.isoformat(),
+        "chain_head": review.chain_head,
+        "chain_valid": review.chain_valid,
+        "first_seq": review.first_seq,
+        "last_seq": review.last_seq,
+        "covers": found.coverage.to_dict(),
+        "current": found.current,
+        "unchanged": found.coverage.unchanged,
+    }
+
+
+@router.get("/sessions/{session_id}/reviews", response={200: list[ReviewOut], **NOT_FOUND}, url_name="reviews")
+def list_reviews(request: HttpRequest, session_id: int):
+    """The session's sign-offs, newest first, each with what it covers of the session now."""
+    session = access.session_for(request, session_id)
+    return json_response([review_row(found) for found in sign_offs_of(session=session)])
+
+
+@router.post(
+    "/sessions/{session_id}/reviews",
+    response={201: ReviewOut, 400: DetailOut, 404: DetailOut, 409: DetailOut},
+    url_name="create_review",
+)
+def create_review(request: HttpRequest, session_id: int, body: ReviewIn):
+    """Verify the session and sign it off with a verdict. A broken chain can only be rejected:
+    any other verdict is refused with 409 naming the broken seq."""
+    session = access.session_for(request, session_id, need=Role.REVIEWER)
+    try:
+        review = sign_off(session=session, reviewer=access.actor_of(request), verdict=body.verdict,
+                          note=body.note, ip=audit.client_ip(request))  # fmt: skip
+    except SignOffRefused as exc:
+        raise HttpError(409, str(exc))
+    created = next(found for found in sign_offs_of(session=session) if found.review.pk == review.pk)
+    return json_response(review_row(created), status=201)

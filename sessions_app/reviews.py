@@ -1,0 +1,122 @@
+"""Sign-offs: a reviewer's verdict on a session, bound to the chain as it was verified then.
+
+`sign_off()` verifies the session first and stores, with the verdict, the chain head it
+verified and the seqs it covered; only a rejection may sign off a broken chain. A live session
+may grow afterwards: `coverage()` says how much of the session a sign-off covers now ("covers
+events 1–N of M") and whether the events it covered are still the ones it signed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from . import audit
+from .access import Actor
+from .models import Event, Review, Session
+from .verification import verify_session
+
+
+class SignOffRefused(ValueError):
+    """A sign-off the chain does not allow: approving or requesting changes on a broken one."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a sign-off covers of its session now, counted from 1 for people."""
+
+    first: int  # the first event it covered (1)
+    last: int  # the last event it covered (N); 0 when the session had no events
+    of: int  # the events the session has now (M)
+    unchanged: bool  # the covered events still end in the head it signed
+
+    @property
+    def grew(self) -> bool:
+        """Events were appended after the sign-off: they are outside it."""
+        return self.of > self.last
+
+    def to_dict(self) -> dict[str, int]:
+        return {"from": self.first, "to": self.last, "of": self.of}
+
+
+@dataclass(frozen=True)
+class SignOff:
+    """A review with its coverage now, as the player and the API show it."""
+
+    review: Review
+    coverage: Coverage
+    current: bool  # the session's newest sign-off: its review state
+
+
+def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "", ip: str | None = None) -> Review:
+    """Verify the session, then record the reviewer's verdict on what was verified.
+
+    Raises SignOffRefused (naming the broken seq) when the chain does not hold and the verdict
+    is not a rejection; a rejection of a broken chain is stored with chain_valid False."""
+    if verdict not in Review.Verdict.values:
+        raise SignOffRefused(f"verdict: one of {', '.join(Review.Verdict.values)}")
+    checked = verify_session(session=session)
+    if not checked.valid and verdict != Review.Verdict.REJECTED:
+        where = (
+            f"at seq {checked.first_broken_seq}"
+            if checked.first_broken_seq is not None
+            else "in the session's stored totals"
+        )
+        raise SignOffRefused(
+            f"the session's chain is broken {where}: it can only be rejected, not {Review.Verdict(verdict).label.lower()}"
+        )
+    # The range is what the verification read (its count and head were read together), not the
+    # session's count now: a live writer may have appended while it ran, and those events were
+    # not checked, so they are not signed.
+    with transaction.atomic():
+        review = Review.objects.create(
+            session=session,
+            reviewer=reviewer.user,
+            reviewer_name=reviewer.name,
+            verdict=verdict,
+            note=note,
+            chain_head=checked.head,
+            chain_valid=checked.valid,
+            first_seq=0,
+            last_seq=checked.events - 1,
+        )
+        # The note is the reviewer's own words: it stays in the review, not in the audit log.
+        audit.record(
+            action="review.create",
+            actor=reviewer,
+            project=session.project_id,
+            target=f"session:{session.pk}",
+            detail={
+                "review": review.pk,
+                "verdict": verdict,
+                "first_seq": review.first_seq,
+                "last_seq": review.last_seq,
+                "chain_head": review.chain_head,
+                "chain_valid": review.chain_valid,
+            },
+            ip=ip,
+        )
+    return review
+
+
+def coverage(review: Review, *, event_count: int, hash_at_last: str | None) -> Coverage:
+    """The review's coverage of a session that has `event_count` events now, whose event at the
+    review's last seq has the hash `hash_at_last` (None: that event is gone)."""
+    unchanged = review.last_seq < 0 or hash_at_last == review.chain_head
+    return Coverage(first=review.first_seq + 1, last=review.last_seq + 1, of=event_count, unchanged=unchanged)
+
+
+def sign_offs_of(*, session: Session) -> list[SignOff]:
+    """The session's sign-offs, newest first, each with its coverage now. Two queries whatever
+    their number: the reviews, and the stored hashes at their last seqs."""
+    reviews = list(Review.objects.filter(session=session).order_by("-created_at", "-id"))
+    if not reviews:
+        return []
+    count = Session.objects.filter(pk=session.pk).values_list("event_count", flat=True).get()
+    last_seqs = {r.last_seq for r in reviews if r.last_seq >= 0}
+    hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).values_list("seq", "hash"))
+    return [
+        SignOff(review=r, coverage=coverage(r, event_count=count, hash_at_last=hashes.get(r.last_seq)), current=i == 0)
+        for i, r in enumerate(reviews)
+    ]

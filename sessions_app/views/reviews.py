@@ -1,0 +1,51 @@
+"""The player's sign-off panel: everyone sees a session's sign-offs, reviewers record one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+
+from .. import access, audit
+from ..forms import SignOffForm
+from ..models import Role, Session
+from ..reviews import SignOffRefused, sign_off, sign_offs_of
+from .pages import login_required
+
+
+def sign_off_panel(request: HttpRequest, session: Session, **extra: Any) -> dict[str, Any]:
+    """What the panel shows: the sign-offs, and the form for a caller who may sign off."""
+    role = access.role_on(request, session)
+    return {
+        "sign_offs": sign_offs_of(session=session),
+        "can_sign_off": role is not None and role.includes(Role.REVIEWER),
+        "sign_off_form": SignOffForm(),
+    } | extra
+
+
+@login_required
+@require_POST
+def sign_off_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = access.session_for(request, session_id, need=Role.REVIEWER)
+    form = SignOffForm(request.POST)
+    error, status = "", 200
+    if form.is_valid():
+        try:
+            sign_off(session=session, reviewer=access.actor_of(request), verdict=form.cleaned_data["verdict"],
+                     note=form.cleaned_data["note"], ip=audit.client_ip(request))  # fmt: skip
+            form = SignOffForm()
+        except SignOffRefused as exc:
+            error, status = f"Not signed off: {exc}.", 409
+    else:
+        error, status = "A sign-off needs a verdict: approved, changes requested or rejected.", 400
+    if not request.htmx and not error:
+        return redirect(session.get_absolute_url())
+    context = {"session": session, **sign_off_panel(request, session, sign_off_form=form, sign_off_error=error)}
+    # htmx 2 swaps no 4xx answer, so a refusal it asked for comes as 200 with the reason shown;
+    # a plain form post (no script) gets the panel with its 400 or 409.
+    response = render(request, "sessions_app/player.html#sign-offs", context, status=200 if request.htmx else status)
+    patch_vary_headers(response, ["HX-Request"])
+    return response

@@ -1,0 +1,313 @@
+"""Sign-offs: bound to the chain head and the seqs a verification covered, refused on a broken
+chain unless they reject, shown as covering part of a session that grew, in the audit log, in
+the session list's review filter (page and API) and in the player's panel."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from sessions_app import reviews
+from sessions_app.access import Actor
+from sessions_app.api.reviews import ReviewOut
+from sessions_app.api.sessions import SessionListOut
+from sessions_app.canonical import SessionMeta
+from sessions_app.ingest.writer import append_events, create_session, finish_session
+from sessions_app.models import AuditEntry, Event, Review, Role, Session
+from sessions_app.verification import verify_session
+
+from .builders_teams import acme, key_of, member, other  # noqa: F401  (fixtures)
+from .conftest import synthetic_events
+
+pytestmark = pytest.mark.django_db
+
+TAMPERED = 4
+
+
+def _session(project, events: int = 10, *, live: bool = False, task: str = "review me") -> Session:
+    session = create_session(project=project, source_format="canonical", meta=SessionMeta(task=task))
+    append_events(session=session, events=synthetic_events(events))
+    if not live:
+        finish_session(session=session)
+    session.refresh_from_db()
+    return session
+
+
+def _tamper(session: Session, seq: int = TAMPERED) -> None:
+    Event.objects.filter(session=session, seq=seq).update(payload=orjson.dumps({"edited": True}).decode())
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def session(acme) -> Session:
+    return _session(acme)
+
+
+@pytest.fixture
+def rita(acme):
+    return member("rita", acme, Role.REVIEWER)
+
+
+@pytest.fixture
+def vic(acme):
+    return member("vic", acme, Role.VIEWER)
+
+
+def _reviews_url(session: Session) -> str:
+    return f"/api/sessions/{session.pk}/reviews"
+
+
+def _post(client: Client, session: Session, verdict: str, note: str = "", **headers):
+    body = orjson.dumps({"verdict": verdict, "note": note})
+    return client.post(_reviews_url(session), body, content_type="application/json", headers=headers)
+
+
+# --- the workflow ---------------------------------------------------------------------------
+
+
+def test_sign_off_stores_the_verified_head_and_the_range_it_covered(session, rita):
+    review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved", note="looks right")
+    assert (review.first_seq, review.last_seq, review.chain_valid) == (0, 9, True)
+    assert review.chain_head == session.head_hash == Event.objects.get(session=session, seq=9).hash
+    assert (review.reviewer, review.reviewer_name, review.verdict, review.note) == (rita, "rita", "approved",
+                                                                                     "looks right")  # fmt: skip
+    assert Session.objects.get(pk=session.pk).chain_state == "verified"  # the verification it ran is stored
+
+
+def test_sign_off_covers_what_was_verified_not_what_a_live_writer_appended_meanwhile(acme, rita, monkeypatch):
+    live = _session(acme, 6, live=True)
+
+    def verify_then_append(*, session):
+        checked = verify_session(session=session)
+        append_events(session=session, events=synthetic_events(4, start=6))  # a live batch lands meanwhile
+        return checked
+
+    monkeypatch.setattr(reviews, "verify_session", verify_then_append)
+    review = reviews.sign_off(session=live, reviewer=Actor(user=rita), verdict="approved")
+    assert (review.last_seq, review.chain_head) == (5, Event.objects.get(session=live, seq=5).hash)
+    [found] = reviews.sign_offs_of(session=live)
+    assert found.coverage.to_dict() == {"from": 1, "to": 6, "of": 10} and found.coverage.unchanged
+
+
+@pytest.mark.parametrize("verdict", ["approved", "changes_requested"])
+def test_a_sign_off_on_a_tampered_chain_is_refused_naming_the_broken_seq(session, rita, verdict):
+    _tamper(session)
+    with pytest.raises(reviews.SignOffRefused, match=f"broken at seq {TAMPERED}: it can only be rejected"):
+        reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict=verdict)
+    assert not Review.objects.exists()
+    assert not AuditEntry.objects.filter(action="review.create").exists()
+
+
+def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session, rita):
+    _tamper(session)
+    review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected", note="edited log")
+    assert (review.verdict, review.chain_valid, review.last_seq) == ("rejected", False, 9)
+
+
+def test_an_unknown_verdict_is_refused(session, rita):
+    with pytest.raises(reviews.SignOffRefused, match="verdict: one of approved, changes_requested, rejected"):
+        reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="fine")
+
+
+def test_a_sign_off_whose_covered_events_changed_since_says_so(session, rita):
+    reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+    Event.objects.filter(session=session, seq=9).update(hash="0" * 64)
+    [found] = reviews.sign_offs_of(session=session)
+    assert not found.coverage.unchanged and not found.coverage.grew
+
+
+def test_review_create_is_in_the_audit_log_with_its_range_and_head_but_not_its_note(session, rita):
+    _post(_client(rita), session, "approved", "PRIVATE-NOTE")
+    entry = AuditEntry.objects.get(action="review.create")
+    review = Review.objects.get()
+    assert (entry.actor, entry.target, entry.ip, entry.project_id) == ("rita", f"session:{session.pk}",
+                                                                        "127.0.0.1", session.project_id)  # fmt: skip
+    assert orjson.loads(entry.detail) == {
+        "review": review.pk, "verdict": "approved", "first_seq": 0, "last_seq": 9,
+        "chain_head": review.chain_head, "chain_valid": True,
+    }  # fmt: skip
+    assert "PRIVATE-NOTE" not in entry.detail
+
+
+# --- the API --------------------------------------------------------------------------------
+
+
+def test_post_signs_off_and_answers_201_with_the_review(session, rita):
+    response = _post(_client(rita), session, "changes_requested", "retry step 3")
+    assert response.status_code == 201
+    body = response.json()
+    ReviewOut.model_validate(body)
+    assert body["verdict"] == "changes_requested" and body["note"] == "retry step 3" and body["reviewer"] == "rita"
+    assert (body["first_seq"], body["last_seq"], body["chain_valid"], body["current"]) == (0, 9, True, True)
+    assert body["covers"] == {"from": 1, "to": 10, "of": 10} and body["chain_head"] == session.head_hash
+
+
+def test_post_on_a_tampered_chain_is_409_unless_it_rejects(session, rita):
+    _tamper(session)
+    client = _client(rita)
+    refused = _post(client, session, "approved")
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == (
+        f"the session's chain is broken at seq {TAMPERED}: it can only be rejected, not approved"
+    )
+    rejected = _post(client, session, "rejected", "tampered")
+    assert rejected.status_code == 201 and rejected.json()["chain_valid"] is False
+
+
+def test_post_with_an_unknown_verdict_is_400(session, rita):
+    response = _post(_client(rita), session, "lgtm")
+    assert response.status_code == 400 and response.json()["detail"].startswith("verdict:")
+
+
+def test_get_lists_sign_offs_newest_first_with_coverage_after_appended_events(acme, rita, vic):
+    live = _session(acme, 5, live=True)
+    key = key_of(rita)
+    first = _post(Client(), live, "changes_requested", authorization=f"Bearer {key}")
+    assert first.status_code == 201
+    append_events(session=live, events=synthetic_events(3, start=5))  # the live agent goes on
+    _post(_client(rita), live, "approved")
+    response = _client(vic).get(_reviews_url(live))
+    assert response.status_code == 200
+    newest, older = response.json()
+    for row in (newest, older):
+        ReviewOut.model_validate(row)
+    assert (newest["verdict"], newest["current"], newest["covers"]) == ("approved", True, {"from": 1, "to": 8, "of": 8})
+    assert (older["verdict"], older["current"], older["covers"]) == (
+        "changes_requested", False, {"from": 1, "to": 5, "of": 8},
+    )  # fmt: skip
+    assert older["unchanged"] and older["chain_head"] == Event.objects.get(session=live, seq=4).hash
+
+
+def test_a_viewer_may_read_sign_offs_but_not_sign_off(session, vic):
+    client = _client(vic)
+    assert client.get(_reviews_url(session)).status_code == 200
+    response = _post(client, session, "approved")
+    assert response.status_code == 403 and "reviewer role" in response.json()["detail"]
+    assert client.post(reverse("sessions:sign_off", args=[session.pk]), {"verdict": "approved"}).status_code == 403
+    assert not Review.objects.exists()
+
+
+def test_a_read_only_key_of_a_reviewer_cannot_sign_off(session, rita):
+    response = _post(Client(), session, "approved", authorization=f"Bearer {key_of(rita, read_only=True)}")
+    assert response.status_code == 403
+
+
+def test_a_non_member_gets_404_and_learns_nothing(session, other):
+    outsider = _client(member("olga", other, Role.ADMIN))
+    for response in (outsider.get(_reviews_url(session)), _post(outsider, session, "approved"),
+                     outsider.post(reverse("sessions:sign_off", args=[session.pk]), {"verdict": "approved"})):  # fmt: skip
+        assert response.status_code == 404
+        assert "review me" not in response.content.decode()
+    assert not Review.objects.exists()
+
+
+# --- the session list's review filter -------------------------------------------------------
+
+
+@pytest.fixture
+def reviewed(acme, rita) -> dict[str, Session]:
+    """One session per review state; the 'rejected' one was approved first (the newest counts)."""
+    actor = Actor(user=rita)
+    found = {state: _session(acme, 5, task=f"task {state}") for state in ("approved", "changes_requested",
+                                                                          "rejected", "unreviewed")}  # fmt: skip
+    reviews.sign_off(session=found["approved"], reviewer=actor, verdict="approved")
+    reviews.sign_off(session=found["changes_requested"], reviewer=actor, verdict="changes_requested")
+    reviews.sign_off(session=found["rejected"], reviewer=actor, verdict="approved")
+    reviews.sign_off(session=found["rejected"], reviewer=actor, verdict="rejected")
+    return found
+
+
+@pytest.mark.parametrize("state", ["approved", "changes_requested", "rejected", "unreviewed"])
+def test_api_list_filters_by_the_newest_review_state(reviewed, vic, state):
+    response = _client(vic).get("/api/sessions", {"review": state})
+    assert response.status_code == 200
+    body = SessionListOut.model_validate(response.json())
+    assert [row.id for row in body.sessions] == [reviewed[state].pk] and body.total == 1
+    assert body.sessions[0].reviewState == (None if state == "unreviewed" else state)
+
+
+def test_api_list_rows_carry_their_review_state_and_refuse_an_unknown_one(reviewed, vic):
+    client = _client(vic)
+    rows = {row["id"]: row["reviewState"] for row in client.get("/api/sessions").json()["sessions"]}
+    assert rows == {s.pk: (None if state == "unreviewed" else state) for state, s in reviewed.items()}
+    assert client.get("/api/sessions", {"review": "lgtm"}).status_code == 400
+
+
+@pytest.mark.parametrize("state", ["approved", "changes_requested", "rejected", "unreviewed"])
+def test_page_list_filters_by_review_state_and_shows_the_badge(reviewed, vic, state):
+    html = _client(vic).get(reverse("sessions:list"), {"review": state}, HTTP_HX_REQUEST="true").content.decode()
+    assert html.count("<tr data-session=") == 1 and f'data-session="{reviewed[state].pk}"' in html
+    assert f"badge review review-{state if state != 'unreviewed' else 'none'}" in html
+
+
+def test_the_review_state_keeps_the_session_list_one_query(reviewed, vic, django_assert_num_queries):
+    client = _client(vic)
+    client.get("/api/sessions")  # the login's session and user rows are read once before
+    # Django's session and user rows, the count, the page with each row's newest verdict.
+    with django_assert_num_queries(4):
+        body = client.get("/api/sessions", {"review": "rejected"}).json()
+    assert body["total"] == 1
+
+
+# --- the player's panel ---------------------------------------------------------------------
+
+
+def _player(client: Client, session: Session) -> str:
+    return client.get(reverse("sessions:player", args=[session.pk])).content.decode()
+
+
+def test_the_player_shows_sign_offs_to_everyone_and_the_form_to_reviewers(session, rita, vic):
+    reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved", note="<script>alert(1)</script>")
+    for user, has_form in ((rita, True), (vic, False)):
+        html = _player(_client(user), session)
+        assert '<section id="sign-offs"' in html and "<strong>rita</strong>" in html
+        assert "badge review review-approved" in html
+        assert ("sign-off-form" in html) is has_form
+        assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "covers events" not in html  # it covers the whole session
+
+
+def test_the_player_says_a_sign_off_covers_part_of_a_session_that_grew(acme, rita):
+    live = _session(acme, 5, live=True)
+    reviews.sign_off(session=live, reviewer=Actor(user=rita), verdict="approved")
+    append_events(session=live, events=synthetic_events(3, start=5))
+    assert "covers events 1–5 of 8" in _player(_client(rita), live)
+
+
+def test_htmx_sign_off_gets_only_the_panel_with_the_new_sign_off(session, rita):
+    response = _client(rita).post(reverse("sessions:sign_off", args=[session.pk]),
+                                  {"verdict": "changes_requested", "note": "step 2 <b>again</b>"},
+                                  HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 200 and html.lstrip().startswith('<section id="sign-offs"')
+    assert "badge review review-changes_requested" in html and "step 2 &lt;b&gt;again&lt;/b&gt;" in html
+    assert "<html" not in html and "HX-Request" in response["Vary"]
+    assert Review.objects.get().verdict == "changes_requested"
+
+
+def test_htmx_sign_off_on_a_tampered_chain_shows_why_it_was_refused(session, rita):
+    _tamper(session)
+    response = _client(rita).post(reverse("sessions:sign_off", args=[session.pk]), {"verdict": "approved"},
+                                  HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    # 200: htmx swaps no 4xx answer, and the reviewer must see the reason.
+    assert response.status_code == 200 and f"broken at seq {TAMPERED}" in html and 'role="alert"' in html
+    assert not Review.objects.exists()
+
+
+def test_plain_post_redirects_to_the_player_or_answers_the_refusal(session, rita):
+    client = _client(rita)
+    url = reverse("sessions:sign_off", args=[session.pk])
+    assert client.post(url, {"verdict": "bogus"}).status_code == 400
+    done = client.post(url, {"verdict": "approved"})
+    assert done.status_code == 302 and done["Location"] == session.get_absolute_url()
+    _tamper(session)
+    assert client.post(url, {"verdict": "approved"}).status_code == 409
+    assert Review.objects.count() == 1
