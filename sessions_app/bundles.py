@@ -34,11 +34,10 @@ from django.utils import timezone
 from . import signing
 from .bundle_reader import FORMAT
 from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, recorded_values
-from .models import Comment, Event, Review, Session
-from .replay.exports import export_original, original_name
+from .models import Comment, Review, Session
+from .replay.exports import event_chunks, export_original, original_name
 from .replay.rows import _iso
 
-CHUNK = 2000
 # Level 1: a third of level 6's time for ~10 % more bytes, and the bundle's time is the budget
 # (bench/bundle_bench.py).
 COMPRESS_LEVEL = 1
@@ -53,7 +52,6 @@ VIEWER_COLUMNS = (
 )  # fmt: skip
 _RUNNING = ("cost_total", "tokens_total", "errors_total", "steps_total", "elapsed_ms")
 
-_TABLE = Event._meta.db_table
 _RECORDED = slice(1, 1 + len(RECORDED_FIELDS))
 _REST = slice(1 + len(RECORDED_FIELDS), len(LINE_FIELDS))
 _PAYLOAD, _STEP_STATE = 1 + len(RECORDED_FIELDS), 1 + len(RECORDED_FIELDS) + CONTENT_FIELDS.index("step_state")
@@ -148,7 +146,7 @@ def _event_lines(session: Session, count: int, viewer_rows: IO[bytes]) -> Iterat
     """events.jsonl, a chunk of lines at a time; each chunk's rows for the viewer go to
     `viewer_rows` (JSON arrays joined by commas) on the way."""
     first = True
-    for rows in _event_chunks(session.pk, count):
+    for rows in _event_chunks(session, count):
         lines, viewer = [], []
         for row in rows:
             # The recorded fields as chain.py hashes them (the same bytes from both databases).
@@ -165,24 +163,11 @@ def _event_lines(session: Session, count: int, viewer_rows: IO[bytes]) -> Iterat
         first = False
 
 
-def _event_chunks(session_pk: int, count: int) -> Iterator[list[tuple]]:
+def _event_chunks(session: Session, count: int) -> Iterator[list[tuple]]:
     # SQLite's stored timestamp text is already the form chain.ts_text gives: read it as text
     # rather than have Django's converter parse it into a datetime that is formatted back.
     ts = "ts || ''" if connection.vendor == "sqlite" else "ts"
-    columns = ", ".join(ts if name == "ts" else name for name in (*LINE_FIELDS, *_RUNNING))
-    next_seq = 0
-    while next_seq < count:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {columns} FROM {_TABLE} WHERE session_id = %s AND seq >= %s AND seq < %s "
-                f"ORDER BY seq LIMIT {CHUNK}",
-                [session_pk, next_seq, count],
-            )
-            rows = cursor.fetchall()
-        if not rows:
-            return
-        yield rows
-        next_seq = rows[-1][0] + 1
+    return event_chunks(session, ", ".join(ts if name == "ts" else name for name in (*LINE_FIELDS, *_RUNNING)), count)
 
 
 def _index_html(viewer: dict[str, Any], viewer_rows: IO[bytes]) -> Iterator[bytes]:

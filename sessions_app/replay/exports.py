@@ -52,7 +52,7 @@ def _iso(value: datetime | None) -> str:
     return value.astimezone(UTC).isoformat()
 
 
-def _event_chunks(session: Session, columns: str, count: int) -> Iterator[list[tuple]]:
+def event_chunks(session: Session, columns: str, count: int) -> Iterator[list[tuple]]:
     """Rows of the first `count` events in seq order, CHUNK at a time (keyset reads)."""
     next_seq = 0
     while next_seq < count:
@@ -107,7 +107,7 @@ def _stored_records(session: Session) -> Iterator[bytes]:
     # A record a format turned into several events is stored on each of them; it is written
     # once (consecutive events from the same source line).
     last_line: int | None = None
-    for rows in _event_chunks(session, "seq, line, raw", session.event_count):
+    for rows in event_chunks(session, "seq, line, raw", session.event_count):
         out = []
         for _seq, line, raw in rows:
             if line is not None and line == last_line:
@@ -288,7 +288,7 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
         "is_error, payload, step_state, state_change"
     )
     steps = 0
-    for rows in _event_chunks(session, columns, session.event_count):
+    for rows in event_chunks(session, columns, session.event_count):
         out: list[bytes] = []
         for (_seq, kind, _source_type, ts, step, depth, parent_id, child_id, tool, duration_ms,
              _is_error, payload_text, step_text, change_text) in rows:  # fmt: skip
