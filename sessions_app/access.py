@@ -169,7 +169,7 @@ def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER
     """The project, if the caller's role in it is at least `need`."""
     actor = _as_actor(who)
     what = f"project {slug!r}"
-    if actor.user is None:
+    if actor.user is None or "\x00" in slug:  # no slug holds one (and PostgreSQL refuses it)
         raise NotVisible(f"{what} not found")
     try:
         project = _with_role(Project.objects.all(), actor, "id").get(slug=slug)

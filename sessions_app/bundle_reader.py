@@ -22,6 +22,7 @@ import hashlib
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,6 +36,15 @@ FORMAT = "replay-bundle/1"
 SIGNED_BY_MANIFEST = ("manifest.json", "manifest.sig")
 REQUIRED_FILES = ("events.jsonl", "comments.json", "reviews.json", "index.html")
 _READ = 1 << 20
+# What a member may hold uncompressed before it is read (its declared size, which zipfile never
+# reads past): a small zip must not inflate into gigabytes of memory.
+MEMBER_CAPS = {"manifest.json": 1 << 20, "manifest.sig": 4096, "comments.json": 64 << 20, "reviews.json": 64 << 20}
+LINE_CAP = 64 << 20  # one line of events.jsonl
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_TEXT_LIMITS = {"kind": 32, "source_type": 64, "agent_id": 200, "parent_id": 200, "child_id": 200, "tool": 200,
+                "pair_id": 200}  # fmt: skip
+_INTS = ("line", "step", "depth", "tokens")
+_FLOATS = ("duration_ms", "cost_usd", "reward", "cumulative_reward")
 
 
 class BundleError(Exception):
@@ -111,6 +121,10 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
         for needed in SIGNED_BY_MANIFEST:
             if needed not in names:
                 raise BundleError(f"{needed}: missing from the bundle")
+        for info in archive.infolist():
+            cap = MEMBER_CAPS.get(info.filename)
+            if cap is not None and info.file_size > cap:
+                raise BundleError(f"{info.filename}: {info.file_size:,} bytes uncompressed, more than {cap:,}")
         manifest_bytes = archive.read("manifest.json")
         signature = archive.read("manifest.sig").decode("ascii", "replace")
         manifest = _manifest(manifest_bytes)
@@ -198,8 +212,10 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> int:
     prev = GENESIS_HASH
     line_number = 0
     with archive.open("events.jsonl") as stream:
-        for line in stream:
+        for line in iter(lambda: stream.readline(LINE_CAP + 1), b""):
             line_number += 1
+            if len(line) > LINE_CAP:
+                raise BundleError(f"events.jsonl line {line_number}: longer than {LINE_CAP:,} bytes")
             try:
                 event = orjson.loads(line)
                 seq = event["seq"]
@@ -219,6 +235,10 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> int:
                     f"{where}: field hash: the event's recorded fields or content "
                     f"({', '.join(CONTENT_FIELDS)}) do not hash to its link (the event was changed)"
                 )
+            try:
+                check_event_shape(event)  # after the link: a changed event is named as changed
+            except (ValueError, TypeError, orjson.JSONDecodeError) as error:
+                raise BundleError(f"{where}: field {error}") from None
             prev, expected_seq = stored_hash, seq + 1
     if expected_seq - 1 != chain.get("last_seq"):
         raise BundleError(
@@ -227,6 +247,68 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> int:
     if prev != chain.get("head"):
         raise BundleError("events.jsonl: the last event's hash is not manifest.json's chain.head")
     return line_number
+
+
+def check_event_shape(event: Any) -> None:
+    """Every column of an event line has the type and form its column and the pages expect
+    (a ValueError names the field): a bundle is hashed by whoever signed it, so its lines are
+    input like any other. Content fields must be the writer's own JSON text, which pages splice
+    into responses as it is."""
+    if not isinstance(event, dict):
+        raise ValueError("the line is not an object")
+    if not _is_int(event.get("seq")) or event["seq"] < 0:
+        raise ValueError("seq: not a non-negative integer")
+    for name, limit in _TEXT_LIMITS.items():
+        value = event.get(name)
+        if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+            raise ValueError(f"{name}: not a text of at most {limit} characters")
+    ts = event.get("ts")
+    if ts is not None:
+        if not isinstance(ts, str):
+            raise ValueError("ts: not a timestamp")
+        try:
+            datetime.fromisoformat(ts)
+        except ValueError:
+            raise ValueError("ts: not a timestamp") from None
+    for name in _INTS:
+        value = event.get(name)
+        if value is not None and not (_is_int(value) and _INT64[0] <= value <= _INT64[1]):
+            raise ValueError(f"{name}: not a 64-bit integer")
+    for name in _FLOATS:
+        value = event.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"{name}: not a number")
+    for name in ("cost_unpriced", "is_error"):
+        if not isinstance(event.get(name), bool):
+            raise ValueError(f"{name}: not true or false")
+    if event.get("failed") is not None and not isinstance(event["failed"], bool):
+        raise ValueError("failed: not true, false or null")
+    for name, must_be_object in (("payload", False), ("step_state", True), ("state_change", True)):
+        text = event.get(name)
+        if text is None and name != "payload":
+            continue
+        value: Any = _NOT_JSON
+        if isinstance(text, str):
+            try:
+                value = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                pass
+        if value is _NOT_JSON or orjson.dumps(value).decode() != text:
+            raise ValueError(f"{name}: not JSON text as Replay writes it")
+        if must_be_object and not isinstance(value, dict):
+            raise ValueError(f"{name}: not a JSON object")
+    if event.get("raw") is not None and not isinstance(event["raw"], str):
+        raise ValueError("raw: not text")
+    salt = event.get("salt")
+    if not isinstance(salt, str) or len(salt) != 32 or any(c not in "0123456789abcdef" for c in salt):
+        raise ValueError("salt: not 32 hexadecimal digits")
+
+
+_NOT_JSON = object()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _json_member(archive: zipfile.ZipFile, name: str) -> Any:

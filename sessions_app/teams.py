@@ -46,7 +46,9 @@ def set_member(*, actor: Actor, project: Project, username: str, role: str, ip: 
     changed (or stayed). The last admin cannot be demoted."""
     if role not in Role.values:
         raise TeamError(f"role: one of {', '.join(Role.values)}")
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    user = (
+        get_user_model().objects.filter(username=username, is_active=True).first() if "\x00" not in username else None
+    )
     if user is None:
         raise TeamError(f"username: no active user {username!r}")
     with transaction.atomic():
@@ -72,6 +74,8 @@ def set_member(*, actor: Actor, project: Project, username: str, role: str, ip: 
 
 def remove_member(*, actor: Actor, project: Project, username: str, ip: str | None = None) -> None:
     """Take a user out of the project; never its last admin."""
+    if "\x00" in username:  # no username holds one (and PostgreSQL refuses it)
+        raise TeamError(f"username: {username!r} is not a member of {project.slug}")
     with transaction.atomic():
         member = Membership.objects.select_for_update().filter(project=project, user__username=username).first()
         if member is None:

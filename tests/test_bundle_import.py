@@ -3,6 +3,10 @@ and sign-offs, marked with the key that signed it; nothing stored from a bundle 
 
 from __future__ import annotations
 
+import hashlib
+import zipfile
+from pathlib import Path
+
 import pytest
 from django.core.management import call_command
 
@@ -56,7 +60,7 @@ def test_a_bundle_round_trip_restores_the_same_events_comments_and_sign_offs(bun
     assert stored(copy) == events  # every column, links and salts included
     assert threads(copy) == comments and sign_offs(copy) == reviews
     assert b"".join(export_original(session=copy)) == original == SOURCE.read_bytes()
-    assert copy.metadata["bundle"]["fingerprint"] and copy.metadata["bundle"]["head"] == head
+    assert copy.bundle_origin["fingerprint"] and copy.bundle_origin["head"] == head
     assert verify_session(session=copy).valid
 
 
@@ -64,7 +68,7 @@ def test_the_player_says_which_key_signed_the_bundle_a_session_came_from(bundle,
     (outcome,) = import_file(path=bundle, project=elsewhere)
     client.force_login(member("ida", elsewhere, Role.VIEWER))
     page = client.get(f"/sessions/{outcome.session.pk}/").content.decode()
-    fingerprint = outcome.session.metadata["bundle"]["fingerprint"]
+    fingerprint = outcome.session.bundle_origin["fingerprint"]
     assert "imported from a bundle signed by" in page and fingerprint in page
 
 
@@ -98,4 +102,70 @@ def test_a_bundle_uploads_like_any_file(bundle, elsewhere, client, django_captur
 def test_the_command_line_imports_a_bundle(bundle, elsewhere):
     call_command("import_sessions", str(bundle), "--project", "elsewhere")
     copy = Session.objects.get(project=elsewhere)
-    assert copy.metadata["bundle"]["exported_by"] == "vera" and Comment.objects.filter(session=copy).count() == 2
+    assert copy.bundle_origin["exported_by"] == "vera" and Comment.objects.filter(session=copy).count() == 2
+
+
+def test_a_bundle_whose_signer_wrote_hostile_rows_is_refused_whole(bundle, elsewhere, tmp_path):
+    """The signer of a bundle can re-hash anything: its lines are checked like any input."""
+    import base64
+
+    import orjson
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from sessions_app.chain import GENESIS_HASH, commitments, link_hash, recorded_values
+
+    def forged(change, name: str) -> Path:
+        """The bundle with its events changed by `change`, re-chained and re-signed by a stranger."""
+        with zipfile.ZipFile(bundle) as archive:
+            members = {n: archive.read(n) for n in archive.namelist()}
+        prev, lines = GENESIS_HASH, []
+        for line in members["events.jsonl"].splitlines():
+            event = orjson.loads(line)
+            change(event)
+            event["prev_hash"] = prev
+            recorded = recorded_values([event[f] for f in RECORDED_FIELDS])
+            event["hash"] = prev = link_hash(prev, event["seq"], recorded,
+                                             commitments(event["salt"], [event[f] for f in CONTENT_FIELDS]))  # fmt: skip
+            lines.append(orjson.dumps(event))
+        members["events.jsonl"] = b"\n".join(lines) + b"\n"
+        manifest = orjson.loads(members["manifest.json"])
+        manifest["files"]["events.jsonl"] = hashlib.sha256(members["events.jsonl"]).hexdigest()
+        manifest["chain"]["head"] = prev
+        key = Ed25519PrivateKey.generate()
+        manifest["public_key"] = base64.b64encode(
+            key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        ).decode()
+        members["manifest.json"] = orjson.dumps(manifest)
+        members["manifest.sig"] = base64.b64encode(key.sign(members["manifest.json"]))
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as archive:
+            for member, data in members.items():
+                archive.writestr(member, data)
+        return path
+
+    def splice(event):
+        if event["seq"] == 3:
+            event["payload"] = '{"text": "hi"}, "kind": "INJECTED"'
+
+    def wrong_type(event):
+        if event["seq"] == 2:
+            event["tokens"] = "many"
+
+    untouched = forged(lambda event: None, "untouched.zip")
+    (fine,) = import_file(path=untouched, project=elsewhere)
+    assert fine.error is None  # re-signing alone is not what is refused
+    Session.objects.filter(project=elsewhere).delete()
+    for change, field in ((splice, "payload"), (wrong_type, "tokens")):
+        (outcome,) = import_file(path=forged(change, f"{field}.zip"), project=elsewhere)
+        assert outcome.session is None and f"field {field}:" in outcome.error, outcome.error
+    assert not Session.objects.filter(project=elsewhere).exists()
+
+
+def test_session_metadata_cannot_claim_a_bundle_origin(client, elsewhere):
+    client.force_login(member("max", elsewhere, Role.MAINTAINER))
+    made = client.post("/api/sessions", {"project": "elsewhere", "metadata": {"bundle": {"fingerprint": "abcd"}}},
+                       content_type="application/json")  # fmt: skip
+    assert made.status_code == 201
+    page = client.get(f"/sessions/{made.json()['id']}/").content.decode()
+    assert "imported from a bundle signed by" not in page

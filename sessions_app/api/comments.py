@@ -13,7 +13,7 @@ from ninja.responses import Status
 
 from .. import access, audit, comments
 from ..models import Comment, Role
-from .schemas import DetailOut
+from .schemas import DetailOut, Text
 
 router = Router(tags=["comments"])
 
@@ -22,12 +22,12 @@ DENIED = {400: DetailOut, 403: DetailOut, 404: DetailOut}
 
 class CommentIn(Schema):
     seq: int | None = Field(None, ge=0, description="the event the thread is on; a reply may leave it out")
-    body: str = Field(..., description=f"Markdown, at most {comments.MAX_BODY:,} characters")
+    body: Text = Field(..., description=f"Markdown, at most {comments.MAX_BODY:,} characters")
     parent: int | None = Field(None, description="reply in the thread of this comment")
 
 
 class CommentEditIn(Schema):
-    body: str = Field(..., description="the new Markdown; the old body is kept as a revision")
+    body: Text = Field(..., description="the new Markdown; the old body is kept as a revision")
 
 
 class ResolveIn(Schema):

@@ -13,7 +13,7 @@ from ninja.responses import Status
 
 from .. import access, audit, teams
 from ..models import Project, Role
-from .schemas import DetailOut
+from .schemas import DetailOut, Text
 
 router = Router(tags=["projects"])
 
@@ -27,8 +27,8 @@ class ProjectOut(Schema):
 
 
 class ProjectIn(Schema):
-    name: str = Field(..., min_length=1, max_length=200)
-    slug: str = Field("", max_length=100, description="lowercase letters, digits, - and _; from the name when empty")
+    name: Text = Field(..., min_length=1, max_length=200)
+    slug: Text = Field("", max_length=100, description="lowercase letters, digits, - and _; from the name when empty")
 
 
 class MemberOut(Schema):
@@ -38,7 +38,7 @@ class MemberOut(Schema):
 
 
 class MemberIn(Schema):
-    username: str = Field(..., min_length=1, max_length=150)
+    username: Text = Field(..., min_length=1, max_length=150)
     role: Role
 
 

@@ -13,7 +13,7 @@ from .. import access, audit
 from ..models import Review, Role
 from ..reviews import SignOff, SignOffRefused, sign_off, sign_offs_of
 from .responses import json_response
-from .schemas import NOT_FOUND, DetailOut
+from .schemas import NOT_FOUND, DetailOut, Text
 
 router = Router(tags=["reviews"])
 
@@ -42,7 +42,7 @@ class ReviewOut(Schema):
 
 class ReviewIn(Schema):
     verdict: Review.Verdict
-    note: str = Field("", max_length=10_000)
+    note: Text = Field("", max_length=10_000)
 
 
 def review_row(found: SignOff) -> dict[str, Any]:

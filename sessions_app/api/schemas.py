@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
+from pydantic import AfterValidator
+
+
+def _without_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+# Text a client sends that is stored as text: PostgreSQL refuses NUL in text columns, so it is a
+# 400 naming the field here rather than a 500 there.
+Text = Annotated[str, AfterValidator(_without_nul)]
 
 
 class DetailOut(Schema):

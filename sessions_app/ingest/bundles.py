@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from ..bundle_reader import Bundle, BundleError, read_bundle
 from ..canonical import SessionMeta
@@ -47,26 +47,50 @@ def import_bundle(
     session, the bundle, and whether it was there already (the same chain head in the project).
     A BundleError (nothing stored) names what did not match."""
     bundle = read_bundle(path, key=key)
-    summary, head = bundle.session, bundle.chain["head"]
+    head = bundle.chain["head"]
     existing = Session.objects.filter(project=project, source_digest=head).order_by("pk").first()
     if existing is not None:
         return existing, bundle, True
-    with transaction.atomic():
-        session = create_session(project=project, source_format=summary.get("format") or FORMAT_NAME,
-                                 meta=_meta(summary, bundle), import_job=_keep_original(bundle, project, created_by))  # fmt: skip
-        append_stored_events(session=session, events=_stored(bundle))
-        session.refresh_from_db()
-        if session.head_hash != head:
-            # read_bundle checked every link, so only a writer change could get here.
-            raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
-        # A bundle imported twice is one session: its chain head names its content (the salts
-        # make any other content's head differ).
-        Session.objects.filter(pk=session.pk).update(source_digest=head)
-        _finish(session, summary)
-        _restore_comments(session, bundle.comments)
-        _restore_reviews(session, bundle.reviews)
+    kept: ImportJob | None = None
+    try:
+        with transaction.atomic():
+            kept = _keep_original(bundle, project, created_by)
+            session = _restore(bundle, project, kept)
+    except BundleError:
+        _forget(kept)
+        raise
+    except (ValueError, TypeError, AttributeError, OverflowError, DatabaseError) as exc:
+        # comments.json / reviews.json of the wrong shape: signed by whoever made the bundle,
+        # so input like any other; nothing is stored.
+        _forget(kept)
+        raise BundleError(f"the bundle's comments or sign-offs are not as Replay writes them ({exc})") from None
     session.refresh_from_db()
     return session, bundle, False
+
+
+def _restore(bundle: Bundle, project: Project, kept: ImportJob | None) -> Session:
+    summary, head = bundle.session, bundle.chain["head"]
+    session = create_session(project=project, source_format=summary.get("format") or FORMAT_NAME,
+                             meta=_meta(summary), import_job=kept)  # fmt: skip
+    append_stored_events(session=session, events=_stored(bundle))
+    session.refresh_from_db()
+    if session.head_hash != head:
+        # read_bundle checked every link, so only a writer change could get here.
+        raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
+    # A bundle imported twice is one session: its chain head names its content (the salts
+    # make any other content's head differ).
+    Session.objects.filter(pk=session.pk).update(source_digest=head)
+    _finish(session, summary)
+    _restore_comments(session, bundle.comments)
+    _restore_reviews(session, bundle.reviews)
+    Session.objects.filter(pk=session.pk).update(bundle_origin=_origin(summary, bundle))
+    return session
+
+
+def _forget(kept: ImportJob | None) -> None:
+    """The copy of the original an import that failed had already kept (its row rolled back)."""
+    if kept is not None:
+        Path(kept.stored_path).unlink(missing_ok=True)
 
 
 def _keep_original(bundle: Bundle, project: Project, created_by: str) -> ImportJob | None:
@@ -83,7 +107,7 @@ def _keep_original(bundle: Bundle, project: Project, created_by: str) -> ImportJ
     return job
 
 
-def _meta(summary: dict[str, Any], bundle: Bundle) -> SessionMeta:
+def _meta(summary: dict[str, Any]) -> SessionMeta:
     return SessionMeta(
         source_session_id=str(summary.get("source_session_id") or "")[:200],
         run_id=str(summary.get("run_id") or "")[:200],
@@ -92,12 +116,17 @@ def _meta(summary: dict[str, Any], bundle: Bundle) -> SessionMeta:
         environment=str(summary.get("environment") or "")[:200],
         model=str(summary.get("model") or "")[:200],
         started_at=_when(summary.get("started_at")),
-        metadata={"bundle": {
-            "fingerprint": bundle.fingerprint, "public_key": bundle.public_key, "pinned": bundle.pinned,
-            "exported_at": bundle.manifest.get("exported_at"), "exported_by": bundle.manifest.get("exported_by"),
-            "session": summary.get("id"), "project": summary.get("project"), "head": bundle.chain["head"],
-        }},
-    )  # fmt: skip
+    )
+
+
+def _origin(summary: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
+    """Session.bundle_origin: which key signed the bundle and what it said of itself. A column
+    of its own, never the session's metadata, which sources and clients write."""
+    return {
+        "fingerprint": bundle.fingerprint, "public_key": bundle.public_key, "pinned": bundle.pinned,
+        "exported_at": bundle.manifest.get("exported_at"), "exported_by": bundle.manifest.get("exported_by"),
+        "session": summary.get("id"), "project": summary.get("project"), "head": bundle.chain["head"],
+    }  # fmt: skip
 
 
 def _stored(bundle: Bundle) -> Iterator[dict[str, Any]]:

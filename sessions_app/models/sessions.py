@@ -93,6 +93,9 @@ class Session(models.Model):
     # recognised by it (the chain's head differs, its salts being random).
     source_digest = models.CharField(max_length=64, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # Set only by importing an evidence bundle (ingest/bundles.py): the key that signed it and
+    # what the bundle said of itself. Not in `metadata`, which sources and clients write.
+    bundle_origin = models.JSONField(null=True, blank=True)
     # What the writer needs to continue a session later (open pairs, streaks, state).
     ingest_state = models.JSONField(default=dict, blank=True)
     import_job = models.ForeignKey(
