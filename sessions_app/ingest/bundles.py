@@ -77,13 +77,9 @@ def _restore(bundle: Bundle, project: Project, kept: ImportJob | None) -> Sessio
     if session.head_hash != head:
         # read_bundle checked every link, so only a writer change could get here.
         raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
-    # A bundle imported twice is one session: its chain head names its content (the salts
-    # make any other content's head differ).
-    Session.objects.filter(pk=session.pk).update(source_digest=head)
-    _finish(session, summary)
+    _finish(session, summary, bundle)
     _restore_comments(session, bundle.comments)
     _restore_reviews(session, bundle.reviews)
-    Session.objects.filter(pk=session.pk).update(bundle_origin=_origin(summary, bundle))
     return session
 
 
@@ -140,9 +136,13 @@ def _stored(bundle: Bundle) -> Iterator[dict[str, Any]]:
         yield line
 
 
-def _finish(session: Session, summary: dict[str, Any]) -> None:
-    """What the writer does not derive from the events: how the session ended."""
+def _finish(session: Session, summary: dict[str, Any], bundle: Bundle) -> None:
+    """What the writer does not derive from the events, in one write: how the session ended,
+    where it came from, and its digest (a bundle imported twice is one session: its chain head
+    names its content, the salts making any other content's head differ)."""
     fields = {
+        "source_digest": bundle.chain["head"],
+        "bundle_origin": _origin(summary, bundle),
         "status": summary.get("status") if summary.get("status") in Session.Status.values else Session.Status.COMPLETED,
         "completed": bool(summary.get("completed")),
         "ended_at": _when(summary.get("ended_at")),

@@ -108,10 +108,9 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
-            return redirect(project) if _still_sees(request, project) else redirect("sessions:projects")
+            return _back_to(request, project)
     if "change" in request.POST:
-        message = " ".join(e for errors in form.errors.values() for e in errors)
-        return _project_page(request, project, status=400, row_errors={request.POST.get("username", ""): message})
+        return _refused_row(request, project, form)
     return _project_page(request, project, status=400, member_form=form)
 
 
@@ -127,9 +126,19 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
-            return redirect(project) if _still_sees(request, project) else redirect("sessions:projects")
+            return _back_to(request, project)
+    return _refused_row(request, project, form)
+
+
+def _refused_row(request: HttpRequest, project: Project, form: forms.Form) -> HttpResponse:
+    """The project page at 400 with a member row's refusal shown in that row."""
     message = " ".join(e for errors in form.errors.values() for e in errors)
     return _project_page(request, project, status=400, row_errors={request.POST.get("username", ""): message})
+
+
+def _back_to(request: HttpRequest, project: Project) -> HttpResponse:
+    """After a change of members: the project, or the list when the caller left it."""
+    return redirect(project) if _still_sees(request, project) else redirect("sessions:projects")
 
 
 def _still_sees(request: HttpRequest, project: Project) -> bool:
