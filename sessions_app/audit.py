@@ -32,7 +32,8 @@ ACTIONS = (
     "key.create", "key.revoke",
     "project.create", "project.change", "retention.run",
     "comment.create", "comment.edit", "comment.delete", "comment.resolve", "review.create",
-    "bundle.export",
+    "bundle.export", "checkpoint.change",
+    "tour.create", "tour.change", "tour.delete", "share_link.create", "share_link.use", "share_link.revoke",
 )  # fmt: skip
 
 CHUNK = 2000

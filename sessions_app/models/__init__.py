@@ -1,7 +1,8 @@
 """The models, by subject: projects and who may use them, recorded sessions and their events,
-what reviewers leave on them (comments, sign-offs), the audit log."""
+what reviewers leave on them (comments, sign-offs), tours and share links, the audit log."""
 
 from .audit import SITE_LOG, AuditEntry, AuditLog, log_name
+from .onboarding import ShareLink, Tour, TourStop
 from .projects import ApiKey, Membership, Project, Role
 from .reviews import Comment, CommentRevision, Review
 from .sessions import (
@@ -18,7 +19,7 @@ from .sessions import (
 
 __all__ = [
     "KEYFRAME_EVERY", "SITE_LOG", "ApiKey", "AuditEntry", "AuditLog", "Checkpoint", "Comment", "CommentRevision",
-    "Event", "ImportJob", "Review",
+    "Event", "ImportJob", "Review", "ShareLink", "Tour", "TourStop",
     "IngestBatch", "Membership", "Project", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot",
     "log_name",
 ]  # fmt: skip

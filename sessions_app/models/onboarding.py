@@ -1,0 +1,124 @@
+"""What onboarding is built from: guided tours through a project's sessions, and share links
+that open one session or one tour to someone without an account.
+
+The workflows are sessions_app/tours.py and sessions_app/sharing.py; these are the facts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from .projects import Project
+from .sessions import Session
+
+
+class Tour(models.Model):
+    """An ordered walk through steps of one project's sessions, each stop narrated."""
+
+    project = models.ForeignKey(Project, on_delete=models.DB_CASCADE, related_name="tours")
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)  # Markdown as written; shown sanitised
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="tours"
+    )
+    created_by_name = models.CharField(max_length=150, blank=True)  # kept when the user is deleted
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["project", "title", "id"]
+        indexes = [
+            # The Learn page: a project's tours by title.
+            models.Index(fields=["project", "title"], name="tour_project_title"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class TourStop(models.Model):
+    """One stop of a tour: a step (`seq`, the event it stops at) of a session of the tour's
+    project, with a title and a Markdown narration. `position` is 0-based and dense."""
+
+    tour = models.ForeignKey(Tour, on_delete=models.DB_CASCADE, related_name="stops")
+    position = models.PositiveIntegerField()
+    # Deleting a session deletes the stops on it (the tour keeps the rest).
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="tour_stops")
+    seq = models.BigIntegerField()
+    title = models.CharField(max_length=200)
+    narration = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["tour", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["tour", "position"], name="tourstop_tour_position_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"stop {self.position + 1} of tour {self.tour_id}: {self.title}"
+
+
+class ShareLinkQuerySet(models.QuerySet):
+    def active(self, *, now=None) -> ShareLinkQuerySet:
+        """Links that still open: not revoked, not expired."""
+        return self.filter(revoked_at__isnull=True, expires_at__gt=now or timezone.now())
+
+
+class ShareLink(models.Model):
+    """A read-only link (`/s/<token>`) to one session or one tour, for someone without an
+    account. Only the token's SHA-256 is stored; the token is shown once, at creation."""
+
+    project = models.ForeignKey(Project, on_delete=models.DB_CASCADE, related_name="share_links")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.DB_CASCADE, related_name="share_links")
+    tour = models.ForeignKey(Tour, null=True, blank=True, on_delete=models.DB_CASCADE, related_name="share_links")
+    token_hash = models.CharField(max_length=64, unique=True)
+    note = models.CharField(max_length=500, blank=True)
+    allow_export = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="share_links"
+    )
+    created_by_name = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, blank=True)
+    use_count = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ShareLinkQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(session__isnull=False, tour__isnull=True) | Q(session__isnull=True, tour__isnull=False),
+                name="sharelink_one_target",
+            ),
+        ]
+        indexes = [
+            # A session's (or a tour's) links, listed on its page.
+            models.Index(fields=["session", "-created_at"], name="sharelink_session_created"),
+            models.Index(fields=["tour", "-created_at"], name="sharelink_tour_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"share link {self.pk} to {self.target}"
+
+    @property
+    def target(self) -> str:
+        return f"session:{self.session_id}" if self.session_id else f"tour:{self.tour_id}"
+
+    @staticmethod
+    def hash_token(token: str) -> str:
+        return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+    @staticmethod
+    def new_token() -> str:
+        """32 random bytes, URL-safe (docs/teams.md)."""
+        return secrets.token_urlsafe(32)
