@@ -12,6 +12,14 @@ from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta, StateChang
 from sessions_app.ingest.writer import append_events, create_session
 from sessions_app.models import Project, Session
 
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Everything under tests/browser/ drives Chromium: marked `browser` whether or not its
+    module says so, so `-m "not browser"` (make test's runs after the first) leaves all of it."""
+    for item in items:
+        if "browser" in item.path.parent.parts[-1:]:
+            item.add_marker(pytest.mark.browser)
+
 T0 = datetime(2026, 2, 8, 10, 30, tzinfo=UTC)
 
 
