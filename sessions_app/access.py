@@ -29,7 +29,7 @@ from django.db.models import CharField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import Http404, HttpRequest
 
-from .models import ApiKey, ImportJob, Membership, Project, Role, Session
+from .models import ApiKey, ImportJob, Membership, Project, Role, Session, Tour
 
 
 class NotVisible(Http404):
@@ -154,15 +154,20 @@ def session_for(who: HttpRequest | Actor, session_id: int, *, need: Role = Role.
     return _object_for(_as_actor(who), Session.objects.all(), session_id, f"session {session_id}", need)
 
 
-def role_on(who: HttpRequest | Actor, found: Session | ImportJob) -> Role | None:
-    """The caller's role in the project of an object fetched through `session_for` or
-    `job_for` (from the role that lookup read with it: no query)."""
+def role_on(who: HttpRequest | Actor, found: Session | ImportJob | Tour) -> Role | None:
+    """The caller's role in the project of an object fetched through `session_for`,
+    `job_for` or `tour_for` (from the role that lookup read with it: no query)."""
     return _as_actor(who).narrow(found.project_id, getattr(found, "member_role", None))
 
 
 def job_for(who: HttpRequest | Actor, job_id: int, *, need: Role = Role.VIEWER) -> ImportJob:
     """The import job, if the caller's role in its project is at least `need`."""
     return _object_for(_as_actor(who), ImportJob.objects.all(), job_id, f"import job {job_id}", need)
+
+
+def tour_for(who: HttpRequest | Actor, tour_id: int, *, need: Role = Role.VIEWER) -> Tour:
+    """The tour, if the caller's role in its project is at least `need`."""
+    return _object_for(_as_actor(who), Tour.objects.all(), tour_id, f"tour {tour_id}", need)
 
 
 def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER) -> Project:
