@@ -69,13 +69,14 @@ migrate: $(STAMP)
 demo: migrate
 	$(PY) manage.py setup_demo --url http://$(HOST):$(PORT)/
 
+# The production server (docs/deployment.md), in demo mode: the development secret key is
+# allowed. `manage.py serve` supervises granian's web processes and the job cluster, and stops
+# them all on Ctrl-C or SIGTERM.
 run: demo
 	$(PY) manage.py schedule_jobs
+	$(PY) manage.py collectstatic --noinput -v 0
 	@echo "Starting Replay on http://$(HOST):$(PORT)/ (web + worker); Ctrl-C stops both."
-	@trap 'kill 0' INT TERM; \
-	$(PY) manage.py qcluster & \
-	$(PY) manage.py runserver --insecure --noreload $(HOST):$(PORT) & \
-	wait
+	REPLAY_DEMO=1 $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 test: $(DEV_STAMP) $(ALT_STAMP) browser
 	@rc=0; \

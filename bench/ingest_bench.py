@@ -4,7 +4,7 @@
     .venv/bin/python .ci/with_postgres.py -- .venv/bin/python bench/ingest_bench.py
 
 Migrates a fresh temporary SQLite database (or uses the PostgreSQL of DATABASE_URL), starts
-`manage.py runserver --noreload` on a free loopback port against it, and then:
+`manage.py serve` (the production server) on a free loopback port against it, and then:
 
 1. API: creates a live session (POST /api/sessions) and appends the events in batches of
    `--batch` (POST /api/sessions/{id}/events, canonical events, an idempotency key each), one
@@ -78,8 +78,8 @@ def free_port() -> int:
 
 def start_server(port: int, env: dict, log: Path) -> subprocess.Popen:
     server = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=ROOT, env=env | {"REPLAY_DEMO": "1"}, stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -1,6 +1,52 @@
-import os
+"""The application the production server runs (`manage.py serve`, docs/deployment.md).
 
-from django.core.asgi import get_asgi_application
+Replay's pages and JSON API are synchronous Django views. Under Django's ASGI handler every
+synchronous view of a process runs on one shared thread, so a process would serve one page at a
+time (PERFORMANCE.md measured it). So requests go two ways:
+
+- the Server-Sent Event streams go to Django's ASGI handler, where they wait for their next
+  event without holding a thread (sessions_app/replay/streaming.py);
+- everything else goes to Django's WSGI handler through a2wsgi's thread pool
+  (REPLAY_WEB_THREADS threads per process), as under a threaded WSGI server.
+
+Static files are served by whitenoise's middleware (settings.MIDDLEWARE) on both ways.
+"""
+
+import os
+import re
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "replay_site.settings")
-application = get_asgi_application()
+
+from a2wsgi import WSGIMiddleware  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.wsgi import get_wsgi_application  # noqa: E402
+
+from replay_site.serving import require_real_secret_key  # noqa: E402
+
+streams = get_asgi_application()
+require_real_secret_key()
+pages = WSGIMiddleware(get_wsgi_application(), workers=settings.WEB_THREADS)
+
+# The routes whose views return an asynchronous stream under ASGI (sessions_app/api/live.py).
+STREAMS = re.compile(r"^/api/sessions/[^/]+/(?:stream|tail)/?$")
+
+
+async def application(scope, receive, send) -> None:
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+    elif scope["type"] == "http" and STREAMS.match(scope["path"]):
+        await streams(scope, receive, send)
+    else:
+        await pages(scope, receive, send)
+
+
+async def _lifespan(receive, send) -> None:
+    """Nothing to set up or tear down: Django opens its connections on first use."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -123,10 +124,13 @@ def sqlite_database(path: Path) -> dict:
 
 
 DEBUG = env_bool("REPLAY_DEBUG", False)
+# Demo mode (`make run` sets it): the development secret key below is allowed to serve.
+DEMO = env_bool("REPLAY_DEMO", False)
 SECRET_KEY = env_str("REPLAY_SECRET_KEY", "")
-if not SECRET_KEY:
-    # A development key for `make run` and the tests; `check --deploy` flags it, and
-    # docs/deployment.md says to set REPLAY_SECRET_KEY in production.
+DEVELOPMENT_SECRET_KEY = not SECRET_KEY
+if DEVELOPMENT_SECRET_KEY:
+    # A development key for `make run` and the tests. The server's entry points
+    # (replay_site/asgi.py, wsgi.py) refuse to serve with it outside demo mode.
     SECRET_KEY = "django-insecure-replay-development-key-change-me"
 
 ALLOWED_HOSTS = env_list("REPLAY_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
@@ -154,6 +158,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files, compressed and with long cache lifetimes, from the production server itself.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "replay_site.middleware.refuse_nul_in_query",
@@ -238,6 +244,20 @@ STATICFILES_DIRS = [
     ("vendor/plotly", Path(importlib.util.find_spec("plotly").origin).parent / "package_data"),
 ]
 STATIC_ROOT = Path(env_str("REPLAY_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+# `collectstatic` (make run does it) fills STATIC_ROOT with each file and its gzip'd copy, which
+# whitenoise serves; without it (tests, a checkout) whitenoise finds them where they are.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "css").is_dir()
+if WHITENOISE_USE_FINDERS:  # whitenoise would warn that STATIC_ROOT was never collected
+    warnings.filterwarnings("ignore", message="No directory at: ")
+
+# The production server (`manage.py serve`, docs/deployment.md): web processes, threads each
+# serves pages with, and job workers.
+WEB_PROCESSES = int(env_number("REPLAY_WEB_PROCESSES", 2, minimum=1))
+WEB_THREADS = int(env_number("REPLAY_WEB_THREADS", 4, minimum=1))
 
 # Uploads stream to disk, never to memory; the import job reads them from there.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

@@ -20,6 +20,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         if "browser" in item.path.parent.parts[-1:]:
             item.add_marker(pytest.mark.browser)
 
+
 T0 = datetime(2026, 2, 8, 10, 30, tzinfo=UTC)
 
 

@@ -63,26 +63,3 @@ def test_database_url_selects_postgresql():
         "replay",
     )
     assert db["OPTIONS"] == {"sslmode": "require"}
-
-
-def test_djangos_own_server_answers_without_waiting_for_nagle():
-    # The handler Django's server (make run) gives each connection turns Nagle's algorithm off
-    # on it: with it on, every response waited up to 40 ms for the client's acknowledgement.
-    import socket
-
-    from django.core.servers.basehttp import WSGIRequestHandler
-
-    class Accepted(WSGIRequestHandler):
-        def handle(self) -> None:  # set-up only: what the server does to each connection
-            pass
-
-        def finish(self) -> None:
-            pass
-
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname())
-        connection, address = listener.accept()
-        with client, connection:
-            assert not connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-            Accepted(connection, address, server=None)
-            assert connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 from django.urls import reverse
 from ninja import Query, Router, Schema, Status
@@ -208,6 +209,13 @@ def _project(request: HttpRequest, slug: str):
         raise BadRequest(400, str(exc))
 
 
+def _under_asgi(request: HttpRequest) -> bool:
+    """Whether an ASGI server serves this request (replay_site/asgi.py sends the streams to
+    Django's ASGI handler): a stream then waits without holding a thread. Under WSGI an
+    asynchronous stream would be read to its end before anything is sent."""
+    return isinstance(request, ASGIRequest)
+
+
 def _sse(frames) -> StreamingHttpResponse:
     response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
@@ -231,13 +239,9 @@ def _start_after(request: HttpRequest, after: int | None) -> int:
 def stream_session(request: HttpRequest, session_id: int, query: Query[StreamQuery]):
     """Server-Sent Events of the session at its recorded pace, one turn at a time."""
     session = access.session_for(request, session_id)
+    stream = streaming.paced_stream_async if _under_asgi(request) else streaming.paced_stream
     return _sse(
-        streaming.paced_stream(
-            session=session,
-            after=_start_after(request, query.after),
-            pacing=query.pacing,
-            max_gap=query.max_gap,
-        )
+        stream(session=session, after=_start_after(request, query.after), pacing=query.pacing, max_gap=query.max_gap)
     )
 
 
@@ -249,8 +253,9 @@ def stream_session(request: HttpRequest, session_id: int, query: Query[StreamQue
 def tail_session(request: HttpRequest, session_id: int, query: Query[TailQuery]):
     """Server-Sent Events of a live session's events as they are appended."""
     session = access.session_for(request, session_id)
+    stream = streaming.tail_stream_async if _under_asgi(request) else streaming.tail_stream
     return _sse(
-        streaming.tail_stream(
+        stream(
             session=session,
             after=_start_after(request, query.after),
             poll_interval=settings.TAIL_POLL_SECONDS,

@@ -12,19 +12,26 @@ stream holds at most one page of a session, whatever its length. Frames (docs/in
     event: end      data: {"reason": "end_of_session" | "session_ended" | "max_duration", ...}
     : keepalive     (an SSE comment while nothing else is sent)
 
-Generators take `sleep` and `clock` so tests can check the timing they ask for.
+The stream logic is written once, as a generator of frames and `Sleep` instructions; two small
+drivers run it. Under WSGI (and the test client) `paced_stream`/`tail_stream` sleep in their
+thread. Under ASGI (the production server, docs/deployment.md) `paced_stream_async` /
+`tail_stream_async` await the sleeps and run each step of the generator (its database reads) in
+the request's own thread for a moment only, so a stream waiting for the next event holds no
+thread at all. Drivers take `sleep` and `clock` so tests can check the timing they ask for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connection
 
 from ..canonical import Kind
@@ -70,6 +77,16 @@ def frame(name: str | bytes, data: dict, *, event_id: int | None = None) -> byte
 KEEPALIVE = b": keepalive\n\n"
 
 
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """An instruction to the driver: wait this many seconds before the next step."""
+
+    seconds: float
+
+
+_Step = bytes | Sleep
+
+
 def _pages(session_id: int, after: int) -> Iterator[list[_Row]]:
     """Pages of events with seq > after, in seq order, one keyset query per page."""
     page = PAGE
@@ -109,9 +126,8 @@ def _event_frame(row: _Row, extra: dict) -> bytes:
     return frame(_FRAME_NAMES.get(row.kind, b"event"), row.body, event_id=row.seq)
 
 
-def _wait(seconds: float, sleep: Callable[[float], None], clock: Callable[[], float],
-          until: float) -> Iterator[bytes]:  # fmt: skip
-    """Sleep until `until` on `clock`, yielding keep-alives through long waits."""
+def _wait(seconds: float, clock: Callable[[], float], until: float) -> Iterator[_Step]:
+    """Wait until `until` on `clock`, with keep-alives through long waits."""
     if seconds >= RELEASE_CONNECTION_AFTER:
         _release_connection()
     while True:
@@ -119,11 +135,41 @@ def _wait(seconds: float, sleep: Callable[[float], None], clock: Callable[[], fl
         if left <= 0:
             return
         if left > MAX_SLEEP_SLICE:
-            sleep(MAX_SLEEP_SLICE)
+            yield Sleep(MAX_SLEEP_SLICE)
             yield KEEPALIVE
         else:
-            sleep(left)
+            yield Sleep(left)
             return
+
+
+def _run(steps: Iterator[_Step], sleep: Callable[[float], None]) -> Iterator[bytes]:
+    """The thread driver: sleep where the stream says, pass its frames on."""
+    for step in steps:
+        if isinstance(step, Sleep):
+            sleep(step.seconds)
+        else:
+            yield step
+
+
+_DONE = object()
+
+
+def _advance(steps: Iterator[_Step]) -> object:
+    return next(steps, _DONE)
+
+
+async def _run_async(steps: Iterator[_Step], sleep: Callable[[float], Awaitable[None]]) -> AsyncIterator[bytes]:
+    """The ASGI driver: each step of the stream (its reads) runs in the request's thread, the
+    waits between them in the event loop, holding no thread."""
+    advance = sync_to_async(_advance)  # thread-sensitive: one thread per request, in turn
+    try:
+        while (step := await advance(steps)) is not _DONE:
+            if isinstance(step, Sleep):
+                await sleep(step.seconds)
+            else:
+                yield step
+    finally:
+        await sync_to_async(steps.close)()
 
 
 def paced_stream(
@@ -146,8 +192,25 @@ def paced_stream(
     naming where to resume; the events before a session's first user message play together
     with its first turn. At the end of the session comes an `end` frame.
     """
+    return _run(_paced_steps(session, after, pacing, max_gap, clock), sleep)
+
+
+def paced_stream_async(
+    *,
+    session: Session,
+    after: int = -1,
+    pacing: float = 1.0,
+    max_gap: float | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[bytes]:
+    """`paced_stream` for an ASGI server: the same frames, waiting without a thread."""
+    return _run_async(_paced_steps(session, after, pacing, max_gap, clock), sleep)
+
+
+def _paced_steps(session, after, pacing, max_gap, clock) -> Iterator[_Step]:
     try:
-        yield from _paced(session, after, pacing, max_gap, sleep, clock)
+        yield from _paced(session, after, pacing, max_gap, clock)
     except DatabaseError:
         logger.exception("stream of session %s failed", session.pk)
         yield frame("error", {"message": "the stream stopped: database error"})
@@ -155,7 +218,7 @@ def paced_stream(
         _release_connection()
 
 
-def _paced(session, after, pacing, max_gap, sleep, clock) -> Iterator[bytes]:
+def _paced(session, after, pacing, max_gap, clock) -> Iterator[_Step]:
     from_start = after < 0
     sent = 0
     user_turns = 0
@@ -183,7 +246,7 @@ def _paced(session, after, pacing, max_gap, sleep, clock) -> Iterator[bytes]:
                 extra["gap_ms"] = gap_ms
                 extra["wait_ms"] = wait_ms
                 if wait_ms > 0:
-                    yield from _wait(wait_ms / 1000.0, sleep, clock, last_sent_at + wait_ms / 1000.0)
+                    yield from _wait(wait_ms / 1000.0, clock, last_sent_at + wait_ms / 1000.0)
             else:
                 extra["gap_ms"] = 0.0
                 extra["wait_ms"] = 0.0
@@ -221,8 +284,26 @@ def tail_stream(
     """Push a live session's events as they are appended, polling by keyset after the last
     seq sent. Ends when the session has ended and everything was sent, or after
     `max_seconds` (the `end` frame then says where to resume)."""
+    return _run(_tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock), sleep)
+
+
+def tail_stream_async(
+    *,
+    session: Session,
+    after: int = -1,
+    poll_interval: float = 0.5,
+    max_seconds: float = 300.0,
+    heartbeat_seconds: float = 15.0,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[bytes]:
+    """`tail_stream` for an ASGI server: the same frames, waiting without a thread."""
+    return _run_async(_tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock), sleep)
+
+
+def _tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock) -> Iterator[_Step]:
     try:
-        yield from _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, sleep, clock)
+        yield from _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, clock)
     except DatabaseError:
         logger.exception("tail of session %s failed", session.pk)
         yield frame("error", {"message": "the stream stopped: database error"})
@@ -230,7 +311,7 @@ def tail_stream(
         _release_connection()
 
 
-def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, sleep, clock):
+def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, clock) -> Iterator[_Step]:
     started = clock()
     last_beat = started
     last_seq = after
@@ -255,4 +336,6 @@ def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, sleep, 
         if now - last_beat >= heartbeat_seconds:
             last_beat = now
             yield KEEPALIVE
-        sleep(poll_interval)
+        if poll_interval >= RELEASE_CONNECTION_AFTER:
+            _release_connection()
+        yield Sleep(poll_interval)
