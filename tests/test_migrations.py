@@ -93,3 +93,37 @@ def test_events_carry_only_the_indexes_their_reads_use():
         "event_session_step_pos",
         "event_session_error_seq",
     } <= names
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0014_counts_the_priced_and_unpriced_events_of_stored_sessions():
+    # Before 0014 a session's cost_usd of 0 could not tell "free" from "no price known".
+    apps = migrate([("sessions_app", "0013_tours_share_links")])
+    Project = apps.get_model("sessions_app", "Project")
+    Session = apps.get_model("sessions_app", "Session")
+    Event = apps.get_model("sessions_app", "Event")
+    project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
+
+    def stored(*costs: tuple[float | None, bool]) -> int:
+        session = Session.objects.create(project=project, source_format="canonical")
+        for seq, (cost, unpriced) in enumerate(costs):
+            Event.objects.create(session=session, seq=seq, kind="llm_response", source_type="x", raw="{}",
+                                 hash="h", prev_hash="p", cost_usd=cost, cost_unpriced=unpriced)  # fmt: skip
+        return session.pk
+
+    unpriced = stored((None, True), (None, False))
+    mixed = stored((0.01, False), (None, True), (0.0, False))
+    empty = stored()
+    try:
+        apps = migrate([("sessions_app", "0014_session_priced_events")])
+        counts = dict(
+            (pk, (priced, unpriced_count))
+            for pk, priced, unpriced_count in apps.get_model("sessions_app", "Session").objects.values_list(
+                "pk", "priced_events", "unpriced_events"
+            )
+        )
+        assert counts[unpriced] == (0, 1)
+        assert counts[mixed] == (2, 1)  # a cost of 0.0 is a price
+        assert counts[empty] == (0, 0)
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

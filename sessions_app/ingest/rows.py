@@ -60,6 +60,7 @@ _TOOL = _INDEX["tool"]
 _PAIR_ID = _INDEX["pair_id"]
 _DURATION = _INDEX["duration_ms"]
 _COST = _INDEX["cost_usd"]
+_UNPRICED = _INDEX["cost_unpriced"]
 _TOKENS = _INDEX["tokens"]
 _REWARD = _INDEX["reward"]
 _CUMULATIVE = _INDEX["cumulative_reward"]
@@ -88,7 +89,8 @@ _dumps = orjson.dumps
 # The session's columns that hold the writer's running state (column -> WriterState field): a
 # later append starts from them (writer.state_of_session), verification compares them.
 SESSION_STATE = {
-    "event_count": "next_seq", "head_hash": "head", "cost_usd": "cost_total", "tokens": "tokens_total",
+    "event_count": "next_seq", "head_hash": "head", "cost_usd": "cost_total", "priced_events": "priced_events",
+    "unpriced_events": "unpriced_events", "tokens": "tokens_total",
     "error_count": "errors_total", "reward": "reward_total", "step_count": "steps_total",
     "step_error_count": "step_errors", "step_success_count": "step_successes", "elapsed_ms": "elapsed_ms",
     "kind_counts": "kind_counts", "models_used": "models", "tools_used": "tools",
@@ -143,6 +145,8 @@ class WriterState:
     next_seq: int = 0
     head: str = GENESIS_HASH
     cost_total: float = 0.0
+    priced_events: int = 0  # events with a known cost
+    unpriced_events: int = 0  # events that used tokens with no known price
     tokens_total: int = 0
     errors_total: int = 0
     reward_total: float = 0.0
@@ -329,6 +333,9 @@ class EventRows:
         cost = row[_COST]
         if cost is not None:
             state.cost_total += cost
+            state.priced_events += 1
+        if row[_UNPRICED]:
+            state.unpriced_events += 1
         tokens = row[_TOKENS]
         if tokens is not None:
             state.tokens_total = _saturated(state.tokens_total + tokens)

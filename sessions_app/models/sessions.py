@@ -11,7 +11,8 @@ spliced into responses with orjson.Fragment, never decoded by Django's JSONField
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -27,6 +28,12 @@ class SessionQuerySet(models.QuerySet):
             return self.filter(project=project)
         return self.filter(project__slug=project)
 
+    def with_start_time(self) -> SessionQuerySet:
+        """Each session with `start_time`: when it ran (its first event's time), or, for one
+        without any (a live session before its first event, a source without timestamps), when
+        it was stored; so never null. The index session_start_time is on this expression."""
+        return self.annotate(start_time=_START_TIME)
+
     def matching(self, text: str) -> SessionQuerySet:
         if not text:
             return self
@@ -38,6 +45,9 @@ class SessionQuerySet(models.QuerySet):
             | Q(model__icontains=text)
             | Q(final_answer__icontains=text)
         )
+
+
+_START_TIME = Coalesce("started_at", "created_at")
 
 
 class Session(models.Model):
@@ -71,6 +81,10 @@ class Session(models.Model):
     event_count = models.BigIntegerField(default=0)
     step_count = models.BigIntegerField(default=0)
     cost_usd = models.FloatField(default=0.0)
+    # Whether cost_usd is a price or only a sum of nothing: events with a known cost, and events
+    # that used tokens with no known price (a total of 0 with no priced event is *unpriced*).
+    priced_events = models.BigIntegerField(default=0)
+    unpriced_events = models.BigIntegerField(default=0)
     tokens = models.BigIntegerField(default=0)
     error_count = models.BigIntegerField(default=0)  # events flagged as errors
     step_error_count = models.BigIntegerField(default=0)  # steps with a non-empty error (rlm-code)
@@ -118,6 +132,11 @@ class Session(models.Model):
             ),
             # Retention clean-up: sessions older than N days.
             models.Index(fields=["created_at"], name="session_created"),
+            # The sessions page in its default order, newest run first, within each of the
+            # caller's projects (replay/listing.py): ORDER BY COALESCE(started_at, created_at)
+            # DESC, id DESC LIMIT 51 and its keyset pages' `COALESCE(...) < %s`
+            # (SessionQuerySet.with_start_time), as session_project_created serves "newest import".
+            models.Index(F("project"), _START_TIME.desc(), F("id").desc(), name="session_project_start_time"),
         ]
 
     def __str__(self) -> str:
@@ -338,12 +357,20 @@ class ImportJob(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Who runs it ("host:pid:process start", sessions_app/worker_liveness.py), how many times a
+    # worker took it, and the running worker's last sign of life: a job whose worker died is
+    # queued again by the watchdog (jobs.requeue_stalled_imports).
+    worker = models.CharField(max_length=300, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
             # The sessions page lists the newest jobs.
             models.Index(fields=["-created_at"], name="importjob_created"),
+            # The watchdog's look at the running jobs, every minute.
+            models.Index(fields=["status"], name="importjob_status"),
         ]
 
     def __str__(self) -> str:
