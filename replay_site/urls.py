@@ -3,11 +3,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from .api import api
+from .health import healthz
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
     path("api/", api.urls),
     path("", include("sessions_app.urls")),
 ]

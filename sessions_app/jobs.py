@@ -24,6 +24,7 @@ from django_q.tasks import async_task
 from .ingest.uploads import decompressed_size_within_limit, too_large_message
 from .models import ImportJob, Session
 from .retention import CleanupResult, delete_expired_sessions
+from .worker_liveness import heartbeat, is_stalled, this_worker
 
 logger = logging.getLogger(__name__)
 
@@ -41,25 +42,46 @@ def enqueue_import_after_commit(*, job_id: int) -> None:
 
 
 def run_import(*, job_id: int) -> None:
-    """Import a stored upload. A job found RUNNING was interrupted mid-way (worker killed): the
-    sessions its earlier attempt left half-written are removed first, and completed ones are
+    """Import a stored upload. A job taken before by a worker that died mid-way is run again:
+    the sessions its earlier attempt left half-written are removed first, and completed ones are
     recognised by the importer's content de-duplication, so a re-run never duplicates."""
-    from .ingest.importing import import_file  # the importer imports formats; keep worker start light
-
     job = ImportJob.objects.select_related("project").filter(pk=job_id).first()
     if job is None:
         logger.warning("import job %s no longer exists", job_id)
         return
-    if job.finished:
-        return  # delivered again after it had finished: nothing to do
-    if job.status == ImportJob.Status.RUNNING:
+    interrupted = job.status == ImportJob.Status.RUNNING  # taken before by a worker now gone
+    if not _claim(job):
+        return  # finished, or a live worker runs it (a re-delivery, or the watchdog's requeue)
+    if interrupted:
         discarded = discard_partial_sessions(job=job)
         logger.warning(
-            "import job %s: re-running after an interruption (%s partial sessions removed)", job_id, discarded
-        )
+            "import job %s: attempt %s after an interruption (%s partial sessions removed)",
+            job_id, job.attempts, discarded,
+        )  # fmt: skip
+    with heartbeat(job_id=job.pk, attempt=job.attempts):
+        _import(job)
 
-    _mark(job, status=ImportJob.Status.RUNNING, started_at=timezone.now(), finished_at=None,
-          error="", bytes_done=0, events_done=0)  # fmt: skip
+
+def _claim(job: ImportJob) -> bool:
+    """Take the job for this worker: one conditional UPDATE, so of two workers handed the same
+    job (the broker's re-delivery, the watchdog's requeue) exactly one runs it."""
+    if job.finished or (job.status == ImportJob.Status.RUNNING and not is_stalled(job)):
+        return False
+    now = timezone.now()
+    fields = {"status": ImportJob.Status.RUNNING, "worker": this_worker(), "attempts": job.attempts + 1,
+              "heartbeat_at": now, "started_at": now, "finished_at": None, "error": "", "bytes_done": 0,
+              "events_done": 0}  # fmt: skip
+    taken = ImportJob.objects.filter(pk=job.pk, attempts=job.attempts, status=job.status).update(**fields)
+    if taken:
+        for name, value in fields.items():
+            setattr(job, name, value)
+    return bool(taken)
+
+
+def _import(job: ImportJob) -> None:
+    from .ingest.importing import import_file  # the importer imports formats; keep worker start light
+
+    job_id = job.pk
     path = Path(job.stored_path)
     try:
         if not path.is_file():
@@ -162,19 +184,50 @@ def run_cleanup(*, days: float | None = None, include_checkpointed: bool = False
     return result.to_dict()
 
 
-def schedule_jobs() -> Schedule:
-    """Create (or repair) the daily clean-up schedule; safe to call on every start."""
-    defaults = {"func": "sessions_app.jobs.run_cleanup", "schedule_type": Schedule.DAILY,
-                "repeats": -1, "args": None, "kwargs": None}  # fmt: skip
-    schedule = Schedule.objects.filter(name=CLEANUP_SCHEDULE_NAME).first()
+def requeue_stalled_imports() -> dict:
+    """The watchdog, every minute: queue again each running import whose worker is gone
+    (worker_liveness.is_stalled). The re-run takes the job over (`_claim`) and stores each
+    event once. Its own run is the workers' heartbeat that /healthz reports."""
+    requeued = []
+    for job in ImportJob.objects.filter(status=ImportJob.Status.RUNNING):
+        if is_stalled(job):
+            logger.warning("import job %s: its worker %s is gone; queued again", job.pk, job.worker or "(unknown)")
+            enqueue_import(job_id=job.pk)
+            requeued.append(job.pk)
+    return {"requeued": requeued}
+
+
+def last_watchdog_run() -> datetime | None:
+    """When a worker last ran the watchdog (django-q2 keeps the results of successful tasks)."""
+    from django_q.models import Success
+
+    return Success.objects.filter(func=WATCHDOG_FUNC).order_by("-stopped").values_list("stopped", flat=True).first()
+
+
+WATCHDOG_FUNC = "sessions_app.jobs.requeue_stalled_imports"
+WATCHDOG_SCHEDULE_NAME = "replay-import-watchdog"
+
+
+def schedule_jobs() -> list[Schedule]:
+    """Create (or repair) the schedules: the daily clean-up and the watchdog each minute; safe
+    to call on every start."""
+    cleanup = _schedule(CLEANUP_SCHEDULE_NAME, {"func": "sessions_app.jobs.run_cleanup",
+                                                "schedule_type": Schedule.DAILY},
+                        first_run=_next_quiet_hour(timezone.now()))  # fmt: skip
+    watchdog = _schedule(WATCHDOG_SCHEDULE_NAME, {"func": WATCHDOG_FUNC, "schedule_type": Schedule.MINUTES,
+                                                   "minutes": 1}, first_run=timezone.now())  # fmt: skip
+    return [cleanup, watchdog]
+
+
+def _schedule(name: str, values: dict, *, first_run: datetime) -> Schedule:
+    defaults = values | {"repeats": -1, "args": None, "kwargs": None}
+    schedule = Schedule.objects.filter(name=name).first()
     if schedule is None:
-        return Schedule.objects.create(
-            name=CLEANUP_SCHEDULE_NAME, next_run=_next_quiet_hour(timezone.now()), **defaults
-        )
-    changed = [name for name, value in defaults.items() if getattr(schedule, name) != value]
+        return Schedule.objects.create(name=name, next_run=first_run, **defaults)
+    changed = [field for field, value in defaults.items() if getattr(schedule, field) != value]
     if changed:
-        for name in changed:
-            setattr(schedule, name, defaults[name])
+        for field in changed:
+            setattr(schedule, field, defaults[field])
         schedule.save(update_fields=changed)
     return schedule
 

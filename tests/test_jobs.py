@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,12 +19,13 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
-from django_q.models import OrmQ, Schedule
+from django_q.models import OrmQ, Schedule, Success
 
 from sessions_app import jobs
 from sessions_app.ingest.uploads import UploadTooLarge, accept_upload
 from sessions_app.ingest.writer import set_checkpoint
 from sessions_app.models import Event, ImportJob, Session
+from sessions_app.worker_liveness import is_stalled, this_worker
 
 from .builders_ingest import write_canonical_file
 from .builders_teams import maintainer_key
@@ -152,6 +154,51 @@ def test_rerun_after_an_interruption_discards_half_written_sessions(project, dat
     assert sorted(Session.objects.values_list("source_session_id", flat=True)) == [
         "file-session-0", "file-session-1",
     ]  # fmt: skip
+
+
+def test_a_job_whose_worker_lives_is_neither_requeued_nor_taken_by_a_second_worker(project, data_dir, tmp_path):
+    source = write_canonical_file(tmp_path / "one.jsonl", events=10)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    # This very process is the worker running it.
+    ImportJob.objects.filter(pk=job.pk).update(status="running", worker=this_worker(), attempts=1,
+                                               started_at=timezone.now())  # fmt: skip
+    assert jobs.requeue_stalled_imports() == {"requeued": []}
+    jobs.run_import(job_id=job.pk)  # a re-delivery while the first worker still runs it
+    job.refresh_from_db()
+    assert job.status == "running" and job.attempts == 1 and Session.objects.count() == 0
+
+
+def test_a_job_whose_worker_is_gone_is_stalled_by_process_here_and_by_heartbeat_elsewhere(project):
+    job = ImportJob(project=project, status="running", started_at=timezone.now(), heartbeat_at=timezone.now())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    job.worker = f"{socket.gethostname()}:{dead.pid}:1"
+    assert is_stalled(job)  # on this host: the process is gone (or its pid reused by another)
+    job.worker = this_worker()
+    assert not is_stalled(job)
+    job.worker = "another-host:123:456"
+    assert not is_stalled(job)  # elsewhere: its heartbeat is fresh
+    job.heartbeat_at = timezone.now() - timedelta(seconds=60)
+    assert is_stalled(job)
+    job.status = "done"
+    assert not is_stalled(job)
+
+
+def test_the_watchdog_runs_every_minute_and_healthz_reports_it(db, client):
+    jobs.schedule_jobs()
+    watchdog = Schedule.objects.get(name=jobs.WATCHDOG_SCHEDULE_NAME)
+    assert watchdog.func == jobs.WATCHDOG_FUNC and watchdog.schedule_type == Schedule.MINUTES
+    assert watchdog.minutes == 1
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["database"] == "ok" and body["workers"]["ok"] is False and body["workers"]["last_heartbeat"] is None
+    Success.objects.create(id="t1", name="w", func=jobs.WATCHDOG_FUNC, started=timezone.now(),
+                           stopped=timezone.now(), success=True)  # fmt: skip
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json()["workers"]["ok"] is True
+    Success.objects.filter(id="t1").update(stopped=timezone.now() - timedelta(minutes=5))
+    assert client.get("/healthz").status_code == 503
 
 
 # --- retention -----------------------------------------------------------------------------------
@@ -387,10 +434,15 @@ def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(wor
     assert job.status == "running", "the import finished before it could be killed; enlarge the file"
     assert 2 <= survived < sessions
 
-    jobs.run_import(job_id=job.pk)  # what the broker's re-delivery does
+    # The watchdog, a minute later, finds the worker gone and queues the job again.
+    OrmQ.objects.all().delete()  # the dead worker's task (the broker would redeliver it in an hour)
+    assert jobs.requeue_stalled_imports() == {"requeued": [job.pk]}
+    (task,) = [t.task for t in OrmQ.objects.all()]
+    assert task["func"] == "sessions_app.jobs.run_import" and task["kwargs"] == {"job_id": job.pk}
+    jobs.run_import(**task["kwargs"])  # what the next worker does with it
 
     job.refresh_from_db()
-    assert job.status == "done"
+    assert job.status == "done" and job.attempts == 2
     stored = Session.objects.filter(project=project)
     assert stored.count() == sessions
     assert sorted(stored.values_list("source_session_id", flat=True)) == sorted(

@@ -49,7 +49,7 @@ NAMES_NO_OBJECT = {
     ("GET", "/api/sessions"), ("GET", "/api/projects"), ("POST", "/api/projects"),
     ("GET", "/"), ("GET", "/sessions/"), ("GET", "/sessions/imports/"), ("GET", "/projects/"),
     ("POST", "/projects/"), ("GET", "/account/keys/"), ("POST", "/account/keys/"),
-    ("GET", "/api/signing-key"), ("GET", "/about/"),
+    ("GET", "/api/signing-key"), ("GET", "/about/"), ("GET", "/healthz"),
 }  # fmt: skip
 
 # The role each operation on a project's objects needs (docs/teams.md). (method, route).
@@ -94,6 +94,8 @@ ROLE_NEEDED = {
     ("GET", "/sessions/{session_id}/"): Role.VIEWER,
     ("GET", "/sessions/{session_id}/search/"): Role.VIEWER,
     ("POST", "/sessions/{session_id}/checkpoints/"): Role.MAINTAINER,
+    ("POST", "/sessions/{session_id}/checkpoints/{checkpoint_id}/rename/"): Role.MAINTAINER,
+    ("POST", "/sessions/{session_id}/checkpoints/{checkpoint_id}/delete/"): Role.MAINTAINER,
     ("POST", "/sessions/{session_id}/verify/"): Role.VIEWER,
     ("GET", "/sessions/{session_id}/charts/"): Role.VIEWER,
     ("POST", "/sessions/{session_id}/comments/"): Role.REVIEWER,
@@ -122,13 +124,14 @@ class Theirs:
     job: int
     key: int  # their admin's key id
     comment: int  # a comment on session a
+    checkpoint: int  # session a's checkpoint
 
 
 @pytest.fixture
 def theirs(db) -> Theirs:
     project = Project.objects.create(name="Theirs Secret Name", slug="theirs")
     admin = member("theirs-admin", project, Role.ADMIN)
-    ids = []
+    ids, checkpoint_ids = [], []
     for n in range(2):
         session = create_session(project=project, source_format="canonical", meta=SessionMeta(
             task="THEIRS-SECRET-TASK", source_session_id=f"theirs-source-id-{n}"))  # fmt: skip
@@ -140,7 +143,8 @@ def theirs(db) -> Theirs:
             for i in range(6)
         ])  # fmt: skip
         finish_session(session=session, final_answer="THEIRS-ANSWER")
-        set_checkpoint(session=session, name="theirs-checkpoint", seq=2, created_by="theirs-admin")
+        checkpoint = set_checkpoint(session=session, name="theirs-checkpoint", seq=2, created_by="theirs-admin")
+        checkpoint_ids.append(checkpoint.pk)
         ids.append(session.pk)
     job = ImportJob.objects.create(project=project, original_name="theirs-upload.jsonl", stored_path="",
                                    created_by="theirs-admin")  # fmt: skip
@@ -151,7 +155,8 @@ def theirs(db) -> Theirs:
     audit.record(action="session.export", actor=actor, project=project, target=f"session:{ids[0]}")
     comment = comments.create_comment(actor=actor, session=Session.objects.get(pk=ids[0]), seq=1,
                                       body="THEIRS-COMMENT")  # fmt: skip
-    return Theirs(project=project, a=ids[0], b=ids[1], job=job.pk, key=key.pk, comment=comment.pk)
+    return Theirs(project=project, a=ids[0], b=ids[1], job=job.pk, key=key.pk, comment=comment.pk,
+                  checkpoint=checkpoint_ids[0])
 
 
 # --- the endpoints --------------------------------------------------------------------------
@@ -178,7 +183,8 @@ def _pages() -> set[str]:
 
 def _path_values(t: Theirs) -> dict[str, object]:
     return {"session_id": t.a, "job_id": t.job, "name": "theirs-checkpoint", "index": 0, "slug": "theirs",
-            "username": "theirs-admin", "key_id": t.key, "comment_id": t.comment}  # fmt: skip
+            "username": "theirs-admin", "key_id": t.key, "comment_id": t.comment,
+            "checkpoint_id": t.checkpoint}  # fmt: skip
 
 
 def _query(route: str, t: Theirs) -> dict[str, object]:
@@ -205,6 +211,7 @@ def _body(method: str, route: str) -> dict:
         ("POST", "/api/projects"): {"name": "Sweep project", "slug": "sweep-project"},
         ("POST", "/api/projects/{slug}/members"): {"username": "theirs-viewer", "role": "reviewer"},
         ("POST", "/sessions/{session_id}/checkpoints/"): {"name": "sweep", "step": 1},
+        ("POST", "/sessions/{session_id}/checkpoints/{checkpoint_id}/rename/"): {"name": "sweep-renamed"},
         ("POST", "/sessions/{session_id}/comments/"): {"seq": 1, "body": "sweep"},
         ("POST", "/sessions/{session_id}/comments/{comment_id}/edit/"): {"body": "sweep"},
         ("POST", "/sessions/{session_id}/reviews/"): {"verdict": "approved", "note": "sweep"},
