@@ -12,17 +12,21 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from . import sharing
 from .audit import ACTIONS
 from .canonical import ALL_KINDS
 from .models import Project, Review, Role, Session
+from .replay.exports import EXPORT_FORMATS
 from .replay.listing import UNREVIEWED, parse_cursor
 
 SPEEDS = ("1", "2", "5", "10")
 PACES = (("steps", "steps"), ("recorded", "recorded time"))
 
+# "newest" is by when a session ran (its start), not when it was imported.
 SORT_LABELS = {
-    "-created": "newest", "created": "oldest", "-cost": "cost", "-tokens": "tokens",
-    "-steps": "steps", "-events": "events", "-errors": "errors", "-duration": "duration",
+    "-started": "newest", "started": "oldest", "-created": "newest import", "created": "oldest import",
+    "-cost": "cost", "-tokens": "tokens", "-steps": "steps", "-events": "events", "-errors": "errors",
+    "-duration": "duration",
 }  # fmt: skip
 
 
@@ -87,7 +91,13 @@ class SearchForm(QueryForm):
 
 class CheckpointForm(forms.Form):
     name = forms.CharField(max_length=200, strip=True)
+    # The shown step: the form's #checkpoint-step, which every frame updates out of band.
     step = forms.IntegerField(min_value=0)
+    replace = forms.BooleanField(required=False)  # "replace it?" answered yes
+
+
+class CheckpointRenameForm(forms.Form):
+    name = forms.CharField(max_length=200, strip=True)
 
 
 class SignOffForm(forms.Form):
@@ -121,7 +131,7 @@ class SessionFilterForm(QueryForm):
     review = forms.ChoiceField(
         required=False, label="Review", choices=[("", "any"), *Review.Verdict.choices, (UNREVIEWED, "unreviewed")]
     )
-    sort = forms.ChoiceField(required=False, choices=list(SORT_LABELS.items()), initial="-created")
+    sort = forms.ChoiceField(required=False, choices=list(SORT_LABELS.items()), initial="-started")
     after = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
     before = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
 
@@ -133,7 +143,7 @@ class SessionFilterForm(QueryForm):
 
     def values(self) -> dict[str, Any]:
         out = super().values()
-        out["sort"] = out["sort"] or "-created"
+        out["sort"] = out["sort"] or "-started"
         out["after"] = parse_cursor(out["after"], out["sort"])
         out["before"] = parse_cursor(out["before"], out["sort"])
         return out
@@ -229,3 +239,57 @@ class CommentEditForm(forms.Form):
 
 class ResolveForm(forms.Form):
     resolved = forms.BooleanField(required=False)  # "false" opens a resolved thread again
+
+
+class ShareLinkForm(forms.Form):
+    expires_in_days = forms.IntegerField(
+        label="Expires in (days)", min_value=1, max_value=sharing.MAX_DAYS, initial=sharing.DEFAULT_DAYS
+    )
+    note = forms.CharField(label="Note", required=False, max_length=sharing.MAX_NOTE, strip=True)
+    allow_export = forms.BooleanField(label="Allow export", required=False)
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=[(name, name) for name in EXPORT_FORMATS])
+
+
+# --- tours ------------------------------------------------------------------------------------
+# Lengths are the workflow's (sessions_app/tours.py), answered with its message naming the field.
+
+
+class TourForm(forms.Form):
+    title = forms.CharField(max_length=200, strip=True)
+    description = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs={"rows": 4}))
+
+
+class TourStopForm(forms.Form):
+    title = forms.CharField(max_length=200, strip=True)
+    narration = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs={"rows": 4}))
+
+
+class TourStopMoveForm(forms.Form):
+    direction = forms.ChoiceField(choices=[("up", "up"), ("down", "down")])
+
+
+class TourStopAddForm(forms.Form):
+    """The player's "add this step to a tour…": an existing tour, or a new one's title."""
+
+    # The shown step: the player's #nav-step (hx-include), never the step the page loaded at.
+    step = forms.IntegerField(min_value=0)
+    tour = forms.IntegerField(required=False, min_value=1)
+    new_tour = forms.CharField(required=False, max_length=200, strip=True, label="New tour's title")
+    title = forms.CharField(max_length=200, strip=True, label="Stop title")
+    narration = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not data.get("tour") and not data.get("new_tour") and "tour" not in self.errors:
+            self.add_error("new_tour", "Pick a tour, or give a new tour a title.")
+        return data
+
+
+class TourModeForm(QueryForm):
+    """The player's tour mode (`?tour=<id>&stop=<N>`, N 1-based) and /tours/<id>/play/?stop=N."""
+
+    tour = forms.IntegerField(required=False, min_value=1, max_value=2**62)
+    stop = forms.IntegerField(required=False, min_value=1, max_value=10_000)

@@ -245,3 +245,89 @@ def test_session_list_query_count_does_not_grow_with_rows(logged_in, project, dj
         response = logged_in.get(LIST, HTTP_HX_REQUEST="true")
     assert len(_ids(response.content.decode())) == 30
     assert Event.objects.count() > 0 and Project.objects.count() == 1
+
+
+# --- order by start time, source file and uploader, one row per session of an import --------
+
+
+def test_the_list_is_newest_run_first_not_newest_import(logged_in, project):
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    ran_late = Session.objects.create(project=project, source_format="canonical", source_session_id="ran-late",
+                                      started_at=base + timedelta(days=9), created_at=base)  # fmt: skip
+    ran_early = Session.objects.create(project=project, source_format="canonical", source_session_id="ran-early",
+                                       started_at=base, created_at=base + timedelta(days=30))  # fmt: skip
+    html = logged_in.get(LIST, HTTP_HX_REQUEST="true").content.decode()
+    assert _ids(html) == [ran_late.pk, ran_early.pk]
+    html = logged_in.get(LIST, {"sort": "started"}, HTTP_HX_REQUEST="true").content.decode()
+    assert _ids(html) == [ran_early.pk, ran_late.pk]
+    html = logged_in.get(LIST, {"sort": "-created"}, HTTP_HX_REQUEST="true").content.decode()
+    assert _ids(html) == [ran_early.pk, ran_late.pk]  # the import order is still one choice away
+
+
+@pytest.mark.parametrize("sort", ["-started", "started"])
+def test_keyset_pages_by_start_time_cover_sessions_without_one_too(logged_in, project, sort):
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    made = [
+        Session.objects.create(
+            project=project,
+            source_format="canonical",
+            source_session_id=f"s{i}",
+            # Every fifth has no start of its own (sorted by when it was stored); starts repeat.
+            started_at=None if i % 5 == 0 else base + timedelta(hours=i // 4),
+            created_at=base + timedelta(hours=(i * 7) % 40),
+        )  # fmt: skip
+        for i in range(111)
+    ]
+    key = {s.pk: (s.started_at or s.created_at, s.pk) for s in made}
+    expected = sorted(key, key=key.__getitem__, reverse=sort.startswith("-"))
+    seen: list[int] = []
+    params: dict[str, str] = {"sort": sort}
+    pages = []
+    while True:
+        html = logged_in.get(LIST, params, HTTP_HX_REQUEST="true").content.decode()
+        pages.append(_ids(html))
+        seen += pages[-1]
+        found = re.search(r'rel="next" href="[^"]*after=([^"&]+)', html)
+        if not found:
+            break
+        params = {"sort": sort, "after": unquote(found.group(1))}
+    assert seen == expected and [len(p) for p in pages] == [50, 50, 11]
+    before = unquote(re.search(r'rel="prev" href="[^"]*before=([^"&]+)', html).group(1))
+    previous = _ids(logged_in.get(LIST, {"sort": sort, "before": before}, HTTP_HX_REQUEST="true").content.decode())
+    assert previous == pages[1]
+
+
+def test_each_row_names_its_source_file_and_uploader(logged_in, tmp_path, monkeypatch):
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    path = tmp_path / "run.jsonl"
+    record_failing_session(path)
+    logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("my run <1>.jsonl", path.read_bytes())]})
+    jobs.run_import(job_id=ImportJob.objects.get().pk)
+    live = build_session(conversation_events(turns=1), source_session_id="live-one")
+    html = logged_in.get(LIST, HTTP_HX_REQUEST="true").content.decode()
+    imported = Session.objects.exclude(pk=live.pk).get()
+    row = html[html.index(f'<tr data-session="{imported.pk}">') :]
+    row = row[: row.index("</tr>")]
+    assert "<bdi>my run &lt;1&gt;.jsonl</bdi> · uploaded by <bdi>analyst</bdi>" in row
+    row = html[html.index(f'<tr data-session="{live.pk}">') :]
+    assert "sent live through the API" in row[: row.index("</tr>")]
+
+
+def test_a_file_holding_one_session_twice_lists_it_once(logged_in, tmp_path, monkeypatch):
+    # A recorder's log with the same run appended twice: one import, one session.
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    path = tmp_path / "run.jsonl"
+    record_failing_session(path)
+    twice = path.read_bytes() * 2
+    logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("twice.jsonl", twice)]})
+    job = ImportJob.objects.get()
+    jobs.run_import(job_id=job.pk)
+    html = logged_in.get(LIST, HTTP_HX_REQUEST="true").content.decode()
+    (session,) = Session.objects.all()
+    assert _ids(html) == [session.pk]
+    job.refresh_from_db()
+    assert [(o["session"], o["duplicate"]) for o in job.result] == [(session.pk, False), (session.pk, True)]
+    # Uploaded again: still the one session, the new job saying it was already stored.
+    logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("again.jsonl", path.read_bytes())]})
+    jobs.run_import(job_id=ImportJob.objects.get(original_name="again.jsonl").pk)
+    assert _ids(logged_in.get(LIST, HTTP_HX_REQUEST="true").content.decode()) == [session.pk]

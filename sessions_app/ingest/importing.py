@@ -192,14 +192,17 @@ def _import_session(
             finish_session(session=session, meta=parsed.meta)
             same_source = Session.objects.filter(
                 project=project, source_format=fmt, source_session_id=session.source_session_id
-            ).exclude(pk__in=created | {session.pk})
+            ).exclude(pk=session.pk)
+            # The same content stored before is this one; so is a session this very file already
+            # gave (a run appended to its log twice): one import never lists a session twice.
+            # Replacing, only what this file gave counts, the rest being about to go.
+            earlier = same_source.filter(pk__in=created) if replace else same_source
+            existing = earlier.filter(source_digest=session.source_digest).order_by("pk").first()
+            if existing is not None:
+                raise _Duplicate(existing)
             if replace:
                 # Events, snapshots and checkpoints go too, through the database's own cascade.
-                same_source.delete()
-            else:
-                existing = same_source.filter(source_digest=session.source_digest).order_by("pk").first()
-                if existing is not None:
-                    raise _Duplicate(existing)
+                same_source.exclude(pk__in=created).delete()
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
             pass

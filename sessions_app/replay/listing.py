@@ -8,7 +8,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.db import models
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ..models import ImportJob, Project, Review, Session, SessionQuerySet
@@ -18,8 +18,11 @@ PER_PAGE = 50
 UNREVIEWED = "unreviewed"
 
 # Sort keys of the sessions page: URL value -> (column, descending). Every column is non-null,
-# so keyset pagination on (column, id) is total.
+# so keyset pagination on (column, id) is total: `start_time` is when a session ran, or, without
+# any time of its own, when it was stored (SessionQuerySet.with_start_time).
 SESSION_SORTS: dict[str, tuple[str, bool]] = {
+    "-started": ("start_time", True),
+    "started": ("start_time", False),
     "-created": ("created_at", True),
     "created": ("created_at", False),
     "-cost": ("cost_usd", True),
@@ -41,7 +44,7 @@ def parse_cursor(value: str | None, sort: str) -> tuple[Any, int] | None:
     column, _ = SESSION_SORTS[sort]
     try:
         key: Any
-        if column == "created_at":
+        if column in {"created_at", "start_time"}:
             key = datetime.fromisoformat(raw)
             if key.tzinfo is None:
                 return None
@@ -129,10 +132,13 @@ def list_sessions(
 ) -> SessionPage:
     """One page of the filtered sessions in `sort` order, starting after `after` or ending
     before `before` (a row's sort value and id). `sessions` are the caller's
-    (access.sessions_visible_to)."""
+    (access.sessions_visible_to). Each row comes with `source_file` and `uploader` (its import
+    job's file name and creator; None for a session made through the API)."""
     sessions = filter_sessions(sessions, **filters)
     total = sessions.count()
     column, descending = SESSION_SORTS[sort]
+    if column == "start_time":
+        sessions = sessions.with_start_time()
     order = [f"-{column}", "-id"] if descending else [column, "id"]
     backwards = before is not None and after is None
     cursor = before if backwards else after
@@ -144,6 +150,10 @@ def list_sessions(
         sessions = sessions.filter(Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": pk}))
     if backwards:
         order = [o[1:] if o.startswith("-") else f"-{o}" for o in order]
+    # The file and the uploader of each row are its import job's, through the session's foreign
+    # key: one job a session at most, so the join adds no row (a session re-imported keeps the
+    # job that stored it; the jobs that found it already stored only name it in their result).
+    sessions = sessions.annotate(source_file=F("import_job__original_name"), uploader=F("import_job__created_by"))
     rows = list(sessions.select_related("project").order_by(*order)[: per_page + 1])
     more = len(rows) > per_page
     rows = rows[:per_page]
