@@ -297,9 +297,18 @@ def test_htmx_sign_off_on_a_tampered_chain_shows_why_it_was_refused(session, rit
     response = _client(rita).post(reverse("sessions:sign_off", args=[session.pk]), {"verdict": "approved"},
                                   HTTP_HX_REQUEST="true")  # fmt: skip
     html = response.content.decode()
-    # 200: htmx swaps no 4xx answer, and the reviewer must see the reason.
-    assert response.status_code == 200 and f"broken at seq {TAMPERED}" in html and 'role="alert"' in html
+    # The honest 409, with the panel saying why (base.html's htmx responseHandling swaps it in).
+    assert response.status_code == 409 and f"broken at seq {TAMPERED}" in html and 'role="alert"' in html
+    assert html.lstrip().startswith('<section id="sign-offs"') and "<html" not in html
     assert not Review.objects.exists()
+
+
+def test_htmx_sign_off_without_a_verdict_is_a_400_panel_naming_it(session, rita):
+    response = _client(rita).post(reverse("sessions:sign_off", args=[session.pk]), {"verdict": ""},
+                                  HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 400 and html.lstrip().startswith('<section id="sign-offs"')
+    assert "A sign-off needs a verdict" in html and not Review.objects.exists()
 
 
 def test_plain_post_redirects_to_the_player_or_answers_the_refusal(session, rita):

@@ -44,8 +44,8 @@ def sign_off_session(request: HttpRequest, session_id: int) -> HttpResponse:
     if not request.htmx and not error:
         return redirect(session.get_absolute_url())
     context = {"session": session, **sign_off_panel(request, session, sign_off_form=form, sign_off_error=error)}
-    # htmx 2 swaps no 4xx answer, so a refusal it asked for comes as 200 with the reason shown;
-    # a plain form post (no script) gets the panel with its 400 or 409.
-    response = render(request, "sessions_app/player.html#sign-offs", context, status=200 if request.htmx else status)
+    # A refusal answers its 400 or 409 with the panel saying why, to htmx (base.html's
+    # responseHandling swaps it in) and to a plain form post alike.
+    response = render(request, "sessions_app/player.html#sign-offs", context, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response

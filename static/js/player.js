@@ -12,6 +12,8 @@
   const FOLLOW_EVERY_MS = 300; // a live session's player jumps to new events at most this often
   const player = { playing: false, timer: null, stopAt: null, dragging: false, dragTimer: null,
                    pendingSeq: null, source: null, liveLast: -1, followTimer: null, frameAskedAt: 0 };
+  // Tour mode: the stop ({number, seq}) that "play to next stop" pauses at, while it plays.
+  let tourStop = null;
 
   function $(id) { return document.getElementById(id); }
   function readJson(id) {
@@ -50,7 +52,9 @@
   }
 
   function setPlaying(on, reason) {
+    const was = player.playing;
     player.playing = on;
+    if (!on) tourStop = null;
     if (on) player.frameAskedAt = performance.now();
     clearTimeout(player.timer);
     player.timer = null;
@@ -59,7 +63,9 @@
       button.setAttribute("aria-pressed", on ? "true" : "false");
       button.textContent = on ? "❚❚ Pause" : "▶ Play";
     }
-    if (!on && reason) status(reason);
+    // Off, the status says why it stopped, or "Paused" when the user paused; "Playing at …"
+    // never outlives playback.
+    if (!on) status(reason || (was ? "Paused." : ""));
     if (on) scheduleNext();
   }
 
@@ -71,7 +77,7 @@
     let target = f.next;
     let targetTs = f.next_ts;
     let boundary = false;
-    if (f.turn !== null && f.turn <= target) {
+    if (f.turn !== null && f.turn <= target && !tourStop) {
       target = f.turn;
       targetTs = f.turn_ts;
       boundary = true;
@@ -87,7 +93,10 @@
         delay = IDLE_MAX_MS;
       }
     }
-    status(note);
+    // Playing to a tour's stop: stop there even when a filter hides its event.
+    const arriving = tourStop && target >= tourStop.seq ? tourStop.number : null;
+    if (arriving !== null) target = tourStop.seq;
+    status(note + (tourStop ? " to stop " + tourStop.number : ""));
     player.stopAt = boundary ? target : null;
     // The pace counts from when this frame was asked for, so the server's answer time is part
     // of the gap rather than added to it.
@@ -97,7 +106,9 @@
     clearTimeout(player.timer);
     player.timer = setTimeout(function () {
       player.timer = null;
-      if (player.playing) go(target);
+      if (!player.playing) return;
+      if (arriving !== null) markStop(arriving); // the frame of the stop brings its narration
+      go(target);
     }, wait);
   }
 
@@ -108,6 +119,11 @@
     if (!player.dragging) placeCursor(f.seq);
     scrollCurrentIntoView();
     if (!player.playing) return;
+    if (tourStop && f.seq >= tourStop.seq) {
+      const reached = tourStop.number;
+      setPlaying(false, "Paused at stop " + reached + ".");
+      return;
+    }
     if (player.stopAt !== null && f.seq >= player.stopAt) {
       player.stopAt = null;
       setPlaying(false, "Stopped at the next user message (turn boundary).");
@@ -162,6 +178,18 @@
       act(button.getAttribute("data-action"));
       return;
     }
+    // "show it" for the shown event the filter hides: tick its kind, as the user would; the
+    // filters' request (history pushed) shows it. Without the box the link loads the page.
+    const show = event.target.closest("[data-show-kind]");
+    if (show) {
+      const box = document.querySelector('#filters input[name="types"][value="' + CSS.escape(show.getAttribute("data-show-kind")) + '"]');
+      if (box) {
+        event.preventDefault();
+        box.checked = true;
+        box.dispatchEvent(new Event("change", { bubbles: true }));
+      }
+      return;
+    }
     // Jumps from the step list, search results, checkpoints: stay on the page, replace history.
     const link = event.target.closest("a[data-seq]");
     if (link && !event.ctrlKey && !event.metaKey && !event.shiftKey && event.button === 0) {
@@ -171,16 +199,33 @@
     }
   });
 
+  // A focused control keeps its own keys: Space and Enter press a button or tick a checkbox,
+  // arrows move within a select or a text, a link follows. The player's shortcuts act only
+  // when no control has focus (or the scrubber has: it is the player's own).
+  const CONTROLS = 'input, select, textarea, button, summary, a[href], [contenteditable]:not([contenteditable="false"]), [tabindex]:not([tabindex="-1"]):not(#scrubber)';
+  const SCRUBBER_KEYS = { ArrowLeft: "step-back", ArrowDown: "step-back", ArrowRight: "step-forward",
+                          ArrowUp: "step-forward", Home: "start", End: "end" };
+
   document.addEventListener("keydown", function (event) {
     if (!onPlayer() || event.ctrlKey || event.metaKey || event.altKey) return;
     const target = event.target;
-    // Shortcuts stay out of the way of text entry only; a focused checkbox or button still
-    // lets space, arrows and e/E drive the player.
-    const typing = target.closest && (target.closest("textarea, select, [contenteditable]") ||
-      (target.matches("input") && !/^(checkbox|radio|button|submit|range)$/.test(target.type)));
-    if (typing) {
-      if (event.key === "Escape") target.blur();
+    if (target.closest && target.closest(CONTROLS)) {
+      if (event.key === "Escape" && target.matches("input, textarea")) target.blur();
       return;
+    }
+    // The scrubber (role=slider) moves by arrows, Home and End as a slider does; PageUp and
+    // PageDown jump ten events.
+    if (target.id === "scrubber") {
+      const f = frame();
+      if (SCRUBBER_KEYS[event.key]) {
+        event.preventDefault();
+        return act(SCRUBBER_KEYS[event.key]);
+      }
+      if (f && (event.key === "PageUp" || event.key === "PageDown")) {
+        event.preventDefault();
+        setPlaying(false);
+        return go(f.seq + (event.key === "PageDown" ? 10 : -10));
+      }
     }
     const keys = { " ": "play", ArrowLeft: "step-back", ArrowRight: "step-forward", Home: "start",
                    End: "end", e: "next-error", E: "prev-error" };
@@ -245,7 +290,12 @@
     const x = (xAt(seq - 1, s) + xAt(seq, s)) / 2;
     cursor.style.left = (x * 100).toFixed(3) + "%";
     const track = $("scrubber");
-    if (track) track.setAttribute("aria-valuenow", String(seq));
+    const f = frame();
+    if (track) {
+      track.setAttribute("aria-valuenow", String(seq));
+      // Event numbers are shown 1-based (#1 is seq 0), as the server renders them.
+      track.setAttribute("aria-valuetext", "event " + (seq + 1) + (f ? " of " + f.count : ""));
+    }
   }
   function pointerSeq(event) {
     const track = $("scrubber-track");
@@ -259,7 +309,7 @@
     if (seq === null) return;
     placeCursor(seq);
     const tip = $("scrubber-tip");
-    if (tip) tip.textContent = "#" + seq;
+    if (tip) tip.textContent = "#" + (seq + 1);
     player.pendingSeq = seq;
     if (final) {
       clearTimeout(player.dragTimer);
@@ -374,13 +424,31 @@
     match.scrollIntoView({ block: "center" });
     match.focus({ preventScroll: true });
   }
-  // A refused comment (400) comes back as the threads with the reason: show it.
-  document.addEventListener("htmx:beforeSwap", function (event) {
-    const target = event.detail.target;
-    if (event.detail.xhr.status === 400 && target && target.id === "comment-threads") {
-      event.detail.shouldSwap = true;
-      event.detail.isError = false;
-    }
+  // ---- tour mode --------------------------------------------------------------------------
+  // "Play to next stop": the next stop in this session is played to at the chosen pace (the
+  // playback above, idle gaps compressed as always) and paused at; one in another session is
+  // opened there. The `stop` the #controls form sends (#tour-stop) becomes the next stop's
+  // with the frame that reaches it, so its answer brings that stop's narration panel (out of
+  // band) and the URL says where the tour is.
+  function markStop(number) {
+    const input = $("tour-stop");
+    if (input) input.value = String(number);
+  }
+  function playToNextStop() {
+    const tour = readJson("tour-data");
+    const f = frame();
+    if (!tour || !tour.next || !f) return;
+    const next = tour.next;
+    if (!next.here) { setPlaying(false); window.location.assign(next.url); return; }
+    if (next.seq <= f.seq) { setPlaying(false); markStop(next.number); go(next.seq); return; }
+    tourStop = { number: next.number, seq: next.seq };
+    setPlaying(true);
+  }
+  document.addEventListener("click", function (event) {
+    const button = event.target.closest && event.target.closest('[data-tour-action="play-to-next"]');
+    if (!button || !onPlayer()) return;
+    event.preventDefault();
+    playToNextStop();
   });
 
   // Exposed for the charts: clicking a point jumps the player.

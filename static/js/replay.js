@@ -1,4 +1,5 @@
-// Site-wide behaviour: the CSRF token on htmx requests, and the upload drop zone.
+// Site-wide behaviour: the CSRF token on htmx requests, the upload drop zone, and the alert
+// that says when an htmx request failed.
 // No inline scripts anywhere (CSP): pages pass data through json_script elements.
 "use strict";
 
@@ -44,11 +45,63 @@
       event.target.form.requestSubmit();
     }
   });
-  // After a successful upload or checkpoint, the form is ready for the next one.
+  // After a successful upload or checkpoint, the form is ready for the next one. A refusal
+  // (4xx, swapped in with its reason: base.html's responseHandling) counts as "successful" to
+  // htmx, so the status decides: what was typed stays for the next try.
+  function succeeded(detail) {
+    return detail.successful && detail.xhr && detail.xhr.status < 300;
+  }
   document.addEventListener("htmx:afterRequest", function (event) {
     const form = event.detail.elt;
-    if (form && (form.id === "upload-form" || form.id === "checkpoint-form") && event.detail.successful) {
+    if (form && (form.id === "upload-form" || form.id === "checkpoint-form") && succeeded(event.detail)) {
       form.reset();
+    }
+  });
+
+  // A request that failed (5xx, a 4xx that has no partial, no connection) is not swapped over the
+  // page; the #request-error alert (base.html) says what happened until it is dismissed or a
+  // request to the same URL succeeds (the retry; a poll elsewhere succeeding must not hide it
+  // unread). By URL, not element: a success may swap the element that failed away.
+  let failedPath = null;
+  function pathOf(detail) {
+    return detail.pathInfo ? detail.pathInfo.requestPath : null;
+  }
+  function requestError(detail, text) {
+    const box = document.getElementById("request-error");
+    if (!box) return;
+    failedPath = pathOf(detail);
+    box.hidden = false; // shown first, so the text arrives inside a rendered alert region
+    box.querySelector(".request-error-text").textContent = text;
+  }
+  function clearRequestError() {
+    const box = document.getElementById("request-error");
+    failedPath = null;
+    if (box && !box.hidden) {
+      box.hidden = true;
+      box.querySelector(".request-error-text").textContent = "";
+    }
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    const xhr = event.detail.xhr;
+    const status = xhr ? `${xhr.status}${xhr.statusText ? " " + xhr.statusText : ""}` : "error";
+    requestError(event.detail, `The server could not do that (HTTP ${status}). Nothing on this page changed; try again, or reload the page.`);
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    requestError(event.detail, "The request did not reach the server (no connection?). Nothing on this page changed; try again.");
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (failedPath && pathOf(event.detail) === failedPath && succeeded(event.detail)) clearRequestError();
+  });
+  document.addEventListener("click", function (event) {
+    if (event.target.closest && event.target.closest("[data-dismiss-error]")) clearRequestError();
+  });
+  // A message kept until read (the upload panel's errors): its dismiss button hides it.
+  document.addEventListener("click", function (event) {
+    const button = event.target.closest && event.target.closest("[data-dismiss]");
+    const box = button && document.getElementById(button.getAttribute("data-dismiss"));
+    if (box) {
+      box.hidden = true;
+      box.replaceChildren();
     }
   });
 })();

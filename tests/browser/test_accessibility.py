@@ -1,0 +1,205 @@
+"""Accessibility and small screens in real headless Chromium: axe-core (vendored, see a11y.py)
+finds no serious or critical violation on the dashboard's pages, including WCAG AA contrast;
+at a phone's 390 px the list, the player and the diff fit without sideways scrolling (tables
+scroll inside their own box); an htmx refusal (4xx) swaps its partial in, and a failed request
+(5xx, network) says so in the page's alert region instead of failing silently."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from sessions_app import comments
+from sessions_app.access import Actor
+from sessions_app.ingest.writer import set_checkpoint
+from sessions_app.models import Project, Role, Session
+from sessions_app.reviews import sign_off
+
+from ..builders_dashboard import build_session, conversation_events
+from ..builders_replay import import_one, record_variant
+from ..builders_teams import member
+from .a11y import accessibility_problems, assert_accessible
+from .conftest import PASSWORD, Watch
+
+pytestmark = pytest.mark.browser
+
+PHONE = {"width": 390, "height": 844}
+# Console lines that the failures provoked on purpose leave (the browser's and htmx's own).
+PROVOKED = (
+    "status of 400",
+    "status of 500",
+    "Response Status Error Code 500",
+    "htmx:sendError",
+    "htmx:afterRequest",
+    "ERR_FAILED",
+)
+
+
+def wait_until(page: Page, expression: str, arg: object = None, timeout: float = 15.0) -> None:
+    """Poll a JavaScript expression (page.evaluate: our CSP refuses wait_for_function's eval)."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression, arg):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {expression} ({arg!r})")
+        time.sleep(0.05)
+
+
+def sign_in(page: Page, username: str, next_path: str) -> None:
+    page.context.clear_cookies()
+    page.goto(next_path)
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("form button[type=submit]")
+    page.wait_for_url(f"**{next_path}")
+
+
+def too_wide(page: Page, width: int) -> list[str]:
+    """The outermost elements reaching past the viewport's right edge (for the failure message)."""
+    return page.evaluate(
+        """width => {
+            const out = [];
+            for (const el of document.body.querySelectorAll('*')) {
+                const right = el.getBoundingClientRect().right;
+                if (right > width + 0.5 && !(el.parentElement && out.some(o => o.el === el.parentElement))) {
+                    out.push({el, text: `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${[...el.classList].join('.')} right=${Math.round(right)}`});
+                }
+            }
+            return out.slice(0, 30).map(o => o.text);
+        }""",
+        width,
+    )
+
+
+def expect_console_errors(watch: Watch, *fragments: str) -> None:
+    """Take the console errors a test provoked on purpose out of the watch, each one expected."""
+    for fragment in fragments:
+        found = [e for e in watch.errors if fragment in e]
+        assert found, f"expected a console error with {fragment!r}, got {watch.errors}"
+        watch.errors = [e for e in watch.errors if fragment not in e]
+
+
+@pytest.fixture
+def reviewed(transactional_db, tmp_path: Path) -> dict:
+    """A session with an error, checkpoints, a comment thread with a reply and a sign-off; two
+    sessions to compare; ada (maintainer) and rita (reviewer) of the default project."""
+    ada, rita = member("ada", role=Role.MAINTAINER), member("rita", role=Role.REVIEWER)
+    talk = build_session(conversation_events(turns=3), source_session_id="talk", task="answer three questions")
+    set_checkpoint(session=talk, name="before the failure", seq=12, created_by="ada")
+    set_checkpoint(session=talk, name="the end", seq=talk.event_count - 1, created_by="ada")
+    thread = comments.create_comment(actor=Actor(user=rita), session=talk, seq=18, body="why did **search** fail?")
+    comments.create_comment(actor=Actor(user=ada), session=talk, parent=thread.pk, body="a bad query, see `q`")
+    sign_off(session=talk, reviewer=Actor(user=rita), verdict="changes_requested", note="retry the search")
+    record_variant(tmp_path / "a.jsonl", run_id="baseline", steps=6)
+    record_variant(tmp_path / "b.jsonl", run_id="candidate", steps=7, change_at=3)
+    a, b = import_one(tmp_path / "a.jsonl"), import_one(tmp_path / "b.jsonl")
+    return {"talk": talk, "thread": thread, "a": a, "b": b, "project": Project.get_default()}
+
+
+def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
+    page, watch = watched
+    talk: Session = reviewed["talk"]
+    slug = reviewed["project"].slug
+    problems = []  # every page is checked before failing, so one run lists everything
+    sign_in(page, "ada", "/sessions/")
+    problems.append(accessibility_problems(page, "session list"))
+
+    page.goto(f"/sessions/{talk.pk}/?step=18")
+    page.locator("#comment-threads article.thread").wait_for()
+    page.locator("#charts").scroll_into_view_if_needed()
+    wait_until(page, "document.querySelectorAll('#charts .chart[data-ready=true]').length === 4", timeout=30)
+    problems.append(accessibility_problems(page, "player (errors, checkpoints, comments, sign-offs, charts)"))
+
+    page.goto(f"/compare/?a={reviewed['a'].pk}&b={reviewed['b'].pk}")
+    page.wait_for_selector("tr.divergence-row")
+    problems.append(accessibility_problems(page, "diff page"))
+
+    for path, name in [("/projects/", "projects page"), (f"/projects/{slug}/", "project page"),
+                       (f"/projects/{slug}/audit/", "audit page"), ("/account/keys/", "API keys page"),
+                       ("/about/", "about page")]:  # fmt: skip
+        page.goto(path)
+        problems.append(accessibility_problems(page, name))
+
+    page.context.clear_cookies()
+    page.goto("/accounts/login/")
+    problems.append(accessibility_problems(page, "sign-in page"))
+    found = [p for p in problems if p]
+    assert not found, "\n\n".join(found)
+    watch.assert_clean()
+
+
+def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, reviewed):
+    context = browser.new_context(viewport=PHONE, base_url=live_server.url, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    try:
+        sign_in(page, "ada", "/sessions/")
+        pages = [
+            ("/sessions/", "#session-table", "session list"),
+            (f"/sessions/{reviewed['talk'].pk}/?step=18", "#step-list", "player"),
+            (f"/compare/?a={reviewed['a'].pk}&b={reviewed['b'].pk}", "tr.divergence-row", "diff page"),
+        ]
+        for path, ready, name in pages:
+            page.goto(path)
+            page.wait_for_selector(ready)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE["width"], f"the {name} is {width}px wide at 390 px: {too_wide(page, PHONE['width'])}"
+            assert_accessible(page, f"{name} at 390 px")
+        # The list's table scrolls inside its own box, which is no wider than the screen.
+        page.goto("/sessions/")
+        box = page.evaluate(
+            "(() => { const t = document.querySelector('#session-table .table-scroll');"
+            " return t && {client: t.clientWidth, scroll: t.scrollWidth, overflow: getComputedStyle(t).overflowX} })()"
+        )
+        assert box and box["client"] <= PHONE["width"] and box["overflow"] == "auto", box
+    finally:
+        context.close()
+
+
+def test_a_refusal_swaps_in_and_a_failed_request_shows_the_page_alert(watched, reviewed):
+    page, watch = watched
+    talk: Session = reviewed["talk"]
+    sign_in(page, "rita", f"/sessions/{talk.pk}/?step=18")
+    alert = page.locator("#request-error")
+    assert alert.get_attribute("role") == "alert" and alert.is_hidden()
+
+    # A blank comment passes the browser's `required` and is refused by the server (400): htmx
+    # swaps the threads with the reason in, the typed threads stay.
+    page.fill("#comment-body", "   ")
+    page.click("#comment-form button[type=submit]")
+    error = page.locator("#comment-threads p.error[role=alert]")
+    error.wait_for()
+    assert error.inner_text() == "body: This field is required."
+    assert page.locator("#comment-threads article.thread").count() == 1
+
+    # A sign-off without a verdict (the select emptied under the browser's nose) is a 400 too.
+    page.evaluate("document.querySelector('#sign-off-form select').innerHTML = '<option value=\"\" selected></option>'")
+    page.evaluate("document.querySelector('#sign-off-form select').required = false")
+    page.click("#sign-off-form button[type=submit]")
+    refusal = page.locator("#sign-offs p.error[role=alert]")
+    refusal.wait_for()
+    assert "needs a verdict" in refusal.inner_text()
+    assert alert.is_hidden()
+
+    # The server failing (500) is not swapped over the page: the alert region says so.
+    page.route("**/comments/", lambda route: route.fulfill(status=500, body="<h1>Server Error</h1>"))
+    page.fill("#comment-body", "this will fail")
+    page.click("#comment-form button[type=submit]")
+    wait_until(page, "!document.getElementById('request-error').hidden")
+    assert "500" in alert.inner_text() and "Server Error" not in page.locator("#comment-threads").inner_text()
+    assert page.input_value("#comment-body") == "this will fail"  # kept for another try
+
+    # A request that never reaches the server says that instead; the next success clears it.
+    page.unroute("**/comments/")
+    page.route("**/comments/", lambda route: route.abort())
+    page.click("#comment-form button[type=submit]")
+    wait_until(page, "document.getElementById('request-error').textContent.includes('reach')")
+    page.unroute("**/comments/")
+    page.click("#comment-form button[type=submit]")
+    page.locator("#comment-threads article.thread").nth(1).wait_for()
+    assert alert.is_hidden()
+    # What the browser and htmx logged about the provoked failures, and nothing else.
+    expect_console_errors(watch, "status of 400", "Response Status Error Code 500", "htmx:sendError")
+    watch.errors = [e for e in watch.errors if not any(known in e for known in PROVOKED)]
+    watch.assert_clean()
