@@ -5,7 +5,7 @@ Every project is looked up through sessions_app/access.py with the role the oper
 (404 outside the project, 403 below the role); changes go through the workflows of
 sessions_app/teams.py, whose TeamError ("field: message") becomes a form error and a 400.
 Posts answer with a redirect (post/redirect/get) or, when refused, the page at 400 with the
-message next to its form: plain forms, because htmx 2 does not swap a 4xx response.
+message next to its form: plain forms, since each change is rare and reloads the page it changes.
 """
 
 from __future__ import annotations
