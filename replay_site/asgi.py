@@ -38,7 +38,13 @@ async def application(scope, receive, send) -> None:
     elif scope["type"] == "http" and STREAMS.match(scope["path"]):
         await streams(scope, receive, send)
     else:
-        await pages(scope, receive, send)
+
+        async def receive_coroutine():
+            # a2wsgi hands receive() to asyncio.run_coroutine_threadsafe, which takes only a
+            # coroutine; granian's receive returns another awaitable.
+            return await receive()
+
+        await pages(scope, receive_coroutine, send)
 
 
 async def _lifespan(receive, send) -> None:

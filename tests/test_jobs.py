@@ -338,9 +338,11 @@ class WorkerDatabase:
                 row = cursor.fetchone()
         return row[0] if row else None
 
-    def start(self, *args: str, log: Path) -> subprocess.Popen:
+    def start(self, *args: str, log: Path, demo: bool = False) -> subprocess.Popen:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_Q")}
         env.update(DATABASE_URL=self.url, REPLAY_LOG_LEVEL="INFO", PYTHONUNBUFFERED="1")
+        if demo:
+            env["REPLAY_DEMO"] = "1"  # `manage.py serve` with the development secret key
         # Its own process group, so stopping it also stops the workers it forks.
         return subprocess.Popen(
             [sys.executable, "manage.py", *args], cwd=ROOT, env=env, start_new_session=True,

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -68,14 +70,24 @@ def _get(url: str) -> tuple[int, bytes]:
         return response.status, response.read()
 
 
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory) -> Path:
+    """A migrated SQLite database file, made once for the module."""
+    path = tmp_path_factory.mktemp("serve") / "migrated.sqlite3"
+    env = os.environ | {"DATABASE_URL": f"sqlite:///{path}"}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    return path
+
+
 @pytest.fixture
-def served(tmp_path):
+def served(tmp_path, migrated):
     """`manage.py serve` on a free port with its own SQLite database (demo mode)."""
     port = _free_port()
-    env = os.environ | {"DATABASE_URL": f"sqlite:///{tmp_path / 'serve.sqlite3'}", "REPLAY_DEMO": "1",
+    database = tmp_path / "serve.sqlite3"
+    shutil.copyfile(migrated, database)
+    env = os.environ | {"DATABASE_URL": f"sqlite:///{database}", "REPLAY_DEMO": "1",
                         "REPLAY_DATA_DIR": str(tmp_path / "data")}  # fmt: skip
     env.pop("REPLAY_SECRET_KEY", None)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     log = (tmp_path / "serve.log").open("w+b")
     process = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port), "--web-processes", "2"],
                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
@@ -101,6 +113,14 @@ def test_serve_answers_then_stops_web_and_workers_within_10s_with_status_0(serve
     assert _get(base + "/accounts/login/")[0] == 200
     status, css = _get(base + "/static/css/replay.css")
     assert status == 200 and b"{" in css
+    # A request with a body goes through the thread pool too (the body read from the server).
+    request = urllib.request.Request(base + "/api/projects", data=b'{"name": "x", "slug": "x"}', method="POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        urllib.request.urlopen(request, timeout=10)
+        pytest.fail("an anonymous POST was accepted")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401, exc.read()
     family = _descendants(process.pid)
     commands = {Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _alive(family)}
     assert any(b"granian" in c for c in commands) and any(b"qcluster" in c for c in commands), commands
