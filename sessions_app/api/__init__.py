@@ -3,10 +3,25 @@ replay_site/api.py mounts under /api/. docs/api.md describes every endpoint."""
 
 from ninja import Router
 
-from . import bundles, checkpoints, comments, compare, exports, imports, live, projects, replay, reviews, sessions
+from . import (
+    bundles,
+    checkpoints,
+    comments,
+    compare,
+    exports,
+    imports,
+    live,
+    projects,
+    replay,
+    reviews,
+    sessions,
+    sharing,
+    tours,
+)
 from .auth import API_AUTH
 
 # Every operation needs a key or the login cookie. The order is the OpenAPI schema's order.
 router = Router(auth=API_AUTH)
-for resource in (sessions, replay, compare, checkpoints, comments, reviews, exports, bundles, live, imports, projects):
+for resource in (sessions, replay, compare, checkpoints, comments, reviews, exports, bundles, live, imports, projects,
+                 tours, sharing):  # fmt: skip
     router.add_router("", resource.router)
