@@ -15,8 +15,10 @@ from django.core.exceptions import ValidationError
 from . import sharing
 from .audit import ACTIONS
 from .canonical import ALL_KINDS
-from .models import Project, Review, Role, Session
+from .models import ImportJob, Project, Review, Role, Session
+from .models.bounds import MAX_ID, MAX_POSITION
 from .replay.exports import EXPORT_FORMATS
+from .replay.imports import parse_job_cursor
 from .replay.listing import UNREVIEWED, parse_cursor
 
 SPEEDS = ("1", "2", "5", "10")
@@ -70,7 +72,7 @@ class QueryForm(forms.Form):
 
 
 class PlayerForm(QueryForm):
-    step = forms.IntegerField(required=False, min_value=0)
+    step = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION)
     types = KindListField(required=False)
     speed = forms.ChoiceField(required=False, choices=[(s, f"{s}×") for s in SPEEDS], initial="1")
     pace = forms.ChoiceField(required=False, choices=PACES, initial="steps")
@@ -84,7 +86,7 @@ class PlayerForm(QueryForm):
 
 class SearchForm(QueryForm):
     q = forms.CharField(required=False, max_length=200, strip=True)
-    step = forms.IntegerField(required=False, min_value=0)
+    step = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION)
     kind = forms.ChoiceField(required=False, choices=[("", "any kind")] + [(k, k) for k in sorted(ALL_KINDS)])
     errors = forms.BooleanField(required=False)
 
@@ -92,7 +94,7 @@ class SearchForm(QueryForm):
 class CheckpointForm(forms.Form):
     name = forms.CharField(max_length=200, strip=True)
     # The shown step: the form's #checkpoint-step, which every frame updates out of band.
-    step = forms.IntegerField(min_value=0)
+    step = forms.IntegerField(min_value=0, max_value=MAX_POSITION)
     replace = forms.BooleanField(required=False)  # "replace it?" answered yes
 
 
@@ -106,15 +108,46 @@ class SignOffForm(forms.Form):
 
 
 class CompareForm(forms.Form):
-    a = forms.IntegerField(min_value=1)
-    b = forms.IntegerField(min_value=1)
-    offset = forms.IntegerField(required=False, min_value=0)
+    # Bounded: a larger number than a database integer holds is a form error, not a 500.
+    a = forms.IntegerField(min_value=1, max_value=2**62)
+    b = forms.IntegerField(min_value=1, max_value=2**62)
+    offset = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if data.get("a") is not None and data.get("a") == data.get("b"):
             raise ValidationError("Pick two different sessions to compare.")
         return data
+
+
+class ImportFilterForm(QueryForm):
+    """The imports page: jobs of one project and/or status, and its keyset cursors."""
+
+    project = forms.ChoiceField(required=False)
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *ImportJob.Status.choices])
+    after = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+    before = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
+        """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+
+    def values(self) -> dict[str, Any]:
+        out = super().values()
+        out["after"] = parse_job_cursor(out["after"])
+        out["before"] = parse_job_cursor(out["before"])
+        return out
+
+
+class ProblemPageForm(QueryForm):
+    page = forms.IntegerField(required=False, min_value=1, max_value=10_000, initial=1)
+
+
+class ComparePickerForm(QueryForm):
+    """The player's "compare with…": text matched against the project's sessions."""
+
+    q = forms.CharField(required=False, max_length=200, strip=True, label="Find a session")
 
 
 class SessionFilterForm(QueryForm):
@@ -134,6 +167,10 @@ class SessionFilterForm(QueryForm):
     sort = forms.ChoiceField(required=False, choices=list(SORT_LABELS.items()), initial="-started")
     after = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
     before = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+    # The sessions picked as A and B to compare: not filters, but carried from page to page (and
+    # through a filter change) so that two sessions on different pages can be compared.
+    a = forms.IntegerField(required=False, min_value=1, max_value=2**62, widget=forms.HiddenInput)
+    b = forms.IntegerField(required=False, min_value=1, max_value=2**62, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
@@ -212,7 +249,7 @@ class AuditFilterForm(QueryForm):
     action = forms.ChoiceField(required=False, choices=[("", "any action"), *((a, a) for a in ACTIONS)])
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
-    before = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+    before = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION, widget=forms.HiddenInput)
 
 
 class ApiKeyForm(forms.Form):
@@ -229,8 +266,8 @@ class ApiKeyForm(forms.Form):
 class CommentForm(forms.Form):
     # The body's limit is the workflow's (comments.MAX_BODY), answered with its message.
     body = forms.CharField(strip=True)
-    seq = forms.IntegerField(required=False, min_value=0)
-    parent = forms.IntegerField(required=False, min_value=1)
+    seq = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION)
+    parent = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID)
 
 
 class CommentEditForm(forms.Form):
@@ -275,8 +312,8 @@ class TourStopAddForm(forms.Form):
     """The player's "add this step to a tour…": an existing tour, or a new one's title."""
 
     # The shown step: the player's #nav-step (hx-include), never the step the page loaded at.
-    step = forms.IntegerField(min_value=0)
-    tour = forms.IntegerField(required=False, min_value=1)
+    step = forms.IntegerField(min_value=0, max_value=MAX_POSITION)
+    tour = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID)
     new_tour = forms.CharField(required=False, max_length=200, strip=True, label="New tour's title")
     title = forms.CharField(max_length=200, strip=True, label="Stop title")
     narration = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs={"rows": 3}))

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import about, comments, reviews, teams
+from .views import about, checkpoints, comments, exports, imports, reviews, sharing, teams, tours
 from .views import sessions as views
 
 app_name = "sessions"
@@ -10,9 +10,13 @@ urlpatterns = [
     path("sessions/", views.session_list, name="list"),
     path("sessions/upload/", views.upload, name="upload"),
     path("sessions/imports/", views.imports, name="imports"),
+    path("imports/", imports.import_jobs, name="import_jobs"),
+    path("imports/<int:job_id>/", imports.import_job, name="import_job"),
     path("sessions/<int:session_id>/", views.player, name="player"),
     path("sessions/<int:session_id>/search/", views.search, name="search"),
-    path("sessions/<int:session_id>/checkpoints/", views.checkpoint, name="checkpoint"),
+    path("sessions/<int:session_id>/checkpoints/", checkpoints.create, name="checkpoint"),
+    path("sessions/<int:session_id>/checkpoints/<int:checkpoint_id>/rename/", checkpoints.rename, name="checkpoint_rename"),
+    path("sessions/<int:session_id>/checkpoints/<int:checkpoint_id>/delete/", checkpoints.delete, name="checkpoint_delete"),
     path("sessions/<int:session_id>/verify/", views.verify, name="verify"),
     path("sessions/<int:session_id>/charts/", views.session_charts, name="charts"),
     path("sessions/<int:session_id>/comments/", comments.create, name="comment_create"),
@@ -20,7 +24,23 @@ urlpatterns = [
     path("sessions/<int:session_id>/comments/<int:comment_id>/delete/", comments.delete, name="comment_delete"),
     path("sessions/<int:session_id>/comments/<int:comment_id>/resolve/", comments.resolve, name="comment_resolve"),
     path("sessions/<int:session_id>/reviews/", reviews.sign_off_session, name="sign_off"),
+    path("sessions/<int:session_id>/export/", exports.export, name="export"),
+    path("sessions/<int:session_id>/share-links/", sharing.session_share_links, name="share_links"),
+    path("tours/<int:tour_id>/share-links/", sharing.tour_share_links, name="tour_share_links"),
+    path("share-links/<int:link_id>/revoke/", sharing.revoke, name="share_link_revoke"),
+    path("s/<str:token>", sharing.open_link, name="open_share_link"),
+    path("sessions/<int:session_id>/tour-stops/", tours.stop_add, name="tour_stop_add"),
+    path("projects/<slug:slug>/learn/", tours.learn, name="learn"),
+    path("projects/<slug:slug>/tours/", tours.tour_create, name="tour_create"),
+    path("tours/<int:tour_id>/", tours.tour_page, name="tour"),
+    path("tours/<int:tour_id>/edit/", tours.tour_edit, name="tour_edit"),
+    path("tours/<int:tour_id>/delete/", tours.tour_delete, name="tour_delete"),
+    path("tours/<int:tour_id>/play/", tours.tour_play, name="tour_play"),
+    path("tours/<int:tour_id>/stops/<int:stop_id>/edit/", tours.stop_edit, name="tour_stop_edit"),
+    path("tours/<int:tour_id>/stops/<int:stop_id>/move/", tours.stop_move, name="tour_stop_move"),
+    path("tours/<int:tour_id>/stops/<int:stop_id>/delete/", tours.stop_delete, name="tour_stop_delete"),
     path("compare/", views.compare, name="diff"),
+    path("sessions/<int:session_id>/compare-with/", views.compare_with, name="compare_with"),
     path("projects/", teams.projects, name="projects"),
     path("projects/<slug:slug>/", teams.project, name="project"),
     path("projects/<slug:slug>/members/", teams.project_member, name="project_member"),

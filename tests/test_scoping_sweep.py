@@ -15,6 +15,7 @@ object of a project (a list, a form, making a project), its place in NAMES_NO_OB
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,11 +27,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from sessions_app import audit, comments, teams
+from sessions_app import audit, comments, sharing, teams
 from sessions_app.access import Actor
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
-from sessions_app.models import ImportJob, Project, Role, Session
+from sessions_app.models import ImportJob, Project, Role, Session, ShareLink, Tour, TourStop
 
 from .builders_teams import key_of, member
 from .conftest import T0
@@ -39,6 +40,7 @@ from .conftest import T0
 MARKERS = (
     "THEIRS-SECRET-TASK", "THEIRS-EVENT-PAYLOAD", "Theirs Secret Name", "theirs-checkpoint",
     "theirs-upload.jsonl", "theirs-admin", "theirs-source-id", "THEIRS-ANSWER", "THEIRS-COMMENT",
+    "THEIRS-SHARE-NOTE", "theirs-tour", "THEIRS-NARRATION",
 )  # fmt: skip
 
 # (method, route) of operations and pages that name no object of a project: outsiders get an
@@ -50,6 +52,7 @@ NAMES_NO_OBJECT = {
     ("GET", "/"), ("GET", "/sessions/"), ("GET", "/sessions/imports/"), ("GET", "/projects/"),
     ("POST", "/projects/"), ("GET", "/account/keys/"), ("POST", "/account/keys/"),
     ("GET", "/api/signing-key"), ("GET", "/about/"), ("GET", "/healthz"),
+    ("GET", "/imports/"), ("GET", "/search/"),
 }  # fmt: skip
 
 # The role each operation on a project's objects needs (docs/teams.md). (method, route).
@@ -74,6 +77,7 @@ ROLE_NEEDED = {
     ("DELETE", "/api/sessions/{session_id}/checkpoints/{name}"): Role.MAINTAINER,
     ("GET", "/api/sessions/{session_id}/export"): Role.VIEWER,
     ("GET", "/api/sessions/{session_id}/verify"): Role.VIEWER,
+    ("POST", "/api/sessions/{session_id}/verify"): Role.VIEWER,
     ("GET", "/api/sessions/{session_id}/reviews"): Role.VIEWER,
     ("POST", "/api/sessions/{session_id}/reviews"): Role.REVIEWER,
     ("GET", "/api/sessions/{session_id}/bundle"): Role.VIEWER,
@@ -111,9 +115,45 @@ ROLE_NEEDED = {
     ("GET", "/projects/{slug}/audit/"): Role.REVIEWER,
     ("GET", "/projects/{slug}/audit/export/"): Role.REVIEWER,
     ("POST", "/projects/{slug}/audit/verify/"): Role.REVIEWER,
+    ("GET", "/sessions/{session_id}/export/"): Role.VIEWER,
+    ("GET", "/sessions/{session_id}/share-links/"): Role.MAINTAINER,
+    ("POST", "/sessions/{session_id}/share-links/"): Role.MAINTAINER,
+    ("GET", "/tours/{tour_id}/share-links/"): Role.MAINTAINER,
+    ("POST", "/tours/{tour_id}/share-links/"): Role.MAINTAINER,
+    ("POST", "/share-links/{link_id}/revoke/"): Role.MAINTAINER,
+    ("GET", "/api/sessions/{session_id}/share-links"): Role.MAINTAINER,
+    ("POST", "/api/sessions/{session_id}/share-links"): Role.MAINTAINER,
+    ("GET", "/api/tours/{tour_id}/share-links"): Role.MAINTAINER,
+    ("POST", "/api/tours/{tour_id}/share-links"): Role.MAINTAINER,
+    ("DELETE", "/api/share-links/{link_id}"): Role.MAINTAINER,
+    # A share link is named by its secret token, not by a project object: the walk's token is one
+    # nobody was given, a 404 to everyone (test_a_share_links_visitor_... walks a real one).
+    ("GET", "/s/{token}"): None,
+    ("GET", "/imports/{job_id}/"): Role.VIEWER,
+    ("GET", "/sessions/{session_id}/compare-with/"): Role.VIEWER,
+    ("GET", "/api/projects/{slug}/tours"): Role.VIEWER,
+    ("POST", "/api/projects/{slug}/tours"): Role.MAINTAINER,
+    ("GET", "/api/tours/{tour_id}"): Role.VIEWER,
+    ("PATCH", "/api/tours/{tour_id}"): Role.MAINTAINER,
+    ("DELETE", "/api/tours/{tour_id}"): Role.MAINTAINER,
+    ("PUT", "/api/tours/{tour_id}/stops"): Role.MAINTAINER,
+    ("GET", "/projects/{slug}/learn/"): Role.VIEWER,
+    ("POST", "/projects/{slug}/tours/"): Role.MAINTAINER,
+    ("GET", "/tours/{tour_id}/"): Role.VIEWER,
+    ("GET", "/tours/{tour_id}/play/"): Role.VIEWER,
+    ("POST", "/tours/{tour_id}/edit/"): Role.MAINTAINER,
+    ("POST", "/tours/{tour_id}/delete/"): Role.MAINTAINER,
+    ("POST", "/tours/{tour_id}/stops/{stop_id}/edit/"): Role.MAINTAINER,
+    ("POST", "/tours/{tour_id}/stops/{stop_id}/move/"): Role.MAINTAINER,
+    ("POST", "/tours/{tour_id}/stops/{stop_id}/delete/"): Role.MAINTAINER,
+    ("POST", "/sessions/{session_id}/tour-stops/"): Role.MAINTAINER,
     # A key is its user's, not a project's: someone else's key is 404 to everyone else.
     ("POST", "/account/keys/{key_id}/revoke/"): None,
 }
+
+# Pages anyone may ask for without signing in that still name something secret (a share link's
+# token): to a key's bearer, nobody on a page, they answer as to anyone (404 for the walk's token).
+NEEDS_NO_SIGN_IN = {("GET", "/s/{token}")}
 
 
 @dataclass
@@ -125,6 +165,10 @@ class Theirs:
     key: int  # their admin's key id
     comment: int  # a comment on session a
     checkpoint: int  # session a's checkpoint
+    tour: int  # a tour with one stop, on session a
+    stop: int  # that stop
+    link: int  # a share link to session a
+    token: str  # its token (the walks use BOGUS_TOKEN; the visitor's walk opens this one)
 
 
 @pytest.fixture
@@ -155,8 +199,12 @@ def theirs(db) -> Theirs:
     audit.record(action="session.export", actor=actor, project=project, target=f"session:{ids[0]}")
     comment = comments.create_comment(actor=actor, session=Session.objects.get(pk=ids[0]), seq=1,
                                       body="THEIRS-COMMENT")  # fmt: skip
+    tour = Tour.objects.create(project=project, title="theirs-tour")
+    stop = TourStop.objects.create(tour=tour, position=0, session_id=ids[0], seq=1, title="theirs-stop",
+                                   narration="THEIRS-NARRATION")  # fmt: skip
+    link, token = sharing.create_link(actor=actor, session=Session.objects.get(pk=ids[0]), note="THEIRS-SHARE-NOTE")
     return Theirs(project=project, a=ids[0], b=ids[1], job=job.pk, key=key.pk, comment=comment.pk,
-                  checkpoint=checkpoint_ids[0])
+                  checkpoint=checkpoint_ids[0], tour=tour.pk, stop=stop.pk, link=link.pk, token=token)  # fmt: skip
 
 
 # --- the endpoints --------------------------------------------------------------------------
@@ -181,10 +229,15 @@ def _pages() -> set[str]:
     return {route for route in _walk(get_resolver().url_patterns) if not route.startswith("/api/")}
 
 
+# A share token nobody was given (the shape of a real one).
+BOGUS_TOKEN = "x" * 43
+
+
 def _path_values(t: Theirs) -> dict[str, object]:
     return {"session_id": t.a, "job_id": t.job, "name": "theirs-checkpoint", "index": 0, "slug": "theirs",
             "username": "theirs-admin", "key_id": t.key, "comment_id": t.comment,
-            "checkpoint_id": t.checkpoint}  # fmt: skip
+            "checkpoint_id": t.checkpoint, "tour_id": t.tour, "stop_id": t.stop, "link_id": t.link,
+            "token": BOGUS_TOKEN}  # fmt: skip
 
 
 def _query(route: str, t: Theirs) -> dict[str, object]:
@@ -195,10 +248,14 @@ def _query(route: str, t: Theirs) -> dict[str, object]:
         "/compare/": {"a": t.a, "b": t.b},
         "/api/sessions": {"project": "theirs"},
         "/sessions/": {"project": "theirs"},
+        "/imports/": {"project": "theirs"},
+        "/search/": {"q": "THEIRS", "project": "theirs"},
+        "/sessions/{session_id}/compare-with/": {"q": "theirs"},
+        "/sessions/{session_id}/export/": {"format": "jsonl"},
     }.get(route, {})
 
 
-def _body(method: str, route: str) -> dict:
+def _body(method: str, route: str) -> dict | list:
     """A body the operation would accept from a member, so a refusal is the scoping's."""
     return {
         ("POST", "/api/sessions"): {"project": "theirs", "task": "sweep"},
@@ -221,10 +278,32 @@ def _body(method: str, route: str) -> dict:
         ("POST", "/projects/"): {"name": "Sweep page project", "slug": "sweep-page-project"},
         ("POST", "/account/keys/"): {"name": "sweep", "project": "theirs"},
         ("POST", "/accounts/login/"): {"username": "sweeper", "password": "wrong"},
+        ("POST", "/sessions/{session_id}/share-links/"): {"expires_in_days": "7", "note": "sweep"},
+        ("POST", "/tours/{tour_id}/share-links/"): {"expires_in_days": "7", "note": "sweep"},
+        ("POST", "/api/sessions/{session_id}/share-links"): {"expires_in_days": 7, "note": "sweep"},
+        ("POST", "/api/tours/{tour_id}/share-links"): {"expires_in_days": 7, "note": "sweep"},
+        ("POST", "/api/projects/{slug}/tours"): {"title": "sweep"},
+        ("PATCH", "/api/tours/{tour_id}"): {"title": "sweep"},
+        ("PUT", "/api/tours/{tour_id}/stops"): [],
+        ("POST", "/projects/{slug}/tours/"): {"title": "sweep"},
+        ("POST", "/tours/{tour_id}/edit/"): {"title": "sweep"},
+        ("POST", "/tours/{tour_id}/stops/{stop_id}/edit/"): {"title": "sweep"},
+        ("POST", "/tours/{tour_id}/stops/{stop_id}/move/"): {"direction": "down"},
+        ("POST", "/sessions/{session_id}/tour-stops/"): {"step": 1, "new_tour": "sweep", "title": "sweep"},
     }.get((method, route), {})
 
 
 def _call(client: Client, method: str, route: str, t: Theirs, headers: dict[str, str]):
+    response = _request(client, method, route, t, headers)
+    return response.status_code, _text(response)
+
+
+def _text(response) -> str:
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    return body.decode("utf-8", "replace")
+
+
+def _request(client: Client, method: str, route: str, t: Theirs, headers: dict[str, str]):
     url = route.format(**_path_values(t))
     query = _query(route, t)
     if method == "GET":
@@ -238,8 +317,7 @@ def _call(client: Client, method: str, route: str, t: Theirs, headers: dict[str,
         response = client.generic(method, url, data or b"", content_type="application/json", headers=headers)
     else:
         response = client.post(url, _body(method, route), headers=headers)
-    body = b"".join(response.streaming_content) if response.streaming else response.content
-    return response.status_code, body.decode("utf-8", "replace")
+    return response
 
 
 def _endpoints(client: Client) -> list[tuple[str, str]]:
@@ -291,7 +369,8 @@ def test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never
             leaked = [m for m in MARKERS if m in body]
             assert not leaked, f"{who}: {method} {route} answered {status} with {leaked}"
             if headers and on_page:
-                assert status in (302, 405) or (method, route) in NAMES_NO_OBJECT, f"{who}: {route}: {status}"
+                anyones = (method, route) in NAMES_NO_OBJECT or ((method, route) in NEEDS_NO_SIGN_IN and status == 404)
+                assert status in (302, 405) or anyones, f"{who}: {route}: {status}"
                 continue
             if status == 405:
                 continue  # the pattern does not take this method; it answered before any lookup
@@ -324,6 +403,84 @@ def test_the_projects_viewer_gets_403_where_a_higher_role_is_needed_and_an_answe
         else:
             assert status == 403, f"viewer: {method} {route} needs {needed.label} but answered {status}"
     assert checked == len(ROLE_NEEDED)  # every declared operation exists and was walked
+
+
+# --- a share link's visitor -----------------------------------------------------------------
+
+# What a visitor of a link to session a may open of it, and how each answers (a plain form
+# post of verify goes back to the player). The export page is 403: the link allows no exports.
+VISITOR_OPENS = {
+    ("GET", "/sessions/{session_id}/"): 200,
+    ("GET", "/sessions/{session_id}/search/"): 200,
+    ("GET", "/sessions/{session_id}/charts/"): 200,
+    ("POST", "/sessions/{session_id}/verify/"): 302,
+    ("GET", "/sessions/{session_id}/export/"): 403,
+}
+# Of session a, a visitor may read the recording; never who works on it, what they wrote about
+# it, the project, the other session or the link's own note.
+NEVER_TO_A_VISITOR = ("Theirs Secret Name", "theirs-upload.jsonl", "theirs-admin", "THEIRS-COMMENT",
+                      "THEIRS-SHARE-NOTE", "theirs-source-id-1")  # fmt: skip
+PUBLIC_API = {"/api/openapi.json", "/api/docs"}
+
+
+def _walk_as_visitor(visitor: Client, t: Theirs, *, session: int, tour_pages: bool = False) -> int:
+    """Walk every endpoint with session_id = `session`. When it is the link's own session (a),
+    what VISITOR_OPENS names answers as it says there; every API operation is 401; everything
+    else is a 404 or the sign-in page, and holds none of the project's data. `tour_pages`: the
+    visitor came by a link to the tour, whose pages may open to it (a redirect into the player
+    of session a, or the page), never showing what NEVER_TO_A_VISITOR names."""
+    walked = 0
+    for method, route in _endpoints(visitor):
+        response = _request(visitor, method, route, dataclasses.replace(t, a=session), {})
+        status, body, location = response.status_code, _text(response), response.get("Location", "")
+        own = session == t.a and (method, route) in VISITOR_OPENS
+        tour_page = tour_pages and "{tour_id}" in route and status in (200, 302)
+        leaked = [m for m in (NEVER_TO_A_VISITOR if own or tour_page else MARKERS) if m in body]
+        assert not leaked, f"visitor: {method} {route} (session {session}) answered {status} with {leaked}"
+        if status == 405:
+            continue
+        walked += 1
+        what = f"visitor: {method} {route} (session {session}) answered {status}"
+        if own:
+            assert status == VISITOR_OPENS[method, route], what
+        elif route.startswith("/api/") and route not in PUBLIC_API:
+            assert status == 401, f"{what}, not 401"
+        elif (method, route) in NAMES_NO_OBJECT or route in PUBLIC_API:
+            # Their answers are the outsiders' walk's to check; here: no data (above), no way past sign-in.
+            assert status != 302 or location.startswith("/accounts/login/"), f"{what} to {location}"
+        elif tour_page:
+            assert status == 200 or location.startswith(("/accounts/login/", f"/sessions/{t.a}/")), what
+        elif status == 302:
+            assert location.startswith("/accounts/login/"), f"{what} to {location}"
+        else:
+            assert status == 404, f"{what}, not 404"
+    return walked
+
+
+def _visitor_of(token: str) -> Client:
+    visitor = Client()
+    opened = visitor.get(f"/s/{token}")
+    assert opened.status_code == 302
+    return visitor
+
+
+def test_a_share_links_visitor_reads_its_session_and_nothing_else(theirs, db):
+    visitor = _visitor_of(theirs.token)
+    assert visitor.get(f"/sessions/{theirs.a}/").status_code == 200  # the grant holds
+    walked = _walk_as_visitor(visitor, theirs, session=theirs.a)
+    walked += _walk_as_visitor(visitor, theirs, session=theirs.b)
+    assert walked > 150
+    # Every visit so far used the link once (a walk never opens it: its token is BOGUS_TOKEN).
+    assert ShareLink.objects.get(pk=theirs.link).use_count == 1
+
+
+def test_a_tour_links_visitor_reads_the_tours_sessions_and_nothing_else(theirs, db):
+    tour = Tour.objects.get(pk=theirs.tour)
+    _, token = sharing.create_link(actor=Actor(user=get_user_model().objects.get(username="theirs-admin")), tour=tour)
+    visitor = _visitor_of(token)
+    assert visitor.get(f"/sessions/{theirs.a}/").status_code == 200  # the session of its one stop
+    _walk_as_visitor(visitor, theirs, session=theirs.a, tour_pages=True)
+    _walk_as_visitor(visitor, theirs, session=theirs.b, tour_pages=True)
 
 
 @pytest.fixture

@@ -7,28 +7,35 @@ workflow and render (views/pages.py says how htmx requests get partials).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from .. import access, audit, jobs, replay, verification
-from ..forms import PACES, SPEEDS, CheckpointForm, CompareForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm
+from ..canonical import ALL_KINDS
+from ..forms import (
+    PACES, SPEEDS, CompareForm, ComparePickerForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm,
+)  # fmt: skip
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
-from ..ingest.writer import set_checkpoint
 from ..models import Checkpoint, Project, Role, Session
 from ..replay import charts, timeline
 from ..replay.compare import diff_sessions
-from ..replay.frames import frame_at, search_panel, step_seqs
-from ..replay.listing import list_sessions, recent_jobs
+from ..replay.frames import Frame, frame_at, search_panel, step_seqs
+from ..replay.imports import session_import_problems
+from ..replay.listing import compare_candidates, list_sessions, recent_jobs
 from .comments import comment_panel, discussion
-from .pages import login_required, render_page, wants_partial
+from .pages import login_required, render_page, signed_in_or_shared, wants_partial
 from .reviews import sign_off_panel
+from .sharing import may_share, visitor_page
+from .tours import tour_builder, tour_mode_context
 
 LIST_FILTERS = ("q", "project", "format", "status", "model", "start", "end", "errors", "review")
 
@@ -52,10 +59,24 @@ def session_list(request: HttpRequest) -> HttpResponse:
         after=values["after"],
         before=values["before"],
     )
-    context: dict[str, Any] = {"form": form, "page": page, "projects": projects}
+    picks = {"a": values["a"], "b": values["b"]}
+    context: dict[str, Any] = {"form": form, "page": page, "projects": projects, "picks": picks,
+                               "picked_elsewhere": _picked_elsewhere(request, page.sessions, picks)}  # fmt: skip
     if not wants_partial(request):
         context |= _imports_context(request) | {"upload_form": UploadForm(projects=_writable(projects))}
     return render_page(request, "sessions_app/session_list.html", "session-table", context)
+
+
+def _picked_elsewhere(request: HttpRequest, shown: list[Session], picks: dict[str, int | None]) -> list[dict]:
+    """The compare picks (A, B) that are not on the shown page, each with its session's name: the
+    page keeps them picked, so a session on one page can be compared with one on another. Looked
+    up through access.py (a pick the caller may not see is dropped); no query when none is."""
+    on_page = {s.pk for s in shown}
+    elsewhere = {letter: pk for letter, pk in picks.items() if pk is not None and pk not in on_page}
+    if not elsewhere:
+        return []
+    names = dict(access.sessions_visible_to(request).filter(pk__in=elsewhere.values()).values_list("pk", "source_session_id"))
+    return [{"letter": letter, "pk": pk, "name": names[pk] or pk} for letter, pk in elsewhere.items() if pk in names]
 
 
 @login_required
@@ -95,7 +116,7 @@ def upload(request: HttpRequest) -> HttpResponse:
 @require_GET
 def imports(request: HttpRequest) -> HttpResponse:
     """The upload panel's job list; it re-fetches itself every second while a job runs."""
-    return _imports_response(request, upload_errors=[])
+    return _imports_response(request, upload_errors=None)
 
 
 def _writable(projects: list[Project]) -> list[Project]:
@@ -107,8 +128,10 @@ def _imports_context(request: HttpRequest) -> dict[str, Any]:
     return {"jobs": jobs, "jobs_running": any(not job.finished for job in jobs)}
 
 
-def _imports_response(request: HttpRequest, *, upload_errors: list[str]) -> HttpResponse:
-    context = _imports_context(request) | {"upload_errors": upload_errors}
+def _imports_response(request: HttpRequest, *, upload_errors: list[str] | None) -> HttpResponse:
+    """The job list; after an upload (`upload_errors` not None) also its errors, out of band and
+    outside the list, so the list's polls leave them until dismissed or the next upload."""
+    context = _imports_context(request) | {"upload_errors": upload_errors or [], "errors_oob": upload_errors is not None}
     response = render(request, "sessions_app/session_list.html#imports", context)
     patch_vary_headers(response, ["HX-Request"])
     if not context["jobs_running"]:
@@ -120,11 +143,19 @@ def _imports_response(request: HttpRequest, *, upload_errors: list[str]) -> Http
 # --- the player -------------------------------------------------------------------------------
 
 
-@login_required
+@signed_in_or_shared
 @require_GET
 def player(request: HttpRequest, session_id: int) -> HttpResponse:
     session = access.session_for(request, session_id)
-    state = PlayerForm(request.GET).values()
+    return player_page(request, session, PlayerForm(request.GET).values())
+
+
+def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *,
+                extra: dict[str, Any] | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+    """The player in `state` (PlayerForm's values): the frame for htmx, else the whole page
+    (with `extra`: what a refused form post shows in its panel, under its `status`)."""
+    # Seen through a share link (no role of one's own): the recording, not the team's work on it.
+    shared = access.share_grant_on(request, session)
     live = session.status == Session.Status.LIVE
     # Without a step a finished session opens at its start, a live one at its newest event.
     seq = state["step"] if state["step"] is not None or live else 0
@@ -132,14 +163,63 @@ def player(request: HttpRequest, session_id: int) -> HttpResponse:
     partial = wants_partial(request)
     context: dict[str, Any] = {
         "session": session, "frame": frame, "state": state, "live": live, "oob": partial,
-        "keep": _player_link_suffix(state),
+        "keep": _player_link_suffix(state), "shared": shared,
     }  # fmt: skip
+    context |= _frame_extras(request, session, frame, state, partial=partial, live=live, shared=shared)
     if live or not partial:
         context["overview"] = timeline.session_overview(session=session)
-    context |= comment_panel(request, session, frame.seq)
+    if shared is None:
+        context |= comment_panel(request, session, frame.seq)
+    context |= tour_mode_context(request, session, context["keep"])
     if not partial:
-        context |= _player_page(session) | sign_off_panel(request, session) | discussion(session, context["overview"])
-    return render_page(request, "sessions_app/player.html", "step-list", context)
+        team = shared is None
+        context |= _player_page(session)
+        context |= _team_panels(request, session, context["overview"]) if team else visitor_page(request, session)
+    response = render_page(request, "sessions_app/player.html", "step-list", context | (extra or {}))
+    response.status_code = status
+    return response
+
+
+# While a session is being written, its header and the filters' counts travel with every frame
+# (from the session row, loaded already: no query), and for this long after its last write, so
+# the frames asked for as it finishes show its final numbers too.
+WRITTEN_LATELY = timedelta(minutes=1)
+
+
+def _frame_extras(request: HttpRequest, session: Session, frame: Frame, state: dict[str, Any], *, partial: bool,
+                  live: bool, shared: Any) -> dict[str, Any]:  # fmt: skip
+    """The player's own parts of a frame: whether the checkpoint form is there (and so its
+    shown step), the link that shows an event the filter hides, and the live header."""
+    role = access.role_on(request, session)
+    extras: dict[str, Any] = {
+        "can_checkpoint": shared is None and role is not None and role.includes(Role.MAINTAINER),
+    }
+    if frame.hidden_kind:
+        extras["show_hidden"] = _player_link_suffix(state | {"types": [*state["types"], frame.hidden_kind]})
+    if not partial or live or timezone.now() - session.updated_at < WRITTEN_LATELY:
+        extras |= {"header_oob": partial, "kind_options": _kind_options(session, live=live)}
+    return extras
+
+
+def _kind_options(session: Session, *, live: bool) -> list[tuple[str, int]]:
+    """The filters' kinds with their counts, most frequent first. A live session lists every
+    kind (those not seen yet hidden until they are), so each frame's count has its place."""
+    counts = session.kind_counts if isinstance(session.kind_counts, dict) else {}
+    if live:
+        counts = {kind: counts.get(kind, 0) for kind in sorted(ALL_KINDS)} | counts
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _team_panels(request: HttpRequest, session: Session, overview: timeline.Overview) -> dict[str, Any]:
+    """The full player's panels of the team's work: sign-offs, the Discussion, share links,
+    "add this step to a tour…"."""
+    return (
+        sign_off_panel(request, session)
+        | discussion(session, overview)
+        | {"can_share": may_share(request, session)}
+        | tour_builder(request, session)
+        | {"import_problems": session_import_problems(jobs=access.jobs_visible_to(request), session=session)}
+    )
 
 
 def _player_link_suffix(state: dict[str, Any]) -> str:
@@ -159,10 +239,8 @@ def _player_page(session: Session) -> dict[str, Any]:
                     "seq": metadata.get("pending_event_index"), "blocks": metadata.get("pending_run_python") or [],
                     "assistant": metadata.get("pending_assistant"), "deferred": metadata.get("pending_deferred")}  # fmt: skip
     export_url = reverse("api:export", args=[session.pk])
-    kind_counts = session.kind_counts
     return {
         "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
-        "kind_options": sorted(kind_counts.items(), key=lambda item: (-item[1], item[0])),
         "recovery": recovery,
         "exports": [
             {"url": f"{export_url}?format=jsonl", "label": "rlm-code JSONL"},
@@ -176,7 +254,7 @@ def _player_page(session: Session) -> dict[str, Any]:
     }
 
 
-@login_required
+@signed_in_or_shared
 @require_GET
 def search(request: HttpRequest, session_id: int) -> HttpResponse:
     """Events matching the search box, from the current step on."""
@@ -193,29 +271,7 @@ def search(request: HttpRequest, session_id: int) -> HttpResponse:
     return response
 
 
-@login_required
-@require_POST
-def checkpoint(request: HttpRequest, session_id: int) -> HttpResponse:
-    session = access.session_for(request, session_id, need=Role.MAINTAINER)
-    form = CheckpointForm(request.POST)
-    error = ""
-    if form.is_valid() and form.cleaned_data["step"] < max(session.event_count, 1):
-        saved = set_checkpoint(session=session, name=form.cleaned_data["name"], seq=form.cleaned_data["step"],
-                               created_by=request.user.get_username())  # fmt: skip
-        audit.record_on_session(request, "checkpoint.create", session, name=saved.name, seq=saved.seq)
-    else:
-        error = "A checkpoint needs a name and a step of this session."
-    if not request.htmx:
-        return redirect(f"{session.get_absolute_url()}?step={form.cleaned_data.get('step') or 0}")
-    context = {
-        "session": session, "checkpoint_error": error, "oob": True,
-        "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
-        "overview": timeline.session_overview(session=session),
-    }  # fmt: skip
-    return render(request, "sessions_app/player.html#checkpoints", context, status=400 if error else 200)
-
-
-@login_required
+@signed_in_or_shared
 @require_POST
 def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     """Verify the stored session now and show the chain badge's new state."""
@@ -229,7 +285,7 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(request, "sessions_app/player.html#chain-badge", {"session": session})
 
 
-@login_required
+@signed_in_or_shared
 @require_GET
 def session_charts(request: HttpRequest, session_id: int) -> HttpResponse:
     """The player's charts, loaded when scrolled into view (plotly.js is 4.8 MB)."""
@@ -363,3 +419,15 @@ def compare(request: HttpRequest) -> HttpResponse:
         "cost_delta": b.cost_usd - a.cost_usd,
     }  # fmt: skip
     return render_page(request, "sessions_app/diff.html", "diff-rows", context)
+
+
+@login_required
+@require_GET
+def compare_with(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The player's "compare with…": the project's other sessions matching the typed text, each
+    a link to the diff with this session as A (a page of its own without JavaScript)."""
+    session = access.session_for(request, session_id)
+    q = ComparePickerForm(request.GET).values()["q"]
+    candidates = compare_candidates(sessions=access.sessions_visible_to(request), session=session, q=q)
+    context = {"session": session, "candidates": candidates, "q": q}
+    return render_page(request, "sessions_app/compare_with.html", "compare-candidates", context)

@@ -1,0 +1,247 @@
+"""Guided tours in the dashboard: a project's Learn page, a tour's page with its stops, playing
+a tour, "add this step to a tour…" in the player, and the player's tour mode.
+
+Every tour is looked up through sessions_app/access.py (viewer to read, maintainer to change);
+changes go through sessions_app/tours.py, whose TourError ("field: message") is a 400 shown next
+to its form. Plain forms that htmx enhances: an htmx post gets the changed region (the tour's
+head or its stops; a refusal too, at 400, which base.html's responseHandling swaps in), a plain
+post a redirect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from .. import access, audit, tours
+from ..forms import TourForm, TourModeForm, TourStopAddForm, TourStopForm, TourStopMoveForm
+from ..models import Project, Role, Session, Tour, TourStop
+from .pages import login_required
+
+
+def _errors(form: forms.Form) -> str:
+    return "; ".join(f"{name}: {' '.join(messages)}" for name, messages in form.errors.items())
+
+
+def _can_edit(request: HttpRequest, found: Tour | Session | Project) -> bool:
+    role = found.role if isinstance(found, Project) else access.role_on(request, found)
+    return role is not None and role.includes(Role.MAINTAINER)
+
+
+# --- the Learn page ---------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def learn(request: HttpRequest, slug: str) -> HttpResponse:
+    """A project's tours: title, description, length, the sessions they span, play."""
+    return _learn_page(request, access.project_for(request, slug), form=TourForm())
+
+
+def _learn_page(request: HttpRequest, project: Project, *, form: TourForm, status: int = 200) -> HttpResponse:
+    context = {"project": project, "tours": tours.tours_of_project(project=project), "form": form,
+               "can_edit": _can_edit(request, project)}  # fmt: skip
+    return render(request, "sessions_app/learn.html", context, status=status)
+
+
+@login_required
+@require_POST
+def tour_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """A new tour (title, description); its stops come from the player."""
+    project = access.project_for(request, slug, need=Role.MAINTAINER)
+    form = TourForm(request.POST)
+    if form.is_valid():
+        try:
+            tour = tours.create_tour(actor=access.actor_of(request), project=project, title=form.cleaned_data["title"],
+                                     description=form.cleaned_data["description"], ip=audit.client_ip(request))  # fmt: skip
+        except tours.TourError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("sessions:tour", tour.pk)
+    return _learn_page(request, project, form=form, status=400)
+
+
+# --- the tour page ----------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def tour_page(request: HttpRequest, tour_id: int) -> HttpResponse:
+    return _tour_answer(request, access.tour_for(request, tour_id), region=None)
+
+
+def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error: str = "", stop: int | None = None,
+                 form: TourForm | None = None) -> HttpResponse:  # fmt: skip
+    """The tour page, or (an htmx post) its changed `region` ("tour-head" or "tour-stops"); a
+    refusal (`error`, about stop id `stop` when it is one's) is a 400 shown by its form."""
+    if region is not None and not error and not request.htmx:
+        return redirect("sessions:tour", tour.pk)  # post/redirect/get
+    context = {
+        "tour": tour, "description_html": tours.describe(tour), "stops": tours.stops_of(tour=tour),
+        "can_edit": _can_edit(request, tour), "error": error, "error_region": region, "error_stop": stop,
+        "form": form or TourForm(initial={"title": tour.title, "description": tour.description}),
+    }  # fmt: skip
+    name = f"sessions_app/tour.html#{region}" if region is not None and request.htmx else "sessions_app/tour.html"
+    response = render(request, name, context, status=400 if error else 200)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+@login_required
+@require_POST
+def tour_edit(request: HttpRequest, tour_id: int) -> HttpResponse:
+    tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
+    form = TourForm(request.POST)
+    error = "" if form.is_valid() else _errors(form)
+    if not error:
+        try:
+            tours.change_tour(actor=access.actor_of(request), tour=tour, title=form.cleaned_data["title"],
+                              description=form.cleaned_data["description"], ip=audit.client_ip(request))  # fmt: skip
+        except tours.TourError as exc:
+            error = str(exc)
+    if error:
+        tour.refresh_from_db(fields=["title", "description"])  # the heading shows what is saved
+    return _tour_answer(request, tour, region="tour-head", error=error, form=form if error else None)
+
+
+@login_required
+@require_POST
+def tour_delete(request: HttpRequest, tour_id: int) -> HttpResponse:
+    tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
+    tours.delete_tour(actor=access.actor_of(request), tour=tour, ip=audit.client_ip(request))
+    learn_url = reverse("sessions:learn", args=[tour.project.slug])
+    return HttpResponseClientRedirect(learn_url) if request.htmx else redirect(learn_url)
+
+
+@login_required
+@require_POST
+def stop_edit(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
+    tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
+    form = TourStopForm(request.POST)
+    error = "" if form.is_valid() else _errors(form)
+    if not error:
+        try:
+            tours.change_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id,
+                              title=form.cleaned_data["title"], narration=form.cleaned_data["narration"],
+                              ip=audit.client_ip(request))  # fmt: skip
+        except tours.TourError as exc:
+            error = str(exc)
+    return _tour_answer(request, tour, region="tour-stops", error=error, stop=stop_id)
+
+
+@login_required
+@require_POST
+def stop_move(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
+    tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
+    form = TourStopMoveForm(request.POST)
+    if not form.is_valid():
+        return _tour_answer(request, tour, region="tour-stops", error=_errors(form), stop=stop_id)
+    by = -1 if form.cleaned_data["direction"] == "up" else 1
+    tours.move_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id, by=by, ip=audit.client_ip(request))
+    return _tour_answer(request, tour, region="tour-stops")
+
+
+@login_required
+@require_POST
+def stop_delete(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
+    tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
+    tours.remove_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id, ip=audit.client_ip(request))
+    return _tour_answer(request, tour, region="tour-stops")
+
+
+# --- playing a tour ---------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def tour_play(request: HttpRequest, tour_id: int) -> HttpResponse:
+    """Stop N (1-based, default 1; past the end: the last) of the tour: its session's player at
+    the stop's event, in tour mode. Share links to a tour lead here."""
+    tour = access.tour_for(request, tour_id)
+    number = TourModeForm(request.GET).values()["stop"] or 1
+    stops = list(TourStop.objects.filter(tour=tour).order_by("position").values_list("session_id", "seq"))
+    if not stops:
+        return redirect("sessions:tour", tour.pk)
+    number = min(number, len(stops))
+    session_id, seq = stops[number - 1]
+    return redirect(tours.stop_player_url(tour_id=tour.pk, session_id=session_id, seq=seq, number=number))
+
+
+def tour_mode_context(request: HttpRequest, session: Session, keep: str) -> dict[str, Any]:
+    """The player's tour mode (`?tour=<id>&stop=<N>`): the narration panel and the parameters
+    every step keeps. Two queries a frame (the tour, scoped; its stops), none without `tour`.
+    A tour the caller may not see, or of another project, is no tour mode: the player as usual."""
+    params = TourModeForm(request.GET).values()
+    if params["tour"] is None:
+        return {}
+    try:
+        tour = access.tour_for(request, params["tour"])
+    except Http404:
+        return {}
+    if tour.project_id != session.project_id:
+        return {}
+    mode = tours.tour_mode(tour=tour, session=session, number=params["stop"] or 1)
+    if mode is None:
+        return {}
+    return {"tour_mode": mode, "keep": f"{keep}&tour={mode.tour_id}&stop={mode.number}"}
+
+
+# --- "add this step to a tour…" in the player -------------------------------------------------
+
+
+def tour_builder(request: HttpRequest, session: Session) -> dict[str, Any]:
+    """The player's "add this step to a tour…" panel: maintainers only (one query: the
+    project's tours for its picker)."""
+    if not _can_edit(request, session):
+        return {"can_build_tours": False}
+    return {"can_build_tours": True, "project_tours": _tours_to_pick(session)}
+
+
+def _tours_to_pick(session: Session) -> list[tuple[int, str]]:
+    return list(Tour.objects.filter(project_id=session.project_id).order_by("title", "id").values_list("pk", "title"))
+
+
+@login_required
+@require_POST
+def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Add the shown step (`step`, the player's #nav-step) to a tour of the session's project,
+    or to a new tour (`new_tour`, its title)."""
+    session = access.session_for(request, session_id, need=Role.MAINTAINER)
+    form = TourStopAddForm(request.POST)
+    if not form.is_valid():
+        return _builder_answer(request, session, error=_errors(form))
+    data, actor, ip = form.cleaned_data, access.actor_of(request), audit.client_ip(request)
+    try:
+        with transaction.atomic():  # a new tour is kept only with its first stop
+            if data["tour"]:
+                tour = access.tour_for(request, data["tour"], need=Role.MAINTAINER)
+            else:
+                tour = tours.create_tour(actor=actor, project=session.project, title=data["new_tour"], ip=ip)
+            stop = tours.add_stop(actor=actor, tour=tour, session=session, seq=data["step"], title=data["title"],
+                                  narration=data["narration"], ip=ip)  # fmt: skip
+    except tours.TourError as exc:
+        return _builder_answer(request, session, error=str(exc))
+    if not request.htmx:
+        return redirect(stop.player_url)
+    return _builder_answer(request, session, added=stop, tour=tour)
+
+
+def _builder_answer(request: HttpRequest, session: Session, *, error: str = "", added: Any = None,
+                    tour: Tour | None = None) -> HttpResponse:  # fmt: skip
+    if error and not request.htmx:
+        return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
+    context = {"session": session, "can_build_tours": True, "project_tours": _tours_to_pick(session),
+               "tour_error": error, "added": added, "added_tour": tour}  # fmt: skip
+    response = render(
+        request, "sessions_app/includes/tour_panel.html#tour-panel", context, status=400 if error else 200
+    )
+    patch_vary_headers(response, ["HX-Request"])
+    return response

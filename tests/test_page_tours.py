@@ -1,0 +1,380 @@
+"""Tours in the dashboard: the project's Learn page, a tour's page and its edits (htmx and plain
+posts), playing a tour, "add this step to a tour…" from the player (the step shown, never the
+one the page was loaded at), and the player's tour mode (the narration panel, "Stop 2 of 3",
+previous and next stops, the parameters every frame keeps, two queries a frame)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from sessions_app import tours
+from sessions_app.access import Actor
+from sessions_app.models import AuditEntry, Project, Role, Session, Tour, TourStop
+
+from .builders_teams import acme, member, other  # noqa: F401  (fixtures)
+from .test_comments import HOSTILE, Elements
+from .test_tours import first, recorded, second, signed_in  # noqa: F401  (fixtures)
+
+
+@pytest.fixture
+def mia(acme) -> Client:
+    return signed_in("mia", acme, Role.MAINTAINER)
+
+
+@pytest.fixture
+def vic(acme) -> Client:
+    return signed_in("vic", acme, Role.VIEWER)
+
+
+@pytest.fixture
+def tour(acme, first, second, mia) -> Tour:
+    """Three stops: first-run #2, second-run #5, first-run #9."""
+    actor = Actor(user=member("mia", acme, Role.MAINTAINER))
+    made = tours.create_tour(actor=actor, project=acme, title="How it fixed the bug", description="Read *this*")
+    tours.set_stops(actor=actor, tour=made, stops=[
+        tours.StopSpec(session=first.pk, seq=2, title="It reads the file", narration="First **look**."),
+        tours.StopSpec(session=second.pk, seq=5, title="Another run fails", narration="Compare them."),
+        tours.StopSpec(session=first.pk, seq=9, title="The fix", narration="Here it *works*."),
+    ])  # fmt: skip
+    return made
+
+
+def stop_ids(tour: Tour) -> list[int]:
+    return list(TourStop.objects.filter(tour=tour).order_by("position").values_list("pk", flat=True))
+
+
+def section(html: str, element_id: str) -> str:
+    start = html.index(f'id="{element_id}"')
+    start = html.rindex("<", 0, start)
+    tag = html[start + 1 : html.index(" ", start)]
+    return html[start : html.index(f"</{tag}>", start)]
+
+
+# --- the Learn page ---------------------------------------------------------------------------
+
+
+def test_the_learn_page_lists_tours_with_length_sessions_and_play(vic, tour, first, second):
+    response = vic.get(reverse("sessions:learn", args=["acme"]))
+    assert response.status_code == 200
+    card = section(response.content.decode(), "tour-list")
+    assert "How it fixed the bug" in card and "Read <em>this</em>" in card
+    assert "3 stops across 2 sessions" in " ".join(card.split())
+    assert f'href="/sessions/{first.pk}/"' in card and f'href="/sessions/{second.pk}/"' in card
+    assert f'href="/tours/{tour.pk}/play/?stop=1"' in card and f'href="/tours/{tour.pk}/"' in card
+    assert 'id="tour-create-form"' not in response.content.decode()  # a viewer makes none
+
+
+def test_the_project_page_links_its_learn_page(vic, acme):
+    assert 'href="/projects/acme/learn/"' in vic.get(reverse("sessions:project", args=["acme"])).content.decode()
+
+
+def test_a_maintainer_creates_a_tour_from_the_learn_page_and_lands_on_it(mia, acme):
+    page = mia.get(reverse("sessions:learn", args=["acme"])).content.decode()
+    assert 'id="tour-create-form"' in page
+    response = mia.post(
+        reverse("sessions:tour_create", args=["acme"]), {"title": "  Onboarding  ", "description": "hi"}
+    )
+    made = Tour.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/tours/{made.pk}/"
+    assert (made.title, made.description, made.project, made.created_by_name) == ("Onboarding", "hi", acme, "mia")
+    assert AuditEntry.objects.filter(action="tour.create", target=f"tour:{made.pk}").count() == 1
+
+
+def test_a_tour_without_a_title_is_a_400_with_the_form_saying_why(mia):
+    response = mia.post(reverse("sessions:tour_create", args=["acme"]), {"title": "", "description": "x"})
+    assert response.status_code == 400 and "This field is required" in response.content.decode()
+    assert not Tour.objects.exists()
+
+
+def test_a_viewer_cannot_create_a_tour_and_an_outsider_sees_no_learn_page(vic, other, tour):
+    assert vic.post(reverse("sessions:tour_create", args=["acme"]), {"title": "mine"}).status_code == 403
+    outsider = signed_in("olga", other, Role.ADMIN)
+    assert outsider.get(reverse("sessions:learn", args=["acme"])).status_code == 404
+    assert outsider.get(reverse("sessions:tour", args=[tour.pk])).status_code == 404
+    assert outsider.get(reverse("sessions:tour_play", args=[tour.pk])).status_code == 404
+
+
+# --- the tour page ----------------------------------------------------------------------------
+
+
+def test_the_tour_page_shows_the_stops_in_order_with_narration_and_forms_for_maintainers(mia, vic, tour, first):
+    page = mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+    stops = section(page, "tour-stops")
+    numbers = re.findall(r'<span class="stop-number">Stop (\d+)</span> <bdi class="stop-title">([^<]+)</bdi>', stops)
+    assert numbers == [("1", "It reads the file"), ("2", "Another run fails"), ("3", "The fix")]
+    assert "<p>First <strong>look</strong>.</p>" in stops
+    assert f'href="/sessions/{first.pk}/?step=9&amp;tour={tour.pk}&amp;stop=3"' in stops
+    assert "Move stop 2 up" in stops and "stop-edit-form" in stops and 'id="tour-edit-form"' in page
+    viewed = vic.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+    assert "<p>First <strong>look</strong>.</p>" in viewed
+    assert not any(form in viewed for form in ("Move stop", "stop-edit-form", "tour-edit-form", "tour-delete-form"))
+
+
+def test_moving_a_stop_with_htmx_answers_with_the_stops_in_their_new_order(mia, tour):
+    a, b, c = stop_ids(tour)
+    response = mia.post(reverse("sessions:tour_stop_move", args=[tour.pk, c]), {"direction": "up"},
+                        HTTP_HX_REQUEST="true")  # fmt: skip
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="tour-stops"')
+    assert re.findall(r'<bdi class="stop-title">([^<]+)</bdi>', html) == [
+        "It reads the file",
+        "The fix",
+        "Another run fails",
+    ]
+    assert stop_ids(tour) == [a, c, b]
+
+
+def test_a_plain_post_redirects_back_to_the_tour_page(mia, tour):
+    a, b, c = stop_ids(tour)
+    response = mia.post(reverse("sessions:tour_stop_move", args=[tour.pk, a]), {"direction": "down"})
+    assert response.status_code == 302 and response["Location"] == f"/tours/{tour.pk}/"
+    assert stop_ids(tour) == [b, a, c]
+
+
+def test_editing_and_deleting_a_stop(mia, tour):
+    a, b, c = stop_ids(tour)
+    response = mia.post(reverse("sessions:tour_stop_edit", args=[tour.pk, b]),
+                        {"title": "Run two", "narration": "<script>alert(1)</script> [x](javascript:alert(1))"},
+                        HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 200 and "Run two" in html
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert not any((attrs.get("href") or "").startswith("javascript") for _, attrs in Elements(html).found)
+    response = mia.post(reverse("sessions:tour_stop_delete", args=[tour.pk, a]), HTTP_HX_REQUEST="true")
+    assert re.findall(r'<span class="stop-number">Stop (\d+)</span> <bdi class="stop-title">([^<]+)</bdi>',
+                      response.content.decode()) == [("1", "Run two"), ("2", "The fix")]  # fmt: skip
+    assert stop_ids(tour) == [b, c]
+
+
+def test_a_refused_stop_edit_is_a_400_shown_at_that_stop(mia, tour):
+    a, b, c = stop_ids(tour)
+    response = mia.post(reverse("sessions:tour_stop_edit", args=[tour.pk, b]), {"title": "", "narration": "x"},
+                        HTTP_HX_REQUEST="true")  # fmt: skip
+    assert response.status_code == 400
+    stop = section(response.content.decode(), "stop-2")
+    assert 'role="alert">title: This field is required.' in stop and '<details class="stop-edit" open>' in stop
+    assert TourStop.objects.get(pk=b).title == "Another run fails"
+
+
+def test_editing_the_title_and_description_answers_with_the_head(mia, tour):
+    response = mia.post(reverse("sessions:tour_edit", args=[tour.pk]),
+                        {"title": "Renamed", "description": "<img src=x onerror=alert(1)> *ok*"},
+                        HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 200 and html.lstrip().startswith('<section id="tour-head"')
+    assert '<h1 id="tour-title">Renamed</h1>' in html and "<em>ok</em>" in html and "<img" not in html
+    refused = mia.post(reverse("sessions:tour_edit", args=[tour.pk]), {"title": "x" * 201}, HTTP_HX_REQUEST="true")
+    assert refused.status_code == 400 and '<h1 id="tour-title">Renamed</h1>' in refused.content.decode()
+    assert "title: Ensure this value has at most 200 characters" in refused.content.decode()
+
+
+def test_deleting_the_tour_goes_to_the_learn_page(mia, tour):
+    response = mia.post(reverse("sessions:tour_delete", args=[tour.pk]))
+    assert response.status_code == 302 and response["Location"] == "/projects/acme/learn/"
+    assert not Tour.objects.exists() and not TourStop.objects.exists()
+    response = mia.post(reverse("sessions:tour_delete", args=[tour.pk]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 404
+
+
+def test_a_viewer_may_not_edit_anything_on_the_tour_page(vic, tour):
+    a, *_ = stop_ids(tour)
+    for name, args, body in (("tour_edit", [tour.pk], {"title": "x"}), ("tour_delete", [tour.pk], {}),
+                             ("tour_stop_edit", [tour.pk, a], {"title": "x"}),
+                             ("tour_stop_move", [tour.pk, a], {"direction": "down"}),
+                             ("tour_stop_delete", [tour.pk, a], {})):  # fmt: skip
+        assert vic.post(reverse(f"sessions:{name}", args=args), body).status_code == 403, name
+    assert stop_ids(tour)[0] == a and Tour.objects.get().title == "How it fixed the bug"
+
+
+def test_a_stop_of_another_tour_is_404_on_this_one(mia, acme, tour):
+    elsewhere = tours.create_tour(actor=Actor(user=member("mia", acme)), project=acme, title="Other")
+    a, *_ = stop_ids(tour)
+    assert mia.post(reverse("sessions:tour_stop_delete", args=[elsewhere.pk, a])).status_code == 404
+    assert TourStop.objects.filter(pk=a).exists()
+
+
+# --- playing ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query, stop", [("", 1), ("?stop=2", 2), ("?stop=3", 3), ("?stop=99", 3), ("?stop=x", 1)])
+def test_play_redirects_to_the_player_at_the_stop_in_tour_mode(vic, tour, first, second, query, stop):
+    response = vic.get(reverse("sessions:tour_play", args=[tour.pk]) + query)
+    where = {1: (first.pk, 2), 2: (second.pk, 5), 3: (first.pk, 9)}[stop]
+    assert response.status_code == 302
+    assert response["Location"] == f"/sessions/{where[0]}/?step={where[1]}&tour={tour.pk}&stop={stop}"
+
+
+def test_playing_a_tour_without_stops_opens_its_page(mia, acme):
+    empty = tours.create_tour(actor=Actor(user=member("mia", acme)), project=acme, title="Empty")
+    assert mia.get(reverse("sessions:tour_play", args=[empty.pk]))["Location"] == f"/tours/{empty.pk}/"
+
+
+# --- tour mode in the player ------------------------------------------------------------------
+
+
+def player(client: Client, session: Session, **params) -> str:
+    headers = {"HTTP_HX_REQUEST": "true"} if params.pop("htmx", False) else {}
+    response = client.get(reverse("sessions:player", args=[session.pk]), params, **headers)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def tour_data(html: str) -> dict:
+    found = re.search(r'<script id="tour-data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(found.group(1))
+
+
+def test_tour_mode_shows_the_narration_panel_with_its_stop_and_the_stops_around_it(vic, tour, second):
+    html = player(vic, second, step=5, tour=tour.pk, stop=2)
+    panel = section(html, "tour-narration")
+    assert '<span class="tour-stop-count">Stop 2 of 3</span>' in panel and "Another run fails" in panel
+    assert "<p>Compare them.</p>" in panel
+    assert f'id="tour-prev" href="/tours/{tour.pk}/play/?stop=1"' in panel
+    assert f'id="tour-next" href="/tours/{tour.pk}/play/?stop=3"' in panel and 'id="tour-play-next"' in panel
+    assert tour_data(html)["next"] == {"number": 3, "seq": 9, "here": False, "url": f"/tours/{tour.pk}/play/?stop=3"}
+    controls = section(html, "controls")
+    assert f'<input type="hidden" name="tour" value="{tour.pk}">' in controls
+    assert '<input type="hidden" name="stop" id="tour-stop" value="2">' in controls
+    assert 'class="player-body touring"' in html
+    assert f"&amp;tour={tour.pk}&amp;stop=2" in section(html, "step-list")  # step links keep the tour
+
+
+def test_the_next_stop_in_the_same_session_is_played_to_there(vic, tour, first):
+    html = player(vic, first, step=2, tour=tour.pk, stop=1)
+    assert tour_data(html)["next"] == {"number": 2, "seq": 5, "here": False, "url": f"/tours/{tour.pk}/play/?stop=2"}
+    html = player(vic, first, step=9, tour=tour.pk, stop=3)
+    panel = section(html, "tour-narration")
+    assert "Stop 3 of 3" in panel and "The last stop." in panel and "tour-play-next" not in panel
+    assert tour_data(html)["next"] is None
+
+
+def test_each_frame_brings_the_narration_panel_out_of_band_for_its_stop(vic, tour, first):
+    # "Play to next stop" asks for the frame at stop 3's seq with stop=3: its panel comes along.
+    html = player(vic, first, step=9, tour=tour.pk, stop=3, htmx=True)
+    assert html.lstrip().startswith('<section id="step-list"')
+    panel = section(html, "tour-narration")
+    assert 'hx-swap-oob="true"' in html[html.index('<aside id="tour-narration"') :].split(">", 1)[0]
+    assert "Stop 3 of 3" in panel and "<p>Here it <em>works</em>.</p>" in panel
+
+
+def test_away_from_the_stop_the_panel_offers_to_go_back_to_it(vic, tour, first):
+    panel = section(player(vic, first, step=4, tour=tour.pk, stop=1), "tour-narration")
+    assert "Stop 1 of 3" in panel and 'data-seq="2"' in panel and "Back to the stop" in panel
+
+
+def test_a_history_restore_gets_the_full_page_in_tour_mode(vic, tour, first):
+    response = vic.get(reverse("sessions:player", args=[first.pk]), {"step": 2, "tour": tour.pk, "stop": 1},
+                       HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert "<html" in html and 'id="tour-params"' in html and "Stop 1 of 3" in section(html, "tour-narration")
+
+
+@pytest.mark.parametrize("what", ["no such tour", "another project's tour", "not a number"])
+def test_a_tour_parameter_that_is_no_tour_of_this_project_plays_the_session_as_usual(vic, other, tour, first, what):
+    foreign = tours.create_tour(actor=Actor(user=member("olga", other, Role.ADMIN)), project=other, title="Theirs")
+    value = {"no such tour": tour.pk + 100, "another project's tour": foreign.pk, "not a number": "x"}[what]
+    html = player(vic, first, step=2, tour=value, stop=1)
+    assert 'id="tour-narration"' not in html and 'id="tour-params"' not in html and "Theirs" not in html
+
+
+def test_tour_mode_costs_two_queries_a_frame(vic, tour, first):
+    url = reverse("sessions:player", args=[first.pk])
+    vic.get(url, {"step": 3}, HTTP_HX_REQUEST="true")  # warm
+    with CaptureQueriesContext(connection) as plain:
+        vic.get(url, {"step": 3}, HTTP_HX_REQUEST="true")
+    with CaptureQueriesContext(connection) as touring:
+        vic.get(url, {"step": 3, "tour": tour.pk, "stop": 1}, HTTP_HX_REQUEST="true")
+    assert len(touring) - len(plain) == 2  # the tour (scoped) and its stops
+
+
+# --- "add this step to a tour…" ---------------------------------------------------------------
+
+
+def test_maintainers_get_the_add_to_tour_panel_and_viewers_do_not(mia, vic, tour, first):
+    html = player(mia, first, step=4)
+    panel = section(html, "tour-panel")
+    form = re.search(r'<form id="tour-stop-form"[^>]*>', panel).group(0)
+    assert 'hx-include="#nav-step"' in form and f'action="/sessions/{first.pk}/tour-stops/"' in form
+    assert 'name="step"' not in panel  # the shown step comes from #nav-step, never a copy of the loaded one
+    assert f'<option value="{tour.pk}">How it fixed the bug</option>' in panel
+    assert 'id="tour-panel"' not in player(vic, first, step=4)
+
+
+def test_adding_the_shown_step_appends_a_stop_and_says_where(mia, tour, first):
+    response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]),
+                        {"step": 7, "tour": tour.pk, "title": "Shown step", "narration": "why"},
+                        HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 200 and html.lstrip().startswith('<section id="tour-panel"')
+    assert "Added event #7 as stop 4 of" in " ".join(html.split())
+    last = TourStop.objects.filter(tour=tour).order_by("position").last()
+    assert (last.session_id, last.seq, last.title, last.narration, last.position) == (
+        first.pk,
+        7,
+        "Shown step",
+        "why",
+        3,
+    )
+
+
+def test_adding_to_a_new_tour_creates_it_with_its_first_stop(mia, acme, second):
+    response = mia.post(reverse("sessions:tour_stop_add", args=[second.pk]),
+                        {"step": 3, "tour": "", "new_tour": "Fresh tour", "title": "Start here"},
+                        HTTP_HX_REQUEST="true")  # fmt: skip
+    made = Tour.objects.get(title="Fresh tour")
+    assert (
+        response.status_code == 200
+        and f'<option value="{made.pk}" selected>Fresh tour</option>' in response.content.decode()
+    )
+    assert list(made.stops.values_list("session_id", "seq", "position")) == [(second.pk, 3, 0)]
+    assert list(AuditEntry.objects.filter(target=f"tour:{made.pk}").values_list("action", flat=True).order_by("seq")) == [
+        "tour.create", "tour.change",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [({"title": "t", "tour": ""}, "new_tour: Pick a tour"), ({"title": "t", "new_tour": "N"}, "step: This field is required"),
+     ({"title": "t", "new_tour": "N", "step": 12}, "seq: session"), ({"title": "", "new_tour": "N", "step": 1}, "title:")],
+)  # fmt: skip
+def test_a_refused_addition_is_a_400_that_says_why_and_makes_no_tour(mia, first, body, says):
+    response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]), body, HTTP_HX_REQUEST="true")
+    assert response.status_code == 400 and says in response.content.decode()
+    assert not Tour.objects.exists()  # not even the new tour of a refused first stop
+
+
+def test_a_viewer_cannot_add_and_a_tour_of_another_project_is_refused(mia, vic, acme, other, first, tour):
+    assert vic.post(reverse("sessions:tour_stop_add", args=[first.pk]),
+                    {"step": 1, "tour": tour.pk, "title": "t"}).status_code == 403  # fmt: skip
+    foreign = tours.create_tour(actor=Actor(user=member("mia", other, Role.MAINTAINER)), project=other, title="Theirs")
+    response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]), {"step": 1, "tour": foreign.pk, "title": "t"},
+                        HTTP_HX_REQUEST="true")  # fmt: skip
+    assert response.status_code == 400 and "another project" in response.content.decode()
+    assert not foreign.stops.exists()
+
+
+def test_a_plain_post_of_the_add_form_opens_the_new_stop_in_tour_mode(mia, tour, first):
+    response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]), {"step": 6, "tour": tour.pk, "title": "t"})
+    assert response.status_code == 302 and response["Location"] == f"/sessions/{first.pk}/?step=6&tour={tour.pk}&stop=4"
+
+
+def test_hostile_narration_never_reaches_the_tour_page_or_the_player_as_markup(mia, tour, first):
+    a, *_ = stop_ids(tour)
+    mia.post(reverse("sessions:tour_stop_edit", args=[tour.pk, a]), {"title": "<script>t</script>",
+             "narration": "\n\n".join(HOSTILE)})  # fmt: skip
+    for html in (section(mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode(), "stop-1"),
+                 section(player(mia, first, step=2, tour=tour.pk, stop=1), "tour-narration")):  # fmt: skip
+        html = re.sub(r'<script id="tour-data" type="application/json">[^<]*</script>', "", html)  # data, not markup
+        elements = Elements(html).found
+        assert not any(tag in ("script", "img", "iframe") for tag, _ in elements), html
+        assert not any(name.startswith("on") for _, attrs in elements for name in attrs)
+        assert not any((attrs.get("href") or "").strip().lower().startswith("javascript") for _, attrs in elements)
+        assert "&lt;script&gt;t&lt;/script&gt;" in html
