@@ -146,6 +146,21 @@ def test_a_long_wait_sends_keepalives_instead_of_going_silent(project):
     assert sum(slept) == pytest.approx(40.0) and max(slept) <= streaming.MAX_SLEEP_SLICE
 
 
+def test_a_paced_stream_ends_at_its_time_limit_saying_where_to_resume_and_when_to_reconnect(project):
+    session = timed_session(project, [(Kind.NOTE, 0), (Kind.NOTE, 1_000), (Kind.NOTE, 400_000)])
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    chunks = list(streaming.paced_stream(session=session, pacing=1, max_seconds=300, sleep=sleep, clock=lambda: now[0]))
+    frames = frames_of(chunks)
+    assert [name for name, _, _ in frames] == ["event", "event", "end"]
+    end = frames[-1][1]
+    assert end["reason"] == "max_duration" and end["resume_after"] == 1 and now[0] < 300
+    assert b"retry: 1000\n" in chunks[-1]  # an EventSource reconnects (with Last-Event-ID) a second later
+
+
 # --- turns ---------------------------------------------------------------------------------------
 
 

@@ -18,10 +18,11 @@ from ..canonical import SessionMeta
 from ..ingest import live as live_ingest
 from ..ingest.live import IngestError
 from ..models import Role, Session
+from ..models.bounds import MAX_POSITION
 from ..replay import streaming
 from .bodies import json_body, read_body
 from .responses import BadRequest, error, not_found
-from .schemas import ErrorOut, ProblemOut
+from .schemas import ErrorOut, Id, ProblemOut
 from .sessions import router as sessions_router
 
 router = Router(tags=["ingest"])
@@ -100,15 +101,19 @@ class EndOut(Schema):
 
 class StreamQuery(Schema):
     pacing: float = Field(1.0, ge=0, le=1000, description="0 instant, 1 recorded time, 0.5 twice as fast")
-    after: int | None = Field(None, ge=-1, description="start after this seq (default: the start, or Last-Event-ID)")
+    after: int | None = Field(
+        None, ge=-1, le=MAX_POSITION, description="start after this seq (default: the start, or Last-Event-ID)"
+    )
     max_gap: float | None = Field(None, gt=0, description="compress recorded gaps longer than this (seconds)")
 
 
 class TailQuery(Schema):
-    after: int | None = Field(None, ge=-1, description="start after this seq (default: Last-Event-ID, else the start)")
+    after: int | None = Field(
+        None, ge=-1, le=MAX_POSITION, description="start after this seq (default: Last-Event-ID, else the start)"
+    )
 
 
-def _session_links(session_id: int) -> dict:
+def _session_links(session_id: Id) -> dict:
     return {
         "events_url": reverse("api:append_session_events", kwargs={"session_id": session_id}),
         "end_url": reverse("api:end_session", kwargs={"session_id": session_id}),
@@ -163,7 +168,7 @@ def create_session(request: HttpRequest):
     openapi_extra=json_body(EventBatchIn),
     url_name="append_session_events",
 )
-def append_session_events(request: HttpRequest, session_id: int):
+def append_session_events(request: HttpRequest, session_id: Id):
     """Append 1-5000 events to a live session in one transaction."""
     access.session_for(request, session_id, need=Role.MAINTAINER)
     try:
@@ -185,7 +190,7 @@ def append_session_events(request: HttpRequest, session_id: int):
     openapi_extra=json_body(EndIn),
     url_name="end_session",
 )
-def end_session(request: HttpRequest, session_id: int):
+def end_session(request: HttpRequest, session_id: Id):
     """Close a live session as completed or failed (a repeat with the same status is a no-op)."""
     access.session_for(request, session_id, need=Role.MAINTAINER)
     try:
@@ -228,7 +233,11 @@ def _start_after(request: HttpRequest, after: int | None) -> int:
         return after
     # EventSource reconnects with the id of the last frame it received.
     last = request.headers.get("Last-Event-ID", "")
-    return int(last) if last.lstrip("-").isdigit() else -1
+    if not last.lstrip("-").isdigit():
+        return -1
+    if not -1 <= int(last) <= MAX_POSITION:
+        raise BadRequest(400, f"Last-Event-ID: {last} is no event's seq (from -1 to {MAX_POSITION})")
+    return int(last)
 
 
 @router.get(
@@ -236,12 +245,18 @@ def _start_after(request: HttpRequest, after: int | None) -> int:
     response={404: ErrorOut},
     url_name="stream_session",
 )
-def stream_session(request: HttpRequest, session_id: int, query: Query[StreamQuery]):
+def stream_session(request: HttpRequest, session_id: Id, query: Query[StreamQuery]):
     """Server-Sent Events of the session at its recorded pace, one turn at a time."""
     session = access.session_for(request, session_id)
     stream = streaming.paced_stream_async if _under_asgi(request) else streaming.paced_stream
     return _sse(
-        stream(session=session, after=_start_after(request, query.after), pacing=query.pacing, max_gap=query.max_gap)
+        stream(
+            session=session,
+            after=_start_after(request, query.after),
+            pacing=query.pacing,
+            max_gap=query.max_gap,
+            max_seconds=settings.TAIL_MAX_SECONDS,
+        )  # fmt: skip
     )
 
 
@@ -250,7 +265,7 @@ def stream_session(request: HttpRequest, session_id: int, query: Query[StreamQue
     response={404: ErrorOut},
     url_name="tail_session",
 )
-def tail_session(request: HttpRequest, session_id: int, query: Query[TailQuery]):
+def tail_session(request: HttpRequest, session_id: Id, query: Query[TailQuery]):
     """Server-Sent Events of a live session's events as they are appended."""
     session = access.session_for(request, session_id)
     stream = streaming.tail_stream_async if _under_asgi(request) else streaming.tail_stream

@@ -65,16 +65,20 @@ class _Row:
     body: dict
 
 
-def frame(name: str | bytes, data: dict, *, event_id: int | None = None) -> bytes:
-    """One SSE frame. orjson never writes a raw newline, so `data` fits on one line."""
+def frame(name: str | bytes, data: dict, *, event_id: int | None = None, retry_ms: int | None = None) -> bytes:
+    """One SSE frame. orjson never writes a raw newline, so `data` fits on one line. `retry_ms`
+    tells an EventSource how soon to reconnect (the hint of a stream ended by its time limit)."""
     head = name if isinstance(name, bytes) else name.encode()
     out = b"event: " + head + b"\n"
     if event_id is not None:
         out += b"id: %d\n" % event_id
+    if retry_ms is not None:
+        out += b"retry: %d\n" % retry_ms
     return out + b"data: " + orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS) + b"\n\n"
 
 
 KEEPALIVE = b": keepalive\n\n"
+RECONNECT_MS = 1000  # the `retry:` of an `end` frame sent because the stream reached its time limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +182,7 @@ def paced_stream(
     after: int = -1,
     pacing: float = 1.0,
     max_gap: float | None = None,
+    max_seconds: float = 300.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[bytes]:
@@ -190,9 +195,10 @@ def paced_stream(
 
     The stream stops before the next user message (a turn boundary) with a `pause` frame
     naming where to resume; the events before a session's first user message play together
-    with its first turn. At the end of the session comes an `end` frame.
+    with its first turn. At the end of the session comes an `end` frame; one comes too, with
+    where to resume and a reconnect hint, when the next wait would pass `max_seconds`.
     """
-    return _run(_paced_steps(session, after, pacing, max_gap, clock), sleep)
+    return _run(_paced_steps(session, after, pacing, max_gap, max_seconds, clock), sleep)
 
 
 def paced_stream_async(
@@ -201,16 +207,17 @@ def paced_stream_async(
     after: int = -1,
     pacing: float = 1.0,
     max_gap: float | None = None,
+    max_seconds: float = 300.0,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[bytes]:
     """`paced_stream` for an ASGI server: the same frames, waiting without a thread."""
-    return _run_async(_paced_steps(session, after, pacing, max_gap, clock), sleep)
+    return _run_async(_paced_steps(session, after, pacing, max_gap, max_seconds, clock), sleep)
 
 
-def _paced_steps(session, after, pacing, max_gap, clock) -> Iterator[_Step]:
+def _paced_steps(session, after, pacing, max_gap, max_seconds, clock) -> Iterator[_Step]:
     try:
-        yield from _paced(session, after, pacing, max_gap, clock)
+        yield from _paced(session, after, pacing, max_gap, max_seconds, clock)
     except DatabaseError:
         logger.exception("stream of session %s failed", session.pk)
         yield frame("error", {"message": "the stream stopped: database error"})
@@ -218,7 +225,8 @@ def _paced_steps(session, after, pacing, max_gap, clock) -> Iterator[_Step]:
         _release_connection()
 
 
-def _paced(session, after, pacing, max_gap, clock) -> Iterator[_Step]:
+def _paced(session, after, pacing, max_gap, max_seconds, clock) -> Iterator[_Step]:
+    started = clock()
     from_start = after < 0
     sent = 0
     user_turns = 0
@@ -246,6 +254,10 @@ def _paced(session, after, pacing, max_gap, clock) -> Iterator[_Step]:
                 extra["gap_ms"] = gap_ms
                 extra["wait_ms"] = wait_ms
                 if wait_ms > 0:
+                    if last_sent_at + wait_ms / 1000.0 - started > max_seconds:
+                        yield frame("end", {"reason": "max_duration", "resume_after": last_seq, "last_seq": last_seq,
+                                            "sent": sent}, retry_ms=RECONNECT_MS)  # fmt: skip
+                        return
                     yield from _wait(wait_ms / 1000.0, clock, last_sent_at + wait_ms / 1000.0)
             else:
                 extra["gap_ms"] = 0.0
@@ -331,7 +343,8 @@ def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, clock) 
             return
         now = clock()
         if now - started >= max_seconds:
-            yield frame("end", {"reason": "max_duration", "resume_after": last_seq, "last_seq": last_seq})
+            yield frame("end", {"reason": "max_duration", "resume_after": last_seq, "last_seq": last_seq},
+                        retry_ms=RECONNECT_MS)  # fmt: skip
             return
         if now - last_beat >= heartbeat_seconds:
             last_beat = now
