@@ -12,7 +12,10 @@ the role the operation needs (docs/teams.md has the matrix):
   projects.
 
 A caller (`Actor`) is a signed-in user, or an API key acting as its user narrowed by the key's
-own limits (one project, read-only). Superusers act as admin of every project.
+own limits (one project, read-only). Superusers act as admin of every project. A page request may
+also carry share grants (`ShareGrant`): the share links opened in its browser, each making its
+visitor a viewer of exactly one session, or of one tour and the sessions of its stops, and of
+nothing else (no list, no project, no job, no API).
 
 The role is looked up inside the same query that fetches the object (a subquery on the
 membership's unique index), so scoping adds no query to a page.
@@ -21,6 +24,7 @@ membership's unique index), so scoping adds no query to a page.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
@@ -29,26 +33,56 @@ from django.db.models import CharField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import Http404, HttpRequest
 
-from .models import ApiKey, ImportJob, Membership, Project, Role, Session, Tour
+from .models import ApiKey, ImportJob, Membership, Project, Role, Session, ShareLink, Tour, TourStop
 
 
 class NotVisible(Http404):
     """404: the object does not exist, or the caller may not know that it does."""
 
 
+@dataclass(frozen=True)
+class ShareGrant:
+    """What one active share link opened in this browser lets it read: one session, or one tour
+    and the sessions of its stops (all in the link's project)."""
+
+    link_id: int
+    project_id: int
+    sessions: frozenset[int]
+    tours: frozenset[int]
+    allow_export: bool
+    expires_at: datetime
+
+    def covers(self, found: object) -> bool:
+        """Whether this grant names exactly `found` (a Session or a Tour; nothing else)."""
+        if getattr(found, "project_id", None) != self.project_id:
+            return False
+        if isinstance(found, Session):
+            return found.pk in self.sessions
+        return isinstance(found, Tour) and found.pk in self.tours
+
+
 @dataclass
 class Actor:
     """Who a request acts as: a user, possibly through a key narrowed to one project or to
-    reading. An anonymous actor may see nothing."""
+    reading, and the share grants of its browser. An anonymous actor without a grant may see
+    nothing."""
 
     user: AbstractBaseUser | None
     key: ApiKey | None = None
+    grants: tuple[ShareGrant, ...] = ()
     _roles: dict[int, Role] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
-        """What `created_by` and the audit log call this actor: the user's name."""
-        return self.user.get_username()[:150] if self.user is not None else ""
+        """What `created_by` and the audit log call this actor: the user's name, or for a
+        visitor without an account the newest share link it came in by (`share:<id>`)."""
+        if self.user is None:
+            return f"share:{self.grants[-1].link_id}" if self.grants else ""
+        return self.user.get_username()[:150]
+
+    def grant_on(self, found: object) -> ShareGrant | None:
+        """The newest share grant covering `found`, if any."""
+        return next((grant for grant in reversed(self.grants) if grant.covers(found)), None)
 
     @property
     def key_prefix(self) -> str:
@@ -87,10 +121,16 @@ class Actor:
 
 ANONYMOUS = Actor(user=None)
 
+# Where a browser keeps the share links it opened (ids, newest last): its Django session, so
+# nothing a visitor holds names a link, and signing out forgets them.
+SHARE_LINKS_KEY = "share_links"
+MAX_SHARE_LINKS = 20
+
 
 def actor_of(request: HttpRequest) -> Actor:
     """The actor of a request: the API key it authenticated with (ninja's `request.auth`), else
-    the signed-in user. Kept on the request so its memberships are read once."""
+    the signed-in user, with the share grants of its browser. Kept on the request so its
+    memberships and grants are read once."""
     actor = getattr(request, "_replay_actor", None)
     if actor is not None:
         return actor
@@ -99,11 +139,56 @@ def actor_of(request: HttpRequest) -> Actor:
     if isinstance(auth, ApiKey):
         actor = Actor(user=auth.user, key=auth)
     elif user is not None and user.is_authenticated:
-        actor = Actor(user=user)
+        actor = Actor(user=user, grants=_share_grants(request))
     else:
-        actor = ANONYMOUS
+        grants = _share_grants(request)
+        actor = Actor(user=None, grants=grants) if grants else ANONYMOUS
     request._replay_actor = actor
     return actor
+
+
+def holds_share_links(request: HttpRequest) -> bool:
+    """Whether this browser ever opened a share link (active or not): its requests for the
+    player reach the view, which answers 404 once the link is revoked or expired, as for any
+    object it cannot see."""
+    store = getattr(request, "session", None)
+    return bool(store is not None and store.get(SHARE_LINKS_KEY))
+
+
+def remember_share_link(request: HttpRequest, link_id: int) -> None:
+    """Keep an opened link in the browser's session: its grant holds from the next request on."""
+    kept = [pk for pk in request.session.get(SHARE_LINKS_KEY, []) if pk != link_id]
+    request.session[SHARE_LINKS_KEY] = (kept + [link_id])[-MAX_SHARE_LINKS:]
+    request.__dict__.pop("_replay_actor", None)
+
+
+def _share_grants(request: HttpRequest) -> tuple[ShareGrant, ...]:
+    """The grants of the browser's active share links, read on every request (one query, two
+    with a tour link), so a revoked or expired link stops opening anything at once."""
+    if getattr(request, "auth", None) is not None:
+        return ()  # an API request: share links open pages, never the API
+    store = getattr(request, "session", None)
+    ids = [pk for pk in (store.get(SHARE_LINKS_KEY) or []) if isinstance(pk, int)] if store is not None else []
+    if not ids:
+        return ()
+    links = list(
+        ShareLink.objects.active()
+        .filter(pk__in=ids)
+        .values_list("pk", "project_id", "session_id", "tour_id", "allow_export", "expires_at")
+    )
+    tour_ids = [tour_id for _, _, _, tour_id, _, _ in links if tour_id is not None]
+    stops: dict[int, set[int]] = {}
+    if tour_ids:
+        for tour_id, session_id in TourStop.objects.filter(tour_id__in=tour_ids).values_list("tour_id", "session_id"):
+            stops.setdefault(tour_id, set()).add(session_id)
+    order = {pk: n for n, pk in enumerate(ids)}
+    grants = [
+        ShareGrant(link_id=pk, project_id=project_id, allow_export=allow_export, expires_at=expires_at,
+                   sessions=frozenset(stops.get(tour_id, ()) if tour_id is not None else (session_id,)),
+                   tours=frozenset((tour_id,) if tour_id is not None else ()))
+        for pk, project_id, session_id, tour_id, allow_export, expires_at in links
+    ]  # fmt: skip
+    return tuple(sorted(grants, key=lambda grant: order[grant.link_id]))
 
 
 def _as_actor(who: HttpRequest | Actor) -> Actor:
@@ -112,7 +197,10 @@ def _as_actor(who: HttpRequest | Actor) -> Actor:
 
 def check(actor: Actor, *, project_id: int, role: Role | str | None, need: Role, what: str) -> None:
     """The one permission check: 404 outside the project, 403 inside it below `need`."""
-    effective = actor.narrow(project_id, role)
+    _require(actor.narrow(project_id, role), need=need, what=what)
+
+
+def _require(effective: Role | None, *, need: Role, what: str) -> None:
     if effective is None:
         raise NotVisible(f"{what} not found")
     if not effective.includes(need):
@@ -137,15 +225,20 @@ def _with_role(queryset: QuerySet, actor: Actor, project_column: str) -> QuerySe
 
 
 def _object_for(actor: Actor, queryset: QuerySet, pk: int, what: str, need: Role):
-    """The object `pk` of `queryset` if the actor's role in its project is at least `need`."""
-    if actor.user is None:
+    """The object `pk` of `queryset` if the actor's role in its project is at least `need`.
+    Without a role there, a share grant naming exactly this object makes the actor its viewer,
+    never more."""
+    if actor.user is None and not actor.grants:
         raise NotVisible(f"{what} not found")
     try:
         # get(), not first(): first() orders by the model's ordering, more SQL to compile.
         found = _with_role(queryset.select_related("project"), actor, "project_id").get(pk=pk)
     except queryset.model.DoesNotExist:
         raise NotVisible(f"{what} not found")
-    check(actor, project_id=found.project_id, role=getattr(found, "member_role", None), need=need, what=what)
+    effective = actor.narrow(found.project_id, getattr(found, "member_role", None))
+    if effective is None and actor.grant_on(found) is not None:
+        effective = Role.VIEWER
+    _require(effective, need=need, what=what)
     return found
 
 
@@ -158,6 +251,37 @@ def role_on(who: HttpRequest | Actor, found: Session | ImportJob | Tour) -> Role
     """The caller's role in the project of an object fetched through `session_for`,
     `job_for` or `tour_for` (from the role that lookup read with it: no query)."""
     return _as_actor(who).narrow(found.project_id, getattr(found, "member_role", None))
+
+
+def share_grant_on(who: HttpRequest | Actor, found: Session | Tour) -> ShareGrant | None:
+    """The share grant by which the caller sees `found` (fetched through `session_for` or
+    `tour_for`) when it has no role of its own in its project: the page then shows what a link
+    shares (the recording) and not the team's work on it (comments, sign-offs, forms)."""
+    actor = _as_actor(who)
+    return actor.grant_on(found) if role_on(actor, found) is None else None
+
+
+def may_export(who: HttpRequest | Actor, session: Session) -> bool:
+    """Whether the caller may export a session fetched through `session_for`: any member may
+    (viewer and up), a share link's visitor only when a link covering it allows exports."""
+    actor = _as_actor(who)
+    if role_on(actor, session) is not None:
+        return True
+    return any(grant.allow_export for grant in actor.grants if grant.covers(session))
+
+
+def session_to_export(who: HttpRequest | Actor, session_id: int) -> Session:
+    """The session, if the caller may export it (see `may_export`): 404 as `session_for`, 403
+    for a visitor whose link does not allow exports."""
+    session = session_for(who, session_id)
+    if not may_export(who, session):
+        raise PermissionDenied(f"session {session_id}: this share link does not allow exports")
+    return session
+
+
+def share_link_for(who: HttpRequest | Actor, link_id: int, *, need: Role = Role.MAINTAINER) -> ShareLink:
+    """The share link, if the caller's role in its project is at least `need`."""
+    return _object_for(_as_actor(who), ShareLink.objects.all(), link_id, f"share link {link_id}", need)
 
 
 def job_for(who: HttpRequest | Actor, job_id: int, *, need: Role = Role.VIEWER) -> ImportJob:

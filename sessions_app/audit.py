@@ -108,9 +108,12 @@ def record_request(
 
 
 def record_on_session(request: HttpRequest, action: str, session: Any, **detail: Any) -> AuditEntry:
-    """`record_request()` for an action on one session: its project's log, `session:<id>`."""
-    return record_request(request, action=action, project=session.project_id, target=f"session:{session.pk}",
-                          detail=detail)  # fmt: skip
+    """`record_request()` for an action on one session: its project's log, `session:<id>`. A
+    share link's visitor is named by the link that opens this session to it (`share:<id>`)."""
+    actor = actor_of(request)
+    grant = actor.grant_on(session) if actor.user is None else None
+    return record(action=action, actor=f"share:{grant.link_id}" if grant else actor, project=session.project_id,
+                  target=f"session:{session.pk}", detail=detail, ip=client_ip(request))  # fmt: skip
 
 
 def record_upload(request: HttpRequest, job: Any) -> AuditEntry:

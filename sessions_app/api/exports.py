@@ -9,7 +9,7 @@ from ninja import Field, Query, Router, Schema
 
 from .. import access, audit, verification
 from ..replay import exports
-from .schemas import BAD, NOT_FOUND
+from .schemas import BAD, NOT_FOUND, Id
 
 router = Router(tags=["sessions"])
 
@@ -34,35 +34,31 @@ class ExportQuery(Schema):
     format: Literal["jsonl", "snapshot", "original"] = "jsonl"
 
 
-_EXPORTS = {
-    "jsonl": (exports.export_native_jsonl, "application/x-ndjson", "jsonl"),
-    "snapshot": (exports.export_snapshot, "application/json", "json"),
-    "original": (exports.export_original, "application/octet-stream", "original.jsonl"),  # or its own name
-}
-
-
 @router.get("/sessions/{session_id}/export", response={200: None, **BAD}, url_name="export")
-def export(request: HttpRequest, session_id: int, query: Query[ExportQuery]):
+def export(request: HttpRequest, session_id: Id, query: Query[ExportQuery]):
     """Stream the session as rlm-code native JSONL, a rlm-code snapshot JSON, or the original
     records exactly as received."""
     session = access.session_for(request, session_id)
     audit.record_on_session(request, "session.export", session, format=query.format)
-    generate, content_type, extension = _EXPORTS[query.format]
-    stem = "".join(
-        c if c.isalnum() or c in "-_." else "_" for c in (session.source_session_id or f"session-{session.pk}")
-    )[:100]
-    response = StreamingHttpResponse(generate(session=session), content_type=content_type)
-    filename = (query.format == "original" and exports.original_name(session)) or f"{stem}.{extension}"
-    filename = "".join(c if c.isalnum() or c in "-_." else "_" for c in filename)[:200]
+    stream, content_type, filename = exports.export_download(session=session, format=query.format)
+    response = StreamingHttpResponse(stream, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 
 @router.get("/sessions/{session_id}/verify", response={200: VerifyOut, **NOT_FOUND}, url_name="verify")
-def verify(request: HttpRequest, session_id: int):
+def verify(request: HttpRequest, session_id: Id):
     """Verify the stored events: every link of the hash chain over their recorded fields and
-    content, and every derived value (pairing, running totals, keyframes) derived again; the
-    result is stored on the session."""
+    content, and every derived value (pairing, running totals, keyframes) derived again. A read:
+    nothing is stored (POST stores the result and records it in the audit log)."""
+    session = access.session_for(request, session_id)
+    return verification.verify_session(session=session, record=False).to_dict()
+
+
+@router.post("/sessions/{session_id}/verify", response={200: VerifyOut, **NOT_FOUND})
+def verify_and_record(request: HttpRequest, session_id: Id):
+    """Verify as GET does, then store the result on the session (the chain badge, the list's
+    chainValid) and record a `session.verify` audit entry. Any member may."""
     session = access.session_for(request, session_id)
     result = verification.verify_session(session=session)
     audit.record_on_session(

@@ -114,6 +114,13 @@ class ShareLink(models.Model):
     def target(self) -> str:
         return f"session:{self.session_id}" if self.session_id else f"tour:{self.tour_id}"
 
+    @property
+    def state(self) -> str:
+        """Whether the link still opens (as `active()`): "active", "revoked" or "expired"."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.expires_at > timezone.now() else "expired"
+
     @staticmethod
     def hash_token(token: str) -> str:
         return hashlib.sha256(token.encode("utf-8")).hexdigest()

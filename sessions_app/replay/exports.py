@@ -464,3 +464,28 @@ def export_snapshot(*, session: Session) -> Iterator[bytes]:
     }
     closing = {"memory_notes": final["memory_notes"], "variables": final["variables"], "metadata": metadata}
     yield b"]," + orjson.dumps(closing, option=_OPTIONS)[1:]
+
+
+# --------------------------------------------------------------------------------------------
+# Downloads: what the API's export and the player's export page stream
+
+
+EXPORT_FORMATS = ("jsonl", "snapshot", "original")
+_DOWNLOADS = {
+    "jsonl": (export_native_jsonl, "application/x-ndjson", "jsonl"),
+    "snapshot": (export_snapshot, "application/json", "json"),
+    "original": (export_original, "application/octet-stream", "original.jsonl"),  # or its own name
+}
+
+
+def _safe_filename(name: str, limit: int) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:limit]
+
+
+def export_download(*, session: Session, format: str) -> tuple[Iterator[bytes], str, str]:
+    """One export of the session (`format`: one of EXPORT_FORMATS) as its byte stream, content
+    type and download file name."""
+    generate, content_type, extension = _DOWNLOADS[format]
+    stem = _safe_filename(session.source_session_id or f"session-{session.pk}", 100)
+    filename = (format == "original" and original_name(session)) or f"{stem}.{extension}"
+    return generate(session=session), content_type, _safe_filename(filename, 200)

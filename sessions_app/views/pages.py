@@ -16,6 +16,8 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django_htmx.http import HttpResponseClientRedirect
 
+from .. import access
+
 
 def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Anonymous visitors go to the login page and never reach a view's data. htmx would follow
@@ -25,12 +27,29 @@ def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if request.user.is_authenticated:
             return view(request, *args, **kwargs)
-        if request.htmx:
-            current = request.htmx.current_url_abs_path or request.get_full_path()
-            return HttpResponseClientRedirect(redirect_to_login(current).url)
-        return redirect_to_login(request.get_full_path())
+        return _to_login(request)
 
     return wrapper
+
+
+def signed_in_or_shared(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """`login_required`, except that a browser that opened a share link passes too: for the
+    player's pages, whose lookup (access.session_for, tour_for) decides what it may read."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated or access.holds_share_links(request):
+            return view(request, *args, **kwargs)
+        return _to_login(request)
+
+    return wrapper
+
+
+def _to_login(request: HttpRequest) -> HttpResponse:
+    if request.htmx:
+        current = request.htmx.current_url_abs_path or request.get_full_path()
+        return HttpResponseClientRedirect(redirect_to_login(current).url)
+    return redirect_to_login(request.get_full_path())
 
 
 def wants_partial(request: HttpRequest) -> bool:

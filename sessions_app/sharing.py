@@ -1,0 +1,101 @@
+"""Share links: a maintainer opens one session or one tour, read-only, to someone without an
+account, for a while (docs/teams.md, "Share links").
+
+The token is made here, handed back once and stored only as its SHA-256; what a visitor may
+read through an opened link is sessions_app/access.py's to decide (`ShareGrant`). The API, the
+dashboard and `/s/<token>` call these workflows, and each records its audit entry (never the
+token).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db.models import F
+from django.utils import timezone
+
+from . import audit
+from .access import Actor
+from .models import Session, ShareLink, Tour
+
+DEFAULT_DAYS = 7
+MAX_DAYS = 90
+MAX_NOTE = 500
+MAX_LISTED = 200
+# Tokens are 43 characters (32 bytes, URL-safe base64); anything much longer is not one and is
+# not worth hashing.
+MAX_TOKEN = 100
+
+
+class SharingError(ValueError):
+    """A request the workflow refuses; the message names the field (a 400, or a form error)."""
+
+
+def create_link(
+    *,
+    actor: Actor,
+    session: Session | None = None,
+    tour: Tour | None = None,
+    expires_in_days: int = DEFAULT_DAYS,
+    note: str = "",
+    allow_export: bool = False,
+    ip: str | None = None,
+) -> tuple[ShareLink, str]:
+    """A new link to the session or the tour (exactly one), and its token: shown to the caller
+    now and never again."""
+    if (session is None) == (tour is None):
+        raise ValueError("a share link opens exactly one session or one tour")
+    if isinstance(expires_in_days, bool) or not isinstance(expires_in_days, int):
+        raise SharingError("expires_in_days: a whole number of days")
+    if not 1 <= expires_in_days <= MAX_DAYS:
+        raise SharingError(f"expires_in_days: from 1 to {MAX_DAYS} days")
+    note = note.strip()
+    if len(note) > MAX_NOTE:
+        raise SharingError(f"note: at most {MAX_NOTE} characters")
+    if "\x00" in note:
+        raise SharingError("note: must not contain a NUL character")
+    target = session if session is not None else tour
+    token = ShareLink.new_token()
+    link = ShareLink.objects.create(
+        project_id=target.project_id, session=session, tour=tour, token_hash=ShareLink.hash_token(token),
+        note=note, allow_export=bool(allow_export), created_by=actor.user, created_by_name=actor.name,
+        expires_at=timezone.now() + timedelta(days=expires_in_days),
+    )  # fmt: skip
+    audit.record(action="share_link.create", actor=actor, project=link.project_id, target=link.target, ip=ip,
+                 detail={"link": link.pk, "expires_at": link.expires_at.isoformat(),
+                         "allow_export": link.allow_export})  # fmt: skip
+    return link, token
+
+
+def links_of(*, session: Session | None = None, tour: Tour | None = None) -> list[ShareLink]:
+    """The links to a session or a tour, newest first (revoked and expired ones included)."""
+    found = ShareLink.objects.filter(session=session) if session is not None else ShareLink.objects.filter(tour=tour)
+    return list(found.order_by("-created_at", "-id")[:MAX_LISTED])
+
+
+def revoke_link(*, actor: Actor, link: ShareLink, ip: str | None = None) -> ShareLink:
+    """Stop the link opening anything, from its visitors' next request on. Revoking a revoked
+    link changes nothing."""
+    if link.revoked_at is not None:
+        return link
+    link.revoked_at, link.revoked_by = timezone.now(), actor.name
+    link.save(update_fields=["revoked_at", "revoked_by"])
+    audit.record(action="share_link.revoke", actor=actor, project=link.project_id, target=link.target,
+                 detail={"link": link.pk}, ip=ip)  # fmt: skip
+    return link
+
+
+def open_link(*, token: str, ip: str | None = None) -> ShareLink | None:
+    """The active link the token opens, its use counted and recorded (`share_link.use`, by
+    `share:<id>`); None for a token that opens nothing (unknown, revoked or expired)."""
+    if not token or len(token) > MAX_TOKEN:
+        return None
+    link = ShareLink.objects.active().filter(token_hash=ShareLink.hash_token(token)).first()
+    if link is None:
+        return None
+    now = timezone.now()
+    # One UPDATE with F(): visits at the same moment each count.
+    ShareLink.objects.filter(pk=link.pk).update(use_count=F("use_count") + 1, last_used_at=now)
+    audit.record(action="share_link.use", actor=f"share:{link.pk}", project=link.project_id, target=link.target,
+                 ip=ip)  # fmt: skip
+    return link

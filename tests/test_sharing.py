@@ -1,0 +1,352 @@
+"""Share links: made by maintainers with a token shown once and stored hashed, opened at /s/<token>
+without an account, read-only and narrowed to the one session (or tour) they name, counted and
+audited on every use, and a plain 404 the moment they are revoked or expire."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+import orjson
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from sessions_app import access, comments, reviews, sharing
+from sessions_app.access import Actor
+from sessions_app.canonical import SessionMeta
+from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
+from sessions_app.models import AuditEntry, Checkpoint, Comment, Review, Role, Session, ShareLink, Tour, TourStop
+
+from .builders_teams import acme, key_of, member  # noqa: F401  (fixtures)
+from .conftest import synthetic_events
+
+pytestmark = pytest.mark.django_db
+
+
+def _session(project, task: str, events: int = 12) -> Session:
+    session = create_session(project=project, source_format="canonical", meta=SessionMeta(task=task))
+    append_events(session=session, events=synthetic_events(events))
+    finish_session(session=session)
+    session.refresh_from_db()
+    return session
+
+
+@pytest.fixture
+def shown(acme) -> Session:
+    return _session(acme, "SHOWN-TASK")
+
+
+@pytest.fixture
+def hidden(acme) -> Session:
+    return _session(acme, "HIDDEN-TASK")
+
+
+@pytest.fixture
+def mia(acme):
+    return member("mia", acme, Role.MAINTAINER)
+
+
+def _signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _api_create(client: Client, path: str, **body):
+    return client.post(path, orjson.dumps(body), content_type="application/json")
+
+
+def _link(session: Session, maintainer, **options) -> tuple[ShareLink, str]:
+    return sharing.create_link(actor=Actor(user=maintainer), session=session, **options)
+
+
+def _visitor(token: str) -> Client:
+    visitor = Client()
+    response = visitor.get(f"/s/{token}")
+    assert response.status_code == 302, response.status_code
+    return visitor
+
+
+def _player(session: Session) -> str:
+    return reverse("sessions:player", args=[session.pk])
+
+
+# --- making, listing, revoking --------------------------------------------------------------
+
+
+def test_the_token_is_in_the_create_answer_only_and_stored_as_its_sha256(shown, mia):
+    client = _signed_in(mia)
+    response = _api_create(client, f"/api/sessions/{shown.pk}/share-links", note="for the new hire")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    token = body["url"].removeprefix("/s/")
+    assert body["url"] == f"/s/{token}" and len(token) >= 43
+    link = ShareLink.objects.get(pk=body["id"])
+    assert link.token_hash == hashlib.sha256(token.encode()).hexdigest() != token
+    assert (link.session_id, link.project_id, link.note, link.created_by_name) == (shown.pk, shown.project_id,
+                                                                                   "for the new hire", "mia")  # fmt: skip
+    listed = client.get(f"/api/sessions/{shown.pk}/share-links")
+    assert listed.status_code == 200
+    assert [row["id"] for row in listed.json()] == [link.pk] and "url" not in listed.json()[0]
+    assert token not in listed.content.decode() and link.token_hash not in listed.content.decode()
+    created = AuditEntry.objects.get(action="share_link.create")
+    assert (created.actor, created.target) == ("mia", f"session:{shown.pk}")
+    assert token not in created.detail and link.token_hash not in created.detail
+
+
+def test_a_link_lasts_seven_days_unless_told_and_from_one_to_ninety(shown, mia):
+    client = _signed_in(mia)
+    before = timezone.now()
+    body = _api_create(client, f"/api/sessions/{shown.pk}/share-links").json()
+    link = ShareLink.objects.get(pk=body["id"])
+    assert timedelta(days=7) <= link.expires_at - before < timedelta(days=7, minutes=1)
+    assert (body["allow_export"], body["state"], body["use_count"]) == (False, "active", 0)
+    for days in (0, 91, -3):
+        refused = _api_create(client, f"/api/sessions/{shown.pk}/share-links", expires_in_days=days)
+        assert refused.status_code == 400 and "expires_in_days" in refused.json()["detail"], days
+    assert _api_create(client, f"/api/sessions/{shown.pk}/share-links", expires_in_days=90).status_code == 201
+    long_note = _api_create(client, f"/api/sessions/{shown.pk}/share-links", note="x" * 501)
+    assert long_note.status_code == 400 and long_note.json()["detail"].startswith("note:")
+    assert ShareLink.objects.count() == 2
+
+
+def test_only_maintainers_make_list_and_revoke_links_and_outsiders_learn_nothing(shown, mia, acme):
+    link, _ = _link(shown, mia)
+    viewer = _signed_in(member("vic", acme, Role.VIEWER))
+    assert _api_create(viewer, f"/api/sessions/{shown.pk}/share-links").status_code == 403
+    assert viewer.get(f"/api/sessions/{shown.pk}/share-links").status_code == 403
+    assert viewer.delete(f"/api/share-links/{link.pk}").status_code == 403
+    assert viewer.post(reverse("sessions:share_links", args=[shown.pk])).status_code == 403
+    outsider = _signed_in(member("otto", None, Role.ADMIN))  # admin of another project
+    assert _api_create(outsider, f"/api/sessions/{shown.pk}/share-links").status_code == 404
+    assert outsider.delete(f"/api/share-links/{link.pk}").status_code == 404
+    assert outsider.post(reverse("sessions:share_link_revoke", args=[link.pk])).status_code == 404
+    read_only = key_of(mia, read_only=True)
+    refused = _api_create(Client(headers={"authorization": f"Bearer {read_only}"}),
+                          f"/api/sessions/{shown.pk}/share-links")  # fmt: skip
+    assert refused.status_code == 403
+    assert ShareLink.objects.count() == 1 and ShareLink.objects.get().revoked_at is None
+
+
+# --- a visit --------------------------------------------------------------------------------
+
+
+def test_opening_a_link_counts_it_audits_it_as_the_link_and_opens_the_player(shown, mia):
+    link, token = _link(shown, mia)
+    visitor = Client()
+    response = visitor.get(f"/s/{token}")
+    assert response.status_code == 302 and response.url == _player(shown)
+    visitor.get(f"/s/{token}")
+    link.refresh_from_db()
+    assert link.use_count == 2 and link.last_used_at is not None
+    uses = AuditEntry.objects.filter(action="share_link.use").order_by("seq")
+    assert [(u.actor, u.target, u.ip, u.project_id) for u in uses] == [
+        (f"share:{link.pk}", f"session:{shown.pk}", "127.0.0.1", shown.project_id)
+    ] * 2
+    assert visitor.session[access.SHARE_LINKS_KEY] == [link.pk]
+    page = visitor.get(_player(shown))
+    assert page.status_code == 200 and "SHOWN-TASK" in page.content.decode()
+
+
+def test_an_unknown_token_is_the_plain_404_of_any_address(shown, mia):
+    _link(shown, mia)
+    for token in ("nope", "x" * 43, "x" * 5000):
+        response = Client().get(f"/s/{token}")
+        assert response.status_code == 404
+        assert b"share" not in response.content.lower()
+    assert not AuditEntry.objects.filter(action="share_link.use").exists()
+
+
+def test_the_visitor_sees_the_recording_and_not_the_teams_work(shown, mia):
+    set_checkpoint(session=shown, name="the-turn", seq=3, created_by="mia")
+    mia_actor = Actor(user=mia)
+    comments.create_comment(actor=mia_actor, session=shown, seq=0, body="TEAM-ONLY-COMMENT")
+    reviews.sign_off(session=shown, reviewer=mia_actor, verdict="approved", note="TEAM-ONLY-NOTE")
+    _, token = _link(shown, mia, note="NOTE-FOR-MAINTAINERS")
+    visitor = _visitor(token)
+    page = visitor.get(_player(shown)).content.decode()
+    assert "SHOWN-TASK" in page and "the-turn" in page and "shared with you" in page
+    for absent in ("TEAM-ONLY-COMMENT", "TEAM-ONLY-NOTE", "NOTE-FOR-MAINTAINERS", 'id="checkpoint-form"',
+                   'id="sign-off-form"', 'id="discussion"', 'id="comment-threads"', 'id="share-links"',
+                   'class="exports"', 'href="/api/', 'href="/sessions/"', "Log out", 'href="/projects/"', "mia"):  # fmt: skip
+        assert absent not in page, absent
+    frame = visitor.get(_player(shown), {"step": 0}, HTTP_HX_REQUEST="true")
+    assert frame.status_code == 200 and "TEAM-ONLY-COMMENT" not in frame.content.decode()
+    assert 'id="comment-threads"' not in frame.content.decode()
+    assert visitor.get(reverse("sessions:search", args=[shown.pk]), {"q": "event"}).status_code == 200
+    assert visitor.get(reverse("sessions:charts", args=[shown.pk])).status_code == 200
+    verified = visitor.post(reverse("sessions:verify", args=[shown.pk]), HTTP_HX_REQUEST="true")
+    assert verified.status_code == 200
+    entry = AuditEntry.objects.filter(action="session.verify").latest("seq")
+    assert entry.actor == f"share:{ShareLink.objects.get().pk}"
+
+
+def test_the_visitor_reaches_no_other_session_no_list_and_no_api(shown, hidden, mia):
+    _, token = _link(shown, mia)
+    visitor = _visitor(token)
+    assert visitor.get(_player(hidden)).status_code == 404
+    assert visitor.get(_player(hidden), HTTP_HX_REQUEST="true").status_code == 404
+    assert visitor.get(reverse("sessions:search", args=[hidden.pk])).status_code == 404
+    for page in ("/sessions/", "/", "/projects/", f"/projects/{shown.project.slug}/", "/account/keys/",
+                 f"/compare/?a={shown.pk}&b={hidden.pk}"):  # fmt: skip
+        response = visitor.get(page)
+        assert response.status_code == 302 and response.url.startswith("/accounts/login/"), page
+    for path in ("/api/sessions", f"/api/sessions/{shown.pk}", f"/api/sessions/{shown.pk}/export",
+                 f"/api/sessions/{shown.pk}/replay"):  # fmt: skip
+        assert visitor.get(path).status_code == 401, path
+
+
+def test_the_visitor_cannot_comment_save_checkpoints_or_sign_off(shown, mia):
+    _, token = _link(shown, mia)
+    visitor = _visitor(token)
+    writes = {
+        reverse("sessions:comment_create", args=[shown.pk]): {"seq": 1, "body": "drive-by"},
+        reverse("sessions:checkpoint", args=[shown.pk]): {"name": "drive-by", "step": 1},
+        reverse("sessions:sign_off", args=[shown.pk]): {"verdict": "approved"},
+        reverse("sessions:share_links", args=[shown.pk]): {"expires_in_days": 7},
+    }
+    for path, data in writes.items():
+        response = visitor.post(path, data)
+        assert response.status_code == 302 and response.url.startswith("/accounts/login/"), path
+    assert not Comment.objects.exists() and not Checkpoint.objects.exists() and not Review.objects.exists()
+    assert ShareLink.objects.count() == 1
+
+
+def test_a_signed_in_outsider_with_a_link_is_its_viewer_on_pages_and_nothing_more(shown, hidden, mia):
+    _, token = _link(shown, mia)
+    outsider = _signed_in(member("otto", None, Role.ADMIN))
+    assert outsider.get(f"/s/{token}").status_code == 302
+    page = outsider.get(_player(shown))
+    assert page.status_code == 200 and 'id="comment-threads"' not in page.content.decode()
+    assert outsider.get(_player(hidden)).status_code == 404
+    assert (
+        outsider.post(reverse("sessions:comment_create", args=[shown.pk]), {"seq": 1, "body": "x"}).status_code == 403
+    )
+    assert outsider.post(reverse("sessions:checkpoint", args=[shown.pk]), {"name": "x", "step": 1}).status_code == 403
+    assert outsider.post(reverse("sessions:sign_off", args=[shown.pk]), {"verdict": "approved"}).status_code == 403
+    assert outsider.post(reverse("sessions:share_links", args=[shown.pk])).status_code == 403
+    # The API reads no share grant, with the login cookie or not.
+    assert outsider.get(f"/api/sessions/{shown.pk}").status_code == 404
+    assert not Comment.objects.exists() and not Checkpoint.objects.exists()
+
+
+def test_revoking_closes_the_link_and_its_visitors_at_once(shown, mia):
+    link, token = _link(shown, mia)
+    visitor = _visitor(token)
+    assert visitor.get(_player(shown)).status_code == 200
+    maintainer = _signed_in(mia)
+    assert maintainer.delete(f"/api/share-links/{link.pk}").status_code == 204
+    assert maintainer.delete(f"/api/share-links/{link.pk}").status_code == 204  # changes nothing
+    assert visitor.get(_player(shown)).status_code == 404
+    assert visitor.get(_player(shown), HTTP_HX_REQUEST="true").status_code == 404
+    assert visitor.get(reverse("sessions:charts", args=[shown.pk])).status_code == 404
+    assert Client().get(f"/s/{token}").status_code == 404
+    link.refresh_from_db()
+    assert link.state == "revoked" and link.revoked_by == "mia"
+    revokes = AuditEntry.objects.filter(action="share_link.revoke")
+    assert [(r.actor, r.target) for r in revokes] == [("mia", f"session:{shown.pk}")]
+    listed = maintainer.get(f"/api/sessions/{shown.pk}/share-links").json()
+    assert listed[0]["state"] == "revoked" and listed[0]["revoked_at"]
+
+
+def test_an_expired_link_is_a_404_for_new_and_earlier_visitors(shown, mia):
+    link, token = _link(shown, mia)
+    visitor = _visitor(token)
+    ShareLink.objects.filter(pk=link.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert visitor.get(_player(shown)).status_code == 404
+    assert Client().get(f"/s/{token}").status_code == 404
+    link.refresh_from_db()
+    assert link.use_count == 1 and link.state == "expired"
+
+
+def test_the_visitor_exports_only_when_the_link_allows_it(shown, mia):
+    export = reverse("sessions:export", args=[shown.pk])
+    _, closed = _link(shown, mia)
+    visitor = _visitor(closed)
+    assert visitor.get(export, {"format": "jsonl"}).status_code == 403
+    _, opened = _link(shown, mia, allow_export=True)
+    visitor = _visitor(opened)
+    page = visitor.get(_player(shown)).content.decode()
+    assert f'href="{export}?format=jsonl"' in page and 'href="/api/' not in page
+    response = visitor.get(export, {"format": "jsonl"})
+    assert response.status_code == 200 and response["Content-Disposition"].startswith("attachment;")
+    lines = b"".join(response.streaming_content).splitlines()
+    assert lines and all(orjson.loads(line) for line in lines)
+    assert visitor.get(export, {"format": "evil"}).status_code == 400
+    entry = AuditEntry.objects.filter(action="session.export").latest("seq")
+    assert (entry.actor, entry.target) == (f"share:{ShareLink.objects.get(allow_export=True).pk}",
+                                           f"session:{shown.pk}")  # fmt: skip
+    # Members export through the same page (and the API) as before.
+    member_export = _signed_in(mia).get(export, {"format": "snapshot"})
+    assert member_export.status_code == 200 and orjson.loads(b"".join(member_export.streaming_content))
+
+
+def test_a_browser_keeps_its_twenty_newest_links(shown, mia):
+    visitor = Client()
+    links = []
+    for _ in range(22):
+        link, token = _link(shown, mia)
+        visitor.get(f"/s/{token}")
+        links.append(link.pk)
+    assert visitor.session[access.SHARE_LINKS_KEY] == links[-20:]
+    assert visitor.get(_player(shown)).status_code == 200
+
+
+def test_a_tour_link_opens_the_tour_and_the_sessions_of_its_stops_only(acme, shown, hidden, mia):
+    third = _session(acme, "THIRD-TASK")
+    tour = Tour.objects.create(project=acme, title="Onboarding")
+    for position, session in enumerate((shown, third)):
+        TourStop.objects.create(tour=tour, position=position, session=session, seq=1, title=f"stop {position}")
+    other_tour = Tour.objects.create(project=acme, title="Other")
+    client = _signed_in(mia)
+    body = _api_create(client, f"/api/tours/{tour.pk}/share-links", expires_in_days=3).json()
+    assert body["tour"] == tour.pk and body["session"] is None
+    assert [row["id"] for row in client.get(f"/api/tours/{tour.pk}/share-links").json()] == [body["id"]]
+    visitor = Client()
+    opened = visitor.get(body["url"])
+    assert opened.status_code == 302 and opened.url.startswith(f"/tours/{tour.pk}/play/")
+    assert visitor.get(_player(shown)).status_code == 200
+    assert visitor.get(_player(third)).status_code == 200
+    assert visitor.get(_player(hidden)).status_code == 404
+    actor = access.actor_of(visitor.get(_player(shown)).wsgi_request)
+    assert access.tour_for(actor, tour.pk) == tour
+    with pytest.raises(access.NotVisible):
+        access.tour_for(actor, other_tour.pk)
+    with pytest.raises(access.NotVisible):
+        access.project_for(actor, acme.slug)
+    assert not access.sessions_visible_to(actor).exists() and access.projects_visible_to(actor) == []
+    with pytest.raises(PermissionDenied):
+        access.tour_for(actor, tour.pk, need=Role.MAINTAINER)
+    assert client.delete(f"/api/share-links/{body['id']}").status_code == 204
+    assert visitor.get(_player(third)).status_code == 404
+
+
+# --- the panel ------------------------------------------------------------------------------
+
+
+def test_the_players_panel_makes_a_link_shows_it_once_and_revokes_it(shown, mia, acme):
+    client = _signed_in(mia)
+    player = client.get(_player(shown)).content.decode()
+    panel_url = reverse("sessions:share_links", args=[shown.pk])
+    assert f'hx-get="{panel_url}"' in player
+    viewer_page = _signed_in(member("vic", acme, Role.VIEWER)).get(_player(shown)).content.decode()
+    assert 'id="share-links"' not in viewer_page
+    assert "No share links yet." in client.get(panel_url, HTTP_HX_REQUEST="true").content.decode()
+    created = client.post(panel_url, {"expires_in_days": "3", "note": "for <b>Ann</b>", "allow_export": "on"},
+                          HTTP_HX_REQUEST="true").content.decode()  # fmt: skip
+    link = ShareLink.objects.get()
+    assert link.allow_export and link.note == "for <b>Ann</b>" and "for &lt;b&gt;Ann&lt;/b&gt;" in created
+    url = created.split('id="share-created-url" class="moment-url share-url" value="')[1].split('"')[0]
+    token = url.rsplit("/s/", 1)[1]
+    assert url.startswith("http://testserver/s/") and ShareLink.hash_token(token) == link.token_hash
+    again = client.get(panel_url, HTTP_HX_REQUEST="true").content.decode()
+    assert token not in again and "3 days" not in again and "0 uses" in again and "revoke" in again
+    refused = client.post(panel_url, {"expires_in_days": "91"}, HTTP_HX_REQUEST="true")
+    assert refused.status_code == 200 and "Expires in (days)" in refused.content.decode()
+    assert ShareLink.objects.count() == 1
+    revoked = client.post(reverse("sessions:share_link_revoke", args=[link.pk]), HTTP_HX_REQUEST="true")
+    assert revoked.status_code == 200 and "revoked by mia" in revoked.content.decode()
+    assert Client().get(f"/s/{token}").status_code == 404
