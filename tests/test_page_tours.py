@@ -111,6 +111,7 @@ def test_the_tour_page_shows_the_stops_in_order_with_narration_and_forms_for_mai
     assert numbers == [("1", "It reads the file"), ("2", "Another run fails"), ("3", "The fix")]
     assert "<p>First <strong>look</strong>.</p>" in stops
     assert f'href="/sessions/{first.pk}/?step=9&amp;tour={tour.pk}&amp;stop=3"' in stops
+    assert "</bdi></a> at event #10</p>" in stops  # seq 9, as people count (the player says the same)
     assert "Move stop 2 up" in stops and "stop-edit-form" in stops and 'id="tour-edit-form"' in page
     viewed = vic.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
     assert "<p>First <strong>look</strong>.</p>" in viewed
@@ -314,7 +315,7 @@ def test_adding_the_shown_step_appends_a_stop_and_says_where(mia, tour, first):
                         HTTP_HX_REQUEST="true")  # fmt: skip
     html = response.content.decode()
     assert response.status_code == 200 and html.lstrip().startswith('<section id="tour-panel"')
-    assert "Added event #7 as stop 4 of" in " ".join(html.split())
+    assert "Added event #8 as stop 4 of" in " ".join(html.split())
     last = TourStop.objects.filter(tour=tour).order_by("position").last()
     assert (last.session_id, last.seq, last.title, last.narration, last.position) == (
         first.pk,
@@ -378,3 +379,18 @@ def test_hostile_narration_never_reaches_the_tour_page_or_the_player_as_markup(m
         assert not any(name.startswith("on") for _, attrs in elements for name in attrs)
         assert not any((attrs.get("href") or "").strip().lower().startswith("javascript") for _, attrs in elements)
         assert "&lt;script&gt;t&lt;/script&gt;" in html
+
+
+def test_a_tour_share_links_visitor_plays_the_tour_without_signing_in(mia, tour, first, second):
+    made = mia.post(f"/api/tours/{tour.pk}/share-links", b'{"expires_in_days": 1}', content_type="application/json")
+    assert made.status_code == 201
+    visitor = Client()
+    opened = visitor.get(made.json()["url"])
+    assert opened.status_code == 302
+    played = visitor.get(opened["Location"])
+    assert played.status_code == 302 and played["Location"] == f"/sessions/{first.pk}/?step=2&tour={tour.pk}&stop=1"
+    html = player(visitor, second, step=5, tour=tour.pk, stop=2)
+    panel = section(html, "tour-narration")
+    assert "Stop 2 of 3" in panel and "<p>Compare them.</p>" in panel
+    assert f'href="/tours/{tour.pk}/"' not in panel  # the tour's page is the team's, not the visitor's
+    assert 'id="tour-panel"' not in html

@@ -24,7 +24,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from .. import access, audit, tours
 from ..forms import TourForm, TourModeForm, TourStopAddForm, TourStopForm, TourStopMoveForm
 from ..models import Project, Role, Session, Tour, TourStop
-from .pages import login_required
+from .pages import login_required, signed_in_or_shared
 
 
 def _errors(form: forms.Form) -> str:
@@ -160,11 +160,12 @@ def stop_delete(request: HttpRequest, tour_id: int, stop_id: int) -> HttpRespons
 # --- playing a tour ---------------------------------------------------------------------------
 
 
-@login_required
+@signed_in_or_shared
 @require_GET
 def tour_play(request: HttpRequest, tour_id: int) -> HttpResponse:
     """Stop N (1-based, default 1; past the end: the last) of the tour: its session's player at
-    the stop's event, in tour mode. Share links to a tour lead here."""
+    the stop's event, in tour mode. Share links to a tour lead here (its visitor passes; what it
+    may open is access.tour_for's to say)."""
     tour = access.tour_for(request, tour_id)
     number = TourModeForm(request.GET).values()["stop"] or 1
     stops = list(TourStop.objects.filter(tour=tour).order_by("position").values_list("session_id", "seq"))

@@ -65,27 +65,27 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     page, _ = watched
     first, second = two_runs
 
-    # Stop 1: the first run's event #2, reached by stepping (the page was loaded at #0).
+    # Stop 1: the first run's seq 2 (event #3 as the player counts), reached by stepping from seq 0.
     sign_in(page, "mia", f"/sessions/{first.pk}/")
     step_forward(page, 2)
     said = add_shown_step(page, title="It reads the file", narration="Watch **what** it reads.",
                           new_tour="How it fixed the bug")  # fmt: skip
-    assert said.startswith("Added event #2 as stop 1 of How it fixed the bug")
+    assert said.startswith("Added event #3 as stop 1 of How it fixed the bug")
     tour = Tour.objects.get()
 
-    # Stop 2 (for now): the second run's event #4.
+    # Stop 2 (for now): the second run's seq 4.
     page.goto(f"/sessions/{second.pk}/")
     step_forward(page, 4)
     assert page.locator("#tour-pick option:checked").text_content() == "How it fixed the bug"
     said = add_shown_step(page, title="Another run", narration="The same tool, another *answer*.")
-    assert said.startswith("Added event #4 as stop 2 of")
+    assert said.startswith("Added event #5 as stop 2 of")
 
-    # Stop 3 (for now): the first run's event #6, jumped to from the step list.
+    # Stop 3 (for now): the first run's seq 6, jumped to from the step list.
     page.goto(f"/sessions/{first.pk}/")
     page.click('#step-list a[data-seq="6"]')
     wait_for_seq(page, 6)
     said = add_shown_step(page, title="The fix", narration="Here it **works**.")
-    assert said.startswith("Added event #6 as stop 3 of")
+    assert said.startswith("Added event #7 as stop 3 of")
     assert list(tour.stops.order_by("position").values_list("session_id", "seq")) == [
         (first.pk, 2), (second.pk, 4), (first.pk, 6),
     ]  # fmt: skip
@@ -112,7 +112,7 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     assert panel.locator(".narration strong").text_content() == "what"
     assert_accessible(page, "player in tour mode")
 
-    # "Play to next stop": at the fastest pace it plays #3, #4, #5 and pauses at stop 2 (#6).
+    # "Play to next stop": at the fastest pace it plays seqs 3, 4, 5 and pauses at stop 2 (seq 6).
     page.select_option("#speed", "10")
     page.click("#tour-play-next")
     wait_until(page, "() => document.querySelector('#tour-narration .tour-stop-count').textContent === 'Stop 2 of 3'")
