@@ -394,3 +394,9 @@ def test_a_tour_share_links_visitor_plays_the_tour_without_signing_in(mia, tour,
     assert "Stop 2 of 3" in panel and "<p>Compare them.</p>" in panel
     assert f'href="/tours/{tour.pk}/"' not in panel  # the tour's page is the team's, not the visitor's
     assert 'id="tour-panel"' not in html
+
+
+def test_the_tour_page_loads_the_share_links_panel_for_maintainers_only(mia, vic, tour):
+    page = mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+    assert f'hx-get="/tours/{tour.pk}/share-links/"' in section(page, "share-links")
+    assert 'id="share-links"' not in vic.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
