@@ -371,7 +371,8 @@ class Converter:
         self._close_step(
             event,
             action_type="llm_call",
-            action_code=event.tool,
+            # No code ran: the model is the event's tool and raw_action's `model`, never "code".
+            action_code="",
             action_rationale=(call or {}).get("prompt", ""),
             success=not event.is_error,
             output=text(payload.get("completion")),

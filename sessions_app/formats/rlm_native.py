@@ -16,10 +16,13 @@ Where we deliberately differ from rlm-code's `load_session` (docs/formats.md):
 
 from __future__ import annotations
 
+import ast
 import math
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from ..canonical import (
     INT64_MAX,
@@ -296,6 +299,25 @@ def mapping_at(container: dict[str, Any], key: str, field: str, line: int | None
 
 def text(value: Any) -> Any:
     return "" if value is None else value
+
+
+PREVIEW_CHARS = 200  # the recorder's `str(value)[:200]`
+
+
+def _preview_value(preview: Any, type_name: Any) -> Any:
+    """The value a variable_update's preview stands for. The recorder writes `str(value)[:200]`,
+    which for a value of a literal type (int, bool, None, dict, list, ...) is Python's repr
+    (`{'a': None}`, `True`): read back with ast.literal_eval (no code runs), the state holds the
+    value and shows as JSON. A string variable, a preview the recorder cut, or anything that is
+    not a JSON value (objects, sets, bytes, dicts keyed by numbers, nan) stays the preview text."""
+    if type(preview) is not str or type_name == "str" or len(preview) >= PREVIEW_CHARS:
+        return preview
+    try:
+        value = ast.literal_eval(preview)
+        orjson.dumps(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, orjson.JSONEncodeError):
+        return preview
+    return value
 
 
 class Converter:
@@ -617,7 +639,7 @@ class Converter:
         # next step_end brings the full variables.
         name = data.get("name")
         if type(name) is str and name:
-            preview = data.get("preview", "")
+            preview = _preview_value(data.get("preview", ""), data.get("type"))
             event.state_change = StateChange(variables={name: preview})
             self.variables = {**self.variables, name: preview}
         else:
