@@ -27,8 +27,14 @@ for _name in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END"):
         _STRINGS.add(getattr(token, _name))
 
 
+# Tokens holding the agent's own words (strings, comments, JSON keys) are isolated in a <bdi>: a
+# right-to-left text or a stray direction override inside one cannot reorder the code around it.
+_ISOLATED = frozenset({"str", "com", "key"})
+
+
 def _span(css: str, text: str) -> str:
-    return f'<span class="tok-{css}">{escape(text)}</span>'
+    tag = "bdi" if css in _ISOLATED else "span"
+    return f'<{tag} class="tok-{css}">{escape(text)}</{tag}>'
 
 
 def highlight_python(code: str) -> SafeString:

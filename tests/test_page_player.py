@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
@@ -16,12 +17,14 @@ from django.urls import reverse
 
 from sessions_app.canonical import Kind
 from sessions_app.ingest.importing import import_file
-from sessions_app.models import Checkpoint, Event, Project, Session
+from sessions_app.ingest.writer import append_events, finish_session, set_checkpoint
+from sessions_app.models import AuditEntry, Checkpoint, Event, Project, Session
 from sessions_app.replay import charts, timeline
 
 from .builders_dashboard import (  # noqa: F401
     XSS_IMG,
     XSS_SCRIPT,
+    _event,
     build_session,
     child_agent_events,
     conversation_events,
@@ -82,7 +85,7 @@ def test_htmx_request_gets_the_step_list_with_side_panels_out_of_band(logged_in,
     assert html.lstrip().startswith('<section id="step-list"')
     assert "<html" not in html and 'id="filters"' not in html and 'id="scrubber"' not in html
     assert (
-        '<section id="context-panel" class="context-panel" aria-label="Context at event #7" hx-swap-oob="true">' in html
+        '<section id="context-panel" class="context-panel" aria-label="Context at event #8" hx-swap-oob="true">' in html
     )
     assert '<output id="step-status" class="step-status" hx-swap-oob="true">' in html
     assert current_row(html) == 7
@@ -235,7 +238,7 @@ def test_context_panel_shows_totals_history_memory_and_variables_at_that_step(lo
     row = Event.objects.get(session=talk, seq=seq)
     assert f"${row.cost_total:.4f}" in panel and f"<dd>{row.tokens_total}</dd>" in panel
     assert "note 0" in panel and "note 1" not in panel  # memory as it was then
-    assert "<th>v0</th>" in panel and "<th>v1</th>" not in panel
+    assert "<th><bdi>v0</bdi></th>" in panel and "<bdi>v1</bdi>" not in panel
     assert "answer 1.1" in panel  # LLM history up to this point
     assert "question 1" in panel  # conversation so far
 
@@ -296,11 +299,11 @@ def test_checkpoint_is_saved_at_the_current_step_and_marked_on_the_scrubber(logg
     assert Checkpoint.objects.get(session=talk).seq == 9
     assert "before &lt;retry&gt;" in html and 'data-seq="9"' in html
     assert 'id="scrubber-overview" class="scrubber-overview" hx-swap-oob="true"' in html
-    assert "checkpoint before &lt;retry&gt; (#9)" in html
+    assert "checkpoint before &lt;retry&gt; (#10)" in html  # seq 9 is event #10
     bad = logged_in.post(
         reverse("sessions:checkpoint", args=[talk.pk]), {"name": "", "step": 9}, HTTP_HX_REQUEST="true"
     )
-    assert bad.status_code == 400 and b"needs a name" in bad.content
+    assert bad.status_code == 400 and b"Not saved: name: This field is required." in bad.content
 
 
 def test_search_lists_matches_from_the_current_step(logged_in, talk):
@@ -405,4 +408,199 @@ def test_highlighter_escapes_everything_it_wraps():
     broken = highlight_python("def (:\n  <img src=x onerror=1>")
     assert "<img" not in broken and "&lt;img" in broken
     data = highlight_json(orjson.dumps({"k": "<img src=x onerror=1>"}, option=orjson.OPT_INDENT_2).decode())
-    assert "<img" not in data and '<span class="tok-key">' in data
+    assert "<img" not in data and '<bdi class="tok-key">' in data
+
+
+# --- issue 19: the player's rough edges ---------------------------------------------------------
+
+
+def checkpoint_url(session: Session, *rest: object) -> str:
+    if not rest:
+        return reverse("sessions:checkpoint", args=[session.pk])
+    checkpoint_id, action = rest
+    return reverse(f"sessions:checkpoint_{action}", args=[session.pk, checkpoint_id])
+
+
+def checkpoint_form(html: str) -> str:
+    start = html.index('<form id="checkpoint-form"')
+    return html[start : html.index("</form>", start)]
+
+
+def test_every_frame_moves_the_checkpoint_forms_step_to_the_shown_event(logged_in, talk):
+    """The form once carried the step the page loaded at (and htmx let the form's own value win
+    over the included #nav-step): the shown step is now the form's only step, replaced by each
+    frame, so an htmx post and a plain post both save what is shown."""
+    form = checkpoint_form(logged_in.get(url(talk), {"step": 2}).content.decode())
+    assert form.count('name="step"') == 1 and 'id="checkpoint-step" value="2"' in form
+    assert "hx-include" not in form
+    frame = logged_in.get(url(talk), {"step": 12}, HTTP_HX_REQUEST="true").content.decode()
+    assert '<input type="hidden" name="step" id="checkpoint-step" value="12" hx-swap-oob="true">' in frame
+    # A plain post (no htmx) of that form goes back to the player at the saved step.
+    plain = logged_in.post(checkpoint_url(talk), {"name": "shown", "step": 12})
+    assert plain.status_code == 302 and plain["Location"].endswith(f"/sessions/{talk.pk}/?step=12")
+    assert Checkpoint.objects.get(session=talk, name="shown").seq == 12
+
+
+def test_a_viewer_gets_no_checkpoint_forms(client, talk):
+    from sessions_app.models import Role
+
+    from .builders_teams import member
+
+    set_checkpoint(session=talk, name="kept", seq=3)
+    client.force_login(member("vera", role=Role.VIEWER))
+    page = client.get(url(talk)).content.decode()
+    assert 'id="checkpoint-form"' not in page and "checkpoint-edit" not in page and "kept" in page
+    frame = client.get(url(talk), {"step": 4}, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="checkpoint-step"' not in frame  # no out-of-band input without its form
+    assert client.post(checkpoint_url(talk), {"name": "x", "step": 1}).status_code == 403
+
+
+def test_saving_over_a_name_asks_before_replacing_it(logged_in, talk):
+    assert logged_in.post(checkpoint_url(talk), {"name": "here", "step": 3}, HTTP_HX_REQUEST="true").status_code == 200
+    asked = logged_in.post(checkpoint_url(talk), {"name": "here", "step": 9}, HTTP_HX_REQUEST="true")
+    html = asked.content.decode()
+    assert asked.status_code == 409 and html.lstrip().startswith('<section id="checkpoints"')
+    assert "A checkpoint named “<bdi>here</bdi>” exists at #4: replace it?" in html
+    confirm = html[
+        html.index('<form id="checkpoint-replace"') : html.index("</form>", html.index("checkpoint-replace"))
+    ]
+    for hidden in ('name="name" value="here"', 'name="step" value="9"', 'name="replace" value="1"'):
+        assert hidden in confirm
+    assert "Replace it with #10" in confirm
+    assert Checkpoint.objects.get(session=talk, name="here").seq == 3  # nothing overwritten
+    # Without htmx the whole player comes back at the asked step, asking the same.
+    plain = logged_in.post(checkpoint_url(talk), {"name": "here", "step": 9})
+    assert plain.status_code == 409 and "<html" in plain.content.decode()
+    assert "exists at #4: replace it?" in plain.content.decode() and frame_data(plain.content.decode())["seq"] == 9
+    replaced = logged_in.post(checkpoint_url(talk), {"name": "here", "step": 9, "replace": "1"}, HTTP_HX_REQUEST="true")
+    assert replaced.status_code == 200 and "replace it?" not in replaced.content.decode()
+    assert Checkpoint.objects.get(session=talk, name="here").seq == 9
+    actions = list(
+        AuditEntry.objects.filter(action__startswith="checkpoint.").order_by("seq").values_list("action", "detail")
+    )
+    assert [a for a, _ in actions] == ["checkpoint.create", "checkpoint.change"]
+    assert orjson.loads(actions[1][1]) == {"name": "here", "seq": 9, "from_seq": 3}
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ({"name": "", "step": 2}, "Not saved: name: This field is required."),
+        (
+            {"name": "x", "step": 10_000},
+            "Not saved: seq: session {pk} has no event at seq 10000 (its seqs are 0 to 35).",
+        ),
+        ({"name": "x", "step": "-1"}, "Not saved: step: Ensure this value is greater than or equal to 0."),
+    ],
+)
+def test_a_refused_checkpoint_says_why_in_the_panel(logged_in, talk, body, message):
+    response = logged_in.post(checkpoint_url(talk), body, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 400 and html.lstrip().startswith('<section id="checkpoints"')
+    assert f'<p class="error" role="alert">{message.format(pk=talk.pk)}</p>' in html
+    assert not Checkpoint.objects.exists()
+
+
+def test_a_checkpoint_is_renamed_and_deleted_from_the_panel(logged_in, talk):
+    kept = set_checkpoint(session=talk, name="first", seq=5)
+    other = set_checkpoint(session=talk, name="second", seq=7)
+    page = logged_in.get(url(talk)).content.decode()
+    assert f'action="{checkpoint_url(talk, kept.pk, "rename")}"' in page
+    assert f'action="{checkpoint_url(talk, kept.pk, "delete")}"' in page
+    renamed = logged_in.post(checkpoint_url(talk, kept.pk, "rename"), {"name": "before retry"}, HTTP_HX_REQUEST="true")
+    assert renamed.status_code == 200 and "before retry" in renamed.content.decode()
+    assert Checkpoint.objects.get(pk=kept.pk).name == "before retry"
+    taken = logged_in.post(checkpoint_url(talk, kept.pk, "rename"), {"name": "second"}, HTTP_HX_REQUEST="true")
+    assert taken.status_code == 409
+    assert "exists at #8: rename or delete that one first." in taken.content.decode()
+    assert Checkpoint.objects.get(pk=kept.pk).name == "before retry"
+    deleted = logged_in.post(checkpoint_url(talk, other.pk, "delete"), HTTP_HX_REQUEST="true")
+    assert deleted.status_code == 200 and "second" not in deleted.content.decode()
+    assert list(Checkpoint.objects.filter(session=talk).values_list("name", flat=True)) == ["before retry"]
+    entries = [
+        (a, orjson.loads(d))
+        for a, d in AuditEntry.objects.filter(action__startswith="checkpoint.")
+        .order_by("seq")
+        .values_list("action", "detail")
+    ]
+    assert entries == [
+        ("checkpoint.change", {"name": "before retry", "from_name": "first", "seq": 5}),
+        ("checkpoint.delete", {"name": "second", "seq": 7}),
+    ]
+    # A plain post goes back to the player; another session's checkpoint is not found.
+    assert logged_in.post(checkpoint_url(talk, kept.pk, "delete")).status_code == 302
+    elsewhere = build_session(conversation_events(turns=1), source_session_id="elsewhere")
+    assert logged_in.post(checkpoint_url(elsewhere, other.pk, "delete")).status_code == 404
+
+
+def test_a_live_frame_brings_the_header_and_the_filter_counts(logged_in, db):
+    session = build_session(conversation_events(turns=1), finish=False, source_session_id="growing")
+    page = logged_in.get(url(session)).content.decode()
+    assert 'id="kind-count-tool_error" class="muted kind-count" data-count="0"' in page  # not seen yet: hidden
+    before = session.event_count
+    append_events(session=session, events=[_event(before + i, kind) for i, kind in
+                                           enumerate([Kind.TOOL_CALL, Kind.TOOL_ERROR, Kind.TOOL_ERROR])])  # fmt: skip
+    frame = logged_in.get(url(session), {"step": before + 2}, HTTP_HX_REQUEST="true").content.decode()
+    totals = frame[
+        frame.index('<dl id="session-totals"') : frame.index("</dl>", frame.index('<dl id="session-totals"'))
+    ]
+    assert 'class="totals" hx-swap-oob="true"' in totals
+    assert f"<dt>Events</dt><dd>{before + 3}</dd>" in totals
+    assert '<span id="session-status" class="badge status-live" hx-swap-oob="true">Live</span>' in frame
+    assert (
+        '<span id="kind-count-tool_error" class="muted kind-count" data-count="2" hx-swap-oob="true">2</span>' in frame
+    )
+    assert (
+        '<span id="kind-count-tool_call" class="muted kind-count" data-count="2" hx-swap-oob="true">2</span>' in frame
+    )
+    # The frame asked for as it finishes says so; a session not written lately sends none of it.
+    finish_session(session=session)
+    assert (
+        'status-completed" hx-swap-oob="true">Completed'
+        in logged_in.get(url(session), {"step": 1}, HTTP_HX_REQUEST="true").content.decode()
+    )
+    Session.objects.filter(pk=session.pk).update(updated_at=session.updated_at - timedelta(hours=1))
+    quiet = logged_in.get(url(session), {"step": 1}, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="session-totals"' not in quiet and "kind-count-" not in quiet
+
+
+def test_a_filter_that_hides_the_shown_event_says_so_and_links_to_it(logged_in, talk):
+    html = logged_in.get(url(talk), {"step": 0, "types": "tool_call"}, HTTP_HX_REQUEST="true").content.decode()
+    notice = re.search(r'<p class="filter-notice" role="status">(.*?)</p>', html, re.S)
+    assert notice, "the step list says the shown event is hidden"
+    assert "Event #1 (user_message) is hidden by the filter — " in notice.group(1)
+    href = re.search(r'<a href="([^"]*)" data-show-kind="user_message">show it</a>', notice.group(1)).group(1)
+    assert href.startswith("?step=0&amp;types=tool_call&amp;types=user_message")
+    shown = logged_in.get(url(talk) + href.replace("&amp;", "&")).content.decode()
+    assert current_row(shown) == 0 and "filter-notice" not in shown
+    assert "filter-notice" not in logged_in.get(url(talk), {"step": 0}, HTTP_HX_REQUEST="true").content.decode()
+
+
+def test_events_and_steps_are_numbered_from_one(logged_in, talk):
+    set_checkpoint(session=talk, name="cp", seq=9)
+    html = logged_in.get(url(talk), {"step": 7}).content.decode()
+    status = re.search(r'<output id="step-status"[^>]*>(.*?)</output>', html, re.S).group(1)
+    assert status.startswith(f"Event <strong>#8</strong> of {talk.event_count}")
+    assert re.search(r'data-seq="7">\s*<span class="seq">#8</span>', html)  # URLs keep the seq
+    closing = Event.objects.get(session=talk, step_pos=0).seq
+    row = html[html.index(f'data-seq="{closing}">') :]
+    assert '<span class="step-no">step 1</span>' in row[: row.index("</a>")]
+    assert 'aria-valuenow="7" aria-valuetext="event 8 of' in html
+    checkpoints = html[html.index('<section id="checkpoints"') :]
+    assert '<span class="muted">#10' in checkpoints[: checkpoints.index("</ul>")]
+    found = logged_in.get(reverse("sessions:search", args=[talk.pk]), {"q": "answer 0.0", "step": 0},
+                          HTTP_HX_REQUEST="true").content.decode()  # fmt: skip
+    seq = Event.objects.get(session=talk, payload__contains="answer 0.0").seq
+    assert f'data-seq="{seq}">#{seq + 1} ' in found and "from #1" in found
+
+
+def test_agent_written_text_is_isolated_from_its_surroundings(logged_in, db):
+    session = build_session(hostile_events(), source_session_id="rtl", task="\u05e9\u05dc\u05d5\u05dd task")
+    set_checkpoint(session=session, name="\u05d0 checkpoint", seq=1)
+    html = logged_in.get(url(session), {"step": 1}).content.decode()
+    assert '<p class="task" dir="auto">' in html
+    assert '<bdi class="tool">&lt;b&gt;tool&lt;/b&gt;</bdi>' in html and '<bdi class="preview">' in html
+    assert "⚑ <bdi>\u05d0 checkpoint</bdi>" in html
+    found = logged_in.get(reverse("sessions:search", args=[session.pk]), {"q": "hi", "step": 0},
+                          HTTP_HX_REQUEST="true").content.decode()  # fmt: skip
+    assert "<bdi>" in found

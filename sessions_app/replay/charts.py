@@ -4,10 +4,16 @@ Reads are bounded whatever the session's length: the curves sample at most MAX_P
 an indexed `IN (...)` lookup (running totals make the samples exact for cumulative values and
 per-bucket averages), and call latencies are reduced to per-bucket maxima by the database.
 Every point carries the seq it stands for in `customdata`, so clicking it jumps the player.
+
+plotly.js reads hover text (`text`, `hovertemplate`, names) as its own small HTML: tags it knows
+are drawn (links, styles) and entities are decoded into plain text nodes. So every string the
+agent wrote goes in escaped (`hover_text`): a tool named `<img src=x onerror=...>` shows as
+those characters, never as markup.
 """
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 from django.db.models import Count, F, Max, Min
@@ -42,6 +48,11 @@ def player_figures(*, session: Session) -> dict[str, Any]:
             "latency": latency_figure(session=session),
         },
     }
+
+
+def hover_text(text: str) -> str:
+    """An agent-written string as plotly hover text: escaped, shown as written."""
+    return escape(text, quote=True)
 
 
 def _layout(title: str, x: str, y: str) -> dict[str, Any]:
@@ -92,6 +103,12 @@ def tokens_figure(*, steps: list[tuple[int, int, float | None, float, int]]) -> 
 
 
 def cost_figure(*, session: Session) -> dict[str, Any]:
+    if not session.priced_events:
+        # No event had a price: a flat line at $0 would say it was free.
+        layout = _layout("Cumulative cost", "event", "USD")
+        layout["annotations"] = [{"text": "unpriced: no event of this session has a known price",
+                                  "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]  # fmt: skip
+        return {"data": [], "layout": layout}
     ends = boundaries(session.event_count, MAX_POINTS)
     rows = list(
         Event.objects.filter(session=session, seq__in=ends)
@@ -120,7 +137,7 @@ def latency_figure(*, session: Session) -> dict[str, Any]:
         of_kind = calls.filter(kind=kind)
         if expected <= MAX_POINTS:
             rows = list(of_kind.order_by("seq").values_list("seq", "pair_duration_ms", "tool")[:MAX_POINTS])
-            label = [tool or kind for *_, tool in rows]
+            label = [hover_text(tool or kind) for *_, tool in rows]
         else:
             width = max(1, -(-session.event_count // MAX_POINTS))  # ceil: at most MAX_POINTS buckets
             grouped = (

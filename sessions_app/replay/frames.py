@@ -67,10 +67,13 @@ class StepRow:
     tool: str | None
     step_pos: int | None
     depth_class: int
-    clock: str  # HH:MM:SS.mmm
+    timestamp: str | None  # ISO 8601 UTC, shown on hover
+    offset_ms: float | None  # since the session's start, shown as `+1m 23.4s`
     preview: str
-    pair: str  # `1.2 s ↔ #42`
+    pair_seq: int | None  # the other side of its pair
+    pair_ms: float | None  # and the time between the two
     cost_usd: float | None
+    cost_unpriced: bool  # used tokens with no known price
     is_error: bool
     current: bool
     opens: RowGroup | None = None  # this row opens a group of chunks
@@ -85,6 +88,7 @@ class PanelEvent:
     kind: str
     event_type: str
     timestamp: str | None
+    offset_ms: float | None  # since the session's start
     depth: int | None
     agent_id: str | None
     tool: str | None
@@ -153,7 +157,7 @@ class PanelContext:
 
     event_index: int
     total_events: int
-    cumulative_cost_usd: float
+    cumulative_cost_usd: float | None  # None: the session has no priced event (unpriced, not $0)
     tokens: int
     reward: float
     elapsed_ms: float
@@ -183,10 +187,11 @@ class Frame:
     children: list[dict[str, Any]] = field(default_factory=list)
     conversation: list[dict[str, Any]] = field(default_factory=list)
     typing: str = ""  # the agent's reply so far, rebuilt from this turn's streamed chunks
-    variables: list[tuple[str, str]] = field(default_factory=list)  # (name, clipped value)
+    variables: list[tuple[str, Any]] = field(default_factory=list)  # (name, value), clipped when shown
     variables_hidden: int = 0
-    memory: list[str] = field(default_factory=list)
+    memory: list[Any] = field(default_factory=list)  # the notes, empty ones left out
     memory_hidden: int = 0
+    hidden_kind: str | None = None  # the shown event's kind, when the step list's filter hides it
 
 
 @dataclass
@@ -207,6 +212,19 @@ class SearchPanel:
 def _epoch_ms(iso: str | None) -> float | None:
     moment = as_utc(iso)
     return None if moment is None else moment.timestamp() * 1000.0
+
+
+def start_ms(session: Session) -> float | None:
+    """The session's start (what the list shows as Started), in epoch ms: where event times count from."""
+    return None if session.started_at is None else session.started_at.timestamp() * 1000.0
+
+
+def _offset_ms(iso: str | None, start: float | None) -> float | None:
+    """Milliseconds from the session's start to an event's time (below zero when a clock went back)."""
+    if start is None or iso is None:
+        return None
+    moment = _epoch_ms(iso)
+    return None if moment is None else moment - start
 
 
 def message_text(payload: Any) -> str:
@@ -264,34 +282,23 @@ def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _clip_block(text: str, limit: int = SHOWN_VALUE_CHARS) -> str:
+def clip_block(text: str, limit: int = SHOWN_VALUE_CHARS) -> str:
+    """A block of text cut at `limit` characters, saying how long it was."""
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
-def _pair_label(event: dict[str, Any]) -> str:
-    """`1.2 s ↔ #42`: the paired event and the time between the call and its answer."""
-    if event.get("pairSeq") is None:
-        return ""
-    duration = event.get("pairDurationMs")
-    if duration is None:
-        return f"↔ #{event['pairSeq']}"
-    seconds = duration / 1000.0
-    shown = f"{duration:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
-    return f"{shown} ↔ #{event['pairSeq']}"
-
-
-def step_rows(events: list[dict[str, Any]], seq: int) -> list[StepRow]:
-    """Step-list rows from the window's events: each with its preview, clock time and pair
-    label. A run of COLLAPSE_MIN or more streamed chunks folds into one row: its first row
-    `opens` the group (kind, count, seq range, open when the current event is inside) and its
-    last `closes` it."""
+def step_rows(events: list[dict[str, Any]], seq: int, *, start: float | None = None) -> list[StepRow]:
+    """Step-list rows from the window's events: each with its preview, its time since `start`
+    (the session's, epoch ms) and its pair. A run of COLLAPSE_MIN or more streamed chunks folds
+    into one row: its first row `opens` the group (kind, count, seq range, open when the current
+    event is inside) and its last `closes` it."""
     rows = [
         StepRow(
             seq=event["seq"], kind=event["kind"], tool=event["tool"], step_pos=event["stepPos"],
-            depth_class=min(event["depth"] or 0, 6),
-            clock=(event["timestamp"] or "")[11:23],  # HH:MM:SS.mmm of the ISO time
-            preview=preview(event), pair=_pair_label(event), cost_usd=event["costUsd"],
-            is_error=event["isError"], current=event["seq"] == seq,
+            depth_class=min(event["depth"] or 0, 6), timestamp=event["timestamp"],
+            offset_ms=_offset_ms(event["timestamp"], start), preview=preview(event),
+            pair_seq=event["pairSeq"], pair_ms=event["pairDurationMs"], cost_usd=event["costUsd"],
+            cost_unpriced=event["costUnpriced"], is_error=event["isError"], current=event["seq"] == seq,
         )
         for event in events
     ]  # fmt: skip
@@ -311,13 +318,15 @@ def step_rows(events: list[dict[str, Any]], seq: int) -> list[StepRow]:
     return rows
 
 
-def panel_context(context: dict[str, Any]) -> PanelContext:
-    """The context panel from replay.context_at's result."""
+def panel_context(context: dict[str, Any], *, priced: bool = True, start: float | None = None) -> PanelContext:
+    """The context panel from replay.context_at's result; `priced`: whether any event of the
+    session has a price (else its running cost is unpriced, not $0); `start`: the session's
+    start in epoch ms."""
     event, paired, seq = context["event"], context["pairedEvent"], context["eventIndex"]
     return PanelContext(
         event_index=seq,
         total_events=context["totalEvents"],
-        cumulative_cost_usd=context["cumulativeCostUsd"],
+        cumulative_cost_usd=context["cumulativeCostUsd"] if priced else None,
         tokens=context["tokens"],
         reward=context["reward"],
         elapsed_ms=context["elapsedMs"],
@@ -326,7 +335,7 @@ def panel_context(context: dict[str, Any]) -> PanelContext:
         warnings=[PanelWarning(type=w["type"], message=w["message"]) for w in context["warnings"]],
         event=PanelEvent(
             seq=event["seq"], kind=event["kind"], event_type=event["eventType"], timestamp=event["timestamp"],
-            depth=event["depth"], agent_id=event["agentId"], tool=event["tool"], cost_usd=event["costUsd"],
+            offset_ms=_offset_ms(event["timestamp"], start), depth=event["depth"], agent_id=event["agentId"], tool=event["tool"], cost_usd=event["costUsd"],
             cost_unpriced=event["costUnpriced"], tokens=event["tokens"], is_error=event["isError"],
             payload=event["payload"],
         ),
@@ -335,7 +344,7 @@ def panel_context(context: dict[str, Any]) -> PanelContext:
         ),
         step=_panel_step(context["step"], index=context["stepIndex"], step_seq=context["stepSeq"], seq=seq),
         event_counts=context["eventCounts"],
-        memory_note_count=len(context["memoryNotes"]),
+        memory_note_count=sum(not _is_blank(note) for note in context["memoryNotes"]),
         variable_count=len(context["variables"]),
         llm_history=_history(context["llmHistory"]),
         tool_results=_history(context["toolResults"]),
@@ -414,15 +423,20 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
     if session.error_count or session.step_error_count:
         nav["prev_error"], nav["next_error"] = replay.errors_around(session=session, seq=seq)
 
-    panel = panel_context(context) if context is not None else None
-    frame = Frame(session=session, seq=seq, events=step_rows(events, seq), context=panel, nav=nav, kinds=kinds)
+    start = start_ms(session)
+    priced = session.priced_events > 0
+    panel = panel_context(context, priced=priced, start=start) if context is not None else None
+    rows = step_rows(events, seq, start=start)
+    frame = Frame(session=session, seq=seq, events=rows, context=panel, nav=nav, kinds=kinds)
+    if kinds and panel is not None and panel.event.kind not in kinds:
+        frame.hidden_kind = panel.event.kind
     if context is not None:
         variables = context.get("variables") or {}
         names = list(variables)[-SHOWN_VARIABLES:]
-        frame.variables = [(str(name), _clip_block(display_text(variables[name]))) for name in names]
+        frame.variables = [(str(name), variables[name]) for name in names]
         frame.variables_hidden = len(variables) - len(names)
-        notes = list(context.get("memoryNotes") or [])
-        frame.memory = [_clip_block(display_text(note)) for note in notes[-SHOWN_NOTES:]]
+        notes = [note for note in context.get("memoryNotes") or [] if not _is_blank(note)]
+        frame.memory = notes[-SHOWN_NOTES:]
         frame.memory_hidden = len(notes) - len(frame.memory)
         if session.source_format == "daycare":
             frame.block = run_python_block(session=session, seq=seq, context=context)
@@ -431,6 +445,11 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
         if _kind_totals(session).get(Kind.USER_MESSAGE):
             frame.conversation, frame.typing = conversation(session=session, seq=seq, kinds=_kind_totals(session))
     return frame
+
+
+def _is_blank(value: Any) -> bool:
+    """A list entry with nothing to show (None, blank text): left out, never a "1. none" line."""
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def _ts_of(session: Session, seq: int) -> float | None:
@@ -534,7 +553,8 @@ def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
             "task": _clip(display_text(payload.get("task")), 120),
             "result_seq": result_seq if end else None,
             "finished": end is not None,
-            "cost": (end[0] - cost0) if end else None,
+            # None when no event of the session has a price: unpriced, not $0.
+            "cost": (end[0] - cost0) if end and session.priced_events else None,
             "tokens": (end[1] - tokens0) if end else None,
             "failed": bool(end[2]) if end else False,
         })  # fmt: skip
@@ -573,7 +593,7 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
             "seq": s,
             "kind": kind,
             "user": kind == Kind.USER_MESSAGE,
-            "text": _clip_block(message_text(orjson.loads(p)), 4000),
+            "text": clip_block(message_text(orjson.loads(p)), 4000),
         }
         for s, kind, p in found
     ]
@@ -591,7 +611,7 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
             for patch in payload.get("patches") or []:
                 if isinstance(patch, dict) and patch.get("path") == "/-" and isinstance(patch.get("value"), str):
                     pieces.append(patch["value"])
-        typing = _clip_block("".join(pieces), 4000)
+        typing = clip_block("".join(pieces), 4000)
     return messages, typing
 
 
@@ -614,5 +634,5 @@ def _apply_rewrites(session: Session, messages: list[dict[str, Any]], seq: int) 
         payload = orjson.loads(payload_text)
         target = shown.get((payload.get("rewrites") or {}).get("seq"))
         if target is not None and isinstance(payload.get("text"), str):
-            target["text"] = _clip_block(payload["text"], 4000)
+            target["text"] = clip_block(payload["text"], 4000)
             target["rewritten"] = True

@@ -6,11 +6,12 @@ from typing import Any
 
 import orjson
 from django import template
-from django.utils.safestring import SafeString
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
 
 from .. import highlighting
 from ..canonical import Kind
-from ..replay.frames import display_text
+from ..replay.frames import clip_block, display_text
 
 register = template.Library()
 
@@ -34,13 +35,25 @@ def kind_icon(kind: str) -> str:
     return KIND_ICONS.get(kind, "•")
 
 
+# A span of time below zero means the source's timestamps are out of order (a clock went back, an
+# answer stamped before its call): said so, never shown as if it were a length of time.
+NEGATIVE_DURATION = (
+    '<span class="negative-duration" title="the end is stamped before the start">'
+    "⚠ negative duration ({}): timestamps out of order</span>"
+)
+
+
 @register.filter
 def duration(seconds: Any) -> str:
-    """Seconds as `850 ms`, `4.2 s`, `3 m 12 s`, `2 h 05 m`."""
+    """Seconds as `850 ms`, `4.2 s`, `3 m 12 s`, `2 h 05 m`; below zero, flagged."""
     try:
         value = float(seconds)
     except (TypeError, ValueError):
         return ""
+    if value != value:  # NaN
+        return ""
+    if value < 0:
+        return format_html(NEGATIVE_DURATION, "-" + duration(-value))
     if value < 1:
         return f"{value * 1000:.0f} ms"
     if value < 60:
@@ -62,8 +75,14 @@ def duration_ms(milliseconds: Any) -> str:
         return ""
 
 
+UNPRICED = mark_safe('<em class="unpriced" title="no price is known for what this used">unpriced</em>')
+
+
 @register.filter
 def usd(value: Any) -> str:
+    """A cost in dollars; None, a cost no price is known for, is *unpriced* (never $0)."""
+    if value is None:
+        return UNPRICED
     try:
         amount = float(value)
     except (TypeError, ValueError):
@@ -72,15 +91,87 @@ def usd(value: Any) -> str:
 
 
 @register.filter
+def session_cost(session: Any) -> str:
+    """A session's total cost: *unpriced* when none of its events had a price (its stored total
+    of 0 is then a sum of nothing), and marked when some events used tokens without one (the
+    total covers only the priced events)."""
+    if not session.priced_events:
+        return UNPRICED
+    if session.unpriced_events:
+        return format_html(
+            '{} <em class="unpriced" title="{} events used tokens with no known price: not in this total">'
+            "+ unpriced</em>",
+            usd(session.cost_usd),
+            session.unpriced_events,
+        )
+    return usd(session.cost_usd)
+
+
+@register.filter
+def offset(milliseconds: Any) -> str:
+    """Time since the session's start as `+1m 23.4s` (`+23.4s`, `+2h 05m 03.4s`, `+3d 02h 05m
+    03.4s`); before the start (a clock that went back), flagged."""
+    try:
+        value = float(milliseconds)
+    except (TypeError, ValueError):
+        return ""
+    if value != value:
+        return ""
+    if value < 0:
+        return format_html(
+            '<span class="negative-duration" title="stamped before the session\'s start: timestamps out of order">'
+            "⚠ {}</span>",
+            "-" + offset(-value)[1:],
+        )
+    tenths = int(value / 100 + 0.5)  # half up: 3.45 s shows as 3.5 s
+    seconds, tenth = divmod(tenths, 10)
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"+{days}d {hours:02d}h {minutes:02d}m {seconds:02d}.{tenth}s"
+    if hours:
+        return f"+{hours}h {minutes:02d}m {seconds:02d}.{tenth}s"
+    if minutes:
+        return f"+{minutes}m {seconds:02d}.{tenth}s"
+    return f"+{seconds}.{tenth}s"
+
+
+@register.filter
 def python(code: Any) -> SafeString:
-    return highlighting.highlight_python("" if code is None else str(code))
+    """Code highlighted; a source that recorded something else than text there shows as JSON."""
+    if code is None or isinstance(code, str):
+        return highlighting.highlight_python(code or "")
+    return pretty_json(code)
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
 
 
 @register.filter
 def pretty_json(value: Any) -> SafeString:
     """A decoded JSON value, indented and highlighted (escaped inside)."""
-    text = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
-    return highlighting.highlight_json(text)
+    return highlighting.highlight_json(_json_text(value))
+
+
+@register.filter
+def json_block(value: Any, css: str = "value") -> SafeString:
+    """A value (a variable's: its type shows, "2" is not 2) as a <pre> of indented, highlighted
+    JSON, never a Python repr; past SHOWN_VALUE_CHARS it is cut and says so (the snapshot export
+    has it all). JSON reads left to right; its strings are isolated by the highlighter."""
+    return format_html(
+        '<pre class="{} json" dir="ltr">{}</pre>', css, highlighting.highlight_json(clip_block(_json_text(value)))
+    )
+
+
+@register.filter
+def value_block(value: Any, css: str = "value") -> SafeString:
+    """A value as a <pre>: text as it is (escaped, its direction its own), anything else as
+    json_block."""
+    if isinstance(value, str):
+        return format_html('<pre class="{}" dir="auto">{}</pre>', css, clip_block(value))
+    return json_block(value, css)
 
 
 @register.filter
@@ -106,5 +197,15 @@ def get(mapping: Any, key: Any) -> Any:
 def percent(value: Any) -> str:
     try:
         return f"{float(value) * 100:.2f}%"
+    except (TypeError, ValueError):
+        return ""
+
+
+@register.filter
+def one_based(position: Any) -> Any:
+    """A 0-based seq or step index as people count: the player shows seq 0 as event #1 and
+    step index 0 as step 1 (URLs and the API keep the 0-based values)."""
+    try:
+        return int(position) + 1
     except (TypeError, ValueError):
         return ""
