@@ -350,3 +350,23 @@ def test_the_players_panel_makes_a_link_shows_it_once_and_revokes_it(shown, mia,
     revoked = client.post(reverse("sessions:share_link_revoke", args=[link.pk]), HTTP_HX_REQUEST="true")
     assert revoked.status_code == 200 and "revoked by mia" in revoked.content.decode()
     assert Client().get(f"/s/{token}").status_code == 404
+
+
+def test_the_tour_pages_panel_makes_and_revokes_tour_links_for_maintainers_only(acme, shown, mia):
+    tour = Tour.objects.create(project=acme, title="Onboarding")
+    TourStop.objects.create(tour=tour, position=0, session=shown, seq=1, title="start")
+    client = _signed_in(mia)
+    panel_url = reverse("sessions:tour_share_links", args=[tour.pk])
+    assert f'hx-get="{panel_url}"' in client.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+    created = client.post(panel_url, {"expires_in_days": "2"}, HTTP_HX_REQUEST="true").content.decode()
+    link = ShareLink.objects.get()
+    assert (link.tour_id, link.session_id) == (tour.pk, None) and "share-created-url" in created
+    viewer = _signed_in(member("vic", acme, Role.VIEWER))
+    assert f'hx-get="{panel_url}"' not in viewer.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+    assert viewer.get(panel_url).status_code == 403
+    assert viewer.post(reverse("sessions:share_link_revoke", args=[link.pk])).status_code == 403
+    revoked = client.post(reverse("sessions:share_link_revoke", args=[link.pk]))
+    assert revoked.status_code == 302 and revoked.url == reverse("sessions:tour", args=[tour.pk])
+    link.refresh_from_db()
+    assert link.state == "revoked"
+    assert AuditEntry.objects.get(action="share_link.revoke").target == f"tour:{tour.pk}"
