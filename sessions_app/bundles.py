@@ -215,6 +215,9 @@ def session_summary(session: Session, count: int) -> dict[str, Any]:
         },
         "totals": {
             "cost_usd": session.cost_usd,
+            # No priced event: cost_usd is unpriced, not $0; some unpriced: it leaves those out.
+            "priced_events": session.priced_events,
+            "unpriced_events": session.unpriced_events,
             "tokens": session.tokens,
             "reward": session.reward,
             "elapsed_ms": session.elapsed_ms,

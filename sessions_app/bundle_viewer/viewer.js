@@ -39,6 +39,37 @@
   function money(value) { return "$" + Number(value || 0).toFixed(4); }
   function count(value) { return Number(value || 0).toLocaleString("en-US"); }
 
+  // A cost is "unpriced" when no event of the session had a price: its total of 0 is a sum of
+  // nothing, not $0 (bundles made before the server counted priced events say nothing: money).
+  const totals = session.totals || {};
+  const priced = totals.priced_events === undefined || totals.priced_events > 0;
+  function cost(value) { return priced ? money(value) : "unpriced"; }
+  function sessionCost() {
+    if (!priced) return "unpriced";
+    return money(totals.cost_usd) + (totals.unpriced_events ? " + unpriced (" + count(totals.unpriced_events) + " events with no known price)" : "");
+  }
+
+  // Times as the player shows them: since the session's start, "+1m 23.4s", with the UTC time.
+  const startMs = session.started_at ? Date.parse(session.started_at) : NaN;
+  function sinceStart(ms) {
+    const tenths = Math.round(Math.abs(ms) / 100);
+    const seconds = Math.floor(tenths / 10) % 60, tenth = tenths % 10;
+    const minutes = Math.floor(tenths / 600) % 60, hours = Math.floor(tenths / 36000);
+    const pad = function (n) { return String(n).padStart(2, "0"); };
+    if (hours) return hours + "h " + pad(minutes) + "m " + pad(seconds) + "." + tenth + "s";
+    if (minutes) return minutes + "m " + pad(seconds) + "." + tenth + "s";
+    return seconds + "." + tenth + "s";
+  }
+  function moment(ts) {
+    if (!ts) return "—";
+    const at = Date.parse(ts.replace(" ", "T") + "Z"); // the chain's form: naive UTC
+    if (Number.isNaN(at)) return ts;
+    const iso = new Date(at).toISOString();
+    if (Number.isNaN(startMs)) return iso;
+    const since = at - startMs;
+    return (since < 0 ? "⚠ -" + sinceStart(since) + " before the session's start: timestamps out of order" : "+" + sinceStart(since)) + " · " + iso;
+  }
+
   let current = -1;
 
   // --- header ------------------------------------------------------------------------------
@@ -54,7 +85,7 @@
       session.model || "no model named",
       count(c.events) + " events",
       count(c.steps) + " steps",
-      money(t.cost_usd),
+      sessionCost(),
       count(t.tokens) + " tokens",
       count(c.errors) + " errors",
       "exported " + manifest.exported_at + " by " + manifest.exported_by,
@@ -157,11 +188,11 @@
     dl.replaceChildren();
     fact(dl, "seq", seq);
     fact(dl, "kind", e[col.kind]);
-    fact(dl, "time", e[col.ts] || "—");
+    fact(dl, "time", moment(e[col.ts]));
     fact(dl, "step", e[col.step] === null ? "—" : e[col.step]);
     if (e[col.tool]) fact(dl, "tool / model", e[col.tool]);
     fact(dl, "error", e[col.is_error] ? "yes" : "no");
-    fact(dl, "cost so far", money(e[col.cost_total]));
+    fact(dl, "cost so far", cost(e[col.cost_total]));
     fact(dl, "tokens so far", count(e[col.tokens_total]));
     fact(dl, "errors so far", count(e[col.errors_total]));
     fact(dl, "steps so far", count(e[col.steps_total]));

@@ -51,8 +51,10 @@ def player_figures(*, session: Session) -> dict[str, Any]:
 
 
 def hover_text(text: str) -> str:
-    """An agent-written string as plotly hover text: escaped, shown as written."""
-    return escape(text, quote=True)
+    """An agent-written string as plotly hover text: escaped, shown as written. Quotes stay:
+    plotly decodes only a few entities (&lt; &gt; &amp;, not &quot;), and with `<` escaped no
+    quote can open anything."""
+    return escape(text, quote=False)
 
 
 def _layout(title: str, x: str, y: str) -> dict[str, Any]:
