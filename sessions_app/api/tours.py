@@ -80,10 +80,13 @@ def _stop_row(stop: TourStop) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _tour_row(tour: Tour, *, slug: str, stop_count: int, sessions: list[int]) -> dict[str, Any]:
+def _tour_row(
+    tour: Tour, *, slug: str, stop_count: int, sessions: list[int], description_html: str | None = None
+) -> dict[str, Any]:
+    html = tours.describe(tour) if description_html is None else description_html
     return {
         "id": tour.pk, "project": slug, "title": tour.title, "description": tour.description,
-        "description_html": str(tours.describe(tour)), "created_by": tour.created_by_name,
+        "description_html": str(html), "created_by": tour.created_by_name,
         "created_at": tour.created_at, "updated_at": tour.updated_at, "stop_count": stop_count,
         "sessions": sessions, "play_url": tours.play_url(tour.pk),
     }  # fmt: skip
@@ -105,7 +108,13 @@ def list_tours(request: HttpRequest, slug: str):
     """The project's tours by title, each with its length and the sessions it spans."""
     project = access.project_for(request, slug)
     return [
-        _tour_row(s.tour, slug=project.slug, stop_count=s.stop_count, sessions=[sid for sid, _ in s.sessions])
+        _tour_row(
+            s.tour,
+            slug=project.slug,
+            stop_count=s.stop_count,
+            sessions=[sid for sid, _ in s.sessions],
+            description_html=s.description_html,
+        )
         for s in tours.tours_of_project(project=project)
     ]
 
