@@ -109,7 +109,7 @@ def test_variables_memory_and_step_output_show_as_json_never_python_reprs(logged
         r"<th><bdi>done</bdi></th><td><pre class=\"value json\" dir=\"ltr\"><span class=\"tok-kw\">true", panel
     )
     assert re.search(r"<th><bdi>nothing</bdi></th><td><pre[^>]*><span class=\"tok-kw\">null", panel)
-    assert '<bdi class="tok-str">&quot;True&quot;</bdi>' in panel  # a string variable stays a string
+    assert '<bdi class="tok-str">"True"</bdi>' in panel  # a string variable stays a string
     # At the step's end: its output (a dict in rlm-code's StepState) is JSON too.
     closing = seq_of(rlm_session, kind=Kind.STEP_END)
     closed = plain(without_code(panel_of(page(logged_in, rlm_session, closing))))
@@ -289,7 +289,7 @@ def test_agent_text_in_the_panel_is_isolated_and_escaped(logged_in, db):
     assert f"<bdi>{escaped}</bdi></a> <bdi>{RLO}done</bdi>" in panel  # a tool result's entry
     first = panel_of(page(logged_in, session, 0))
     assert f"agent <bdi>agent{RLO}7</bdi>" in first
-    assert f'<bdi class="tok-str">&quot;{RLO}&lt;img' in first  # a string inside the payload's JSON
+    assert f'<bdi class="tok-str">"{RLO}&lt;img' in first  # a string inside the payload's JSON
 
 
 # 8. plotly hover text escaped
