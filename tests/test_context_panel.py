@@ -234,6 +234,8 @@ def test_times_are_relative_to_the_session_start_with_the_utc_time_on_hover(logg
     response = page(logged_in, session, 1)
     stamp = '<time datetime="2026-02-08T10:31:23.400000Z" title="2026-02-08T10:31:23.400000Z">+1m 23.4s</time>'
     assert stamp in row_of(response, 1) and stamp in panel_of(response)
+    assert "<dt>Elapsed</dt><dd>+1m 23.4s</dd>" in panel_of(response)  # the same format
+    assert re.search(r'<output id="step-status"[^>]*>.*· \+1m 23\.4s</output>', response)
     assert ">+0.0s</time>" in row_of(response, 0)
     assert ">+2h 05m 03.5s</time>" in row_of(response, 2)
     assert "10:31:23.400<" not in step_list_of(response)  # the old HH:MM:SS.mmm clock
