@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 
-from django.db import transaction
-from django.db.models import Case, Count, F, TextField, Value, When
+from django.db import connection, transaction
+from django.db.models import Count
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString
@@ -359,17 +360,44 @@ class TourMode:
     script_data: dict[str, object]
 
 
+@cache
+def _stop_rows_sql() -> str:
+    """Every stop's place, session, seq and title, and the narration of the one at position %s
+    only, of tour %s. Written as SQL: the same query as TourStop.objects.filter(tour=...)
+    .order_by("position").annotate(shown=Case(When(position=..., then=F("narration")), ...))
+    .values_list(...), which Django took longer to compile than the database to run, on every
+    frame of tour mode."""
+    meta, quote = TourStop._meta, connection.ops.quote_name
+    c = {
+        name: quote(meta.get_field(name).column)
+        for name in ("position", "session", "seq", "title", "narration", "tour")
+    }
+    return (
+        f"SELECT {c['position']}, {c['session']}, {c['seq']}, {c['title']}, "
+        f"CASE WHEN {c['position']} = %s THEN {c['narration']} ELSE '' END "
+        f"FROM {quote(meta.db_table)} WHERE {c['tour']} = %s ORDER BY {c['position']}"
+    )
+
+
+def _stop_rows(tour_id: int, index: int) -> list[tuple[int, int, int, str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(_stop_rows_sql(), [index, tour_id])
+        return cursor.fetchall()
+
+
+@lru_cache(maxsize=256)
+def _narration_html(narration: str) -> SafeString:
+    """A narration as HTML, kept: a tour is played over and over, every frame shows its stop's
+    narration, and rendering and sanitising it cost as much as the rest of tour mode."""
+    return render_markdown(narration)
+
+
 def tour_mode(*, tour: Tour, session: Session, number: int) -> TourMode | None:
     """The tour at stop `number` (1-based; out of range: the nearest) as the player at
     `session` shows it; None for a tour without stops. One query: every stop's place and
     title, and only the shown stop's narration (a tour's narrations may be long)."""
     index = max(number, 1) - 1
-    rows = list(
-        TourStop.objects.filter(tour=tour)
-        .order_by("position")
-        .annotate(shown=Case(When(position=index, then=F("narration")), default=Value(""), output_field=TextField()))
-        .values_list("position", "session_id", "seq", "title", "shown")
-    )
+    rows = _stop_rows(tour.pk, index)
     if not rows:
         return None
     index = min(index, len(rows) - 1)  # a stale link past the end: the last stop
@@ -392,6 +420,6 @@ def tour_mode(*, tour: Tour, session: Session, number: int) -> TourMode | None:
     }  # fmt: skip
     return TourMode(
         tour_id=tour.pk, tour_title=tour.title, number=stop.number, count=len(links), stop=stop,
-        narration_html=render_markdown(narration or ""), here=stop.session == session.pk,
+        narration_html=_narration_html(narration or ""), here=stop.session == session.pk,
         prev=links[index - 1] if index > 0 else None, next=following, script_data=data,
     )  # fmt: skip
