@@ -15,8 +15,16 @@ urlpatterns = [
     path("sessions/<int:session_id>/", views.player, name="player"),
     path("sessions/<int:session_id>/search/", views.search, name="search"),
     path("sessions/<int:session_id>/checkpoints/", checkpoints.create, name="checkpoint"),
-    path("sessions/<int:session_id>/checkpoints/<int:checkpoint_id>/rename/", checkpoints.rename, name="checkpoint_rename"),
-    path("sessions/<int:session_id>/checkpoints/<int:checkpoint_id>/delete/", checkpoints.delete, name="checkpoint_delete"),
+    path(
+        "sessions/<int:session_id>/checkpoints/<int:checkpoint_id>/rename/",
+        checkpoints.rename,
+        name="checkpoint_rename",
+    ),
+    path(
+        "sessions/<int:session_id>/checkpoints/<int:checkpoint_id>/delete/",
+        checkpoints.delete,
+        name="checkpoint_delete",
+    ),
     path("sessions/<int:session_id>/verify/", views.verify, name="verify"),
     path("sessions/<int:session_id>/charts/", views.session_charts, name="charts"),
     path("sessions/<int:session_id>/comments/", comments.create, name="comment_create"),

@@ -42,8 +42,15 @@ def test_create_at_an_event_list_and_move(api, session):
     assert post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": "a", "seq": 12}).status_code == 201
     listed = get_json(api, f"/api/sessions/{session.pk}/checkpoints")
     assert [(c["name"], c["seq"], c["stepPos"]) for c in listed] == [("a", 12, 1), ("b", 300, 59)]
-    # The same name again moves it.
-    assert post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": "b", "seq": 7}).status_code == 201
+    # The same name again is refused, saying where it is; `replace: true` moves it.
+    taken = post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": "b", "seq": 7})
+    assert taken.status_code == 409
+    assert orjson.loads(taken.content)["detail"] == (
+        "name: a checkpoint named 'b' exists at seq 300; send \"replace\": true to move it"
+    )
+    assert Checkpoint.objects.get(session=session, name="b").seq == 300
+    moved = post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": "b", "seq": 7, "replace": True})
+    assert moved.status_code == 201 and orjson.loads(moved.content)["checkpoint"]["seq"] == 7
     assert Checkpoint.objects.get(session=session, name="b").seq == 7
 
 
@@ -60,9 +67,10 @@ def test_delete_a_checkpoint(api, session):
     [
         ({"name": "x"}, "give exactly one of seq or step"),
         ({"name": "x", "seq": 1, "step": 1}, "give exactly one of seq or step"),
-        ({"name": "x", "seq": 500}, "seq: session"),
-        ({"name": "x", "step": 100}, "step: session"),
+        ({"name": "x", "seq": 500}, "has no event at seq 500 (its seqs are 0 to 499)"),
+        ({"name": "x", "step": 100}, "has no step at index 100 (its step indexes are 0 to 99)"),
         ({"name": "", "seq": 1}, "name: String should have at least 1 character"),
+        ({"name": "   ", "seq": 1}, "name: give the checkpoint a name"),
         ({"name": "x", "seq": -4}, "seq: Input should be greater than or equal to 0"),
     ],
 )

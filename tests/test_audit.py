@@ -134,7 +134,8 @@ def test_exporting_is_session_export_with_its_format(acme, ours, api, mia_key):
 
 
 def test_verifying_through_the_api_and_the_dashboard_button_is_session_verify(acme, ours, api, page, mia_key):
-    assert api.get(f"/api/sessions/{ours.pk}/verify").status_code == 200
+    assert api.get(f"/api/sessions/{ours.pk}/verify").status_code == 200  # a read: recorded nowhere
+    assert api.post(f"/api/sessions/{ours.pk}/verify").status_code == 200
     assert page.post(reverse("sessions:verify", args=[ours.pk])).status_code == 302
     entries = list(AuditEntry.objects.of_project(acme).filter(action="session.verify").order_by("seq"))
     assert [who(e) for e in entries] == [
@@ -155,7 +156,10 @@ def test_checkpoints_made_through_the_api_and_the_dashboard_and_deleted(acme, ou
         (("mia", f"session:{ours.pk}", IP, ""), {"name": "page-cp", "seq": 4}),
     ]
     deleted = only(acme, "checkpoint.delete")
-    assert who(deleted) == ("mia", f"session:{ours.pk}", IP, mia_key[:10]) and detail(deleted) == {"name": "api-cp"}
+    assert who(deleted) == ("mia", f"session:{ours.pk}", IP, mia_key[:10]) and detail(deleted) == {
+        "name": "api-cp",
+        "seq": 2,
+    }
 
 
 def test_members_added_changed_and_removed(acme):

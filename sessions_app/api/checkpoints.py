@@ -9,21 +9,20 @@ from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from .. import access, audit, replay
-from ..ingest.writer import set_checkpoint
+from .. import access, audit, checkpoints, replay
 from ..models import Checkpoint, Role, Session
-from .auth import who
 from .responses import json_response
-from .schemas import BAD, NOT_FOUND, CheckpointOut, ContextOut, StepStateOut
+from .schemas import BAD, NOT_FOUND, CheckpointOut, ContextOut, DetailOut, Id, Position, StepStateOut
 
 router = Router(tags=["sessions"])
 
 
 class CheckpointIn(Schema):
     name: str = Field(..., min_length=1, max_length=200)
-    seq: int | None = Field(None, ge=0, description="the event to name; or give `step`")
-    step: int | None = Field(None, ge=0, description="0-based step position; its closing event is named")
+    seq: Position | None = Field(None, description="the event to name; or give `step`")
+    step: Position | None = Field(None, description="0-based step position; its closing event is named")
     note: str = Field("", max_length=2000)
+    replace: bool = Field(False, description="move the name if a checkpoint has it; without it a taken name is a 409")
 
 
 class CheckpointStateOut(Schema):
@@ -58,17 +57,20 @@ def _checkpoint_state(session: Session, checkpoint: Checkpoint) -> dict[str, Any
 @router.get(
     "/sessions/{session_id}/checkpoints", response={200: list[CheckpointOut], **NOT_FOUND}, url_name="checkpoints"
 )
-def list_checkpoints(request: HttpRequest, session_id: int):
+def list_checkpoints(request: HttpRequest, session_id: Id):
     """The session's named positions, in seq order."""
     session = access.session_for(request, session_id)
     return [checkpoint_row(c) for c in session.checkpoints.order_by("seq", "name")]
 
 
 @router.post(
-    "/sessions/{session_id}/checkpoints", response={201: CheckpointStateOut, **BAD}, url_name="create_checkpoint"
+    "/sessions/{session_id}/checkpoints",
+    response={201: CheckpointStateOut, 409: DetailOut, **BAD},
+    url_name="create_checkpoint",
 )
-def create_checkpoint(request: HttpRequest, session_id: int, body: CheckpointIn):
-    """Name an event (`seq`) or a step (`step`); an existing name moves. Returns the full state."""
+def create_checkpoint(request: HttpRequest, session_id: Id, body: CheckpointIn):
+    """Name an event (`seq`) or a step (`step`). A name in use is a 409 unless `replace` is
+    true, which moves it. Returns the full state."""
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
     if (body.seq is None) == (body.step is None):
         raise HttpError(400, "give exactly one of seq or step")
@@ -76,18 +78,24 @@ def create_checkpoint(request: HttpRequest, session_id: int, body: CheckpointIn)
     if body.step is not None:
         seq = replay.step_seq(session=session, index=body.step)
         if seq is None:
-            raise HttpError(400, f"step: session {session_id} has no step {body.step} (it has {session.step_count})")
-    if seq >= session.event_count:
-        raise HttpError(400, f"seq: session {session_id} has no event {seq} (it has {session.event_count})")
-    checkpoint = set_checkpoint(session=session, name=body.name, seq=seq, created_by=who(request), note=body.note)
-    audit.record_on_session(request, "checkpoint.create", session, name=checkpoint.name, seq=checkpoint.seq)
+            span = f"its step indexes are 0 to {session.step_count - 1}" if session.step_count else "it has no steps"
+            raise HttpError(400, f"step: session {session_id} has no step at index {body.step} ({span})")
+    try:
+        checkpoint = checkpoints.save_checkpoint(
+            actor=access.actor_of(request), session=session, name=body.name, seq=seq, note=body.note,
+            replace=body.replace, ip=audit.client_ip(request),
+        )  # fmt: skip
+    except checkpoints.CheckpointExists as exc:
+        raise HttpError(409, f'{exc}; send "replace": true to move it')
+    except checkpoints.CheckpointError as exc:
+        raise HttpError(400, str(exc))
     return json_response(_checkpoint_state(session, checkpoint), status=201)
 
 
 @router.get(
     "/sessions/{session_id}/checkpoints/{name}", response={200: CheckpointStateOut, **NOT_FOUND}, url_name="checkpoint"
 )
-def get_checkpoint(request: HttpRequest, session_id: int, name: str):
+def get_checkpoint(request: HttpRequest, session_id: Id, name: str):
     """A checkpoint with the full state at its position."""
     session = access.session_for(request, session_id)
     checkpoint = session.checkpoints.filter(name=name).first()
@@ -99,10 +107,10 @@ def get_checkpoint(request: HttpRequest, session_id: int, name: str):
 @router.delete(
     "/sessions/{session_id}/checkpoints/{name}", response={204: None, **NOT_FOUND}, url_name="delete_checkpoint"
 )
-def delete_checkpoint(request: HttpRequest, session_id: int, name: str):
+def delete_checkpoint(request: HttpRequest, session_id: Id, name: str):
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
-    deleted, _ = session.checkpoints.filter(name=name).delete()
-    if not deleted:
+    checkpoint = session.checkpoints.filter(name=name).first()
+    if checkpoint is None:
         raise HttpError(404, f"session {session_id} has no checkpoint named {name!r}")
-    audit.record_on_session(request, "checkpoint.delete", session, name=name)
+    checkpoints.delete_checkpoint(actor=access.actor_of(request), checkpoint=checkpoint, ip=audit.client_ip(request))
     return Status(204, None)

@@ -1,0 +1,110 @@
+"""Checkpoints people set on a session: naming an event, moving a name (only when asked to),
+renaming and deleting, each with its audit entry.
+
+The API (api/checkpoints.py) and the player's forms (views/sessions.py) call these workflows.
+Who may call them at all (maintainer and up) is the caller's `access.session_for`. Checkpoints
+a recording carries (rlm-code's, a live client's `checkpoint` events) are written by the ingest
+path (ingest/writer.py's set_checkpoint), which moves a name silently: the recording says so.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+
+from . import audit
+from .access import Actor, NotVisible
+from .canonical import without_nul
+from .ingest.writer import set_checkpoint
+from .models import Checkpoint, Session
+
+MAX_NAME = 200  # Checkpoint.name's length
+
+
+class CheckpointError(ValueError):
+    """A checkpoint the workflow refuses (a 400): the message names the field."""
+
+
+class CheckpointExists(Exception):
+    """The name is taken (a 409): the caller asks before replacing it."""
+
+    def __init__(self, existing: Checkpoint) -> None:
+        super().__init__(f"name: a checkpoint named {existing.name!r} exists at seq {existing.seq}")
+        self.existing = existing
+
+
+def _clean_name(name: str) -> str:
+    name = without_nul(name or "").strip()
+    if not name:
+        raise CheckpointError("name: give the checkpoint a name")
+    if len(name) > MAX_NAME:
+        raise CheckpointError(f"name: at most {MAX_NAME} characters")
+    return name
+
+
+def checkpoint_in(*, session: Session, checkpoint_id: int) -> Checkpoint:
+    """One checkpoint of the session (another session's id is a 404)."""
+    found = Checkpoint.objects.filter(session=session, pk=checkpoint_id).first()
+    if found is None:
+        raise NotVisible(f"session {session.pk} has no checkpoint {checkpoint_id}")
+    found.session = session  # the caller's scoped lookup: no second read of the session
+    return found
+
+
+def save_checkpoint(
+    *,
+    actor: Actor,
+    session: Session,
+    name: str,
+    seq: int,
+    note: str = "",
+    replace: bool = False,
+    ip: str | None = None,
+) -> Checkpoint:
+    """Name event `seq`. A name already in use raises CheckpointExists (saying where it is)
+    unless `replace`, which moves it: never a silent overwrite."""
+    name = _clean_name(name)
+    if not 0 <= seq < session.event_count:
+        span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"
+        raise CheckpointError(f"seq: session {session.pk} has no event at seq {seq} ({span})")
+    existing = Checkpoint.objects.filter(session=session, name=name).first()
+    if existing is not None and not replace:
+        raise CheckpointExists(existing)
+    saved = set_checkpoint(session=session, name=name, seq=seq, created_by=actor.name, note=note)
+    target = f"session:{session.pk}"
+    if existing is None:
+        audit.record(action="checkpoint.create", actor=actor, project=session.project_id, target=target,
+                     detail={"name": saved.name, "seq": saved.seq}, ip=ip)  # fmt: skip
+    else:
+        audit.record(action="checkpoint.change", actor=actor, project=session.project_id, target=target,
+                     detail={"name": saved.name, "seq": saved.seq, "from_seq": existing.seq}, ip=ip)  # fmt: skip
+    return saved
+
+
+def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: str | None = None) -> Checkpoint:
+    """Give a checkpoint another name; a name another checkpoint holds raises CheckpointExists
+    (rename or delete that one first)."""
+    name = _clean_name(name)
+    if name == checkpoint.name:
+        return checkpoint
+    taken = Checkpoint.objects.filter(session_id=checkpoint.session_id, name=name).exclude(pk=checkpoint.pk).first()
+    if taken is not None:
+        raise CheckpointExists(taken)
+    old = checkpoint.name
+    checkpoint.name = name
+    try:
+        with transaction.atomic():
+            checkpoint.save(update_fields=["name"])
+    except IntegrityError:  # taken meanwhile by a concurrent save
+        checkpoint.name = old
+        raise CheckpointExists(Checkpoint.objects.get(session_id=checkpoint.session_id, name=name))
+    audit.record(action="checkpoint.change", actor=actor, project=checkpoint.session.project_id,
+                 target=f"session:{checkpoint.session_id}",
+                 detail={"name": name, "from_name": old, "seq": checkpoint.seq}, ip=ip)  # fmt: skip
+    return checkpoint
+
+
+def delete_checkpoint(*, actor: Actor, checkpoint: Checkpoint, ip: str | None = None) -> None:
+    checkpoint.delete()
+    audit.record(action="checkpoint.delete", actor=actor, project=checkpoint.session.project_id,
+                 target=f"session:{checkpoint.session_id}", detail={"name": checkpoint.name, "seq": checkpoint.seq},
+                 ip=ip)  # fmt: skip
