@@ -210,7 +210,8 @@
     if (!onPlayer() || event.ctrlKey || event.metaKey || event.altKey) return;
     const target = event.target;
     if (target.closest && target.closest(CONTROLS)) {
-      if (event.key === "Escape" && target.matches("input, textarea")) target.blur();
+      // Escape hands the keyboard back to the player (and leaves a text field, as before).
+      if (event.key === "Escape" && target.blur) target.blur();
       return;
     }
     // The scrubber (role=slider) moves by arrows, Home and End as a slider does; PageUp and
@@ -239,6 +240,20 @@
       event.preventDefault();
       act(action);
     }
+  });
+
+  // A button or checkbox clicked with a pointer does not keep the focus (as on macOS), so the
+  // shortcuts a focused control turns off keep working for mouse users; a keyboard "click"
+  // (detail 0: Space or Enter) keeps it, for Tab to go on from there. After the click's own
+  // work: a label hands its click, and the focus, to its checkbox only once it has run.
+  const POINTER_BLURRED = "#player button, #player input[type=checkbox]";
+  document.addEventListener("click", function (event) {
+    if (!onPlayer() || event.detail === 0 || !event.target.closest) return;
+    if (!event.target.closest(POINTER_BLURRED + ", #player label")) return;
+    setTimeout(function () {
+      const focused = document.activeElement;
+      if (focused && focused.matches && focused.matches(POINTER_BLURRED)) focused.blur();
+    }, 0);
   });
 
   // Every kind ticked is no filter at all: leave `types` out of the URL rather than list them.
@@ -449,6 +464,18 @@
     if (!button || !onPlayer()) return;
     event.preventDefault();
     playToNextStop();
+  });
+  // The narration panel is replaced with every frame: the keyboard keeps its place on the
+  // panel's control it was on (the same id in the new panel), instead of falling to the page.
+  let tourFocusId = null;
+  document.addEventListener("htmx:beforeSwap", function () {
+    const active = document.activeElement;
+    tourFocusId = active && active.id && active.closest("#tour-narration") ? active.id : null;
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    const again = tourFocusId && $(tourFocusId);
+    tourFocusId = null;
+    if (again && document.activeElement !== again) again.focus({ preventScroll: true });
   });
 
   // Exposed for the charts: clicking a point jumps the player.

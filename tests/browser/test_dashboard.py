@@ -201,7 +201,9 @@ def test_scrub_filter_jump_to_error_and_reload_the_deep_link(watched, analyst, t
     assert frame(page)["seq"] == first_error
     assert not page.locator('#filters input[value="llm_call"]').is_checked()
     assert page.locator("#step-list .kind-llm_call").count() == 0
-    assert page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{first_error}")
+    assert (
+        page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{first_error + 1}")
+    )  # shown 1-based
 
     # Back undoes the filter (a history restore asks the server for the whole page).
     page.go_back()
@@ -261,7 +263,7 @@ def test_live_session_follows_new_events_over_the_tail(watched, analyst, transac
     newest = 2 * turn_length() - 1
     wait_for_seq(page, newest)
     assert page.locator("#live-count").inner_text() == str(newest + 1)
-    assert page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{newest}")
+    assert page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{newest + 1}")
     finish_session(session=session)
     page.goto("/sessions/")  # leaving closes the stream
     watch.assert_clean()
@@ -303,7 +305,7 @@ def test_diff_view_shows_the_divergence_and_scrubs_both_sides(watched, analyst, 
     page.check(f'input[name="b"][value="{b.pk}"]')
     page.click(".compare-button")
     page.wait_for_selector("#divergence")
-    assert "First divergence at step 3: Different code" in page.locator("#divergence").inner_text()
+    assert "First divergence at step 4: Different code" in page.locator("#divergence").inner_text()
     row = page.locator("tr.divergence-row")
     assert row.get_attribute("id") == "diff-step-3"
     assert "Different code" in row.inner_text()
