@@ -198,12 +198,13 @@ def create_comment(
         if thread.parent_id is not None:
             thread = thread.parent
         if seq is not None and seq != thread.seq:
-            raise CommentError(f"seq: a reply is on its thread's event, #{thread.seq}")
+            raise CommentError(f"seq: a reply is on its thread's event, seq {thread.seq}")
         seq = thread.seq
     if seq is None:
         raise CommentError("seq: name the event the comment is on (or a parent to reply to)")
     if not 0 <= seq < session.event_count:
-        raise CommentError(f"seq: session {session.pk} has no event {seq} (it has {session.event_count})")
+        span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"
+        raise CommentError(f"seq: session {session.pk} has no event at seq {seq} ({span})")
     comment = Comment.objects.create(session=session, seq=seq, parent=thread, author=actor.user,
                                      author_name=actor.name, body=body)  # fmt: skip
     detail = {"comment": comment.pk, "seq": seq} | ({"parent": thread.pk} if thread else {})

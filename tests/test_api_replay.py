@@ -95,7 +95,10 @@ def test_steps_page_and_single_step(api, session):
     body = get_json(api, f"/api/sessions/{session.pk}/steps?offset=10&limit=3")
     assert body["total"] == 500 and len(body["steps"]) == 3
     assert body["steps"][1] == get_json(api, f"/api/sessions/{session.pk}/steps/11")
-    assert "has no step 500" in get_json(api, f"/api/sessions/{session.pk}/steps/500", 404)["detail"]
+    assert (
+        "has no step at index 500 (its step indexes are 0 to 499)"
+        in get_json(api, f"/api/sessions/{session.pk}/steps/500", 404)["detail"]
+    )
     assert "limit" in get_json(api, f"/api/sessions/{session.pk}/steps?limit=6000", 400)["detail"]
 
 
@@ -103,7 +106,10 @@ def test_context_at_an_event(api, session):
     body = get_json(api, f"/api/sessions/{session.pk}/context?seq=777")
     assert body["eventIndex"] == 777 and len(body["llmHistory"]) == 50
     assert body["llmHistory"][-1]["payload"]["text"].startswith("event ")
-    assert "has no event 2500" in get_json(api, f"/api/sessions/{session.pk}/context?seq=2500", 404)["detail"]
+    assert (
+        "has no event at seq 2500 (its seqs are 0 to 2499)"
+        in get_json(api, f"/api/sessions/{session.pk}/context?seq=2500", 404)["detail"]
+    )
 
 
 def test_search_with_error_navigation(api, session):

@@ -109,14 +109,14 @@ def test_a_reply_takes_its_threads_seq_and_a_reply_to_a_reply_joins_the_thread(o
     assert reply["seq"] == nested["seq"] == 5
     assert nested["parent"] == first["id"]
     response = post(rita, api_url(ours), {"parent": first["id"], "seq": 6, "body": "elsewhere"})
-    assert response.status_code == 400 and "#5" in response.json()["detail"]
+    assert response.status_code == 400 and "seq 5" in response.json()["detail"]
 
 
 @pytest.mark.parametrize("seq", [20, 10_000])
 def test_a_comment_on_an_event_the_session_does_not_have_is_refused(ours, rita, seq):
     response = post(rita, api_url(ours), {"seq": seq, "body": "nowhere"})
     assert response.status_code == 400
-    assert response.json()["detail"] == f"seq: session {ours.pk} has no event {seq} (it has 20)"
+    assert response.json()["detail"] == f"seq: session {ours.pk} has no event at seq {seq} (its seqs are 0 to 19)"
     assert post(rita, api_url(ours), {"seq": -1, "body": "x"}).status_code == 400
     assert not Comment.objects.exists()
 
@@ -359,7 +359,7 @@ def test_the_htmx_frame_brings_the_threads_of_its_step_in_the_context_panel(ours
     assert 'id="comment-threads"' in context_panel(html) and f'id="c-{made["id"]}"' in html
     assert 'id="discussion"' not in html  # the page's list stays; only a write updates it
     other = rita.get(f"/sessions/{ours.pk}/", {"step": 9}, HTTP_HX_REQUEST="true").content.decode()
-    assert f'id="c-{made["id"]}"' not in other and "Comments at #9" in other
+    assert f'id="c-{made["id"]}"' not in other and "Comments at #10" in other  # seq 9, shown 1-based
 
 
 def test_the_full_page_lists_every_thread_in_the_discussion_and_marks_the_scrubber(ours, rita, vic):
@@ -369,7 +369,8 @@ def test_the_full_page_lists_every_thread_in_the_discussion_and_marks_the_scrubb
     html = vic.get(f"/sessions/{ours.pk}/").content.decode()
     discussion = html[html.index('<section id="discussion"') :]
     assert f'href="{a["permalink"]}"' in discussion and f'href="{b["permalink"]}"' in discussion
-    assert "event #4" in discussion and "event #15" in discussion and "resolved" in discussion
+    # Events are numbered 1-based on the page (seq 4 is event #5).
+    assert "event #5" in discussion and "event #16" in discussion and "resolved" in discussion
     marks = html[html.index('<div id="comment-marks"') : html.index('id="scrubber-cursor"')]
     assert marks.count('class="comment-mark"') == 1 and marks.count('class="comment-mark resolved"') == 1
     assert 'data-seq="4"' in marks and 'data-seq="15"' in marks

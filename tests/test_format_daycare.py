@@ -468,6 +468,7 @@ def test_the_player_shows_what_a_restart_would_do(client, django_user_model, pro
     client.force_login(member("viewer", role=Role.VIEWER))
     html = client.get(reverse("sessions:player", args=[session.pk])).content.decode()
     plan = html[html.index('id="recovery-plan"') : html.index("</details>", html.index('id="recovery-plan"'))]
-    assert "<code>toolu_c</code> · interrupted · of message #1" in plan
-    assert 'data-seq="1">#1</a>' in plan  # the assistant message the block belongs to
+    # The assistant message the block belongs to: seq 1, shown 1-based as #2.
+    assert "<code>toolu_c</code> · interrupted · of message #2" in plan
+    assert 'data-seq="1">#2</a>' in plan
     assert "1 persisted deferred entry" in plan

@@ -4,6 +4,8 @@ synchronized scrubber's partial, links into both players."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from urllib.parse import unquote
 
 import pytest
 from django.urls import reverse
@@ -31,7 +33,7 @@ def test_full_page_shows_divergence_deltas_and_aligned_steps(logged_in, pair):
     response = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk})
     html = response.content.decode()
     assert response.status_code == 200 and "<html" in html
-    assert "First divergence at step 1</strong>: Different code" in html
+    assert "First divergence at step 2</strong>: Different code" in html  # index 1, shown 1-based
     assert 'class="divergence-row" id="diff-step-1"' in html
     rows = re.findall(r'<tr class="[^"]*" id="diff-step-(\d+)"', html)
     assert [int(r) for r in rows] == [0, 1, 2, 3]  # B's extra step is aligned against nothing
@@ -105,3 +107,71 @@ def test_step_code_in_the_diff_is_escaped(logged_in, db):
     b = build_session(events, source_session_id="y")
     html = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk}).content.decode()
     assert "<script>window.__pwned" not in html and "&lt;script&gt;window.__pwned" in html
+
+
+# --- comparing sessions picked on different list pages; "compare with…" in the player ----------
+
+
+def _radio(html: str, letter: str, pk: int) -> str:
+    found = re.search(rf'<input type="radio" name="{letter}" value="{pk}" form="compare-form"[^>]*>', html)
+    return found.group(0) if found else ""
+
+
+def test_a_pick_on_one_list_page_stays_picked_on_the_next_so_both_reach_the_diff(logged_in, pair):
+    a, b = pair
+    for n in range(60):  # b on the first page, a (older) on the second
+        build_session([], source_session_id=f"filler-{n}", finish=False)
+    Session.objects.filter(source_session_id__startswith="filler-").update(started_at=datetime(2021, 1, 1, tzinfo=UTC))
+    Session.objects.filter(pk=a.pk).update(started_at=datetime(2020, 1, 1, tzinfo=UTC))
+    first = logged_in.get(reverse("sessions:list"), {"b": b.pk}).content.decode()
+    assert "checked" in _radio(first, "b", b.pk) and not _radio(first, "a", a.pk)
+    after = unquote(re.search(r'rel="next" href="[^"]*after=([^"&]+)', first).group(1))
+    # The pager sends the picks it holds (#compare-form) with the next page's request.
+    assert re.search(rf'rel="next" href="[^"]*b={b.pk}[^"]*" hx-get="[^"]*" hx-include="#compare-form"', first)
+    second = logged_in.get(reverse("sessions:list"), {"after": after, "b": b.pk}, HTTP_HX_REQUEST="true")
+    html = second.content.decode()
+    assert _radio(html, "a", a.pk) and not _radio(html, "b", a.pk + 10_000)
+    picks = html[html.index('id="compare-picks"') :]
+    picks = picks[: picks.index("</p>")]
+    # B is on the first page: kept here as a picked radio of the same form, named.
+    assert f'name="b" value="{b.pk}" form="compare-form" checked' in picks and "run-b" in picks
+    # What the compare button then sends: A from this page, B kept from the other one.
+    response = logged_in.get(COMPARE, {"a": a.pk, "b": b.pk})
+    assert response.status_code == 200 and "First divergence" in response.content.decode()
+
+
+def test_a_pick_of_a_session_the_caller_cannot_see_is_dropped(logged_in, pair):
+    from sessions_app.models import Project
+
+    other = Project.objects.create(name="Other", slug="other")
+    hidden = Session.objects.create(project=other, source_format="canonical", source_session_id="not-yours")
+    html = logged_in.get(reverse("sessions:list"), {"a": hidden.pk, "b": 2**70}).content.decode()
+    assert "not-yours" not in html and 'id="compare-picks"' not in html
+
+
+def test_compare_with_a_missing_or_huge_id_is_a_form_error_not_a_crash(logged_in, pair):
+    a, _ = pair
+    assert logged_in.get(COMPARE, {"a": a.pk}).status_code == 400
+    assert logged_in.get(COMPARE, {"a": a.pk, "b": 10**30}).status_code == 400
+
+
+def test_the_player_offers_compare_with_its_projects_other_sessions(logged_in, pair):
+    a, b = pair
+    from sessions_app.models import Project
+
+    other = Project.objects.create(name="Other", slug="other")
+    Session.objects.create(project=other, source_format="canonical", source_session_id="run-elsewhere")
+    player = logged_in.get(reverse("sessions:player", args=[a.pk])).content.decode()
+    picker_url = reverse("sessions:compare_with", args=[a.pk])
+    assert '<details id="compare-with"' in player and f'hx-get="{picker_url}"' in player
+    response = logged_in.get(picker_url, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<ul id="compare-candidates"') and "HX-Request" in response["Vary"]
+    assert f'href="{COMPARE}?a={a.pk}&amp;b={b.pk}"' in html
+    assert "run-elsewhere" not in html and f'b={a.pk}"' not in html  # not itself, not another project's
+    # Search as you type: the text narrows the candidates (as the list's search does).
+    assert "run-b" not in logged_in.get(picker_url, {"q": "nothing like it"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "run-b" in logged_in.get(picker_url, {"q": "SECOND"}, HTTP_HX_REQUEST="true").content.decode()
+    # Without JavaScript the form opens the picker as a page of its own.
+    page = logged_in.get(picker_url, {"q": "second"}).content.decode()
+    assert "<html" in page and f'href="{COMPARE}?a={a.pk}&amp;b={b.pk}"' in page

@@ -364,7 +364,9 @@ def test_charts_of_a_long_session_are_sampled(make_session):
             assert len(trace["x"]) <= charts.MAX_POINTS, name
     cost = figures["cost"]["data"][0]
     last = Event.objects.get(session=session, seq=session.event_count - 1)
-    assert cost["x"][-1] == last.seq and cost["y"][-1] == pytest.approx(last.cost_total, abs=1e-6)
+    # The axis counts events from 1; the point's customdata is the seq a click jumps to.
+    assert cost["x"][-1] == last.seq + 1 and cost["customdata"][-1] == last.seq
+    assert cost["y"][-1] == pytest.approx(last.cost_total, abs=1e-6)
     latency = figures["latency"]["data"][0]
     assert max(latency["y"]) == pytest.approx(
         max(Event.objects.filter(session=session, kind=Kind.LLM_CALL).values_list("pair_duration_ms", flat=True)),

@@ -247,4 +247,4 @@ def test_the_player_lists_each_call_once_with_its_answer(client, django_user_mod
     html = client.get(reverse("sessions:player", args=[session.pk]), {"step": 3}).content.decode()
     history = html[html.index("LLM history (") : html.index("</ol>", html.index("LLM history ("))]
     assert history.startswith("LLM history (1)")
-    assert "#1 llm_call" in history and "→ I&#x27;ll read the deploy config" in history
+    assert "#2 llm_call" in history and "→ I&#x27;ll read the deploy config" in history  # seq 1, shown 1-based

@@ -9,7 +9,17 @@ from ninja.errors import HttpError
 
 from .. import access, replay
 from .responses import json_response
-from .schemas import BAD, ContextOut, EventOut, PairedEventOut, ReplaySessionOut, StepStateOut, WarningOut
+from .schemas import (
+    BAD,
+    ContextOut,
+    EventOut,
+    Id,
+    PairedEventOut,
+    Position,
+    ReplaySessionOut,
+    StepStateOut,
+    WarningOut,
+)
 
 router = Router(tags=["sessions"])
 
@@ -94,28 +104,28 @@ class SearchOut(Schema):
 
 
 class ReplayQuery(Schema):
-    offset: int = Field(0, ge=0)
+    offset: Position = 0
     limit: int = Field(1000, ge=1, le=replay.MAX_PAGE)
     eventTypes: str | None = Field(None, description="comma-separated kinds, e.g. llm_call,tool_call")
     includeContext: bool = True
 
 
 class StepsQuery(Schema):
-    offset: int = Field(0, ge=0)
+    offset: Position = 0
     limit: int = Field(100, ge=1, le=replay.MAX_PAGE)
 
 
 class ContextQuery(Schema):
-    seq: int = Field(..., ge=0)
+    seq: Position
 
 
 class SearchQuery(Schema):
     q: str = Field("", max_length=500)
     kind: str | None = None
     errors: bool = False
-    from_: int | None = Field(None, ge=0, alias="from", description="first seq to look at")
+    from_: Position | None = Field(None, alias="from", description="first seq to look at")
     limit: int = Field(50, ge=1, le=500)
-    at: int | None = Field(None, ge=0, description="also give the next and previous error around this seq")
+    at: Position | None = Field(None, description="also give the next and previous error around this seq")
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -125,7 +135,7 @@ def _split(value: str | None) -> list[str] | None:
 
 
 @router.get("/sessions/{session_id}/replay", response={200: ReplayOut, **BAD}, url_name="replay")
-def replay_page(request: HttpRequest, session_id: int, query: Query[ReplayQuery]):
+def replay_page(request: HttpRequest, session_id: Id, query: Query[ReplayQuery]):
     """AgentLens's ReplayState for a page of events; a filter hides steps but every context is
     over all events; history entries are seqs into the page's steps or the page-level maps."""
     session = access.session_for(request, session_id)
@@ -137,34 +147,36 @@ def replay_page(request: HttpRequest, session_id: int, query: Query[ReplayQuery]
 
 
 @router.get("/sessions/{session_id}/steps", response={200: StepsOut, **BAD}, url_name="steps")
-def steps_page(request: HttpRequest, session_id: int, query: Query[StepsQuery]):
+def steps_page(request: HttpRequest, session_id: Id, query: Query[StepsQuery]):
     """StepStates at positions offset..offset+limit-1, with their point-in-time state."""
     session = access.session_for(request, session_id)
     return json_response(replay.steps_page(session=session, offset=query.offset, limit=query.limit))
 
 
 @router.get("/sessions/{session_id}/steps/{index}", response={200: StepStateOut, **BAD}, url_name="step")
-def step_state(request: HttpRequest, session_id: int, index: int):
+def step_state(request: HttpRequest, session_id: Id, index: Position):
     """The StepState at a 0-based position (rlm-code's goto_step)."""
     session = access.session_for(request, session_id)
     step = replay.step_state_at(session=session, index=index)
     if step is None:
-        raise HttpError(404, f"session {session_id} has no step {index} (it has {session.step_count})")
+        span = f"its step indexes are 0 to {session.step_count - 1}" if session.step_count else "it has no steps"
+        raise HttpError(404, f"session {session_id} has no step at index {index} ({span})")
     return json_response(step)
 
 
 @router.get("/sessions/{session_id}/context", response={200: ContextOut, **BAD}, url_name="context")
-def context(request: HttpRequest, session_id: int, query: Query[ContextQuery]):
+def context(request: HttpRequest, session_id: Id, query: Query[ContextQuery]):
     """The full context at one event (history inlined), its state and its step."""
     session = access.session_for(request, session_id)
     found = replay.context_at(session=session, seq=query.seq)
     if found is None:
-        raise HttpError(404, f"session {session_id} has no event {query.seq} (it has {session.event_count})")
+        span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"
+        raise HttpError(404, f"session {session_id} has no event at seq {query.seq} ({span})")
     return json_response(found)
 
 
 @router.get("/sessions/{session_id}/search", response={200: SearchOut, **BAD}, url_name="search")
-def search(request: HttpRequest, session_id: int, query: Query[SearchQuery]):
+def search(request: HttpRequest, session_id: Id, query: Query[SearchQuery]):
     """Events matching text, a kind and/or errors from a seq on; with `at`, the next and
     previous error around that seq."""
     session = access.session_for(request, session_id)

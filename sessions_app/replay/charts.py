@@ -72,8 +72,12 @@ def _step_samples(session: Session) -> list[tuple[int, int, float | None, float,
     )
 
 
+# The axes count as the player's pages do, from 1 (step position + 1, seq + 1); `customdata` is
+# the seq a click jumps to.
+
+
 def reward_figure(*, steps: list[tuple[int, int, float | None, float, int]]) -> dict[str, Any]:
-    x = [pos for pos, *_ in steps]
+    x = [pos + 1 for pos, *_ in steps]
     seqs = [seq for _, seq, *_ in steps]
     return {
         "data": [
@@ -93,7 +97,7 @@ def tokens_figure(*, steps: list[tuple[int, int, float | None, float, int]]) -> 
     x, y, seqs = [], [], []
     previous_pos, previous_tokens = -1, 0
     for pos, seq, _, _, tokens in steps:
-        x.append(pos)
+        x.append(pos + 1)
         y.append(round((tokens - previous_tokens) / (pos - previous_pos), 2))
         seqs.append(seq)
         previous_pos, previous_tokens = pos, tokens
@@ -119,7 +123,7 @@ def cost_figure(*, session: Session) -> dict[str, Any]:
     )
     return {
         "data": [{"type": "scatter", "mode": "lines", "name": "cumulative cost (USD)",
-                  "x": [seq for seq, _, _ in rows], "y": [round(cost, 6) for _, cost, _ in rows],
+                  "x": [seq + 1 for seq, _, _ in rows], "y": [round(cost, 6) for _, cost, _ in rows],
                   "customdata": [seq for seq, _, _ in rows],
                   "text": [f"{(ms or 0) / 1000:.1f} s" for *_, ms in rows],
                   "hovertemplate": "event %{x} at %{text}: $%{y}<extra></extra>"}],
@@ -152,7 +156,7 @@ def latency_figure(*, session: Session) -> dict[str, Any]:
             label = [f"slowest of {n}" for *_, n in rows]
         traces.append(
             {"type": "scatter", "mode": "markers", "name": name,
-             "x": [seq for seq, _, _ in rows], "y": [round(ms, 1) for _, ms, _ in rows],
+             "x": [seq + 1 for seq, _, _ in rows], "y": [round(ms, 1) for _, ms, _ in rows],
              "customdata": [seq for seq, _, _ in rows], "text": label,
              "hovertemplate": "event %{x}: %{y} ms (%{text})<extra></extra>"}
         )  # fmt: skip
