@@ -331,3 +331,27 @@ def test_a_file_holding_one_session_twice_lists_it_once(logged_in, tmp_path, mon
     logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("again.jsonl", path.read_bytes())]})
     jobs.run_import(job_id=ImportJob.objects.get(original_name="again.jsonl").pk)
     assert _ids(logged_in.get(LIST, HTTP_HX_REQUEST="true").content.decode()) == [session.pk]
+
+
+def test_upload_errors_stay_while_the_job_list_polls_until_the_next_upload(logged_in, tmp_path, monkeypatch):
+    """The job list re-fetches itself every second while a job runs; the upload's errors once
+    lived inside it and vanished with the first poll. They sit outside it now, sent out of band
+    by an upload only: polls leave them, the next upload replaces them (with none if it had none)."""
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")  # the job stays queued
+    path = tmp_path / "good.jsonl"
+    record_failing_session(path)
+    files = [SimpleUploadedFile("good.jsonl", path.read_bytes()), SimpleUploadedFile("empty.jsonl", b"")]
+    html = logged_in.post(reverse("sessions:upload"), {"files": files}, HTTP_HX_REQUEST="true").content.decode()
+    imports = html[: html.index("</section>")]
+    errors = html[html.index('<div id="upload-errors"') :]
+    assert 'hx-trigger="every 1s"' in imports and "empty.jsonl" not in imports
+    assert errors.startswith('<div id="upload-errors" class="upload-errors" role="alert" hx-swap-oob="true">')
+    assert "empty.jsonl" in errors and 'data-dismiss="upload-errors"' in errors
+    poll = logged_in.get(reverse("sessions:imports"), HTTP_HX_REQUEST="true").content.decode()
+    assert 'hx-trigger="every 1s"' in poll and "upload-errors" not in poll and "empty.jsonl" not in poll
+    again = logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("again.jsonl", path.read_bytes())]},
+                           HTTP_HX_REQUEST="true").content.decode()  # fmt: skip
+    assert '<div id="upload-errors" class="upload-errors" role="alert" hidden hx-swap-oob="true">' in again
+    assert "empty.jsonl" not in again
+    page = logged_in.get(LIST).content.decode()
+    assert '<div id="upload-errors" class="upload-errors" role="alert" hidden>' in page
