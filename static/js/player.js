@@ -465,18 +465,6 @@
     event.preventDefault();
     playToNextStop();
   });
-  // The narration panel is replaced with every frame: the keyboard keeps its place on the
-  // panel's control it was on (the same id in the new panel), instead of falling to the page.
-  let tourFocusId = null;
-  document.addEventListener("htmx:beforeSwap", function () {
-    const active = document.activeElement;
-    tourFocusId = active && active.id && active.closest("#tour-narration") ? active.id : null;
-  });
-  document.addEventListener("htmx:afterSettle", function () {
-    const again = tourFocusId && $(tourFocusId);
-    tourFocusId = null;
-    if (again && document.activeElement !== again) again.focus({ preventScroll: true });
-  });
 
   // Exposed for the charts: clicking a point jumps the player.
   document.addEventListener("replay:goto", function (event) {

@@ -114,13 +114,17 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
 
     # "Play to next stop": at the fastest pace it plays seqs 3, 4, 5 and pauses at stop 2 (seq 6).
     page.select_option("#speed", "10")
-    page.click("#tour-play-next")
+    page.focus("#tour-play-next")  # by keyboard: the button is a control like any other
+    page.keyboard.press("Enter")
     wait_until(page, "() => document.querySelector('#tour-narration .tour-stop-count').textContent === 'Stop 2 of 3'")
     wait_until(page, "() => document.getElementById('play').getAttribute('aria-pressed') === 'false'")
     assert frame(page)["seq"] == 6
     assert page.locator("#play-status").text_content() == "Paused at stop 2."
     assert panel.locator(".tour-stop-title").text_content() == "The fix"
     assert panel.locator(".narration strong").text_content() == "works"
+    # The panel came anew with every frame; the keyboard is still on its button (of stop 2 now:
+    # htmx focuses the new element of the focused one's id).
+    assert page.evaluate("document.activeElement.id") == "tour-play-next"
     assert re.search(rf"[?&]tour={tour.pk}(&|$)", page.url) and re.search(r"[?&]stop=2(&|$)", page.url)
     assert re.search(r"[?&]step=6(&|$)", page.url)
     page.wait_for_timeout(600)  # paused: it stays at the stop
