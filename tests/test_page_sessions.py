@@ -355,3 +355,14 @@ def test_upload_errors_stay_while_the_job_list_polls_until_the_next_upload(logge
     assert "empty.jsonl" not in again
     page = logged_in.get(LIST).content.decode()
     assert '<div id="upload-errors" class="upload-errors" role="alert" hidden>' in page
+
+
+def test_what_the_agent_wrote_is_isolated_in_the_list(logged_in, db):
+    """Right-to-left text or a stray direction mark in a session id, task or model must not
+    reorder the row around it: each sits in its own <bdi> / dir=auto box."""
+    build_session(conversation_events(turns=1), source_session_id="\u202erun", task="\u05e9\u05dc\u05d5\u05dd task",
+                  model="\u05de model")  # fmt: skip
+    row = logged_in.get(LIST).content.decode()
+    assert "<bdi>\u202erun</bdi></a>" in row
+    assert '<div class="muted task" dir="auto">\u05e9\u05dc\u05d5\u05dd task</div>' in row
+    assert "<td><bdi>\u05de model</bdi></td>" in row
