@@ -101,3 +101,16 @@ def test_no_modules_import_each_other_in_a_circle():
 @pytest.mark.parametrize("room", sorted(FORBIDDEN))
 def test_every_room_named_here_exists(room):
     assert (APP / room).is_dir() or (APP / f"{room}.py").is_file()
+
+
+def test_no_template_comment_spans_lines():
+    """Django's `{# #}` comment ends at its line: one spanning lines is printed on the page.
+    Longer comments use {% comment %}."""
+    templates = Path(__file__).resolve().parent.parent / "templates"
+    open_ones = [
+        f"{path.relative_to(templates)}:{number}"
+        for path in templates.rglob("*.html")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if line.count("{#") > line.count("#}")
+    ]
+    assert open_ones == []
