@@ -108,7 +108,7 @@
     row.classList.toggle("error", Boolean(e[col.is_error]));
     row.classList.toggle("current", i === current);
     const parts = row.children;
-    parts[0].textContent = e[col.seq];
+    parts[0].textContent = "#" + (e[col.seq] + 1); // as people count, as the dashboard does
     parts[1].textContent = e[col.kind];
     parts[2].textContent = e[col.tool] || "";
     const threads = threadsAt.get(e[col.seq]);
@@ -183,7 +183,7 @@
   function showContext(i) {
     const e = events[i];
     const seq = e[col.seq];
-    $("event-title").textContent = "Event " + seq + " · " + e[col.kind];
+    $("event-title").textContent = "Event #" + (seq + 1) + " · " + e[col.kind];
     const dl = $("context");
     dl.replaceChildren();
     fact(dl, "seq", seq);
@@ -267,7 +267,7 @@
     if (!data.comments.length) all.appendChild(el("li", null, "No comments."));
     data.comments.forEach(function (thread) {
       const item = el("li");
-      item.appendChild(jumpLink("event " + thread.seq, thread.seq));
+      item.appendChild(jumpLink("event #" + (thread.seq + 1), thread.seq));
       item.appendChild(document.createTextNode(" · " + thread.author + ": " + (thread.deleted_at ? "(deleted)" : thread.body.slice(0, 120)) + (thread.replies.length ? " (+" + thread.replies.length + " replies)" : "") + (thread.resolved_at ? " · resolved" : "")));
       all.appendChild(item);
     });
@@ -276,7 +276,7 @@
     data.reviews.forEach(function (review) {
       const item = el("li");
       item.appendChild(el("span", "verdict-" + review.verdict, review.verdict.replace("_", " ")));
-      item.appendChild(document.createTextNode(" by " + review.reviewer + " · " + review.created_at + " · covers events " + review.first_seq + "–" + review.last_seq + " · head " + review.chain_head.slice(0, 16) + "…" + (review.chain_valid ? "" : " · chain was broken") + (review.note ? " · " + review.note : "")));
+      item.appendChild(document.createTextNode(" by " + review.reviewer + " · " + review.created_at + " · covers events #" + (review.first_seq + 1) + "–#" + (review.last_seq + 1) + " · head " + review.chain_head.slice(0, 16) + "…" + (review.chain_valid ? "" : " · chain was broken") + (review.note ? " · " + review.note : "")));
       reviews.appendChild(item);
     });
     const marks = $("marks");
@@ -284,7 +284,7 @@
     commentSeqs.forEach(function (seq) {
       const mark = el("div", "mark");
       mark.style.left = (indexOfSeq(seq) / span) * 100 + "%";
-      mark.title = "comment at event " + seq;
+      mark.title = "comment at event #" + (seq + 1);
       mark.addEventListener("click", function () { show(indexOfSeq(seq)); });
       marks.appendChild(mark);
     });

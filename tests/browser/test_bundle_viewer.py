@@ -69,12 +69,12 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
     try:
         page.goto(url)
         page.locator("#position").filter(has_text=f"event 1 of {session.event_count}").wait_for()
-        assert page.locator("#event-title").text_content().startswith("Event 0 ")
+        assert page.locator("#event-title").text_content().startswith("Event #1 ")
         assert page.locator("#step-comments").text_content() == "No comment on this step."
         # Step forward with the keyboard to seq 3, where the thread is.
         for _ in range(3):
             page.keyboard.press("ArrowRight")
-        assert page.locator("#event-title").text_content().startswith("Event 3 ")
+        assert page.locator("#event-title").text_content().startswith("Event #4 ")
         thread = page.locator("#step-comments .thread")
         assert thread.count() == 1
         assert "Look at this step " + HOSTILE in thread.text_content()  # shown as text
@@ -82,14 +82,14 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
         assert page.locator("#context").text_content().count("so far") == 4  # cost, tokens, errors, steps
         # The buttons and the scrubber move too; the step list shows only rows around the view.
         page.click("#next")
-        assert page.locator("#event-title").text_content().startswith("Event 4 ")
+        assert page.locator("#event-title").text_content().startswith("Event #5 ")
         page.click("#first")
         page.click("#next-comment")
-        assert page.locator("#event-title").text_content().startswith("Event 3 ")
-        assert page.locator("#steps .row.current .seq").text_content() == "3"
+        assert page.locator("#event-title").text_content().startswith("Event #4 ")
+        assert page.locator("#steps .row.current .seq").text_content() == "#4"
         assert page.locator("#marks .mark").count() == 1
         page.click("#last")
-        assert page.locator("#event-title").text_content().startswith(f"Event {session.event_count - 1} ")
+        assert page.locator("#event-title").text_content().startswith(f"Event #{session.event_count} ")
         assert page.evaluate("window.__pwned") is None
     finally:
         context.close()

@@ -81,7 +81,7 @@ def test_the_offline_player_of_an_unpriced_session_says_unpriced(browser: Browse
     page = context.new_page()
     try:
         page.goto((tmp_path / "index.html").as_uri() + "#seq=2")
-        page.locator("#event-title").filter(has_text="Event 2 ").wait_for()
+        page.locator("#event-title").filter(has_text="Event #3 ").wait_for()
         facts = page.locator("#facts").text_content()
         assert "unpriced" in facts and "$" not in facts
         context_text = page.locator("#context").text_content()
