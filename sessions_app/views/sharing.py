@@ -68,8 +68,8 @@ def _panel(request: HttpRequest, found: Session | Tour, *, created: str = "", fo
         "share_created": created,
         "share_error": error,
     }
-    # htmx 2 swaps no 4xx answer: a refusal it asked for comes as 200 with the reason shown.
-    status = 400 if error and not request.htmx else 200
+    # A refusal is a 400 with the panel saying why (base.html's htmx responseHandling swaps it in).
+    status = 400 if error else 200
     response = render(request, "sessions_app/includes/share_links.html#share-links", context, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response
