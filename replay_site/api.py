@@ -1,22 +1,37 @@
 """The NinjaAPI: JSON under /api/, OpenAPI at /api/openapi.json, interactive docs at /api/docs.
 
-Errors are always JSON `{"detail": "..."}`: 400 for a bad parameter (ninja's own 422 for a
-failed validation is turned into 400 with a message naming the field), 401 without a valid key,
-404 for what does not exist, and, only as a last resort for a bug, a logged 500 without a
-traceback.
+Errors are always JSON `{"detail": "..."}`: 400 for a bad parameter, body or multipart upload
+(ninja's own 422 for a failed validation is turned into 400 with a message naming the field),
+401 without a valid key, 403 for a role too low, 404 for what does not exist (and for any URL
+under /api/ that names no operation), 413 for a body too large, 503 with Retry-After when the
+database is busy, and, only as a last resort for a bug, a logged 500 without a traceback.
 """
 
 import logging
+from typing import Any
 
 import orjson
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.conf import settings
+from django.core.exceptions import BadRequest as DjangoBadRequest
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.db import OperationalError
+from django.http import Http404, HttpRequest, HttpResponse, UnreadablePostError
+from django.http.multipartparser import MultiPartParserError
+from django.shortcuts import render
 from ninja import NinjaAPI
-from ninja.errors import ValidationError
+from ninja.errors import HttpError, ValidationError
+from ninja.openapi.docs import Swagger
 from ninja.operation import Operation
 from ninja.renderers import BaseRenderer
 
+from replay_site.middleware import (
+    BUSY_MESSAGE,
+    RETRY_AFTER_SECONDS,
+    database_busy,
+    out_of_range_message,
+)
 from sessions_app.api import router
+from sessions_app.api.responses import BadRequest
 from sessions_app.replay import ReplayParameterError
 
 logger = logging.getLogger("replay.api")
@@ -38,6 +53,54 @@ class ReplayAPI(NinjaAPI):
         module = "api_write" if "ingest" in (operation.tags or ()) else "api"
         return f"sessions_app_{module}_{operation.view_func.__name__}"
 
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        for path, operations in schema["paths"].items():
+            for operation in operations.values():
+                _document_common_errors(path, operation)
+        return schema
+
+
+# What the API's own machinery answers for any operation (not what a view decides), documented
+# on each operation that can get it: the validation handler's 400, the authentication's 401, a
+# path naming nothing's 404, a body over DATA_UPLOAD_MAX_MEMORY_SIZE's 413, a busy database's 503.
+_COMMON_ERRORS = {
+    "400": "a parameter or the body is invalid (the message names the field)",
+    "401": "no valid API key or login cookie",
+    "404": "the object the path names does not exist or is not visible to the caller",
+    "413": "the request body is too large",
+    "503": "the database is busy; retry after the Retry-After header's seconds",
+}
+
+
+def _document_common_errors(path: str, operation: dict) -> None:
+    applies = {
+        "400": bool(operation.get("parameters") or operation.get("requestBody")),
+        "401": bool(operation.get("security")),
+        "404": "{" in path,
+        "413": "requestBody" in operation,
+        "503": True,
+    }
+    responses = operation.setdefault("responses", {})
+    for status, description in _COMMON_ERRORS.items():
+        if applies[status] and status not in responses:
+            responses[status] = {
+                "description": description,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+            }
+    if "503" in responses:
+        responses["503"]["headers"] = {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}
+
+
+class VendoredSwagger(Swagger):
+    """Swagger UI from our own static files (static/vendor/swagger-ui/), started by a static
+    script reading its settings from a json_script: ninja's page loads it from a CDN and starts
+    it inline, both of which the CSP forbids (the page stayed blank)."""
+
+    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        return render(request, "api_docs.html", {"api": api, "swagger_settings": self.settings})
+
 
 api = ReplayAPI(
     title="Replay API",
@@ -45,6 +108,8 @@ api = ReplayAPI(
     description="Replay recorded LLM-agent sessions: any step, with its full context, a page at a time.",
     renderer=OrjsonRenderer(),
     urls_namespace="api",
+    # No validator badge: it would ask validator.swagger.io, which the CSP (rightly) refuses.
+    docs=VendoredSwagger(settings={"validatorUrl": None}),
 )
 
 
@@ -54,24 +119,35 @@ def _location(loc: list | tuple) -> str:
     parts = [str(p) for p in loc if p not in ("query", "path", "body", "form", "header", "cookie")]
     if len(parts) > 1 and parts[0] in {"query", "params", "body", "payload"}:
         parts = parts[1:]
-    return ".".join(parts) or "request"
+    return ".".join(parts) or ("body" if "body" in loc else "request")
+
+
+def _message(error: dict) -> str:
+    if error.get("type") == "get_attribute_error":
+        # ninja reads a schema's fields as attributes of whatever JSON came: a string body
+        # would otherwise be reported as a failing str.replace().
+        return "the body must be a JSON object"
+    return error.get("msg", "invalid value")
 
 
 def validation_message(errors: list[dict]) -> str:
     """'limit: Input should be less than or equal to 5000; offset: ...'"""
     messages = []
     for error in errors:
-        messages.append(f"{_location(error.get('loc', ()))}: {error.get('msg', 'invalid value')}")
+        messages.append(f"{_location(error.get('loc', ()))}: {_message(error)}")
     return "; ".join(messages) or "invalid request"
 
 
 @api.exception_handler(ValidationError)
 def bad_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = exc.errors
+    if any(e.get("type") == "get_attribute_error" for e in errors):  # the body is no object: say only that
+        errors = [{"loc": ("body",), "type": "get_attribute_error"}]
     return api.create_response(
         request,
         {
-            "detail": validation_message(exc.errors),
-            "errors": [{"field": _location(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors],
+            "detail": validation_message(errors),
+            "errors": [{"field": _location(e.get("loc", ())), "message": _message(e)} for e in errors],
         },
         status=400,
     )
@@ -91,6 +167,59 @@ def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 @api.exception_handler(PermissionDenied)
 def forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc) or "Forbidden"}, status=403)
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    detail = str(exc)
+    if detail == "Cannot parse request body":  # ninja's words for a JSON body that is not JSON
+        detail = f"the body is not valid JSON: {exc.__cause__}" if exc.__cause__ else "the body is not valid JSON"
+    return api.create_response(request, {"detail": detail}, status=exc.status_code)
+
+
+@api.exception_handler(BadRequest)
+def refused(request: HttpRequest, exc: BadRequest) -> HttpResponse:
+    return api.create_response(request, {"detail": exc.detail, "errors": exc.errors}, status=exc.status)
+
+
+@api.exception_handler(MultiPartParserError)
+def bad_multipart(request: HttpRequest, exc: MultiPartParserError) -> HttpResponse:
+    # Raised when request.POST or request.FILES is first read: a truncated body, a missing or
+    # wrong boundary.
+    return api.create_response(request, {"detail": f"the multipart body cannot be read: {exc}"}, status=400)
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 1024 // 1024
+    return api.create_response(request, {"detail": f"the request body exceeds {limit} MB"}, status=413)
+
+
+@api.exception_handler(SuspiciousOperation)
+@api.exception_handler(DjangoBadRequest)
+@api.exception_handler(UnreadablePostError)
+def unreadable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # Too many fields, a body cut off by the client: Django's own 400s, in JSON.
+    return api.create_response(request, {"detail": f"the request cannot be read: {exc}"}, status=400)
+
+
+@api.exception_handler(OverflowError)
+def out_of_range(request: HttpRequest, exc: OverflowError) -> HttpResponse:
+    # The schemas bound every integer they take (sessions_app/api/schemas.py: Id, Position);
+    # this is the net under a parameter that slipped through, still a 400 naming it.
+    logger.warning("unbounded integer reached the database on %s %s: bound it in its schema", request.method,
+                   request.path)  # fmt: skip
+    return api.create_response(request, {"detail": out_of_range_message(request)}, status=400)
+
+
+@api.exception_handler(OperationalError)
+def database_error(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    if not database_busy(exc):
+        return unexpected(request, exc)
+    logger.warning("database busy on %s %s: %s", request.method, request.path, exc)
+    response = api.create_response(request, {"detail": BUSY_MESSAGE}, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 @api.exception_handler(Exception)

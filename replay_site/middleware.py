@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+
+from sessions_app.models.bounds import MAX_ID
+
+logger = logging.getLogger("replay.requests")
 
 
 def refuse_nul_in_query(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
@@ -19,5 +25,94 @@ def refuse_nul_in_query(get_response: Callable[[HttpRequest], HttpResponse]) -> 
                 return JsonResponse({"detail": detail}, status=400)
             return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
         return get_response(request)
+
+    return middleware
+
+
+# SQLite's messages when its busy timeout ran out, or (shared cache, the tests' in-memory
+# database) a table is locked by another connection.
+_SQLITE_BUSY = ("database is locked", "database table is locked", "database schema is locked")
+# PostgreSQL's SQLSTATEs that mean "try again shortly": lock_not_available (lock_timeout),
+# query_canceled (statement_timeout), too_many_connections, cannot_connect_now (starting up),
+# serialization_failure and deadlock_detected (the transaction was rolled back whole).
+_POSTGRES_BUSY = {"55P03", "57014", "53300", "57P03", "40001", "40P01"}
+RETRY_AFTER_SECONDS = 2
+BUSY_MESSAGE = "the database is busy; try again in a few seconds"
+
+
+def database_busy(exc: BaseException) -> bool:
+    """Whether an exception says the database could not serve the request *now* (a lock held
+    too long, no free connection), which a retry fixes: answered 503 with Retry-After, never
+    500, and never mistaken for a bug."""
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _POSTGRES_BUSY:
+        return True
+    message = str(exc).lower()
+    return any(text in message for text in _SQLITE_BUSY) or "too many connections" in message
+
+
+def out_of_range_parameters(request: HttpRequest) -> list[str]:
+    """The path and query parameters holding an integer no 64-bit column holds: what an
+    OverflowError from the database driver was about, to name in the 400."""
+    found = request.resolver_match.kwargs if request.resolver_match else {}
+    named = {**{name: str(value) for name, value in found.items()}, **request.GET.dict()}
+    return [name for name, value in named.items() if _beyond_64_bits(value)]
+
+
+def _beyond_64_bits(value: str) -> bool:
+    digits = value.strip().lstrip("+-")
+    # Past 19 digits no value fits; int() of a very long string is refused by Python itself.
+    return digits.isdigit() and (len(digits) > 19 or int(digits) > MAX_ID)
+
+
+def out_of_range_message(request: HttpRequest) -> str:
+    names = out_of_range_parameters(request)
+    where = ", ".join(names) if names else "a number in the request"
+    return f"{where}: out of range (integers run from {-MAX_ID - 1} to {MAX_ID})"
+
+
+class ClientAndBusyErrors:
+    """Pages' answers to what the database driver refuses for the client's sake: a busy
+    database is a 503 with Retry-After (not a 500 after the busy timeout), an integer beyond
+    64 bits that reached a query a 400. The API answers the same through its own handlers
+    (replay_site/api.py), in JSON."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if database_busy(exc):
+            logger.warning("database busy on %s %s: %s", request.method, request.path, exc)
+            response = _plain_or_json(request, BUSY_MESSAGE, status=503)
+            response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            return response
+        if isinstance(exc, OverflowError):
+            return _plain_or_json(request, out_of_range_message(request), status=400)
+        return None
+
+
+def _plain_or_json(request: HttpRequest, detail: str, *, status: int) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": detail}, status=status)
+    return HttpResponse(detail, status=status, content_type="text/plain; charset=utf-8")
+
+
+def no_store(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
+    """`Cache-Control: no-store` on every response a view made: pages, partials, API answers,
+    exports and bundles hold recorded sessions, which no shared or browser cache may keep (a
+    proxy, or the next user of a shared computer). A view that chose its own caching keeps it;
+    the API and its streams always get no-store. Static files never come here: whitenoise,
+    above this middleware, answers them with their long cache lifetimes."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        response = get_response(request)
+        if request.path.startswith("/api/") or not response.has_header("Cache-Control"):
+            response["Cache-Control"] = "no-store"
+        return response
 
     return middleware

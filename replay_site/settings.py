@@ -160,9 +160,14 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Static files, compressed and with long cache lifetimes, from the production server itself.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Below whitenoise, so static files keep their long caching and everything else is no-store.
+    "replay_site.middleware.no_store",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "replay_site.middleware.refuse_nul_in_query",
+    # A busy database is a 503 with Retry-After, a number beyond 64 bits a 400 (pages; the API
+    # answers both in its own handlers).
+    "replay_site.middleware.ClientAndBusyErrors",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

@@ -13,3 +13,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("", include("sessions_app.urls")),
 ]
+
+# Unmatched URLs under /api/ answer JSON, as the API does (replay_site/errors.py).
+handler400 = "replay_site.errors.bad_request_page"
+handler404 = "replay_site.errors.not_found_page"

@@ -77,8 +77,9 @@ class _Findings:
             self.items.append({"seq": seq, "field": field_name, "why": why})
 
 
-def verify_session(*, session: Session, chunk: int = CHUNK) -> Verification:
-    """Check the session's events as stored and record the result on the session."""
+def verify_session(*, session: Session, chunk: int = CHUNK, record: bool = True) -> Verification:
+    """Check the session's events as stored and record the result on the session. With
+    `record=False` nothing is written (GET /api/sessions/{id}/verify: a read never writes)."""
     # Count and head are written in one transaction by ingest: read them together, and check
     # only what existed then (a live session may grow while we read).
     count, head = Session.objects.filter(pk=session.pk).values_list("event_count", "head_hash").get()
@@ -114,7 +115,7 @@ def verify_session(*, session: Session, chunk: int = CHUNK) -> Verification:
             findings.add(seq, "pair_seq", "paired with an event that does not answer it")
     _compare_keyframes(session, keyframes, findings, count)
     _compare_totals(session, rows.state, findings)
-    return _record(session, findings, next_seq, head)
+    return _record(session, findings, next_seq, head, store=record)
 
 
 def _read(session_pk: int, start: int, stop: int, chunk: int) -> list[dict[str, Any]]:
@@ -226,7 +227,7 @@ def _compare_totals(session: Session, state: WriterState, findings: _Findings) -
             findings.add(None, f"session.{column}", f"stored {fresh[column]!r}, derived {getattr(state, attribute)!r}")
 
 
-def _record(session: Session, findings: _Findings, checked: int, head: str) -> Verification:
+def _record(session: Session, findings: _Findings, checked: int, head: str, *, store: bool) -> Verification:
     valid = findings.first is None and not findings.other
     checked_at = timezone.now()
     values = {
@@ -235,9 +236,10 @@ def _record(session: Session, findings: _Findings, checked: int, head: str) -> V
         "chain_checked_at": checked_at,
         "chain_checked_count": checked,
     }
-    Session.objects.filter(pk=session.pk).update(**values)
-    for name, value in values.items():
-        setattr(session, name, value)
+    if store:
+        Session.objects.filter(pk=session.pk).update(**values)
+        for name, value in values.items():
+            setattr(session, name, value)
     return Verification(
         valid=valid,
         first_broken_seq=findings.first,

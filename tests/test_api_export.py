@@ -51,6 +51,10 @@ def test_verify_finds_a_tampered_event_at_its_seq(api, make_session):
     Event.objects.filter(session=session, seq=123).update(raw=orjson.dumps({"i": 123, "kind": "edited"}).decode())
     body = get_json(api, f"/api/sessions/{session.pk}/verify")
     assert (body["chainValid"], body["firstBrokenSeq"], body["events"]) == (False, 123, 200)
+    # GET is a read: the session's stored state is untouched until a POST records the result.
+    assert get_json(api, f"/api/sessions/{session.pk}/summary")["chainValid"] is not False
+    recorded = api.post(f"/api/sessions/{session.pk}/verify")
+    assert recorded.status_code == 200 and recorded.json()["firstBrokenSeq"] == 123
     # The stored result now marks every replay page of the session.
     page = get_json(api, f"/api/sessions/{session.pk}/replay?limit=5")
     assert page["chainValid"] is False

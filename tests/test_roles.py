@@ -103,6 +103,7 @@ def test_a_viewer_can_read_export_and_verify(acme, ours):
     assert export.status_code == 200 and len(b"".join(export.streaming_content).splitlines()) >= 10
     verified = api.get(f"/api/sessions/{ours.pk}/verify")
     assert verified.status_code == 200 and verified.json()["chainValid"] is True
+    assert api.post(f"/api/sessions/{ours.pk}/verify").status_code == 200
     page = page_as(viewer)
     assert page.get(reverse("sessions:player", args=[ours.pk])).status_code == 200
     assert page.post(reverse("sessions:verify", args=[ours.pk])).status_code == 302

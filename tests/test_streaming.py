@@ -64,7 +64,7 @@ def stream(api: Client, session: Session, **params) -> list[tuple[str, dict | No
     response = api.get(f"/api/sessions/{session.pk}/stream", params)
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/event-stream")
-    assert response["Cache-Control"] == "no-cache"
+    assert response["Cache-Control"] == "no-store"
     return frames_of(response.streaming_content)
 
 

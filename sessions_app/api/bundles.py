@@ -6,7 +6,7 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema
 
 from .. import access, audit, bundles, signing
-from .schemas import NOT_FOUND
+from .schemas import NOT_FOUND, Id
 
 router = Router(tags=["bundles"])
 
@@ -26,7 +26,7 @@ def signing_key(request: HttpRequest):
 
 
 @router.get("/sessions/{session_id}/bundle", response={200: None, **NOT_FOUND}, url_name="bundle")
-def bundle(request: HttpRequest, session_id: int):
+def bundle(request: HttpRequest, session_id: Id):
     """Stream the session's signed evidence bundle (.zip): events with their hashes, the
     original upload, comments, sign-offs, a signed manifest and an offline player (docs/bundles.md)."""
     session = access.session_for(request, session_id)

@@ -13,7 +13,7 @@ from ninja.responses import Status
 
 from .. import access, audit, comments
 from ..models import Comment, Role
-from .schemas import DetailOut, Text
+from .schemas import DetailOut, Id, Position, Text
 
 router = Router(tags=["comments"])
 
@@ -21,9 +21,9 @@ DENIED = {400: DetailOut, 403: DetailOut, 404: DetailOut}
 
 
 class CommentIn(Schema):
-    seq: int | None = Field(None, ge=0, description="the event the thread is on; a reply may leave it out")
+    seq: Position | None = Field(None, description="the event the thread is on; a reply may leave it out")
     body: Text = Field(..., description=f"Markdown, at most {comments.MAX_BODY:,} characters")
-    parent: int | None = Field(None, description="reply in the thread of this comment")
+    parent: Id | None = Field(None, description="reply in the thread of this comment")
 
 
 class CommentEditIn(Schema):
@@ -75,14 +75,14 @@ def _bad(exc: comments.CommentError) -> HttpError:
 
 
 @router.get("/sessions/{session_id}/comments", response={200: list[ThreadOut], **DENIED}, url_name="comments")
-def list_comments(request: HttpRequest, session_id: int):
+def list_comments(request: HttpRequest, session_id: Id):
     """The session's threads in seq order, each with its replies oldest first."""
     session = access.session_for(request, session_id)
     return [_thread_row(thread) for thread in comments.threads_of(session=session)]
 
 
 @router.post("/sessions/{session_id}/comments", response={201: CommentOut, **DENIED}, url_name="create_comment")
-def create_comment(request: HttpRequest, session_id: int, body: CommentIn):
+def create_comment(request: HttpRequest, session_id: Id, body: CommentIn):
     """Start a thread on event `seq`, or reply in the thread of `parent`. Reviewers and up."""
     session = access.session_for(request, session_id, need=Role.REVIEWER)
     try:
@@ -96,7 +96,7 @@ def create_comment(request: HttpRequest, session_id: int, body: CommentIn):
 @router.patch(
     "/sessions/{session_id}/comments/{comment_id}", response={200: CommentOut, **DENIED}, url_name="edit_comment"
 )
-def edit_comment(request: HttpRequest, session_id: int, comment_id: int, body: CommentEditIn):
+def edit_comment(request: HttpRequest, session_id: Id, comment_id: Id, body: CommentEditIn):
     """Change one's own comment; the old body is kept. Someone else's: 403."""
     session = access.session_for(request, session_id, need=Role.REVIEWER)
     comment = comments.comment_in(session=session, comment_id=comment_id)
@@ -111,7 +111,7 @@ def edit_comment(request: HttpRequest, session_id: int, comment_id: int, body: C
 @router.delete(
     "/sessions/{session_id}/comments/{comment_id}", response={204: None, **DENIED}, url_name="delete_comment"
 )
-def delete_comment(request: HttpRequest, session_id: int, comment_id: int):
+def delete_comment(request: HttpRequest, session_id: Id, comment_id: Id):
     """Delete one's own comment (admins: anyone's). Its place in the thread stays, its text goes."""
     session = access.session_for(request, session_id, need=Role.REVIEWER)
     comment = comments.comment_in(session=session, comment_id=comment_id)
@@ -125,7 +125,7 @@ def delete_comment(request: HttpRequest, session_id: int, comment_id: int):
     response={200: ThreadOut, **DENIED},
     url_name="resolve_comment",
 )
-def resolve_comment(request: HttpRequest, session_id: int, comment_id: int, body: ResolveIn | None = None):
+def resolve_comment(request: HttpRequest, session_id: Id, comment_id: Id, body: ResolveIn | None = None):
     """Resolve the comment's thread (`{"resolved": false}` opens it again). Reviewers and up."""
     session = access.session_for(request, session_id, need=Role.REVIEWER)
     comment = comments.comment_in(session=session, comment_id=comment_id)

@@ -8,7 +8,7 @@ from ninja import Field, Query, Router, Schema
 from .. import access
 from ..replay.compare import MAX_PAIRS, diff_sessions
 from .responses import json_response
-from .schemas import BAD, ReplaySessionOut
+from .schemas import BAD, Id, Position, ReplaySessionOut
 
 router = Router(tags=["sessions"])
 
@@ -69,9 +69,9 @@ class CompareOut(Schema):
 
 
 class CompareQuery(Schema):
-    a: int
-    b: int
-    offset: int = Field(0, ge=0)
+    a: Id
+    b: Id
+    offset: Position = 0
     limit: int = Field(100, ge=1, le=MAX_PAIRS)
 
 

@@ -12,7 +12,7 @@ from .. import access, audit, jobs
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size
 from .auth import who
 from .responses import BadRequest, error
-from .schemas import ErrorOut
+from .schemas import ErrorOut, Id
 
 router = Router(tags=["ingest"])
 
@@ -83,7 +83,7 @@ _UPLOAD_BODY = {
 
 @router.post(
     "/imports",
-    response={202: ImportAcceptedOut, 400: ErrorOut, 413: ErrorOut},
+    response={202: ImportAcceptedOut, 400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 413: ErrorOut},
     openapi_extra=_UPLOAD_BODY,
     url_name="create_import",
 )
@@ -116,7 +116,7 @@ def create_import(request: HttpRequest):
     response={200: ImportStatusOut, 404: ErrorOut},
     url_name="import_status",
 )
-def import_status(request: HttpRequest, job_id: int):
+def import_status(request: HttpRequest, job_id: Id):
     """An import's status (queued, running, done, failed), progress, sessions and problems."""
     job = access.job_for(request, job_id)
     return Status(200, {

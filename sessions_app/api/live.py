@@ -113,7 +113,7 @@ class TailQuery(Schema):
     )
 
 
-def _session_links(session_id: Id) -> dict:
+def _session_links(session_id: int) -> dict:
     return {
         "events_url": reverse("api:append_session_events", kwargs={"session_id": session_id}),
         "end_url": reverse("api:end_session", kwargs={"session_id": session_id}),
@@ -126,7 +126,14 @@ def _session_links(session_id: Id) -> dict:
 # POST /sessions on this router would be shadowed by the list's GET and answer 405.
 @sessions_router.post(
     "/sessions",
-    response={200: SessionCreatedOut, 201: SessionCreatedOut, 400: ErrorOut, 413: ErrorOut},
+    response={
+        200: SessionCreatedOut,
+        201: SessionCreatedOut,
+        400: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        413: ErrorOut,
+    },
     openapi_extra=json_body(SessionCreateIn),
     tags=["ingest"],
     url_name="create_session",
@@ -223,7 +230,7 @@ def _under_asgi(request: HttpRequest) -> bool:
 
 def _sse(frames) -> StreamingHttpResponse:
     response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
-    response["Cache-Control"] = "no-cache"
+    response["Cache-Control"] = "no-store"  # session data: no cache may keep it
     response["X-Accel-Buffering"] = "no"  # nginx: pass frames through as they come
     return response
 
@@ -240,9 +247,31 @@ def _start_after(request: HttpRequest, after: int | None) -> int:
     return int(last)
 
 
+# The 200 of a stream: Server-Sent Events, each frame an `event` name, the seq as its `id`, a
+# JSON `data` line (docs/ingest.md), and `retry` (ms) on the frame that ends a stream at its limit.
+_FRAME = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "data": {"type": "string", "description": "a JSON object"},
+        "retry": {"type": "integer"},
+    },
+}
+_EVENT_STREAM = {
+    "responses": {
+        "200": {
+            "description": "Server-Sent Events (docs/ingest.md)",
+            "content": {"text/event-stream": {"schema": _FRAME}},
+        }
+    }
+}
+
+
 @router.get(
     "/sessions/{session_id}/stream",
     response={404: ErrorOut},
+    openapi_extra=_EVENT_STREAM,
     url_name="stream_session",
 )
 def stream_session(request: HttpRequest, session_id: Id, query: Query[StreamQuery]):
@@ -263,6 +292,7 @@ def stream_session(request: HttpRequest, session_id: Id, query: Query[StreamQuer
 @router.get(
     "/sessions/{session_id}/tail",
     response={404: ErrorOut},
+    openapi_extra=_EVENT_STREAM,
     url_name="tail_session",
 )
 def tail_session(request: HttpRequest, session_id: Id, query: Query[TailQuery]):

@@ -13,7 +13,7 @@ from .. import access, audit
 from ..models import Review, Role
 from ..reviews import SignOff, SignOffRefused, sign_off, sign_offs_of
 from .responses import json_response
-from .schemas import NOT_FOUND, DetailOut, Text
+from .schemas import NOT_FOUND, DetailOut, Id, Text
 
 router = Router(tags=["reviews"])
 
@@ -64,8 +64,11 @@ def review_row(found: SignOff) -> dict[str, Any]:
     }
 
 
-@router.get("/sessions/{session_id}/reviews", response={200: list[ReviewOut], **NOT_FOUND}, url_name="reviews")
-def list_reviews(request: HttpRequest, session_id: int):
+# by_alias: the schema names CoversOut's `first` as it is sent, `from`.
+@router.get(
+    "/sessions/{session_id}/reviews", response={200: list[ReviewOut], **NOT_FOUND}, by_alias=True, url_name="reviews"
+)
+def list_reviews(request: HttpRequest, session_id: Id):
     """The session's sign-offs, newest first, each with what it covers of the session now."""
     session = access.session_for(request, session_id)
     return json_response([review_row(found) for found in sign_offs_of(session=session)])
@@ -73,10 +76,11 @@ def list_reviews(request: HttpRequest, session_id: int):
 
 @router.post(
     "/sessions/{session_id}/reviews",
-    response={201: ReviewOut, 400: DetailOut, 404: DetailOut, 409: DetailOut},
+    response={201: ReviewOut, 400: DetailOut, 403: DetailOut, 404: DetailOut, 409: DetailOut},
+    by_alias=True,
     url_name="create_review",
 )
-def create_review(request: HttpRequest, session_id: int, body: ReviewIn):
+def create_review(request: HttpRequest, session_id: Id, body: ReviewIn):
     """Verify the session and sign it off with a verdict. A broken chain can only be rejected:
     any other verdict is refused with 409 naming the broken seq."""
     session = access.session_for(request, session_id, need=Role.REVIEWER)

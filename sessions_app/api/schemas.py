@@ -6,6 +6,9 @@ from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
 from pydantic import AfterValidator
+from pydantic import Field as Bounds
+
+from ..models.bounds import MAX_ID, MAX_POSITION
 
 
 def _without_nul(value: str) -> str:
@@ -17,6 +20,11 @@ def _without_nul(value: str) -> str:
 # Text a client sends that is stored as text: PostgreSQL refuses NUL in text columns, so it is a
 # 400 naming the field here rather than a 500 there.
 Text = Annotated[str, AfterValidator(_without_nul)]
+
+# Numbers a client names, bounded by what the 64-bit columns hold (models/bounds.py): a larger
+# one is a 400 naming the parameter, not an OverflowError inside the database driver.
+Id = Annotated[int, Bounds(ge=1, le=MAX_ID)]
+Position = Annotated[int, Bounds(ge=0, le=MAX_POSITION)]
 
 
 class DetailOut(Schema):

@@ -12,7 +12,7 @@ from .. import access, audit, replay
 from ..models import Role, Session
 from ..replay.listing import list_sessions as list_session_page
 from .checkpoints import checkpoint_row
-from .schemas import NOT_FOUND, CheckpointOut, DetailOut, SessionIdentityOut
+from .schemas import NOT_FOUND, CheckpointOut, DetailOut, Id, SessionIdentityOut
 
 router = Router(tags=["sessions"])
 
@@ -77,7 +77,7 @@ class SessionListQuery(Schema):
         None, description="the newest sign-off's verdict, or `unreviewed`"
     )
     limit: int = Field(50, ge=1, le=500)
-    before: int | None = Field(None, ge=1, description="keyset cursor: sessions with a smaller id")
+    before: Id | None = Field(None, description="keyset cursor: sessions with a smaller id")
 
 
 def _session_row(session: Session) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
 
 
 @router.get("/sessions/{session_id}", response={200: SessionDetailOut, **NOT_FOUND}, url_name="get_session")
-def get_session(request: HttpRequest, session_id: int):
+def get_session(request: HttpRequest, session_id: Id):
     """One session: its row, its summary and its checkpoints."""
     session = access.session_for(request, session_id)
     return {
@@ -123,7 +123,7 @@ def get_session(request: HttpRequest, session_id: int):
 
 
 @router.delete("/sessions/{session_id}", response={204: None, **NOT_FOUND}, url_name="delete_session")
-def delete_session(request: HttpRequest, session_id: int):
+def delete_session(request: HttpRequest, session_id: Id):
     """Delete a session with its events, snapshots and checkpoints (the database cascades)."""
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
     events = session.event_count
@@ -139,6 +139,6 @@ def delete_session(request: HttpRequest, session_id: int):
 
 
 @router.get("/sessions/{session_id}/summary", response={200: SummaryOut, **NOT_FOUND}, url_name="summary")
-def session_summary(request: HttpRequest, session_id: int):
+def session_summary(request: HttpRequest, session_id: Id):
     """rlm-code's get_summary() keys plus totals for cost, events, calls, models and tools."""
     return replay.get_summary(session=access.session_for(request, session_id))
