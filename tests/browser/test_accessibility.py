@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page
 
-from sessions_app import comments
+from sessions_app import comments, sharing, tours
 from sessions_app.access import Actor
 from sessions_app.ingest.writer import set_checkpoint
 from sessions_app.models import Project, Role, Session
@@ -95,7 +95,15 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
     record_variant(tmp_path / "a.jsonl", run_id="baseline", steps=6)
     record_variant(tmp_path / "b.jsonl", run_id="candidate", steps=7, change_at=3)
     a, b = import_one(tmp_path / "a.jsonl"), import_one(tmp_path / "b.jsonl")
-    return {"talk": talk, "thread": thread, "a": a, "b": b, "project": Project.get_default()}
+    tour = tours.create_tour(actor=Actor(user=ada), project=Project.get_default(), title="How the search failed",
+                             description="Three stops across *two* sessions.")  # fmt: skip
+    stops = [tours.StopSpec(session=talk.pk, seq=1, title="The question", narration="It starts **here**."),
+             tours.StopSpec(session=talk.pk, seq=18, title="The failure", narration="`search` fails."),
+             tours.StopSpec(session=a.pk, seq=3, title="Elsewhere", narration="Another run.")]  # fmt: skip
+    tours.set_stops(actor=Actor(user=ada), tour=tour, stops=stops)
+    _, token = sharing.create_link(actor=Actor(user=ada), session=talk, note="for the newcomer")
+    return {"talk": talk, "thread": thread, "a": a, "b": b, "project": Project.get_default(), "tour": tour,
+            "share": f"/s/{token}"}  # fmt: skip
 
 
 def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
@@ -116,15 +124,27 @@ def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
     page.wait_for_selector("tr.divergence-row")
     problems.append(accessibility_problems(page, "diff page"))
 
-    for path, name in [("/projects/", "projects page"), (f"/projects/{slug}/", "project page"),
-                       (f"/projects/{slug}/audit/", "audit page"), ("/account/keys/", "API keys page"),
-                       ("/about/", "about page")]:  # fmt: skip
+    tour = reviewed["tour"]
+    for path, ready, name in [
+        ("/projects/", "#project-table", "projects page"), (f"/projects/{slug}/", "#members", "project page"),
+        (f"/projects/{slug}/audit/", "#audit-entries tr[data-seq]", "audit page"),
+        ("/account/keys/", "#keys", "API keys page"), ("/about/", "#signing-key", "about page"),
+        (f"/projects/{slug}/learn/", "#tour-list li", "Learn page"), (f"/tours/{tour.pk}/", "#tour-stops li", "tour page"),
+        ("/imports/", "#import-table", "imports page"),
+    ]:  # fmt: skip
         page.goto(path)
+        page.wait_for_selector(ready)
         problems.append(accessibility_problems(page, name))
+    page.goto(f"/tours/{tour.pk}/play/?stop=2")  # the player in tour mode, at stop 2
+    page.wait_for_selector("#tour-narration")
+    problems.append(accessibility_problems(page, "player in tour mode"))
 
     page.context.clear_cookies()
     page.goto("/accounts/login/")
     problems.append(accessibility_problems(page, "sign-in page"))
+    page.goto(reviewed["share"])
+    page.wait_for_selector("#step-list")
+    problems.append(accessibility_problems(page, "player through a share link, signed out"))
     found = [p for p in problems if p]
     assert not found, "\n\n".join(found)
     watch.assert_clean()
@@ -139,6 +159,9 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
             ("/sessions/", "#session-table", "session list"),
             (f"/sessions/{reviewed['talk'].pk}/?step=18", "#step-list", "player"),
             (f"/compare/?a={reviewed['a'].pk}&b={reviewed['b'].pk}", "tr.divergence-row", "diff page"),
+            (f"/tours/{reviewed['tour'].pk}/play/?stop=2", "#tour-narration", "player in tour mode"),
+            (f"/projects/{reviewed['project'].slug}/learn/", "#tour-list li", "Learn page"),
+            (f"/tours/{reviewed['tour'].pk}/", "#tour-stops li", "tour page"),
         ]
         for path, ready, name in pages:
             page.goto(path)
