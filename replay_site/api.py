@@ -81,7 +81,9 @@ def _document_common_errors(path: str, operation: dict) -> None:
         "413": "requestBody" in operation,
         "503": True,
     }
-    responses = operation.setdefault("responses", {})
+    # ninja keys the declared responses by int; JSON has only text keys, and an int 404 beside a
+    # text "404" would be written twice (js-yaml, in the docs page, refuses duplicated keys).
+    responses = operation["responses"] = {str(status): value for status, value in operation["responses"].items()}
     for status, description in _COMMON_ERRORS.items():
         if applies[status] and status not in responses:
             responses[status] = {

@@ -1,0 +1,81 @@
+"""Pages never answer 500 for a client's mistake: numbers past 64 bits in the query string or a
+form, a malformed upload, a URL naming nothing. (A busy database: test_api_errors.py holds the
+lock once for the API and a page alike.)"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from sessions_app.models import Checkpoint, Comment
+
+from .builders_teams import member
+
+pytestmark = pytest.mark.django_db
+
+BEYOND = "99999999999999999999999"  # past 64 bits: OverflowError in SQLite's driver
+
+
+@pytest.fixture
+def page(db) -> Client:
+    client = Client()
+    client.force_login(member("pia"))
+    return client
+
+
+def test_a_step_past_64_bits_is_never_a_500(page, make_session):
+    session = make_session(events=10)
+    for url in (
+        f"/sessions/{session.pk}/?step={BEYOND}",
+        f"/sessions/{session.pk}/search/?q=event&step={BEYOND}",
+        f"/sessions/{session.pk}/search/?errors=1&step={BEYOND}",
+        f"/sessions/?before={BEYOND}",
+        f"/projects/default/audit/?before={BEYOND}",
+    ):
+        # The form refuses the number; the page shows its start (a clamped value), never a 500.
+        assert page.get(url).status_code == 200, url
+    for url in (f"/compare/?a={BEYOND}&b={session.pk}", f"/compare/?a={session.pk}&b={session.pk}&offset={BEYOND}"):
+        assert page.get(url).status_code == 400, url
+    assert page.get(f"/sessions/{BEYOND}/").status_code == 404
+
+
+def test_forms_refuse_numbers_past_64_bits(page, make_session):
+    session = make_session(events=10)
+    checkpoint = page.post(f"/sessions/{session.pk}/checkpoints/", {"name": "far", "step": BEYOND})
+    assert checkpoint.status_code in (302, 400) and not Checkpoint.objects.filter(name="far").exists()
+    for fields in ({"seq": BEYOND, "body": "far"}, {"seq": "1", "parent": BEYOND, "body": "far"}):
+        comment = page.post(f"/sessions/{session.pk}/comments/", fields)
+        assert comment.status_code < 500, fields
+    assert not Comment.objects.filter(body="far").exists()
+
+
+def test_a_number_that_still_reaches_the_database_is_a_400_naming_it(page, make_session, monkeypatch):
+    session = make_session(events=4)
+
+    def unbounded(**kwargs):
+        raise OverflowError("Python int too large to convert to SQLite INTEGER")
+
+    monkeypatch.setattr("sessions_app.replay.search", unbounded)
+    response = page.get(f"/sessions/{session.pk}/search/?q=x&junk={BEYOND}")
+    assert response.status_code == 400 and response["Content-Type"].startswith("text/plain")
+    assert response.content.decode().startswith("junk: out of range")
+
+
+@pytest.mark.parametrize("csrf", [False, True])
+def test_a_malformed_upload_is_a_plain_400_saying_why(make_session, csrf):
+    # With the CSRF check on (a browser's case), the middleware reads the form first.
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(member("pia"))
+    client.get("/sessions/")  # sets the CSRF cookie
+    token = client.cookies["csrftoken"].value if csrf else ""
+    body = b'--x\r\nContent-Disposition: form-data; name="files"; filename="a.jsonl"\r\n\r\n{}\r\n--x--\r\n'
+    response = client.post("/sessions/upload/", data=body, content_type="multipart/form-data; boundary=",
+                           headers={"X-CSRFToken": token})  # fmt: skip
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/plain")
+    assert response.content.decode().startswith("the upload cannot be read: Invalid boundary in multipart")
+
+
+def test_a_page_url_naming_nothing_is_an_html_404(page):
+    response = page.get("/sessions/not-a-number/")
+    assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
