@@ -16,13 +16,16 @@ tests/test_streaming.py's).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 
 import pytest
 import schemathesis
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from django.test import Client
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
@@ -65,7 +68,7 @@ class FakeClock:
 
 
 @pytest.fixture
-def world(db, make_session, monkeypatch, settings) -> World:
+def world(db, make_session, monkeypatch, settings) -> Iterator[World]:
     # A fast hasher: the users are made again for every operation.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     project = Project.get_default()
@@ -94,7 +97,15 @@ def world(db, make_session, monkeypatch, settings) -> World:
     ids = {"session_id": first.pk, "comment_id": comment, "tour_id": tour, "link_id": link,
            "job_id": upload.json()["job"], "a": first.pk, "b": second.pk}  # fmt: skip
     names = {"slug": project.slug, "name": "start", "username": "fuzz-viewer"}
-    return World(headers=headers, ids=ids, names=names)
+    # Schemathesis calls Django's WSGI handler, which closes the database connection around each
+    # request when it is inside a transaction, as the test's is (on PostgreSQL every later query
+    # then fails). Django's test client leaves it open the same way, and reconnects the
+    # signals after each of its own requests: so this comes after the client's requests above.
+    for signal in (request_started, request_finished):
+        signal.disconnect(close_old_connections)
+    yield World(headers=headers, ids=ids, names=names)
+    for signal in (request_started, request_finished):
+        signal.connect(close_old_connections)
 
 
 def _aim(case, world: World) -> None:
