@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 import orjson
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -393,3 +393,16 @@ def test_session_data_is_never_stored_by_caches(api, make_session):
     page.force_login(member("owner-of-tests"))
     for url in (f"/sessions/{session.pk}/", f"/sessions/{session.pk}/search/?q=event", "/sessions/"):
         assert page.get(url)["Cache-Control"] == "no-store", url
+
+
+def test_an_export_that_cannot_be_recorded_is_refused_not_served_unrecorded(api, make_session, monkeypatch):
+    session = make_session(events=5)
+
+    def busy(**kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr("sessions_app.audit.record", busy)
+    for url in (f"/api/sessions/{session.pk}/export", f"/api/sessions/{session.pk}/bundle"):
+        response = api.get(url)
+        assert response.status_code == 503 and response["Retry-After"] == "2", url
+        assert not response.streaming

@@ -1,11 +1,13 @@
 """Pages never answer 500 for a client's mistake: numbers past 64 bits in the query string or a
-form, a malformed upload, a URL naming nothing. (A busy database: test_api_errors.py holds the
-lock once for the API and a page alike.)"""
+form, a malformed upload, a URL naming nothing; and reading a page writes nothing. (A busy
+database: test_api_errors.py holds the lock once for the API and a page alike.)"""
 
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from sessions_app.models import Checkpoint, Comment
 
@@ -79,3 +81,28 @@ def test_a_malformed_upload_is_a_plain_400_saying_why(make_session, csrf):
 def test_a_page_url_naming_nothing_is_an_html_404(page):
     response = page.get("/sessions/not-a-number/")
     assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
+
+
+def test_pages_read_without_writing(page, make_session):
+    session = make_session(events=12)
+    other = make_session(events=6)
+    page.get("/sessions/")  # the sign-in's own writes (its session row) come before
+    for url in (
+        "/sessions/",
+        f"/sessions/{session.pk}/",
+        f"/sessions/{session.pk}/?step=5",
+        f"/sessions/{session.pk}/search/?q=event",
+        f"/sessions/{session.pk}/charts/",
+        f"/compare/?a={session.pk}&b={other.pk}",
+        "/sessions/imports/",
+        "/projects/",
+        "/projects/default/",
+        "/projects/default/audit/",
+        "/account/keys/",
+        "/about/",
+    ):
+        with CaptureQueriesContext(connection) as queries:
+            response = page.get(url)
+        assert response.status_code == 200, url
+        writes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+        assert writes == [], (url, writes)
