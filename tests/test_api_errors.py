@@ -258,7 +258,10 @@ def test_every_operation_documents_the_errors_the_api_answers(client):
                 if status.startswith(("4", "5")):
                     ref = response["content"]["application/json"]["schema"]["$ref"]
                     assert ref.rsplit("/", 1)[1] in {"ErrorOut", "DetailOut"}, (where, status)
-    # Every integer a client names carries its bound.
+            for parameter in operation.get("parameters", []):  # every integer a client names is bounded
+                for option in parameter["schema"].get("anyOf", [parameter["schema"]]):
+                    assert option.get("type") != "integer" or "maximum" in option, (where, parameter["name"])
+    # Ids by their column, positions leaving room for a page's end.
     replay = {p["name"]: p["schema"] for p in schema["paths"]["/api/sessions/{session_id}/replay"]["get"]["parameters"]}
     assert replay["session_id"]["maximum"] == 2**63 - 1 and replay["offset"]["maximum"] == 2**62
 

@@ -15,7 +15,7 @@ from ninja.responses import Status
 
 from .. import access, audit, sharing
 from ..models import Role, Session, ShareLink, Tour
-from .schemas import DetailOut, Text
+from .schemas import DetailOut, Id, Text
 
 router = Router(tags=["share links"])
 
@@ -69,14 +69,14 @@ def _create(request: HttpRequest, body: ShareLinkIn, **target: Session | Tour) -
 
 @router.post("/sessions/{session_id}/share-links", response={201: NewShareLinkOut, **DENIED},
              url_name="create_session_share_link")  # fmt: skip
-def create_session_link(request: HttpRequest, session_id: int, body: ShareLinkIn):
+def create_session_link(request: HttpRequest, session_id: Id, body: ShareLinkIn):
     """A read-only link to the session; its `url` is in this answer only. Maintainers."""
     return _create(request, body, session=access.session_for(request, session_id, need=Role.MAINTAINER))
 
 
 @router.get("/sessions/{session_id}/share-links", response={200: list[ShareLinkOut], **DENIED},
             url_name="session_share_links")  # fmt: skip
-def list_session_links(request: HttpRequest, session_id: int):
+def list_session_links(request: HttpRequest, session_id: Id):
     """The session's links, newest first, without their tokens. Maintainers."""
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
     return [_row(link) for link in sharing.links_of(session=session)]
@@ -84,21 +84,21 @@ def list_session_links(request: HttpRequest, session_id: int):
 
 @router.post("/tours/{tour_id}/share-links", response={201: NewShareLinkOut, **DENIED},
              url_name="create_tour_share_link")  # fmt: skip
-def create_tour_link(request: HttpRequest, tour_id: int, body: ShareLinkIn):
+def create_tour_link(request: HttpRequest, tour_id: Id, body: ShareLinkIn):
     """A read-only link to the tour and the sessions of its stops; its `url` is in this answer
     only. Maintainers."""
     return _create(request, body, tour=access.tour_for(request, tour_id, need=Role.MAINTAINER))
 
 
 @router.get("/tours/{tour_id}/share-links", response={200: list[ShareLinkOut], **DENIED}, url_name="tour_share_links")
-def list_tour_links(request: HttpRequest, tour_id: int):
+def list_tour_links(request: HttpRequest, tour_id: Id):
     """The tour's links, newest first, without their tokens. Maintainers."""
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
     return [_row(link) for link in sharing.links_of(tour=tour)]
 
 
 @router.delete("/share-links/{link_id}", response={204: None, **DENIED}, url_name="revoke_share_link")
-def revoke_link(request: HttpRequest, link_id: int):
+def revoke_link(request: HttpRequest, link_id: Id):
     """Revoke the link: it opens nothing from its visitors' next request on. Maintainers of its
     project; revoking a revoked link changes nothing."""
     link = access.share_link_for(request, link_id, need=Role.MAINTAINER)

@@ -17,7 +17,7 @@ from ninja.responses import Status
 
 from .. import access, audit, tours
 from ..models import Role, Tour, TourStop
-from .schemas import DetailOut, Text
+from .schemas import DetailOut, Id, Text
 
 router = Router(tags=["tours"])
 
@@ -133,13 +133,13 @@ def create_tour(request: HttpRequest, slug: str, body: TourIn):
 
 
 @router.get("/tours/{tour_id}", response={200: TourOut, **DENIED}, url_name="tour")
-def get_tour(request: HttpRequest, tour_id: int):
+def get_tour(request: HttpRequest, tour_id: Id):
     """The tour with its stops in order."""
     return _with_stops(access.tour_for(request, tour_id))
 
 
 @router.patch("/tours/{tour_id}", response={200: TourOut, **DENIED}, url_name="change_tour")
-def change_tour(request: HttpRequest, tour_id: int, body: TourChangeIn):
+def change_tour(request: HttpRequest, tour_id: Id, body: TourChangeIn):
     """Change the title and/or the description. Maintainers and up."""
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
     try:
@@ -151,7 +151,7 @@ def change_tour(request: HttpRequest, tour_id: int, body: TourChangeIn):
 
 
 @router.delete("/tours/{tour_id}", response={204: None, **DENIED}, url_name="delete_tour")
-def delete_tour(request: HttpRequest, tour_id: int):
+def delete_tour(request: HttpRequest, tour_id: Id):
     """Delete the tour and its stops (the sessions stay). Maintainers and up."""
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
     tours.delete_tour(actor=access.actor_of(request), tour=tour, ip=audit.client_ip(request))
@@ -159,7 +159,7 @@ def delete_tour(request: HttpRequest, tour_id: int):
 
 
 @router.put("/tours/{tour_id}/stops", response={200: list[StopOut], **DENIED}, url_name="tour_stops")
-def set_stops(request: HttpRequest, tour_id: int, stops: list[StopIn] = Body(...)):
+def set_stops(request: HttpRequest, tour_id: Id, stops: list[StopIn] = Body(...)):
     """Replace the stops with this ordered list (a JSON array; `[]` empties the tour) and answer
     with it. Each stop's session must be of the tour's project, its seq an event of that session;
     a refusal names the stop by index and number and the field (`stops[1].seq: stop 2: ...`)."""
