@@ -10,11 +10,12 @@ concurrent viewers of a 100,000-event session while one agent ingests live.
 2. `manage.py serve` on a free loopback port (--web-processes, default 2, as `make run`).
 3. One agent creates a live session and appends --ingest-rate events a second (batches of 10)
    for the whole run.
-4. For each viewer count (default 1, 20, 50), --seconds of "closed" load: each viewer, in its own
-   thread with its own keep-alive connection, asks for a player step at a random event (the htmx
+4. For each viewer count (default 1, 20, 50), --seconds of load: each viewer, in its own thread
+   with its own keep-alive connection, asks for a player step at a random event (the htmx
    partial each step, key press and play frame fetches) and, every fifth time, a replay page of
-   1000 events with their context (`/api/sessions/{id}/replay?limit=1000`), as soon as the last
-   answer arrived.
+   1000 events with their context (`/api/sessions/{id}/replay?limit=1000`): "closed" (the
+   default), as soon as the last answer arrived; with --paced 0.5, twice a second, as playback
+   at normal speed asks.
 Prints p50/p95/p99 per endpoint, requests a second, errors, and the throughput at each viewer
 count as a ratio of the one-viewer throughput measured in the same run. Targets (issue 20, on a
 2-core machine): 0 errors; with 20 viewers the player step p95 <= 250 ms and the replay page
@@ -141,13 +142,19 @@ def timed(connection: http.client.HTTPConnection, path: str, headers: dict, name
         return http.client.HTTPConnection(connection.host, connection.port, timeout=60)
 
 
-def viewer(port: int, setup: dict, stop_at: float, rec: Recorder, seed: int) -> None:
+def viewer(port: int, setup: dict, stop_at: float, rec: Recorder, seed: int, every: float = 0.0) -> None:
+    """Closed (every=0): the next request as soon as the last answer arrived. Paced: one player
+    step each `every` seconds, as playback at normal speed asks (twice a second)."""
     rng = random.Random(seed)
+    next_at = time.monotonic() + rng.random() * every  # paced viewers do not start in step
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     page = {"Cookie": setup["cookie"], "HX-Request": "true"}
     api = {"Authorization": f"Bearer {setup['viewer_key']}"}
     n = 0
     while time.monotonic() < stop_at:
+        if every:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += every
         seq = rng.randrange(setup["events"])
         connection = timed(connection, f"/sessions/{setup['session']}/?step={seq}&speed=1&pace=steps", page,
                            "player step", rec)  # fmt: skip
@@ -182,9 +189,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def run(port: int, setup: dict, viewers: int, seconds: float, rec: Recorder) -> float:
+def run(port: int, setup: dict, viewers: int, seconds: float, rec: Recorder, every: float = 0.0) -> float:
     stop_at = time.monotonic() + seconds
-    threads = [threading.Thread(target=viewer, args=(port, setup, stop_at, rec, n)) for n in range(viewers)]
+    threads = [threading.Thread(target=viewer, args=(port, setup, stop_at, rec, n, every)) for n in range(viewers)]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -200,6 +207,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--ingest-rate", type=float, default=100.0, help="live events a second")
     parser.add_argument("--web-processes", type=int, default=2)
+    parser.add_argument(
+        "--paced",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="each viewer asks once every SECONDS (0.5: playback at normal speed) instead of closed load",
+    )
     args = parser.parse_args()
     if not args.file.is_file():
         sys.exit(f"{args.file} is missing: bench/import_bench.py generates it (see docs/benchmarks.md)")
@@ -211,7 +225,8 @@ def main() -> None:
     setup = prepare(args.file)
     port = free_port()
     server = start_server(port, args.web_processes, work / "serve.log")
-    print(f"{database}, manage.py serve with {args.web_processes} web processes, {os.cpu_count()} cores; "
+    load = f"paced: a step every {args.paced:g} s per viewer" if args.paced else "closed load"
+    print(f"{database}, manage.py serve with {args.web_processes} web processes, {os.cpu_count()} cores, {load}; "
           f"one agent ingesting {args.ingest_rate:g} events/s; {args.seconds:g} s per viewer count")  # fmt: skip
     results = []
     stop = threading.Event()
@@ -222,7 +237,7 @@ def main() -> None:
         run(port, setup, 1, 3.0, Recorder())  # warm-up: every web process has its connection and caches
         for viewers in [int(v) for v in args.viewers.split(",")]:
             rec = Recorder()
-            elapsed = run(port, setup, viewers, args.seconds, rec)
+            elapsed = run(port, setup, viewers, args.seconds, rec, args.paced)
             results.append((viewers, rec, elapsed))
     finally:
         stop.set()
