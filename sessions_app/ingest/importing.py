@@ -413,7 +413,9 @@ class _JobProgress:
         job.detected_format = fmt or job.detected_format
         job.problems = problems.to_list()
         job.problem_count = problems.count
-        job.result = [o.to_dict() for o in outcomes]
+        # The problems are the job's own (above), not copied into each outcome: the imports page
+        # reads every job's result, and a file's problems would be there once a session.
+        job.result = [{k: v for k, v in o.to_dict().items() if k != "problems"} for o in outcomes]
         job.sessions_done = len(stored)
         job.events_done = sum(o.events for o in stored if not o.duplicate)
         job.bytes_done = job.bytes_total or self.bytes_done

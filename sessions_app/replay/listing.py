@@ -179,3 +179,12 @@ def recent_jobs(*, jobs: models.QuerySet[ImportJob], created_by: str, limit: int
 
 def _day_start(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
+
+
+def compare_candidates(*, sessions: SessionQuerySet, session: Session, q: str = "", limit: int = 20) -> list[Session]:
+    """What the player's "compare with…" offers: the other sessions of `session`'s project,
+    newest run first, matching `q` as the list's search does. `sessions` are the caller's
+    (access.sessions_visible_to)."""
+    found = sessions.filter(project_id=session.project_id).exclude(pk=session.pk).matching(q).with_start_time()
+    shown = ("id", "source_session_id", "task", "source_format", "step_count", "started_at", "created_at")
+    return list(found.only(*shown).order_by("-start_time", "-id")[:limit])

@@ -22,8 +22,15 @@ from django_htmx.http import trigger_client_event
 from .. import access, audit, jobs, replay, verification
 from ..canonical import ALL_KINDS
 from ..forms import (
-    PACES, SPEEDS, CompareForm, ComparePickerForm, PlayerForm, SearchForm, SessionFilterForm, UploadForm,
-)  # fmt: skip
+    PACES,
+    SPEEDS,
+    CompareForm,
+    ComparePickerForm,
+    PlayerForm,
+    SearchForm,
+    SessionFilterForm,
+    UploadForm,
+)
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
 from ..models import Checkpoint, Project, Role, Session
 from ..replay import charts, timeline
@@ -75,7 +82,8 @@ def _picked_elsewhere(request: HttpRequest, shown: list[Session], picks: dict[st
     elsewhere = {letter: pk for letter, pk in picks.items() if pk is not None and pk not in on_page}
     if not elsewhere:
         return []
-    names = dict(access.sessions_visible_to(request).filter(pk__in=elsewhere.values()).values_list("pk", "source_session_id"))
+    visible = access.sessions_visible_to(request).filter(pk__in=elsewhere.values())
+    names = dict(visible.values_list("pk", "source_session_id"))
     return [{"letter": letter, "pk": pk, "name": names[pk] or pk} for letter, pk in elsewhere.items() if pk in names]
 
 
