@@ -144,6 +144,27 @@ class ProblemPageForm(QueryForm):
     page = forms.IntegerField(required=False, min_value=1, max_value=10_000, initial=1)
 
 
+class EventSearchForm(QueryForm):
+    """The search inside events across sessions: text, one project or all, and the keyset
+    cursor `<session id>~<seq>` of the last hit of the page before."""
+
+    q = forms.CharField(required=False, max_length=200, strip=True, label="Text in events")
+    project = forms.ChoiceField(required=False)
+    after = forms.CharField(required=False, max_length=60, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
+        """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+
+    def values(self) -> dict[str, Any]:
+        out = super().values()
+        session, _, seq = (out["after"] or "").partition("~")
+        bounded = session.isdigit() and seq.isdigit() and len(session) < 19 and len(seq) < 19
+        out["after"] = (int(session), int(seq)) if bounded else None
+        return out
+
+
 class ComparePickerForm(QueryForm):
     """The player's "compare with…": text matched against the project's sessions."""
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import about, checkpoints, comments, exports, imports, reviews, sharing, teams, tours
+from .views import about, checkpoints, comments, exports, imports, reviews, search, sharing, teams, tours
 from .views import sessions as views
 
 app_name = "sessions"
@@ -12,6 +12,7 @@ urlpatterns = [
     path("sessions/imports/", views.imports, name="imports"),
     path("imports/", imports.import_jobs, name="import_jobs"),
     path("imports/<int:job_id>/", imports.import_job, name="import_job"),
+    path("search/", search.search_events, name="search_events"),
     path("sessions/<int:session_id>/", views.player, name="player"),
     path("sessions/<int:session_id>/search/", views.search, name="search"),
     path("sessions/<int:session_id>/checkpoints/", checkpoints.create, name="checkpoint"),

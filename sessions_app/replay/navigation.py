@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from ..canonical import Kind
 from ..models import Session
@@ -124,6 +125,21 @@ def _like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
+def _text_match(q: str) -> tuple[str, list[str]]:
+    """The condition (and its parameters) of an event holding `q` in its payload, its original
+    record or its step, case-insensitively, with `%`, `_` and `\\` in `q` taken literally: the
+    player's search and the search across sessions both ask it, so they find the same events."""
+    like = "ILIKE" if connection.vendor == "postgresql" else "LIKE"
+    pattern = _like_pattern(q)
+    sql = f"(payload {like} %s ESCAPE '\\' OR raw {like} %s ESCAPE '\\' OR step_state {like} %s ESCAPE '\\')"
+    return sql, [pattern, pattern, pattern]
+
+
+def _hit_snippet(payload: str | None, raw: str | None, q: str) -> str:
+    payload = payload or ""
+    return _snippet(payload, q) if q.lower() in payload.lower() else _snippet(raw or "", q)
+
+
 def _snippet(text: str, needle: str, width: int = 60) -> str:
     at = text.lower().find(needle.lower())
     if at < 0:
@@ -164,12 +180,9 @@ def search(
     if errors:
         where.append(_error_sql())
     if q:
-        like = "ILIKE" if connection.vendor == "postgresql" else "LIKE"
-        pattern = _like_pattern(q)
-        where.append(
-            f"(payload {like} %s ESCAPE '\\' OR raw {like} %s ESCAPE '\\' OR step_state {like} %s ESCAPE '\\')"
-        )
-        params += [pattern, pattern, pattern]
+        matches, pattern = _text_match(q)
+        where.append(matches)
+        params += pattern
     rows = _rows(" AND ".join(where), params, limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -178,11 +191,7 @@ def search(
         event = event_dict(row)
         event["stepIndex"] = _step_index(row, session.step_count)
         if q:
-            event["snippet"] = (
-                _snippet(row.payload or "", q)
-                if q.lower() in (row.payload or "").lower()
-                else _snippet(row.raw or "", q)
-            )
+            event["snippet"] = _hit_snippet(row.payload, row.raw, q)
         results.append(event)
     return {
         "q": q,
@@ -191,3 +200,41 @@ def search(
         "results": results,
         "nextFromSeq": rows[-1].seq + 1 if more and rows else None,
     }
+
+
+# Search across sessions
+
+
+SEARCH_HITS = 50
+
+
+def search_sessions(
+    *, sessions: QuerySet[Session], q: str, after: tuple[int, int] | None = None, limit: int = SEARCH_HITS
+) -> dict[str, Any]:
+    """Events holding `q` (matched as `search` matches it in one session) in any of `sessions`
+    (the caller's, access.sessions_visible_to, perhaps narrowed to one project): newest session
+    first, each session's hits in seq order, at most `limit`. `after` (session id, seq) is the
+    last hit of the page before; `next` is the one to pass for the page after, if any.
+
+    One statement, on the (session, seq) index: no full-text index, so a rare text reads every
+    event of the sessions it spans (docs/dashboard.md has what that costs on 100k events).
+    """
+    if not q:
+        return {"q": q, "hits": [], "next": None}
+    matches, params = _text_match(q)
+    ids_sql, ids_params = sessions.order_by().values("pk").query.sql_with_params()
+    where = [f"session_id IN ({ids_sql})", matches]
+    params = [*ids_params, *params]
+    if after is not None:
+        where.append("(session_id < %s OR (session_id = %s AND seq > %s))")
+        params += [after[0], after[0], after[1]]
+    sql = (
+        f"SELECT session_id, seq, kind, payload, raw FROM {EVENT_TABLE} WHERE {' AND '.join(where)} "
+        f"ORDER BY session_id DESC, seq LIMIT {int(limit) + 1}"
+    )
+    rows = _fetch(sql, params)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    hits = [{"session": session_id, "seq": seq, "kind": kind, "snippet": _hit_snippet(payload, raw, q)}
+            for session_id, seq, kind, payload, raw in rows]  # fmt: skip
+    return {"q": q, "hits": hits, "next": (rows[-1][0], rows[-1][1]) if more and rows else None}
