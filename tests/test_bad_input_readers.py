@@ -147,3 +147,21 @@ def test_a_json_lines_file_opening_with_an_array_line_reads_the_lines_after_it(d
         (2, "text after the end of the JSON document: read as JSON lines")
     ]
     assert [e.line for e in Event.objects.filter(session=outcome.session).order_by("seq")] == [2, 3, 4]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_json_lines_with_any_line_break_import_every_record_and_count_lines_on_it(db, tmp_path, newline):
+    # Old Mac files end lines with CR alone: each is a line, not one long line.
+    good = [orjson.dumps(r) for r in GOOD_NATIVE]
+    extra = orjson.dumps({**GOOD_NATIVE[1], "timestamp": "2026-02-08T10:00:02+00:00", "step": 2})
+    path = tmp_path / "old-mac.jsonl"
+    path.write_bytes(newline.join([good[0], b"{broken", good[1], extra]) + newline)
+    outcome = imported(path)
+    assert outcome.error is None and outcome.format == "rlm_native"
+    assert Event.objects.filter(session=outcome.session).count() == outcome.events >= 3
+    assert list(Event.objects.filter(session=outcome.session).order_by("seq").values_list("line", flat=True)) == [
+        1,
+        3,
+        4,
+    ]
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "line")]

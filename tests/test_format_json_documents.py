@@ -128,14 +128,14 @@ def test_elements_that_are_not_objects_are_problems_and_the_rest_imports(tmp_pat
         (1, "line", "expected a JSON object, got str"),
         (1, "line", "expected a JSON object, got list"),
     ]
-    # One element a line: ijson tells where an object starts, and of any other value only the
-    # lines in which it may end (from the last line that opened an object).
+    # One element a line: each on its own line, the ones that are no object placed by a second
+    # reading (only a document holding such an element pays for it).
     found, problems = read(write(tmp_path, b"[\n" + b",\n".join(elements) + b"\n]\n"))
     assert found == [(2, a), (4, b), (7, c)]
     assert problems == [
-        (2, "line", "expected a JSON object, got int (an element ending on one of lines 2-3)"),
-        (4, "line", "expected a JSON object, got str (an element ending on one of lines 4-6)"),
-        (4, "line", "expected a JSON object, got list (an element ending on one of lines 4-6)"),
+        (3, "line", "expected a JSON object, got int"),
+        (5, "line", "expected a JSON object, got str"),
+        (6, "line", "expected a JSON object, got list"),
     ]
 
 
@@ -302,3 +302,68 @@ def test_the_syntax_error_column_is_right_across_read_blocks(tmp_path, monkeypat
         (problem,) = problems
         assert problem[:2] == (1, "line")
         assert re.match(rf"malformed JSON at column {at + 1}: invalid character inside string;", problem[2]), problem
+
+
+# --- problems on the line of their record, through the whole import --------------------------
+
+AGENTLENS = {"timestamp": "2026-03-02T14:05:00Z", "sessionId": "s1", "eventType": "custom", "payload": {"n": 1}}
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+def test_a_bad_record_of_a_pretty_printed_document_is_a_problem_on_its_own_line(newline, body, db, tmp_path):
+    from sessions_app.ingest.importing import import_file
+    from sessions_app.models import Project
+
+    records = [{**AGENTLENS, "id": f"e{n}"} for n in range(6)]
+    records[3]["timestamp"] = "not a time"
+    text = pretty({"events": records} if body else records, newline=newline)
+    lines = text.splitlines()
+    at = next(n for n, line in enumerate(lines) if b'"not a time"' in line)
+    bad = next(n for n in range(at, 0, -1) if lines[n].strip() == b"{") + 1  # where the record opens
+    assert bad > 14
+    (outcome,) = import_file(path=write(tmp_path, text), project=Project.get_default())
+    assert outcome.error is None and outcome.events == 6
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(bad, "timestamp")]
+
+
+def test_the_line_of_a_bad_record_on_line_14(db, tmp_path):
+    from sessions_app.ingest.importing import import_file
+    from sessions_app.models import Project
+
+    records = [{"id": f"e{n}", "timestamp": AGENTLENS["timestamp"], "sessionId": "s1", "eventType": "custom"}
+               for n in range(4)]  # fmt: skip
+    records[2]["timestamp"] = "yesterday"
+    text = pretty(records)  # 2 + 6 lines a record: the third opens on line 14
+    assert text.splitlines()[13] == b"  {" and b'"yesterday"' in text.splitlines()[15]  # lines 14 and 16
+    (outcome,) = import_file(path=write(tmp_path, text), project=Project.get_default())
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(14, "timestamp")]
+
+
+@pytest.mark.parametrize("block", [5, 64, 1 << 20])
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_an_element_that_is_no_object_is_a_problem_on_the_line_it_starts_on(newline, block, tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "READ_BLOCK", block)
+    good = events(300)
+    elements = [*good[:250], 7, "text", [1, {"k": [2]}], *good[250:], None]
+    text = pretty({"events": elements}, newline=newline)
+    lines = text.splitlines()
+    expected = [
+        (next(n for n, line in enumerate(lines, start=1) if line == marker), kind)
+        for marker, kind in ((b"    7,", "int"), (b'    "text",', "str"), (b"    [", "list"), (b"    null", "NoneType"))
+    ]
+    found, problems = read(write(tmp_path, text))
+    assert [value for _, value in found] == good
+    assert [(line, message.rsplit(" ", 1)[-1]) for line, _, message in problems] == expected
+
+
+def test_a_document_of_objects_only_is_read_once(tmp_path, monkeypatch):
+    from sessions_app.formats import json_documents
+
+    def second_reading(*args, **kwargs):
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(json_documents, "_ItemLines", second_reading)
+    records = events(50)
+    found, problems = read(write(tmp_path, pretty(records)))
+    assert [value for _, value in found] == records and problems == []

@@ -6,7 +6,9 @@ document's size.
 ijson tells no positions, so it is fed the document in pieces and told the line each starts on.
 For `items`, a piece starts at every line holding a `{` that may open an item (one right after a
 colon opens a member's value): every such `{` of a piece is then on its first line, so the item
-ijson starts building when it asks `map_type` for a new object began on that line. (Feeding a
+ijson starts building when it asks `map_type` for a new object began on that line. An item that
+is no object (a problem, never a record) is placed by a second reading, fed a line at a time to
+ijson's push parser, up to that item: only a document holding one pays for it. (Feeding a
 line at a time would cost as much again as the parsing: a pretty-printed record spans a dozen
 lines or more.) `members` does feed a line at a time, and builds each value from ijson's events
 in Python: for an rlm snapshot, whose members and steps all need their lines; 20,000 steps
@@ -29,7 +31,7 @@ from typing import Any
 import ijson
 
 from ..canonical import Problems
-from . import Source, read_blocks, whole_line_breaks
+from . import Source, iter_lines, read_blocks, whole_line_breaks
 
 _PIECE_BYTES = 1 << 16
 _STARTS = frozenset({"start_map", "start_array"})
@@ -63,10 +65,10 @@ class JsonDocument:
 
     def items(self, prefix: str) -> Iterator[tuple[int, int, Any]]:
         """(line, up to line, value) of each item at ijson's `prefix` ("item": the document is
-        a list; "events.item": the list at the top-level object's "events"). An object is on the
-        line it starts on (both lines the same). A value of another type ends somewhere on the
-        lines of the piece it ended in: its own line when it shares the line of a `{` before it
-        or all of the array is on one line."""
+        a list; "events.item": the list at the top-level object's "events"), each on the line it
+        starts on (both lines the same). An object's line comes with it; a value of another type
+        (never a record: a problem) is placed by reading the document a second time, as far as
+        that item, so a document of objects only is read once."""
         # Every map ijson makes, in order, after the line of the piece it was made in: the line
         # of an item is the last one before the item's own map.
         stamps: list[int | dict[str, Any]] = []
@@ -79,6 +81,8 @@ class JsonDocument:
             return made
 
         found = ijson.items(feed, prefix, map_type=new_map, use_float=True)
+        lines_of_items: _ItemLines | None = None
+        index = -1
         while True:
             try:
                 value = next(found)
@@ -87,17 +91,21 @@ class JsonDocument:
             except _BAD_INPUT as error:
                 self._stop(error, feed.offset)
                 return
+            index += 1
             if type(value) is dict:
-                index, line = 0, 1
-                while (entry := stamps[index]) is not value:  # passing maps nested in items before
+                at, line = 0, 1
+                while (entry := stamps[at]) is not value:  # passing maps nested in items before
                     if type(entry) is int:
                         line = entry
-                    index += 1
-                stamps[: index + 1] = [line]
+                    at += 1
+                stamps[: at + 1] = [line]
                 yield line, line, value
             else:
                 _forget_nested(stamps, value)
-                yield feed.line, feed.last_line, value
+                if lines_of_items is None:
+                    lines_of_items = _ItemLines(self._blocks(), prefix)
+                line = lines_of_items.line_of(index)
+                yield (line, line, value) if line is not None else (feed.line, feed.last_line, value)
 
     def members(self, streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
         """(line, key, value, is an item of `streamed`) of each member of the top-level object,
@@ -154,6 +162,48 @@ class JsonDocument:
             self.problems.add(
                 line, "line", f"malformed JSON at column {column}: {reason}; the rest of the document could not be read"
             )
+
+
+class _ItemLines:
+    """The line each item of a list starts on, read on demand from a second reading of the
+    document fed to ijson's push parser a line at a time: the parser hands over the events of
+    each line as it is sent, so an item's first event arrives with the line it starts on. Asked
+    for items in order, it reads the document once however many it is asked for."""
+
+    def __init__(self, blocks: Iterator[bytes], prefix: str) -> None:
+        self._lines = iter_lines(blocks)
+        self._prefix = prefix
+        self._events = ijson.sendable_list()
+        self._parser = ijson.parse_coro(self._events, use_float=True)
+        self._starts: dict[int, int] = {}  # item index -> line, of the items not yet asked for
+        self._count = 0  # items started so far
+        self._line = 0  # lines sent so far
+
+    def line_of(self, index: int) -> int | None:
+        """The line item `index` (0-based) starts on; None if the document ends (or breaks) first."""
+        while index >= self._count:
+            line = next(self._lines, None)
+            if line is None:
+                return None
+            self._line += 1
+            try:
+                self._parser.send(line)
+            except _BAD_INPUT:  # the first reading reported it; nothing past it is an item
+                self._lines = iter(())
+                return None
+            for path, event, _ in self._events:
+                if path == self._prefix and event not in _NOT_STARTS:
+                    if self._count >= index:  # only what may still be asked: memory stays flat
+                        self._starts[self._count] = self._line
+                    self._count += 1
+            del self._events[:]
+        line = self._starts.pop(index, None)
+        for passed in [n for n in self._starts if n < index]:
+            del self._starts[passed]
+        return line
+
+
+_NOT_STARTS = frozenset({"map_key", "end_map", "end_array"})
 
 
 def _members(events: Iterator[tuple[str, Any]], feed: _Feed, streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
