@@ -31,7 +31,7 @@ class SessionQuerySet(models.QuerySet):
     def with_start_time(self) -> SessionQuerySet:
         """Each session with `start_time`: when it ran (its first event's time), or, for one
         without any (a live session before its first event, a source without timestamps), when
-        it was stored; so never null. The index session_start_time is on this expression."""
+        it was stored; so never null. The index session_project_start_time is on this expression."""
         return self.annotate(start_time=_START_TIME)
 
     def matching(self, text: str) -> SessionQuerySet:
