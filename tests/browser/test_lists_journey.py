@@ -1,0 +1,111 @@
+"""The lists in real headless Chromium: every import reachable from the upload panel through the
+imports page's keyset pages down to one job's problems; two sessions on different pages of the
+sessions list compared; the player's "Compare with…" found by typing and opening the diff, and
+its import problems shown. Every page stays on our own server with no console error."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from sessions_app.models import ImportJob, Project, Session
+
+from ..builders_dashboard import build_session, conversation_events
+from ..builders_teams import member
+from .test_team_journey import sign_in
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def lists(transactional_db) -> dict:
+    member("lena")
+    project = Project.get_default()
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    ImportJob.objects.bulk_create(
+        ImportJob(project=project, original_name=f"old-{n:03}.jsonl", stored_path="", created_by="lena",
+                  status=ImportJob.Status.DONE, created_at=base + timedelta(minutes=n))
+        for n in range(110)
+    )  # fmt: skip
+    problems = [{"line": n + 2, "field": "timestamp", "message": f"not a time on line {n + 2}"} for n in range(5)]
+    job = ImportJob.objects.create(project=project, original_name="with-problems.jsonl", stored_path="",
+                                   created_by="lena", status=ImportJob.Status.DONE, problems=problems,
+                                   problem_count=5, created_at=base - timedelta(days=1))  # fmt: skip
+    a = build_session(conversation_events(turns=2), source_session_id="run-a", task="first try")
+    events = conversation_events(turns=3)
+    step_ends = [e for e in events if e.step_state is not None]
+    step_ends[1].step_state = {**step_ends[1].step_state, "action_code": "x = 'other'"}  # B diverges at step 1
+    b = build_session(events, source_session_id="run-b", task="second try")
+    Session.objects.filter(pk=a.pk).update(import_job=job, started_at=base - timedelta(days=400))
+    for n in range(55):  # between b (newest) and a (oldest): a lands on the second page
+        build_session([], finish=False, source_session_id=f"filler-{n}")
+    Session.objects.filter(source_session_id__startswith="filler-").update(started_at=base - timedelta(days=30))
+    return {"a": a, "b": b, "job": job}
+
+
+def test_every_import_is_reachable_from_the_upload_panel_down_to_its_problems(watched, lists):
+    page, _ = watched
+    sign_in(page, "lena", "/sessions/")
+    expect(page.locator("#imports [data-job]")).to_have_count(10)
+    page.click("#imports .all-imports a")
+    page.wait_for_url("**/imports/")
+    rows = page.locator("#import-table tbody tr[data-job]")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_contain_text("old-109.jsonl")
+    page.click('#import-table a[rel="next"]')
+    expect(rows.first).to_contain_text("old-059.jsonl")
+    assert "after=" in page.url  # the page is in the URL
+    page.click('#import-table a[rel="next"]')
+    expect(rows).to_have_count(11)
+    expect(rows.last).to_contain_text("with-problems.jsonl")
+    page.click('#import-table a[rel="prev"]')
+    expect(rows.first).to_contain_text("old-059.jsonl")
+    page.go_back()
+    expect(rows.last).to_contain_text("with-problems.jsonl")
+    page.click("#import-table a:has-text('with-problems.jsonl')")
+    page.wait_for_url(f"**/imports/{lists['job'].pk}/")
+    expect(page.locator("#job-problems tbody tr")).to_have_count(5)
+    expect(page.locator("#job-problems")).to_contain_text("not a time on line 6")
+
+
+def _radio(page: Page, letter: str, session: Session):
+    return page.locator(f'input[type=radio][name="{letter}"][value="{session.pk}"]')
+
+
+def test_two_sessions_on_different_list_pages_compare(watched, lists):
+    page, _ = watched
+    a, b = lists["a"], lists["b"]
+    sign_in(page, "lena", "/sessions/")
+    _radio(page, "b", b).check()
+    page.click('#session-table a[rel="next"]')
+    expect(_radio(page, "a", a)).to_be_visible()
+    # B, picked on the first page, is still picked here.
+    expect(page.locator("#compare-picks")).to_contain_text("B = run-b")
+    expect(_radio(page, "b", b)).to_be_checked()
+    _radio(page, "a", a).check()
+    page.click("#session-table .compare-button")
+    page.wait_for_url("**/compare/?*")
+    assert f"a={a.pk}" in page.url and f"b={b.pk}" in page.url
+    expect(page.locator(".diff-heads")).to_contain_text("run-a")
+    expect(page.locator(".diff-heads")).to_contain_text("run-b")
+
+
+def test_the_player_compares_with_a_session_found_by_typing_and_shows_its_import_problems(watched, lists):
+    page, _ = watched
+    a, b = lists["a"], lists["b"]
+    sign_in(page, "lena", f"/sessions/{a.pk}/")
+    problems = page.locator("#import-problems")
+    expect(problems.locator("summary")).to_have_text("Import problems (5)")
+    problems.locator("summary").click()
+    expect(problems.locator("li")).to_have_count(3)
+    page.locator("#compare-with summary").click()
+    candidates = page.locator("#compare-candidates li a")
+    expect(candidates.first).to_be_visible()
+    page.locator("#compare-q").press_sequentially("run-b")
+    expect(candidates).to_have_count(1)
+    expect(candidates.first).to_have_text("run-b")
+    candidates.first.click()
+    page.wait_for_url(f"**/compare/?a={a.pk}&b={b.pk}")
+    expect(page.locator(".diff-heads")).to_contain_text("run-b")
