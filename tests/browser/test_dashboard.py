@@ -355,7 +355,7 @@ def test_comment_at_a_step_marks_the_scrubber_and_its_permalink_reopens_it(watch
     thread.wait_for()
     assert thread.locator(".comment-body strong").inner_text() == "why"
     assert page.locator("#comment-marks path.comment-mark").count() == 1
-    permalink = page.locator("#discussion a", has_text="event #7")
+    permalink = page.locator("#discussion a", has_text="event #8")  # seq 7, as people count
     assert permalink.count() == 1
     # Stepping away leaves the thread behind; the permalink brings the player back to it.
     page.keyboard.press("End")
