@@ -436,7 +436,10 @@ def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(wor
     assert job.status == "running", "the import finished before it could be killed; enlarge the file"
     assert 2 <= survived < sessions
 
-    # The watchdog, a minute later, finds the worker gone and queues the job again.
+    # The watchdog, a minute later, finds the worker gone and queues the job again. (SIGKILL is
+    # delivered at once, but the worker process may take a moment to be gone.)
+    wait_for(lambda: is_stalled(ImportJob.objects.get(pk=job.pk)), timeout=30, what="the killed worker to be gone",
+             log=log)  # fmt: skip
     OrmQ.objects.all().delete()  # the dead worker's task (the broker would redeliver it in an hour)
     assert jobs.requeue_stalled_imports() == {"requeued": [job.pk]}
     (task,) = [t.task for t in OrmQ.objects.all()]
