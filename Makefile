@@ -39,7 +39,8 @@ install-dev: $(DEV_STAMP)
 # The suite runs on a second CPython too (3.12 beside 3.13, or the other way round) where the
 # machine has one: the same code must run on every CPython >= 3.12. To stay inside CI's time,
 # the browser journeys run once (first Python, SQLite: they test pages, not the database) and
-# the second Python runs on SQLite only (the PostgreSQL code is the same on every Python).
+# the second Python runs on SQLite only (the PostgreSQL code is the same on every Python),
+# beside the PostgreSQL run: each is one process, and CI's machine has two cores.
 ALT_VENV := .venv-alt
 ALT_PY := $(ALT_VENV)/bin/python
 ALT_STAMP := $(ALT_VENV)/.installed-dev
@@ -84,12 +85,16 @@ test: $(DEV_STAMP) $(ALT_STAMP) browser
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . || rc=1; \
 	version=$$($(PY) --version); \
 	echo "=== tests on SQLite, $$version (with the browser tests) ==="; \
-	$(PY) -m pytest || rc=1; \
-	echo "=== tests on PostgreSQL, $$version (without the browser tests) ==="; \
-	$(PY) .ci/with_postgres.py -- $(PY) -m pytest -m "not browser" || rc=1; \
+	$(PY) -m pytest --durations=12 || rc=1; \
+	alt_pid=""; mkdir -p var; \
 	if [ -x $(ALT_PY) ]; then \
-	  echo "=== tests on SQLite, $$($(ALT_PY) --version) (without the browser tests) ==="; \
-	  $(ALT_PY) -m pytest -m "not browser" || rc=1; \
+	  $(ALT_PY) -m pytest -m "not browser" --durations=12 > var/test-alt-python.log 2>&1 & alt_pid=$$!; \
+	fi; \
+	echo "=== tests on PostgreSQL, $$version (without the browser tests) ==="; \
+	$(PY) .ci/with_postgres.py -- $(PY) -m pytest -m "not browser" --durations=12 || rc=1; \
+	if [ -n "$$alt_pid" ]; then \
+	  echo "=== tests on SQLite, $$($(ALT_PY) --version) (without the browser tests; ran beside the PostgreSQL run) ==="; \
+	  wait $$alt_pid || rc=1; cat var/test-alt-python.log; \
 	fi; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$rc
