@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from django.utils.html import format_html
 
 from .. import replay
 from ..canonical import Kind
 from ..formats.flux0 import content_text
 from ..models import Event, Session
+from .display import duration_ms, kind_icon, offset, usd
 from .rows import as_utc
 
 BEFORE = 8  # events shown before the current one
@@ -47,8 +49,17 @@ _PREVIEW_KEYS = (
 # keys stay the API's), so a template never reads an API dict.
 
 
+class Shown:
+    """A base of the classes below. The template engine tries `obj[name]` before `obj.name`:
+    answering it spares the TypeError that each field lookup would otherwise raise and catch,
+    a third of the step list's render (bench/player_bench.py)."""
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(self, name)
+
+
 @dataclass
-class RowGroup:
+class RowGroup(Shown):
     """A run of streamed chunks folded into one row of the step list."""
 
     kind: str
@@ -59,7 +70,7 @@ class RowGroup:
 
 
 @dataclass
-class StepRow:
+class StepRow(Shown):
     """One event of the step list."""
 
     seq: int
@@ -78,10 +89,32 @@ class StepRow:
     current: bool
     opens: RowGroup | None = None  # this row opens a group of chunks
     closes: bool = False  # and this one closes it
+    # As the row shows them, formatted once here: through template filters the step list's
+    # formatting cost a player frame ~1.5 ms (bench/player_bench.py).
+    number: int = field(init=False)  # seq as people count (#1 is seq 0)
+    icon: str = field(init=False)
+    when: str = field(init=False)  # `+1m 23.4s` since the start, else the timestamp
+    step_number: int | None = field(init=False)
+    pair_label: str = field(init=False)  # `850 ms ↔ #12`
+    cost_label: str = field(init=False)  # "" when the event has no cost
+
+    def __post_init__(self) -> None:
+        self.number = self.seq + 1
+        self.icon = kind_icon(self.kind)
+        self.when = offset(self.offset_ms) if self.offset_ms is not None else (self.timestamp or "")
+        self.step_number = None if self.step_pos is None else self.step_pos + 1
+        if self.pair_seq is None:
+            self.pair_label = ""
+        elif self.pair_ms is None:
+            self.pair_label = format_html("↔ #{}", self.pair_seq + 1)
+        else:  # a negative time comes back as marked-up HTML, kept as such by format_html
+            self.pair_label = format_html("{} ↔ #{}", duration_ms(self.pair_ms), self.pair_seq + 1)
+        shown = self.cost_usd is not None or self.cost_unpriced
+        self.cost_label = usd(self.cost_usd) if shown else ""
 
 
 @dataclass
-class PanelEvent:
+class PanelEvent(Shown):
     """The event the context panel shows."""
 
     seq: int
@@ -100,7 +133,7 @@ class PanelEvent:
 
 
 @dataclass
-class PairedEvent:
+class PairedEvent(Shown):
     """The other side of the event's pair, and the time between the two."""
 
     seq: int
@@ -109,7 +142,7 @@ class PairedEvent:
 
 
 @dataclass
-class HistoryEntry:
+class HistoryEntry(Shown):
     seq: int
     kind: str
     tool: str | None
@@ -118,7 +151,7 @@ class HistoryEntry:
 
 
 @dataclass
-class History:
+class History(Shown):
     """One of the context's histories: how many entries it holds, and the last SHOWN_HISTORY."""
 
     count: int
@@ -126,7 +159,7 @@ class History:
 
 
 @dataclass
-class PanelStep:
+class PanelStep(Shown):
     """The step the event belongs to (rlm-code's StepState fields), and where it closes."""
 
     index: int  # its position in the session's steps
@@ -146,13 +179,13 @@ class PanelStep:
 
 
 @dataclass
-class PanelWarning:
+class PanelWarning(Shown):
     type: str
     message: str
 
 
 @dataclass
-class PanelContext:
+class PanelContext(Shown):
     """The context panel at one event: running totals, the event, its pair and step, histories."""
 
     event_index: int
@@ -176,7 +209,7 @@ class PanelContext:
 
 
 @dataclass
-class Frame:
+class Frame(Shown):
     session: Session
     seq: int
     events: list[StepRow]  # the step list, chunk runs folded into groups
@@ -195,14 +228,14 @@ class Frame:
 
 
 @dataclass
-class SearchHit:
+class SearchHit(Shown):
     seq: int
     kind: str
     snippet: str
 
 
 @dataclass
-class SearchPanel:
+class SearchPanel(Shown):
     """The player's search results, and the seq a further search would continue from."""
 
     hits: list[SearchHit]
