@@ -4,6 +4,8 @@ what reviewers leave on them (comments, sign-offs), tours and share links, the a
 from .audit import SITE_LOG, AuditEntry, AuditLog, log_name
 from .onboarding import ShareLink, Tour, TourStop
 from .projects import ApiKey, Membership, Project, Role
+from .redaction import RedactionRules
+from .redactions import RedactionJob
 from .reviews import Comment, CommentRevision, Review
 from .sessions import (
     KEYFRAME_EVERY,
@@ -11,15 +13,17 @@ from .sessions import (
     Event,
     ImportJob,
     IngestBatch,
+    ReceivedEvent,
     RowIdField,
     Session,
     SessionQuerySet,
     Snapshot,
 )
+from .traces import OtlpSpan, OtlpTrace
 
 __all__ = [
     "KEYFRAME_EVERY", "SITE_LOG", "ApiKey", "AuditEntry", "AuditLog", "Checkpoint", "Comment", "CommentRevision",
     "Event", "ImportJob", "Review", "ShareLink", "Tour", "TourStop",
-    "IngestBatch", "Membership", "Project", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot",
-    "log_name",
+    "IngestBatch", "Membership", "OtlpSpan", "OtlpTrace", "Project", "ReceivedEvent", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot",
+    "log_name", "RedactionJob", "RedactionRules",
 ]  # fmt: skip

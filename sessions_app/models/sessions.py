@@ -115,6 +115,12 @@ class Session(models.Model):
     import_job = models.ForeignKey(
         "ImportJob", null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="sessions"
     )
+    # The session that started this one as a sub-agent (OpenTelemetry ingest: an invoke_agent
+    # span inside another agent's). The parent's child_spawn event names this session; deleting
+    # the parent keeps the child, which then stands alone.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="children"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -229,6 +235,9 @@ class Event(models.Model):
     # The chain (sessions_app/chain.py): the salt of the content fields' commitments, this
     # event's link and its predecessor's.
     salt = models.CharField(max_length=32, default="")
+    # Content values removed after the event was hashed: their commitments and the kept fields'
+    # salts (chain.redact_field), JSON; null while nothing was.
+    redacted = models.TextField(null=True, blank=True)
     hash = models.CharField(max_length=64)
     prev_hash = models.CharField(max_length=64)
 
@@ -398,3 +407,22 @@ class IngestBatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}:{self.idempotency_key}"
+
+
+class ReceivedEvent(models.Model):
+    """An event a client posted under its own id (AgentLens's POST /api/events): a retry naming
+    the id again is answered from here and stored no second time."""
+
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="received_events")
+    source_id = models.CharField(max_length=200)
+    seq = models.BigIntegerField()
+    source_hash = models.CharField(max_length=64)  # the event's hash in the source's own chain
+
+    class Meta:
+        constraints = [
+            # Also the index of each batch's look-up: WHERE session_id = %s AND source_id IN (...).
+            models.UniqueConstraint(fields=["session", "source_id"], name="receivedevent_session_source_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}:{self.source_id}"
