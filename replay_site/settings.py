@@ -268,11 +268,19 @@ WEB_THREADS = int(env_number("REPLAY_WEB_THREADS", 4, minimum=1))
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024  # JSON bodies of the ingest API (5000 events)
 MAX_UPLOAD_MB = env_number("REPLAY_MAX_UPLOAD_MB", 1024, minimum=1)
+# The longest line (or record of a JSON document) an import reads: a longer one is a problem on
+# its line, skipped without being held in memory (sessions_app/formats/__init__.py).
+MAX_RECORD_BYTES = int(env_number("REPLAY_MAX_RECORD_BYTES", 16 * 1024 * 1024, minimum=1024))
 RETENTION_DAYS = env_number("REPLAY_RETENTION_DAYS", None, minimum=1)
 # The live tail (GET /api/sessions/{id}/tail): how often it polls for new events, and how long
 # one stream may hold a server thread before the client reconnects (docs/ingest.md).
 TAIL_POLL_SECONDS = env_number("REPLAY_TAIL_POLL_SECONDS", 0.5, minimum=0.05)
 TAIL_MAX_SECONDS = env_number("REPLAY_TAIL_MAX_SECONDS", 300, minimum=1)
+# OpenTelemetry ingest (POST /v1/traces, docs/formats.md): a trace's spans become events once
+# its root span has arrived and no span came for this many seconds, or, when its root never
+# comes (another service's, unsampled), after the second figure.
+OTLP_SETTLE_SECONDS = env_number("REPLAY_OTLP_SETTLE_SECONDS", 10)
+OTLP_ORPHAN_SECONDS = env_number("REPLAY_OTLP_ORPHAN_SECONDS", 300)
 
 # Warning thresholds of the replay context (see docs/api.md, "Warnings").
 WARN_STEP_COST_USD = env_number("REPLAY_WARN_STEP_COST_USD", 0.50)

@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from sessions_app.api.otlp import export_traces
+
 from .api import api
 from .health import healthz
 
@@ -11,6 +13,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("api/", api.urls),
+    # OpenTelemetry's OTLP/HTTP path, where exporters send traces (sessions_app/api/otlp.py).
+    path("v1/traces", export_traces, name="otlp_traces"),
     path("", include("sessions_app.urls")),
 ]
 

@@ -197,6 +197,20 @@ def requeue_stalled_imports() -> dict:
     return {"requeued": requeued}
 
 
+def run_settle_traces() -> dict:
+    """Every minute: write the OpenTelemetry traces that have settled as their sessions' events
+    (ingest/traces.py; export requests settle their own project's too), and verify the sessions
+    they finished."""
+    from .ingest.traces import settle_traces
+
+    result = settle_traces(quiet_seconds=settings.OTLP_SETTLE_SECONDS, orphan_seconds=settings.OTLP_ORPHAN_SECONDS)
+    enqueue_verify_after_commit(session_ids=result.finished)
+    return {"sessions": len(set(result.sessions)), "events": result.events, "spans": result.spans}
+
+
+SETTLE_TRACES_SCHEDULE_NAME = "replay-otlp-settle"
+
+
 def last_watchdog_run() -> datetime | None:
     """When a worker last ran the watchdog (django-q2 keeps the results of successful tasks)."""
     from django_q.models import Success
@@ -209,14 +223,17 @@ WATCHDOG_SCHEDULE_NAME = "replay-import-watchdog"
 
 
 def schedule_jobs() -> list[Schedule]:
-    """Create (or repair) the schedules: the daily clean-up and the watchdog each minute; safe
-    to call on every start."""
+    """Create (or repair) the schedules: the daily clean-up, and the watchdog and the settling of
+    OpenTelemetry traces each minute; safe to call on every start."""
     cleanup = _schedule(CLEANUP_SCHEDULE_NAME, {"func": "sessions_app.jobs.run_cleanup",
                                                 "schedule_type": Schedule.DAILY},
                         first_run=_next_quiet_hour(timezone.now()))  # fmt: skip
     watchdog = _schedule(WATCHDOG_SCHEDULE_NAME, {"func": WATCHDOG_FUNC, "schedule_type": Schedule.MINUTES,
                                                    "minutes": 1}, first_run=timezone.now())  # fmt: skip
-    return [cleanup, watchdog]
+    settle = _schedule(SETTLE_TRACES_SCHEDULE_NAME, {"func": "sessions_app.jobs.run_settle_traces",
+                                                     "schedule_type": Schedule.MINUTES, "minutes": 1},
+                       first_run=timezone.now())  # fmt: skip
+    return [cleanup, watchdog, settle]
 
 
 def _schedule(name: str, values: dict, *, first_run: datetime) -> Schedule:

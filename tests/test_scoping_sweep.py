@@ -19,6 +19,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import orjson
 import pytest
@@ -53,6 +54,8 @@ NAMES_NO_OBJECT = {
     ("POST", "/projects/"), ("GET", "/account/keys/"), ("POST", "/account/keys/"),
     ("GET", "/api/signing-key"), ("GET", "/about/"), ("GET", "/healthz"),
     ("GET", "/imports/"), ("GET", "/search/"),
+    # OTLP/HTTP export: it writes only to the key's own project (tests/test_otlp_ingest.py).
+    ("POST", "/v1/traces"),
 }  # fmt: skip
 
 # A health check answers 503 while a part of the server is down (here: no job worker ran).
@@ -87,6 +90,7 @@ ROLE_NEEDED = {
     ("POST", "/api/sessions"): Role.MAINTAINER,
     ("POST", "/api/sessions/{session_id}/events"): Role.MAINTAINER,
     ("POST", "/api/sessions/{session_id}/end"): Role.MAINTAINER,
+    ("POST", "/api/events"): Role.MAINTAINER,  # AgentLens's ingest, into ?project=
     ("GET", "/api/sessions/{session_id}/stream"): Role.VIEWER,
     ("GET", "/api/sessions/{session_id}/tail"): Role.VIEWER,
     ("POST", "/api/imports"): Role.MAINTAINER,
@@ -250,6 +254,7 @@ def _query(route: str, t: Theirs) -> dict[str, object]:
         "/api/compare": {"a": t.a, "b": t.b},
         "/compare/": {"a": t.a, "b": t.b},
         "/api/sessions": {"project": "theirs"},
+        "/api/events": {"project": "theirs"},
         "/sessions/": {"project": "theirs"},
         "/imports/": {"project": "theirs"},
         "/search/": {"q": "THEIRS", "project": "theirs"},
@@ -267,6 +272,7 @@ def _body(method: str, route: str) -> dict | list:
         ("PATCH", "/api/sessions/{session_id}/comments/{comment_id}"): {"body": "sweep"},
         ("POST", "/api/sessions/{session_id}/events"): {"events": [{"kind": "user_message", "payload": {}}]},
         ("POST", "/api/sessions/{session_id}/end"): {"status": "completed"},
+        ("POST", "/api/events"): {"events": [{"sessionId": "s", "agentId": "a", "eventType": "custom", "payload": {}}]},
         ("POST", "/api/sessions/{session_id}/reviews"): {"verdict": "approved", "note": "sweep"},
         ("POST", "/api/projects"): {"name": "Sweep project", "slug": "sweep-project"},
         ("POST", "/api/projects/{slug}/members"): {"username": "theirs-viewer", "role": "reviewer"},
@@ -317,6 +323,7 @@ def _request(client: Client, method: str, route: str, t: Theirs, headers: dict[s
         response = client.post(url, {field: upload, "project": "theirs"}, headers=headers)
     elif route.startswith("/api/"):
         data = orjson.dumps(_body(method, route)) if method != "DELETE" else None
+        url += f"?{urlencode(query)}" if query else ""  # POST /api/events names its project there
         response = client.generic(method, url, data or b"", content_type="application/json", headers=headers)
     else:
         response = client.post(url, _body(method, route), headers=headers)

@@ -88,6 +88,7 @@ class SessionIdentityOut(Schema):
     createdAt: str | None
     eventCount: int
     stepCount: int
+    parentId: int | None = Field(None, description="the session that ran this one as a sub-agent, else null")
 
 
 class ChainStatusOut(Schema):

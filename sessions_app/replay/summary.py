@@ -26,6 +26,8 @@ def session_info(session: Session) -> dict[str, Any]:
         "createdAt": _iso(session.created_at),
         "eventCount": session.event_count,
         "stepCount": session.step_count,
+        # The session that ran this one as a sub-agent (OpenTelemetry ingest), else null.
+        "parentId": session.parent_id,
         "chain": chain_status(session),
         # The source's own hash chain as the importer found it (AgentLens's prevHash/hash);
         # null when the source carries no hashes.

@@ -1,0 +1,461 @@
+"""OpenTelemetry ingest: spans are staged as they arrive and become a session's events once
+their trace has settled.
+
+Why staged: a span is exported when it *ends*, so children arrive before their parents, a
+collector may split one trace over several requests and processes, and retries repeat spans.
+A session, though, is an append-only chain with gapless seqs in time order: an event cannot be
+slipped in before events already written. Appending each span as it came would put an agent's
+own start after everything it did, and a late span out of order for good. So `stage_spans`
+keeps each span once (unique per trace and span id) in OtlpSpan, and `settle_traces` writes a
+session's waiting spans as events, sorted by time, when every one of its waiting traces has
+settled: its root span (no parent, which ends last) has arrived and no span of it came for
+settings.OTLP_SETTLE_SECONDS, or, when the root never comes (unsampled, another service's), for
+OTLP_ORPHAN_SECONDS. Meanwhile the session exists and shows as live. A straggler arriving after
+its trace settled is written in the next settling after the events already there, marked `late`
+in its payload: the chain stays valid and the span is still stored once.
+
+Settling runs in the export request itself for traces already due (so a steadily exporting
+agent's earlier traces appear without a worker) and every minute from the job queue
+(jobs.run_settle_traces) for the rest.
+
+Sessions: a trace goes to the session of its conversation (gen_ai.conversation.id of its root
+span, else of any of its spans, else the trace id itself); an invoke_agent span inside another
+agent's span is a sub-agent, whose own spans go to a child session (Session.parent) and which
+its parent's session shows as child_spawn / child_result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ..canonical import SessionMeta
+from ..formats import otlp
+from ..models import OtlpSpan, OtlpTrace, Project, Session
+from .writer import append_events, create_session, finish_session
+
+# A session's waiting spans are settled together; one request settles at most this many
+# sessions, leaving the rest to the next request or the job.
+SETTLE_PER_REQUEST = 20
+_SPAN_TABLE = OtlpSpan._meta.db_table
+_SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns", "record")
+
+
+@dataclass
+class StageResult:
+    received: int = 0
+    stored: int = 0  # new spans (the rest were already stored: a retry, a duplicate)
+    rejected: int = 0
+    message: str = ""
+
+
+@dataclass
+class SettleResult:
+    sessions: list[int] = field(default_factory=list)  # sessions that got events
+    finished: list[int] = field(default_factory=list)  # sessions left with nothing waiting
+    events: int = 0
+    spans: int = 0
+
+
+def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> StageResult:
+    """Keep each new span of an export request (formats.otlp.span_records) until its trace
+    settles; its trace's session is made (live) if it does not exist yet."""
+    result = StageResult()
+    by_trace: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in records:
+        result.received += 1
+        if not record["start"]:
+            result.rejected += 1
+            continue
+        if record["end"] < record["start"]:
+            record["end"] = record["start"]
+        by_trace.setdefault(record["traceId"], {})[record["spanId"]] = record
+    if result.rejected:
+        result.message = f"{result.rejected} span(s) without a start time were rejected"
+    if not by_trace:
+        return result
+    now = timezone.now()
+    with transaction.atomic():
+        # One writer per project at a time: two requests racing would make its sessions twice.
+        # The settling takes the same lock first, so neither waits on the other's rows.
+        Project.objects.select_for_update().filter(pk=project.pk).first()
+        traces = {t.trace_id: t for t in OtlpTrace.objects.filter(project=project, trace_id__in=list(by_trace))}
+        _drop_stored(traces, by_trace)
+        if not by_trace:
+            return result
+        _place_traces(project, traces, by_trace, now)
+        rows = []
+        for trace_id, spans in by_trace.items():
+            trace = traces[trace_id]
+            for record in spans.values():
+                if trace.settled_at is not None:
+                    record["late"] = True
+                rows.append((
+                    trace.pk, record["spanId"], record["parentSpanId"], otlp.operation_of(record), record["start"],
+                    orjson.dumps(record).decode(),
+                ))  # fmt: skip
+        _insert_spans(rows)
+        result.stored = len(rows)
+        touched = [traces[t].pk for t in by_trace]
+        OtlpTrace.objects.filter(pk__in=touched).update(pending=True, last_received_at=now)
+        rooted = [traces[t].pk for t, spans in by_trace.items() if any(not r["parentSpanId"] for r in spans.values())]
+        if rooted:
+            OtlpTrace.objects.filter(pk__in=rooted).update(root_seen=True)
+        # A conversation that had finished goes on: live again until the new spans settle.
+        Session.objects.filter(pk__in={traces[t].session_id for t in by_trace}).exclude(
+            status=Session.Status.LIVE
+        ).update(status=Session.Status.LIVE, ended_at=None, completed=False)
+    return result
+
+
+def _drop_stored(traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Leave out the spans already stored (only known traces can hold any)."""
+    known = [t.pk for t in traces.values()]
+    if not known:
+        return
+    span_ids = {span_id for trace_id in traces for span_id in by_trace.get(trace_id, ())}
+    stored = OtlpSpan.objects.filter(trace_id__in=known, span_id__in=list(span_ids)).values_list(
+        "trace__trace_id", "span_id"
+    )
+    for trace_id, span_id in stored:
+        spans = by_trace.get(trace_id)
+        if spans is not None:
+            spans.pop(span_id, None)
+            if not spans:
+                del by_trace[trace_id]
+
+
+def _insert_spans(rows: list[tuple]) -> None:
+    """One executemany (Django's bulk_create is several times slower, ../shared/PERFORMANCE.md).
+    ON CONFLICT: a concurrent request that stored the same span first wins, quietly."""
+    columns = ", ".join(_SPAN_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(_SPAN_COLUMNS))
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {_SPAN_TABLE} ({columns}) VALUES ({placeholders}) ON CONFLICT (trace_id, span_id) DO NOTHING",
+            rows,
+        )
+
+
+def _place_traces(
+    project: Project, traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, dict[str, Any]]], now: datetime
+) -> None:
+    """Give every trace of the request its session: a new trace its conversation's (made if
+    needed), a known one a better conversation when this request first names it."""
+    wanted: dict[str, str] = {}  # trace id -> the conversation key it should go to
+    for trace_id, spans in by_trace.items():
+        trace = traces.get(trace_id)
+        key = _conversation_key(spans.values())
+        if trace is None:
+            wanted[trace_id] = key or trace_id
+        elif trace.settled_at is None and key and _better_key(trace, key, spans):
+            wanted[trace_id] = key
+    if not wanted:
+        return
+    sessions = _sessions_for(project, set(wanted.values()), by_trace, wanted)
+    new_traces = []
+    for trace_id, key in wanted.items():
+        trace = traces.get(trace_id)
+        if trace is None:
+            trace = OtlpTrace(project=project, trace_id=trace_id, session=sessions[key], last_received_at=now)
+            new_traces.append(trace)
+            traces[trace_id] = trace
+        else:
+            _move_trace(trace, sessions[key])
+    OtlpTrace.objects.bulk_create(new_traces)
+
+
+def _conversation_key(records: Iterable[dict[str, Any]]) -> str:
+    """The conversation of a trace's spans: its root span's, else the first one named."""
+    first = ""
+    for record in records:
+        key = otlp.conversation_of(record)
+        if key and not record["parentSpanId"]:
+            return key
+        first = first or key
+    return first
+
+
+def _better_key(trace: OtlpTrace, key: str, spans: dict[str, dict[str, Any]]) -> bool:
+    """Whether a trace staged under its own id (no conversation seen yet), or under a
+    non-root span's conversation, moves to `key` now that its spans name it."""
+    current = trace.session.source_session_id
+    if key == current:
+        return False
+    root_here = any(not r["parentSpanId"] and otlp.conversation_of(r) == key for r in spans.values())
+    return root_here or current == trace.trace_id
+
+
+def _sessions_for(
+    project: Project, keys: set[str], by_trace: dict[str, dict[str, dict[str, Any]]], wanted: dict[str, str]
+) -> dict[str, Session]:
+    found = {
+        s.source_session_id: s
+        for s in Session.objects.filter(
+            project=project, source_format=otlp.NAME, source_session_id__in=list(keys), parent__isnull=True
+        ).order_by("pk")
+    }
+    for trace_id, key in wanted.items():
+        if key not in found:
+            record = next(iter(by_trace[trace_id].values()))
+            found[key] = create_session(
+                project=project, source_format=otlp.NAME, meta=SessionMeta(
+                    source_session_id=key, run_id=trace_id,
+                    environment=str(record["resource"].get("service.name", ""))[:200],
+                    metadata={"otlp": {"conversation": key != trace_id}},
+                ),
+            )  # fmt: skip
+    return found
+
+
+def _move_trace(trace: OtlpTrace, session: Session) -> None:
+    """Move a not yet settled trace to its conversation's session; the session it leaves is
+    deleted when nothing else was ever in it."""
+    left = trace.session
+    trace.session = session
+    trace.save(update_fields=["session"])
+    if left.event_count == 0 and not OtlpTrace.objects.filter(session=left).exists():
+        left.delete()
+
+
+# --- settling ------------------------------------------------------------------------------
+
+
+def settle_traces(
+    *,
+    quiet_seconds: float,
+    orphan_seconds: float,
+    project: Project | None = None,
+    now: datetime | None = None,
+    limit: int | None = None,
+) -> SettleResult:
+    """Write the waiting spans of every session whose traces have all settled (see the module's
+    docstring) as events, in time order; `limit` bounds how many sessions one call settles."""
+    now = now or timezone.now()
+    quiet_since = now - timedelta(seconds=quiet_seconds)
+    due = OtlpTrace.objects.filter(pending=True, last_received_at__lte=quiet_since)
+    if project is not None:
+        due = due.filter(project=project)
+    session_ids = list(dict.fromkeys(due.order_by("last_received_at").values_list("session_id", flat=True)))
+    result = SettleResult()
+    for session_id in session_ids[:limit] if limit else session_ids:
+        _settle_session(session_id, now, quiet_since, now - timedelta(seconds=orphan_seconds), result)
+    return result
+
+
+def _settle_session(
+    session_id: int, now: datetime, quiet_since: datetime, orphaned_since: datetime, result: SettleResult
+) -> None:
+    with transaction.atomic():
+        project_id = Session.objects.filter(pk=session_id).values_list("project_id", flat=True).first()
+        if project_id is None:
+            return
+        Project.objects.select_for_update().filter(pk=project_id).first()
+        top = Session.objects.select_for_update().filter(pk=session_id).first()
+        traces = list(OtlpTrace.objects.filter(session_id=session_id, pending=True))
+        if not traces or top is None:
+            return
+        for trace in traces:
+            if trace.last_received_at > quiet_since:
+                return  # a trace of this session is still receiving spans
+            if not trace.root_seen and trace.last_received_at > orphaned_since:
+                return  # its root span may still come
+        placement = _Placement(top)
+        for trace in traces:
+            placement.add_trace(trace)
+        for session, placed in placement.by_session():
+            events = otlp.timeline(placed, first_step=session.step_count)
+            append_events(session=session, events=events)
+            result.events += len(events)
+            result.sessions.append(session.pk)
+        placement.save_spans()
+        OtlpTrace.objects.filter(pk__in=[t.pk for t in traces]).update(pending=False, settled_at=now)
+        result.spans += placement.span_count
+        for session in placement.sessions():
+            _describe(session, placement)
+            finish_session(
+                session=session, meta=SessionMeta(ended_at=placement.ended_at(session)),
+                status=Session.Status.FAILED if placement.failed(session) else Session.Status.COMPLETED,
+            )  # fmt: skip
+            result.finished.append(session.pk)
+
+
+class _Placement:
+    """Which session each waiting span's events go to, and in which role (formats.otlp.Placed).
+
+    A span's context is (session, inside an agent): a trace's root (or a span whose parent
+    never came) starts in the trace's session, outside any agent; an invoke_agent span outside
+    any agent is that session's own agent; one inside an agent is a sub-agent, with a child
+    session for its own spans. Spans written in an earlier settling keep the session recorded
+    for them, so a straggler under a sub-agent joins that sub-agent's session.
+    """
+
+    def __init__(self, top: Session) -> None:
+        self.top = top
+        self._sessions: dict[int, Session] = {top.pk: top}
+        self._placed: dict[int, list[otlp.Placed]] = {}
+        self._span_session: list[tuple[int, int]] = []  # (span row id, its context's session)
+        self._pending_rows: list[int] = []
+        self._failed: set[int] = set()
+        self._ended: dict[int, int] = {}
+        self._described: dict[int, dict[str, Any]] = {}
+        self.span_count = 0
+
+    def add_trace(self, trace: OtlpTrace) -> None:
+        rows = {
+            span_id: row
+            for span_id, row in (
+                (r[1], r)
+                for r in OtlpSpan.objects.filter(trace=trace).values_list(
+                    "pk", "span_id", "parent_span_id", "operation", "record", "session_id"
+                )
+            )
+        }
+        context: dict[str, tuple[int, bool, int]] = {}  # span id -> (session pk, in an agent, depth)
+        for span_id, row in rows.items():
+            if row[4] is not None:
+                self._place(trace, span_id, rows, context)
+
+    def _context(self, trace: OtlpTrace, span_id: str, rows: dict[str, tuple], context: dict) -> tuple[int, bool, int]:
+        """The context *inside* a span (what its children start in), found walking up to the
+        nearest span already placed: iteratively, as a hostile trace may be deep or name a
+        cycle of parents (its first span then starts outside any agent)."""
+        chain: list[str] = []
+        seen: set[str] = set()
+        current = span_id
+        while current in rows and current not in context and current not in seen:
+            seen.add(current)
+            chain.append(current)
+            current = rows[current][2]
+        inside = context.get(current, (trace.session_id, False, -1))
+        for name in reversed(chain):
+            inside = context[name] = self._inside(name, rows[name], inside)
+        return context[span_id]
+
+    def _inside(self, span_id: str, row: tuple, outer: tuple[int, bool, int]) -> tuple[int, bool, int]:
+        session_pk, in_agent, depth = outer
+        _, _, _, operation, record, stored_session = row
+        agent = operation == otlp.AGENT_OPERATION
+        if record is None:  # written in an earlier settling: its descendants' session then
+            return stored_session or session_pk, in_agent or agent, depth + 1
+        if agent and in_agent:  # a sub-agent: its own spans go to a child session
+            return self._child_of(session_pk, span_id, orjson.loads(record)).pk, True, depth + 1
+        return session_pk, in_agent or agent, depth + 1
+
+    def _place(self, trace: OtlpTrace, span_id: str, rows: dict[str, tuple], context: dict) -> None:
+        row = rows[span_id]
+        parent = row[2]
+        outer = self._context(trace, parent, rows, context) if parent in rows else (trace.session_id, False, -1)
+        inner = self._context(trace, span_id, rows, context)
+        record = orjson.loads(row[4])
+        operation = row[3]
+        session_pk, in_agent, depth = outer
+        self._pending_rows.append(row[0])
+        self._span_session.append((row[0], inner[0]))
+        self.span_count += 1
+        if operation == otlp.AGENT_OPERATION and in_agent:
+            child = self._sessions[inner[0]]
+            self._add(session_pk, otlp.Placed(record, operation, role="spawn", depth=depth + 1,
+                                              late=bool(record.get("late")), child_key=child.source_session_id,
+                                              child_session=child.pk))  # fmt: skip
+            self._add(child.pk, otlp.Placed(record, operation, role="agent", depth=depth + 1,
+                                            late=bool(record.get("late"))))  # fmt: skip
+            self._note(child.pk, record, agent=True)
+            return
+        role = "agent" if operation == otlp.AGENT_OPERATION else "span"
+        self._add(session_pk, otlp.Placed(record, operation, role=role, depth=depth + 1, late=bool(record.get("late"))))
+        self._note(session_pk, record, agent=role == "agent" or not record["parentSpanId"])
+
+    def _session(self, pk: int) -> Session:
+        if pk not in self._sessions:
+            self._sessions[pk] = Session.objects.select_for_update().get(pk=pk)
+        return self._sessions[pk]
+
+    def _child_of(self, parent_pk: int, span_id: str, record: dict[str, Any]) -> Session:
+        """The session of a sub-agent's run: its own conversation's when it names another,
+        else its parent's key and span id."""
+        parent = self._session(parent_pk)
+        conversation = otlp.conversation_of(record)
+        key = (
+            conversation
+            if conversation and conversation != parent.source_session_id
+            else (f"{parent.source_session_id}/{span_id}")
+        )
+        for session in self._sessions.values():
+            if session.parent_id == parent.pk and session.source_session_id == key:
+                return session
+        child = create_session(
+            project=parent.project, source_format=otlp.NAME, meta=SessionMeta(
+                source_session_id=key[:200], run_id=record["traceId"], environment=parent.environment,
+                metadata={"otlp": {"sub_agent_of": parent.pk, "span": span_id}},
+            ),
+        )  # fmt: skip
+        Session.objects.filter(pk=child.pk).update(parent=parent)
+        child.parent = parent
+        self._sessions[child.pk] = child
+        return child
+
+    def _add(self, session_pk: int, placed: otlp.Placed) -> None:
+        self._session(session_pk)
+        self._placed.setdefault(session_pk, []).append(placed)
+
+    def _note(self, session_pk: int, record: dict[str, Any], *, agent: bool) -> None:
+        """What the session's row says of its run: its end, failure, agent, model and task."""
+        self._ended[session_pk] = max(self._ended.get(session_pk, 0), record["end"])
+        if agent and record["status"].get("code") == otlp.STATUS_ERROR:
+            self._failed.add(session_pk)
+        described = self._described.setdefault(session_pk, {})
+        attributes = record["attributes"]
+        if agent and "agent_id" not in described:
+            name = attributes.get("gen_ai.agent.name") or attributes.get("gen_ai.agent.id")
+            if isinstance(name, str) and name:
+                described["agent_id"] = name[:200]
+        model = attributes.get("gen_ai.request.model")
+        if "model" not in described and isinstance(model, str) and model:
+            described["model"] = model[:200]
+        if agent and "task" not in described:
+            task = next((m["content"] for m in otlp.input_messages(record) if m.get("role") == "user"), "")
+            if task:
+                described["task"] = task
+
+    def by_session(self) -> list[tuple[Session, list[otlp.Placed]]]:
+        return [(self._sessions[pk], placed) for pk, placed in self._placed.items()]
+
+    def sessions(self) -> list[Session]:
+        return [self._sessions[pk] for pk in self._placed]
+
+    def failed(self, session: Session) -> bool:
+        return session.pk in self._failed
+
+    def ended_at(self, session: Session) -> datetime | None:
+        end = self._ended.get(session.pk)
+        return otlp._time(end) if end else None
+
+    def description(self, session: Session) -> dict[str, Any]:
+        return self._described.get(session.pk, {})
+
+    def save_spans(self) -> None:
+        """The written spans keep only what places a straggler: their record goes."""
+        OtlpSpan.objects.filter(pk__in=self._pending_rows).update(record=None)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {_SPAN_TABLE} SET session_id = %s WHERE id = %s",
+                [(session_pk, row_id) for row_id, session_pk in self._span_session],
+            )
+
+
+def _describe(session: Session, placement: _Placement) -> None:
+    """Fill the session's empty agent, model and task from its spans (the first ones win)."""
+    changed = []
+    for name, value in placement.description(session).items():
+        if value and not getattr(session, name):
+            setattr(session, name, value)
+            changed.append(name)
+    if changed:
+        session.save(update_fields=changed)

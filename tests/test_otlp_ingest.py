@@ -1,0 +1,383 @@
+"""OpenTelemetry ingest: POST /v1/traces (OTLP/HTTP) to sessions, through the real SDK and by hand."""
+
+from __future__ import annotations
+
+import gzip
+from datetime import timedelta
+
+import orjson
+import pytest
+from django.test import Client
+from django.utils import timezone
+from google.rpc import status_pb2
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric, ResourceMetrics, ScopeMetrics
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import StatusCode
+
+from sessions_app import jobs
+from sessions_app.ingest.traces import settle_traces
+from sessions_app.models import OtlpSpan, Project, Role, Session
+
+from .builders_teams import key_of, member
+
+PROTOBUF = "application/x-protobuf"
+
+
+@pytest.fixture
+def project(db) -> Project:
+    return Project.objects.create(name="Agents", slug="agents")
+
+
+@pytest.fixture
+def key(project) -> str:
+    return key_of(member("agent-maintainer", project, Role.MAINTAINER), project=project)
+
+
+@pytest.fixture
+def api(key) -> Client:
+    return Client(headers={"authorization": f"Bearer {key}"})
+
+
+def settle_now() -> None:
+    """What the scheduled job does once the quiet period has passed."""
+    settle_traces(quiet_seconds=0, orphan_seconds=0, now=timezone.now() + timedelta(seconds=1))
+
+
+def replay(api: Client, session_id: int) -> list[dict]:
+    response = api.get(f"/api/sessions/{session_id}/replay", {"limit": 1000})
+    assert response.status_code == 200, response.content
+    return response.json()["steps"]
+
+
+def otlp_sessions(api: Client) -> dict[str, dict]:
+    rows = api.get("/api/sessions", {"format": "otlp"}).json()["sessions"]
+    return {row["sourceSessionId"]: row for row in rows}
+
+
+# --- the real SDK ---------------------------------------------------------------------------
+
+
+def _run_agent(tracer) -> None:
+    """A small agent run: the planner answers with two model calls around a failing tool call
+    and a sub-agent (the booker) that makes a model call of its own."""
+    user = orjson.dumps([{"role": "user", "parts": [{"type": "text", "content": "Plan a trip to Lisbon"}]}]).decode()
+    with tracer.start_as_current_span("invoke_agent planner", attributes={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner",
+        "gen_ai.conversation.id": "conv-lisbon", "gen_ai.input.messages": user,
+        "gen_ai.output.messages": orjson.dumps([{"role": "assistant", "parts": [
+            {"type": "text", "content": "Booked: Lisbon, 3 nights"}]}]).decode(),
+    }):  # fmt: skip
+        with tracer.start_as_current_span("chat gpt-4o", attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+            "gen_ai.response.model": "gpt-4o-2024-08-06", "gen_ai.provider.name": "openai",
+            "gen_ai.conversation.id": "conv-lisbon",
+            "gen_ai.usage.input_tokens": 120, "gen_ai.usage.output_tokens": 30,
+        }) as chat:  # fmt: skip
+            # The older conventions: prompt and completion as span events.
+            chat.add_event("gen_ai.user.message", {"content": "Plan a trip to Lisbon"})
+            chat.add_event("gen_ai.choice", {"gen_ai.event.content": orjson.dumps({
+                "index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "tool_calls": [
+                    {"id": "call_weather", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Lisbon"}'}}]}}).decode()})  # fmt: skip
+        with tracer.start_as_current_span("execute_tool get_weather", attributes={
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.id": "call_weather", "gen_ai.tool.call.arguments": '{"city": "Lisbon"}',
+        }) as tool:  # fmt: skip
+            tool.record_exception(TimeoutError("weather service timed out"))
+            tool.set_status(StatusCode.ERROR, "weather service timed out")
+        with tracer.start_as_current_span("invoke_agent booker", attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "booker",
+            "gen_ai.input.messages": orjson.dumps([{"role": "user", "parts": [
+                {"type": "text", "content": "Book 3 nights in Lisbon"}]}]).decode(),
+        }):  # fmt: skip
+            with tracer.start_as_current_span("chat gpt-4o-mini", attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+                "gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 8,
+                "gen_ai.output.messages": orjson.dumps([{"role": "assistant", "parts": [
+                    {"type": "text", "content": "Hotel Alfama, 3 nights"}], "finish_reason": "stop"}]).decode(),
+            }):  # fmt: skip
+                pass
+        with tracer.start_as_current_span("chat gpt-4o", attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+            "gen_ai.usage.input_tokens": 200, "gen_ai.usage.output_tokens": 12,
+            "gen_ai.input.messages": orjson.dumps([{"role": "tool", "parts": [
+                {"type": "tool_call_response", "id": "call_weather", "response": "timeout"}]}]).decode(),
+            "gen_ai.output.messages": orjson.dumps([{"role": "assistant", "parts": [
+                {"type": "text", "content": "Booked: Lisbon, 3 nights"}], "finish_reason": "stop"}]).decode(),
+        }):  # fmt: skip
+            pass
+
+
+def test_the_opentelemetry_sdk_exports_an_agent_run_that_replays_with_tokens_pairs_errors_and_a_sub_agent(
+    live_server, project, key, api
+):
+    provider = TracerProvider(resource=Resource.create({"service.name": "trip-planner"}))
+    exporter = OTLPSpanExporter(
+        endpoint=f"{live_server.url}/v1/traces", headers={"Authorization": f"Bearer {key}"},
+        compression=Compression.Gzip, timeout=10,
+    )  # fmt: skip
+    # Each span is exported as it ends: children first, one request each, the agent's last.
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _run_agent(provider.get_tracer("trip-planner"))
+    provider.shutdown()
+
+    sessions = otlp_sessions(api)
+    top = sessions["conv-lisbon"]
+    assert top["status"] == "live" and top["eventCount"] == 0  # waiting for its trace to settle
+    assert OtlpSpan.objects.filter(record__isnull=False).count() == 6
+    settle_now()
+
+    sessions = otlp_sessions(api)
+    top = sessions["conv-lisbon"]
+    assert top["status"] == "completed"
+    assert top["agentId"] == "planner" and top["environment"] == "trip-planner"
+    assert top["task"] == "Plan a trip to Lisbon" and top["model"] == "gpt-4o"
+    steps = replay(api, top["id"])
+    kinds = [step["event"]["kind"] for step in steps]
+    assert kinds == [
+        "user_message", "llm_call", "llm_response", "tool_call", "tool_error", "child_spawn", "child_result",
+        "llm_call", "llm_response", "agent_message",
+    ]  # fmt: skip
+    events = [step["event"] for step in steps]
+    # Tokens: both of the planner's model calls (the sub-agent's are its own session's).
+    assert events[2]["tokens"] == 150 and events[8]["tokens"] == 212
+    assert top["totalTokens"] == 362
+    assert events[1]["payload"]["messages"][-1]["content"] == "Plan a trip to Lisbon"
+    assert events[2]["payload"]["toolCalls"][0] == {
+        "id": "call_weather", "name": "get_weather", "arguments": {"city": "Lisbon"}
+    }  # fmt: skip
+    assert events[2]["tool"] == "gpt-4o-2024-08-06" and events[1]["tool"] == "gpt-4o"
+    # The tool call pairs with its error by gen_ai.tool.call.id; the error says why.
+    call, error = steps[3], steps[4]
+    assert call["event"]["pairId"] == "call_weather" and call["pairedEvent"]["seq"] == error["event"]["seq"]
+    assert error["event"]["isError"] is True and error["event"]["payload"]["error"] == "weather service timed out"
+    assert error["event"]["payload"]["exception"]["type"] == "TimeoutError"
+    assert top["errorEvents"] == 1
+    assert events[-1]["payload"]["text"] == "Booked: Lisbon, 3 nights"
+    # Events land in the order their spans started, each span once.
+    times = [e["timestamp"] for e in events]
+    assert times == sorted(times)
+
+    # The sub-agent is a child session of its own, named by its parent's spawn.
+    child = next(row for key_, row in sessions.items() if key_ != "conv-lisbon")
+    assert child["parentId"] == top["id"] and child["agentId"] == "booker"
+    assert steps[5]["event"]["payload"]["sessionId"] == child["id"]
+    assert steps[5]["event"]["payload"]["task"] == "Book 3 nights in Lisbon"
+    assert steps[5]["pairedEvent"]["seq"] == steps[6]["event"]["seq"]
+    child_steps = replay(api, child["id"])
+    assert [s["event"]["kind"] for s in child_steps] == ["user_message", "llm_call", "llm_response", "status"]
+    assert child_steps[2]["event"]["payload"]["completion"] == "Hotel Alfama, 3 nights"
+    assert child["totalTokens"] == 48 and child["status"] == "completed"
+    detail = api.get(f"/api/sessions/{child['id']}").json()
+    assert detail["session"]["parentId"] == top["id"]
+
+
+# --- by hand: encodings, order, duplicates --------------------------------------------------
+
+TRACE = "5b8efff798038103d269b633813fc60c"
+T0 = 1_770_000_000_000_000_000  # ns
+
+
+def attrs(**values) -> list[KeyValue]:
+    out = []
+    for name, value in values.items():
+        key = name.replace("__", ".")
+        if isinstance(value, bool):
+            any_value = AnyValue(bool_value=value)
+        elif isinstance(value, int):
+            any_value = AnyValue(int_value=value)
+        else:
+            any_value = AnyValue(string_value=value)
+        out.append(KeyValue(key=key, value=any_value))
+    return out
+
+
+def span(span_id: str, parent: str, name: str, start_ms: int, end_ms: int, *, error: str = "", **attributes) -> Span:
+    return Span(
+        trace_id=bytes.fromhex(TRACE), span_id=bytes.fromhex(span_id), parent_span_id=bytes.fromhex(parent),
+        name=name, start_time_unix_nano=T0 + start_ms * 1_000_000, end_time_unix_nano=T0 + end_ms * 1_000_000,
+        attributes=attrs(**attributes),
+        status=Status(code=Status.STATUS_CODE_ERROR, message=error) if error else Status(),
+    )  # fmt: skip
+
+
+def request(*spans: Span) -> ExportTraceServiceRequest:
+    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=list(spans))])])
+
+
+AGENT = "a000000000000001"
+SPANS = {
+    "agent": span(AGENT, "", "invoke_agent helper", 0, 1000, gen_ai__operation__name="invoke_agent",
+                  gen_ai__agent__name="helper"),
+    "chat1": span("b000000000000001", AGENT, "chat m", 100, 200, gen_ai__operation__name="chat",
+                  gen_ai__request__model="m", gen_ai__usage__input_tokens=5, gen_ai__usage__output_tokens=1),
+    "tool": span("b000000000000002", AGENT, "execute_tool t", 300, 400, gen_ai__operation__name="execute_tool",
+                 gen_ai__tool__name="t", gen_ai__tool__call__id="c1"),
+    "chat2": span("b000000000000003", AGENT, "chat m", 500, 600, gen_ai__operation__name="chat",
+                  gen_ai__request__model="m"),
+}  # fmt: skip
+
+
+def post(api: Client, body: bytes, *, content_type: str = PROTOBUF, **headers):
+    return api.post("/v1/traces", body, content_type=content_type, headers=headers)
+
+
+def test_split_out_of_order_and_repeated_batches_land_once_each_in_start_order(api, project):
+    # The root arrives last, a retry repeats a batch, and the requests cut the trace anywhere.
+    for batch in (["chat2", "tool"], ["chat2", "tool"], ["chat1"], ["agent", "chat1"]):
+        response = post(api, request(*(SPANS[n] for n in batch)).SerializeToString())
+        assert response.status_code == 200 and response["Content-Type"] == PROTOBUF
+        assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
+    session = Session.objects.get(source_format="otlp")
+    assert session.status == "live" and session.event_count == 0
+    # Not yet: the trace is still within its quiet period.
+    settle_traces(quiet_seconds=10, orphan_seconds=300)
+    assert Session.objects.get(pk=session.pk).event_count == 0
+    settle_now()
+
+    steps = replay(api, session.pk)
+    assert [(s["event"]["kind"], s["event"]["payload"]["span"]["spanId"][-1]) for s in steps] == [
+        ("status", "1"), ("llm_call", "1"), ("llm_response", "1"), ("tool_call", "2"), ("tool_response", "2"),
+        ("llm_call", "3"), ("llm_response", "3"), ("status", "1"),
+    ]  # fmt: skip
+    assert [s["event"]["seq"] for s in steps] == list(range(8))
+    session.refresh_from_db()
+    assert session.status == "completed" and session.tokens == 6 and session.step_count == 3
+
+    # A straggler after the trace settled (a retried export of an old span, and one new span
+    # that started before the last events): appended after them, once, marked late; the chain holds.
+    late = span("b000000000000004", AGENT, "chat m", 700, 800, gen_ai__operation__name="chat",
+                gen_ai__request__model="m")  # fmt: skip
+    assert post(api, request(SPANS["chat1"], late).SerializeToString()).status_code == 200
+    assert Session.objects.get(pk=session.pk).status == "live"
+    settle_now()
+    steps = replay(api, session.pk)
+    assert len(steps) == 10 and [s["event"]["kind"] for s in steps[-2:]] == ["llm_call", "llm_response"]
+    assert steps[-1]["event"]["payload"]["span"]["late"] is True
+    verified = api.post(f"/api/sessions/{session.pk}/verify").json()
+    assert verified["chainValid"] is True and verified["findings"] == []
+    assert Session.objects.get(pk=session.pk).status == "completed"
+
+
+def test_the_scheduled_job_settles_quiet_traces_and_waits_for_a_missing_root(api, project, settings):
+    settings.OTLP_SETTLE_SECONDS = 0
+    settings.OTLP_ORPHAN_SECONDS = 3600
+    # Only children: their root may still come, so the job waits for it.
+    assert post(api, request(SPANS["chat1"], SPANS["tool"]).SerializeToString()).status_code == 200
+    assert jobs.run_settle_traces()["events"] == 0
+    settings.OTLP_ORPHAN_SECONDS = 0  # ... until the orphan timeout: then they are written anyway
+    assert jobs.run_settle_traces()["events"] == 4
+    assert {s.name for s in jobs.schedule_jobs()} >= {jobs.SETTLE_TRACES_SCHEDULE_NAME}
+
+
+def _otlp_json(message: ExportTraceServiceRequest) -> dict:
+    """The OTLP/JSON form of a request: ids in hex, enums as integers, camelCase keys."""
+    from google.protobuf import json_format
+
+    document = json_format.MessageToDict(message, use_integers_for_enums=True)
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for item in scope["spans"]:
+                for name in ("traceId", "spanId", "parentSpanId"):
+                    if name in item:
+                        import base64
+
+                        item[name] = base64.b64decode(item[name]).hex().upper()  # hex is case-insensitive
+    return document
+
+
+def test_otlp_json_with_gzip_is_read_and_answered_in_json(api, project):
+    conversation = span("c000000000000001", "", "invoke_agent helper", 0, 500, gen_ai__operation__name="invoke_agent",
+                        gen_ai__conversation__id="conv-json", error="agent gave up")  # fmt: skip
+    tool = span("c000000000000002", "c000000000000001", "execute_tool t", 100, 200,
+                gen_ai__operation__name="execute_tool", gen_ai__tool__name="t")  # fmt: skip
+    body = gzip.compress(orjson.dumps(_otlp_json(request(conversation, tool))))
+    response = post(api, body, content_type="application/json", content_encoding="gzip")
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert response.json() == {}
+    settle_now()
+    session = Session.objects.get(source_session_id="conv-json")
+    assert session.status == "failed" and session.event_count == 4
+    steps = replay(api, session.pk)
+    assert steps[-1]["event"]["kind"] == "error" and steps[-1]["event"]["payload"]["error"] == "agent gave up"
+    assert steps[0]["event"]["payload"]["span"]["traceId"] == TRACE
+
+
+def test_a_span_without_a_start_time_is_rejected_by_a_partial_success(api, project):
+    timeless = Span(trace_id=bytes.fromhex(TRACE), span_id=bytes.fromhex("d000000000000001"), name="x")
+    response = post(api, request(timeless, SPANS["chat1"]).SerializeToString())
+    answer = ExportTraceServiceResponse.FromString(response.content)
+    assert response.status_code == 200 and answer.partial_success.rejected_spans == 1
+    assert "without a start time" in answer.partial_success.error_message
+    assert OtlpSpan.objects.count() == 1
+
+
+def _status(response) -> status_pb2.Status:
+    return status_pb2.Status.FromString(response.content)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xff\xfe not protobuf at all",
+        # A well-formed protobuf of another OTLP message: it parses as a trace request, but its
+        # "spans" have no 16-byte trace ids.
+        ExportMetricsServiceRequest(resource_metrics=[ResourceMetrics(scope_metrics=[
+            ScopeMetrics(metrics=[Metric(name="cpu", description="load")])])]).SerializeToString(),
+    ],
+)  # fmt: skip
+def test_a_protobuf_body_that_is_not_otlp_traces_is_a_400_status(api, project, body):
+    response = post(api, body)
+    assert response.status_code == 400 and response["Content-Type"] == PROTOBUF
+    status = _status(response)
+    assert status.code == 3 and ("ExportTraceServiceRequest" in status.message or "trace_id" in status.message)
+    assert not Session.objects.exists()
+
+
+def test_a_json_body_that_is_not_otlp_is_a_400_naming_the_field(api, project):
+    bad = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "not-hex", "spanId": "00"}]}]}]}
+    response = post(api, orjson.dumps(bad), content_type="application/json")
+    assert response.status_code == 400
+    assert "resourceSpans[0].scopeSpans[0].spans[0].traceId: not hex" in response.json()["message"]
+    assert post(api, b"[1, 2]", content_type="application/json").status_code == 400
+    assert post(api, gzip.compress(b"x")[:-5], content_encoding="gzip").status_code == 400
+
+
+def test_without_a_key_401_another_content_type_415_a_read_only_key_403(project, db):
+    body = request(SPANS["chat1"]).SerializeToString()
+    anonymous = Client().post("/v1/traces", body, content_type=PROTOBUF)
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"] == "Bearer"
+    assert _status(anonymous).code == 16
+    wrong = Client().post("/v1/traces", body, content_type=PROTOBUF, headers={"authorization": "Bearer rpl_nope"})
+    assert wrong.status_code == 401
+    reader = key_of(member("agent-viewer", project, Role.VIEWER), project=project)
+    denied = Client().post("/v1/traces", body, content_type=PROTOBUF, headers={"authorization": f"Bearer {reader}"})
+    assert denied.status_code == 403
+    maintainer = key_of(member("agent-maintainer", project, Role.MAINTAINER), project=project)
+    plain = Client().post(
+        "/v1/traces", b"{}", content_type="text/plain", headers={"authorization": f"Bearer {maintainer}"}
+    )
+    assert plain.status_code == 415
+    assert Client().get("/v1/traces").status_code == 405
+    assert not OtlpSpan.objects.exists()
+
+
+def test_a_key_of_several_projects_names_one_in_a_header(db):
+    user = member("two-projects", Project.objects.create(name="A", slug="a"), Role.MAINTAINER)
+    member("two-projects", Project.objects.create(name="B", slug="b"), Role.MAINTAINER)
+    client = Client(headers={"authorization": f"Bearer {key_of(user)}"})
+    body = request(SPANS["chat1"]).SerializeToString()
+    assert post(client, body).status_code == 400
+    assert post(client, body, x_replay_project="b").status_code == 200
+    assert Session.objects.get().project.slug == "b"
