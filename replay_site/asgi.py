@@ -6,6 +6,7 @@ time (PERFORMANCE.md measured it). So requests go two ways:
 
 - the Server-Sent Event streams go to Django's ASGI handler, where they wait for their next
   event without holding a thread (sessions_app/replay/streaming.py);
+- /mcp goes to the MCP server (sessions_app/mcp/http.py), whose SDK is asynchronous;
 - everything else goes to Django's WSGI handler through a2wsgi's thread pool
   (REPLAY_WEB_THREADS threads per process), as under a threaded WSGI server.
 
@@ -28,8 +29,13 @@ streams = get_asgi_application()
 require_real_secret_key()
 pages = WSGIMiddleware(get_wsgi_application(), workers=settings.WEB_THREADS)
 
+from sessions_app.mcp.http import McpEndpoint  # noqa: E402  (after Django is set up)
+
+mcp = McpEndpoint()
+
 # The routes whose views return an asynchronous stream under ASGI (sessions_app/api/live.py).
 STREAMS = re.compile(r"^/api/sessions/[^/]+/(?:stream|tail)/?$")
+MCP = re.compile(r"^/mcp(?:/|$)")
 
 
 async def application(scope, receive, send) -> None:
@@ -37,6 +43,8 @@ async def application(scope, receive, send) -> None:
         await _lifespan(receive, send)
     elif scope["type"] == "http" and STREAMS.match(scope["path"]):
         await streams(scope, receive, send)
+    elif scope["type"] == "http" and MCP.match(scope["path"]):
+        await mcp(scope, receive, send)
     else:
 
         async def receive_coroutine():
@@ -48,11 +56,12 @@ async def application(scope, receive, send) -> None:
 
 
 async def _lifespan(receive, send) -> None:
-    """Nothing to set up or tear down: Django opens its connections on first use."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    """Django opens its connections on first use. The MCP endpoint's session manager runs from
+    startup to shutdown, entered and left in this one task, as its task group requires."""
+    while (await receive())["type"] != "lifespan.startup":
+        pass
+    async with mcp.running():
+        await send({"type": "lifespan.startup.complete"})
+        while (await receive())["type"] != "lifespan.shutdown":
+            pass
+    await send({"type": "lifespan.shutdown.complete"})

@@ -1,0 +1,44 @@
+"""`manage.py mcp --key KEY` or `manage.py mcp --user USERNAME`: Replay's MCP tools over stdio,
+for an assistant on the same machine that starts the server itself (docs/mcp.md).
+
+The identity is fixed for the process: an API key acts as its user narrowed by the key's limits,
+a username as that user. Standard output carries the protocol, so nothing else is printed there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from sessions_app.access import Actor
+from sessions_app.mcp.server import build_server
+from sessions_app.models import ApiKey
+
+
+class Command(BaseCommand):
+    help = "Serve Replay's MCP tools over stdio, as one API key or one user."
+
+    def add_arguments(self, parser) -> None:
+        who = parser.add_mutually_exclusive_group()
+        who.add_argument("--key", help="an API key; REPLAY_MCP_KEY in the environment keeps it off the command line")
+        who.add_argument("--user", help="a username: act as that user in every project they belong to")
+
+    def handle(self, *args, key: str | None, user: str | None, **options) -> None:
+        key = key or (None if user else os.environ.get("REPLAY_MCP_KEY"))
+        if key:
+            api_key = ApiKey.authenticate(key)
+            if api_key is None:
+                raise CommandError("the API key is invalid or revoked, or its user is inactive")
+            actor = Actor(user=api_key.user, key=api_key)
+        elif user:
+            users = get_user_model()
+            found = users.objects.filter(**{users.USERNAME_FIELD: user}).first()
+            if found is None or not found.is_active:
+                raise CommandError(f"no active user named {user!r}")
+            actor = Actor(user=found)
+        else:
+            raise CommandError("say who the assistant acts as: --key KEY (or REPLAY_MCP_KEY) or --user USERNAME")
+        anyio.run(build_server(actor=actor).run_stdio_async)
