@@ -18,14 +18,16 @@ FORBIDDEN = {
     "canonical": {"formats", "ingest", "replay", "api", "views", "jobs"},
     "chain": {"models", "ingest", "replay", "api", "views", "jobs", "formats"},
     "models": {"formats", "ingest", "replay", "api", "views", "jobs", "verification"},
-    "ingest": {"replay", "api", "views", "jobs", "verification"},
-    "replay": {"ingest", "api", "views", "jobs"},
+    "ingest": {"replay", "api", "views", "jobs", "verification", "mcp"},
+    "replay": {"ingest", "api", "views", "jobs", "mcp"},
     "verification": {"replay", "api", "views", "jobs"},
     "jobs": {"api", "views"},
     # Scoping and the audit log sit between the models and every page or operation that asks.
     "access": {"formats", "ingest", "replay", "api", "views", "jobs", "audit", "teams"},
     "audit": {"formats", "ingest", "replay", "api", "views", "jobs", "teams"},
     "teams": {"formats", "ingest", "replay", "api", "views", "jobs"},
+    # The MCP tools sit beside the API: they read through the read side and access.py, write nothing.
+    "mcp": {"ingest", "api", "views", "jobs"},
 }
 
 
