@@ -41,6 +41,9 @@ from ..canonical import CanonicalEvent, ParsedSession, Problems
 BOM = b"\xef\xbb\xbf"
 GZIP_MAGIC = b"\x1f\x8b"
 HEAD_BYTES = 64 * 1024
+# A line (or a record of a JSON document) longer than this is a problem, never held whole in
+# memory; an import passes the server's REPLAY_MAX_RECORD_BYTES in its Source.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -52,6 +55,8 @@ class Source:
     display_name: str = ""
     # Called with the number of compressed/raw bytes read so far; import progress uses it.
     on_bytes: Callable[[int], None] | None = None
+    # The longest line or record read whole; a longer one is skipped and reported (`LongLine`).
+    max_record_bytes: int = MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -61,6 +66,10 @@ class Source:
     @property
     def is_dir(self) -> bool:
         return self.path.is_dir()
+
+    def within(self, path: Path, display_name: str) -> Source:
+        """A file of this folder, read with the same limits."""
+        return Source(path=path, display_name=display_name, max_record_bytes=self.max_record_bytes)
 
     def open(self) -> IO[bytes]:
         raw = self.path.open("rb")
@@ -77,13 +86,16 @@ READ_BLOCK = 1 << 20
 def read_blocks(
     source: Source, problems: Problems | None = None, *, on_bytes: Callable[[int], None] | None = None
 ) -> Iterator[bytes]:
-    """The file's bytes in blocks of READ_BLOCK, a BOM at its start removed (reported when
+    """The file's bytes in blocks of READ_BLOCK (or the record limit), a BOM at its start removed (reported when
     `problems` is given). `on_bytes` hears the bytes read so far, of the file on disk (a .gz
     counts its own size)."""
+    # Blocks no larger than the longest record either: memory stays within a few times the
+    # limit when the limit is set below a block (never below HEAD_BYTES, for speed).
+    size = min(READ_BLOCK, max(source.max_record_bytes, HEAD_BYTES))
     with source.open() as stream:
         position = getattr(stream, "fileobj", stream).tell
         first = True
-        while block := stream.read(READ_BLOCK):
+        while block := stream.read(size):
             if on_bytes is not None:
                 on_bytes(position())
             if first:
@@ -97,23 +109,77 @@ def read_blocks(
             yield block
 
 
-def iter_lines(blocks: Iterable[bytes]) -> Iterator[bytes]:
+def iter_lines(blocks: Iterable[bytes], *, limit: int | None = None) -> Iterator[bytes | LongLine]:
     """Each line with its ending, however the blocks cut them: `\n`, `\r\n` and a lone `\r`
-    (old Mac files) each end a line."""
+    (old Mac files) each end a line. With a `limit`, a line longer than it comes as a `LongLine`
+    in its place: its bytes are dropped as they are read, so memory holds `limit` bytes of a
+    line at most (and a block), however long the line."""
     held: list[bytes] = []  # the start of a line that the blocks so far leave open
+    held_size = 0
+    skipped = -1  # while passing over a line longer than the limit: its bytes so far
     for block in whole_line_breaks(blocks):
         lines = block.splitlines(keepends=True)
-        if held:
-            held.append(lines[0])
-            if lines[0][-1] not in _LINE_ENDS:  # no line break in the whole block
+        if skipped >= 0 or held:
+            # The line the blocks before left open goes on in this one.
+            piece = lines[0]
+            if skipped >= 0:
+                skipped += len(piece)
+            else:
+                held.append(piece)
+                held_size += len(piece)
+                if limit is not None and held_size > limit:
+                    held, held_size, skipped = [], 0, held_size
+            if piece[-1] not in _LINE_ENDS:  # no line break in the whole block
                 continue
-            lines[0] = b"".join(held)
-            held = []
+            if skipped >= 0:
+                yield LongLine(skipped)
+                skipped = -1
+            else:
+                yield b"".join(held)
+                held, held_size = [], 0
+            del lines[0]
+            if not lines:
+                continue
         if lines[-1][-1] not in _LINE_ENDS:
-            held.append(lines.pop())
+            last = lines.pop()
+            if limit is not None and len(last) > limit:
+                skipped = len(last)
+            else:
+                held, held_size = [last], len(last)
+        if limit is not None and len(block) > limit:  # only then can a line within it be too long
+            lines = [LongLine(len(line)) if len(line) > limit else line for line in lines]
         yield from lines
-    if held:
+    if skipped >= 0:
+        yield LongLine(skipped)
+    elif held:
         yield b"".join(held)
+
+
+class LongLine:
+    """In place of a line longer than the limit: only its length (its ending included). Not
+    bytes, so a reader that does not expect one fails loudly rather than reading it as empty."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def problem(self, limit: int) -> str:
+        return too_long(self.length, limit)
+
+
+def too_long(count: int, limit: int) -> str:
+    """The problem of a line or record of `count` bytes, over the limit."""
+    return f"{size_text(count)} long, over the limit of {size_text(limit)} (REPLAY_MAX_RECORD_BYTES); skipped"
+
+
+def size_text(count: int) -> str:
+    """A number of bytes for people: 512 bytes, 64.0 KiB, 16.0 MiB."""
+    if count < 1024:
+        return f"{count} bytes"
+    if count < 1024 * 1024:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count / 1024 / 1024:.1f} MiB"
 
 
 _LINE_ENDS = b"\r\n"
@@ -155,7 +221,12 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
-    for number, line in enumerate(iter_lines(read_blocks(source, problems, on_bytes=source.on_bytes)), start=1):
+    limit = source.max_record_bytes
+    blocks = read_blocks(source, problems, on_bytes=source.on_bytes)
+    for number, line in enumerate(iter_lines(blocks, limit=limit), start=1):
+        if type(line) is LongLine:
+            problems.add(number, "line", line.problem(limit))
+            continue
         body = line.rstrip(b"\r\n")
         try:
             record = loads(body)

@@ -22,8 +22,10 @@ to the caller (`after`), which may read it some other way.
 
 from __future__ import annotations
 
+import json
+import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -31,7 +33,7 @@ from typing import Any
 import ijson
 
 from ..canonical import Problems
-from . import Source, iter_lines, read_blocks, whole_line_breaks
+from . import Source, read_blocks, size_text, too_long, whole_line_breaks
 
 _PIECE_BYTES = 1 << 16
 _STARTS = frozenset({"start_map", "start_array"})
@@ -40,6 +42,14 @@ _WHITESPACE = b" \t\n"
 # What ijson raises at bad input: its own errors, and a UnicodeDecodeError for bytes that yajl
 # let through but are no UTF-8 (an encoded surrogate).
 _BAD_INPUT = (ijson.JSONError, ValueError)
+# Records over the limit a document may hold and still be read on past each (each one costs a
+# reading of the document up to it).
+LONG_RECORDS_PASSED = 16
+
+
+class _TooLong(Exception):
+    """Raised by the feed when the record being built has grown past the limit: ijson stops
+    there, holding no more than about the limit of it."""
 
 
 @dataclass
@@ -62,23 +72,63 @@ class JsonDocument:
         self._given = blocks
         self.after: After | None = None
         self.stopped = False  # at a syntax error, reported
+        # Byte ranges of the records over the limit: blanked (`_blanked`) in every later reading.
+        self._long: list[tuple[int, int]] = []
 
     def items(self, prefix: str) -> Iterator[tuple[int, int, Any]]:
         """(line, up to line, value) of each item at ijson's `prefix` ("item": the document is
         a list; "events.item": the list at the top-level object's "events"), each on the line it
         starts on (both lines the same). An object's line comes with it; a value of another type
         (never a record: a problem) is placed by reading the document a second time, as far as
-        that item, so a document of objects only is read once."""
+        that item, so a document of objects only is read once.
+
+        An item longer than the source's `max_record_bytes` is a problem, not a value: ijson is
+        stopped once it has read about that much of it (within a piece, 64 KiB), the item's bytes
+        are found (`_item_range`) and blanked, and the document is read again from the item after
+        it; after LONG_RECORDS_PASSED of them, the rest of the document is not read."""
+        blocks = self._first_blocks()
+        done = 0  # items dealt with by the readings so far: a re-reading passes over them
+        while True:
+            long_item = yield from self._items(blocks, prefix, done)
+            if long_item is None:
+                return
+            index, line = long_item
+            limit = self.source.max_record_bytes
+            found = _item_range(self._blocks(), prefix, index)
+            if found is None or len(self._long) >= LONG_RECORDS_PASSED:
+                self.stopped = True
+                self.problems.add(line, "line", f"a value over the limit of {size_text(limit)} "
+                                  "(REPLAY_MAX_RECORD_BYTES); the rest of the document could not be read")  # fmt: skip
+                return
+            start, end, line = found
+            self.problems.add(line, "line", f"record {too_long(end - start, limit)}")
+            self._long.append((start, end))
+            done = index + 1
+            blocks = self._blocks()
+
+    def _items(
+        self, blocks: Iterator[bytes], prefix: str, done: int
+    ) -> Generator[tuple[int, int, Any], None, tuple[int, int] | None]:
+        """One reading of `items`, the first `done` items passed over; returns the index and
+        line of an item found too long (the reading stops there), or None at the end."""
         # Every map ijson makes, in order, after the line of the piece it was made in: the line
         # of an item is the last one before the item's own map.
         stamps: list[int | dict[str, Any]] = []
-        feed = _Feed(self._first_blocks(), per_line=False, lines=stamps)
+        feed = _Feed(blocks, per_line=False, lines=stamps, limit=self.source.max_record_bytes, blank=self._long)
         stamp = stamps.append
 
         def new_map() -> dict[str, Any]:
             made: dict[str, Any] = {}
             stamp(made)
+            if feed.item_start is None:  # the list's first item is being built
+                feed.item_start = feed.fed
             return made
+
+        # Bytes are counted from the last item handed over (or the list's first map): only
+        # items and their commas lie between, so more than the limit is an item too long. A
+        # top-level array counts from its start, which also catches a long first item that is
+        # no object (ijson makes no map for it).
+        feed.item_start = 0 if prefix == "item" else None
 
         found = ijson.items(feed, prefix, map_type=new_map, use_float=True)
         lines_of_items: _ItemLines | None = None
@@ -87,11 +137,14 @@ class JsonDocument:
             try:
                 value = next(found)
             except StopIteration:
-                return
+                return None
+            except _TooLong:
+                return index + 1, feed.line
             except _BAD_INPUT as error:
                 self._stop(error, feed.offset)
-                return
+                return None
             index += 1
+            feed.item_start = feed.fed
             if type(value) is dict:
                 at, line = 0, 1
                 while (entry := stamps[at]) is not value:  # passing maps nested in items before
@@ -99,9 +152,12 @@ class JsonDocument:
                         line = entry
                     at += 1
                 stamps[: at + 1] = [line]
-                yield line, line, value
+                if index >= done:
+                    yield line, line, value
             else:
                 _forget_nested(stamps, value)
+                if index < done:
+                    continue
                 if lines_of_items is None:
                     lines_of_items = _ItemLines(self._blocks(), prefix)
                 line = lines_of_items.line_of(index)
@@ -111,7 +167,7 @@ class JsonDocument:
         """(line, key, value, is an item of `streamed`) of each member of the top-level object,
         in order, the list at `streamed` given item by item. The line is where a member's key
         or an item starts. A document that is no object is a problem."""
-        feed = _Feed(self._first_blocks(), per_line=True)
+        feed = _Feed(self._first_blocks(), per_line=True, limit=self.source.max_record_bytes)
         events = ijson.basic_parse(feed, use_float=True)
         try:
             event, value = next(events, ("", None))
@@ -124,6 +180,12 @@ class JsonDocument:
             deque(events, maxlen=0)  # the rest: only text after the object, if anything
         except _BAD_INPUT as error:
             self._stop(error, feed.offset)
+        except _TooLong:
+            # A member or step is built in Python from ijson's events: it is not read on past.
+            self.stopped = True
+            limit = size_text(self.source.max_record_bytes)
+            self.problems.add(feed.building_line, "line", f"a value over the limit of {limit} "
+                              "(REPLAY_MAX_RECORD_BYTES); the rest of the document could not be read")  # fmt: skip
 
     def has_list(self, prefix: str) -> bool:
         """Whether the document holds a list at `prefix`, read again: tells an empty list of
@@ -141,7 +203,8 @@ class JsonDocument:
         return _one_line_break(blocks if blocks is not None else read_blocks(self.source, self.problems))
 
     def _blocks(self) -> Iterator[bytes]:
-        return _one_line_break(read_blocks(self.source))
+        blocks = _one_line_break(read_blocks(self.source))
+        return _blanked(blocks, self._long) if self._long else blocks
 
     def _stop(self, error: Exception, failed_at: int) -> None:
         line, column, ended, rest = _locate(self._blocks(), failed_at)
@@ -171,7 +234,7 @@ class _ItemLines:
     for items in order, it reads the document once however many it is asked for."""
 
     def __init__(self, blocks: Iterator[bytes], prefix: str) -> None:
-        self._lines = iter_lines(blocks)
+        self._lines = _line_pieces(blocks)
         self._prefix = prefix
         self._events = ijson.sendable_list()
         self._parser = ijson.parse_coro(self._events, use_float=True)
@@ -182,12 +245,12 @@ class _ItemLines:
     def line_of(self, index: int) -> int | None:
         """The line item `index` (0-based) starts on; None if the document ends (or breaks) first."""
         while index >= self._count:
-            line = next(self._lines, None)
-            if line is None:
+            line, piece = next(self._lines, (0, b""))
+            if not piece:
                 return None
-            self._line += 1
+            self._line = line
             try:
-                self._parser.send(line)
+                self._parser.send(piece)
             except _BAD_INPUT:  # the first reading reported it; nothing past it is an item
                 self._lines = iter(())
                 return None
@@ -206,6 +269,18 @@ class _ItemLines:
 _NOT_STARTS = frozenset({"map_key", "end_map", "end_array"})
 
 
+def _line_pieces(blocks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(line, piece) of the document (its line breaks made one `\n`), no piece longer than
+    _PIECE_BYTES nor holding a line break but at its end: a long line comes in parts."""
+    line = 1
+    for block in blocks:
+        for whole in block.splitlines(keepends=True):
+            for start in range(0, len(whole), _PIECE_BYTES):
+                yield line, whole[start : start + _PIECE_BYTES]
+            if whole[-1] == 0x0A:
+                line += 1
+
+
 def _members(events: Iterator[tuple[str, Any]], feed: _Feed, streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
     """After the top-level `start_map`: its members (see JsonDocument.members)."""
     key, line = "", 0
@@ -221,7 +296,7 @@ def _members(events: Iterator[tuple[str, Any]], feed: _Feed, streamed: str) -> I
         if key == streamed and event == "start_array":
             yield from _array_items(events, feed, key)
             continue
-        yield line, key, _build(event, events), False
+        yield line, key, _build(event, events, feed), False
 
 
 def _array_items(events: Iterator[tuple[str, Any]], feed: _Feed, key: str) -> Iterator[tuple[int, str, Any, bool]]:
@@ -229,11 +304,13 @@ def _array_items(events: Iterator[tuple[str, Any]], feed: _Feed, key: str) -> It
         if event == "end_array":
             return
         line = feed.line
-        yield line, key, (_build(event, events) if event in _STARTS else value), True
+        yield line, key, (_build(event, events, feed) if event in _STARTS else value), True
 
 
-def _build(start: str, events: Iterator[tuple[str, Any]]) -> Any:
-    """The object or list whose `start` event was just read, from the events up to its end."""
+def _build(start: str, events: Iterator[tuple[str, Any]], feed: _Feed) -> Any:
+    """The object or list whose `start` event was just read, from the events up to its end;
+    the feed stops (_TooLong) once it would hand over more than its limit of it."""
+    feed.item_start, feed.building_line = feed.offset, feed.line
     builder = ijson.ObjectBuilder()
     builder.event(start, None)
     depth = 1
@@ -245,6 +322,7 @@ def _build(start: str, events: Iterator[tuple[str, Any]]) -> Any:
             depth -= 1
             if not depth:
                 break
+    feed.item_start = None
     return builder.value
 
 
@@ -311,9 +389,25 @@ class _Feed:
     """What ijson reads: the document in pieces (a line each, or see the module docstring),
     with the line and the offset of the piece it read last."""
 
-    def __init__(self, blocks: Iterator[bytes], *, per_line: bool, lines: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        blocks: Iterator[bytes],
+        *,
+        per_line: bool,
+        lines: list[Any] | None = None,
+        limit: int | None = None,
+        blank: list[tuple[int, int]] | None = None,
+    ) -> None:
         self.line = self.last_line = 1
         self.offset = 0
+        self.fed = 0  # bytes handed to ijson so far
+        # Where the bytes of the value being built are counted from (`items`: see there;
+        # `members`: the piece it starts in): with a `limit`, the feed stops (_TooLong) before
+        # handing over a piece that takes the value past it.
+        self.item_start: int | None = None
+        self.building_line = 1  # `members`: the line the value being built starts on
+        self.limit = limit
+        self.blank = blank or []  # ranges blanked in the blocks: they count for nothing
         self._pieces = self._lines(blocks) if per_line else self._cut(blocks, lines if lines is not None else [])
 
     def read(self, size: int) -> bytes:
@@ -332,6 +426,7 @@ class _Feed:
                 # piece completes only once it is parsed whole.
                 while start < end:
                     stop = min(end, start + _PIECE_BYTES)
+                    self._check(offset + stop)
                     piece = block[start:stop]
                     breaks = piece.count(b"\n")
                     self.line, self.offset = line, offset + start
@@ -340,17 +435,28 @@ class _Feed:
                         lines[-1] = line
                     else:
                         note(line)
+                    self.fed = offset + stop
                     yield piece
                     line += breaks
                     start = stop
             offset += len(block)
 
+    def _check(self, fed: int) -> None:
+        if self.limit is None or self.item_start is None or fed - self.item_start <= self.limit:
+            return
+        start = self.item_start
+        blanked = sum(max(0, min(stop, fed) - max(begin, start)) for begin, stop in self.blank)
+        if fed - start - blanked > self.limit:
+            raise _TooLong
+
     def _lines(self, blocks: Iterator[bytes]) -> Iterator[bytes]:
         line, offset = 1, 0
         for block in blocks:
             for piece in block.splitlines(keepends=True):
+                self._check(offset + len(piece))
                 self.line = self.last_line = line
                 self.offset = offset
+                self.fed = offset + len(piece)
                 yield piece
                 offset += len(piece)
                 if piece[-1] == 0x0A:
@@ -430,3 +536,127 @@ class _Spot:
             newline = chunk.rfind(b"\n", 0, index)
             self.last_line = line + chunk.count(b"\n", 0, index)
             self.last_column = index - newline if newline >= 0 else column + index
+
+
+# Records over the limit ---------------------------------------------------------------------------
+
+_STRUCTURE = re.compile(rb'[\[\]{}",:]')  # what matters outside strings
+_IN_STRING = re.compile(rb'["\\]')
+_NOT_SPACE = re.compile(rb"[^ \t\n\r]")
+_KEY_BYTES = 1024  # a longer key is no key `items` looks for
+
+
+def _item_range(blocks: Iterable[bytes], prefix: str, index: int) -> tuple[int, int, int] | None:
+    """Where item `index` of the list at `prefix` ("item", or "<key>.item" of the top-level
+    object) is in the document: (start, end) offsets and the line it starts on; None if the
+    document has no such item. Reads only brackets, commas, colons and the edges of strings (a
+    regular expression finds each), holding nothing of the item: only `items`' re-reading past
+    a record over the limit pays for it."""
+    key = None if prefix == "item" else prefix.removesuffix(".item")
+    if key is not None and "." in key:
+        return None
+    list_depth = 1 if key is None else 2
+    depth, line, offset = 0, 1, 0
+    in_string = escaped = in_list = want_start = False
+    top_object = False
+    count, start, start_line = -1, -1, 0
+    key_parts: list[bytes] | None = None  # a string at the top-level object's depth, as read
+    last_string = current_key = None
+    for block in blocks:
+        pos, size = 0, len(block)
+        if escaped:
+            pos, escaped = 1, False
+        while pos < size:
+            if want_start:  # after `[` or `,` of the list: the next character starts an item
+                found = _NOT_SPACE.search(block, pos)
+                if found is None:
+                    break
+                pos, want_start = found.start(), False
+                if block[pos] != 0x5D:  # "]": an empty list
+                    count += 1
+                    if count == index:
+                        start, start_line = offset + pos, line + block.count(b"\n", 0, pos)
+            if in_string:
+                found = _IN_STRING.search(block, pos)
+                if found is None:
+                    if key_parts is not None:
+                        key_parts.append(block[pos:])
+                    break
+                if found.group() == b"\\":
+                    if key_parts is not None:
+                        key_parts.append(block[pos : found.end() + 1])
+                    pos = found.end() + 1
+                    escaped = pos > size
+                    continue
+                in_string = False
+                if key_parts is not None:
+                    key_parts.append(block[pos : found.start()])
+                    last_string = _key_text(key_parts)
+                    key_parts = None
+                pos = found.end()
+                continue
+            found = _STRUCTURE.search(block, pos)
+            if found is None:
+                break
+            char, pos = found.group(), found.end()
+            if char == b'"':
+                in_string = True
+                key_parts = [] if top_object and depth == 1 else None
+            elif char == b":":
+                if top_object and depth == 1:
+                    current_key = last_string
+            elif char in b"[{":
+                depth += 1
+                if depth == 1:
+                    top_object = char == b"{"
+                opens_list = char == b"[" and depth == list_depth
+                if opens_list and (key is None or (top_object and current_key == key)):
+                    in_list = want_start = True
+            elif char == b",":
+                if in_list and depth == list_depth:
+                    if count == index and start >= 0:
+                        return start, offset + found.start(), start_line
+                    want_start = True
+                elif top_object and depth == 1:
+                    current_key = None
+            else:  # "]" or "}"
+                if in_list and depth == list_depth:
+                    if count == index and start >= 0:
+                        return start, offset + found.start(), start_line
+                    in_list = False
+                depth -= 1
+        line += block.count(b"\n")
+        offset += size
+    return None
+
+
+def _key_text(parts: list[bytes]) -> str | None:
+    raw = b"".join(parts)
+    if len(raw) > _KEY_BYTES:
+        return None
+    try:
+        return json.loads(b'"' + raw + b'"')
+    except ValueError:
+        return None
+
+
+# Every byte a space but line breaks, which keep the lines of what follows where they were.
+_BLANK = bytes(0x0A if byte == 0x0A else 0x20 for byte in range(256))
+
+
+def _blanked(blocks: Iterable[bytes], ranges: list[tuple[int, int]]) -> Iterator[bytes]:
+    """The document with each of `ranges` (a record over the limit) turned into `0` and spaces:
+    the same length and lines, so offsets, lines and item indexes stay those of the file."""
+    offset = 0
+    for block in blocks:
+        end = offset + len(block)
+        for start, stop in ranges:
+            if stop <= offset or start >= end:
+                continue
+            first, last = max(start, offset) - offset, min(stop, end) - offset
+            blank = block[first:last].translate(_BLANK)
+            if start >= offset:  # the record's first character: a number stands in for it
+                blank = b"0" + blank[1:]
+            block = block[:first] + blank + block[last:]
+        yield block
+        offset = end

@@ -34,7 +34,7 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
     runs_file = base / "runs.jsonl"
     if runs_file.is_file():
         run_problems = _PrefixedProblems(problems, "runs.jsonl")
-        for line, record, raw in read_records(Source(path=runs_file, display_name="runs.jsonl"), run_problems):
+        for line, record, raw in read_records(source.within(runs_file, "runs.jsonl"), run_problems):
             run_id = record.get("run_id")
             if not run_id or type(run_id) is not str:
                 run_problems.add(line, "run_id", "run summary without a run_id; line skipped")
@@ -52,7 +52,7 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
             line, record, _ = runs[run_id]
             _apply_summary(meta, record, line, _PrefixedProblems(problems, "runs.jsonl"))
         yield ParsedSession(
-            meta=meta, events=_run_events(run_id, step_files.get(run_id), runs.get(run_id), meta, problems)
+            meta=meta, events=_run_events(run_id, step_files.get(run_id), runs.get(run_id), meta, problems, source)
         )
 
 
@@ -62,12 +62,13 @@ def _run_events(
     summary: tuple[int, dict[str, Any], str] | None,
     meta: SessionMeta,
     problems: Problems,
+    folder: Source,
 ) -> Iterator[CanonicalEvent]:
     cumulative = 0.0
     if path is not None:
         rel = f"steps/{path.name}"
         step_problems = _PrefixedProblems(problems, rel)
-        for line, record, raw in read_records(Source(path=path, display_name=rel), step_problems):
+        for line, record, raw in read_records(folder.within(path, rel), step_problems):
             event, cumulative = _step_event(record, raw, line, cumulative, step_problems)
             if meta.started_at is None and event.timestamp is not None:
                 meta.started_at = event.timestamp

@@ -312,7 +312,7 @@ def _parse_store(source: Source, problems: Problems) -> Iterator[ParsedSession]:
             rel = f"{folder}/{path.name}"
             file_problems = _PrefixedProblems(problems, rel)
             try:
-                header = read_header(Source(path=path, display_name=rel), file_problems, whole=folder == "checkpoints")
+                header = read_header(source.within(path, rel), file_problems, whole=folder == "checkpoints")
             except OSError as exc:
                 problems.add(None, rel, f"cannot read: {exc}")
                 continue
@@ -330,7 +330,7 @@ def _parse_store(source: Source, problems: Problems) -> Iterator[ParsedSession]:
         folder = "snapshots" if snapshots else "checkpoints"
         rel = f"{folder}/{base_file[0].name}"
         yield from _parse_snapshot(
-            Source(path=base_file[0], display_name=rel),
+            source.within(base_file[0], rel),
             _PrefixedProblems(problems, rel),
             checkpoints=specs,
         )
