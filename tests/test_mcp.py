@@ -262,9 +262,14 @@ def test_over_streamable_http_with_an_api_key(world, tmp_path):
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {world.key}"}, timeout=60)
             return Client(streamable_http_client(url, http_client=http), **options)
 
-        run(connect(), lambda client: check_every_tool(client, world))
+        async def modern(client: Client) -> None:  # the 2026 protocol: no handshake, one POST a call
+            assert client.protocol_version == "2026-07-28"
+            await check_every_tool(client, world)
+
+        run(connect(), modern)
 
         async def handshake(client: Client) -> None:  # the 2025 protocol, initialize first
+            assert client.protocol_version.startswith("2025-")
             assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
             assert "📼 Session Replay: ses_triage_2b91" in await call(client, "replay_session",
                                                                      sessionId="ses_triage_2b91")  # fmt: skip
