@@ -308,8 +308,8 @@ class _Span:
         self.attributes: dict[str, Any] = record["attributes"]
         self.operation = item.operation
         self.raw = orjson.dumps(record).decode()
-        self.start = _time(record["start"])
-        self.end = _time(record["end"]) if record["end"] else self.start
+        self.start = time_of(record["start"])
+        self.end = time_of(record["end"]) if record["end"] else self.start
         self.duration_ms = max(0, record["end"] - record["start"]) / 1e6 if record["end"] else None
         status = record["status"]
         self.failed = status.get("code") == STATUS_ERROR
@@ -741,7 +741,7 @@ def _str(attributes: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _time(nanoseconds: int) -> datetime:
+def time_of(nanoseconds: int) -> datetime:
     return datetime.fromtimestamp(nanoseconds / 1e9, tz=UTC)
 
 

@@ -26,6 +26,7 @@ its parent's session shows as child_spawn / child_result.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ from typing import Any
 
 import orjson
 from django.db import connection, transaction
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from ..canonical import SessionMeta
@@ -40,9 +42,13 @@ from ..formats import otlp
 from ..models import OtlpSpan, OtlpTrace, Project, Session
 from .writer import append_events, create_session, finish_session
 
+logger = logging.getLogger("replay.otlp")
+
 # A session's waiting spans are settled together; one request settles at most this many
-# sessions, leaving the rest to the next request or the job.
+# sessions, leaving the rest to the next request or the job, which settles this many in each
+# transaction (each in a savepoint of its own).
 SETTLE_PER_REQUEST = 20
+SETTLE_PER_TRANSACTION = 50
 _SPAN_TABLE = OtlpSpan._meta.db_table
 _SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns", "record")
 
@@ -239,51 +245,67 @@ def settle_traces(
     docstring) as events, in time order; `limit` bounds how many sessions one call settles."""
     now = now or timezone.now()
     quiet_since = now - timedelta(seconds=quiet_seconds)
-    due = OtlpTrace.objects.filter(pending=True, last_received_at__lte=quiet_since)
+    orphaned_since = now - timedelta(seconds=orphan_seconds)
+    # Sessions whose every waiting trace is quiet, and has its root or waited long enough.
+    due = (
+        OtlpTrace.objects.filter(pending=True)
+        .values("session_id", "project_id")
+        .annotate(last=Max("last_received_at"), rootless=Max("last_received_at", filter=Q(root_seen=False)))
+        .filter(Q(rootless__isnull=True) | Q(rootless__lte=orphaned_since), last__lte=quiet_since)
+        .order_by("last")
+        .values_list("project_id", "session_id")
+    )
     if project is not None:
         due = due.filter(project=project)
-    session_ids = list(dict.fromkeys(due.order_by("last_received_at").values_list("session_id", flat=True)))
+    by_project: dict[int, list[int]] = {}
+    for project_id, session_id in due[:limit] if limit else due:
+        by_project.setdefault(project_id, []).append(session_id)
     result = SettleResult()
-    for session_id in session_ids[:limit] if limit else session_ids:
-        _settle_session(session_id, now, quiet_since, now - timedelta(seconds=orphan_seconds), result)
+    for project_id, session_ids in by_project.items():
+        for start in range(0, len(session_ids), SETTLE_PER_TRANSACTION):
+            with transaction.atomic():
+                # The lock every export request of the project takes first: neither side then
+                # waits on rows the other holds.
+                list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk"))
+                for session_id in session_ids[start : start + SETTLE_PER_TRANSACTION]:
+                    try:
+                        with transaction.atomic():
+                            _settle_session(session_id, now, quiet_since, orphaned_since, result)
+                    except Exception:
+                        # One session's spans that cannot be written must not hold up the others;
+                        # they stay waiting (and logged) for a fix.
+                        logger.exception("settling the spans of session %s failed", session_id)
     return result
 
 
 def _settle_session(
     session_id: int, now: datetime, quiet_since: datetime, orphaned_since: datetime, result: SettleResult
 ) -> None:
-    with transaction.atomic():
-        project_id = Session.objects.filter(pk=session_id).values_list("project_id", flat=True).first()
-        if project_id is None:
-            return
-        Project.objects.select_for_update().filter(pk=project_id).first()
-        top = Session.objects.select_for_update().filter(pk=session_id).first()
-        traces = list(OtlpTrace.objects.filter(session_id=session_id, pending=True))
-        if not traces or top is None:
-            return
-        for trace in traces:
-            if trace.last_received_at > quiet_since:
-                return  # a trace of this session is still receiving spans
-            if not trace.root_seen and trace.last_received_at > orphaned_since:
-                return  # its root span may still come
-        placement = _Placement(top)
-        for trace in traces:
-            placement.add_trace(trace)
-        for session, placed in placement.by_session():
-            events = otlp.timeline(placed, first_step=session.step_count)
-            append_events(session=session, events=events)
-            result.events += len(events)
-            result.sessions.append(session.pk)
-        placement.save_spans()
-        OtlpTrace.objects.filter(pk__in=[t.pk for t in traces]).update(pending=False, settled_at=now)
-        result.spans += placement.span_count
-        for session in placement.sessions():
-            _describe(session, placement)
-            finish_session(
-                session=session, meta=SessionMeta(ended_at=placement.ended_at(session)),
-                status=Session.Status.FAILED if placement.failed(session) else Session.Status.COMPLETED,
-            )  # fmt: skip
-            result.finished.append(session.pk)
+    top = Session.objects.select_for_update().filter(pk=session_id).first()
+    traces = list(OtlpTrace.objects.filter(session_id=session_id, pending=True))
+    if not traces or top is None:
+        return
+    for trace in traces:
+        if trace.last_received_at > quiet_since:
+            return  # a trace of this session is receiving spans again
+        if not trace.root_seen and trace.last_received_at > orphaned_since:
+            return  # its root span may still come
+    placement = _Placement(top)
+    placement.add_traces(traces)
+    for session, placed in placement.by_session():
+        events = otlp.timeline(placed, first_step=session.step_count)
+        append_events(session=session, events=events)
+        result.events += len(events)
+        result.sessions.append(session.pk)
+    placement.save_spans()
+    OtlpTrace.objects.filter(pk__in=[t.pk for t in traces]).update(pending=False, settled_at=now)
+    result.spans += placement.span_count
+    for session in placement.sessions():
+        finish_session(
+            session=session, meta=placement.meta(session),
+            status=Session.Status.FAILED if placement.failed(session) else Session.Status.COMPLETED,
+        )  # fmt: skip
+        result.finished.append(session.pk)
 
 
 class _Placement:
@@ -301,26 +323,23 @@ class _Placement:
         self._sessions: dict[int, Session] = {top.pk: top}
         self._placed: dict[int, list[otlp.Placed]] = {}
         self._span_session: list[tuple[int, int]] = []  # (span row id, its context's session)
-        self._pending_rows: list[int] = []
         self._failed: set[int] = set()
         self._ended: dict[int, int] = {}
         self._described: dict[int, dict[str, Any]] = {}
         self.span_count = 0
 
-    def add_trace(self, trace: OtlpTrace) -> None:
-        rows = {
-            span_id: row
-            for span_id, row in (
-                (r[1], r)
-                for r in OtlpSpan.objects.filter(trace=trace).values_list(
-                    "pk", "span_id", "parent_span_id", "operation", "record", "session_id"
-                )
-            )
-        }
-        context: dict[str, tuple[int, bool, int]] = {}  # span id -> (session pk, in an agent, depth)
-        for span_id, row in rows.items():
-            if row[4] is not None:
-                self._place(trace, span_id, rows, context)
+    def add_traces(self, traces: list[OtlpTrace]) -> None:
+        by_trace: dict[int, dict[str, tuple]] = {trace.pk: {} for trace in traces}
+        for trace_pk, *row in OtlpSpan.objects.filter(trace_id__in=list(by_trace)).values_list(
+            "trace_id", "pk", "span_id", "parent_span_id", "operation", "record", "session_id"
+        ):
+            by_trace[trace_pk][row[1]] = tuple(row)
+        for trace in traces:
+            rows = by_trace[trace.pk]
+            context: dict[str, tuple[int, bool, int]] = {}  # span id -> (session pk, in an agent, depth)
+            for span_id, row in rows.items():
+                if row[4] is not None:
+                    self._place(trace, span_id, rows, context)
 
     def _context(self, trace: OtlpTrace, span_id: str, rows: dict[str, tuple], context: dict) -> tuple[int, bool, int]:
         """The context *inside* a span (what its children start in), found walking up to the
@@ -356,7 +375,6 @@ class _Placement:
         record = orjson.loads(row[4])
         operation = row[3]
         session_pk, in_agent, depth = outer
-        self._pending_rows.append(row[0])
         self._span_session.append((row[0], inner[0]))
         self.span_count += 1
         if operation == otlp.AGENT_OPERATION and in_agent:
@@ -433,29 +451,16 @@ class _Placement:
     def failed(self, session: Session) -> bool:
         return session.pk in self._failed
 
-    def ended_at(self, session: Session) -> datetime | None:
+    def meta(self, session: Session) -> SessionMeta:
+        """What the spans say of the session's run: its end, and its agent, model and task,
+        which fill the session's fields left empty."""
         end = self._ended.get(session.pk)
-        return otlp._time(end) if end else None
-
-    def description(self, session: Session) -> dict[str, Any]:
-        return self._described.get(session.pk, {})
+        return SessionMeta(ended_at=otlp.time_of(end) if end else None, **self._described.get(session.pk, {}))
 
     def save_spans(self) -> None:
         """The written spans keep only what places a straggler: their record goes."""
-        OtlpSpan.objects.filter(pk__in=self._pending_rows).update(record=None)
         with connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {_SPAN_TABLE} SET session_id = %s WHERE id = %s",
+                f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s WHERE id = %s",
                 [(session_pk, row_id) for row_id, session_pk in self._span_session],
             )
-
-
-def _describe(session: Session, placement: _Placement) -> None:
-    """Fill the session's empty agent, model and task from its spans (the first ones win)."""
-    changed = []
-    for name, value in placement.description(session).items():
-        if value and not getattr(session, name):
-            setattr(session, name, value)
-            changed.append(name)
-    if changed:
-        session.save(update_fields=changed)
