@@ -10,7 +10,9 @@ thing that does not match:
 2. every file's SHA-256 against the manifest, and no file missing or extra;
 3. the event chain: each line of events.jsonl, from genesis, recomputed with chain.link_hash
    over its recorded fields and the commitments of its content, linked to the line before,
-   ending at the manifest's `chain.head`.
+   ending at the manifest's `chain.head`. A field whose value was removed after the fact counts
+   by the commitment its line's `redacted` record kept, and redactions.json must list exactly
+   the removals those records name (seq, field, label).
 
 What it returns gives an importer everything: the manifest, the session's summary, the events
 (an iterator, read again from the zip each time), comments, sign-offs and the original file.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -29,7 +31,17 @@ from typing import IO, Any
 import orjson
 
 from . import signing
-from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, commitments, link_hash, recorded_values
+from .chain import (
+    CONTENT_FIELDS,
+    GENESIS_HASH,
+    RECORDED_FIELDS,
+    edited_after_redaction,
+    link_hash,
+    parse_redacted,
+    recorded_values,
+    removals,
+    stored_commitments,
+)
 
 FORMAT = "replay-bundle/1"
 # The two members the manifest cannot list (it is what they sign), and the files it must.
@@ -38,7 +50,8 @@ REQUIRED_FILES = ("events.jsonl", "comments.json", "reviews.json", "index.html")
 _READ = 1 << 20
 # What a member may hold uncompressed before it is read (its declared size, which zipfile never
 # reads past): a small zip must not inflate into gigabytes of memory.
-MEMBER_CAPS = {"manifest.json": 1 << 20, "manifest.sig": 4096, "comments.json": 64 << 20, "reviews.json": 64 << 20}
+MEMBER_CAPS = {"manifest.json": 1 << 20, "manifest.sig": 4096, "comments.json": 64 << 20, "reviews.json": 64 << 20,
+               "redactions.json": 256 << 20}  # fmt: skip
 LINE_CAP = 64 << 20  # one line of events.jsonl
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _TEXT_LIMITS = {"kind": 32, "source_type": 64, "agent_id": 200, "parent_id": 200, "child_id": 200, "tool": 200,
@@ -64,6 +77,8 @@ class Bundle:
     events_checked: int
     comments: list[dict[str, Any]]
     reviews: list[dict[str, Any]]
+    # The values removed after the fact: seq, field, label, by, at (redactions.json).
+    redactions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def session(self) -> dict[str, Any]:
@@ -130,13 +145,14 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
         manifest = _manifest(manifest_bytes)
         public_key, fingerprint = _check_signature(manifest, manifest_bytes, signature, key)
         _check_files(archive, manifest, names)
-        events = _check_chain(archive, manifest)
+        events, removed = _check_chain(archive, manifest)
+        redactions = _check_redactions(archive, names, removed)
         comments = _json_member(archive, "comments.json")
         reviews = _json_member(archive, "reviews.json")
     return Bundle(
         path=path, manifest=manifest, public_key=public_key, fingerprint=fingerprint, pinned=key is not None,
         signature_valid=True, files_valid=True, chain_valid=True, events_checked=events, comments=comments,
-        reviews=reviews,
+        reviews=reviews, redactions=redactions,
     )  # fmt: skip
 
 
@@ -205,8 +221,10 @@ def _check_files(archive: zipfile.ZipFile, manifest: dict[str, Any], names: set[
             raise BundleError(f"{name}: its SHA-256 does not match manifest.json (the file was changed){where}")
 
 
-def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> int:
-    """Walk events.jsonl from genesis; the number of events on success."""
+def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[int, set[tuple[int, str, str]]]:
+    """Walk events.jsonl from genesis; the number of events and the removals its lines' `redacted`
+    records name (seq, field, label) on success."""
+    removed: set[tuple[int, str, str]] = set()
     chain = manifest["chain"]
     expected_seq = chain.get("first_seq", 0)
     prev = GENESIS_HASH
@@ -222,10 +240,20 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> int:
                 recorded = recorded_values([event[name] for name in RECORDED_FIELDS])
                 contents = [event[name] for name in CONTENT_FIELDS]
                 stored_prev, stored_hash, salt = event["prev_hash"], event["hash"], event["salt"]
-                commits = commitments(salt, contents)
+                # A bundle of events with removed values (chain.redact_field) carries their
+                # commitments in `redacted`; bundles written before it have no such field.
+                commits = stored_commitments(salt, event.get("redacted"), contents)
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
                 raise BundleError(f"events.jsonl line {line_number}: not an event line ({error!r})") from None
             where = f"events.jsonl line {line_number} (seq {seq})"
+            if event.get("redacted") is not None:
+                try:
+                    form = parse_redacted(event["redacted"])
+                except ValueError as error:
+                    raise BundleError(f"{where}: field redacted: not a record of removed values ({error})") from None
+                removed.update((entry["seq"], entry["field"], entry["label"]) for entry in removals(seq, form))
+                for name in edited_after_redaction(form, contents):
+                    raise BundleError(f"{where}: field {name}: the text its redaction left was changed since")
             if seq != expected_seq:
                 raise BundleError(f"{where}: field seq: expected seq {expected_seq} (an event missing or moved)")
             if stored_prev != prev:
@@ -246,7 +274,38 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> int:
         )
     if prev != chain.get("head"):
         raise BundleError("events.jsonl: the last event's hash is not manifest.json's chain.head")
-    return line_number
+    return line_number, removed
+
+
+def _check_redactions(
+    archive: zipfile.ZipFile, names: set[str], removed: set[tuple[int, str, str]]
+) -> list[dict[str, Any]]:
+    """redactions.json against what the event lines' records say was removed: the same (seq,
+    field, label) entries, no more and no fewer. A bundle written before redactions existed has
+    no such file, and then no line may be redacted."""
+    if "redactions.json" not in names:
+        if removed:
+            seq, name, _label = min(removed)
+            raise BundleError(f"redactions.json: missing, but events.jsonl's event {seq} has its {name} removed")
+        return []
+    listed = _json_member(archive, "redactions.json")
+    if not isinstance(listed, list):
+        raise BundleError("redactions.json: not a list")
+    entries: set[tuple[int, str, str]] = set()
+    for index, entry in enumerate(listed):
+        if not isinstance(entry, dict) or not _is_int(entry.get("seq")) or not isinstance(entry.get("field"), str) \
+                or not isinstance(entry.get("label"), str):  # fmt: skip
+            raise BundleError(f"redactions.json: entry {index} is not a seq, field and label")
+        entries.add((entry["seq"], entry["field"], entry["label"]))
+    if entries != removed:
+        seq, name, label = min(entries ^ removed)
+        where = "lists" if (seq, name, label) in entries else "does not list"
+        raise BundleError(
+            f"redactions.json: {where} the removal of {label!r} from event {seq}'s {name}, unlike events.jsonl"
+        )
+    if len(listed) != len(entries):
+        raise BundleError("redactions.json: lists a removal twice")
+    return listed
 
 
 def check_event_shape(event: Any) -> None:
@@ -300,7 +359,10 @@ def check_event_shape(event: Any) -> None:
     if event.get("raw") is not None and not isinstance(event["raw"], str):
         raise ValueError("raw: not text")
     salt = event.get("salt")
-    if not isinstance(salt, str) or len(salt) != 32 or any(c not in "0123456789abcdef" for c in salt):
+    if event.get("redacted") is not None:
+        if not isinstance(event["redacted"], str) or salt != "":
+            raise ValueError("redacted: an event with removed values has their record as text and no salt")
+    elif not isinstance(salt, str) or len(salt) != 32 or any(c not in "0123456789abcdef" for c in salt):
         raise ValueError("salt: not 32 hexadecimal digits")
 
 

@@ -5,6 +5,8 @@ offline player, so it can be handed to someone outside the server and checked th
                      each link can be recomputed from genesis to the head
     original/<name>  the upload exactly as received (when its file is kept)
     comments.json    threads with their replies and revisions
+    redactions.json  the values removed after the fact: seq, field, label, who, when (never the
+                     value), as each redacted event's `redacted` field in events.jsonl says
     reviews.json     sign-offs, each with the chain head and seqs it covered
     index.html       the offline player (sessions_app/bundle_viewer/): data and code inlined
     manifest.json    the session's summary, the SHA-256 of every file above, the chain head,
@@ -33,7 +35,7 @@ from django.utils import timezone
 
 from . import signing
 from .bundle_reader import FORMAT
-from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, recorded_values
+from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, parse_redacted, recorded_values, removals
 from .models import Comment, Review, Session
 from .replay.exports import event_chunks, export_original, original_name
 from .replay.rows import _iso
@@ -44,7 +46,7 @@ COMPRESS_LEVEL = 1
 VIEWER = Path(__file__).resolve().parent / "bundle_viewer"
 # events.jsonl: what chain.py needs to recompute each link (the derived columns, running totals
 # and pairing, are left out: they follow from these in seq order, as verification derives them).
-LINE_FIELDS = ("seq", *RECORDED_FIELDS, *CONTENT_FIELDS, "salt", "hash", "prev_hash")
+LINE_FIELDS = ("seq", *RECORDED_FIELDS, *CONTENT_FIELDS, "salt", "redacted", "hash", "prev_hash")
 # What the offline player reads of each event (an array per event, in this order).
 VIEWER_COLUMNS = (
     "seq", "kind", "ts", "step", "tool", "is_error", "payload", "step_state", "cost_total", "tokens_total",
@@ -58,7 +60,9 @@ _PAYLOAD, _STEP_STATE = 1 + len(RECORDED_FIELDS), 1 + len(RECORDED_FIELDS) + CON
 _KIND, _TS, _STEP, _TOOL, _IS_ERROR = (
     RECORDED_FIELDS.index(name) for name in ("kind", "ts", "step", "tool", "is_error")
 )
+_REDACTED = LINE_FIELDS.index("redacted")
 _PRETTY = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+
 
 
 def bundle_filename(session: Session) -> str:
@@ -79,8 +83,9 @@ def stream_bundle(*, session: Session, exported_by: str) -> Iterator[bytes]:
         tempfile.TemporaryFile() as viewer_rows,
         zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL) as bundle,
     ):
+        redactions: list[dict[str, Any]] = []
         files["events.jsonl"] = yield from _member(
-            bundle, sink, "events.jsonl", _event_lines(session, count, viewer_rows)
+            bundle, sink, "events.jsonl", _event_lines(session, count, viewer_rows, redactions)
         )
         name = original_name(session)
         if name is not None:
@@ -92,6 +97,9 @@ def stream_bundle(*, session: Session, exported_by: str) -> Iterator[bytes]:
         )
         files["reviews.json"] = yield from _member(
             bundle, sink, "reviews.json", [orjson.dumps(reviews, option=_PRETTY)]
+        )
+        files["redactions.json"] = yield from _member(
+            bundle, sink, "redactions.json", [orjson.dumps(redactions, option=_PRETTY)]
         )
         manifest = {
             "format": FORMAT,
@@ -142,13 +150,21 @@ def _member(bundle: zipfile.ZipFile, sink: _Sink, name: str, chunks: Iterable[by
     return digest.hexdigest()
 
 
-def _event_lines(session: Session, count: int, viewer_rows: IO[bytes]) -> Iterator[bytes]:
+def _event_lines(
+    session: Session, count: int, viewer_rows: IO[bytes], redactions: list[dict[str, Any]]
+) -> Iterator[bytes]:
     """events.jsonl, a chunk of lines at a time; each chunk's rows for the viewer go to
-    `viewer_rows` (JSON arrays joined by commas) on the way."""
+    `viewer_rows` (JSON arrays joined by commas) on the way, and the redacted events' removals
+    to `redactions` (redactions.json)."""
     first = True
     for rows in _event_chunks(session, count):
         lines, viewer = [], []
         for row in rows:
+            if row[_REDACTED] is not None:
+                try:
+                    redactions.extend(removals(row[0], parse_redacted(row[_REDACTED])))
+                except ValueError:
+                    pass  # unreadable: verification names it, and the bundle's reader refuses the line
             # The recorded fields as chain.py hashes them (the same bytes from both databases).
             recorded = recorded_values(row[_RECORDED])
             lines.append(orjson.dumps(dict(zip(LINE_FIELDS, (row[0], *recorded, *row[_REST])))))

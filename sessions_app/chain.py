@@ -17,6 +17,12 @@ An event's link is
   removed value's commitment is kept in its place, and the field salts of the event's other
   content fields are kept instead of the event salt, so the removed value cannot be guessed
   back from its commitment by trying candidates.
+- A content value removed after its event was hashed (a bundle's event redacted at import;
+  later, a maintainer's redaction) leaves its commitment behind in the event's `redacted`
+  column, a JSON object `{"salts": {field: field salt}, "fields": {field: {"commit": hex,
+  "labels": [...], "by": who, "at": when}}}`, and the event's salt is emptied: the kept fields'
+  commitments are recomputed from their text with their own salts, the removed ones are taken as
+  stored (`stored_commitments`, `redact_field`).
 - Everything else a page shows (step position, pairing, fail streak, running totals, counts by
   kind, keyframes) is derived from these in seq order, and verification derives it again and
   compares (sessions_app/verification.py).
@@ -130,3 +136,137 @@ def link_hash(prev_hash: str, seq: int, recorded: list[Any], commits: list[str |
     """The event's hash: its predecessor's hash and its own hashed form."""
     form = orjson.dumps([seq, *recorded, *commits])
     return _sha256(prev_hash.encode("ascii") + b"\n" + form).hexdigest()
+
+
+def stored_commitments(event_salt: str, redacted: str | None, contents: Sequence[str | None]) -> list[str | None]:
+    """The commitments of an event as stored: `commitments` while nothing was removed from it;
+    else the removed fields' commitments as kept in `redacted`, the others from their text."""
+    if redacted is None:
+        return commitments(event_salt, contents)
+    try:
+        form = orjson.loads(redacted)
+        fields, salts = form["fields"], form["salts"]
+        out: list[str | None] = []
+        for name, text in zip(CONTENT_FIELDS, contents):
+            removed = fields.get(name)
+            if removed is not None:
+                out.append(str(removed["commit"]))
+            elif text is None:
+                out.append(None)
+            else:
+                out.append(commit(bytes.fromhex(salts[name]), text))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"redacted: not a record of removed values ({exc!r})") from None
+    return out
+
+
+def redact_field(
+    *,
+    event_salt: str,
+    redacted: str | None,
+    contents: Sequence[str | None],
+    field: str,
+    labels: Sequence[str],
+    by: str,
+    at: str,
+) -> tuple[str, str]:
+    """Replace the value of content `field` (`contents` as stored, in CONTENT_FIELDS order) by
+    its commitment: the event's new salt ("", the event salt is gone) and `redacted` column.
+    The event's link is unchanged: `stored_commitments` gives the same commitments after as
+    before. Redacting a field again keeps its first commitment and adds the labels."""
+    if redacted is None:
+        salt = bytes.fromhex(event_salt)
+        form: dict[str, Any] = {
+            "salts": {name: _sha256(salt + _FIELD_TAGS[name]).hexdigest() for name in CONTENT_FIELDS},
+            "fields": {},
+        }
+    else:
+        form = orjson.loads(redacted)
+    fields, salts = form["fields"], form["salts"]
+    if field in fields:
+        entry = fields[field]
+        entry["labels"] = sorted(set(entry["labels"]) | set(labels))
+    else:
+        text = contents[CONTENT_FIELDS.index(field)]
+        fields[field] = {"commit": commit(bytes.fromhex(salts[field]), text), "labels": sorted(set(labels)),
+                         "by": by, "at": at}  # fmt: skip
+        # The removed field's salt goes with its value: kept, it would let anyone holding a
+        # guess of the value confirm it against the commitment.
+        del salts[field]
+    return "", orjson.dumps(form).decode()
+
+
+_HEX64 = frozenset("0123456789abcdef")
+
+
+def parse_redacted(text: Any) -> dict[str, Any]:
+    """An event's `redacted` column (see the module docstring) decoded and checked, so that
+    verification and bundle checks can use it: a ValueError says what is wrong with it."""
+    if not isinstance(text, str):
+        raise ValueError("not a JSON text")
+    try:
+        form = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ValueError("not JSON") from None
+    if not isinstance(form, dict) or not isinstance(form.get("fields"), dict) or not isinstance(form.get("salts"), dict):
+        raise ValueError("not an object with 'fields' and 'salts'")
+    fields, salts = form["fields"], form["salts"]
+    if not fields:
+        raise ValueError("no field is redacted")
+    for name, entry in fields.items():
+        if name not in _FIELD_TAGS:
+            raise ValueError(f"fields: {name[:40]!r} is no content field")
+        if name in salts:
+            raise ValueError(f"fields: {name} keeps its salt")
+        if not isinstance(entry, dict) or not _is_hex64(entry.get("commit")):
+            raise ValueError(f"fields.{name}: no commitment")
+        labels = entry.get("labels")
+        if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+            raise ValueError(f"fields.{name}: labels are not a list of texts")
+        for key in ("by", "at"):
+            if not isinstance(entry.get(key, ""), str):
+                raise ValueError(f"fields.{name}.{key}: not a text")
+        if "after" in entry and not _is_hex64(entry["after"]):
+            raise ValueError(f"fields.{name}.after: not a digest")
+    for name, salt in salts.items():
+        if name not in _FIELD_TAGS or not _is_hex64(salt):
+            raise ValueError(f"salts: {name[:40]!r} is no content field's salt")
+    return form
+
+
+def text_digest(text: str) -> str:
+    """The digest a redaction keeps of the text it left in a field (`after`): the text is public
+    (pages show it), so a plain SHA-256, which lets an edit of it be found like any other."""
+    return _sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def with_text_digests(redacted: str, texts: dict[str, str]) -> str:
+    """A `redacted` record with `after` set to `text_digest` of each field's text in `texts`."""
+    form = orjson.loads(redacted)
+    for name, text in texts.items():
+        form["fields"][name]["after"] = text_digest(text)
+    return orjson.dumps(form).decode()
+
+
+def edited_after_redaction(form: dict[str, Any], contents: Sequence[str | None]) -> list[str]:
+    """The redacted fields whose text is no longer what their redaction left (`after`)."""
+    found = []
+    for name, text in zip(CONTENT_FIELDS, contents):
+        after = form["fields"].get(name, {}).get("after")
+        if after is not None and (text is None or text_digest(text) != after):
+            found.append(name)
+    return found
+
+
+def removals(seq: int, form: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a `parse_redacted` record says was removed from event `seq`: one entry per field and
+    label (seq, field, label, by, at), as verification lists them and a bundle's
+    redactions.json holds them."""
+    return [
+        {"seq": seq, "field": name, "label": label, "by": entry.get("by", ""), "at": entry.get("at", "")}
+        for name, entry in sorted(form["fields"].items())
+        for label in entry["labels"] or [""]
+    ]
+
+def _is_hex64(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and _HEX64.issuperset(value)

@@ -22,12 +22,23 @@ import orjson
 from django.db import connection
 from django.utils import timezone
 
-from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, commitments, link_hash, recorded_values
+from .chain import (
+    CONTENT_FIELDS,
+    GENESIS_HASH,
+    RECORDED_FIELDS,
+    edited_after_redaction,
+    link_hash,
+    parse_redacted,
+    recorded_values,
+    removals,
+    stored_commitments,
+)
 from .ingest.rows import DERIVED_COLUMNS, EVENT_COLUMNS, SESSION_STATE, EventRows, Keyframe, WriterState
 from .models import Event, Session, Snapshot
 
 CHUNK = 2000
 FINDINGS_KEPT = 100
+REDACTIONS_KEPT = 1000
 _TABLE = Event._meta.db_table
 _READ = [name for name in EVENT_COLUMNS if name != "session_id"]
 # Compared after derivation; the chain's own columns are checked link by link instead.
@@ -46,6 +57,9 @@ class Verification:
     head: str
     checked_at: Any
     findings: list[dict[str, Any]] = field(default_factory=list)
+    # Values removed after the fact, one entry per (seq, field, label): the first REDACTIONS_KEPT.
+    redactions: list[dict[str, Any]] = field(default_factory=list)
+    redaction_count: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +70,8 @@ class Verification:
             "head": self.head,
             "checkedAt": self.checked_at.isoformat(),
             "findings": self.findings,
+            "redactions": self.redactions,
+            "redactionCount": self.redaction_count,
         }
 
 
@@ -65,6 +81,8 @@ class _Findings:
         self.broken_seqs: set[int] = set()
         self.first: int | None = None
         self.other = False  # a finding not at an event (the session's totals)
+        self.redactions: list[dict[str, Any]] = []
+        self.redaction_count = 0
 
     def add(self, seq: int | None, field_name: str, why: str) -> None:
         if seq is None:
@@ -75,6 +93,12 @@ class _Findings:
                 self.first = seq
         if len(self.items) < FINDINGS_KEPT:
             self.items.append({"seq": seq, "field": field_name, "why": why})
+
+    def redacted(self, seq: int, form: dict[str, Any]) -> None:
+        """List an event's redactions, one entry per field and label."""
+        found = removals(seq, form)
+        self.redaction_count += len(found)
+        self.redactions.extend(found[: max(0, REDACTIONS_KEPT - len(self.redactions))])
 
 
 def verify_session(*, session: Session, chunk: int = CHUNK, record: bool = True) -> Verification:
@@ -134,15 +158,29 @@ def _check_link(values: dict[str, Any], expected_prev: str, findings: _Findings)
     seq = values["seq"]
     if values["prev_hash"] != expected_prev:
         findings.add(seq, "prev_hash", "does not point at the previous event's hash")
+    # A value removed after the event was hashed leaves its commitment in `redacted` and no
+    # event salt (chain.redact_field).
+    redacted = values["redacted"]
+    salted = redacted is not None or _is_salt(values["salt"])
+    try:
+        if redacted is not None:
+            form = parse_redacted(redacted)
+            findings.redacted(seq, form)
+            for name in edited_after_redaction(form, [values[name] for name in CONTENT_FIELDS]):
+                findings.add(seq, name, "the text its redaction left was changed since")
+        commits = (
+            stored_commitments(values["salt"] or "", redacted, [values[name] for name in CONTENT_FIELDS])
+            if salted
+            else [None] * len(CONTENT_FIELDS)
+        )
+    except (ValueError, KeyError) as error:
+        findings.add(seq, "redacted", f"the record of removed values cannot be read ({error})")
+        values["redacted"] = None  # derived from as an unredacted event: the writer's code could not read it
+        return values["hash"]
     recomputed = link_hash(
-        values["prev_hash"],
-        seq,
-        recorded_values([values[name] for name in RECORDED_FIELDS]),
-        commitments(values["salt"] or "", [values[name] for name in CONTENT_FIELDS])
-        if _is_salt(values["salt"])
-        else [None] * len(CONTENT_FIELDS),
+        values["prev_hash"], seq, recorded_values([values[name] for name in RECORDED_FIELDS]), commits
     )
-    if not _is_salt(values["salt"]):
+    if not salted:
         findings.add(seq, "salt", "no valid salt (recorded before chain form 2: re-import to verify)")
     elif recomputed != values["hash"]:
         findings.add(seq, "hash", "the event's recorded fields or content changed since it was written")
@@ -248,4 +286,6 @@ def _record(session: Session, findings: _Findings, checked: int, head: str, *, s
         head=head,
         checked_at=checked_at,
         findings=findings.items,
+        redactions=findings.redactions,
+        redaction_count=findings.redaction_count,
     )

@@ -91,7 +91,8 @@ def test_every_event_field_is_either_hashed_derived_or_declared_not_shown():
     from sessions_app.chain import RECORDED_FIELDS
     from sessions_app.ingest.rows import DERIVED_COLUMNS
 
-    covered = set(RECORDED_FIELDS) | set(CONTENT_FIELDS) | set(DERIVED_COLUMNS) | {"seq", "salt", "session"}
+    # `redacted` holds the commitments of removed values, checked with the link (chain.py).
+    covered = set(RECORDED_FIELDS) | set(CONTENT_FIELDS) | set(DERIVED_COLUMNS) | {"seq", "salt", "redacted", "session"}
     assert set(EVENT_FIELDS) <= covered, set(EVENT_FIELDS) - covered
 
 
@@ -180,6 +181,6 @@ def test_verification_reads_the_session_a_chunk_at_a_time(make_session):
     session = make_session(events=1000)
     with CaptureQueriesContext(connection) as queries:
         verify_session(session=session, chunk=100)
-    reads = [q["sql"] for q in queries.captured_queries if "salt, hash, prev_hash" in q["sql"]]
+    reads = [q["sql"] for q in queries.captured_queries if "salt, redacted, hash, prev_hash" in q["sql"]]
     assert len(reads) == 10
     assert all("LIMIT 100" in sql and "OFFSET" not in sql.upper() for sql in reads)

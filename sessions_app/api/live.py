@@ -17,6 +17,7 @@ from .. import access, audit, jobs
 from ..canonical import SessionMeta
 from ..ingest import live as live_ingest
 from ..ingest.live import IngestError
+from ..ingest.quotas import QuotaExceeded, check_bytes
 from ..models import Role, Session
 from ..models.bounds import MAX_POSITION
 from ..replay import streaming
@@ -83,6 +84,9 @@ class AppendOut(Schema):
     format: str
     replayed: bool = Field(False, description="true when this key was already stored")
     warnings: list[ProblemOut] = []
+    redactions: dict[str, int] = Field(
+        default_factory=dict, description="values the project's redaction rules replaced, by label"
+    )
 
 
 class EndIn(BaseModel, extra="forbid"):
@@ -132,6 +136,7 @@ def _session_links(session_id: int) -> dict:
         400: ErrorOut,
         403: ErrorOut,
         404: ErrorOut,
+        409: ErrorOut,
         413: ErrorOut,
     },
     openapi_extra=json_body(SessionCreateIn),
@@ -139,7 +144,8 @@ def _session_links(session_id: int) -> dict:
     url_name="create_session",
 )
 def create_session(request: HttpRequest):
-    """Create a live session (201); a retry with the same idempotency_key returns it (200)."""
+    """Create a live session (201); a retry with the same idempotency_key returns it (200), the
+    same key with a different request is a 409, as is a project holding its quota of sessions."""
     try:
         data = read_body(request, SessionCreateIn)
         project = _project(request, data.project)
@@ -151,7 +157,7 @@ def create_session(request: HttpRequest):
         session, created = live_ingest.create_live_session(
             project=project, meta=meta, format=data.format, idempotency_key=data.idempotency_key
         )
-    except (BadRequest, IngestError) as exc:
+    except (BadRequest, IngestError, QuotaExceeded) as exc:
         return error(exc)
     if created:
         audit.record_request(
@@ -176,9 +182,12 @@ def create_session(request: HttpRequest):
     url_name="append_session_events",
 )
 def append_session_events(request: HttpRequest, session_id: Id):
-    """Append 1-5000 events to a live session in one transaction."""
-    access.session_for(request, session_id, need=Role.MAINTAINER)
+    """Append 1-5000 events to a live session in one transaction. A retry with the batch's
+    idempotency_key answers as the first time (replayed); the same key with another batch is a
+    409. A body larger than the project's storage quota has left is a 413, before it is read."""
+    session = access.session_for(request, session_id, need=Role.MAINTAINER)
     try:
+        check_bytes(project=session.project, size=_declared_length(request), what="batch")
         batch = read_body(request, EventBatchIn)
         result = live_ingest.append_batch(
             session_id=session_id, records=batch.events, format=batch.format,
@@ -186,9 +195,16 @@ def append_session_events(request: HttpRequest, session_id: Id):
         )  # fmt: skip
     except Session.DoesNotExist:
         return not_found("session", session_id)
-    except (BadRequest, IngestError) as exc:
+    except (BadRequest, IngestError, QuotaExceeded) as exc:
         return error(exc)
     return Status(200, result)
+
+
+def _declared_length(request: HttpRequest) -> int:
+    try:
+        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        return 0
 
 
 @router.post(

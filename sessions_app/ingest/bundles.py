@@ -11,7 +11,7 @@ authors by name; the session says which key signed the bundle it came from.
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,9 @@ from django.db import DatabaseError, connection, transaction
 
 from ..bundle_reader import Bundle, BundleError, read_bundle
 from ..canonical import SessionMeta
-from ..models import Comment, CommentRevision, ImportJob, Project, Review, Session
-from .uploads import keep_stream
+from ..models import Comment, CommentRevision, ImportJob, Project, RedactionRules, Review, Session
+from ..redaction import Redactor
+from .uploads import keep_stream, settle_original
 from .writer import append_stored_events, create_session
 
 __all__ = ["BundleError", "import_bundle", "is_bundle"]
@@ -41,12 +42,18 @@ def is_bundle(path: Path) -> bool:
 
 
 def import_bundle(
-    *, path: Path, project: Project, key: str | None = None, created_by: str = ""
+    *, path: Path, project: Project, key: str | None = None, created_by: str = "", redactor: Redactor | None = None
 ) -> tuple[Session, Bundle, bool]:
     """Check the bundle and restore its session, comments and sign-offs in `project`: the
     session, the bundle, and whether it was there already (the same chain head in the project).
-    A BundleError (nothing stored) names what did not match."""
+    A BundleError (nothing stored) names what did not match.
+
+    The project's redaction rules (`redactor`, else the project's own) apply to everything
+    restored; a redacted event keeps its commitment in place of the value, so the chain still
+    comes out as the bundle's (chain.redact_field)."""
     bundle = read_bundle(path, key=key)
+    if redactor is None:
+        redactor = RedactionRules.redactor_for(project.pk)
     head = bundle.chain["head"]
     existing = Session.objects.filter(project=project, source_digest=head).order_by("pk").first()
     if existing is not None:
@@ -54,8 +61,8 @@ def import_bundle(
     kept: ImportJob | None = None
     try:
         with transaction.atomic():
-            kept = _keep_original(bundle, project, created_by)
-            session = _restore(bundle, project, kept)
+            kept = _keep_original(bundle, project, created_by, redactor)
+            session = _restore(bundle, project, kept, redactor, created_by)
     except BundleError:
         _forget(kept)
         raise
@@ -68,18 +75,22 @@ def import_bundle(
     return session, bundle, False
 
 
-def _restore(bundle: Bundle, project: Project, kept: ImportJob | None) -> Session:
+def _restore(
+    bundle: Bundle, project: Project, kept: ImportJob | None, redactor: Redactor | None, created_by: str
+) -> Session:
     summary, head = bundle.session, bundle.chain["head"]
     session = create_session(project=project, source_format=summary.get("format") or FORMAT_NAME,
-                             meta=_meta(summary), import_job=kept)  # fmt: skip
-    append_stored_events(session=session, events=_stored(bundle))
+                             meta=_meta(summary), import_job=kept, redactor=redactor)  # fmt: skip
+    append_stored_events(session=session, events=_stored(bundle), redactor=redactor,
+                         redacted_by=created_by or "bundle import")  # fmt: skip
     session.refresh_from_db()
     if session.head_hash != head:
         # read_bundle checked every link, so only a writer change could get here.
         raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
-    _finish(session, summary, bundle)
-    _restore_comments(session, bundle.comments)
-    _restore_reviews(session, bundle.reviews)
+    text = (lambda value: value) if redactor is None else redactor.text
+    _finish(session, summary, bundle, text)
+    _restore_comments(session, bundle.comments, text)
+    _restore_reviews(session, bundle.reviews, text)
     return session
 
 
@@ -89,17 +100,20 @@ def _forget(kept: ImportJob | None) -> None:
         Path(kept.stored_path).unlink(missing_ok=True)
 
 
-def _keep_original(bundle: Bundle, project: Project, created_by: str) -> ImportJob | None:
+def _keep_original(bundle: Bundle, project: Project, created_by: str, redactor: Redactor | None) -> ImportJob | None:
     """The upload the bundle carries, kept as uploads are, so the imported session's original
-    exports byte for byte as it did where it came from."""
+    exports byte for byte as it did where it came from; under redaction rules, kept redacted
+    or not at all, as the project's rules say."""
     name = bundle.original_name
-    if name is None:
+    if name is None or (redactor is not None and not redactor.keep_originals):
         return None
     with bundle.open_original() as stream:
         job = keep_stream(stream=stream, name=name, project=project, format=bundle.session.get("format") or "",
                           created_by=created_by)  # fmt: skip
     ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.DONE, detected_format=FORMAT_NAME,
                                                 finished_at=datetime.now(UTC))  # fmt: skip
+    if redactor is not None:
+        settle_original(path=Path(job.stored_path), redactor=redactor)
     return job
 
 
@@ -136,7 +150,7 @@ def _stored(bundle: Bundle) -> Iterator[dict[str, Any]]:
         yield line
 
 
-def _finish(session: Session, summary: dict[str, Any], bundle: Bundle) -> None:
+def _finish(session: Session, summary: dict[str, Any], bundle: Bundle, text: Callable[[str], str]) -> None:
     """What the writer does not derive from the events, in one write: how the session ended,
     where it came from, and its digest (a bundle imported twice is one session: its chain head
     names its content, the salts making any other content's head differ)."""
@@ -146,7 +160,7 @@ def _finish(session: Session, summary: dict[str, Any], bundle: Bundle) -> None:
         "status": summary.get("status") if summary.get("status") in Session.Status.values else Session.Status.COMPLETED,
         "completed": bool(summary.get("completed")),
         "ended_at": _when(summary.get("ended_at")),
-        "final_answer": str(summary.get("final_answer") or ""),
+        "final_answer": text(str(summary.get("final_answer") or "")),
     }  # fmt: skip
     if fields["status"] == Session.Status.LIVE:  # nothing will append to an imported copy
         fields["status"] = Session.Status.INTERRUPTED
@@ -163,28 +177,28 @@ def _when(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _restore_comments(session: Session, threads: list[dict[str, Any]]) -> None:
+def _restore_comments(session: Session, threads: list[dict[str, Any]], text: Callable[[str], str]) -> None:
     for thread in threads:
-        first = _comment(session, thread, parent=None)
+        first = _comment(session, thread, parent=None, text=text)
         if thread.get("resolved_at"):
             first.resolved_at = _when(thread["resolved_at"])
             first.resolved_by = str(thread.get("resolved_by") or "")[:150]
             first.save(update_fields=["resolved_at", "resolved_by"])
         for reply in thread.get("replies") or []:
-            _comment(session, reply, parent=first)
+            _comment(session, reply, parent=first, text=text)
 
 
-def _comment(session: Session, data: dict[str, Any], *, parent: Comment | None) -> Comment:
+def _comment(session: Session, data: dict[str, Any], *, parent: Comment | None, text: Callable[[str], str]) -> Comment:
     seq = int(data.get("seq", parent.seq if parent is not None else 0))
     if not 0 <= seq < max(session.event_count, 1):
         raise BundleError(f"comments.json: comment {data.get('id')} is on event {seq}, outside the session")
     comment = Comment.objects.create(
         session=session, seq=seq, parent=parent, author=None, author_name=str(data.get("author") or "")[:150],
-        body=str(data.get("body") or ""), created_at=_when(data.get("created_at")) or datetime.now(UTC),
+        body=text(str(data.get("body") or "")), created_at=_when(data.get("created_at")) or datetime.now(UTC),
         edited_at=_when(data.get("edited_at")), deleted_at=_when(data.get("deleted_at")),
     )  # fmt: skip
     CommentRevision.objects.bulk_create(
-        CommentRevision(comment=comment, body=str(r.get("body") or ""),
+        CommentRevision(comment=comment, body=text(str(r.get("body") or "")),
                         written_at=_when(r.get("written_at")) or comment.created_at,
                         replaced_at=_when(r.get("replaced_at")) or comment.created_at)
         for r in data.get("revisions") or []
@@ -192,14 +206,14 @@ def _comment(session: Session, data: dict[str, Any], *, parent: Comment | None) 
     return comment
 
 
-def _restore_reviews(session: Session, reviews: list[dict[str, Any]]) -> None:
+def _restore_reviews(session: Session, reviews: list[dict[str, Any]], text: Callable[[str], str]) -> None:
     verdicts = set(Review.Verdict.values)
     for data in reviews:
         if data.get("verdict") not in verdicts:
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")
         Review.objects.create(
             session=session, reviewer=None, reviewer_name=str(data.get("reviewer") or "")[:150],
-            verdict=data["verdict"], note=str(data.get("note") or ""), chain_head=str(data.get("chain_head") or ""),
+            verdict=data["verdict"], note=text(str(data.get("note") or "")), chain_head=str(data.get("chain_head") or ""),
             chain_valid=bool(data.get("chain_valid")), first_seq=int(data.get("first_seq") or 0),
             last_seq=int(data.get("last_seq", -1)), created_at=_when(data.get("created_at")) or datetime.now(UTC),
         )  # fmt: skip

@@ -16,14 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from ..canonical import CanonicalEvent, ParsedSession, Problems
+from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
 from ..formats import Source, detect, registry
-from ..models import ImportJob, Project, Session
+from ..models import ImportJob, Project, RedactionRules, Session
+from ..originals import note_orphans
+from ..redaction import Redactor
 from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
-from .uploads import keep_local_file
+from .quotas import sessions_left
+from .uploads import keep_local_file, settle_original
 from .writer import (
     append_events,
     bulk_write_cache,
@@ -52,11 +56,13 @@ class ImportOutcome:
     error: str | None = None
     duplicate: bool = False
     unreadable: bool = False  # the file could not be read at all (the command's exit status)
+    # Values the project's redaction rules replaced, by label; None when no rule is on.
+    redactions: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.error is not None:
             return {"path": str(self.path), "error": self.error, "problems": self.problems}
-        return {
+        out = {
             "path": str(self.path),
             "session": self.session.pk if self.session is not None else None,
             "format": self.format,
@@ -65,6 +71,9 @@ class ImportOutcome:
             "problems": self.problems,
             "duplicate": self.duplicate,
         }
+        if self.redactions is not None:
+            out["redactions"] = self.redactions
+        return out
 
 
 class _Duplicate(Exception):
@@ -97,6 +106,9 @@ def import_file(
     display_name = job.original_name if job is not None and job.original_name else path.name
     progress = _JobProgress(job)
     progress.start(path, created_by)
+    # One per file, so its counts are the file's (compiled once: redaction.Redactor.from_rules);
+    # however the import ends, the kept file is then settled under the rules (settle_original).
+    progress.redactor = RedactionRules.redactor_for(project.pk)
 
     unreadable = _unreadable(path)
     if unreadable:
@@ -105,11 +117,13 @@ def import_file(
         return [outcome]
 
     if is_bundle(path):
-        outcome = _import_bundle(path, project, created_by, display_name)
+        outcome = _import_bundle(path, project, created_by, display_name, progress.redactor)
         progress.finish([outcome], Problems(), FORMAT_NAME)
         return [outcome]
 
-    source = Source(path=path, display_name=display_name, on_bytes=progress.bytes_read)
+    source = Source(
+        path=path, display_name=display_name, on_bytes=progress.bytes_read, max_record_bytes=settings.MAX_RECORD_BYTES
+    )
     try:
         fmt = _choose_format(source, format)
     except _FormatError as exc:
@@ -127,6 +141,7 @@ def import_file(
         return [outcome]
 
     progress.detected(fmt)
+    redactor = progress.redactor
     problems = Problems(limit=PROBLEMS_KEPT)
     outcomes: list[ImportOutcome] = []
     created: set[int] = set()
@@ -139,7 +154,7 @@ def import_file(
     try:
         sessions = registry()[fmt].parse(source, problems)
         for parsed in sessions:
-            outcome = _import_session(parsed, path, project, fmt, replace, job, created, progress, problems)
+            outcome = _import_session(parsed, path, project, fmt, replace, job, created, progress, problems, redactor)
             if outcome is not None:
                 outcomes.append(outcome)
     except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
@@ -155,6 +170,10 @@ def import_file(
         if collecting:
             gc.enable()
 
+    if redactor is not None:
+        # A problem's message quotes the line it is about.
+        for index, problem in enumerate(problems.items):
+            problems.items[index] = Problem(problem.line, problem.field, redactor.text(problem.message))
     kept = problems.to_list()
     for outcome in outcomes:
         outcome.problems = kept
@@ -175,21 +194,33 @@ def _import_session(
     created: set[int],
     progress: _JobProgress,
     problems: Problems,
+    redactor: Redactor | None,
 ) -> ImportOutcome | None:
+    if sessions_left(project) == 0:
+        # The upload was admitted with room for a session; a file holding more than the quota
+        # leaves allows stops adding them here (each one read through, so the next is found).
+        for _ in parsed.events:
+            pass
+        name = parsed.meta.source_session_id or "a session"
+        problems.add(None, "session", f"{name} not imported: project {project.slug}'s sessions quota is reached")
+        return None
     digest = hashlib.sha256()
     events = _fingerprinted(parsed.events, digest)
+    counted = redactor.counts.copy() if redactor is not None else None
     try:
         with bulk_write_cache(), transaction.atomic():
-            session = create_session(project=project, source_format=fmt, meta=parsed.meta, import_job=job)
+            session = create_session(
+                project=project, source_format=fmt, meta=parsed.meta, import_job=job, redactor=redactor
+            )
             result = append_events(
                 session=session, events=events, on_progress=progress.events_written,
-                keep_raw=job is None or not path.is_file(),
+                keep_raw=job is None or not path.is_file(), redactor=redactor,
             )  # fmt: skip
             if result.event_count == 0:
                 raise _Empty
             session.source_digest = digest.hexdigest()
             session.save(update_fields=["source_digest"])
-            finish_session(session=session, meta=parsed.meta)
+            finish_session(session=session, meta=parsed.meta, redactor=redactor)
             same_source = Session.objects.filter(
                 project=project, source_format=fmt, source_session_id=session.source_session_id
             ).exclude(pk=session.pk)
@@ -201,8 +232,12 @@ def _import_session(
             if existing is not None:
                 raise _Duplicate(existing)
             if replace:
-                # Events, snapshots and checkpoints go too, through the database's own cascade.
-                same_source.exclude(pk__in=created).delete()
+                # Events, snapshots and checkpoints go too, through the database's own cascade;
+                # the originals of their uploads after the grace period (originals.py).
+                replaced = same_source.exclude(pk__in=created)
+                jobs = set(replaced.values_list("import_job", flat=True))
+                replaced.delete()
+                note_orphans(job_ids=jobs)
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
             pass
@@ -216,18 +251,22 @@ def _import_session(
     progress.session_done(session.event_count)
     return ImportOutcome(
         path=path, session=session, format=fmt, events=session.event_count,
-        steps=session.step_count,
+        steps=session.step_count, redactions=None if redactor is None else dict(redactor.counts - counted),
     )  # fmt: skip
 
 
-def _import_bundle(path: Path, project: Project, created_by: str, display_name: str) -> ImportOutcome:
+def _import_bundle(
+    path: Path, project: Project, created_by: str, display_name: str, redactor: Redactor | None
+) -> ImportOutcome:
     """An evidence bundle from another Replay (ingest/bundles.py): all or nothing."""
     try:
-        session, _bundle, duplicate = import_bundle(path=path, project=project, created_by=created_by)
+        session, _bundle, duplicate = import_bundle(path=path, project=project, created_by=created_by,
+                                                    redactor=redactor)  # fmt: skip
     except BundleError as exc:
         return ImportOutcome(path=path, format=FORMAT_NAME, error=f"{display_name}: {exc}")
     return ImportOutcome(path=path, session=session, format=FORMAT_NAME, events=session.event_count,
-                         steps=session.step_count, duplicate=duplicate)  # fmt: skip
+                         steps=session.step_count, duplicate=duplicate,
+                         redactions=None if redactor is None else dict(redactor.counts))  # fmt: skip
 
 
 def _fingerprinted(events: Iterable[CanonicalEvent], digest: Any) -> Iterator[CanonicalEvent]:
@@ -335,6 +374,7 @@ class _JobProgress:
         self.last_reported = 0
         self._side = None
         self._unwritten: dict[str, Any] = {}
+        self.redactor: Redactor | None = None  # the file's, once its format is known
 
     def start(self, path: Path, created_by: str) -> None:
         if self.job is None:
@@ -409,6 +449,11 @@ class _JobProgress:
         job = self.job
         if job is None:
             return
+        if self.redactor is not None:
+            path = Path(job.stored_path)
+            # A bundle's zip is not redacted line by line: the original its session carries is
+            # kept (or not) by the bundle's import, under the same rules.
+            settle_original(path=path, redactor=self.redactor, line_by_line=not is_bundle(path))
         stored = [o for o in outcomes if o.error is None]
         job.detected_format = fmt or job.detected_format
         job.problems = problems.to_list()
@@ -420,6 +465,8 @@ class _JobProgress:
         job.events_done = sum(o.events for o in stored if not o.duplicate)
         job.bytes_done = job.bytes_total or self.bytes_done
         job.error = "\n".join(o.error for o in outcomes if o.error)
+        if self.redactor is not None:
+            job.error = self.redactor.text(job.error)
         job.status = ImportJob.Status.DONE if stored else ImportJob.Status.FAILED
         job.finished_at = timezone.now()
         job.save()

@@ -9,6 +9,7 @@ converter's state (open steps, pending LLM calls ...) is saved on the session be
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from django.db import IntegrityError, transaction
 
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta
 from ..models import IngestBatch, Project, Session
+from .quotas import check_new_session
 from .writer import AppendResult, append_events, create_session, finish_session, set_checkpoint
 
 # Formats an agent can stream, and the module holding each one's Converter.
@@ -47,6 +49,19 @@ class SessionNotLive(IngestError):
     status = 409
 
 
+class IdempotencyConflict(IngestError):
+    """An idempotency key used again with another request: answering the first request's result
+    would silently drop the new data, so it is refused (409)."""
+
+    status = 409
+
+
+def request_digest(value: Any) -> str:
+    """SHA-256 of a request as parsed, keys sorted: the same request sent again (however its
+    keys were ordered) has the same digest."""
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)).hexdigest()
+
+
 @dataclass
 class BatchResult:
     stored: int
@@ -56,6 +71,9 @@ class BatchResult:
     format: str
     replayed: bool = False  # a retry of a batch already stored under the same key
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    redactions: dict[str, int] = field(default_factory=dict)  # by label, the project's rules
+    # What the batch's own events said of the session (a start, an end, names); None on a retry.
+    meta: SessionMeta | None = None
 
 
 def create_live_session(
@@ -67,23 +85,39 @@ def create_live_session(
 ) -> tuple[Session, bool]:
     """A new live session, or (with a key) the one an earlier attempt of this request created.
 
-    Returns (session, created)."""
+    Returns (session, created). Raises IdempotencyConflict (409) for a key an earlier, different
+    request used, and quotas.QuotaExceeded (409) when the project holds its quota of sessions."""
     if format and format not in LIVE_FORMATS:
         raise IngestError(f"format must be one of {', '.join(LIVE_FORMATS)}, got {format!r}")
+    digest = request_digest({"format": format, "meta": [getattr(meta, name) for name in _REQUEST_FIELDS]})
     with transaction.atomic():
+        # Lock the project row so two retries of one create cannot both miss each other, and two
+        # creates cannot both take the last session its quota allows.
+        Project.objects.select_for_update().filter(pk=project.pk).first()
         if idempotency_key:
-            # Lock the project row so two retries of one create cannot both miss each other.
-            Project.objects.select_for_update().filter(pk=project.pk).first()
             existing = (
                 Session.objects.filter(project=project, metadata__idempotency_key=idempotency_key)
                 .order_by("pk")
                 .first()
             )
             if existing is not None:
+                if existing.idempotency_digest and existing.idempotency_digest != digest:
+                    raise IdempotencyConflict(
+                        f"idempotency_key {idempotency_key!r} created session {existing.pk} with a different "
+                        "request; send a new key for a new session"
+                    )
                 return existing, False
             meta.metadata = {**meta.metadata, "idempotency_key": idempotency_key}
+        check_new_session(project=project)
         session = create_session(project=project, source_format=format or UNDECIDED_FORMAT, meta=meta)
+        if idempotency_key:
+            session.idempotency_digest = digest
+            session.save(update_fields=["idempotency_digest"])
     return session, True
+
+
+# What a create request says of its session (its digest covers these, and the format).
+_REQUEST_FIELDS = (*_META_FIELDS, "started_at", "metadata")
 
 
 def detect_batch_format(records: list[Any]) -> str | None:
@@ -113,13 +147,14 @@ def append_batch(
     """
     if not 1 <= len(records) <= MAX_BATCH:
         raise IngestError(f"a batch holds 1 to {MAX_BATCH} events, got {len(records)}")
+    digest = request_digest({"format": format, "events": records}) if idempotency_key else ""
     try:
         with transaction.atomic():
             session = Session.objects.select_for_update().get(pk=session_id)
             if idempotency_key:
                 done = IngestBatch.objects.filter(session=session, idempotency_key=idempotency_key).first()
                 if done is not None:
-                    return _replayed(done, session)
+                    return _replayed(done, session, digest)
             if session.status != Session.Status.LIVE:
                 raise SessionNotLive(
                     f"session {session.pk} is {session.status}; events can only be appended to a live session"
@@ -148,6 +183,7 @@ def append_batch(
                 IngestBatch.objects.create(
                     session=session,
                     idempotency_key=idempotency_key,
+                    body_digest=digest,
                     first_seq=result.first_seq,
                     count=result.stored,
                     head_hash=result.head_hash,
@@ -158,12 +194,12 @@ def append_batch(
         if idempotency_key:
             done = IngestBatch.objects.filter(session_id=session_id, idempotency_key=idempotency_key).first()
             if done is not None:
-                return _replayed(done, Session.objects.get(pk=session_id))
+                return _replayed(done, Session.objects.get(pk=session_id), digest)
         raise
-    return _result(result, name, warnings)
+    return _result(result, name, warnings, converter.meta)
 
 
-def _result(result: AppendResult, name: str, warnings: list[dict[str, Any]]) -> BatchResult:
+def _result(result: AppendResult, name: str, warnings: list[dict[str, Any]], meta: SessionMeta) -> BatchResult:
     return BatchResult(
         stored=result.stored,
         first_seq=result.first_seq,
@@ -171,10 +207,19 @@ def _result(result: AppendResult, name: str, warnings: list[dict[str, Any]]) -> 
         head_hash=result.head_hash,
         format=name,
         warnings=warnings,
+        redactions=result.redactions,
+        meta=meta,
     )
 
 
-def _replayed(done: IngestBatch, session: Session) -> BatchResult:
+def _replayed(done: IngestBatch, session: Session, digest: str) -> BatchResult:
+    """The first answer to a batch sent again under its key; a different batch under the same
+    key is refused (batches stored before digests were kept have none: taken as the same)."""
+    if done.body_digest and done.body_digest != digest:
+        raise IdempotencyConflict(
+            f"idempotency_key {done.idempotency_key!r} was used for a different batch of session {session.pk} "
+            f"(seqs {done.first_seq}-{done.first_seq + done.count - 1}); send a new key for new events"
+        )
     return BatchResult(
         stored=done.count,
         first_seq=done.first_seq,

@@ -34,8 +34,12 @@ from ..chain import (
     link_hash,
     new_salts,
     recorded_values,
+    redact_field,
+    stored_commitments,
+    with_text_digests,
 )
 from ..models import KEYFRAME_EVERY
+from ..redaction import Redactor
 
 _NO_OFFSET = timedelta(0)
 
@@ -45,7 +49,7 @@ EVENT_COLUMNS = (
     "agent_id", "parent_id", "child_id", "tool", "pair_id", "pair_seq", "pair_duration_ms",
     "duration_ms", "cost_usd", "cost_unpriced", "tokens", "reward", "cumulative_reward",
     "is_error", "failed", "fail_streak", "payload", "raw", "step_state", "state_change", "salt",
-    "hash", "prev_hash", "cost_total", "tokens_total", "errors_total", "elapsed_ms",
+    "redacted", "hash", "prev_hash", "cost_total", "tokens_total", "errors_total", "elapsed_ms",
     "reward_total", "steps_total", "kind_counts",
 )  # fmt: skip
 # The columns the writer derives from the others in seq order: verification derives them again.
@@ -77,6 +81,11 @@ _KIND = _INDEX["kind"]
 _PAIR_SEQ = _INDEX["pair_seq"]
 _PAIR_DURATION = _INDEX["pair_duration_ms"]
 _SALT = _INDEX["salt"]
+_REDACTED = _INDEX["redacted"]
+_PAYLOAD = _INDEX["payload"]
+_RAW = _INDEX["raw"]
+_STEP_STATE = _INDEX["step_state"]
+_STATE_CHANGE = _INDEX["state_change"]
 _HASH = _INDEX["hash"]
 _PREV_HASH = _INDEX["prev_hash"]
 _KIND_COUNTS = _INDEX["kind_counts"]
@@ -204,7 +213,15 @@ def seal_rows(rows: list[list], state: WriterState) -> None:
         counts[kind] = counts.get(kind, 0) + 1
         row[_KIND_COUNTS] = dumps(counts).decode()
         row[_PREV_HASH] = head
-        head = link_hash(head, row[_SEQ], recorded_values(recorded(row)), commitments(row[_SALT], contents(row)))
+        redacted = row[_REDACTED]
+        if redacted is None:
+            commits = commitments(row[_SALT], contents(row))
+        else:
+            try:
+                commits = stored_commitments(row[_SALT], redacted, contents(row))
+            except ValueError:  # a damaged stored row, being verified: its link is checked there
+                commits = [None] * len(CONTENT_FIELDS)
+        head = link_hash(head, row[_SEQ], recorded_values(recorded(row)), commits)
         row[_HASH] = head
     state.head = head
 
@@ -216,11 +233,25 @@ class EventRows:
     (verification builds the rows again from what was recorded and compares).
     """
 
-    def __init__(self, *, session_pk: int, state: WriterState, vendor: str, keep_raw: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        session_pk: int,
+        state: WriterState,
+        vendor: str,
+        keep_raw: bool = True,
+        redactor: Redactor | None = None,
+        redacted_by: str = "",
+    ) -> None:
         self.state = state
+        # The project's redaction rules (sessions_app/redaction.py), applied to every content
+        # field before it is hashed; with rules on and originals not kept, no source record
+        # is stored at all.
+        self.redactor = redactor
+        self.redacted_by = redacted_by
         # An import whose file is kept (its original, exported byte for byte) need not store each
         # record's text again: half the bytes written, hashed and later redacted.
-        self.keep_raw = keep_raw
+        self.keep_raw = keep_raw and (redactor is None or redactor.keep_originals)
         self.session_pk = session_pk
         self.rows: list[list] = []
         self.rows_first_seq = state.next_seq
@@ -233,6 +264,8 @@ class EventRows:
 
     def take(self) -> Batch:
         """The rows built since the last take, and everything else their write needs."""
+        if self.redactor is not None and self.rows:
+            redact_rows(self.rows, self.redactor)
         seal_rows(self.rows, self.state)
         batch = Batch(self.rows, self.pair_updates, self.keyframes)
         self.rows = []
@@ -270,6 +303,10 @@ class EventRows:
             tokens = _saturated(tokens)
         step_state = event.step_state
         change = event.state_change
+        if change is not None and self.redactor is not None:
+            # Now, not with the batch: the change moves the variables and memory that keyframes
+            # and the session's saved state hold.
+            change = _redacted_change(change, self.redactor)
         self._append(
             [
                 self.session_pk, None, event.kind, source_type[:64], stored_ts, event.line,
@@ -279,7 +316,7 @@ class EventRows:
                 event.is_error, event.failed, 0, json_text(event.payload),
                 event.raw if self.keep_raw else None,
                 None if step_state is None else json_text(step_state),
-                None if change is None else json_text(change.to_dict()), self._salt(),
+                None if change is None else json_text(change.to_dict()), self._salt(), None,
                 None, None, None, None, None, None, None, None, None,
             ],
             None if event.timestamp is None else event.timestamp.timestamp() * 1000.0,
@@ -294,6 +331,8 @@ class EventRows:
             ts = datetime.fromisoformat(ts.removesuffix("Z"))
         if ts is not None and ts.tzinfo is None:
             ts = ts.replace(tzinfo=UTC)
+        if self.redactor is not None:
+            values = self._redact_stored(values)
         step_state = values["step_state"]
         change = values["state_change"]
         if change is not None:
@@ -311,6 +350,35 @@ class EventRows:
             None if step_state is None else orjson.loads(step_state),
             change,
         )
+
+    def _redact_stored(self, values: dict[str, Any]) -> dict[str, Any]:
+        """An event as another Replay stored it (an evidence bundle's line), with each content
+        field the rules change replaced by its commitment (chain.redact_field): its link, and
+        so the bundle's chain, stays as it was."""
+        redactor = self.redactor
+        original = [values.get(name) for name in CONTENT_FIELDS]
+        salt, redacted = values.get("salt") or "", values.get("redacted")
+        changed = dict(values)
+        for name, text in zip(CONTENT_FIELDS, original):
+            if text is None:
+                continue
+            before = redactor.counts.copy()
+            new_text = redactor.record_text(text) if name == "raw" else redactor.json_text(text)
+            if new_text == text:
+                continue
+            labels = sorted((redactor.counts - before).keys())
+            salt, redacted = redact_field(
+                event_salt=salt, redacted=redacted, contents=original, field=name, labels=labels,
+                by=self.redacted_by, at=datetime.now(UTC).isoformat(),
+            )  # fmt: skip
+            changed[name] = new_text
+        if redacted is not None and redacted != values.get("redacted"):
+            # What the redaction left in each field, so a later edit of it is found too.
+            redacted = with_text_digests(
+                redacted, {name: changed[name] for name in CONTENT_FIELDS if changed[name] != values.get(name)}
+            )
+        changed["salt"], changed["redacted"] = salt, redacted
+        return changed
 
     def _append(
         self, row: list, ts_ms: float | None, step_state: dict[str, Any] | None, change: StateChange | None
@@ -448,6 +516,33 @@ class EventRows:
         )
         state.last_keyframe_seq = seq
         state.state_dirty = False
+
+
+def redact_rows(rows: list[list], redactor: Redactor) -> None:
+    """Redact the content of a batch of new rows in place, before they are sealed. Without
+    custom rules one scan reads the whole batch's JSON texts (redaction.Redactor.scans_json):
+    a batch with nothing to redact, nearly every one, costs that scan alone."""
+    if redactor.scans_json:
+        texts = [row[_PAYLOAD] for row in rows]
+        texts.extend(row[_STEP_STATE] for row in rows if row[_STEP_STATE] is not None)
+        texts.extend(row[_RAW] for row in rows if row[_RAW] is not None)
+        if not redactor.scan("\n".join(texts)):
+            return
+    json_text, record_text = redactor.json_text, redactor.record_text
+    for row in rows:
+        row[_PAYLOAD] = json_text(row[_PAYLOAD])
+        if row[_STEP_STATE] is not None:
+            row[_STEP_STATE] = json_text(row[_STEP_STATE])
+        if row[_RAW] is not None:
+            row[_RAW] = record_text(row[_RAW])
+
+
+def _redacted_change(change: StateChange, redactor: Redactor) -> StateChange:
+    memory = change.memory if change.memory is None else redactor.value(change.memory)
+    variables = change.variables if change.variables is None else redactor.value(change.variables)
+    if memory is change.memory and variables is change.variables:
+        return change
+    return StateChange(memory=memory, variables=variables, replace_variables=change.replace_variables)
 
 
 def _pair_duration(recorded: float | None, call_ts: float | None, answer_ts: float | None) -> float | None:

@@ -5,10 +5,12 @@ the import (jobs.enqueue_import_after_commit); it runs in a worker (sessions_app
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import uuid
+import zlib
 from pathlib import Path
 from typing import IO
 
@@ -17,8 +19,12 @@ from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
 from django.utils import timezone
 
-from ..formats import GZIP_MAGIC, registry
+from ..formats import GZIP_MAGIC, Source, registry
 from ..models import ImportJob, Project
+from ..redaction import Redactor
+from .quotas import check_upload
+
+logger = logging.getLogger(__name__)
 
 # The extensions we keep on the stored copy (decoration only: formats are detected by content).
 _KEPT_SUFFIXES = (".jsonl.gz", ".ndjson.gz", ".json.gz", ".jsonl", ".ndjson", ".json", ".gz")
@@ -49,15 +55,20 @@ def too_large_message(size: int | None = None, *, what: str = "upload") -> str:
     return f"The {what}{stated} exceeds the limit of {limit} (REPLAY_MAX_UPLOAD_MB)."
 
 
-def check_declared_size(content_length: str | int | None) -> None:
-    """Refuse a request body larger than the limit before reading any of it."""
+# What a multipart body may hold besides the file (its boundaries, headers and other fields).
+MULTIPART_ENVELOPE = 64 * 1024
+
+
+def check_declared_size(content_length: str | int | None) -> int:
+    """Refuse a request body larger than the limit before reading any of it; its declared
+    length (0 when it declares none)."""
     try:
-        length = int(content_length or 0)
+        length = max(0, int(content_length or 0))
     except (TypeError, ValueError):
-        return
-    # The multipart envelope adds a few hundred bytes around the file itself.
-    if length > max_upload_bytes() + 64 * 1024:
+        return 0
+    if length > max_upload_bytes() + MULTIPART_ENVELOPE:
         raise UploadTooLarge(too_large_message(length))
+    return length
 
 
 def accept_upload(
@@ -68,7 +79,8 @@ def accept_upload(
     created_by: str = "",
     replace: bool = False,
 ) -> ImportJob:
-    """Keep the uploaded file and create its job; raises UploadRejected / UploadTooLarge.
+    """Keep the uploaded file and create its job; raises UploadRejected / UploadTooLarge, or
+    quotas.QuotaExceeded when the project's quotas leave no room for it.
 
     The stored name is generated (never derived from the client's file name); the client's
     name is kept on the job for display only.
@@ -82,6 +94,7 @@ def accept_upload(
     if size == 0:
         raise UploadRejected("The uploaded file is empty.")
     _refuse_oversized_gzip(uploaded_file)
+    check_upload(project=project, size=size)  # QuotaExceeded: 413 past the bytes, 409 the sessions
 
     original_name = display_name(uploaded_file.name or "upload")
     stored = _store(uploaded_file, original_name)
@@ -206,3 +219,27 @@ def decompressed_size_within_limit(path: Path) -> tuple[bool, int]:
             # A damaged or truncated gzip: the import reports what it could read.
             return True, total
     return True, total
+
+
+def settle_original(*, path: Path, redactor: Redactor, line_by_line: bool = True) -> None:
+    """What becomes of a kept file once its import is done, under the project's redaction rules
+    (`redactor`): not kept (the default), it is deleted; kept, it is replaced by a copy redacted
+    line by line (gzip undone: redaction.Redactor.lines), so the original export and a bundle
+    give the redacted text. A file that cannot be redacted line by line (`line_by_line=False`,
+    an evidence bundle's zip) or read through is deleted rather than kept as received."""
+    if not path.is_file():
+        return
+    if not redactor.keep_originals or not line_by_line:
+        path.unlink(missing_ok=True)
+        return
+    redacted = path.with_name(path.name + ".redacting")
+    try:
+        with Source(path=path).open() as source, redacted.open("wb") as out:
+            for line in redactor.lines(source):
+                out.write(line)
+        os.chmod(redacted, 0o640)
+        redacted.replace(path)
+    except (OSError, EOFError, zlib.error):
+        logger.warning("could not redact the kept original %s; deleted instead", path.name, exc_info=True)
+        redacted.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)

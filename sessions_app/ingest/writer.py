@@ -10,6 +10,7 @@ everywhere else.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -24,7 +25,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..canonical import CanonicalEvent, CheckpointSpec, SessionMeta, json_without_nul, without_nul
-from ..models import Checkpoint, Event, Project, Session, Snapshot
+from ..models import Checkpoint, Event, Project, RedactionRules, Session, Snapshot
+from ..redaction import Redactor
 from .rows import (
     EVENT_COLUMNS,
     SAVED_FIELDS,
@@ -50,6 +52,7 @@ class AppendResult:
     first_seq: int
     head_hash: str
     event_count: int
+    redactions: dict[str, int] = dataclasses.field(default_factory=dict)  # by label, in this append
 
 
 def state_of_session(session: Session) -> WriterState:
@@ -203,6 +206,13 @@ def _snapshot(session: Session, keyframe: Keyframe) -> Snapshot:
     )
 
 
+def redactor_of(project_id: int, redactor: Redactor | None) -> Redactor | None:
+    """The redactor a write uses: the caller's (an import's, counting over the whole file) or
+    else the project's own rules. Every write below goes through this, so no ingest path (file,
+    live batch, OTLP, AgentLens, bundle) stores anything the project's rules would redact."""
+    return redactor if redactor is not None else RedactionRules.redactor_for(project_id)
+
+
 def create_session(
     *,
     project: Project,
@@ -210,21 +220,31 @@ def create_session(
     meta: SessionMeta,
     status: str = Session.Status.LIVE,
     import_job=None,
+    redactor: Redactor | None = None,
 ) -> Session:
+    text = _text_redactor(redactor_of(project.pk, redactor))
     return Session.objects.create(
         project=project,
         source_format=source_format,
-        source_session_id=without_nul(meta.source_session_id[:200]),
-        run_id=without_nul(meta.run_id[:200]),
-        agent_id=without_nul(meta.agent_id[:200]),
-        task=without_nul(meta.task),
-        environment=without_nul(meta.environment[:200]),
-        model=without_nul(meta.model[:200]),
+        source_session_id=text(without_nul(meta.source_session_id[:200])),
+        run_id=text(without_nul(meta.run_id[:200])),
+        agent_id=text(without_nul(meta.agent_id[:200])),
+        task=text(without_nul(meta.task)),
+        environment=text(without_nul(meta.environment[:200])),
+        model=text(without_nul(meta.model[:200])),
         status=status,
         started_at=meta.started_at,
-        metadata=json_without_nul(meta.metadata),
+        metadata=_redacted_value(redactor_of(project.pk, redactor), json_without_nul(meta.metadata)),
         import_job=import_job,
     )
+
+
+def _text_redactor(redactor: Redactor | None) -> Callable[[str], str]:
+    return (lambda text: text) if redactor is None else redactor.text
+
+
+def _redacted_value(redactor: Redactor | None, value: Any) -> Any:
+    return value if redactor is None else redactor.value(value)
 
 
 def append_events(
@@ -234,6 +254,7 @@ def append_events(
     on_progress: Callable[[int], None] | None = None,
     format_state: dict[str, Any] | None = None,
     keep_raw: bool = True,
+    redactor: Redactor | None = None,
 ) -> AppendResult:
     """Append events after the session's last one, in one transaction.
 
@@ -242,18 +263,26 @@ def append_events(
     `format_state` (live ingest) replaces the format converter's saved state in the same
     transaction, so the next batch continues exactly where this one stopped. `keep_raw=False`
     leaves each record's text out where the source file itself is kept (an import's job).
+    The project's redaction rules apply to every content field (`redactor_of`); the result
+    counts the redactions of this append by label.
     """
-    return _append(session, events, EventRows.add, on_progress, format_state, keep_raw)
+    return _append(session, events, EventRows.add, on_progress, format_state, keep_raw, redactor)
 
 
 def append_stored_events(
-    *, session: Session, events: Iterable[dict[str, Any]], on_progress: Callable[[int], None] | None = None
+    *,
+    session: Session,
+    events: Iterable[dict[str, Any]],
+    on_progress: Callable[[int], None] | None = None,
+    redactor: Redactor | None = None,
+    redacted_by: str = "",
 ) -> AppendResult:
     """Append events as another Replay stored them (an evidence bundle's events.jsonl: every
     recorded and content column with its salt), in one transaction. The rows are built by the
     same code as any import's, so the same salts give the same links: the chain comes out as
-    it was, its head the bundle's."""
-    return _append(session, events, EventRows.add_stored, on_progress, None, True)
+    it was, its head the bundle's. A content field the project's rules redact keeps its
+    commitment in its place (chain.redact_field), so the chain still holds."""
+    return _append(session, events, EventRows.add_stored, on_progress, None, True, redactor, redacted_by)
 
 
 def _append(
@@ -263,15 +292,23 @@ def _append(
     on_progress: Callable[[int], None] | None,
     format_state: dict[str, Any] | None,
     keep_raw: bool,
+    redactor: Redactor | None = None,
+    redacted_by: str = "",
 ) -> AppendResult:
+    redactor = redactor_of(session.project_id, redactor)
+    counted = redactor.counts.copy() if redactor is not None else None
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         state = state_of_session(locked)
         first_seq = state.next_seq
-        rows = EventRows(session_pk=locked.pk, state=state, vendor=connection.vendor, keep_raw=keep_raw)
-        stored = 0
+        rows = EventRows(
+            session_pk=locked.pk, state=state, vendor=connection.vendor, keep_raw=keep_raw, redactor=redactor,
+            redacted_by=redacted_by,
+        )  # fmt: skip
+        stored = size = 0
         with _batch_writer(locked) as write:
             for event in events:
+                size += len(event.raw) if type(event) is not dict else _stored_size(event)
                 add(rows, event)
                 if len(rows.rows) >= BATCH_ROWS:
                     batch = rows.take()
@@ -283,11 +320,21 @@ def _append(
             write(batch)
             stored += len(batch.rows)
         if format_state is not None:
-            state.format_state = format_state
+            # A converter's memory of the stream (its open step, the variables) is stored too.
+            state.format_state = _redacted_value(redactor, format_state)
         save_state_to(state, locked)
+        locked.record_bytes += size
         locked.save()
     _copy_fields(locked, session)
-    return AppendResult(stored=stored, first_seq=first_seq, head_hash=state.head, event_count=state.next_seq)
+    redactions = {} if redactor is None else dict(redactor.counts - counted)
+    return AppendResult(
+        stored=stored, first_seq=first_seq, head_hash=state.head, event_count=state.next_seq, redactions=redactions
+    )
+
+
+def _stored_size(values: dict[str, Any]) -> int:
+    """What a stored event (an evidence bundle's) counts for its session's record_bytes."""
+    return len(values.get("raw") or values.get("payload") or "")
 
 
 @contextmanager
@@ -315,14 +362,16 @@ def finish_session(
     meta: SessionMeta | None = None,
     status: str | None = None,
     final_answer: str | None = None,
+    redactor: Redactor | None = None,
 ) -> Session:
     """Close a session: status, end time, final answer and the totals the source states."""
+    redactor = redactor_of(session.project_id, redactor)
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         if meta is not None:
-            _apply_meta(locked, meta)
+            _apply_meta(locked, meta, redactor)
         if final_answer is not None:
-            locked.final_answer = without_nul(final_answer)
+            locked.final_answer = _text_redactor(redactor)(without_nul(final_answer))
         if status is not None:
             locked.status = status
             locked.completed = status == Session.Status.COMPLETED or locked.completed
@@ -338,18 +387,19 @@ def finish_session(
             locked.ended_at = datetime.fromtimestamp(last_ts / 1000.0, tz=UTC) if last_ts else timezone.now()
         locked.save()
         if meta is not None:
-            _write_checkpoints(locked, meta.checkpoints)
+            _write_checkpoints(locked, meta.checkpoints, redactor)
     _copy_fields(locked, session)
     return session
 
 
-def _apply_meta(session: Session, meta: SessionMeta) -> None:
+def _apply_meta(session: Session, meta: SessionMeta, redactor: Redactor | None) -> None:
+    text = _text_redactor(redactor)
     for name in ("source_session_id", "run_id", "agent_id", "environment", "model"):
         value = getattr(meta, name)
         if value and not getattr(session, name):
-            setattr(session, name, without_nul(value[:200]))
+            setattr(session, name, text(without_nul(value[:200])))
     if meta.task and not session.task:
-        session.task = without_nul(meta.task)
+        session.task = text(without_nul(meta.task))
     if meta.started_at and session.started_at is None:
         session.started_at = meta.started_at
     if meta.ended_at:
@@ -357,14 +407,15 @@ def _apply_meta(session: Session, meta: SessionMeta) -> None:
     if meta.completed is not None:
         session.completed = meta.completed
     if meta.final_answer:
-        session.final_answer = without_nul(meta.final_answer)
+        session.final_answer = text(without_nul(meta.final_answer))
     if meta.total_reward is not None:
         session.reward = meta.total_reward
     if meta.metadata:
-        session.metadata = {**(session.metadata or {}), **json_without_nul(meta.metadata)}
+        session.metadata = {**(session.metadata or {}), **_redacted_value(redactor, json_without_nul(meta.metadata))}
 
 
-def _write_checkpoints(session: Session, specs: list[CheckpointSpec]) -> None:
+def _write_checkpoints(session: Session, specs: list[CheckpointSpec], redactor: Redactor | None) -> None:
+    text = _text_redactor(redactor)
     for spec in specs:
         seq = spec.seq
         if seq is None and spec.step_pos is not None:
@@ -373,12 +424,12 @@ def _write_checkpoints(session: Session, specs: list[CheckpointSpec]) -> None:
             seq = max(session.event_count - 1, 0)
         Checkpoint.objects.update_or_create(
             session=session,
-            name=without_nul(spec.name[:200]),
+            name=text(without_nul(spec.name[:200])),
             defaults={
                 "seq": seq,
                 "step_pos": spec.step_pos,
-                "note": without_nul(spec.note),
-                "created_by": without_nul(spec.created_by[:150]),
+                "note": text(without_nul(spec.note)),
+                "created_by": text(without_nul(spec.created_by[:150])),
                 "created_at": spec.created_at or timezone.now(),
             },
         )
@@ -399,13 +450,14 @@ def set_checkpoint(*, session: Session, name: str, seq: int, created_by: str = "
         .values_list("steps_total", flat=True)
         .first()
     )
+    text = _text_redactor(redactor_of(session.project_id, None))
     checkpoint, _ = Checkpoint.objects.update_or_create(
         session=session,
-        name=without_nul(name),
+        name=text(without_nul(name)),
         defaults={
             "seq": seq,
             "step_pos": (step_pos - 1) if step_pos else None,
-            "note": without_nul(note),
+            "note": text(without_nul(note)),
             "created_by": created_by,
             "created_at": timezone.now(),
         },

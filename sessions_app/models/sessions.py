@@ -115,6 +115,12 @@ class Session(models.Model):
     import_job = models.ForeignKey(
         "ImportJob", null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="sessions"
     )
+    # The size of the source records its events hold (their text as received, imported or sent
+    # live): what its project's stored-bytes quota counts for it (sessions_app/ingest/quotas.py).
+    record_bytes = models.BigIntegerField(default=0)
+    # SHA-256 of the request that created it live under metadata["idempotency_key"]: a retry
+    # with the same key and another request is refused (409), not answered with this session.
+    idempotency_digest = models.CharField(max_length=64, blank=True, default="")
     # The session that started this one as a sub-agent (OpenTelemetry ingest: an invoke_agent
     # span inside another agent's). The parent's child_spawn event names this session; deleting
     # the parent keeps the child, which then stands alone.
@@ -372,6 +378,10 @@ class ImportJob(models.Model):
     worker = models.CharField(max_length=300, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The kept original is deleted REPLAY_ORIGINALS_GRACE_DAYS after the job failed, or after
+    # its last session was deleted (`orphaned_at`, sessions_app/originals.py).
+    orphaned_at = models.DateTimeField(null=True, blank=True)
+    original_deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -395,6 +405,9 @@ class IngestBatch(models.Model):
 
     session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="batches")
     idempotency_key = models.CharField(max_length=200)
+    # SHA-256 of the batch as sent: the same key with another body is refused (409), not
+    # answered as a retry. Empty for batches stored before it was kept.
+    body_digest = models.CharField(max_length=64, blank=True, default="")
     first_seq = models.BigIntegerField()
     count = models.IntegerField()
     head_hash = models.CharField(max_length=64)

@@ -110,6 +110,10 @@ def _stored_records(session: Session) -> Iterator[bytes]:
     for rows in event_chunks(session, "seq, line, raw", session.event_count):
         out = []
         for _seq, line, raw in rows:
+            if raw is None:
+                # Not kept: the project's redaction rules keep no originals (docs/redaction.md),
+                # or the import kept the file, since gone.
+                continue
             if line is not None and line == last_line:
                 continue
             last_line = line
