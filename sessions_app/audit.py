@@ -26,11 +26,11 @@ from .models import AuditEntry, AuditLog, Project, log_name
 # One dotted name per action (docs/teams.md), so filters and exports stay stable.
 ACTIONS = (
     "auth.login", "auth.login_failed", "auth.logout",
-    "session.import", "session.create_live", "session.delete", "session.export", "session.verify",
+    "session.import", "session.create_live", "session.delete", "session.export", "session.verify", "session.redact",
     "checkpoint.create", "checkpoint.delete",
     "member.add", "member.change", "member.remove",
     "key.create", "key.revoke",
-    "project.create", "project.change", "retention.run",
+    "project.create", "project.change", "retention.run", "redaction.change",
     "comment.create", "comment.edit", "comment.delete", "comment.resolve", "review.create",
     "bundle.export", "checkpoint.change",
     "tour.create", "tour.change", "tour.delete", "share_link.create", "share_link.use", "share_link.revoke",

@@ -15,8 +15,11 @@ from django.core.exceptions import ValidationError
 from . import sharing
 from .audit import ACTIONS
 from .canonical import ALL_KINDS
+from .ingest.uploads import max_upload_bytes
 from .models import ImportJob, Project, Review, Role, Session
 from .models.bounds import MAX_ID, MAX_POSITION
+from .redaction import DETECTORS, MAX_CUSTOM_RULES, MAX_PATTERN
+from .redaction_rules import MAX_SAMPLE
 from .replay.exports import EXPORT_FORMATS
 from .replay.imports import parse_job_cursor
 from .replay.listing import UNREVIEWED, parse_cursor
@@ -237,6 +240,8 @@ class UploadForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["project"].widget = forms.Select(choices=[(p.slug, p.name) for p in projects])
         self.fields["format"].choices = [("", "detect from content"), *format_choices()]
+        # The page refuses a larger file before sending it (replay.js), as the server would.
+        self.max_bytes = max_upload_bytes()
 
 
 # --- teams: projects, members, keys, the audit log --------------------------------------------
@@ -258,11 +263,30 @@ class RemoveMemberForm(forms.Form):
     username = forms.CharField(max_length=150, strip=True)
 
 
-class RetentionForm(forms.Form):
+class ProjectSettingsForm(forms.Form):
+    """A project's retention and quotas (admins); each empty follows the server's default."""
+
     retention_days = forms.IntegerField(
         required=False, min_value=1, max_value=36500, label="Keep sessions for (days)",
         help_text="empty: the server's default",
     )  # fmt: skip
+    quota_mb = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Storage quota (MB)")
+    max_sessions = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1, label="Sessions quota")
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectSettingsForm:
+        mb = project.max_stored_bytes
+        return cls(initial={"retention_days": project.retention_days, "max_sessions": project.max_sessions,
+                            "quota_mb": None if mb is None else -(-mb // MIB)})  # fmt: skip
+
+    def project_fields(self) -> dict[str, int | None]:
+        """The Project fields the valid form sets."""
+        mb = self.cleaned_data["quota_mb"]
+        return {"retention_days": self.cleaned_data["retention_days"], "max_sessions": self.cleaned_data["max_sessions"],
+                "max_stored_bytes": None if mb is None else mb * MIB}  # fmt: skip
+
+
+MIB = 1024 * 1024
 
 
 class AuditFilterForm(QueryForm):
@@ -351,3 +375,48 @@ class TourModeForm(QueryForm):
 
     tour = forms.IntegerField(required=False, min_value=1, max_value=2**62)
     stop = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+
+
+class RedactionForm(forms.Form):
+    """A project's redaction rules on its page: detectors ticked, custom rules one a line as
+    `label = pattern`, whether originals are kept (redaction_rules.set_rules checks them)."""
+
+    detectors = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple,
+        choices=[(name, detector.title) for name, detector in DETECTORS.items()],
+    )  # fmt: skip
+    custom = forms.CharField(
+        required=False, strip=False, label="Custom rules", max_length=MAX_CUSTOM_RULES * (MAX_PATTERN + 60),
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text="one a line: label = pattern (RE2, e.g. ticket = ACME-[0-9]{6})",
+    )  # fmt: skip
+    keep_originals = forms.BooleanField(required=False, label="Keep uploaded originals (redacted)")
+
+    def clean_custom(self) -> list[dict[str, Any]]:
+        """The rules, each with the line it was written on (`line`, for error messages)."""
+        rules = []
+        for number, line in enumerate(self.cleaned_data["custom"].splitlines(), 1):
+            if not line.strip():
+                continue
+            label, equals, pattern = line.partition("=")
+            if not equals or not label.strip() or not pattern.strip():
+                raise ValidationError(f"line {number}: write label = pattern")
+            rules.append({"label": label.strip(), "pattern": pattern.strip(), "line": number})
+        return rules
+
+
+class RedactionTryForm(RedactionForm):
+    """The "test these rules" box: the rules as they stand in the form, and a sample."""
+
+    sample = forms.CharField(
+        max_length=MAX_SAMPLE, strip=False, label="Sample text", widget=forms.Textarea(attrs={"rows": 4})
+    )
+
+
+class RedactValueForm(forms.Form):
+    """The player's "Redact…": a value selected in the context panel (or pasted), the event it was
+    selected at, and its label (stored_redaction.redact_text checks the rest)."""
+
+    text = forms.CharField(max_length=10_000, strip=False, widget=forms.Textarea(attrs={"rows": 2}))
+    seq = forms.IntegerField(min_value=0, max_value=MAX_POSITION, widget=forms.HiddenInput)
+    label = forms.CharField(required=False, max_length=40, initial="manual")

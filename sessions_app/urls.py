@@ -1,6 +1,19 @@
 from django.urls import path
 
-from .views import about, checkpoints, comments, exports, imports, reviews, search, sharing, teams, tours
+from .views import (
+    about,
+    checkpoints,
+    comments,
+    exports,
+    imports,
+    redaction,
+    redactions,
+    reviews,
+    search,
+    sharing,
+    teams,
+    tours,
+)
 from .views import sessions as views
 
 app_name = "sessions"
@@ -27,6 +40,9 @@ urlpatterns = [
         name="checkpoint_delete",
     ),
     path("sessions/<int:session_id>/verify/", views.verify, name="verify"),
+    path("sessions/<int:session_id>/redactions/", redactions.redactions, name="redactions"),
+    path("sessions/<int:session_id>/redact/", redactions.redact, name="redact"),
+    path("sessions/<int:session_id>/redact-rules/", redactions.redact_with_rules, name="redact_rules"),
     path("sessions/<int:session_id>/charts/", views.session_charts, name="charts"),
     path("sessions/<int:session_id>/comments/", comments.create, name="comment_create"),
     path("sessions/<int:session_id>/comments/<int:comment_id>/edit/", comments.edit, name="comment_edit"),
@@ -55,6 +71,8 @@ urlpatterns = [
     path("projects/<slug:slug>/members/", teams.project_member, name="project_member"),
     path("projects/<slug:slug>/members/remove/", teams.project_member_remove, name="project_member_remove"),
     path("projects/<slug:slug>/settings/", teams.project_settings, name="project_settings"),
+    path("projects/<slug:slug>/redaction/", redaction.rules, name="redaction"),
+    path("projects/<slug:slug>/redaction/try/", redaction.try_rules, name="redaction_try"),
     path("projects/<slug:slug>/audit/", teams.audit_log, name="audit"),
     path("projects/<slug:slug>/audit/export/", teams.audit_export, name="audit_export"),
     path("projects/<slug:slug>/audit/verify/", teams.audit_verify, name="audit_verify"),
