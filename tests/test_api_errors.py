@@ -257,7 +257,8 @@ def test_every_operation_documents_the_errors_the_api_answers(client):
             for status, response in responses.items():
                 if status.startswith(("4", "5")):
                     ref = response["content"]["application/json"]["schema"]["$ref"]
-                    assert ref.rsplit("/", 1)[1] in {"ErrorOut", "DetailOut"}, (where, status)
+                    # AgentLensErrorOut: ErrorOut plus the members AgentLens's SDKs read (POST /api/events).
+                    assert ref.rsplit("/", 1)[1] in {"ErrorOut", "DetailOut", "AgentLensErrorOut"}, (where, status)
             for parameter in operation.get("parameters", []):  # every integer a client names is bounded
                 for option in parameter["schema"].get("anyOf", [parameter["schema"]]):
                     assert option.get("type") != "integer" or "maximum" in option, (where, parameter["name"])

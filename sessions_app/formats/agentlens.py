@@ -26,6 +26,7 @@ cost only. Tokens used without any price mark the event `cost_unpriced` (never a
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from decimal import Decimal
 from typing import Any
 
 import orjson
+from ulid import ULID
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
@@ -64,6 +66,10 @@ KINDS: dict[str, str] = {
     "form_submitted": Kind.CUSTOM,
     "form_completed": Kind.CUSTOM,
     "form_expired": Kind.CUSTOM,
+    # Its observation taxonomy (retrievals, embeddings, steps of a chain): no step content either.
+    "retrieval": Kind.CUSTOM,
+    "embedding": Kind.CUSTOM,
+    "chain_step": Kind.CUSTOM,
     "alert_triggered": Kind.NOTE,
     "alert_resolved": Kind.NOTE,
     # Older servers' replay endpoint still lists these types.
@@ -689,6 +695,39 @@ _EXACT_INTEGER = 2**53
 # An array index (ECMA-262 6.1.7): the integer-like keys an object lists before all others.
 _ARRAY_INDEX_LIMIT = 2**32 - 1
 _SURROGATES = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
+
+
+def stored_event(posted: Json, *, event_id: str, timestamp: str, prev_hash: str | None) -> Json:
+    """A posted event (POST /api/events) as AgentLens's server stores it (routes/events.ts): its
+    members in the stored order, severity `info` and metadata `{}` when left out, chained to
+    `prev_hash` and hashed. Members AgentLens does not know are dropped (its schema strips
+    them), and so are a client's own prevHash and hash: the server is the chain's author."""
+    event = {
+        "id": event_id, "timestamp": timestamp, "sessionId": posted["sessionId"], "agentId": posted["agentId"],
+        "eventType": posted["eventType"], "severity": posted.get("severity") or "info",
+        "payload": posted["payload"], "metadata": posted.get("metadata") or {}, "prevHash": prev_hash,
+    }  # fmt: skip
+    event["hash"] = source_hash(event)
+    return event
+
+
+# A ULID's time: 48 bits of milliseconds since 1970.
+_ULID_MS = 2**48 - 1
+
+
+def posted_event_id(posted: Json, at: datetime | None) -> str:
+    """The id of a posted event that names none: a ULID, as AgentLens's server gives.
+
+    An event that names its own time (`at`) gets one derived from that time and its content:
+    a client re-sending a batch whose answer it lost (the SDKs retry on a timeout) names the
+    same ids, and the batch is stored once. One without gets a random one (its time is the
+    arrival's, so equal content is no evidence of a retry)."""
+    if at is None:
+        return str(ULID())
+    ms = min(max(int(at.timestamp() * 1000), 0), _ULID_MS)
+    # json, not orjson: it writes the integers past 64 bits and the NaN a body may hold.
+    content = json.dumps(posted, sort_keys=True, separators=(",", ":")).encode()
+    return str(ULID.from_bytes(ms.to_bytes(6, "big") + hashlib.sha256(content).digest()[:10]))
 
 
 def source_hash(record: Json) -> str:
