@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from django.contrib.auth import get_user_model
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -33,10 +34,10 @@ from sessions_app.ingest.writer import append_events, create_session, finish_ses
 from sessions_app.mcp import timeline
 from sessions_app.mcp.http import McpEndpoint
 from sessions_app.mcp.server import build_server
-from sessions_app.models import ApiKey, Project, Role, Session
+from sessions_app.models import ApiKey, Membership, Project, Role, Session
 
 from .builders_replay import import_one, record_variant, recorded_session
-from .builders_teams import key_of, member
+from .builders_teams import key_of
 from .conftest import T0, synthetic_events
 from .test_jobs import WorkerDatabase, stop
 from .test_serving import _free_port
@@ -65,6 +66,13 @@ class World:
 def _sessions_of(path: Path, project: Project) -> dict[str, Session]:
     outcomes = import_file(path=path, project=project)
     return {o.session.source_session_id: o.session for o in outcomes if o.session is not None}
+
+
+def member(username: str, project: Project | None = None, role: str = Role.MAINTAINER):
+    """A member without a password: hashing one costs more than the rest of the world here."""
+    user = get_user_model().objects.create_user(username=username)
+    Membership.objects.create(project=project or Project.get_default(), user=user, role=role)
+    return user
 
 
 def build_world(tmp_path: Path) -> World:
