@@ -100,10 +100,7 @@ def build_server(*, actor: Actor | None = None) -> MCPServer:
             raise ToolError("not authenticated: send an API key as 'Authorization: Bearer <key>'")
         return found
 
-    server = MCPServer(
-        "replay", title="Replay", instructions=INSTRUCTIONS, version="1", log_level="WARNING",
-        warn_on_duplicate_tools=False,
-    )  # fmt: skip
+    server = MCPServer("replay", title="Replay", instructions=INSTRUCTIONS, version="1", log_level="WARNING")
 
     def tool(name: str, title: str, description: str):
         def register(fn):
