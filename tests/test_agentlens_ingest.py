@@ -10,6 +10,7 @@ same context, step by step, as the same events stored by AgentLens and imported 
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -20,6 +21,7 @@ from agentlensai import AgentLensClient, LlmMessage, LogLlmCallParams, TokenUsag
 from agentlensai._utils import build_llm_call_events
 from agentlensai.exceptions import AuthenticationError
 from agentlensai.integrations.autogen import AgentLensAutoGenHandler
+from django.db import connection
 from django.test import Client
 
 from sessions_app import replay
@@ -144,6 +146,35 @@ def test_the_agentlens_sdk_records_a_session_that_replays_as_its_file_import(liv
     last = replay.context_at(session=posted, seq=14)
     assert last["eventCounts"] == {"session_started": 1, "llm_call": 3, "llm_response": 3, "tool_call": 3,
                                    "tool_response": 1, "tool_error": 2, "custom": 1, "session_ended": 1}  # fmt: skip
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_first_batches_of_one_session_make_one_session_with_an_unbroken_chain(live_server):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only (run through .ci/with_postgres.py): SQLite takes writers one at a time")
+    key, failures = maintainer_key("agents"), []
+
+    def agent(n: int) -> None:
+        with AgentLensClient(live_server.url, api_key=key) as client:
+            for i in range(5):
+                try:
+                    client.log_llm_call("ses_many", f"agent-{n}", llm_params(f"{n}.{i}"))
+                except Exception as exc:  # noqa: BLE001  (reported below, by thread)
+                    failures.append(repr(exc))
+
+    threads = [threading.Thread(target=agent, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    end = event("ses_many", "session_ended", {"reason": "completed"}, "2099-01-01T00:00:00Z")
+    assert post(keyed(key), [end]).status_code == 201
+    session = kept("ses_many")
+    assert Session.objects.filter(source_session_id="ses_many").count() == 1
+    assert session.event_count == 41 and [e.seq for e in rows(session)] == list(range(41))
+    assert session.metadata["source_chain"] == {"valid": True, "chained": True}
 
 
 # --- the SDK's batches through the test client --------------------------------------------
@@ -342,3 +373,14 @@ def test_agentlens_observation_types_are_kept_as_custom_events_without_a_warning
     assert [(e.kind, e.source_type) for e in rows(kept("ses_o"))] == [
         ("custom", "retrieval"), ("custom", "embedding"), ("custom", "chain_step"),
     ]  # fmt: skip
+
+
+def test_deleting_the_session_takes_its_received_ids_with_it(db):
+    api = keyed()
+    batch = sdk_llm_events("ses_d", "c1", "2026-02-08T10:30:00Z")
+    assert post(api, batch).status_code == 201
+    session = kept("ses_d")
+    assert api.delete(f"/api/sessions/{session.pk}").status_code == 204
+    assert not ReceivedEvent.objects.filter(session_id=session.pk).exists()
+    again = post(api, batch)  # the same sessionId now starts a session of its own
+    assert again.status_code == 201 and again.json()["sessions"][0]["created"] and kept("ses_d").event_count == 2
