@@ -384,3 +384,18 @@ def test_deleting_the_session_takes_its_received_ids_with_it(db):
     assert not ReceivedEvent.objects.filter(session_id=session.pk).exists()
     again = post(api, batch)  # the same sessionId now starts a session of its own
     assert again.status_code == 201 and again.json()["sessions"][0]["created"] and kept("ses_d").event_count == 2
+
+
+def test_the_projects_quotas_hold_for_agentlens_sessions_and_batches(db):
+    api, project = keyed(), Project.get_default()
+    project.max_sessions = 1
+    project.save()
+    assert post(api, sdk_llm_events("ses_q1", "c1", "2026-02-08T10:30:00Z")).status_code == 201
+    second = post(api, sdk_llm_events("ses_q2", "c1", "2026-02-08T10:30:00Z"))
+    assert second.status_code == 409 and "quota of 1 sessions" in second.json()["error"]
+    assert post(api, sdk_llm_events("ses_q1", "c2", "2026-02-08T10:31:00Z")).status_code == 201  # its own: room
+    project.max_stored_bytes = 100
+    project.save()
+    too_big = post(api, sdk_llm_events("ses_q1", "c3", "2026-02-08T10:32:00Z"))
+    assert too_big.status_code == 413 and "storage quota" in too_big.json()["error"]
+    assert kept("ses_q1").event_count == 4 and not Session.objects.filter(source_session_id="ses_q2").exists()

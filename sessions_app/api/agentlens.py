@@ -15,8 +15,10 @@ from .. import access, audit, jobs
 from ..formats.fields import in_utc_range
 from ..ingest import agentlens_events
 from ..ingest.live import IngestError
+from ..ingest.quotas import QuotaExceeded, check_bytes
 from ..models import Role
 from .bodies import json_body, read_body
+from .live import _declared_length
 from .responses import BadRequest
 from .schemas import ErrorOut, ProblemOut
 
@@ -119,12 +121,14 @@ class AgentLensErrorOut(ErrorOut):
 )
 def ingest_agentlens_events(request: HttpRequest, query: Query[EventsQuery]):
     """AgentLens's `POST /api/events`: 1-1000 events of one or more AgentLens sessions, each
-    session a live session of the project (201; 200 when every event was stored before)."""
+    session a live session of the project (201; 200 when every event was stored before). A
+    body larger than the project's storage quota has left is a 413, before it is read."""
     try:
         project = access.project_to_write(request, query.project, need=Role.MAINTAINER)
     except ValueError as exc:
         return _refused(400, str(exc), [])
     try:
+        check_bytes(project=project, size=_declared_length(request), what="batch")
         batch = read_body(request, AgentLensBatchIn)
         events = [_record(event) for event in batch.events]
         result = agentlens_events.ingest_agentlens_events(project=project, events=events)
@@ -132,6 +136,8 @@ def ingest_agentlens_events(request: HttpRequest, query: Query[EventsQuery]):
         return _refused(exc.status, exc.detail, exc.errors)
     except IngestError as exc:
         return _refused(exc.status, exc.message, exc.errors)
+    except QuotaExceeded as exc:
+        return _refused(exc.status, exc.message, [])
     for outcome in result.sessions:
         if outcome.created:
             audit.record_request(

@@ -27,6 +27,7 @@ from ..canonical import SessionMeta
 from ..formats import agentlens
 from ..models import Project, ReceivedEvent, Session
 from .live import IngestError, SessionNotLive, append_batch
+from .quotas import check_new_session
 from .writer import create_session, finish_session
 
 # AgentLens's own bound on a batch (its ingestBatchSchema).
@@ -72,8 +73,9 @@ def ingest_agentlens_events(
     agentId, eventType and an object payload; severity, metadata, timestamp and id are optional)
     in the project's live sessions.
 
-    Raises IngestError (400) naming the index and field of an event that cannot be stored, or
-    SessionNotLive (409) for new events of a session that already ended; nothing is stored then.
+    Raises IngestError (400) naming the index and field of an event that cannot be stored,
+    SessionNotLive (409) for new events of a session that already ended, or quotas.QuotaExceeded
+    (409) for a new session past the project's quota; nothing is stored then.
     """
     if not 1 <= len(events) <= MAX_EVENTS:
         raise IngestError(f"a batch holds 1 to {MAX_EVENTS} events, got {len(events)}")
@@ -129,6 +131,7 @@ def _live_session(project: Project, source_id: str, first: PostedEvent) -> tuple
     existing = _kept(project, source_id).first()
     if existing is not None:
         return existing, False
+    check_new_session(project=project, what=f"AgentLens session {source_id[:100]!r}")
     meta = SessionMeta(source_session_id=source_id, agent_id=first.record["agentId"], metadata={"ingest": INGEST_MARK})
     return create_session(project=project, source_format=agentlens.NAME, meta=meta), True
 
