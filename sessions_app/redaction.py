@@ -199,7 +199,7 @@ DETECTORS: dict[str, Detector] = {
             "secrets",
             _NOT_KEY + r"(?:(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}+|whsec_[0-9A-Za-z]{24,}+)" + _KEY_END,
             r"[sr]k_(?:live|test)_[0-9A-Za-z]{16}|whsec_[0-9A-Za-z]{24}",
-            "sk_live_51Hx4fR9tY2uI8oP1aS6dF3gH7jK0lZ5xC9vB4nM",
+            "sk_live_51Qw7eRt9yUi2oPa4sDf6gHj8kLz1xCv3bNm5",
         ),
         Detector(
             "jwt",

@@ -1,0 +1,530 @@
+"""Redaction at ingest (issue 22 items 1-2, docs/redaction.md): a project's rules, set by its
+admins, applied by every ingest path before anything is stored.
+
+Each built-in detector's sample secret goes into a session (payload, step state, state change,
+source record, task, final answer, metadata, checkpoint) imported through an upload, the command
+line, the live API and an evidence bundle; with the rules on, no page, API answer, export,
+bundle, search, byte of the database or file of the data folder holds it. The database's bytes:
+on SQLite the test database is in memory, and `sqlite3.Connection.serialize()` gives exactly the
+bytes a file of it would hold (free pages included); on PostgreSQL every row of every table is
+read as text instead.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import string
+import zipfile
+from pathlib import Path
+
+import orjson
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+
+from sessions_app.bundles import stream_bundle
+from sessions_app.ingest.importing import import_local_file
+from sessions_app.jobs import run_import
+from sessions_app.models import AuditEntry, Event, ImportJob, Project, RedactionRules, Role, Session
+from sessions_app.redaction import DETECTORS, Redactor, RuleError, check_custom_rule
+from sessions_app.verification import verify_session
+from tests.builders_teams import key_of, member
+
+ALL = list(DETECTORS)
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _luhn_completed(digits: str) -> str:
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        d = int(d)
+        if i % 2 == 0:  # doubled once the check digit is appended
+            d = d * 2 - 9 if d * 2 > 9 else d * 2
+        total += d
+    return digits + str((10 - total % 10) % 10)
+
+
+def fresh_samples() -> dict[str, str]:
+    """One new secret per detector, random where the format allows: an earlier test's rolled-back
+    rows can leave their bytes in the in-memory database's pages, and must not be mistaken for
+    this test's."""
+    rand = random.SystemRandom()
+
+    def chars(n: int, alphabet: str = _ALNUM) -> str:
+        return "".join(rand.choice(alphabet) for _ in range(n))
+
+    card = _luhn_completed("4" + chars(14, string.digits))
+    bban = chars(18, string.digits)
+    check = 98 - int(bban + "131400") % 97  # "DE00" moved to the end, letters as numbers
+    iban = f"DE{check:02d}{bban}"
+    return {
+        "anthropic_key": f"sk-ant-api03-{chars(80)}",
+        "openai_key": f"sk-proj-{chars(60)}",
+        "aws_access_key": "AKIA" + chars(16, string.ascii_uppercase + string.digits),
+        "github_token": f"ghp_{chars(36)}",
+        "slack_token": f"xoxb-{chars(10, string.digits)}-{chars(13, string.digits)}-{chars(24)}",
+        "google_api_key": f"AIza{chars(35)}",
+        "stripe_key": f"sk_live_{chars(40)}",
+        "jwt": f"eyJhbGciOiJIUzI1NiJ9.eyJ{chars(30)}.{chars(43)}",
+        "private_key": f"-----BEGIN PRIVATE KEY-----\n{chars(64)}\n{chars(40)}==\n-----END PRIVATE KEY-----",
+        "email": f"{chars(12, string.ascii_lowercase)}@example.org",
+        "phone": f"+44 20 {chars(4, string.digits)} {chars(4, string.digits)}",
+        "card_number": " ".join(card[i : i + 4] for i in range(0, 16, 4)),
+        "iban": " ".join(iban[i : i + 4] for i in range(0, len(iban), 4)),
+        "ipv4": ".".join(str(rand.randint(1, 254)) for _ in range(4)),
+        "ipv6": f"2001:db8:{chars(4, '0123456789abcdef')}::{chars(4, '123456789abcdef')}",
+    }
+
+
+def test_the_samples_are_what_their_detector_redacts():
+    samples = fresh_samples()
+    assert set(samples) == set(DETECTORS)
+    for name, sample in samples.items():
+        assert Redactor.from_rules([name]).text(f"x {sample} y") == f"x [REDACTED:{name}] y", name
+        assert Redactor.from_rules([name]).text(f"x {DETECTORS[name].example} y") == f"x [REDACTED:{name}] y"
+
+
+def _lines(samples: dict[str, str], tag: str = "") -> bytes:
+    """A canonical session holding every sample in every content field and session text."""
+    every = " | ".join(samples.values())
+    records = [
+        {"kind": "session_start", "timestamp": "2026-02-08T10:00:00Z",
+         "payload": {"task": f"task {tag} with {every}", "session_id": f"secrets{tag}",
+                     "metadata": {"owner": samples["email"], "note": every}}},
+    ]  # fmt: skip
+    for i, (name, sample) in enumerate(samples.items()):
+        records.append({"kind": "user_message", "timestamp": f"2026-02-08T10:00:{i + 1:02d}Z",
+                        "payload": {"text": f"please use {sample} now", name: sample}})  # fmt: skip
+    records += [
+        {"kind": "tool_call", "timestamp": "2026-02-08T10:01:00Z", "tool": "shell", "pair_id": "c1",
+         "payload": {"args": [every]}, "state_change": {"variables": {"secrets": every}, "memory": [every]}},
+        {"kind": "tool_response", "timestamp": "2026-02-08T10:01:01Z", "tool": "shell", "pair_id": "c1",
+         "payload": {"output": every}},
+        {"kind": "step_end", "timestamp": "2026-02-08T10:01:02Z",
+         "payload": {"step": 1}, "step_state": {"step": 1, "output": every, "action_code": every, "success": True}},
+        {"kind": "checkpoint", "timestamp": "2026-02-08T10:01:03Z", "payload": {"name": "cp", "note": every}},
+        {"kind": "session_end", "timestamp": "2026-02-08T10:01:04Z",
+         "payload": {"status": "completed", "final_answer": f"answer {every}"}},
+    ]  # fmt: skip
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+@pytest.fixture
+def data_dir(settings, tmp_path) -> Path:
+    settings.DATA_DIR = tmp_path / "data"
+    return settings.DATA_DIR
+
+
+@pytest.fixture
+def samples() -> dict[str, str]:
+    return fresh_samples()
+
+
+@pytest.fixture
+def admin(db):
+    project = Project.objects.create(name="Acme", slug="acme")
+    user = member("ada-admin", project, Role.ADMIN)
+    return project, user
+
+
+def _rules(project: Project, detectors: list[str], keep_originals: bool = False) -> None:
+    RedactionRules.objects.update_or_create(
+        project=project, defaults={"detectors": detectors, "custom": [], "keep_originals": keep_originals}
+    )
+
+
+def _signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+# --- the ingest paths ---------------------------------------------------------------------------
+
+
+def _by_upload(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    source = tmp_path / "upload.jsonl"
+    source.write_bytes(_lines(samples, "u"))
+    with source.open("rb") as handle, django_capture_on_commit_callbacks(execute=False):
+        response = api.post("/api/imports", {"file": handle, "project": project.slug})
+    assert response.status_code == 202, response.content
+    run_import(job_id=response.json()["job"])
+    return list(Session.objects.filter(project=project))
+
+
+def _by_command(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
+    source = tmp_path / "command.jsonl"
+    source.write_bytes(_lines(samples, "c"))
+    with django_capture_on_commit_callbacks(execute=False):
+        call_command("import_sessions", str(source), "--project", project.slug, stdout=io.StringIO())
+    source.unlink()  # the caller's own file is not Replay's to keep
+    return list(Session.objects.filter(project=project))
+
+
+def _by_live_api(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    every = " | ".join(samples.values())
+    created = api.post(
+        "/api/sessions", orjson.dumps({"project": project.slug, "task": f"live {every}", "metadata": {"k": every}}),
+        content_type="application/json",
+    )  # fmt: skip
+    assert created.status_code == 201, created.content
+    sid = created.json()["id"]
+    records = [orjson.loads(line) for line in _lines(samples, "l").splitlines()[1:-1]]
+    appended = api.post(
+        f"/api/sessions/{sid}/events", orjson.dumps({"events": records}), content_type="application/json"
+    )
+    assert appended.status_code == 200, appended.content
+    assert appended.json()["redactions"], "the answer counts what was redacted"
+    ended = api.post(
+        f"/api/sessions/{sid}/end", orjson.dumps({"status": "completed", "final_answer": f"done {every}"}),
+        content_type="application/json",
+    )  # fmt: skip
+    assert ended.status_code == 200, ended.content
+    return [Session.objects.get(pk=sid)]
+
+
+def _by_bundle(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
+    """A bundle exported from a project without rules, imported into this one. The source
+    session is then deleted with SQLite's secure_delete on (its freed pages zeroed) and its kept
+    file removed, so what remains is only what the bundle's import stored."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA secure_delete = ON")
+    plain = Project.objects.create(name="Plain", slug="plain")
+    source = tmp_path / "plain.jsonl"
+    source.write_bytes(_lines(samples, "b"))
+    with django_capture_on_commit_callbacks(execute=False):
+        (outcome,) = import_local_file(path=source, project=plain)
+    origin = outcome.session
+    bundle = tmp_path / "secrets.replay-bundle.zip"
+    bundle.write_bytes(b"".join(stream_bundle(session=origin, exported_by="tests")))
+    head = origin.head_hash
+    kept = Path(origin.import_job.stored_path)
+    Session.objects.filter(pk=origin.pk).delete()
+    ImportJob.objects.filter(project=plain).delete()
+    kept.unlink()
+    source.unlink()
+    with django_capture_on_commit_callbacks(execute=False):
+        (imported,) = import_local_file(path=bundle, project=project)
+    assert imported.error is None, imported.error
+    session = imported.session
+    assert session.head_hash == head, "the bundle's chain, head and all, survives the redaction"
+    result = verify_session(session=session)
+    assert result.valid, result.findings
+    bundle.unlink()
+    return [session]
+
+
+PATHS = {"upload": _by_upload, "command": _by_command, "live_api": _by_live_api, "bundle": _by_bundle}
+
+
+# --- where a secret could be ----------------------------------------------------------------------
+
+
+def _database_bytes() -> bytes:
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        return connection.connection.serialize()
+    # PostgreSQL: every row of every table, as text.
+    out = []
+    with connection.cursor() as cursor:
+        for table in connection.introspection.table_names(cursor):
+            cursor.execute(f'SELECT t::text FROM "{table}" t')
+            out.extend(row[0].encode() for row in cursor.fetchall())
+    return b"\n".join(out)
+
+
+def _data_folder_bytes(data_dir: Path) -> bytes:
+    if not data_dir.exists():
+        return b""
+    return b"\n".join(path.read_bytes() for path in sorted(data_dir.rglob("*")) if path.is_file())
+
+
+def _responses(client: Client, session: Session) -> dict[str, bytes]:
+    """Every page, API answer and export of the session (a bundle unpacked)."""
+    sid = session.pk
+    urls = [
+        f"/api/sessions/{sid}", f"/api/sessions/{sid}/summary", f"/api/sessions/{sid}/replay",
+        f"/api/sessions/{sid}/steps", f"/api/sessions/{sid}/checkpoints", f"/api/sessions/{sid}/comments",
+        f"/api/sessions/{sid}/reviews", "/api/sessions", f"/sessions/{sid}/", f"/sessions/{sid}/charts/",
+        "/sessions/", f"/api/sessions/{sid}/verify",
+        *(f"/api/sessions/{sid}/export?format={f}" for f in ("jsonl", "snapshot", "original")),
+        *(f"/sessions/{sid}/export/?format={f}" for f in ("jsonl", "snapshot", "original")),
+        *(f"/sessions/{sid}/?step={seq}" for seq in range(session.event_count)),
+        *(f"/api/sessions/{sid}/context?seq={seq}" for seq in range(session.event_count)),
+    ]  # fmt: skip
+    answers: dict[str, bytes] = {}
+    for url in urls:
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        answers[url] = b"".join(response.streaming_content) if response.streaming else response.content
+    response = client.get(f"/api/sessions/{sid}/bundle")
+    assert response.status_code == 200
+    with zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content))) as archive:
+        for name in archive.namelist():
+            answers[f"bundle:{name}"] = archive.read(name)
+    return answers
+
+
+def _found(haystack: bytes, needle: str) -> bool:
+    # As stored, and as JSON writes it (a key block's lines joined by \n escapes).
+    return needle.encode() in haystack or orjson.dumps(needle)[1:-1] in haystack
+
+
+def _searches_find(client: Client, session: Session, needle: str) -> bool:
+    hits = client.get(f"/api/sessions/{session.pk}/search", {"q": needle}).json()["results"]
+    page = client.get("/search/", {"q": needle}).content.decode()
+    return bool(hits) or "Nothing found" not in page
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_with_every_detector_on_no_secret_is_stored_or_shown_by_any_ingest_path(
+    admin, data_dir, tmp_path, samples, path, django_capture_on_commit_callbacks
+):
+    project, user = admin
+    _rules(project, ALL)
+    sessions = PATHS[path](project, user, tmp_path, samples, django_capture_on_commit_callbacks)
+    assert sessions
+    client = _signed_in(user)
+    database, files = _database_bytes(), _data_folder_bytes(data_dir)
+    for session in sessions:
+        answers = _responses(client, session)
+        for name, needle in samples.items():
+            assert not _found(database, needle), f"{name} is in the database ({path})"
+            assert not _found(files, needle), f"{name} is in the data folder ({path})"
+            for url, body in answers.items():
+                assert not _found(body, needle), f"{name} is in {url} ({path})"
+            assert not _searches_find(client, session, needle), f"search finds {name} ({path})"
+        # What took its place says which rule removed it.
+        payloads = " ".join(Event.objects.filter(session=session).values_list("payload", flat=True))
+        for name in DETECTORS:
+            assert f"[REDACTED:{name}]" in payloads, (name, path)
+
+
+def test_with_no_rule_on_every_secret_is_kept_as_received(
+    admin, data_dir, tmp_path, samples, django_capture_on_commit_callbacks
+):
+    project, user = admin
+    (session,) = _by_command(project, user, tmp_path, samples, django_capture_on_commit_callbacks)
+    database = _database_bytes()
+    answers = _responses(_signed_in(user), session)
+    for name, needle in samples.items():
+        assert _found(database, needle), name
+        assert _found(answers[f"/api/sessions/{session.pk}/replay"], needle), name
+    assert Path(session.import_job.stored_path).is_file(), "the original is kept as it always was"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_each_detector_redacts_its_own_secrets_and_an_off_detector_keeps_its_own(
+    admin, data_dir, tmp_path, samples, name, django_capture_on_commit_callbacks
+):
+    project, user = admin
+    _rules(project, [name])
+    (session,) = _by_command(project, user, tmp_path, samples, django_capture_on_commit_callbacks)
+    database = _database_bytes()
+    assert not _found(database, samples[name])
+    # Every other detector is off: its sample is stored.
+    for other, needle in samples.items():
+        if other != name:
+            assert _found(database, needle), (name, other)
+    report = session.import_job.result[0]["redactions"]
+    assert set(report) == {name} and report[name] >= 5, report
+
+
+def test_the_import_report_counts_redactions_by_label(
+    admin, data_dir, tmp_path, samples, django_capture_on_commit_callbacks
+):
+    project, user = admin
+    _rules(project, ["email", "ipv4"])
+    (session,) = _by_upload(project, user, tmp_path, samples, django_capture_on_commit_callbacks)
+    job = ImportJob.objects.get(pk=session.import_job_id)
+    (entry,) = job.result
+    assert set(entry["redactions"]) == {"email", "ipv4"} and entry["redactions"]["email"] >= 5
+    page = _signed_in(user).get(f"/imports/{job.pk}/").content.decode()
+    assert "email" in page and "Redacted" in page
+
+
+def test_a_kept_original_is_kept_redacted(admin, data_dir, tmp_path, samples, django_capture_on_commit_callbacks):
+    project, user = admin
+    _rules(project, ALL, keep_originals=True)
+    (session,) = _by_upload(project, user, tmp_path, samples, django_capture_on_commit_callbacks)
+    kept = Path(session.import_job.stored_path).read_bytes()
+    assert b"[REDACTED:email]" in kept and b"[REDACTED:private_key]" in kept
+    for needle in samples.values():
+        assert not _found(kept, needle)
+    for line in kept.splitlines():
+        orjson.loads(line)  # still one JSON record a line
+    original = _signed_in(user).get(f"/api/sessions/{session.pk}/export?format=original")
+    assert b"".join(original.streaming_content) == kept
+
+
+def test_live_events_keep_no_source_record_when_originals_are_not_kept(
+    admin, data_dir, tmp_path, samples, django_capture_on_commit_callbacks
+):
+    project, user = admin
+    _rules(project, ["email"])
+    (session,) = _by_live_api(project, user, tmp_path, samples, django_capture_on_commit_callbacks)
+    assert not Event.objects.filter(session=session, raw__isnull=False).exists()
+    _rules(project, ["email"], keep_originals=True)
+    (kept,) = [s for s in _by_live_api(project, user, tmp_path, samples, django_capture_on_commit_callbacks)]
+    raws = list(Event.objects.filter(session=kept).values_list("raw", flat=True))
+    assert all(raws) and any("[REDACTED:email]" in raw for raw in raws)
+    assert verify_session(session=kept).valid
+
+
+def test_a_card_number_failing_luhn_is_not_redacted():
+    redactor = Redactor.from_rules(["card_number"])
+    assert redactor.text("card 4111 1111 1111 1112 end") == "card 4111 1111 1111 1112 end"
+    assert redactor.text("card 4111111111111111 end") == "card [REDACTED:card_number] end"
+    # Neither milliseconds since 1970 nor the digits of a float, even when they pass Luhn.
+    assert redactor.text("at 1700000000007 and 2.4000000000000004") == "at 1700000000007 and 2.4000000000000004"
+
+
+def test_validators_run_on_candidates_only():
+    redactor = Redactor.from_rules(["iban", "ipv6", "phone", "ipv4"])
+    assert redactor.text("DE89 3704 0044 0532 0130 00 ABCD") == "[REDACTED:iban] ABCD"
+    assert redactor.text("DE00 3704 0044 0532 0130 00") == "DE00 3704 0044 0532 0130 00"  # mod 97 fails
+    assert redactor.text("at 12:30:45 and std::vector") == "at 12:30:45 and std::vector"
+    assert redactor.text("v 999.1.2.3 ok") == "v 999.1.2.3 ok"
+    assert redactor.text("call +1 2") == "call +1 2"  # too few digits for a number
+    assert dict(redactor.counts) == {"iban": 1}
+
+
+def test_a_secret_after_a_json_escape_is_found():
+    """JSON writes a newline before a key as \\n: the scan reads the JSON text, so a key right
+    after it must still be found (the built-in screens need nothing before their match)."""
+    redactor = Redactor.from_rules(["openai_key", "email"])
+    value = {"text": "line one\n" + DETECTORS["openai_key"].example + "\tada.lovelace@example.org"}
+    text = orjson.dumps(value).decode()
+    assert (
+        redactor.json_text(text) == orjson.dumps({"text": "line one\n[REDACTED:openai_key]\t[REDACTED:email]"}).decode()
+    )
+
+
+def test_custom_rules_redact_with_their_label_and_match_whole_strings():
+    redactor = Redactor.from_rules([], [("ticket", r"ACME-[0-9]{6}"), ("whole", r"^internal-only$")])
+    value = {"a": "see ACME-123456", "b": "internal-only", "c": "not internal-only"}
+    out = orjson.loads(redactor.json_text(orjson.dumps(value).decode()))
+    assert out == {"a": "see [REDACTED:ticket]", "b": "[REDACTED:whole]", "c": "not internal-only"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("(?<=a)b", "not a valid RE2"), ("(a)\\1", "not a valid RE2"), ("[", "missing ]"), ("a*", "empty string"),
+        ("(?P<x>a)", "named groups"), ("a" * 501, "at most 500"), ("(a{1,1000}){1,1000}", "not a valid RE2"),
+    ],
+)  # fmt: skip
+def test_an_unusable_custom_rule_is_refused_naming_it(pattern, why):
+    with pytest.raises(RuleError) as refused:
+        check_custom_rule(pattern, "custom[3].pattern")
+    assert refused.value.field == "custom[3].pattern" and why in str(refused.value)
+
+
+def test_a_catastrophic_pattern_cannot_hang_a_scan():
+    """RE2 runs in linear time: the classic (a+)+$ over a long run of a's returns at once."""
+    redactor = Redactor.from_rules([], [("evil", r"(a+)+$")])
+    assert redactor.text("a" * 100_000 + "!") == "a" * 100_000 + "!"
+
+
+# --- the API and the page ------------------------------------------------------------------------
+
+
+def test_admins_read_and_replace_the_rules_and_the_change_is_audited_without_patterns(admin):
+    project, user = admin
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    assert api.get("/api/projects/acme/redaction").json()["detectors"] == dict.fromkeys(DETECTORS, False)
+    body = {"detectors": {"email": True, "jwt": True}, "custom": [{"label": "ticket", "pattern": "ACME-[0-9]{6}"}]}
+    response = api.put("/api/projects/acme/redaction", orjson.dumps(body), content_type="application/json")
+    assert response.status_code == 200, response.content
+    rules = response.json()
+    assert [name for name, on in rules["detectors"].items() if on] == ["jwt", "email"]
+    assert rules["custom"] == body["custom"] and rules["keep_originals"] is False
+    assert rules["updated_by"] == "ada-admin"
+    entry = AuditEntry.objects.get(action="redaction.change")
+    assert "ACME-" not in entry.detail and orjson.loads(entry.detail)["custom_added"] == ["ticket"]
+
+
+def test_a_rule_that_cannot_be_used_is_a_422_naming_it(admin):
+    project, user = admin
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    body = {"custom": [{"label": "ok", "pattern": "x+"}, {"label": "bad", "pattern": "(unclosed"}]}
+    response = api.put("/api/projects/acme/redaction", orjson.dumps(body), content_type="application/json")
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {"index": None, "field": "custom[1].pattern", "message": response.json()["errors"][0]["message"]}
+    ]
+    assert response.json()["detail"].startswith("custom[1].pattern: not a valid RE2 regular expression")
+    unknown = api.put(
+        "/api/projects/acme/redaction", b'{"detectors": {"emial": true}}', content_type="application/json"
+    )
+    assert unknown.status_code == 422 and unknown.json()["detail"].startswith("detectors.emial: unknown detector")
+    assert not RedactionRules.objects.filter(project=project).exists()
+
+
+def test_a_maintainer_may_neither_read_nor_change_the_rules(admin):
+    project, _ = admin
+    maintainer = member("max", project, Role.MAINTAINER)
+    api = Client(headers={"authorization": f"Bearer {key_of(maintainer, project=project)}"})
+    assert api.get("/api/projects/acme/redaction").status_code == 403
+    assert api.put("/api/projects/acme/redaction", b"{}", content_type="application/json").status_code == 403
+    assert _signed_in(maintainer).get("/projects/acme/redaction/").status_code == 403
+
+
+def test_the_page_saves_the_rules_and_shows_a_refused_rule_by_its_line(admin):
+    project, user = admin
+    client = _signed_in(user)
+    page = client.get("/projects/acme/redaction/")
+    assert page.status_code == 200 and "Redaction is <strong>off</strong>" in page.content.decode()
+    saved = client.post(
+        "/projects/acme/redaction/", {"detectors": ["email", "ipv4"], "custom": "ticket = ACME-[0-9]{6}\n"}
+    )
+    assert saved.status_code == 302
+    assert RedactionRules.objects.get(project=project).detectors == ["email", "ipv4"]
+    assert "Redaction is <strong>on</strong>" in client.get("/projects/acme/redaction/").content.decode()
+    refused = client.post("/projects/acme/redaction/", {"custom": "ok = x+\n\nbad = (unclosed\n"})
+    assert refused.status_code == 400
+    assert "line 3 (bad): not a valid RE2 regular expression" in refused.content.decode()
+
+
+def test_the_test_box_shows_what_a_sample_becomes_escaped_and_stores_nothing(admin):
+    project, user = admin
+    client = _signed_in(user)
+    sample = '<script>alert("x")</script> mail ada.lovelace@example.org <b>bold</b>'
+    before = (AuditEntry.objects.count(), RedactionRules.objects.count())
+    response = client.post(
+        "/projects/acme/redaction/try/", {"detectors": ["email"], "sample": sample}, headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="redaction-preview"'), "the partial alone"
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; mail [REDACTED:email] &lt;b&gt;bold&lt;/b&gt;" in body
+    assert "<script>" not in body and "<b>" not in body and "email: 1" in body
+    assert (AuditEntry.objects.count(), RedactionRules.objects.count()) == before
+    # Without htmx the whole page answers, the preview in it.
+    full = client.post("/projects/acme/redaction/try/", {"detectors": ["email"], "sample": "a ada@example.org"})
+    assert full.status_code == 200 and "<h1" in full.content.decode() and "[REDACTED:email]" in full.content.decode()
+    # A rule that cannot be used says so in the preview.
+    bad = client.post(
+        "/projects/acme/redaction/try/", {"custom": "x = (", "sample": "s"}, headers={"HX-Request": "true"}
+    )
+    assert bad.status_code == 400 and "not a valid RE2 regular expression" in bad.content.decode()
+
+
+def test_the_api_test_box_answers_the_redacted_sample(admin):
+    project, user = admin
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    body = {"detectors": {"phone": True}, "custom": [{"label": "ticket", "pattern": "ACME-[0-9]{6}"}],
+            "text": "call +44 20 7946 0958 about ACME-123456"}  # fmt: skip
+    response = api.post("/api/projects/acme/redaction/try", orjson.dumps(body), content_type="application/json")
+    assert response.json() == {
+        "text": "call [REDACTED:phone] about [REDACTED:ticket]",
+        "redactions": {"phone": 1, "ticket": 1},
+    }
