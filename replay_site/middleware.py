@@ -116,3 +116,27 @@ def no_store(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[H
         return response
 
     return middleware
+
+
+def refuse_oversized_bodies(
+    get_response: Callable[[HttpRequest], HttpResponse],
+) -> Callable[[HttpRequest], HttpResponse]:
+    """A request declaring a body larger than any the server takes (an upload at
+    REPLAY_MAX_UPLOAD_MB with its multipart envelope) is answered 413 before anything reads it:
+    Django's CSRF check reads a page's form (a whole multipart upload, spooled to disk) before
+    the view could refuse it, and DATA_UPLOAD_MAX_MEMORY_SIZE does not cover files."""
+    from sessions_app.ingest.uploads import MULTIPART_ENVELOPE, max_upload_bytes, too_large_message
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > max_upload_bytes() + MULTIPART_ENVELOPE:
+            message = too_large_message(declared, what="request body")
+            if request.path.startswith("/api/"):
+                return JsonResponse({"detail": message, "errors": []}, status=413)
+            return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
+        return get_response(request)
+
+    return middleware

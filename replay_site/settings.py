@@ -162,6 +162,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Below whitenoise, so static files keep their long caching and everything else is no-store.
     "replay_site.middleware.no_store",
+    # Before anything reads a body (the CSRF check reads a page's form): a declared size past
+    # the upload limit is a 413 without reading it.
+    "replay_site.middleware.refuse_oversized_bodies",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "replay_site.middleware.refuse_nul_in_query",
@@ -272,6 +275,15 @@ MAX_UPLOAD_MB = env_number("REPLAY_MAX_UPLOAD_MB", 1024, minimum=1)
 # its line, skipped without being held in memory (sessions_app/formats/__init__.py).
 MAX_RECORD_BYTES = int(env_number("REPLAY_MAX_RECORD_BYTES", 16 * 1024 * 1024, minimum=1024))
 RETENTION_DAYS = env_number("REPLAY_RETENTION_DAYS", None, minimum=1)
+# Originals of failed uploads, and of jobs whose sessions were all deleted, are deleted this many
+# days later by the daily clean-up (sessions_app/originals.py); 0: at its next run.
+ORIGINALS_GRACE_DAYS = env_number("REPLAY_ORIGINALS_GRACE_DAYS", 7, minimum=0)
+# Each project's quotas unless its admins set its own (sessions_app/ingest/quotas.py): the bytes
+# its uploads and live events may take, and its number of sessions; unset: no limit.
+_quota_mb = env_number("REPLAY_QUOTA_STORED_MB", None, minimum=1)
+QUOTA_STORED_BYTES = int(_quota_mb * 1024 * 1024) if _quota_mb else None
+_quota_sessions = env_number("REPLAY_QUOTA_SESSIONS", None, minimum=1)
+QUOTA_SESSIONS = int(_quota_sessions) if _quota_sessions else None
 # The live tail (GET /api/sessions/{id}/tail): how often it polls for new events, and how long
 # one stream may hold a server thread before the client reconnects (docs/ingest.md).
 TAIL_POLL_SECONDS = env_number("REPLAY_TAIL_POLL_SECONDS", 0.5, minimum=0.05)

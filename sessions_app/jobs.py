@@ -22,7 +22,8 @@ from django_q.models import Schedule
 from django_q.tasks import async_task
 
 from .ingest.uploads import decompressed_size_within_limit, too_large_message
-from .models import ImportJob, Session
+from .models import ImportJob, RedactionJob, Session
+from .originals import delete_expired_originals
 from .retention import CleanupResult, delete_expired_sessions
 from .worker_liveness import heartbeat, is_stalled, this_worker
 
@@ -137,6 +138,56 @@ def run_verify(*, session_id: int) -> None:
     verify_session(session=session)
 
 
+def enqueue_redaction(*, job_id: int) -> str:
+    return async_task(
+        "sessions_app.jobs.run_redaction", job_id=job_id, task_name=f"redact-{job_id}", group="redactions"
+    )
+
+
+def enqueue_redaction_after_commit(*, job_id: int) -> None:
+    """Queue a rules run once its RedactionJob row is committed (a worker must find it)."""
+    transaction.on_commit(lambda: enqueue_redaction(job_id=job_id))
+
+
+def run_redaction(*, job_id: int) -> dict:
+    """Apply the project's current rules to a stored session (stored_redaction.py), then take
+    the old values out of the database files. Running it twice finds nothing left to change."""
+    from .stored_redaction import purge_freed, redact_with_rules
+
+    job = RedactionJob.objects.filter(pk=job_id).first()
+    if job is None or job.finished:
+        return {}
+    _mark(job, status=RedactionJob.Status.RUNNING, started_at=timezone.now(), error="")
+    try:
+        result = redact_with_rules(job=job)
+    except Exception as exc:  # reported on the job; the traceback goes to the worker's log
+        logger.exception("redaction job %s failed", job_id)
+        _mark(job, status=RedactionJob.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
+              finished_at=timezone.now())  # fmt: skip
+        return {"error": job.error}
+    done = {"events_redacted": len(result.seqs), "counts": dict(result.counts)}
+    try:
+        purge = purge_freed().to_dict()
+    except Exception as exc:  # the values are out of the rows; the file keeps freed copies until the next purge
+        logger.exception("redaction job %s: the database file was not purged", job_id)
+        done["error"] = f"The values are removed, but the database file was not purged: {type(exc).__name__}: {exc}"
+        purge = None
+    _mark(job, status=RedactionJob.Status.DONE, finished_at=timezone.now(), **done)
+    return {"events": len(result.seqs), "byLabel": dict(result.counts), "purge": purge}
+
+
+def enqueue_purge_after_commit() -> None:
+    """Queue a purge of the database files once the redaction's transaction commits."""
+    transaction.on_commit(lambda: async_task("sessions_app.jobs.run_purge", task_name="purge", group="redactions"))
+
+
+def run_purge() -> dict:
+    """VACUUM (and on SQLite empty the WAL) after a redaction: stored_redaction.purge_freed."""
+    from .stored_redaction import purge_freed
+
+    return purge_freed().to_dict()
+
+
 def discard_partial_sessions(*, job: ImportJob) -> int:
     """Delete the sessions an interrupted attempt of `job` left unfinished (still live)."""
     with transaction.atomic():
@@ -149,8 +200,8 @@ def new_sessions(outcomes: list) -> list[int]:
     return [o.session.pk for o in outcomes if o.session is not None and not o.duplicate]
 
 
-def _mark(job: ImportJob, **fields) -> None:
-    ImportJob.objects.filter(pk=job.pk).update(**fields)
+def _mark(job: ImportJob | RedactionJob, **fields) -> None:
+    type(job).objects.filter(pk=job.pk).update(**fields)
     for name, value in fields.items():
         setattr(job, name, value)
 
@@ -171,7 +222,8 @@ def enqueue_cleanup(*, days: float | None = None, include_checkpointed: bool = F
 
 def run_cleanup(*, days: float | None = None, include_checkpointed: bool = False, dry_run: bool = False) -> dict:
     """Delete each project's expired sessions: its own retention_days, else `days` (default
-    REPLAY_RETENTION_DAYS; unset keeps the sessions of projects without their own)."""
+    REPLAY_RETENTION_DAYS; unset keeps the sessions of projects without their own); then the
+    kept originals past their grace period (REPLAY_ORIGINALS_GRACE_DAYS)."""
     if days is None:
         days = settings.RETENTION_DAYS
     result: CleanupResult = delete_expired_sessions(
@@ -181,7 +233,12 @@ def run_cleanup(*, days: float | None = None, include_checkpointed: bool = False
         if outcome.sessions and not dry_run:
             logger.info("retention: deleted %s sessions (%s events) of project %s older than %s days",
                         outcome.sessions, outcome.events, outcome.project, outcome.days)  # fmt: skip
-    return result.to_dict()
+    # Then the originals nothing needs any more, those of the sessions just deleted among them
+    # once their grace period is over (originals.py).
+    originals = delete_expired_originals(dry_run=dry_run)
+    if originals.files and not dry_run:
+        logger.info("originals: deleted %s files (%s bytes) past their grace period", originals.files, originals.bytes)
+    return result.to_dict() | {"originals": originals.to_dict()}
 
 
 def requeue_stalled_imports() -> dict:

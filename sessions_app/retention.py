@@ -4,8 +4,9 @@ A project's `retention_days` (set by its admins on the project page) wins; a pro
 follows the server's REPLAY_RETENTION_DAYS, and with that unset too its sessions are kept
 forever. Sessions somebody checkpointed are kept unless asked otherwise, and a live session that
 is still receiving events is never deleted under its agent. Each run that deletes something
-writes `retention.run` to the audit log of every project it deleted from. Called by the daily
-job (jobs.run_cleanup) and by `manage.py cleanup_sessions`.
+writes `retention.run` to the audit log of every project it deleted from. The originals of the
+uploads whose sessions are all gone follow after a grace period (sessions_app/originals.py).
+Called by the daily job (jobs.run_cleanup) and by `manage.py cleanup_sessions`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from . import audit
 from .models import Checkpoint, Project, Session
+from .originals import note_orphans
 
 # Sessions deleted per transaction: the events go with them (DB_CASCADE), so a chunk can be
 # millions of rows; small chunks keep each transaction and its locks short.
@@ -119,8 +121,10 @@ def _clean_project(project: Project, outcome: ProjectCleanup, *, include_checkpo
             with transaction.atomic():
                 chunk = Session.objects.filter(pk__in=ids)
                 events = chunk.aggregate(events=Sum("event_count"))["events"] or 0
+                jobs = set(chunk.values_list("import_job", flat=True))
                 outcome.sessions += chunk.delete()[1].get(Session._meta.label, 0)
                 outcome.events += events
+                note_orphans(job_ids=jobs)  # their originals go after the grace period
     finally:
         # Each chunk commits on its own, so a run stopped half-way has still deleted what it
         # counted: the entry says so either way. Counts and the cutoff only, never contents.

@@ -95,7 +95,7 @@ def test_project_page_shows_my_role_members_and_the_admin_forms(admin, acme):
     assert response.status_code == 200
     assert "Acme &lt;agents&gt;" in html and 'id="my-role">Admin<' in html
     assert 'data-member="ada"' in html and 'data-member="vic"' in html
-    assert 'id="member-form"' in html and 'id="retention-form"' in html
+    assert 'id="member-form"' in html and 'id="settings-form"' in html
     assert f'href="{_url("audit", acme)}"' in html and "/sessions/?project=acme" in html
 
 
@@ -103,7 +103,7 @@ def test_a_viewer_sees_members_but_no_admin_forms_nor_the_audit_link(client, acm
     signed_in(client, "vic", acme, Role.VIEWER)
     html = client.get(acme.get_absolute_url()).content.decode()
     assert 'data-member="vic"' in html
-    assert 'id="member-form"' not in html and 'id="retention-form"' not in html and "Remove" not in html
+    assert 'id="member-form"' not in html and 'id="settings-form"' not in html and "Remove" not in html
     assert _url("audit", acme) not in html
 
 

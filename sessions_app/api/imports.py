@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Schema, Status
 
 from .. import access, audit, jobs
+from ..ingest.quotas import QuotaExceeded, check_upload
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size
+from ..models import Project
 from .auth import who
 from .responses import BadRequest, error
 from .schemas import ErrorOut, Id
 
 router = Router(tags=["ingest"])
+
+# What a multipart upload holds besides the file, at most: boundaries, part headers, the format
+# and project fields.
+FORM_FIELDS = 4 * 1024
 
 
 class ImportAcceptedOut(Schema):
@@ -59,6 +66,16 @@ class ImportStatusOut(Schema):
 
 
 _UPLOAD_BODY = {
+    "parameters": [
+        {
+            "name": "project",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "maxLength": 100},
+            "description": "project slug, as the form field: named here, the project's quotas are checked "
+            "before the body is read",
+        }
+    ],
     "requestBody": {
         "required": True,
         "content": {
@@ -77,38 +94,66 @@ _UPLOAD_BODY = {
                 }
             }
         },
-    }
+    },
 }
 
 
 @router.post(
     "/imports",
-    response={202: ImportAcceptedOut, 400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 413: ErrorOut},
+    response={202: ImportAcceptedOut, 400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut},
     openapi_extra=_UPLOAD_BODY,
     url_name="create_import",
 )
 def create_import(request: HttpRequest):
-    """Upload a file to import in the background; poll `status_url` for progress."""
+    """Upload a file to import in the background; poll `status_url` for progress. 413: past the
+    upload limit or the project's storage quota; 409: the project holds its quota of sessions.
+    Both come before the body is read when the project is known from the URL (or is the
+    caller's only one), else before anything is stored."""
     try:
         # Before touching request.FILES, so an oversized body is refused unread.
-        check_declared_size(request.META.get("CONTENT_LENGTH"))
+        length = check_declared_size(request.META.get("CONTENT_LENGTH"))
+        project = _project_known_before_the_body(request)
+        if project is not None:
+            # The body less its boundaries and small fields: a file that would fit is not refused.
+            check_upload(project=project, size=max(0, length - FORM_FIELDS))
         uploaded = request.FILES.get("file")
         if uploaded is None:
             raise BadRequest(400, "file: a multipart field named 'file' is required")
-        try:
-            project = access.project_to_write(request, request.POST.get("project", ""))
-        except ValueError as exc:
-            raise BadRequest(400, str(exc))
+        project = _project_of_the_body(request, project)
         job = accept_upload(
             uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
             created_by=who(request),
         )  # fmt: skip
         jobs.enqueue_import_after_commit(job_id=job.pk)
         audit.record_upload(request, job)
-    except (BadRequest, UploadRejected) as exc:
+    except (BadRequest, UploadRejected, QuotaExceeded) as exc:
         return error(exc)
     status_url = reverse("api:import_status", kwargs={"job_id": job.pk})
     return Status(202, {"job": job.pk, "status": job.status, "status_url": status_url})
+
+
+def _project_known_before_the_body(request: HttpRequest) -> Project | None:
+    """The project named in the query string (404/403 as for the form field), else the caller's
+    only project to write to; None when the body must say which."""
+    slug = request.GET.get("project", "")
+    if slug:
+        return access.project_to_write(request, slug)
+    try:
+        return access.project_to_write(request, "")
+    except (ValueError, PermissionDenied):  # several to choose from, or none: the body's field decides
+        return None
+
+
+def _project_of_the_body(request: HttpRequest, known: Project | None) -> Project:
+    named = request.POST.get("project", "")
+    if known is not None and (not named or named == known.slug):
+        return known
+    if request.GET.get("project") and named != request.GET["project"]:
+        raise BadRequest(400, "project: named in the query string and the form differently")
+    try:
+        return access.project_to_write(request, named)
+    except ValueError as exc:
+        raise BadRequest(400, str(exc))
 
 
 @router.get(

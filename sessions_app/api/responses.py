@@ -10,6 +10,7 @@ from django.http import HttpResponse
 from ninja import Status
 
 from ..ingest.live import IngestError
+from ..ingest.quotas import QuotaExceeded
 from ..ingest.uploads import UploadRejected
 
 
@@ -29,7 +30,7 @@ class BadRequest(Exception):
         self.status, self.detail, self.errors = status, detail, errors or []
 
 
-def error(exc: BadRequest | IngestError | UploadRejected) -> Status:
+def error(exc: BadRequest | IngestError | UploadRejected | QuotaExceeded) -> Status:
     if isinstance(exc, BadRequest):
         return Status(exc.status, {"detail": exc.detail, "errors": exc.errors})
     if isinstance(exc, IngestError):

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from .. import access, audit, replay
+from .. import access, audit, originals, replay
 from ..models import Role, Session
 from ..replay.listing import list_sessions as list_session_page
 from .checkpoints import checkpoint_row
@@ -128,6 +128,7 @@ def delete_session(request: HttpRequest, session_id: Id):
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
     events = session.event_count
     session.delete()
+    originals.note_orphans(job_ids=[session.import_job_id])  # its upload's original goes after the grace period
     audit.record_request(
         request,
         action="session.delete",

@@ -45,6 +45,11 @@ class Project(models.Model):
     # Sessions older than this many days are deleted by the daily retention run; empty: the
     # server's REPLAY_RETENTION_DAYS (sessions_app/retention.py).
     retention_days = models.PositiveIntegerField(null=True, blank=True)
+    # Quotas (sessions_app/ingest/quotas.py): the bytes its uploads and live events may take,
+    # and how many sessions it may hold; empty: the server's REPLAY_QUOTA_STORED_MB and
+    # REPLAY_QUOTA_SESSIONS (unset there too: no limit).
+    max_stored_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    max_sessions = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     DEFAULT_SLUG = "default"

@@ -31,6 +31,7 @@ from ..forms import (
     SessionFilterForm,
     UploadForm,
 )
+from ..ingest.quotas import QuotaExceeded
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
 from ..models import Checkpoint, Project, Role, Session
 from ..replay import charts, timeline
@@ -40,6 +41,7 @@ from ..replay.imports import session_import_problems
 from ..replay.listing import compare_candidates, list_sessions, recent_jobs
 from .comments import comment_panel, discussion
 from .pages import login_required, render_page, signed_in_or_shared, wants_partial
+from .redactions import redaction_panel
 from .reviews import sign_off_panel
 from .sharing import may_share, visitor_page
 from .tours import tour_builder, tour_mode_context
@@ -111,7 +113,7 @@ def upload(request: HttpRequest) -> HttpResponse:
                                     created_by=request.user.get_username())  # fmt: skip
                 jobs.enqueue_import_after_commit(job_id=job.pk)
                 audit.record_upload(request, job)
-            except UploadRejected as exc:
+            except (UploadRejected, QuotaExceeded) as exc:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
     elif form is not None:
         errors = [f"{form[name].label}: {' '.join(messages)}" for name, messages in form.errors.items()]
@@ -139,7 +141,10 @@ def _imports_context(request: HttpRequest) -> dict[str, Any]:
 def _imports_response(request: HttpRequest, *, upload_errors: list[str] | None) -> HttpResponse:
     """The job list; after an upload (`upload_errors` not None) also its errors, out of band and
     outside the list, so the list's polls leave them until dismissed or the next upload."""
-    context = _imports_context(request) | {"upload_errors": upload_errors or [], "errors_oob": upload_errors is not None}
+    context = _imports_context(request) | {
+        "upload_errors": upload_errors or [],
+        "errors_oob": upload_errors is not None,
+    }
     response = render(request, "sessions_app/session_list.html#imports", context)
     patch_vary_headers(response, ["HX-Request"])
     if not context["jobs_running"]:
@@ -183,6 +188,8 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
         team = shared is None
         context |= _player_page(session)
         context |= _team_panels(request, session, context["overview"]) if team else visitor_page(request, session)
+        if team:
+            context |= redaction_panel(request, session, frame.seq)
     response = render_page(request, "sessions_app/player.html", "step-list", context | (extra or {}))
     response.status_code = status
     return response
@@ -290,7 +297,7 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     )
     if not request.htmx:
         return redirect(session.get_absolute_url())
-    return render(request, "sessions_app/player.html#chain-badge", {"session": session})
+    return render(request, "sessions_app/player.html#chain-badge", {"session": session, "verification": result})
 
 
 @signed_in_or_shared

@@ -25,7 +25,8 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from .. import access, audit, teams
-from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, RemoveMemberForm, RetentionForm
+from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, ProjectSettingsForm, RemoveMemberForm
+from ..ingest.quotas import usage_of
 from ..models import ApiKey, Membership, Project, Role
 from .pages import login_required, render_page, wants_partial
 
@@ -89,8 +90,9 @@ def _project_page(request: HttpRequest, project: Project, *, status: int = 200, 
         "can_read_audit": project.role.includes(Role.REVIEWER),
         "roles": Role.choices,
         "member_form": MemberForm(),
-        "retention_form": RetentionForm(initial={"retention_days": project.retention_days}),
+        "settings_form": ProjectSettingsForm.of(project),
         "server_retention_days": settings.RETENTION_DAYS,
+        "usage": usage_of(project=project) if project.role.includes(Role.ADMIN) else None,
     } | forms_  # fmt: skip
     return render(request, "sessions_app/project.html", context, status=status)
 
@@ -151,16 +153,17 @@ def _still_sees(request: HttpRequest, project: Project) -> bool:
 @require_POST
 def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
     project = access.project_for(request, slug, need=Role.ADMIN)
-    form = RetentionForm(request.POST)
+    form = ProjectSettingsForm(request.POST)
     if not form.is_valid():
-        return _project_page(request, project, status=400, retention_form=form)
-    new = form.cleaned_data["retention_days"]
+        return _project_page(request, project, status=400, settings_form=form)
+    new = form.project_fields()
     with transaction.atomic():  # the row locked, so "from" is the value this change replaced
-        old = Project.objects.select_for_update().values_list("retention_days", flat=True).get(pk=project.pk)
-        if old != new:
-            Project.objects.filter(pk=project.pk).update(retention_days=new)
+        old = Project.objects.select_for_update().values(*new).get(pk=project.pk)
+        changed = {name: {"from": old[name], "to": value} for name, value in new.items() if old[name] != value}
+        if changed:
+            Project.objects.filter(pk=project.pk).update(**{name: change["to"] for name, change in changed.items()})
             audit.record_request(request, action="project.change", project=project, target=f"project:{project.slug}",
-                                 detail={"retention_days": {"from": old, "to": new}})  # fmt: skip
+                                 detail=changed)  # fmt: skip
     return redirect(project)
 
 

@@ -45,6 +45,36 @@
       event.target.form.requestSubmit();
     }
   });
+  // A file past the upload limit is refused here, with its name, before its bytes are sent: the
+  // server would refuse it (413) without reading it, which a browser may report as a broken
+  // connection rather than as the answer.
+  document.addEventListener("htmx:confirm", function (event) {
+    const form = event.detail.elt;
+    if (!form || form.id !== "upload-form" || !form.dataset.maxBytes) return;
+    const limit = Number(form.dataset.maxBytes);
+    const input = form.querySelector('input[type="file"]');
+    const tooLarge = Array.from((input && input.files) || []).filter((file) => file.size > limit);
+    if (!tooLarge.length) return;
+    event.preventDefault();
+    const box = document.getElementById("upload-errors");
+    if (!box) return;
+    const megabytes = (bytes) => (bytes / 1024 / 1024).toFixed(1);
+    const lines = tooLarge.map(function (file) {
+      const line = document.createElement("p");
+      line.className = "error upload-error";
+      line.dir = "auto";
+      line.textContent = `${file.name}: the upload (${megabytes(file.size)} MB) exceeds the limit of ${megabytes(limit)} MB (REPLAY_MAX_UPLOAD_MB).`;
+      return line;
+    });
+    const dismiss = document.createElement("button");
+    dismiss.type = "button";
+    dismiss.className = "link-button";
+    dismiss.dataset.dismiss = "upload-errors";
+    dismiss.textContent = "dismiss";
+    box.replaceChildren(...lines, dismiss);
+    box.hidden = false;
+    form.reset();
+  });
   // After a successful upload or checkpoint, the form is ready for the next one. A refusal
   // (4xx, swapped in with its reason: base.html's responseHandling) counts as "successful" to
   // htmx, so the status decides: what was typed stays for the next try.

@@ -2,6 +2,7 @@
 
 Each project's own retention (its page's setting) wins; --days stands in for REPLAY_RETENTION_DAYS
 for the projects without one. With neither, only projects with their own retention are cleaned.
+Then, as the daily job does, the kept originals past their grace period (sessions_app/originals.py).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from sessions_app.originals import delete_expired_originals
 from sessions_app.retention import delete_expired_sessions
 
 
@@ -47,4 +49,9 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} {result.sessions} session(s) ({result.events} events) in {len(result.projects)} project(s) "
             f"with a retention; kept {result.kept_checkpointed} checkpointed."
+        )
+        originals = delete_expired_originals(dry_run=dry_run)
+        self.stdout.write(
+            f"{verb} {originals.files} kept original(s) ({originals.bytes} bytes) of failed uploads or deleted "
+            f"sessions, older than {originals.grace_days:g} days (REPLAY_ORIGINALS_GRACE_DAYS)."
         )

@@ -1,0 +1,239 @@
+"""Per-project quotas (issue 20 item 4): stored bytes and sessions, refused before any work with
+a 413 (bytes) or 409 (sessions); the 413 of an oversized upload before its body is read, also
+over a real socket; the project page sets the quotas and shows what the project holds."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from django.http.multipartparser import MultiPartParser
+from django.test import Client
+from django.urls import reverse
+
+from sessions_app import jobs
+from sessions_app.ingest.importing import import_file
+from sessions_app.ingest.quotas import usage_of
+from sessions_app.models import AuditEntry, ImportJob, Project, Role, Session
+
+from .builders_ingest import canonical_records, write_canonical_file
+from .builders_teams import key_of, member
+
+KIB = 1024
+
+
+@pytest.fixture(autouse=True)
+def _no_worker(monkeypatch):
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+
+
+@pytest.fixture
+def maintainer(project):
+    return member("mia", project, Role.MAINTAINER)
+
+
+@pytest.fixture
+def api(maintainer) -> Client:
+    return Client(headers={"authorization": f"Bearer {key_of(maintainer)}"})
+
+
+@pytest.fixture
+def unread_body(monkeypatch) -> list[str]:
+    """Fails the test if a multipart body is parsed: what `refused before the body is read` means."""
+    parsed: list[str] = []
+
+    def parse(self):
+        parsed.append("parsed")
+        raise AssertionError("the multipart body was read")
+
+    monkeypatch.setattr(MultiPartParser, "parse", parse)
+    return parsed
+
+
+def kept_files(settings) -> list[Path]:
+    uploads = Path(settings.DATA_DIR) / "uploads"
+    return [p for p in uploads.rglob("*") if p.is_file()] if uploads.exists() else []
+
+
+def upload(api: Client, path: Path, query: str = "", **fields):
+    with path.open("rb") as handle:
+        return api.post(f"/api/imports{query}", {"file": handle, **fields})
+
+
+def post_json(client: Client, url: str, body) -> object:
+    return client.post(url, data=orjson.dumps(body), content_type="application/json")
+
+
+def test_an_upload_past_the_storage_quota_is_a_413_before_its_body_is_read(api, project, settings, tmp_path,
+                                                                            unread_body):  # fmt: skip
+    project.max_stored_bytes = 40 * KIB
+    project.save()
+    path = write_canonical_file(tmp_path / "run.jsonl", events=400)  # ~100 KiB
+    for query in ("?project=default", ""):  # named in the URL, or the caller's only project
+        response = upload(api, path, query)
+        assert response.status_code == 413, response.content
+        detail = response.json()["detail"]
+        assert "storage quota" in detail and "project default" in detail and "40.0 KiB" in detail
+    assert unread_body == [] and not ImportJob.objects.exists() and kept_files(settings) == []
+
+
+def test_an_upload_naming_its_project_only_in_the_form_is_refused_before_anything_is_stored(
+    maintainer, project, settings, tmp_path
+):
+    other = Project.objects.create(name="Other", slug="other", max_stored_bytes=40 * KIB)
+    member("mia", other, Role.MAINTAINER)  # two projects to write to: the form must say which
+    api = Client(headers={"authorization": f"Bearer {key_of(maintainer)}"})
+    path = write_canonical_file(tmp_path / "run.jsonl", events=400)
+    response = upload(api, path, project="other")
+    assert response.status_code == 413 and "project other" in response.json()["detail"]
+    assert not ImportJob.objects.exists() and kept_files(settings) == []
+    assert upload(api, path, project="default").status_code == 202  # the other one has no quota
+    assert upload(api, path, "?project=default", project="other").status_code == 400
+
+
+def test_stored_bytes_count_sessions_records_and_uploads_not_yet_imported(api, project, tmp_path):
+    path = write_canonical_file(tmp_path / "run.jsonl", events=40)
+    size = path.stat().st_size
+    assert upload(api, path).status_code == 202
+    assert usage_of(project=project).stored_bytes == size  # queued: its original counts
+    job = ImportJob.objects.get()
+    jobs.run_import(job_id=job.pk)
+    session = Session.objects.get()
+    # Imported, the session holds the records (their text as read, without line breaks).
+    assert 0.9 * size < session.record_bytes < size
+    assert usage_of(project=project).stored_bytes == session.record_bytes
+    ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.FAILED)  # kept until cleaned up
+    assert usage_of(project=project).stored_bytes == session.record_bytes + size
+
+
+def test_a_project_at_its_sessions_quota_refuses_uploads_and_live_sessions_with_409(api, project, tmp_path,
+                                                                                   unread_body):  # fmt: skip
+    first = post_json(api, "/api/sessions", {"task": "one", "idempotency_key": "k1"})
+    assert first.status_code == 201
+    project.max_sessions = 1
+    project.save()
+    refused = post_json(api, "/api/sessions", {"task": "two"})
+    assert refused.status_code == 409
+    assert "quota of 1 sessions" in refused.json()["detail"] and "(1 held)" in refused.json()["detail"]
+    retry = post_json(api, "/api/sessions", {"task": "one", "idempotency_key": "k1"})  # the same request again
+    assert retry.status_code == 200 and retry.json()["id"] == first.json()["id"]
+    response = upload(api, write_canonical_file(tmp_path / "run.jsonl", events=8))
+    assert response.status_code == 409 and "The upload would exceed" in response.json()["detail"]
+    assert unread_body == [] and Session.objects.count() == 1 and not ImportJob.objects.exists()
+
+
+def test_the_servers_quotas_apply_to_projects_without_their_own(api, project, settings):
+    settings.QUOTA_SESSIONS = 1
+    assert post_json(api, "/api/sessions", {"task": "one"}).status_code == 201
+    assert post_json(api, "/api/sessions", {"task": "two"}).status_code == 409
+    project.max_sessions = 5  # the project's own wins
+    project.save()
+    assert post_json(api, "/api/sessions", {"task": "two"}).status_code == 201
+
+
+def test_a_live_batch_past_the_storage_quota_is_a_413_before_its_body_is_read(api, project, monkeypatch):
+    created = post_json(api, "/api/sessions", {"task": "live"}).json()
+    events = list(canonical_records(20))
+    assert post_json(api, created["events_url"], {"events": events[:10]}).status_code == 200
+    session = Session.objects.get(pk=created["id"])
+    assert session.record_bytes == sum(len(orjson.dumps(e)) for e in events[:10])
+    project.max_stored_bytes = session.record_bytes + 1024
+    project.save()
+    from sessions_app.api import live
+
+    monkeypatch.setattr(live, "read_body", lambda *a, **k: pytest.fail("the body was read"))
+    refused = post_json(api, created["events_url"], {"events": events[10:]})
+    assert refused.status_code == 413 and "The batch" in refused.json()["detail"]
+    session.refresh_from_db()
+    assert session.event_count == 10
+
+
+def test_an_import_stops_adding_sessions_at_the_quota_with_a_problem(project, tmp_path):
+    project.max_sessions = 2
+    project.save()
+    outcomes = import_file(path=write_canonical_file(tmp_path / "three.jsonl", sessions=3, events=4), project=project)
+    assert Session.objects.count() == 2 and len([o for o in outcomes if o.session]) == 2
+    problems = outcomes[0].problems
+    assert [(p["field"], p["message"]) for p in problems] == [
+        ("session", "file-session-2 not imported: project default's sessions quota is reached")
+    ]
+
+
+# --- the upload page and the project page ---------------------------------------------------
+
+
+@pytest.fixture
+def page(client, maintainer) -> Client:
+    client.force_login(maintainer)
+    return client
+
+
+def test_the_upload_page_names_the_quota_an_upload_would_pass(page, project, tmp_path):
+    project.max_stored_bytes = 40 * KIB
+    project.save()
+    path = write_canonical_file(tmp_path / "big-run.jsonl", events=400)
+    with path.open("rb") as handle:
+        response = page.post(reverse("sessions:upload"), {"files": [handle]}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200 and 'id="upload-errors"' in html
+    assert "big-run.jsonl: The upload" in html and "storage quota" in html
+    assert not ImportJob.objects.exists()
+
+
+def test_admins_set_the_quotas_on_the_project_page_which_shows_what_it_holds(client, project, make_session):
+    admin = member("ada", project, Role.ADMIN)
+    client.force_login(admin)
+    make_session(events=10)
+    url = reverse("sessions:project_settings", args=[project.slug])
+    assert client.post(url, {"retention_days": "", "quota_mb": "5", "max_sessions": "3"}).status_code == 302
+    project.refresh_from_db()
+    assert (project.max_stored_bytes, project.max_sessions) == (5 * 1024 * 1024, 3)
+    entry = AuditEntry.objects.filter(action="project.change").latest("seq")
+    assert orjson.loads(entry.detail) == {"max_sessions": {"from": None, "to": 3},
+                            "max_stored_bytes": {"from": None, "to": 5 * 1024 * 1024}}  # fmt: skip
+    html = client.get(project.get_absolute_url()).content.decode()
+    assert 'id="project-usage"' in html and "of 5.0\xa0MB" in html and "1 session of 3" in html
+    refused = client.post(url, {"quota_mb": "0", "max_sessions": "x"})
+    assert refused.status_code == 400 and project.max_sessions == 3
+
+
+def test_a_maintainer_cannot_change_the_quotas(page, project):
+    url = reverse("sessions:project_settings", args=[project.slug])
+    assert page.post(url, {"quota_mb": "1"}).status_code == 403
+    project.refresh_from_db()
+    assert project.max_stored_bytes is None
+
+
+# --- a 413 before the body is read, over a real socket ---------------------------------------
+
+
+def _ask(live_server, request: bytes, body: bytes) -> tuple[bytes, float]:
+    """Send headers declaring a huge body and only the first bytes of it; the answer and how
+    long it took to start arriving."""
+    host, port = live_server.thread.host, live_server.thread.port
+    with socket.create_connection((host, port), timeout=10) as conn:
+        started = time.monotonic()
+        conn.sendall(request + body)
+        answer = conn.recv(65536)
+        return answer, time.monotonic() - started
+
+
+@pytest.mark.parametrize("path", ["/api/imports", "/sessions/upload/"])
+def test_a_declared_body_past_the_upload_limit_is_answered_413_at_once_unread(live_server, settings, path):
+    settings.MAX_UPLOAD_MB = 1
+    declared = 10 * 1024 * 1024 * 1024  # 10 GiB declared, 1 KiB sent
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {live_server.thread.host}\r\n"
+        "Content-Type: multipart/form-data; boundary=xyz\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    ).encode()
+    answer, seconds = _ask(live_server, request, b"--xyz\r\n" + b"x" * 1024)
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"413", answer[:300]
+    assert b"exceeds the limit of 1 MB" in answer and b"REPLAY_MAX_UPLOAD_MB" in answer
+    assert seconds < 5
+    if path.startswith("/api/"):
+        assert b"application/json" in rest
