@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -78,7 +78,7 @@ class Bundle:
     comments: list[dict[str, Any]]
     reviews: list[dict[str, Any]]
     # The values removed after the fact: seq, field, label, by, at (redactions.json).
-    redactions: list[dict[str, Any]] = field(default_factory=list)
+    redactions: list[dict[str, Any]]
 
     @property
     def session(self) -> dict[str, Any]:
@@ -252,8 +252,9 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                 except ValueError as error:
                     raise BundleError(f"{where}: field redacted: not a record of removed values ({error})") from None
                 removed.update((entry["seq"], entry["field"], entry["label"]) for entry in removals(seq, form))
-                for name in edited_after_redaction(form, contents):
-                    raise BundleError(f"{where}: field {name}: the text its redaction left was changed since")
+                edited = edited_after_redaction(form, contents)
+                if edited:
+                    raise BundleError(f"{where}: field {edited[0]}: the text its redaction left was changed since")
             if seq != expected_seq:
                 raise BundleError(f"{where}: field seq: expected seq {expected_seq} (an event missing or moved)")
             if stored_prev != prev:

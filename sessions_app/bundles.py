@@ -64,7 +64,6 @@ _REDACTED = LINE_FIELDS.index("redacted")
 _PRETTY = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
 
-
 def bundle_filename(session: Session) -> str:
     stem = session.source_session_id or f"session-{session.pk}"
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:100] + ".replay-bundle.zip"

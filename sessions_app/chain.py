@@ -208,7 +208,11 @@ def parse_redacted(text: Any) -> dict[str, Any]:
         form = orjson.loads(text)
     except orjson.JSONDecodeError:
         raise ValueError("not JSON") from None
-    if not isinstance(form, dict) or not isinstance(form.get("fields"), dict) or not isinstance(form.get("salts"), dict):
+    if (
+        not isinstance(form, dict)
+        or not isinstance(form.get("fields"), dict)
+        or not isinstance(form.get("salts"), dict)
+    ):
         raise ValueError("not an object with 'fields' and 'salts'")
     fields, salts = form["fields"], form["salts"]
     if not fields:
@@ -267,6 +271,7 @@ def removals(seq: int, form: dict[str, Any]) -> list[dict[str, Any]]:
         for name, entry in sorted(form["fields"].items())
         for label in entry["labels"] or [""]
     ]
+
 
 def _is_hex64(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and _HEX64.issuperset(value)

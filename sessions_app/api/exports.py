@@ -20,6 +20,14 @@ class VerifyFindingOut(Schema):
     why: str
 
 
+class VerifyRedactionOut(Schema):
+    seq: int
+    field: str = Field(description="the content field: payload, raw, step_state or state_change")
+    label: str
+    by: str = Field(description="who removed it (as its redaction recorded; the audit log's session.redact says too)")
+    at: str
+
+
 class VerifyOut(Schema):
     chainValid: bool
     firstBrokenSeq: int | None
@@ -28,6 +36,10 @@ class VerifyOut(Schema):
     head: str
     checkedAt: str
     findings: list[VerifyFindingOut] = Field(description="the first 100 differences found")
+    redactions: list[VerifyRedactionOut] = Field(
+        description="values removed after the fact, checked by the commitments they left: the first 1000"
+    )
+    redactionCount: int = Field(description="removals in all (one per event, field and label)")
 
 
 class ExportQuery(Schema):

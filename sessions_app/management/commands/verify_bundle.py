@@ -42,6 +42,17 @@ class Command(BaseCommand):
             f"  session: {session.get('id')} of project {session.get('project')!r}, {session.get('format')}, "
             f"task {str(session.get('task', ''))[:80]!r}",
             f"  comments: {len(bundle.comments)} threads; sign-offs: {len(bundle.reviews)}",
+            _redactions(bundle.redactions),
             f"  exported {bundle.manifest['exported_at']} by {bundle.manifest['exported_by']}",
         ]
         self.stdout.write("\n".join(lines))
+
+
+def _redactions(entries: list[dict]) -> str:
+    """The values removed after the fact, as the chain checked them (never the values)."""
+    if not entries:
+        return "  redactions: none"
+    events = len({entry["seq"] for entry in entries})
+    first = ", ".join(f"seq {e['seq']} {e['field']} [{e['label']}] by {e.get('by') or '?'}" for e in entries[:5])
+    more = f", and {len(entries) - 5} more" if len(entries) > 5 else ""
+    return f"  redactions: {len(entries)} removals in {events} events, their commitments checked: {first}{more}"

@@ -1,0 +1,628 @@
+"""Redacting a session already stored (issue 22, docs/redaction.md, "After the fact").
+
+A maintainer removes a value from a stored session: a text selected in the player
+(`redact_text`), or whatever the project's current rules find (`redact_with_rules`, run as a
+job: sessions_app/jobs.py). Either way the value goes from every stored copy:
+
+- the events' content fields (payload, source record, step state, state change): a changed
+  field gets its redacted text and keeps its commitment in the event's `redacted` column
+  (chain.redact_field), so the event's link, the chain's head and every sign-off made on it stay
+  as they were, and verification checks all the rest without the value;
+- what is derived from them and stored beside them: state keyframes and saved snapshots, the
+  session's saved writer state (variables, memory), its task, answer and metadata;
+- what people wrote about the session: comments and their earlier revisions, sign-off notes,
+  checkpoints, tour stops on it, share links' notes. They are users' words, but a secret is one
+  whoever typed it, and the point is that it leaves through no copy;
+- its import job's problems and messages;
+- the kept original upload: written again redacted, or deleted when the project's rules say
+  originals are not kept (the old file's bytes are overwritten before it is unlinked);
+- the database file: the rewrite runs with SQLite's secure_delete on (freed space is zeroed),
+  and `purge_freed` then VACUUMs and truncates the WAL (SQLite) or VACUUMs the touched tables
+  (PostgreSQL; what that does and does not guarantee is in docs/redaction.md).
+
+The recorded fields (kind, tool, ids, times, numbers) are hashed as they are, not through a
+commitment: a value there cannot be removed without breaking the chain, and is not. Search has
+no index of its own to rewrite: it reads the event rows (replay/navigation.py). The audit entry
+(`session.redact`) names who, when, which seqs and labels, never the value.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import re2
+from django.db import connection, transaction
+from django.db.models import Model
+
+from . import audit
+from .access import Actor
+from .chain import CONTENT_FIELDS, parse_redacted, redact_field, removals, with_text_digests
+from .formats import Source
+from .models import (
+    Checkpoint,
+    Comment,
+    CommentRevision,
+    Event,
+    ImportJob,
+    RedactionJob,
+    RedactionRules,
+    Review,
+    Session,
+    ShareLink,
+    Snapshot,
+    TourStop,
+)
+from .redaction import Redactor, RuleError, check_label
+from .replay.exports import original_file
+
+logger = logging.getLogger(__name__)
+
+MIN_TEXT = 4  # shorter, a selection would take out common words everywhere
+MAX_TEXT = 10_000
+MANUAL_LABEL = "manual"
+CHUNK = 2000
+AUDIT_SEQS_CHARS = 2000  # the audit entry's seq ranges, cut after this
+_TABLE = Event._meta.db_table
+_READ = ("seq", "salt", "redacted", *CONTENT_FIELDS)
+# The tables a redaction rewrites, VACUUMed afterwards on PostgreSQL: the large ones in place, the
+# small ones rewritten whole (VACUUM FULL), which leaves no byte of an old row in their files.
+LARGE_MODELS = (Event, Snapshot)
+SMALL_MODELS = (Session, Comment, CommentRevision, Review, Checkpoint, TourStop, ShareLink, ImportJob)
+TOUCHED_MODELS = (*LARGE_MODELS, *SMALL_MODELS)
+
+
+class RedactionRefused(ValueError):
+    """A redaction that cannot be made; `field` names the input that is wrong."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass
+class RedactionResult:
+    """What one redaction changed: never the value, only where and how much."""
+
+    seqs: list[int] = field(default_factory=list)  # events whose content changed, in order
+    counts: Counter[str] = field(default_factory=Counter)  # values removed from events, by label
+    fields: Counter[str] = field(default_factory=Counter)  # event fields changed, by field
+    elsewhere: Counter[str] = field(default_factory=Counter)  # other stored copies changed, by kind
+    original: str = ""  # the kept upload: "rewritten", "deleted", "unchanged" or "" (none kept)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.seqs or self.elsewhere or self.original in ("rewritten", "deleted"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "events": len(self.seqs),
+            "seqs": seq_ranges(self.seqs),
+            "values": sum(self.counts.values()),
+            "byLabel": dict(self.counts),
+            "fields": dict(self.fields),
+            "elsewhere": dict(self.elsewhere),
+            "original": self.original or None,
+        }
+
+
+def seq_ranges(seqs: list[int]) -> list[list[int]]:
+    """Sorted seqs as [first, last] runs: [0, 1, 2, 7] -> [[0, 2], [7, 7]]."""
+    runs: list[list[int]] = []
+    for seq in seqs:
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    return runs
+
+
+def _ranges_text(seqs: list[int]) -> str:
+    text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in seq_ranges(seqs))
+    return text if len(text) <= AUDIT_SEQS_CHARS else text[:AUDIT_SEQS_CHARS].rsplit(",", 1)[0] + ",…"
+
+
+# --- the two ways in ------------------------------------------------------------------------------
+
+
+def redact_text(
+    *, session: Session, seq: int, text: str, label: str = MANUAL_LABEL, actor: Actor | str, ip: str | None = None
+) -> RedactionResult:
+    """Remove `text` (a value a maintainer selected at event `seq`) from every stored copy of the
+    session: each occurrence becomes `[REDACTED:<label>]`. Raises RedactionRefused naming the
+    field (`text`, `seq`, `label`) when it cannot."""
+    wanted = selection_forms(text)
+    label = _label(label)
+    if not 0 <= seq < session.event_count:
+        raise RedactionRefused("seq", f"the session has events 0 to {session.event_count - 1}")
+    redactor = literal_redactor(wanted, label)
+    result = _redact_session(session, redactor, by=_name(actor), candidates=_stored_forms(wanted), found_first=True)
+    _audit(session, result, actor=actor, ip=ip, how="selection", selected_at=seq)
+    return result
+
+
+def start_rules_job(*, session: Session, actor: Actor | str, ip: str | None = None) -> RedactionJob:
+    """A queued run of the project's current rules over the session (the caller enqueues it
+    after commit: jobs.enqueue_redaction_after_commit). RedactionRefused when no rule is on."""
+    if RedactionRules.redactor_for(session.project_id) is None:
+        raise RedactionRefused("rules", "the project has no redaction rule on: turn some on in its settings first")
+    return RedactionJob.objects.create(
+        session=session, requested_by=_name(actor)[:200], requested_ip=ip, events_total=session.event_count
+    )
+
+
+def redact_with_rules(*, job: RedactionJob) -> RedactionResult:
+    """Apply the project's current rules to the job's session (the job's progress moves per
+    chunk of events), then record the audit entry. The database's freed space is purged by the
+    caller, outside any transaction (`purge_freed`)."""
+    session = Session.objects.select_related("project").get(pk=job.session_id)
+    redactor = RedactionRules.redactor_for(session.project_id)
+    if redactor is None:
+        raise RedactionRefused("rules", "the project has no redaction rule on")
+    RedactionJob.objects.filter(pk=job.pk).update(events_total=session.event_count)
+
+    def progress(done: int, changed: int) -> None:
+        RedactionJob.objects.filter(pk=job.pk).update(events_done=done, events_redacted=changed)
+
+    result = _redact_session(session, redactor, by=job.requested_by, candidates=None, on_progress=progress)
+    _audit(session, result, actor=job.requested_by, ip=job.requested_ip, how="rules", job=job.pk)
+    return result
+
+
+# --- what a selection is --------------------------------------------------------------------------
+
+
+def selection_forms(text: Any) -> list[str]:
+    """The values a selection stands for: the text as selected (surrounding space and quotes
+    taken off), and, when it reads as the inside of a JSON string (the player shows payloads as
+    JSON, so a selected newline is `\\n`), that string decoded. RedactionRefused when too short
+    or too long."""
+    if not isinstance(text, str):
+        raise RedactionRefused("text", "the value to redact is required")
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    if len(text) < MIN_TEXT:
+        raise RedactionRefused("text", f"select at least {MIN_TEXT} characters")
+    if len(text) > MAX_TEXT:
+        raise RedactionRefused("text", f"select at most {MAX_TEXT:,} characters")
+    forms = [text]
+    if "\\" in text:
+        try:
+            decoded = orjson.loads(f'"{text}"')
+        except orjson.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, str) and len(decoded) >= MIN_TEXT and decoded not in forms:
+            forms.append(decoded)
+    return forms
+
+
+def literal_redactor(forms: list[str], label: str) -> Redactor:
+    """A redactor with one rule: these exact texts. Built here, not through the rules' cache,
+    which would keep the value in memory for as long as the process lives."""
+    pattern = "|".join(re2.escape(form) for form in sorted(forms, key=len, reverse=True))
+    return Redactor((), ((label, pattern),), False)
+
+
+def _stored_forms(forms: list[str]) -> list[str]:
+    """How the values can be spelled in a stored column: as they are (a plain source record),
+    inside JSON text as Replay writes it, and with non-ASCII escaped (a source's own JSON)."""
+    found: list[str] = []
+    for form in forms:
+        for spelled in (form, orjson.dumps(form).decode()[1:-1], _ascii_json(form)):
+            if spelled not in found:
+                found.append(spelled)
+    return found
+
+
+def _ascii_json(text: str) -> str:
+    import json
+
+    return json.dumps(text)[1:-1]
+
+
+def _label(label: Any) -> str:
+    try:
+        return check_label(label or MANUAL_LABEL, "label")
+    except RuleError as error:
+        raise RedactionRefused(error.field, error.message) from None
+
+
+def _name(actor: Actor | str) -> str:
+    return actor.name if isinstance(actor, Actor) else actor
+
+
+# --- the rewrite ----------------------------------------------------------------------------------
+
+
+def _redact_session(
+    session: Session,
+    redactor: Redactor,
+    *,
+    by: str,
+    candidates: list[str] | None,
+    on_progress: Callable[[int, int], None] | None = None,
+    found_first: bool = False,
+) -> RedactionResult:
+    """With `found_first`, refuse (RedactionRefused) when the value is in none of the rows, before
+    the kept original is touched: a selection names content, and a text that is only in the
+    source's recorded fields (a kind, a tool name) is not that."""
+    result = RedactionResult()
+    at = datetime.now(UTC).isoformat()
+    with secure_delete():
+        _redact_events(session, redactor, by=by, at=at, candidates=candidates, result=result, on_progress=on_progress)
+        with transaction.atomic():
+            # The session row locked: a live append (which locks it too) waits, so the saved writer
+            # state and the keyframes are redacted as one.
+            locked = Session.objects.select_for_update().get(pk=session.pk)
+            _redact_session_row(locked, redactor, result)
+            _redact_snapshots(session, redactor, result)
+            _redact_team_work(session, redactor, result)
+            _redact_import_job(locked, redactor, result)
+        if found_first and not result.changed:
+            raise RedactionRefused(
+                "text", "not found in this session's stored content as one value (select text inside one string)"
+            )
+        result.original = _redact_original(session, redactor)
+    return result
+
+
+def _redact_events(
+    session: Session,
+    redactor: Redactor,
+    *,
+    by: str,
+    at: str,
+    candidates: list[str] | None,
+    result: RedactionResult,
+    on_progress: Callable[[int, int], None] | None,
+) -> None:
+    """The events in keyset chunks of CHUNK, one transaction each: a run stopped half-way leaves
+    every event either redacted or not, and running it again finishes it."""
+    count = Session.objects.filter(pk=session.pk).values_list("event_count", flat=True).get()
+    where, extra = _candidate_sql(candidates)
+    next_seq = 0
+    while next_seq < count:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT {', '.join(_READ)} FROM {_TABLE} WHERE session_id = %s AND seq >= %s AND seq < %s"
+                    f"{where} ORDER BY seq LIMIT {CHUNK}",
+                    [session.pk, next_seq, count, *extra],
+                )
+                rows = cursor.fetchall()
+            updates = [update for row in rows if (update := _redact_event(row, redactor, by, at, result))]
+            if updates:
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        f"UPDATE {_TABLE} SET {', '.join(f'{name} = %s' for name in CONTENT_FIELDS)}, salt = %s, "
+                        f"redacted = %s WHERE session_id = %s AND seq = %s",
+                        [[*values, session.pk, seq] for seq, values in updates],
+                    )
+        next_seq = rows[-1][0] + 1 if len(rows) == CHUNK else count
+        if on_progress is not None:
+            on_progress(next_seq, len(result.seqs))
+
+
+def _candidate_sql(forms: list[str] | None) -> tuple[str, list[str]]:
+    """Only the events whose content holds one of the texts (a literal redaction), found by the
+    database: C's substring search, not Python decoding every event."""
+    if not forms:
+        return "", []
+    find = "instr({column}, %s) > 0" if connection.vendor == "sqlite" else "strpos({column}, %s) > 0"
+    tests = [find.format(column=column) for form in forms for column in CONTENT_FIELDS]
+    return f" AND ({' OR '.join(tests)})", [form for form in forms for _ in CONTENT_FIELDS]
+
+
+def _redact_event(
+    row: tuple, redactor: Redactor, by: str, at: str, result: RedactionResult
+) -> tuple[int, list[Any]] | None:
+    """One event's new content, salt and `redacted` column, or None when nothing changed."""
+    seq, salt, redacted, *contents = row
+    salt = salt or ""
+    new = list(contents)
+    changed = False
+    for index, (name, text) in enumerate(zip(CONTENT_FIELDS, contents)):
+        if text is None:
+            continue
+        found = Counter()
+        redactor.counts = found
+        redacted_text = redactor.record_text(text) if name == "raw" else redactor.json_text(text)
+        if redacted_text == text:
+            continue
+        salt, redacted = redact_field(
+            event_salt=salt, redacted=redacted, contents=contents, field=name, labels=sorted(found), by=by, at=at
+        )
+        new[index] = redacted_text
+        result.counts.update(found)
+        result.fields[name] += 1
+        changed = True
+    if not changed:
+        return None
+    result.seqs.append(seq)
+    # The text each redacted field holds now is bound to its record (`after`), so an edit of it
+    # is found as an edit of any other field is.
+    removed = orjson.loads(redacted)["fields"]
+    redacted = with_text_digests(redacted, {name: text for name, text in zip(CONTENT_FIELDS, new) if name in removed})
+    return seq, [*new, salt, redacted]
+
+
+def _redact_session_row(session: Session, redactor: Redactor, result: RedactionResult) -> None:
+    changes: dict[str, Any] = {}
+    for name in ("task", "final_answer", "environment"):
+        _text(session, name, redactor, changes)
+    for name in ("metadata", "bundle_origin"):
+        _value(session, name, redactor, changes)
+    state = session.ingest_state if isinstance(session.ingest_state, dict) else {}
+    # What a later append starts from (ingest/rows.SAVED_FIELDS): the variables and memory the
+    # keyframes are built from, and the format's own state. Pair ids and tool names are recorded
+    # fields, kept as they are.
+    new_state = {
+        name: redactor.value(value) if name in ("variables", "memory", "format_state") else value
+        for name, value in state.items()
+    }
+    if any(new_state[name] is not state[name] for name in state):
+        changes["ingest_state"] = new_state
+    if changes:
+        Session.objects.filter(pk=session.pk).update(**changes)
+        result.elsewhere["session"] += 1
+
+
+def _redact_snapshots(session: Session, redactor: Redactor, result: RedactionResult) -> None:
+    """Keyframes, saved and imported snapshots: verification derives the keyframes again from the
+    redacted state changes, so they must hold exactly what those give (the same walk)."""
+    for snapshot in Snapshot.objects.filter(session=session).only("pk", "variables", "memory_notes").iterator():
+        changes: dict[str, Any] = {}
+        _value(snapshot, "variables", redactor, changes)
+        _value(snapshot, "memory_notes", redactor, changes)
+        if changes:
+            Snapshot.objects.filter(pk=snapshot.pk).update(**changes)
+            result.elsewhere["snapshots"] += 1
+
+
+def _redact_team_work(session: Session, redactor: Redactor, result: RedactionResult) -> None:
+    for model, rows, names in (
+        (Comment, Comment.objects.filter(session=session), ("body",)),
+        (CommentRevision, CommentRevision.objects.filter(comment__session=session), ("body",)),
+        (Review, Review.objects.filter(session=session), ("note",)),
+        (Checkpoint, Checkpoint.objects.filter(session=session), ("name", "note")),
+        (TourStop, TourStop.objects.filter(session=session), ("title", "narration")),
+        (ShareLink, ShareLink.objects.filter(session=session), ("note",)),
+    ):
+        for row in rows.only("pk", *names).iterator():
+            changes: dict[str, Any] = {}
+            for name in names:
+                _text(row, name, redactor, changes)
+            if changes:
+                model.objects.filter(pk=row.pk).update(**changes)
+                result.elsewhere[model._meta.model_name] += 1
+
+
+def _redact_import_job(session: Session, redactor: Redactor, result: RedactionResult) -> None:
+    if session.import_job_id is None:
+        return
+    job = ImportJob.objects.filter(pk=session.import_job_id).only("pk", "problems", "result", "error").first()
+    if job is None:
+        return
+    changes: dict[str, Any] = {}
+    _value(job, "problems", redactor, changes)
+    _value(job, "result", redactor, changes)
+    _text(job, "error", redactor, changes)
+    if changes:
+        ImportJob.objects.filter(pk=job.pk).update(**changes)
+        result.elsewhere["import_job"] += 1
+
+
+def _text(row: Model, name: str, redactor: Redactor, changes: dict[str, Any]) -> None:
+    text = getattr(row, name)
+    if not text:
+        return
+    new = redactor.text(text)
+    if new != text:
+        limit = row._meta.get_field(name).max_length
+        changes[name] = new[:limit] if limit else new
+
+
+def _value(row: Model, name: str, redactor: Redactor, changes: dict[str, Any]) -> None:
+    value = getattr(row, name)
+    if value is None:
+        return
+    new = redactor.value(value)
+    if new is not value and new != value:
+        changes[name] = new
+
+
+# --- the kept original ----------------------------------------------------------------------------
+
+
+def _redact_original(session: Session, redactor: Redactor) -> str:
+    """The upload the session was imported from, when it is kept: written again redacted (line
+    by line, redaction.Redactor.lines), or deleted when the project's rules keep no originals.
+    A file holding several sessions changes for all of them: the value goes everywhere."""
+    path = original_file(session)
+    if path is None:
+        return ""
+    job = session.import_job
+    rules = RedactionRules.redactor_for(session.project_id)
+    if rules is not None and not rules.keep_originals:
+        ImportJob.objects.filter(pk=job.pk).update(stored_path="")
+        wipe_file(path)
+        return "deleted"
+    target = path.with_name(f"{path.name.split('.', 1)[0]}-redacted-{int(time.time() * 1000)}{_plain_suffix(path)}")
+    redactor.counts = Counter()
+    with Source(path=path).open() as source, target.open("xb") as out:
+        os.chmod(target, 0o640)
+        for line in redactor.lines(source):
+            out.write(line)
+    if not redactor.counts:
+        target.unlink()
+        return "unchanged"
+    ImportJob.objects.filter(pk=job.pk).update(stored_path=str(target))
+    wipe_file(path)
+    return "rewritten"
+
+
+def _plain_suffix(path: Path) -> str:
+    """The stored name's ending without .gz: the redacted copy is written uncompressed."""
+    suffixes = "".join(path.suffixes)
+    return suffixes[:-3] if suffixes.lower().endswith(".gz") else suffixes
+
+
+def wipe_file(path: Path) -> None:
+    """Overwrite a file's bytes with zeros, flush them to the disk, and unlink it: the blocks it
+    held no longer hold the value (on a filesystem that writes in place; see docs/redaction.md)."""
+    try:
+        size = path.stat().st_size
+        zeros = bytes(1 << 20)
+        with path.open("r+b") as out:
+            left = size
+            while left > 0:
+                left -= out.write(zeros[: min(left, len(zeros))])
+            out.flush()
+            os.fsync(out.fileno())
+    except FileNotFoundError:
+        return
+    path.unlink(missing_ok=True)
+
+
+# --- the database file ----------------------------------------------------------------------------
+
+
+@contextmanager
+def secure_delete() -> Iterator[None]:
+    """SQLite's secure_delete on this connection while the rewrite runs: the space an old value
+    leaves in a page, and pages freed whole, are overwritten with zeros instead of left as they
+    were. (PostgreSQL has no such switch: `purge_freed` VACUUMs.)"""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA secure_delete")
+        before = cursor.fetchone()[0]
+        cursor.execute("PRAGMA secure_delete = ON")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA secure_delete = {int(before)}")
+
+
+@dataclass
+class Purge:
+    vacuumed: list[str]
+    wal_truncated: bool | None  # SQLite: whether the WAL file was emptied (None: PostgreSQL)
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vacuumed": self.vacuumed, "wal_truncated": self.wal_truncated, "seconds": round(self.seconds, 3)}
+
+
+def purge_freed(*, attempts: int = 20) -> Purge:
+    """Take the old values out of the database's files after a redaction committed. Must run
+    outside a transaction (VACUUM cannot run inside one).
+
+    SQLite: VACUUM rebuilds the file from its live rows (so no free page or free space in a page
+    keeps an old row, even one freed before the redaction without secure_delete), then a
+    TRUNCATE checkpoint copies the WAL into the file and empties it (the WAL holds old page
+    images until then). A reader holding an old snapshot delays the checkpoint: it is retried.
+
+    PostgreSQL: an UPDATE writes a new row version and leaves the old one dead in its page.
+    VACUUM removes the dead versions (and their TOAST chunks) from the events and snapshots,
+    without locking readers out; the bytes they took may stay in the page's free space until
+    reused. The small tables (sessions, comments, ...) are rewritten whole (VACUUM FULL: a short
+    exclusive lock), so their files hold no old row at all. docs/redaction.md says the rest."""
+    if connection.in_atomic_block:
+        raise RuntimeError("purge_freed must run outside a transaction (VACUUM cannot run inside one)")
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("VACUUM")
+            truncated = False
+            for attempt in range(attempts):
+                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                busy, _log, _done = cursor.fetchone()
+                if not busy:
+                    truncated = True
+                    break
+                time.sleep(min(0.05 * (attempt + 1), 1.0))
+            if not truncated:
+                logger.warning("redaction: the WAL could not be truncated (a reader held it); it empties later")
+            return Purge(vacuumed=["*"], wal_truncated=truncated, seconds=time.perf_counter() - started)
+        quote = connection.ops.quote_name
+        done = []
+        for models, command in ((LARGE_MODELS, "VACUUM"), (SMALL_MODELS, "VACUUM FULL")):
+            for model in models:
+                cursor.execute(f"{command} {quote(model._meta.db_table)}")
+                done.append(f"{command} {model._meta.db_table}")
+    return Purge(vacuumed=done, wal_truncated=None, seconds=time.perf_counter() - started)
+
+
+# --- the audit entry --------------------------------------------------------------------------------
+
+
+def _audit(session: Session, result: RedactionResult, *, actor: Actor | str, ip: str | None, how: str,
+           **extra: Any) -> None:  # fmt: skip
+    audit.record(
+        action="session.redact",
+        actor=actor,
+        project=session.project_id,
+        target=f"session:{session.pk}",
+        detail={
+            "how": how,
+            "labels": dict(result.counts),
+            "events": len(result.seqs),
+            "seqs": _ranges_text(result.seqs),
+            "fields": dict(result.fields),
+            "elsewhere": dict(result.elsewhere),
+            "original": result.original or None,
+            **extra,
+        },
+        ip=ip,
+    )
+
+
+def list_redactions(*, session: Session, limit: int = 1000) -> tuple[list[dict[str, Any]], int]:
+    """The session's removals (seq, field, label, by, at) in seq order, the first `limit`, and
+    how many in all: one read of its events' `redacted` column (no index: a list page or the
+    Redactions panel, loaded when shown, not the player's every frame)."""
+    entries: list[dict[str, Any]] = []
+    total = 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT seq, redacted FROM {_TABLE} WHERE session_id = %s AND redacted IS NOT NULL ORDER BY seq",
+            [session.pk],
+        )
+        for seq, text in cursor.fetchall():
+            try:
+                found = removals(seq, parse_redacted(text))
+            except ValueError:
+                continue  # verification names it
+            total += len(found)
+            entries.extend(found[: max(0, limit - len(entries))])
+    return entries, total
+
+
+def job_row(job: RedactionJob) -> dict[str, Any]:
+    """A rules run as the API and the panel show it."""
+    return {
+        "id": job.pk,
+        "status": job.status,
+        "requestedBy": job.requested_by,
+        "eventsTotal": job.events_total,
+        "eventsDone": job.events_done,
+        "eventsRedacted": job.events_redacted,
+        "byLabel": job.counts,
+        "error": job.error,
+        "createdAt": job.created_at.isoformat(),
+        "finishedAt": job.finished_at.isoformat() if job.finished_at else None,
+    }
