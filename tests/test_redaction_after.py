@@ -1,0 +1,491 @@
+"""Redaction after the fact (issue 22, items 3-5): a maintainer removes a value from a stored
+session, from every copy the server holds and from the database file itself, and the chain still
+proves everything else: verify stays valid and lists the redaction, another edit is still found
+at its seq, sign-offs stay valid, bundles carry the redactions and verify_bundle checks them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import orjson
+import pytest
+from django.apps import apps
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from sessions_app import comments, jobs, sharing, stored_redaction
+from sessions_app.access import Actor
+from sessions_app.bundle_reader import BundleError, read_bundle
+from sessions_app.ingest.bundles import import_bundle
+from sessions_app.ingest.importing import import_local_file
+from sessions_app.ingest.writer import set_checkpoint
+from sessions_app.models import AuditEntry, Event, Project, RedactionJob, RedactionRules, Role, Session, Tour, TourStop
+from sessions_app.reviews import sign_off, sign_offs_of
+from sessions_app.stored_redaction import RedactionRefused, redact_text
+from sessions_app.verification import verify_session
+
+from .builders_teams import acme, member  # noqa: F401  (fixtures)
+from .redaction_file_db import CHANGE_SEQ, SECRET, SECRET_SEQS, STEP_SEQ, TAMPERED_SEQ, session_lines
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = 600  # events of the in-process session; the database-file tests use 10,000
+SMALL_SEQS = (3, 400, 598)
+SMALL_STEP, SMALL_CHANGE = 501, 502
+PLACEHOLDER = "[REDACTED:apikey]"
+
+
+def small_lines() -> bytes:
+    """session_lines' shape at SMALL events: the secret at SMALL_SEQS, a step and a change."""
+    lines = session_lines(count=SMALL, secret="SECRETPLACE").splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        record = orjson.loads(line)
+        if i in SMALL_SEQS:
+            record["payload"]["prompt"] = f"use the key {SECRET} please"
+        if i == SMALL_STEP:
+            record.update(kind="step_end", step_state={"step": 1, "output": f"got {SECRET}", "success": True})
+        if i == SMALL_CHANGE:
+            record["state_change"] = {"variables": {"api_key": SECRET}, "memory": [f"remember {SECRET}"]}
+        out.append(orjson.dumps(record))
+    return b"\n".join(out) + b"\n"
+
+
+@pytest.fixture
+def mia(acme):  # noqa: F811
+    return member("mia", acme, Role.MAINTAINER)
+
+
+@pytest.fixture
+def stored(acme, mia, tmp_path) -> Session:  # noqa: F811
+    """A session imported from a file (its original kept) holding the secret in three payloads, a
+    step's output, a state change (so in keyframes and the saved writer state), its task, a
+    comment and an edited reply, a checkpoint's note, a tour stop, a share link's note, a
+    sign-off's note and its import job's problems."""
+    path = tmp_path / "with-secret.jsonl"
+    path.write_bytes(small_lines())
+    (outcome,) = import_local_file(path=path, project=acme)
+    session = outcome.session
+    Session.objects.filter(pk=session.pk).update(task=f"Call the API with {SECRET}")
+    actor = Actor(user=mia)
+    comments.create_comment(actor=actor, session=session, seq=3, body=f"Is `{SECRET}` live?")
+    reply = comments.create_comment(actor=actor, session=session, seq=3, body=f"yes: {SECRET}",
+                                    parent=None)  # fmt: skip
+    comments.edit_comment(actor=actor, comment=reply, body="it was revoked")
+    set_checkpoint(session=session, name="leak", seq=3, created_by="mia", note=f"the key {SECRET} leaks here")
+    tour = Tour.objects.create(project=acme, title="onboarding")
+    TourStop.objects.create(tour=tour, position=0, session=session, seq=3, title="the leak",
+                            narration=f"see {SECRET}")  # fmt: skip
+    sharing.create_link(actor=actor, session=session, note=f"for the vendor, key {SECRET}")
+    job = session.import_job
+    job.problems = [{"line": 9, "field": "payload", "message": f"odd value {SECRET}"}]
+    job.save(update_fields=["problems"])
+    sign_off(session=session, reviewer=actor, verdict="approved", note=f"checked {SECRET}")
+    return Session.objects.get(pk=session.pk)
+
+
+@pytest.fixture
+def maintainer(mia) -> Client:
+    client = Client()
+    client.force_login(mia)
+    return client
+
+
+@pytest.fixture
+def viewer(acme) -> Client:  # noqa: F811
+    client = Client()
+    client.force_login(member("vic", acme, Role.VIEWER))
+    return client
+
+
+def redact_by_api(client: Client, session: Session, text: str = SECRET, seq: int = 3, label: str = "apikey"):
+    return client.post(f"/api/sessions/{session.pk}/redactions", {"text": text, "seq": seq, "label": label},
+                       content_type="application/json")  # fmt: skip
+
+
+def rows_holding(value: str) -> list[str]:
+    """Every row of every table of the app (and Django's) whose values hold `value`."""
+    found = []
+    for model in apps.get_models():
+        for row in model.objects.values():
+            if value in str(row) or value.encode() in repr(row).encode():
+                found.append(f"{model._meta.label} {row.get('id')}")
+    return found
+
+
+def files_holding(value: str, folder: Path) -> list[str]:
+    return [str(p) for p in folder.rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
+
+
+def body_of(response) -> bytes:
+    return b"".join(response.streaming_content) if response.streaming else response.content
+
+
+# --- the value leaves every stored copy -------------------------------------------------------
+
+
+def test_a_redacted_value_is_gone_from_every_row_and_file_and_becomes_its_placeholder(stored, maintainer):
+    assert rows_holding(SECRET) and files_holding(SECRET, Path(settings.DATA_DIR))  # it was there
+    response = redact_by_api(maintainer, stored)
+    assert response.status_code == 200, response.content
+    result = response.json()
+    assert result["events"] == 5 and result["seqs"] == [[3, 3], [400, 400], [501, 502], [598, 598]]
+    assert result["byLabel"] == {"apikey": 6}  # three prompts, a step output, a variable and a note
+    assert result["fields"] == {"payload": 3, "step_state": 1, "state_change": 1}
+    assert result["original"] == "rewritten"
+    assert {"session", "snapshots", "comment", "commentrevision", "checkpoint", "tourstop", "sharelink", "review",
+            "import_job"} <= set(result["elsewhere"])  # fmt: skip
+    assert rows_holding(SECRET) == []
+    assert files_holding(SECRET, Path(settings.DATA_DIR)) == []
+    event = Event.objects.get(session=stored, seq=3)
+    assert orjson.loads(event.payload)["prompt"] == f"use the key {PLACEHOLDER} please"
+    assert event.salt == "" and orjson.loads(event.redacted)["fields"]["payload"]["labels"] == ["apikey"]
+    stored.refresh_from_db()
+    assert stored.task == f"Call the API with {PLACEHOLDER}"
+    assert stored.ingest_state["variables"]["api_key"] == PLACEHOLDER
+
+
+def test_a_value_selected_as_shown_in_json_is_found_in_its_decoded_string(stored, maintainer):
+    # The player shows payloads as JSON: a selected line break is the two characters \n.
+    Event.objects.filter(session=stored, seq=7).update(payload=orjson.dumps({"note": "first\nsecond line"}).decode())
+    Event.objects.filter(session=stored, seq=7).update(redacted=None)
+    response = redact_by_api(maintainer, stored, text='"first\\nsecond"', seq=7, label="note")
+    assert response.status_code == 200, response.content
+    assert orjson.loads(Event.objects.get(session=stored, seq=7).payload) == {"note": "[REDACTED:note] line"}
+
+
+def test_the_audit_entry_names_who_which_seqs_and_labels_but_never_the_value(stored, maintainer):
+    redact_by_api(maintainer, stored)
+    entry = AuditEntry.objects.get(action="session.redact")
+    detail = orjson.loads(entry.detail)
+    assert entry.actor == "mia" and entry.target == f"session:{stored.pk}" and entry.ip == "127.0.0.1"
+    assert detail["seqs"] == "3,400,501-502,598" and detail["labels"] == {"apikey": 6}
+    assert detail["how"] == "selection" and detail["selected_at"] == 3
+    assert SECRET not in entry.detail
+
+
+def test_the_value_is_in_no_page_api_answer_search_export_or_bundle(stored, maintainer, viewer, mia):
+    link, token = sharing.create_link(actor=Actor(user=mia), session=stored, note="", allow_export=True)
+    assert redact_by_api(maintainer, stored).status_code == 200
+    base = f"/api/sessions/{stored.pk}"
+    answers = {
+        url: viewer.get(url)
+        for url in (
+            f"{base}", f"{base}/summary", f"{base}/replay?limit=1000", f"{base}/steps", f"{base}/context?seq=502",
+            f"{base}/context?seq=3", f"{base}/search?q=TOPSECRET", f"{base}/comments", f"{base}/reviews",
+            f"{base}/checkpoints", f"{base}/verify", f"{base}/redactions", f"{base}/export?format=jsonl",
+            f"{base}/export?format=snapshot", f"{base}/export?format=original", f"{base}/bundle",
+            f"/sessions/{stored.pk}/", f"/sessions/{stored.pk}/?step=3", f"/sessions/{stored.pk}/?step=502",
+            f"/sessions/{stored.pk}/?step=501", f"/sessions/{stored.pk}/charts/", f"/sessions/{stored.pk}/redactions/",
+            f"/sessions/{stored.pk}/search/?q=TOPSECRET", "/search/?q=TOPSECRET", "/sessions/?q=TOPSECRET",
+            f"/imports/{stored.import_job_id}/", "/api/sessions?q=Call",
+        )
+    }  # fmt: skip
+    visitor = Client()
+    answers["share link"] = visitor.get(f"/s/{token}", follow=True)
+    answers["share link export"] = visitor.get(f"/sessions/{stored.pk}/export/?format=original")
+    for where, response in answers.items():
+        assert response.status_code == 200, (where, response.status_code)
+        assert SECRET.encode() not in body_of(response), where
+    assert viewer.get(f"{base}/search?q=TOPSECRET").json()["results"] == []
+    found = viewer.get(f"{base}/search", {"q": PLACEHOLDER}).json()["results"]
+    assert [hit["seq"] for hit in found] == [3, 400, 501, 598]  # search reads payloads and step states
+
+
+# --- the chain survives -------------------------------------------------------------------------
+
+
+def test_verify_stays_valid_and_lists_the_redactions(stored, maintainer, viewer):
+    head = stored.head_hash
+    redact_by_api(maintainer, stored)
+    body = viewer.get(f"/api/sessions/{stored.pk}/verify").json()
+    assert body["chainValid"] is True and body["findings"] == [] and body["head"] == head
+    assert body["redactionCount"] == 5
+    assert [(r["seq"], r["field"], r["label"], r["by"]) for r in body["redactions"]] == [
+        (3, "payload", "apikey", "mia"), (400, "payload", "apikey", "mia"), (501, "step_state", "apikey", "mia"),
+        (502, "state_change", "apikey", "mia"), (598, "payload", "apikey", "mia"),
+    ]  # fmt: skip
+    page = viewer.post(f"/sessions/{stored.pk}/verify/", HTTP_HX_REQUEST="true")
+    assert b"verified at" in page.content and b"5 redactions" in page.content
+    listed = viewer.get(f"/sessions/{stored.pk}/redactions/", HTTP_HX_REQUEST="true").content.decode()
+    assert "5 removals" in listed and "state_change" in listed and "mia" in listed
+
+
+@pytest.mark.parametrize("seq", [TAMPERED_SEQ % SMALL, SMALL_SEQS[0]])
+def test_an_edit_to_another_event_or_another_field_is_still_found_at_its_seq(stored, maintainer, seq):
+    redact_by_api(maintainer, stored)
+    # seq 3's payload was redacted: its step_state (kept, with its own salt) is the other field.
+    column, value = ("payload", '{"i":1}') if seq != SMALL_SEQS[0] else ("step_state", '{"step":9}')
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {Event._meta.db_table} SET {column} = %s WHERE session_id = %s AND seq = %s",
+                       [value, stored.pk, seq])  # fmt: skip
+    result = verify_session(session=stored, record=False)
+    assert not result.valid and result.first_broken_seq == seq
+
+
+def test_an_edit_of_the_text_a_redaction_left_is_found_at_its_seq(stored, maintainer):
+    redact_by_api(maintainer, stored)
+    Event.objects.filter(session=stored, seq=400).update(payload='{"i":400,"prompt":"approve the transfer"}')
+    result = verify_session(session=stored, record=False)
+    assert not result.valid and result.first_broken_seq == 400
+    assert result.findings[0]["field"] == "payload" and "redaction left" in result.findings[0]["why"]
+
+
+def test_a_sign_off_made_before_the_redaction_stays_valid(stored, maintainer):
+    (before,) = sign_offs_of(session=stored)
+    assert before.coverage.unchanged
+    redact_by_api(maintainer, stored)
+    (after,) = sign_offs_of(session=stored)
+    assert after.coverage.unchanged and after.review.chain_head == Session.objects.get(pk=stored.pk).head_hash
+    page = maintainer.get(f"/sessions/{stored.pk}/").content.decode()
+    assert "the events it covered changed" not in page
+
+
+def test_bundles_carry_the_redactions_and_verify_bundle_checks_them(stored, maintainer, viewer, tmp_path, other):
+    redact_by_api(maintainer, stored)
+    path = tmp_path / "bundle.zip"
+    path.write_bytes(body_of(viewer.get(f"/api/sessions/{stored.pk}/bundle")))
+    assert SECRET.encode() not in b"".join(zipfile.ZipFile(path).read(n) for n in zipfile.ZipFile(path).namelist())
+    bundle = read_bundle(path)
+    assert bundle.chain_valid and len(bundle.redactions) == 5
+    assert {(r["seq"], r["field"], r["label"]) for r in bundle.redactions} >= {(502, "state_change", "apikey")}
+    # The redaction list must say what the events' records say, no less...
+    listed = orjson.loads(zipfile.ZipFile(path).read("redactions.json"))
+    with pytest.raises(BundleError, match="redactions.json"):
+        read_bundle(_rewritten(path, "redactions.json", orjson.dumps(listed[1:]), tmp_path))
+    # ...and a redacted event's kept commitment is what its link was sealed with.
+    lines = zipfile.ZipFile(path).read("events.jsonl").splitlines()
+    line = orjson.loads(lines[400])
+    line["redacted"] = line["redacted"].replace(orjson.loads(line["redacted"])["fields"]["payload"]["commit"], "0" * 64)
+    lines[400] = orjson.dumps(line)
+    with pytest.raises(BundleError, match=r"seq 400\): field hash"):
+        read_bundle(_rewritten(path, "events.jsonl", b"\n".join(lines) + b"\n", tmp_path))
+    # Imported elsewhere, the session verifies and lists the same redactions.
+    copy, _bundle, _existing = import_bundle(path=path, project=other)
+    result = verify_session(session=copy, record=False)
+    assert result.valid and result.redaction_count == 5
+
+
+def _rewritten(path: Path, member: str, data: bytes, folder: Path) -> Path:
+    """The bundle with one member's bytes replaced and the manifest's digest of it updated (so
+    the check that fails is the redactions' own, not the file hash's) and re-signed."""
+    import hashlib
+
+    from sessions_app import signing
+
+    target = folder / f"changed-{member}.zip"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        manifest = orjson.loads(source.read("manifest.json"))
+        manifest["files"][member] = hashlib.sha256(data).hexdigest()
+        manifest_bytes = orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+        for name in source.namelist():
+            body = {member: data, "manifest.json": manifest_bytes}.get(name, source.read(name))
+            if name == "manifest.sig":
+                body = signing.server_key().sign(manifest_bytes).encode("ascii") + b"\n"
+            out.writestr(name, body)
+    return target
+
+
+@pytest.fixture
+def other(db) -> Project:
+    return Project.objects.create(name="Other", slug="other")
+
+
+# --- the project's rules, as a job ---------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_applying_the_projects_rules_is_a_job_that_redacts_and_purges(maintainer, acme, tmp_path):  # noqa: F811
+    path = tmp_path / "emails.jsonl"
+    path.write_bytes(
+        b"".join(
+            orjson.dumps({"kind": "user_message", "payload": {"text": f"mail ada{i}@example.org"}}) + b"\n"
+            for i in range(30)
+        )  # fmt: skip
+    )
+    (outcome,) = import_local_file(path=path, project=acme)
+    session = outcome.session
+    refused = maintainer.post(f"/sessions/{session.pk}/redact-rules/", HTTP_HX_REQUEST="true")
+    assert refused.status_code == 400 and b"no redaction rule on" in refused.content
+    RedactionRules.objects.create(project=acme, detectors=["email"], keep_originals=False)
+    response = maintainer.post(f"/api/sessions/{session.pk}/redactions/apply-rules")
+    assert response.status_code == 202 and response.json()["status"] == "queued"
+    job = RedactionJob.objects.get(pk=response.json()["id"])
+    outcome = jobs.run_redaction(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "done" and job.events_redacted == 30 and job.counts == {"email": 30}, job.error
+    assert outcome["purge"]["vacuumed"]
+    assert not Event.objects.filter(session=session, payload__contains="@example.org").exists()
+    assert verify_session(session=session, record=False).valid
+    # The project keeps no originals once redacted: the kept upload is gone.
+    assert Session.objects.get(pk=session.pk).import_job.stored_path == ""
+    assert files_holding("@example.org", Path(settings.DATA_DIR)) == []
+    listed = maintainer.get(f"/api/sessions/{session.pk}/redactions").json()
+    assert listed["count"] == 30 and listed["jobs"][0]["byLabel"] == {"email": 30}
+    assert jobs.run_redaction(job_id=job.pk) == {}  # a finished job is not run again
+
+
+# --- who may, and bad input --------------------------------------------------------------------
+
+
+def test_a_viewer_may_list_redactions_but_not_redact(stored, viewer):
+    assert viewer.get(f"/api/sessions/{stored.pk}/redactions").status_code == 200
+    assert redact_by_api(viewer, stored).status_code == 403
+    assert viewer.post(f"/sessions/{stored.pk}/redact/", {"text": SECRET, "seq": 3}).status_code == 403
+    assert viewer.post(f"/api/sessions/{stored.pk}/redactions/apply-rules").status_code == 403
+    assert SECRET in Session.objects.get(pk=stored.pk).task
+
+
+@pytest.mark.parametrize(
+    ("text", "seq", "label", "field"),
+    [
+        ("abc", 3, "apikey", "text"),
+        ("not in this session at all", 3, "apikey", "text"),
+        (SECRET, 10_000, "apikey", "seq"),
+        (SECRET, 3, "Bad Label!", "label"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_changes_nothing(stored, maintainer, text, seq, label, field):
+    response = redact_by_api(maintainer, stored, text=text, seq=seq, label=label)
+    assert response.status_code == 400 and response.json()["detail"].startswith(f"{field}:"), response.content
+    assert rows_holding(SECRET) and not AuditEntry.objects.filter(action="session.redact").exists()
+
+
+def test_recorded_fields_are_not_content_and_a_value_only_there_is_refused(stored):
+    with pytest.raises(RedactionRefused) as refused:
+        redact_text(session=stored, seq=3, text="tool_call", label="x1", actor="mia")  # a kind, not content
+    assert refused.value.field == "text"
+
+
+# --- the player -------------------------------------------------------------------------------------
+
+
+def test_the_player_offers_redact_to_maintainers_only_and_loads_the_list_when_shown(stored, maintainer, viewer):
+    page = maintainer.get(f"/sessions/{stored.pk}/?step=3").content.decode()
+    assert 'id="redact-form"' in page and "js/redact.js" in page and 'data-seq="3"' in page
+    assert 'id="redaction-list"' in page and 'hx-trigger="revealed"' in page
+    seen = viewer.get(f"/sessions/{stored.pk}/").content.decode()
+    assert 'id="redact-form"' not in seen and "js/redact.js" not in seen and 'id="redaction-list"' in seen
+
+
+def test_the_redact_form_answers_htmx_with_the_list_and_asks_the_player_for_its_frame_again(stored, maintainer):
+    response = maintainer.post(f"/sessions/{stored.pk}/redact/", {"text": SECRET, "seq": 3, "label": "apikey"},
+                               HTTP_HX_REQUEST="true")  # fmt: skip
+    assert response.status_code == 200
+    assert orjson.loads(response["HX-Trigger"]) == {"replay:goto": {"seq": 3}}
+    body = response.content.decode().strip()
+    assert body.startswith('<div id="redaction-list"') and "Removed 6 values from 5 events" in body
+    refused = maintainer.post(f"/sessions/{stored.pk}/redact/", {"text": "ab", "seq": 3}, HTTP_HX_REQUEST="true")
+    assert refused.status_code == 400 and "select at least 4 characters" in refused.content.decode()
+    plain = maintainer.post(f"/sessions/{stored.pk}/redact/", {"text": "event 12", "seq": 12, "label": "x"})
+    assert plain.status_code == 302 and plain["Location"] == f"/sessions/{stored.pk}/?step=12"
+
+
+# --- the database file itself ---------------------------------------------------------------------
+
+
+def test_sqlite_the_value_leaves_the_database_file_and_data_folder(tmp_path):
+    """A 10,000-event session in a file-based SQLite database (a subprocess: pytest-django keeps
+    SQLite in memory): the secret is in the file, the WAL and the kept original before, in no byte
+    of them after; the chain verifies, lists the redactions and still finds another edit."""
+    source = tmp_path / "session.jsonl"
+    source.write_bytes(session_lines())
+    db, data = tmp_path / "replay.sqlite3", tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_") and k != "DATABASE_URL"}
+    env.update(DATABASE_URL=f"sqlite:///{db}", REPLAY_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="replay_site.settings")
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "tests.redaction_file_db", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    def holding() -> list[str]:
+        files = [p for p in (*tmp_path.glob("replay.sqlite3*"), *data.rglob("*")) if p.is_file()]
+        return [p.name for p in files if SECRET.encode() in p.read_bytes()]
+
+    session_id = run("build", str(source))
+    assert holding(), "the secret should be stored before the redaction"
+    found = orjson.loads(run("redact", session_id, SECRET, str(SECRET_SEQS[0])))
+    assert holding() == []
+    assert found["valid"] and found["purge"]["wal_truncated"] is True
+    assert found["result"]["events"] == len(SECRET_SEQS) + 2
+    assert {(r["seq"], r["field"]) for r in found["redactions"]} == {
+        *((seq, "payload") for seq in SECRET_SEQS), (STEP_SEQ, "step_state"), (CHANGE_SEQ, "state_change")
+    }  # fmt: skip
+    assert found["sign_offs_unchanged"] == [True]
+    assert found["tampered_valid"] is False and found["tampered_seq"] == TAMPERED_SEQ
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgresql_no_live_or_dead_row_version_holds_the_value_after_the_purge(acme, tmp_path):  # noqa: F811
+    """On PostgreSQL an UPDATE leaves the old row version dead in its page until VACUUM. After the
+    purge no row version, live or dead, of the events, snapshots and their TOAST tables holds the
+    value (pageinspect's heap_page_items), and no byte of the small tables' files does (they are
+    rewritten whole). The large tables' free space is not checked: VACUUM does not zero it
+    (docs/redaction.md)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only (run through .ci/with_postgres.py)")
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(session_lines())
+    (outcome,) = import_local_file(path=path, project=acme)
+    session = outcome.session
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+    assert _row_versions_holding(SECRET) and _pages_holding(SECRET, stored_redaction.SMALL_MODELS)
+    redact_text(session=session, seq=SECRET_SEQS[0], text=SECRET, label="apikey", actor="mia")
+    assert _row_versions_holding(SECRET), "before the purge the old row versions are still there"
+    purge = stored_redaction.purge_freed()
+    assert "VACUUM sessions_app_event" in purge.vacuumed and "VACUUM FULL sessions_app_session" in purge.vacuumed
+    assert _row_versions_holding(SECRET) == []
+    assert _pages_holding(SECRET, stored_redaction.SMALL_MODELS) == []
+    result = verify_session(session=session, record=False)
+    assert result.valid and result.redaction_count == len(SECRET_SEQS) + 2
+
+
+def _relations(models) -> list[str]:
+    """The tables of `models` and their TOAST tables."""
+    found = []
+    with connection.cursor() as cursor:
+        for model in models:
+            cursor.execute(
+                "SELECT c.oid::regclass::text, t.oid::regclass::text FROM pg_class c "
+                "LEFT JOIN pg_class t ON t.oid = c.reltoastrelid WHERE c.oid = %s::regclass",
+                [model._meta.db_table],
+            )
+            found.extend(filter(None, cursor.fetchone()))
+    return found
+
+
+def _blocks(relation: str) -> range:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_relation_size(%s) / current_setting('block_size')::int", [relation])
+        return range(cursor.fetchone()[0])
+
+
+def _row_versions_holding(value: str) -> list[str]:
+    """Row versions, live or dead (not yet pruned), of the large tables holding `value`."""
+    found = []
+    with connection.cursor() as cursor:
+        for relation in _relations(stored_redaction.LARGE_MODELS):
+            for block in _blocks(relation):
+                cursor.execute("SELECT lp, t_data FROM heap_page_items(get_raw_page(%s, %s))", [relation, block])
+                found += [f"{relation} {block}.{lp}" for lp, data in cursor.fetchall()
+                          if data is not None and value.encode() in bytes(data)]  # fmt: skip
+    return found
+
+
+def _pages_holding(value: str, models) -> list[str]:
+    """Pages of these tables (and their TOAST tables) holding `value` anywhere in their bytes."""
+    found = []
+    with connection.cursor() as cursor:
+        for relation in _relations(models):
+            for block in _blocks(relation):
+                cursor.execute("SELECT get_raw_page(%s, %s)", [relation, block])
+                if value.encode() in bytes(cursor.fetchone()[0]):
+                    found.append(f"{relation} block {block}")
+    return found
