@@ -527,8 +527,12 @@ def _custom_pattern(rules: tuple[tuple[str, str], ...]) -> tuple[Any, list[str]]
 _STRING_LITERAL = re.compile(r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"')
 
 
+# A JSON number this long may be a card number written as a number (13-19 digits).
+_LONG_NUMBER = 10**12
+
+
 def _collect(value: Any, out: list[str]) -> None:
-    """Every string of a JSON value, keys included, in order."""
+    """Every string of a JSON value, keys included, in order (and every long integer's digits)."""
     kind = type(value)
     if kind is str:
         out.append(value)
@@ -541,6 +545,8 @@ def _collect(value: Any, out: list[str]) -> None:
                 out.append(item)
             elif item_kind is dict or item_kind is list or item_kind is tuple:
                 _collect(item, out)
+            elif item_kind is int and abs(item) >= _LONG_NUMBER:
+                out.append(str(item))
     elif kind is list or kind is tuple:
         for item in value:
             item_kind = type(item)
@@ -548,13 +554,22 @@ def _collect(value: Any, out: list[str]) -> None:
                 out.append(item)
             elif item_kind is dict or item_kind is list or item_kind is tuple:
                 _collect(item, out)
+            elif item_kind is int and abs(item) >= _LONG_NUMBER:
+                out.append(str(item))
+    elif kind is int and abs(value) >= _LONG_NUMBER:
+        out.append(str(value))
 
 
 def _walk(value: Any, redact: Callable[[str], str]) -> Any:
-    """A copy of a JSON value with `redact` applied to every string, keys included."""
+    """A copy of a JSON value with `redact` applied to every string, keys included; a long
+    integer that a rule matches becomes the placeholder's string."""
     kind = type(value)
     if kind is str:
         return redact(value)
+    if kind is int and abs(value) >= _LONG_NUMBER:
+        digits = str(value)
+        redacted = redact(digits)
+        return value if redacted == digits else redacted
     if kind is dict:
         return {(redact(key) if type(key) is str else key): _walk(item, redact) for key, item in value.items()}
     if kind is list or kind is tuple:

@@ -347,6 +347,8 @@ def test_the_import_report_counts_redactions_by_label(
     job = ImportJob.objects.get(pk=session.import_job_id)
     (entry,) = job.result
     assert set(entry["redactions"]) == {"email", "ipv4"} and entry["redactions"]["email"] >= 5
+    status = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"}).get(f"/api/imports/{job.pk}")
+    assert status.json()["sessions"][0]["redactions"] == entry["redactions"]
     page = _signed_in(user).get(f"/imports/{job.pk}/").content.decode()
     assert "email" in page and "Redacted" in page
 
@@ -385,6 +387,12 @@ def test_a_card_number_failing_luhn_is_not_redacted():
     assert redactor.text("card 4111111111111111 end") == "card [REDACTED:card_number] end"
     # Neither milliseconds since 1970 nor the digits of a float, even when they pass Luhn.
     assert redactor.text("at 1700000000007 and 2.4000000000000004") == "at 1700000000007 and 2.4000000000000004"
+
+
+def test_a_card_number_written_as_a_json_number_is_redacted():
+    redactor = Redactor.from_rules(["card_number"])
+    text = orjson.dumps({"card": 4111111111111111, "ms": 1700000000007, "n": 42}).decode()
+    assert orjson.loads(redactor.json_text(text)) == {"card": "[REDACTED:card_number]", "ms": 1700000000007, "n": 42}
 
 
 def test_validators_run_on_candidates_only():

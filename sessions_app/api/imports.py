@@ -7,7 +7,7 @@ from datetime import datetime
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.urls import reverse
-from ninja import Router, Schema, Status
+from ninja import Field, Router, Schema, Status
 
 from .. import access, audit, jobs
 from ..ingest.quotas import QuotaExceeded, check_upload
@@ -43,6 +43,9 @@ class ImportedSessionOut(Schema):
     steps: int = 0
     duplicate: bool = False
     error: str | None = None
+    redactions: dict[str, int] | None = Field(
+        None, description="values the project's redaction rules replaced, by label; null when no rule is on"
+    )
 
 
 class ImportStatusOut(Schema):
