@@ -219,7 +219,31 @@ def _by_bundle(project, user, tmp_path, samples, django_capture_on_commit_callba
     return [session]
 
 
-PATHS = {"upload": _by_upload, "command": _by_command, "live_api": _by_live_api, "bundle": _by_bundle}
+def _by_agentlens_api(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
+    """AgentLens's own POST /api/events (sessions_app/api/agentlens.py)."""
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    every = " | ".join(samples.values())
+    events = [
+        {"sessionId": "al-secrets", "agentId": "agent", "eventType": "session_started",
+         "timestamp": "2026-02-08T10:00:00Z", "payload": {"agentName": "a", "tags": [every]}},
+        *({"sessionId": "al-secrets", "agentId": "agent", "eventType": "custom",
+           "timestamp": f"2026-02-08T10:00:{i + 1:02d}Z", "payload": {"type": name, "data": {"text": sample}}}
+          for i, (name, sample) in enumerate(samples.items())),
+        {"sessionId": "al-secrets", "agentId": "agent", "eventType": "tool_call",
+         "timestamp": "2026-02-08T10:01:00Z", "payload": {"toolName": "shell", "callId": "c1",
+                                                         "arguments": {"cmd": every}}},
+    ]  # fmt: skip
+    response = api.post(
+        f"/api/events?project={project.slug}", orjson.dumps({"events": events}), content_type="application/json"
+    )
+    assert response.status_code in (200, 201), response.content
+    return list(Session.objects.filter(project=project))
+
+
+PATHS = {
+    "upload": _by_upload, "command": _by_command, "live_api": _by_live_api, "bundle": _by_bundle,
+    "agentlens_api": _by_agentlens_api,
+}  # fmt: skip
 
 
 # --- where a secret could be ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ..formats import agentlens
 from ..models import Project, ReceivedEvent, Session
 from .live import IngestError, SessionNotLive, append_batch
 from .quotas import check_new_session
-from .writer import create_session, finish_session
+from .writer import create_session, finish_session, merge_session_metadata
 
 # AgentLens's own bound on a batch (its ingestBatchSchema).
 MAX_EVENTS = 1000
@@ -215,10 +215,10 @@ def _note_meta(session: Session, meta: SessionMeta | None) -> None:
     import keeps it; the converter of a later batch no longer knows it."""
     info = (meta.metadata.get("agentlens") if meta is not None else None) or {}
     if info:
-        metadata = dict(session.metadata or {})
-        metadata["agentlens"] = {**(metadata.get("agentlens") or {}), **info}
-        session.metadata = metadata
-        session.save(update_fields=["metadata"])
+        # Through the writer: the project's redaction rules apply to what session_started said.
+        merge_session_metadata(
+            session=session, metadata={"agentlens": {**((session.metadata or {}).get("agentlens") or {}), **info}}
+        )
 
 
 def _end(session: Session, meta: SessionMeta | None) -> None:

@@ -308,7 +308,7 @@ def _append(
         stored = size = 0
         with _batch_writer(locked) as write:
             for event in events:
-                size += len(event.raw) if type(event) is not dict else _stored_size(event)
+                size += len(event.raw or "") if type(event) is not dict else _stored_size(event)
                 add(rows, event)
                 if len(rows.rows) >= BATCH_ROWS:
                     batch = rows.take()
@@ -412,6 +412,13 @@ def _apply_meta(session: Session, meta: SessionMeta, redactor: Redactor | None) 
         session.reward = meta.total_reward
     if meta.metadata:
         session.metadata = {**(session.metadata or {}), **_redacted_value(redactor, json_without_nul(meta.metadata))}
+
+
+def merge_session_metadata(*, session: Session, metadata: dict[str, Any]) -> None:
+    """Add to a session's metadata what a later batch says of it, redacted as every write is."""
+    redacted = _redacted_value(redactor_of(session.project_id, None), json_without_nul(metadata))
+    session.metadata = {**(session.metadata or {}), **redacted}
+    session.save(update_fields=["metadata"])
 
 
 def _write_checkpoints(session: Session, specs: list[CheckpointSpec], redactor: Redactor | None) -> None:
