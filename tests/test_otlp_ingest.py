@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 from google.rpc import status_pb2
@@ -181,6 +182,15 @@ def test_the_opentelemetry_sdk_exports_an_agent_run_that_replays_with_tokens_pai
     assert child["totalTokens"] == 48 and child["status"] == "completed"
     detail = api.get(f"/api/sessions/{child['id']}").json()
     assert detail["session"]["parentId"] == top["id"]
+
+    # The player links the two: the child names its parent, the parent's panel of child agents
+    # opens the child's session.
+    browser = Client()
+    browser.force_login(get_user_model().objects.get(username="agent-maintainer"))
+    page = browser.get(f"/sessions/{child['id']}/").content.decode()
+    assert f'started by <a href="/sessions/{top["id"]}/">session {top["id"]}</a>' in page
+    page = browser.get(f"/sessions/{top['id']}/", {"step": steps[6]["event"]["seq"]}).content.decode()
+    assert f'<a class="child-session" href="/sessions/{child["id"]}/">its session</a>' in page
 
 
 # --- by hand: encodings, order, duplicates --------------------------------------------------

@@ -249,10 +249,12 @@ class Placed:
     sub-agent's events being in `child_session`), or "span" (any other span).
     depth: levels below the trace's root, so a parent opens before a child starting with it.
     late: written after its trace had settled (its start may be earlier than events before it).
+    raw: the record's JSON text when the caller holds it already.
     """
 
     record: dict[str, Any]
     operation: str
+    raw: str = ""
     role: str = "span"
     depth: int = 0
     late: bool = False
@@ -307,7 +309,7 @@ class _Span:
         self.record = record
         self.attributes: dict[str, Any] = record["attributes"]
         self.operation = item.operation
-        self.raw = orjson.dumps(record).decode()
+        self.raw = item.raw or orjson.dumps(record).decode()
         self.start = time_of(record["start"])
         self.end = time_of(record["end"]) if record["end"] else self.start
         self.duration_ms = max(0, record["end"] - record["start"]) / 1e6 if record["end"] else None
@@ -593,22 +595,37 @@ def _event_body(event: dict[str, Any]) -> dict[str, Any]:
 
 def _message(value: Any, role: str = "") -> dict[str, Any]:
     """One message as the player and the exports read it: role, content (the text), and the
-    tool calls it asks for or the call it answers."""
-    if not isinstance(value, dict):
+    tool calls it asks for or the call it answers (one pass over its parts: every model call's
+    prompt and answer come through here)."""
+    if type(value) is not dict:
         return {"role": role or "user", "content": text(value)}
     message: dict[str, Any] = {"role": str(value.get("role") or role or "user")}
     parts = value.get("parts")
-    if isinstance(parts, list):
-        message["content"] = _parts_text(parts)
-        calls = [_tool_call(p) for p in parts if isinstance(p, dict) and p.get("type") == "tool_call"]
-        answered = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call_response"]
-        if answered:
-            message["toolCallId"] = text(answered[0].get("id"))
+    calls: list[dict[str, Any]] = []
+    if type(parts) is list:
+        texts, answered, other = [], None, False
+        for part in parts:
+            if type(part) is not dict:
+                continue
+            kind = part.get("type", "text")
+            if kind == "text":
+                texts.append(text(part.get("content", part.get("text"))))
+                continue
+            other = True
+            if kind == "tool_call":
+                calls.append(_tool_call(part))
+            elif kind == "tool_call_response" and answered is None:
+                answered = part
+        message["content"] = "\n".join(texts)
+        if answered is not None:
+            message["toolCallId"] = text(answered.get("id"))
             if not message["content"]:
-                message["content"] = text(answered[0].get("response", answered[0].get("result")))
+                message["content"] = text(answered.get("response", answered.get("result")))
+        if other:
+            message["parts"] = parts
     else:
         message["content"] = text(_json_value(value.get("content")))
-        calls = [_tool_call(c) for c in value.get("tool_calls") or () if isinstance(c, dict)]
+        calls = [_tool_call(c) for c in value.get("tool_calls") or () if type(c) is dict]
         if value.get("id") and message["role"] == "tool":
             message["toolCallId"] = text(value.get("id"))
     if calls:
@@ -616,8 +633,6 @@ def _message(value: Any, role: str = "") -> dict[str, Any]:
     finish = value.get("finish_reason")
     if finish:
         message["finishReason"] = finish
-    if isinstance(parts, list) and any(isinstance(p, dict) and p.get("type") not in ("text", None) for p in parts):
-        message["parts"] = parts
     return message
 
 

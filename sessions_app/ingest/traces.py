@@ -50,6 +50,7 @@ logger = logging.getLogger("replay.otlp")
 SETTLE_PER_REQUEST = 20
 SETTLE_PER_TRANSACTION = 50
 _SPAN_TABLE = OtlpSpan._meta.db_table
+_PLACING_FIELDS = ("project_id", "parent_id", "source_session_id", "environment", "step_count")
 _SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns", "record")
 
 
@@ -281,7 +282,8 @@ def settle_traces(
 def _settle_session(
     session_id: int, now: datetime, quiet_since: datetime, orphaned_since: datetime, result: SettleResult
 ) -> None:
-    top = Session.objects.select_for_update().filter(pk=session_id).first()
+    # Only what placing needs: the writer reads the whole row itself, under the same lock.
+    top = Session.objects.select_for_update().filter(pk=session_id).only(*_PLACING_FIELDS).first()
     traces = list(OtlpTrace.objects.filter(session_id=session_id, pending=True))
     if not traces or top is None:
         return
@@ -372,22 +374,25 @@ class _Placement:
         parent = row[2]
         outer = self._context(trace, parent, rows, context) if parent in rows else (trace.session_id, False, -1)
         inner = self._context(trace, span_id, rows, context)
-        record = orjson.loads(row[4])
+        raw = row[4]
+        record = orjson.loads(raw)
         operation = row[3]
         session_pk, in_agent, depth = outer
         self._span_session.append((row[0], inner[0]))
         self.span_count += 1
         if operation == otlp.AGENT_OPERATION and in_agent:
             child = self._sessions[inner[0]]
-            self._add(session_pk, otlp.Placed(record, operation, role="spawn", depth=depth + 1,
+            self._add(session_pk, otlp.Placed(record, operation, raw, role="spawn", depth=depth + 1,
                                               late=bool(record.get("late")), child_key=child.source_session_id,
                                               child_session=child.pk))  # fmt: skip
-            self._add(child.pk, otlp.Placed(record, operation, role="agent", depth=depth + 1,
+            self._add(child.pk, otlp.Placed(record, operation, raw, role="agent", depth=depth + 1,
                                             late=bool(record.get("late"))))  # fmt: skip
             self._note(child.pk, record, agent=True)
             return
         role = "agent" if operation == otlp.AGENT_OPERATION else "span"
-        self._add(session_pk, otlp.Placed(record, operation, role=role, depth=depth + 1, late=bool(record.get("late"))))
+        self._add(
+            session_pk, otlp.Placed(record, operation, raw, role=role, depth=depth + 1, late=bool(record.get("late")))
+        )
         self._note(session_pk, record, agent=role == "agent" or not record["parentSpanId"])
 
     def _session(self, pk: int) -> Session:
