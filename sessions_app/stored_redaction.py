@@ -41,13 +41,17 @@ from typing import Any
 
 import orjson
 import re2
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Model
+from django.utils import timezone
 
 from . import audit
 from .access import Actor
 from .chain import CONTENT_FIELDS, parse_redacted, redact_field, removals, with_text_digests
 from .formats import Source
+from .ingest.bundles import FORMAT_NAME as BUNDLE_FORMAT
+from .ingest.bundles import is_bundle
 from .models import (
     Checkpoint,
     Comment,
@@ -274,6 +278,8 @@ def _redact_session(
                 "text", "not found in this session's stored content as one value (select text inside one string)"
             )
         result.original = _redact_original(session, redactor)
+        if deleted := _delete_bundle_uploads(session):
+            result.elsewhere["bundle_upload"] = deleted
     return result
 
 
@@ -452,10 +458,13 @@ def _redact_original(session: Session, redactor: Redactor) -> str:
     path = original_file(session)
     if path is None:
         return ""
+    if not _in_data_dir(path):
+        logger.warning("redaction: the original of session %s is outside REPLAY_DATA_DIR: left alone", session.pk)
+        return "outside the data folder"
     job = session.import_job
     rules = RedactionRules.redactor_for(session.project_id)
     if rules is not None and not rules.keep_originals:
-        ImportJob.objects.filter(pk=job.pk).update(stored_path="")
+        ImportJob.objects.filter(pk=job.pk).update(stored_path="", original_deleted_at=timezone.now())
         wipe_file(path)
         return "deleted"
     target = path.with_name(f"{path.name.split('.', 1)[0]}-redacted-{int(time.time() * 1000)}{_plain_suffix(path)}")
@@ -470,6 +479,30 @@ def _redact_original(session: Session, redactor: Redactor) -> str:
     ImportJob.objects.filter(pk=job.pk).update(stored_path=str(target))
     wipe_file(path)
     return "rewritten"
+
+
+def _delete_bundle_uploads(session: Session) -> int:
+    """An evidence bundle uploaded as a file gave the session its events: that zip is kept as its
+    own upload's original (the session's import job is the original the bundle carried). Signed
+    whole, it cannot be rewritten, so it is deleted."""
+    deleted = 0
+    uploads = ImportJob.objects.filter(project_id=session.project_id, detected_format=BUNDLE_FORMAT)
+    for job in uploads.exclude(pk=session.import_job_id).exclude(stored_path="").only("pk", "stored_path", "result"):
+        listed = any(isinstance(entry, dict) and entry.get("session") == session.pk for entry in job.result or [])
+        path = Path(job.stored_path)
+        if listed and path.is_file() and _in_data_dir(path) and is_bundle(path):
+            ImportJob.objects.filter(pk=job.pk).update(stored_path="", original_deleted_at=timezone.now())
+            wipe_file(path)
+            deleted += 1
+    return deleted
+
+
+def _in_data_dir(path: Path) -> bool:
+    """Only files under REPLAY_DATA_DIR are Replay's to rewrite or delete."""
+    try:
+        return path.resolve().is_relative_to(Path(settings.DATA_DIR).resolve())
+    except OSError:
+        return False
 
 
 def _plain_suffix(path: Path) -> str:

@@ -24,7 +24,18 @@ from sessions_app.bundle_reader import BundleError, read_bundle
 from sessions_app.ingest.bundles import import_bundle
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.ingest.writer import set_checkpoint
-from sessions_app.models import AuditEntry, Event, Project, RedactionJob, RedactionRules, Role, Session, Tour, TourStop
+from sessions_app.models import (
+    AuditEntry,
+    Event,
+    ImportJob,
+    Project,
+    RedactionJob,
+    RedactionRules,
+    Role,
+    Session,
+    Tour,
+    TourStop,
+)
 from sessions_app.reviews import sign_off, sign_offs_of
 from sessions_app.stored_redaction import RedactionRefused, redact_text
 from sessions_app.verification import verify_session
@@ -268,6 +279,22 @@ def test_bundles_carry_the_redactions_and_verify_bundle_checks_them(stored, main
     copy, _bundle, _existing = import_bundle(path=path, project=other)
     result = verify_session(session=copy, record=False)
     assert result.valid and result.redaction_count == 5
+
+
+def test_a_bundle_uploaded_as_a_file_is_deleted_with_the_value(stored, viewer, other, tmp_path):
+    path = tmp_path / "unredacted.replay-bundle.zip"
+    path.write_bytes(body_of(viewer.get(f"/api/sessions/{stored.pk}/bundle")))
+    (outcome,) = import_local_file(path=path, project=other)
+    copy = outcome.session
+    upload = ImportJob.objects.get(project=other, detected_format="replay_bundle", result__isnull=False,
+                                   pk__lt=copy.import_job_id)  # fmt: skip
+    kept_zip = Path(upload.stored_path)
+    with zipfile.ZipFile(kept_zip) as kept:  # compressed: the secret is in its members' bytes
+        assert SECRET.encode() in kept.read("events.jsonl")
+    result = redact_text(session=copy, seq=3, text=SECRET, label="apikey", actor="mia")
+    assert result.elsewhere["bundle_upload"] == 1 and result.original == "rewritten"
+    assert not kept_zip.exists() and ImportJob.objects.get(pk=upload.pk).stored_path == ""
+    assert verify_session(session=copy, record=False).valid
 
 
 def _rewritten(path: Path, member: str, data: bytes, folder: Path) -> Path:
