@@ -24,6 +24,7 @@ from sessions_app.bundle_reader import BundleError, read_bundle
 from sessions_app.ingest.bundles import import_bundle
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.ingest.writer import set_checkpoint
+from sessions_app.mcp import discussion, finding, state, timeline
 from sessions_app.models import (
     AuditEntry,
     Event,
@@ -47,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SMALL = 600  # events of the in-process session; the database-file tests use 10,000
 SMALL_SEQS = (3, 400, 598)
 SMALL_STEP, SMALL_CHANGE = 501, 502
+CHANGE_EVENT = SMALL_CHANGE + 1  # the MCP tools count events from 1, as people do
 PLACEHOLDER = "[REDACTED:apikey]"
 
 
@@ -202,6 +204,17 @@ def test_the_value_is_in_no_page_api_answer_search_export_or_bundle(stored, main
     for where, response in answers.items():
         assert response.status_code == 200, (where, response.status_code)
         assert SECRET.encode() not in body_of(response), where
+    # The MCP tools' answers (each tool is one of these read functions, sessions_app/mcp/server.py).
+    actor = Actor(user=member("vic", stored.project, Role.VIEWER))
+    for tool, answer in {
+        "replay_session": timeline.replay_session(actor=actor, session_id=str(stored.pk)),
+        "step_state": state.step_state(actor=actor, session_id=str(stored.pk), event=CHANGE_EVENT),
+        "search_events": finding.search_events(actor=actor, text="TOPSECRET"),
+        "list_sessions": finding.list_sessions(actor=actor),
+        "get_comments": discussion.get_comments(actor=actor, session_id=str(stored.pk)),
+    }.items():
+        assert SECRET not in answer, tool
+    assert "[REDACTED:apikey]" in state.step_state(actor=actor, session_id=str(stored.pk), event=CHANGE_EVENT)
     assert viewer.get(f"{base}/search?q=TOPSECRET").json()["results"] == []
     found = viewer.get(f"{base}/search", {"q": PLACEHOLDER}).json()["results"]
     assert [hit["seq"] for hit in found] == [3, 400, 501, 598]  # search reads payloads and step states
