@@ -135,8 +135,13 @@ def refuse_oversized_bodies(
         if declared > max_upload_bytes() + MULTIPART_ENVELOPE:
             message = too_large_message(declared, what="request body")
             if request.path.startswith("/api/"):
-                return JsonResponse({"detail": message, "errors": []}, status=413)
-            return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
+                response = JsonResponse({"detail": message, "errors": []}, status=413)
+            else:
+                response = HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
+            # Said here (CommonMiddleware, below, would): a client still sending its body can
+            # read the whole answer without waiting for a close that comes only after the body.
+            response["Content-Length"] = str(len(response.content))
+            return response
         return get_response(request)
 
     return middleware

@@ -4,6 +4,7 @@ over a real socket; the project page sets the quotas and shows what the project 
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from sessions_app.models import AuditEntry, ImportJob, Project, Role, Session
 
 from .builders_ingest import canonical_records, write_canonical_file
 from .builders_teams import key_of, member
+from .test_serving import migrated, served  # noqa: F401  (fixtures)
 
 KIB = 1024
 
@@ -210,30 +212,37 @@ def test_a_maintainer_cannot_change_the_quotas(page, project):
 # --- a 413 before the body is read, over a real socket ---------------------------------------
 
 
-def _ask(live_server, request: bytes, body: bytes) -> tuple[bytes, float]:
-    """Send headers declaring a huge body and only the first bytes of it; the answer and how
-    long it took to start arriving."""
-    host, port = live_server.thread.host, live_server.thread.port
+def _ask(host: str, port: int, path: str) -> tuple[http.client.HTTPResponse, bytes, float]:
+    """Send headers declaring a 10 GiB body and only its first kilobyte over a plain socket;
+    the answer, its body, and how long its head took to arrive."""
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=xyz\r\n"
+        f"Content-Length: {10 * 1024**3}\r\n\r\n"
+    ).encode()
+    body = b"--xyz\r\n" + b"x" * 1024
     with socket.create_connection((host, port), timeout=10) as conn:
         started = time.monotonic()
         conn.sendall(request + body)
-        answer = conn.recv(65536)
-        return answer, time.monotonic() - started
+        answer = http.client.HTTPResponse(conn)
+        answer.begin()  # the status line and headers (a timeout here: the server waits for the body)
+        seconds = time.monotonic() - started
+        return answer, answer.read(), seconds
 
 
 @pytest.mark.parametrize("path", ["/api/imports", "/sessions/upload/"])
 def test_a_declared_body_past_the_upload_limit_is_answered_413_at_once_unread(live_server, settings, path):
     settings.MAX_UPLOAD_MB = 1
-    declared = 10 * 1024 * 1024 * 1024  # 10 GiB declared, 1 KiB sent
-    request = (
-        f"POST {path} HTTP/1.1\r\nHost: {live_server.thread.host}\r\n"
-        "Content-Type: multipart/form-data; boundary=xyz\r\n"
-        f"Content-Length: {declared}\r\n\r\n"
-    ).encode()
-    answer, seconds = _ask(live_server, request, b"--xyz\r\n" + b"x" * 1024)
-    status_line, _, rest = answer.partition(b"\r\n")
-    assert status_line.split()[1] == b"413", answer[:300]
-    assert b"exceeds the limit of 1 MB" in answer and b"REPLAY_MAX_UPLOAD_MB" in answer
+    answer, body, seconds = _ask(live_server.thread.host, live_server.thread.port, path)
+    assert answer.status == 413, body[:300]
+    assert b"exceeds the limit of 1 MB" in body and b"REPLAY_MAX_UPLOAD_MB" in body
     assert seconds < 5
     if path.startswith("/api/"):
-        assert b"application/json" in rest
+        assert answer.headers["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize("path", ["/api/imports", "/sessions/upload/"])
+def test_the_production_server_answers_the_413_at_once_too(served, path):
+    _, base, _ = served
+    host, port = base.removeprefix("http://").split(":")
+    answer, body, seconds = _ask(host, int(port), path)  # 10 GiB, past REPLAY_MAX_UPLOAD_MB's 1024
+    assert answer.status == 413 and b"REPLAY_MAX_UPLOAD_MB" in body and seconds < 5
