@@ -277,7 +277,7 @@ def _redact_session(
             raise RedactionRefused(
                 "text", "not found in this session's stored content as one value (select text inside one string)"
             )
-        result.original = _redact_original(session, redactor)
+        result.original = _redact_original(session, redactor, must_be_gone=candidates)
         if deleted := _delete_bundle_uploads(session):
             result.elsewhere["bundle_upload"] = deleted
     return result
@@ -365,7 +365,7 @@ def _redact_event(
 
 def _redact_session_row(session: Session, redactor: Redactor, result: RedactionResult) -> None:
     changes: dict[str, Any] = {}
-    for name in ("task", "final_answer", "environment"):
+    for name in ("task", "final_answer", "environment", "source_session_id", "run_id", "agent_id", "model"):
         _text(session, name, redactor, changes)
     for name in ("metadata", "bundle_origin"):
         _value(session, name, redactor, changes)
@@ -451,10 +451,12 @@ def _value(row: Model, name: str, redactor: Redactor, changes: dict[str, Any]) -
 # --- the kept original ----------------------------------------------------------------------------
 
 
-def _redact_original(session: Session, redactor: Redactor) -> str:
+def _redact_original(session: Session, redactor: Redactor, *, must_be_gone: list[str] | None = None) -> str:
     """The upload the session was imported from, when it is kept: written again redacted (line
     by line, redaction.Redactor.lines), or deleted when the project's rules keep no originals.
-    A file holding several sessions changes for all of them: the value goes everywhere."""
+    A file holding several sessions changes for all of them: the value goes everywhere. With
+    `must_be_gone` (a selected value's spellings), a rewritten file still holding one (a value
+    spanning lines of a text file) is deleted instead."""
     path = original_file(session)
     if path is None:
         return ""
@@ -473,12 +475,31 @@ def _redact_original(session: Session, redactor: Redactor) -> str:
         os.chmod(target, 0o640)
         for line in redactor.lines(source):
             out.write(line)
+    if must_be_gone and _file_holds(target, must_be_gone):
+        wipe_file(target)
+        ImportJob.objects.filter(pk=job.pk).update(stored_path="", original_deleted_at=timezone.now())
+        wipe_file(path)
+        return "deleted"
     if not redactor.counts:
         target.unlink()
         return "unchanged"
     ImportJob.objects.filter(pk=job.pk).update(stored_path=str(target))
     wipe_file(path)
     return "rewritten"
+
+
+def _file_holds(path: Path, texts: list[str]) -> bool:
+    """Whether the file's bytes hold any of the texts (UTF-8), read a MiB at a time."""
+    needles = [text.encode("utf-8", "surrogatepass") for text in texts]
+    overlap = max(len(needle) for needle in needles) - 1
+    tail = b""
+    with path.open("rb") as stream:
+        while block := stream.read(1 << 20):
+            window = tail + block
+            if any(needle in window for needle in needles):
+                return True
+            tail = window[-overlap:] if overlap else b""
+    return False
 
 
 def _delete_bundle_uploads(session: Session) -> int:
@@ -624,15 +645,18 @@ def _audit(session: Session, result: RedactionResult, *, actor: Actor | str, ip:
     )
 
 
-def list_redactions(*, session: Session, limit: int = 1000) -> tuple[list[dict[str, Any]], int]:
+def list_redactions(*, session: Session, limit: int = 1000, count_all: bool = True) -> tuple[list[dict[str, Any]], int]:
     """The session's removals (seq, field, label, by, at) in seq order, the first `limit`, and
-    how many in all: one read of its events' `redacted` column (no index: a list page or the
-    Redactions panel, loaded when shown, not the player's every frame)."""
+    how many in all: one read of its events' `redacted` column (no index: the API, or the
+    Redactions panel loaded when shown, not the player's every frame). Without `count_all` only
+    the first `limit` redacted events are read, and the count is -1 (the panel, polling while a
+    rules run goes, counts events instead: `count_redacted_events`)."""
     entries: list[dict[str, Any]] = []
-    total = 0
+    total = 0 if count_all else -1
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT seq, redacted FROM {_TABLE} WHERE session_id = %s AND redacted IS NOT NULL ORDER BY seq",
+            f"SELECT seq, redacted FROM {_TABLE} WHERE session_id = %s AND redacted IS NOT NULL ORDER BY seq"
+            + ("" if count_all else f" LIMIT {int(limit)}"),
             [session.pk],
         )
         for seq, text in cursor.fetchall():
@@ -640,9 +664,17 @@ def list_redactions(*, session: Session, limit: int = 1000) -> tuple[list[dict[s
                 found = removals(seq, parse_redacted(text))
             except ValueError:
                 continue  # verification names it
-            total += len(found)
+            if count_all:
+                total += len(found)
             entries.extend(found[: max(0, limit - len(entries))])
     return entries, total
+
+
+def count_redacted_events(*, session: Session) -> int:
+    """How many of the session's events had a value removed (one count, no decoding)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {_TABLE} WHERE session_id = %s AND redacted IS NOT NULL", [session.pk])
+        return cursor.fetchone()[0]
 
 
 def job_row(job: RedactionJob) -> dict[str, Any]:

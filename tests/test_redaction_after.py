@@ -171,6 +171,16 @@ def test_a_value_selected_as_shown_in_json_is_found_in_its_decoded_string(stored
     assert orjson.loads(Event.objects.get(session=stored, seq=7).payload) == {"note": "[REDACTED:note] line"}
 
 
+def test_an_original_a_rewrite_cannot_rid_of_the_value_is_deleted(stored, monkeypatch):
+    kept = Path(stored.import_job.stored_path)
+    # A rewrite that leaves a spelling of the value (a text file's record spanning lines, say).
+    monkeypatch.setattr("sessions_app.redaction.Redactor.lines", lambda self, source: iter(source))
+    result = redact_text(session=stored, seq=3, text=SECRET, label="apikey", actor="mia")
+    assert result.original == "deleted" and not kept.exists()
+    assert files_holding(SECRET, Path(settings.DATA_DIR)) == []
+    assert Session.objects.get(pk=stored.pk).import_job.original_deleted_at is not None
+
+
 def test_the_audit_entry_names_who_which_seqs_and_labels_but_never_the_value(stored, maintainer):
     redact_by_api(maintainer, stored)
     entry = AuditEntry.objects.get(action="session.redact")
@@ -236,7 +246,7 @@ def test_verify_stays_valid_and_lists_the_redactions(stored, maintainer, viewer)
     page = viewer.post(f"/sessions/{stored.pk}/verify/", HTTP_HX_REQUEST="true")
     assert b"verified at" in page.content and b"5 redactions" in page.content
     listed = viewer.get(f"/sessions/{stored.pk}/redactions/", HTTP_HX_REQUEST="true").content.decode()
-    assert "5 removals" in listed and "state_change" in listed and "mia" in listed
+    assert "5 events with redacted values" in listed and "state_change" in listed and "mia" in listed
 
 
 @pytest.mark.parametrize("seq", [TAMPERED_SEQ % SMALL, SMALL_SEQS[0]])

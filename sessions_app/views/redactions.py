@@ -85,10 +85,11 @@ def redact_with_rules(request: HttpRequest, session_id: int) -> HttpResponse:
 
 def _list(request: HttpRequest, session: Session, *, message: str = "", error: str = "",
           status: int = 200) -> HttpResponse:  # fmt: skip
-    entries, count = stored_redaction.list_redactions(session=session, limit=LISTED)
+    entries, _ = stored_redaction.list_redactions(session=session, limit=LISTED, count_all=False)
+    count = stored_redaction.count_redacted_events(session=session)
     runs = list(RedactionJob.objects.filter(session=session)[:JOBS_SHOWN])
     context = {
-        "session": session, "entries": entries, "count": count, "runs": runs,
+        "session": session, "entries": entries, "count": count, "listed": LISTED, "runs": runs,
         "polling": any(not run.finished for run in runs), "redaction_message": message, "redaction_error": error,
     }  # fmt: skip
     response = render(request, LIST_PARTIAL, context, status=status)
