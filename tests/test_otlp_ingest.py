@@ -391,3 +391,40 @@ def test_a_key_of_several_projects_names_one_in_a_header(db):
     assert post(client, body).status_code == 400
     assert post(client, body, x_replay_project="b").status_code == 200
     assert Session.objects.get().project.slug == "b"
+
+
+def test_hostile_trees_land_once_each_and_a_sub_agents_straggler_joins_its_session(api, project):
+    spans = [
+        # An agent running a sub-agent, which runs a sub-agent of its own.
+        span("e000000000000001", "", "invoke_agent top", 0, 900, gen_ai__operation__name="invoke_agent",
+             gen_ai__conversation__id="conv-tree"),
+        span("e000000000000002", "e000000000000001", "invoke_agent sub", 100, 800,
+             gen_ai__operation__name="invoke_agent", gen_ai__agent__name="sub"),
+        span("e000000000000003", "e000000000000002", "invoke_agent subsub", 200, 700,
+             gen_ai__operation__name="invoke_agent", gen_ai__agent__name="subsub"),
+        span("e000000000000004", "e000000000000003", "chat m", 300, 400, gen_ai__operation__name="chat",
+             gen_ai__request__model="m"),
+        # Two spans naming each other as parent, and one whose parent never comes.
+        span("e000000000000005", "e000000000000006", "chat a", 10, 20, gen_ai__operation__name="chat"),
+        span("e000000000000006", "e000000000000005", "chat b", 30, 40, gen_ai__operation__name="chat"),
+        span("e000000000000007", "e0000000000000ff", "execute_tool t", 50, 60, gen_ai__operation__name="execute_tool",
+             gen_ai__tool__name="t"),
+    ]  # fmt: skip
+    assert post(api, request(*spans).SerializeToString()).status_code == 200
+    settle_now()
+    top = Session.objects.get(source_session_id="conv-tree")
+    sub = Session.objects.get(parent=top)
+    subsub = Session.objects.get(parent=sub)
+    assert [e.kind for e in top.events.order_by("seq")] == [
+        "status", "llm_call", "llm_response", "llm_call", "llm_response", "tool_call", "tool_response",
+        "child_spawn", "child_result", "status",
+    ]  # fmt: skip
+    assert [e.kind for e in sub.events.order_by("seq")] == ["status", "child_spawn", "child_result", "status"]
+    assert [e.kind for e in subsub.events.order_by("seq")] == ["status", "llm_call", "llm_response", "status"]
+    # A straggler under the innermost sub-agent joins that sub-agent's session.
+    late = span("e000000000000008", "e000000000000003", "chat m", 500, 600, gen_ai__operation__name="chat",
+                gen_ai__request__model="m")  # fmt: skip
+    assert post(api, request(late).SerializeToString()).status_code == 200
+    settle_now()
+    assert subsub.events.count() == 6 and top.events.count() == 10 and sub.events.count() == 4
+    assert OtlpSpan.objects.count() == 8 and not OtlpSpan.objects.filter(record__isnull=False).exists()
