@@ -16,6 +16,7 @@ import io
 import random
 import string
 import zipfile
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
@@ -23,11 +24,12 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from sessions_app.bundles import stream_bundle
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.jobs import run_import
-from sessions_app.models import AuditEntry, Event, ImportJob, Project, RedactionRules, Role, Session
+from sessions_app.models import AuditEntry, Event, ImportJob, OtlpSpan, Project, RedactionRules, Role, Session
 from sessions_app.redaction import DETECTORS, Redactor, RuleError, check_custom_rule
 from sessions_app.verification import verify_session
 from tests.builders_teams import key_of, member
@@ -240,9 +242,50 @@ def _by_agentlens_api(project, user, tmp_path, samples, django_capture_on_commit
     return list(Session.objects.filter(project=project))
 
 
+def _by_otlp(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
+    """OpenTelemetry's POST /v1/traces: spans staged until their trace settles, then events."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+    from sessions_app.ingest.traces import settle_traces
+
+    every = " | ".join(samples.values())
+    t0 = 1_770_000_000_000_000_000
+
+    def span(span_id: str, parent: str, name: str, start: int, **attributes: str) -> Span:
+        return Span(
+            trace_id=bytes.fromhex("ab" * 16), span_id=bytes.fromhex(span_id), parent_span_id=bytes.fromhex(parent),
+            name=name, start_time_unix_nano=t0 + start * 1_000_000, end_time_unix_nano=t0 + (start + 50) * 1_000_000,
+            attributes=[KeyValue(key=k.replace("__", "."), value=AnyValue(string_value=v)) for k, v in attributes.items()],
+            status=Status(code=Status.STATUS_CODE_ERROR, message=f"failed with {every}"),
+        )  # fmt: skip
+
+    root = "a0000000000000a1"
+    spans = [
+        span(root, "", "invoke_agent helper", 0, gen_ai__operation__name="invoke_agent", gen_ai__agent__name="helper"),
+        span("b0000000000000b1", root, "chat m", 100, gen_ai__operation__name="chat", gen_ai__request__model="m",
+             gen_ai__prompt=every, gen_ai__completion=every),
+        span("b0000000000000b2", root, "execute_tool t", 300, gen_ai__operation__name="execute_tool",
+             gen_ai__tool__name="t", gen_ai__tool__call__id="c1", gen_ai__tool__call__arguments=every),
+    ]  # fmt: skip
+    body = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])])
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    response = api.post("/v1/traces", body.SerializeToString(), content_type="application/x-protobuf")
+    assert response.status_code == 200, response.content
+    # Staged until the trace settles: stored already, so redacted already.
+    staged = "\n".join(OtlpSpan.objects.filter(trace__project=project).values_list("record", flat=True))
+    assert staged and not any(_found(staged.encode(), sample) for sample in samples.values())
+    with django_capture_on_commit_callbacks(execute=False):
+        settle_traces(quiet_seconds=0, orphan_seconds=0, now=timezone.now() + timedelta(seconds=1))
+    sessions = list(Session.objects.filter(project=project))
+    assert sessions and sum(s.event_count for s in sessions) >= 3
+    return sessions
+
+
 PATHS = {
     "upload": _by_upload, "command": _by_command, "live_api": _by_live_api, "bundle": _by_bundle,
-    "agentlens_api": _by_agentlens_api,
+    "agentlens_api": _by_agentlens_api, "otlp": _by_otlp,
 }  # fmt: skip
 
 

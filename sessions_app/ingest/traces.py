@@ -39,7 +39,8 @@ from django.utils import timezone
 
 from ..canonical import SessionMeta
 from ..formats import otlp
-from ..models import OtlpSpan, OtlpTrace, Project, Session
+from ..models import OtlpSpan, OtlpTrace, Project, RedactionRules, Session
+from ..redaction import Redactor
 from .writer import append_events, create_session, finish_session
 
 logger = logging.getLogger("replay.otlp")
@@ -97,6 +98,9 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
         if not by_trace:
             return result
         _place_traces(project, traces, by_trace, now)
+        # A staged span is stored too: the project's redaction rules apply to it now, not only to
+        # the events it later becomes (docs/redaction.md).
+        redactor = RedactionRules.redactor_for(project.pk)
         rows = []
         for trace_id, spans in by_trace.items():
             trace = traces[trace_id]
@@ -105,7 +109,7 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
                     record["late"] = True
                 rows.append((
                     trace.pk, record["spanId"], record["parentSpanId"], otlp.operation_of(record), record["start"],
-                    orjson.dumps(record).decode(),
+                    orjson.dumps(_staged(record, redactor)).decode(),
                 ))  # fmt: skip
         _insert_spans(rows)
         result.stored = len(rows)
@@ -119,6 +123,17 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
             status=Session.Status.LIVE
         ).update(status=Session.Status.LIVE, ended_at=None, completed=False)
     return result
+
+
+# What a span says (its name, attributes, events, status and resource), as against the ids and
+# times that place it, which stay as received.
+_SPAN_CONTENT = ("name", "attributes", "events", "status", "resource", "scope")
+
+
+def _staged(record: dict[str, Any], redactor: Redactor | None) -> dict[str, Any]:
+    if redactor is None:
+        return record
+    return {**record, **{key: redactor.value(record[key]) for key in _SPAN_CONTENT if key in record}}
 
 
 def _drop_stored(traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, dict[str, Any]]]) -> None:
