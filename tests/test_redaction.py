@@ -13,6 +13,7 @@ read as text instead.
 from __future__ import annotations
 
 import io
+import logging
 import random
 import string
 import zipfile
@@ -353,10 +354,11 @@ def _searches_find(client: Client, session: Session, needle: str) -> bool:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_with_every_detector_on_no_secret_is_stored_or_shown_by_any_ingest_path(
-    admin, data_dir, tmp_path, samples, path, django_capture_on_commit_callbacks
+    admin, data_dir, tmp_path, samples, path, django_capture_on_commit_callbacks, caplog
 ):
     project, user = admin
     _rules(project, ALL)
+    caplog.set_level(logging.DEBUG)
     sessions = PATHS[path](project, user, tmp_path, samples, django_capture_on_commit_callbacks)
     assert sessions
     client = _signed_in(user)
@@ -369,6 +371,7 @@ def test_with_every_detector_on_no_secret_is_stored_or_shown_by_any_ingest_path(
             for url, body in answers.items():
                 assert not _found(body, needle), f"{name} is in {url} ({path})"
             assert not _searches_find(client, session, needle), f"search finds {name} ({path})"
+            assert not _found(caplog.text.encode(), needle), f"{name} is in a log line ({path})"
         # What took its place says which rule removed it.
         payloads = " ".join(Event.objects.filter(session=session).values_list("payload", flat=True))
         for name in DETECTORS:
