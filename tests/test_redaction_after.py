@@ -416,7 +416,7 @@ def test_recorded_fields_are_not_content_and_a_value_only_there_is_refused(store
 
 def test_the_player_offers_redact_to_maintainers_only_and_loads_the_list_when_shown(stored, maintainer, viewer):
     page = maintainer.get(f"/sessions/{stored.pk}/?step=3").content.decode()
-    assert 'id="redact-form"' in page and "js/redact.js" in page and 'data-seq="3"' in page
+    assert 'id="redact-form"' in page and "js/redact.js" in page and 'name="seq" value="3"' in page
     assert 'id="redaction-list"' in page and 'hx-trigger="revealed"' in page
     seen = viewer.get(f"/sessions/{stored.pk}/").content.decode()
     assert 'id="redact-form"' not in seen and "js/redact.js" not in seen and 'id="redaction-list"' in seen

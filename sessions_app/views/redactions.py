@@ -27,7 +27,10 @@ def redaction_panel(request: HttpRequest, session: Session, seq: int) -> dict[st
     """What the full player page needs for the panel (its list loads when it is shown)."""
     role = access.role_on(request, session)
     can_redact = role is not None and role.includes(Role.MAINTAINER)
-    return {"can_redact": can_redact, "redact_form": RedactValueForm(initial={"seq": seq}) if can_redact else None}
+    return {
+        "can_redact": can_redact,
+        "redact_form": RedactValueForm(initial={"seq": seq}, auto_id="redact-%s") if can_redact else None,
+    }
 
 
 @login_required

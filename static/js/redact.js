@@ -11,6 +11,11 @@
 
   function $(id) { return document.getElementById(id); }
 
+  // The event the context panel shows: the frame's facts (#frame-data, json_script) say it.
+  function shownSeq() {
+    try { return JSON.parse($("frame-data").textContent).seq; } catch (e) { return undefined; }
+  }
+
   // The selection, when it lies inside the context panel and is long enough to redact.
   function selected() {
     const panel = $("context-panel");
@@ -19,7 +24,7 @@
     const range = selection.getRangeAt(0);
     if (!panel.contains(range.commonAncestorContainer)) return null;
     const text = selection.toString().trim();
-    return text.length >= MIN_CHARS ? { text: text, range: range, seq: panel.dataset.seq } : null;
+    return text.length >= MIN_CHARS ? { text: text, range: range, seq: shownSeq() } : null;
   }
 
   function theButton() {
@@ -54,7 +59,7 @@
     const form = $("redact-form");
     if (!found || !form) return;
     form.elements.text.value = found.text;
-    if (found.seq !== undefined) form.elements.seq.value = found.seq;
+    if (found.seq !== undefined && found.seq !== null) form.elements.seq.value = String(found.seq);
     button.hidden = true;
     const details = $("redact-details");
     if (details) details.open = true;

@@ -74,9 +74,9 @@ def test_a_maintainer_redacts_a_selected_value_and_the_chain_still_verifies(watc
     expect(button).to_be_visible()
     button.click()
     expect(page.locator("#redact-details")).to_have_attribute("open", "")
-    expect(page.locator("#id_text")).to_have_value(SECRET)
-    expect(page.locator("#id_label")).to_be_focused()
-    page.fill("#id_label", "apikey")
+    expect(page.locator("#redact-text")).to_have_value(SECRET)
+    expect(page.locator("#redact-label")).to_be_focused()
+    page.fill("#redact-label", "apikey")
     page.click("#redact-form button[type=submit]")
     expect(page.locator("#redaction-list")).to_contain_text("Removed 2 values from 2 events")
     # The player asked for its frame again: the context panel shows the placeholder now.
