@@ -428,3 +428,17 @@ def test_hostile_trees_land_once_each_and_a_sub_agents_straggler_joins_its_sessi
     settle_now()
     assert subsub.events.count() == 6 and top.events.count() == 10 and sub.events.count() == 4
     assert OtlpSpan.objects.count() == 8 and not OtlpSpan.objects.filter(record__isnull=False).exists()
+
+
+def test_nul_characters_in_the_operation_and_conversation_are_stored_not_a_500(api, project):
+    spans = [
+        span("f000000000000001", "", "invoke_agent x", 0, 100, gen_ai__operation__name="invoke_agent",
+             gen_ai__conversation__id="conv\x00nul"),
+        span("f000000000000002", "f000000000000001", "x", 10, 20, gen_ai__operation__name="chat\x00x"),
+    ]  # fmt: skip
+    assert post(api, request(*spans).SerializeToString()).status_code == 200
+    assert post(api, request(*spans).SerializeToString()).status_code == 200  # found again, not made twice
+    settle_now()
+    session = Session.objects.get(source_format="otlp")
+    assert session.source_session_id == "conv\ufffdnul" and session.event_count == 3
+    assert session.events.get(seq=1).source_type == "chat\ufffdx"

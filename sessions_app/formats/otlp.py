@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ..canonical import INT64_MAX, CanonicalEvent, Kind
+from ..canonical import INT64_MAX, CanonicalEvent, Kind, without_nul
 from .fields import clip, text
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
@@ -204,7 +204,8 @@ def operation_of(record: dict[str, Any]) -> str:
     attributes = record["attributes"]
     operation = attributes.get("gen_ai.operation.name")
     if isinstance(operation, str) and operation:
-        return operation[:64]
+        # Stored in a text column and compared by the database (PostgreSQL refuses U+0000).
+        return without_nul(operation[:64])
     if "gen_ai.request.model" in attributes:
         return "chat"
     if any(key.startswith("gen_ai.") for key in attributes):
@@ -214,7 +215,8 @@ def operation_of(record: dict[str, Any]) -> str:
 
 def conversation_of(record: dict[str, Any]) -> str:
     value = record["attributes"].get("gen_ai.conversation.id")
-    return value[:200] if isinstance(value, str) else ""
+    # The session's key, as the writer stores it (200 characters, no U+0000).
+    return without_nul(value[:200]) if isinstance(value, str) else ""
 
 
 def response_body(*, json: bool, rejected: int = 0, message: str = "") -> bytes:
