@@ -110,4 +110,3 @@ def _json_token(match: re.Match[str]) -> str:
     css = match.lastgroup or "str"
     tag = "bdi" if css in _ISOLATED else "span"
     return f'<{tag} class="tok-{css}">{match.group()}</{tag}>'
-

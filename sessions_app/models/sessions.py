@@ -124,9 +124,7 @@ class Session(models.Model):
     # The session that started this one as a sub-agent (OpenTelemetry ingest: an invoke_agent
     # span inside another agent's). The parent's child_spawn event names this session; deleting
     # the parent keeps the child, which then stands alone.
-    parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="children"
-    )
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="children")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
