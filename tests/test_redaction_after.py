@@ -377,6 +377,10 @@ def test_applying_the_projects_rules_is_a_job_that_redacts_and_purges(maintainer
     listed = maintainer.get(f"/api/sessions/{session.pk}/redactions").json()
     assert listed["count"] == 30 and listed["jobs"][0]["byLabel"] == {"email": 30}
     assert jobs.run_redaction(job_id=job.pk) == {}  # a finished job is not run again
+    # From the player's panel: the run is queued and the list polls itself until it ends.
+    queued = maintainer.post(f"/sessions/{session.pk}/redact-rules/", HTTP_HX_REQUEST="true")
+    assert queued.status_code == 200 and b"queued (0 of 30 events)" in queued.content
+    assert b'hx-trigger="load delay:1s"' in queued.content
 
 
 # --- who may, and bad input --------------------------------------------------------------------
