@@ -479,3 +479,14 @@ def test_without_the_asgi_lifespan_the_endpoint_answers_503_not_a_crash(transact
         (b"host", b"127.0.0.1:8000"), (b"authorization", f"Bearer {key}".encode())]}  # fmt: skip
     anyio.run(McpEndpoint(), scope, receive, send)
     assert sent[0]["status"] == 503 and b"lifespan" in sent[1]["body"]
+
+
+def test_the_stdio_command_on_a_database_never_migrated_says_so_without_a_traceback(tmp_path):
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}", "REPLAY_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "mcp", "--user", "someone"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "run `manage.py migrate` first" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""

@@ -12,6 +12,7 @@ import os
 import anyio
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from sessions_app.access import Actor
 from sessions_app.mcp.server import build_server
@@ -27,18 +28,22 @@ class Command(BaseCommand):
         who.add_argument("--user", help="a username: act as that user in every project they belong to")
 
     def handle(self, *args, key: str | None, user: str | None, **options) -> None:
-        key = key or (None if user else os.environ.get("REPLAY_MCP_KEY"))
+        try:
+            actor = self._actor(key=key or (None if user else os.environ.get("REPLAY_MCP_KEY")), user=user)
+        except DatabaseError as error:  # a database never migrated, or out of reach: say so, no traceback
+            raise CommandError(f"the database is not ready ({error}); run `manage.py migrate` first") from None
+        anyio.run(build_server(actor=actor).run_stdio_async)
+
+    def _actor(self, *, key: str | None, user: str | None) -> Actor:
         if key:
             api_key = ApiKey.authenticate(key)
             if api_key is None:
                 raise CommandError("the API key is invalid or revoked, or its user is inactive")
-            actor = Actor(user=api_key.user, key=api_key)
+            return Actor(user=api_key.user, key=api_key)
         elif user:
             users = get_user_model()
             found = users.objects.filter(**{users.USERNAME_FIELD: user}).first()
             if found is None or not found.is_active:
                 raise CommandError(f"no active user named {user!r}")
-            actor = Actor(user=found)
-        else:
-            raise CommandError("say who the assistant acts as: --key KEY (or REPLAY_MCP_KEY) or --user USERNAME")
-        anyio.run(build_server(actor=actor).run_stdio_async)
+            return Actor(user=found)
+        raise CommandError("say who the assistant acts as: --key KEY (or REPLAY_MCP_KEY) or --user USERNAME")
