@@ -191,3 +191,29 @@ def test_the_limit_is_read_from_the_environment_and_refused_below_a_kilobyte():
     assert shown.returncode == 0 and shown.stdout.split()[-1] == "65536", shown.stderr
     refused = manage("check", REPLAY_MAX_RECORD_BYTES="100")
     assert refused.returncode != 0 and "REPLAY_MAX_RECORD_BYTES must be at least 1024" in refused.stderr
+
+
+def test_the_writer_flushes_large_records_by_their_bytes_so_memory_does_not_grow_with_them(tmp_path, project,
+                                                                                         monkeypatch):  # fmt: skip
+    """Records of 1 MiB (each under the limit): the rows waiting for a bulk write are cut by their
+    bytes (writer.BATCH_BYTES, 2 MiB here), so the import's peak is the same for 16 of them as for
+    48; cut only every 5000 rows, the batch would hold every record two or three times over."""
+    from sessions_app.ingest import writer
+
+    monkeypatch.setattr(writer, "BATCH_BYTES", 2 * 1024 * 1024)
+
+    def peak_of(count: int) -> int:
+        lines = canonical_lines(long_at=2, long_bytes=10, events=count)
+        big = [orjson.dumps(dict(orjson.loads(line), payload={"out": "v" * 1024 * 1024})) for line in lines[1:-1]]
+        path = tmp_path / f"large-{count}.jsonl"
+        path.write_bytes(b"\n".join([lines[0], *big, lines[-1]]) + b"\n")
+        del lines, big
+        outcomes: list = []
+        peak = _peak_while(lambda: outcomes.extend(import_file(path=path, project=project)))
+        assert outcomes[0].events == count + 2 and not outcomes[0].problems
+        return peak
+
+    peak_of(4)  # warm: first-use imports and caches
+    few, many = peak_of(16), peak_of(48)
+    assert many < 1.25 * few, f"16 records: {few / 2**20:.1f} MiB, 48: {many / 2**20:.1f} MiB"
+    assert many < 48 * 1024 * 1024  # less than the records themselves

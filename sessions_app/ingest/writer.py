@@ -41,8 +41,11 @@ __all__ = [
     "append_events", "bulk_write_cache", "create_session", "finish_session",
 ]  # fmt: skip
 
-# Rows buffered before one bulk write; large enough to amortise each round trip.
+# Rows buffered before one bulk write; large enough to amortise each round trip. Large records
+# (up to REPLAY_MAX_RECORD_BYTES each) also flush a batch once they add up to BATCH_BYTES, so the
+# batches in memory (the one being built, and up to three on their way) stay bounded in bytes.
 BATCH_ROWS = 5000
+BATCH_BYTES = 16 * 1024 * 1024
 _TABLE = Event._meta.db_table
 
 
@@ -305,12 +308,13 @@ def _append(
             session_pk=locked.pk, state=state, vendor=connection.vendor, keep_raw=keep_raw, redactor=redactor,
             redacted_by=redacted_by,
         )  # fmt: skip
-        stored = size = 0
+        stored = size = flushed = 0
         with _batch_writer(locked) as write:
             for event in events:
                 size += len(event.raw or "") if type(event) is not dict else _stored_size(event)
                 add(rows, event)
-                if len(rows.rows) >= BATCH_ROWS:
+                if len(rows.rows) >= BATCH_ROWS or size - flushed > BATCH_BYTES:
+                    flushed = size
                     batch = rows.take()
                     write(batch)
                     stored += len(batch.rows)
