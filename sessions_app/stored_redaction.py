@@ -58,6 +58,7 @@ from .models import (
     CommentRevision,
     Event,
     ImportJob,
+    OtlpSpan,
     RedactionJob,
     RedactionRules,
     Review,
@@ -80,7 +81,7 @@ _TABLE = Event._meta.db_table
 _READ = ("seq", "salt", "redacted", *CONTENT_FIELDS)
 # The tables a redaction rewrites, VACUUMed afterwards on PostgreSQL: the large ones in place, the
 # small ones rewritten whole (VACUUM FULL), which leaves no byte of an old row in their files.
-LARGE_MODELS = (Event, Snapshot)
+LARGE_MODELS = (Event, Snapshot, OtlpSpan)
 SMALL_MODELS = (Session, Comment, CommentRevision, Review, Checkpoint, TourStop, ShareLink, ImportJob)
 TOUCHED_MODELS = (*LARGE_MODELS, *SMALL_MODELS)
 
@@ -273,6 +274,7 @@ def _redact_session(
             _redact_snapshots(session, redactor, result)
             _redact_team_work(session, redactor, result)
             _redact_import_job(locked, redactor, result)
+            _redact_staged_spans(session, redactor, result)
         if found_first and not result.changed:
             raise RedactionRefused(
                 "text", "not found in this session's stored content as one value (select text inside one string)"
@@ -427,6 +429,17 @@ def _redact_import_job(session: Session, redactor: Redactor, result: RedactionRe
     if changes:
         ImportJob.objects.filter(pk=job.pk).update(**changes)
         result.elsewhere["import_job"] += 1
+
+
+def _redact_staged_spans(session: Session, redactor: Redactor, result: RedactionResult) -> None:
+    """OpenTelemetry spans of the session's traces still waiting to be written as its events
+    (ingest/traces.py; a written span keeps no record)."""
+    waiting = OtlpSpan.objects.filter(trace__session=session, record__isnull=False).only("pk", "record")
+    for span in waiting.iterator():
+        record = redactor.json_text(span.record)
+        if record != span.record:
+            OtlpSpan.objects.filter(pk=span.pk).update(record=record)
+            result.elsewhere["otlp_span"] += 1
 
 
 def _text(row: Model, name: str, redactor: Redactor, changes: dict[str, Any]) -> None:

@@ -29,6 +29,8 @@ from sessions_app.models import (
     AuditEntry,
     Event,
     ImportJob,
+    OtlpSpan,
+    OtlpTrace,
     Project,
     RedactionJob,
     RedactionRules,
@@ -78,7 +80,7 @@ def stored(acme, mia, tmp_path) -> Session:  # noqa: F811
     """A session imported from a file (its original kept) holding the secret in three payloads, a
     step's output, a state change (so in keyframes and the saved writer state), its task, a
     comment and an edited reply, a checkpoint's note, a tour stop, a share link's note, a
-    sign-off's note and its import job's problems."""
+    sign-off's note, its import job's problems and an OpenTelemetry span waiting to be written."""
     path = tmp_path / "with-secret.jsonl"
     path.write_bytes(small_lines())
     (outcome,) = import_local_file(path=path, project=acme)
@@ -94,6 +96,9 @@ def stored(acme, mia, tmp_path) -> Session:  # noqa: F811
     TourStop.objects.create(tour=tour, position=0, session=session, seq=3, title="the leak",
                             narration=f"see {SECRET}")  # fmt: skip
     sharing.create_link(actor=actor, session=session, note=f"for the vendor, key {SECRET}")
+    trace = OtlpTrace.objects.create(project=acme, trace_id="ab" * 16, session=session)
+    OtlpSpan.objects.create(trace=trace, span_id="cd" * 8, operation="chat", start_ns=1,
+                            record=orjson.dumps({"attributes": {"prompt": f"key {SECRET}"}}).decode())  # fmt: skip
     job = session.import_job
     job.problems = [{"line": 9, "field": "payload", "message": f"odd value {SECRET}"}]
     job.save(update_fields=["problems"])
@@ -151,7 +156,7 @@ def test_a_redacted_value_is_gone_from_every_row_and_file_and_becomes_its_placeh
     assert result["fields"] == {"payload": 3, "step_state": 1, "state_change": 1}
     assert result["original"] == "rewritten"
     assert {"session", "snapshots", "comment", "commentrevision", "checkpoint", "tourstop", "sharelink", "review",
-            "import_job"} <= set(result["elsewhere"])  # fmt: skip
+            "import_job", "otlp_span"} <= set(result["elsewhere"])  # fmt: skip
     assert rows_holding(SECRET) == []
     assert files_holding(SECRET, Path(settings.DATA_DIR)) == []
     event = Event.objects.get(session=stored, seq=3)
