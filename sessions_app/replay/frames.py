@@ -590,6 +590,8 @@ def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
             "cost": (end[0] - cost0) if end and session.priced_events else None,
             "tokens": (end[1] - tokens0) if end else None,
             "failed": bool(end[2]) if end else False,
+            # A sub-agent recorded as a session of its own (OpenTelemetry ingest).
+            "session_id": payload["sessionId"] if type(payload.get("sessionId")) is int else None,
         })  # fmt: skip
     return children
 
