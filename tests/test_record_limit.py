@@ -217,3 +217,29 @@ def test_the_writer_flushes_large_records_by_their_bytes_so_memory_does_not_grow
     few, many = peak_of(16), peak_of(48)
     assert many < 1.25 * few, f"16 records: {few / 2**20:.1f} MiB, 48: {many / 2**20:.1f} MiB"
     assert many < 48 * 1024 * 1024  # less than the records themselves
+
+
+def test_an_rlm_snapshot_step_over_the_limit_ends_the_snapshot_there_with_a_problem(small_limit, tmp_path, project):
+    """A snapshot's members are built in Python from ijson's events: a step over the limit is
+    not read on past (the steps before it import), and not held whole either."""
+    import json
+
+    from sessions_app.formats import rlm_snapshot
+
+    from .builders_rlm import record_full_session
+
+    recorder = record_full_session(tmp_path / "full.jsonl", end=False, steps=3, large_output_at=None)
+    snapshot = recorder.get_snapshot().to_dict()
+    snapshot["steps"][1]["output"] = "o" * (3 * 1024 * 1024)
+    text = json.dumps(snapshot, indent=2)
+    path = tmp_path / "snapshot.json"
+    path.write_text(text)
+    problems = Problems()
+    source = Source(path=path, max_record_bytes=small_limit)
+    sessions = list(rlm_snapshot.parse(source, problems))
+    steps = [event for parsed in sessions for event in parsed.events if event.kind == "step_end"]
+    assert [p.field for p in problems.items] == ["line"]
+    assert "a value over the limit of 64.0 KiB" in problems.items[0].message
+    opens = text[: text.index('"step": 2')].rfind("{")
+    assert problems.items[0].line == text[:opens].count("\n") + 1  # the line the step's object opens on
+    assert len(steps) == 1
