@@ -442,3 +442,47 @@ def test_nul_characters_in_the_operation_and_conversation_are_stored_not_a_500(a
     session = Session.objects.get(source_format="otlp")
     assert session.source_session_id == "conv\ufffdnul" and session.event_count == 3
     assert session.events.get(seq=1).source_type == "chat\ufffdx"
+
+
+def _conversation_spans(n: int, prompt: str) -> list[Span]:
+    """An agent run (root and one chat span) of its own trace and conversation `conv-{n}`."""
+    trace = f"{n:032x}"
+    root, chat = f"{n:08x}00000001", f"{n:08x}00000002"
+    spans = [
+        span(root, "", "invoke_agent helper", 0, 1000, gen_ai__operation__name="invoke_agent",
+             gen_ai__agent__name="helper", gen_ai__conversation__id=f"conv-{n}"),
+        span(chat, root, "chat m", 100, 200, gen_ai__operation__name="chat", gen_ai__request__model="m",
+             gen_ai__conversation__id=f"conv-{n}", gen_ai__input__messages=orjson.dumps(
+                 [{"role": "user", "parts": [{"type": "text", "content": prompt}]}]).decode()),
+    ]  # fmt: skip
+    for one in spans:
+        one.trace_id = bytes.fromhex(trace)
+    return spans
+
+
+def test_a_request_and_a_settling_pass_read_the_redaction_rules_once_and_redact_every_session(api, project):
+    # Each writer call used to look the project's rules up again (about four queries for every
+    # session a request or a settling pass made); now a request and each settling transaction
+    # read them once, and every session they write is still redacted under them.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from sessions_app.models import RedactionRules
+
+    RedactionRules.objects.create(project=project, detectors=["email"])
+    table = RedactionRules._meta.db_table
+    body = request(
+        *(s for n in range(1, 5) for s in _conversation_spans(n, f"mail ada{n}@example.com"))
+    ).SerializeToString()
+    with CaptureQueriesContext(connection) as staged:
+        assert post(api, body).status_code == 200
+    assert sum(table in q["sql"] for q in staged.captured_queries) == 1
+    assert Session.objects.filter(source_format="otlp").count() == 4
+    with CaptureQueriesContext(connection) as settled:
+        settle_now()
+    assert sum(table in q["sql"] for q in settled.captured_queries) == 1
+    for row in otlp_sessions(api).values():
+        steps = replay(api, row["id"])
+        assert len(steps) == 4
+        text = orjson.dumps([s["event"] for s in steps]).decode()
+        assert "@example.com" not in text and "[REDACTED:email]" in text

@@ -97,10 +97,11 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
         _drop_stored(traces, by_trace)
         if not by_trace:
             return result
-        _place_traces(project, traces, by_trace, now)
+        # The project's rules read once for the request, not twice for every session it makes.
+        with RedactionRules.pinned(project.pk) as redactor:
+            _place_traces(project, traces, by_trace, now)
         # A staged span is stored too: the project's redaction rules apply to it now, not only to
         # the events it later becomes (docs/redaction.md).
-        redactor = RedactionRules.redactor_for(project.pk)
         rows = []
         for trace_id, spans in by_trace.items():
             trace = traces[trace_id]
@@ -283,14 +284,17 @@ def settle_traces(
                 # The lock every export request of the project takes first: neither side then
                 # waits on rows the other holds.
                 list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk"))
-                for session_id in session_ids[start : start + SETTLE_PER_TRANSACTION]:
-                    try:
-                        with transaction.atomic():
-                            _settle_session(session_id, now, quiet_since, orphaned_since, result)
-                    except Exception:
-                        # One session's spans that cannot be written must not hold up the others;
-                        # they stay waiting (and logged) for a fix.
-                        logger.exception("settling the spans of session %s failed", session_id)
+                # The rules read once for the transaction's sessions, not by each of the writer's
+                # calls (some four look-ups a session).
+                with RedactionRules.pinned(project_id):
+                    for session_id in session_ids[start : start + SETTLE_PER_TRANSACTION]:
+                        try:
+                            with transaction.atomic():
+                                _settle_session(session_id, now, quiet_since, orphaned_since, result)
+                        except Exception:
+                            # One session's spans that cannot be written must not hold up the
+                            # others; they stay waiting (and logged) for a fix.
+                            logger.exception("settling the spans of session %s failed", session_id)
     return result
 
 

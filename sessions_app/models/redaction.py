@@ -4,11 +4,18 @@ everything it stores (sessions_app/ingest/writer.py); sessions_app/redaction.py 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from django.db import models
 from django.utils import timezone
 
 from ..redaction import Redactor
 from .projects import Project
+
+# Projects whose rules were read once for a whole pass (`RedactionRules.pinned`), and what they gave.
+_pinned: ContextVar[dict[int, Redactor | None] | None] = ContextVar("pinned_redaction_rules", default=None)
 
 
 class RedactionRules(models.Model):
@@ -32,7 +39,11 @@ class RedactionRules(models.Model):
     @classmethod
     def redactor_for(cls, project_id: int) -> Redactor | None:
         """The project's compiled rules with fresh counts, or None when it redacts nothing. One
-        small query; the compiling is cached (redaction.Redactor.from_rules)."""
+        small query; the compiling is cached (redaction.Redactor.from_rules). Inside `pinned` for
+        the project: the pass's one redactor, no query."""
+        pinned = _pinned.get()
+        if pinned is not None and project_id in pinned:
+            return pinned[project_id]
         row = cls.objects.filter(project_id=project_id).values_list("detectors", "custom", "keep_originals").first()
         if row is None:
             return None
@@ -40,6 +51,21 @@ class RedactionRules(models.Model):
         return Redactor.from_rules(
             detectors or [], [(rule["label"], rule["pattern"]) for rule in custom or []], keep_originals=keep
         )
+
+    @classmethod
+    @contextmanager
+    def pinned(cls, project_id: int) -> Iterator[Redactor | None]:
+        """The project's rules read once for a pass of many writes (OTLP settling writes a few
+        sessions for every trace): meanwhile `redactor_for` answers with the same redactor (its
+        counts run on over the pass; the writer counts each append's own) or None, without a
+        query each time. A pass is one transaction, so it sees the rules as they were when it
+        started, as an import does."""
+        redactor = cls.redactor_for(project_id)
+        token = _pinned.set({**(_pinned.get() or {}), project_id: redactor})
+        try:
+            yield redactor
+        finally:
+            _pinned.reset(token)
 
     def redactor(self) -> Redactor | None:
         return Redactor.from_rules(
