@@ -5,6 +5,7 @@ however long the line (JSON lines, and the records of a JSON array or `{"events"
 from __future__ import annotations
 
 import gc
+import json
 import tracemalloc
 from datetime import timedelta
 from pathlib import Path
@@ -243,3 +244,32 @@ def test_an_rlm_snapshot_step_over_the_limit_ends_the_snapshot_there_with_a_prob
     opens = text[: text.index('"step": 2')].rfind("{")
     assert problems.items[0].line == text[:opens].count("\n") + 1  # the line the step's object opens on
     assert len(steps) == 1
+
+
+@pytest.mark.parametrize("block", [1, 2, 7, 64, 1 << 20])
+@pytest.mark.parametrize("container", ["array", "body"])
+def test_the_scan_that_finds_a_long_item_reads_strings_escapes_and_nesting_across_blocks(block, container):
+    """json_documents._item_range: each item's exact bytes, however the blocks cut the document
+    (an escape at a block's end, a key split over two), past brackets, commas and quotes in strings."""
+    from sessions_app.formats.json_documents import _item_range
+
+    items = [
+        {"a": "x]y,z", "b": [1, {"c": "}{"}]},
+        'a string, with "quotes" and a \\ backslash]',
+        [[], {}, [{"d": "]é"}]],
+        12.5e3,
+        {"e": '\\"', "f": None},
+    ]
+    texts = [json.dumps(item, indent=1) for item in items]
+    if container == "array":
+        document, prefix = ("[ " + ",\n ".join(texts) + " ]").encode(), "item"
+    else:
+        # A key written with an escape is the key: ijson reads `"ev\\u0065nts"` as "events".
+        head = '{"meta": {"events": [0]}, "event": [1], "ev\\u0065nts": [\n'
+        document, prefix = (head + ",\n".join(texts) + '\n], "after": ["]"]}').encode(), "events.item"
+    blocks = [document[i : i + block] for i in range(0, len(document), block)]
+    for index, text in enumerate(texts):
+        start, end, line = _item_range(iter(blocks), prefix, index)
+        assert document[start:end].decode().strip() == text
+        assert line == document[:start].count(b"\n") + 1
+    assert _item_range(iter(blocks), prefix, len(texts)) is None

@@ -564,7 +564,9 @@ def _item_range(blocks: Iterable[bytes], prefix: str, index: int) -> tuple[int, 
     last_string = current_key = None
     for block in blocks:
         pos, size = 0, len(block)
-        if escaped:
+        if escaped:  # the character a backslash at the end of the block before escapes
+            if key_parts is not None:
+                key_parts.append(block[:1])
             pos, escaped = 1, False
         while pos < size:
             if want_start:  # after `[` or `,` of the list: the next character starts an item
