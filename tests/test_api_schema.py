@@ -54,3 +54,22 @@ def test_operation_ids_do_not_follow_the_module_a_view_lives_in(client):
     assert ids["/api/sessions", "post"] == "sessions_app_api_write_create_session"
     assert ids["/api/imports/{job_id}", "get"] == "sessions_app_api_write_import_status"
     assert len(set(ids.values())) == len(ids)  # unique, so generated clients keep one method each
+
+
+def test_no_two_schemas_of_the_api_share_a_name():
+    """The OpenAPI document names a schema by its class name: two classes of one name would
+    describe one operation's answer with the other's fields (the fuzz test then fails on it)."""
+    import importlib
+    import pkgutil
+
+    from ninja import Schema
+
+    import sessions_app.api as package
+
+    found: dict[str, set[str]] = {}
+    for module_info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Schema) and value.__module__ == module.__name__:
+                found.setdefault(value.__name__, set()).add(module.__name__)
+    assert {name: modules for name, modules in found.items() if len(modules) > 1} == {}

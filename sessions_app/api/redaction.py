@@ -24,7 +24,7 @@ class CustomRule(Schema):
     pattern: Text = Field(..., description="an RE2 regular expression (no lookaround or backreferences)")
 
 
-class RedactionOut(Schema):
+class RedactionRulesOut(Schema):
     detectors: dict[str, bool] = Field(description="every built-in detector, on or off")
     custom: list[CustomRule]
     keep_originals: bool = Field(description="uploaded originals kept (redacted) after import; off: not kept")
@@ -32,7 +32,7 @@ class RedactionOut(Schema):
     updated_by: str
 
 
-class RedactionIn(Schema):
+class RedactionRulesIn(Schema):
     detectors: dict[str, bool] = Field(
         default_factory=dict, description=f"detector name -> on; left out: off. Known: {', '.join(DETECTORS)}"
     )
@@ -40,7 +40,7 @@ class RedactionIn(Schema):
     keep_originals: bool = False
 
 
-class TryIn(RedactionIn):
+class TryIn(RedactionRulesIn):
     text: str = Field(..., max_length=redaction_rules.MAX_SAMPLE, description="a sample; neither stored nor logged")
 
 
@@ -53,7 +53,7 @@ def _refused(exc: RuleError) -> Status:
     return Status(422, {"detail": str(exc), "errors": [{"field": exc.field, "message": exc.message}]})
 
 
-@router.get("/projects/{slug}/redaction", response={200: RedactionOut, **DENIED}, url_name="redaction")
+@router.get("/projects/{slug}/redaction", response={200: RedactionRulesOut, **DENIED}, url_name="redaction")
 def get_rules(request: HttpRequest, slug: str):
     """The project's redaction rules. Admins only: a custom rule may spell out the very value
     it removes."""
@@ -61,8 +61,8 @@ def get_rules(request: HttpRequest, slug: str):
     return redaction_rules.rules_of(project=project)
 
 
-@router.put("/projects/{slug}/redaction", response={200: RedactionOut, **DENIED, 422: ErrorOut})
-def put_rules(request: HttpRequest, slug: str, body: RedactionIn):
+@router.put("/projects/{slug}/redaction", response={200: RedactionRulesOut, **DENIED, 422: ErrorOut})
+def put_rules(request: HttpRequest, slug: str, body: RedactionRulesIn):
     """Replace the project's rules (admins). They apply to everything stored from now on, by
     every ingest path; a rule that cannot be used is a 422 naming it (`custom[1].pattern`)."""
     project = access.project_for(request, slug, need=Role.ADMIN)
