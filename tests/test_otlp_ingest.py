@@ -486,3 +486,13 @@ def test_a_request_and_a_settling_pass_read_the_redaction_rules_once_and_redact_
         assert len(steps) == 4
         text = orjson.dumps([s["event"] for s in steps]).decode()
         assert "@example.com" not in text and "[REDACTED:email]" in text
+
+
+def test_an_export_past_the_projects_storage_quota_is_a_413_status_and_stages_nothing(api, project):
+    project.max_stored_bytes = 100
+    project.save(update_fields=["max_stored_bytes"])
+    response = post(api, request(SPANS["agent"], SPANS["chat1"]).SerializeToString())
+    assert response.status_code == 413 and response["Content-Type"] == PROTOBUF
+    status = _status(response)
+    assert status.code == 8 and "quota" in status.message
+    assert not Session.objects.exists()

@@ -27,7 +27,9 @@ from django.views.decorators.http import require_POST
 from .. import access, jobs
 from ..formats import otlp
 from ..ingest import traces
+from ..ingest.quotas import QuotaExceeded, check_bytes
 from ..models import ApiKey
+from .live import _declared_length
 
 logger = logging.getLogger("replay.otlp")
 
@@ -55,12 +57,16 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         request.auth = _api_key(request)
         # A key of one project writes there; a key of several names one in X-Replay-Project.
         project = access.project_to_write(request, request.headers.get("X-Replay-Project", "").strip())
+        # The project's storage quota, on the declared size, before the body is read (as live batches).
+        check_bytes(project=project, size=_declared_length(request), what="export")
         parsed = otlp.read_request(_body(request), json=json)
         staged = traces.stage_spans(project=project, records=otlp.span_records(parsed))
     except Refused as refused:
         return _failure(refused, json)
     except PermissionDenied as exc:
         return _failure(Refused(403, _PERMISSION_DENIED, str(exc)), json)
+    except QuotaExceeded as exc:
+        return _failure(Refused(exc.status, _RESOURCE_EXHAUSTED, exc.message), json)
     except (ValueError, otlp.NotOtlp) as exc:  # NotOtlp, or a key of several projects (which to name)
         return _failure(Refused(400, _INVALID_ARGUMENT, str(exc)), json)
     _settle_due(project)
