@@ -27,9 +27,14 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from sessions_app.access import Actor
 from sessions_app.bundles import stream_bundle
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.jobs import run_import
+from sessions_app.mcp import discussion as mcp_discussion
+from sessions_app.mcp import finding as mcp_finding
+from sessions_app.mcp import state as mcp_state
+from sessions_app.mcp import timeline as mcp_timeline
 from sessions_app.models import AuditEntry, Event, ImportJob, OtlpSpan, Project, RedactionRules, Role, Session
 from sessions_app.redaction import DETECTORS, Redactor, RuleError, check_custom_rule
 from sessions_app.verification import verify_session
@@ -338,14 +343,35 @@ def _responses(client: Client, session: Session) -> dict[str, bytes]:
     return answers
 
 
+def _mcp_answers(user, session: Session) -> dict[str, bytes]:
+    """What the MCP tools answer about the session (the functions behind the tools, called as
+    the server calls them; tests/test_mcp.py drives the transports)."""
+    actor, sid = Actor(user=user), str(session.pk)
+    answers = {
+        "mcp:replay_session": mcp_timeline.replay_session(actor=actor, session_id=sid),
+        "mcp:find_errors": mcp_timeline.find_errors(actor=actor, session_id=sid),
+        "mcp:list_sessions": mcp_finding.list_sessions(actor=actor),
+        "mcp:get_comments": mcp_discussion.get_comments(actor=actor, session_id=sid),
+    }
+    for event in range(1, session.event_count + 1):
+        answers[f"mcp:step_state {event}"] = mcp_state.step_state(actor=actor, session_id=sid, event=event)
+    return {name: text.encode() for name, text in answers.items()}
+
+
 def _found(haystack: bytes, needle: str) -> bool:
     # As stored, and as JSON writes it (a key block's lines joined by \n escapes).
     return needle.encode() in haystack or orjson.dumps(needle)[1:-1] in haystack
 
 
+def _probe(needle: str) -> str:
+    """What a search looks for: a secret's longest line (a key block's lines are stored joined by
+    JSON's \\n escapes, which a search for the whole block would not match)."""
+    return max(needle.splitlines(), key=len)
+
+
 def _searches_find(client: Client, session: Session, needle: str) -> bool:
-    hits = client.get(f"/api/sessions/{session.pk}/search", {"q": needle}).json()["results"]
-    page = client.get("/search/", {"q": needle}).content.decode()
+    hits = client.get(f"/api/sessions/{session.pk}/search", {"q": _probe(needle)}).json()["results"]
+    page = client.get("/search/", {"q": _probe(needle)}).content.decode()
     return bool(hits) or "Nothing found" not in page
 
 
@@ -364,8 +390,10 @@ def test_with_every_detector_on_no_secret_is_stored_or_shown_by_any_ingest_path(
     client = _signed_in(user)
     database, files = _database_bytes(), _data_folder_bytes(data_dir)
     for session in sessions:
-        answers = _responses(client, session)
+        answers = _responses(client, session) | _mcp_answers(user, session)
         for name, needle in samples.items():
+            found_by_mcp = mcp_finding.search_events(actor=Actor(user=user), text=_probe(needle))
+            assert found_by_mcp.startswith("No events in "), f"MCP's search_events finds {name} ({path})"
             assert not _found(database, needle), f"{name} is in the database ({path})"
             assert not _found(files, needle), f"{name} is in the data folder ({path})"
             for url, body in answers.items():
@@ -385,9 +413,13 @@ def test_with_no_rule_on_every_secret_is_kept_as_received(
     (session,) = _by_command(project, user, tmp_path, samples, django_capture_on_commit_callbacks)
     database = _database_bytes()
     answers = _responses(_signed_in(user), session)
+    shown_by_mcp = b"".join(_mcp_answers(user, session).values())
     for name, needle in samples.items():
         assert _found(database, needle), name
         assert _found(answers[f"/api/sessions/{session.pk}/replay"], needle), name
+        assert _found(shown_by_mcp, needle), name  # so the MCP check above can fail
+        assert not mcp_finding.search_events(actor=Actor(user=user), text=_probe(needle)).startswith("No events in ")
+        assert _searches_find(_signed_in(user), session, needle), name
     assert Path(session.import_job.stored_path).is_file(), "the original is kept as it always was"
 
 
