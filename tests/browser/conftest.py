@@ -6,17 +6,48 @@ must stay empty."""
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.servers.basehttp import ThreadedWSGIServer
+from django.test import testcases
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from ..builders_teams import member
 
 CHROMIUM = "/usr/bin/chromium"
+
+
+class OneRequestAtATime(ThreadedWSGIServer):
+    """The live server, answering one request at a time. With SQLite in memory every thread of
+    the live server uses the test's one connection, and a page that loads several panels at
+    once made two threads run the same query on it together: the shared prepared statement gave
+    one of them another's rows (an IndexError in Django's converters, a 500 in a fresh-clone
+    run; Django's documentation warns of it). Streamed answers (the live player's event stream,
+    static files) are made under the lock and sent without it, so a stream left open holds up
+    no other request."""
+
+    lock = threading.Lock()
+
+    def set_app(self, application) -> None:
+        def one_at_a_time(environ, start_response):
+            with self.lock:
+                response = application(environ, start_response)
+                if getattr(response, "streaming", False):
+                    return response
+                try:
+                    return [b"".join(response)]
+                finally:
+                    response.close()
+
+        super().set_app(one_at_a_time)
+
+
+testcases.LiveServerThread.server_class = OneRequestAtATime
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--no-first-run",
