@@ -97,7 +97,12 @@ def test_a_keyboard_user_drives_the_player_without_surprises(watched, analyst, t
     wait_for_seq(page, 12)
     page.keyboard.press("ArrowLeft")
     wait_for_seq(page, 11)
-    assert page.locator("#scrubber").get_attribute("aria-valuetext") == f"event 12 of {talk.event_count}"
+    # The slider's value text follows the frame once htmx has settled it (player.js, afterSettle),
+    # a moment after the frame's data arrived: waited for, as a screen reader would hear it.
+    wait_until(
+        page, "text => document.getElementById('scrubber').getAttribute('aria-valuetext') === text",
+        f"event 12 of {talk.event_count}",
+    )  # fmt: skip
     assert page.locator("#step-status").inner_text().startswith(f"Event #12 of {talk.event_count}")
 
     # A checkpoint saves the shown step (seq 11), not the one the page was loaded at (0).
