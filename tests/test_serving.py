@@ -104,7 +104,16 @@ def served(tmp_path, migrated):
             time.sleep(0.3)
     yield process, base, log
     if process.poll() is None:
-        process.kill()
+        # Stopped as an operator stops it, so its web processes and workers go with it (a SIGKILL
+        # of the supervisor alone left them running after the suite); anything left, killed.
+        family = _descendants(process.pid)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        for pid in _alive(family):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
