@@ -17,8 +17,7 @@ from ..ingest import agentlens_events
 from ..ingest.live import IngestError
 from ..ingest.quotas import QuotaExceeded, check_bytes
 from ..models import Role
-from .bodies import json_body, read_body
-from .live import _declared_length
+from .bodies import declared_length, json_body, read_body
 from .responses import BadRequest
 from .schemas import ErrorOut, ProblemOut
 
@@ -128,7 +127,7 @@ def ingest_agentlens_events(request: HttpRequest, query: Query[EventsQuery]):
     except ValueError as exc:
         return _refused(400, str(exc), [])
     try:
-        check_bytes(project=project, size=_declared_length(request), what="batch")
+        check_bytes(project=project, size=declared_length(request), what="batch")
         batch = read_body(request, AgentLensBatchIn)
         events = [_record(event) for event in batch.events]
         result = agentlens_events.ingest_agentlens_events(project=project, events=events)

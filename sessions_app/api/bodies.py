@@ -26,6 +26,15 @@ def json_body(schema: type[BaseModel]) -> dict:
     }
 
 
+def declared_length(request: HttpRequest) -> int:
+    """The body's size as its Content-Length declares it (0 when absent or not a number): what a
+    quota is checked against before the body is read."""
+    try:
+        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        return 0
+
+
 def read_body(request: HttpRequest, schema: type[BaseModel]) -> Any:
     try:
         body = request.body

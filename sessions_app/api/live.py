@@ -21,7 +21,7 @@ from ..ingest.quotas import QuotaExceeded, check_bytes
 from ..models import Role, Session
 from ..models.bounds import MAX_POSITION
 from ..replay import streaming
-from .bodies import json_body, read_body
+from .bodies import declared_length, json_body, read_body
 from .responses import BadRequest, error, not_found
 from .schemas import ErrorOut, Id, ProblemOut
 from .sessions import router as sessions_router
@@ -187,7 +187,7 @@ def append_session_events(request: HttpRequest, session_id: Id):
     409. A body larger than the project's storage quota has left is a 413, before it is read."""
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
     try:
-        check_bytes(project=session.project, size=_declared_length(request), what="batch")
+        check_bytes(project=session.project, size=declared_length(request), what="batch")
         batch = read_body(request, EventBatchIn)
         result = live_ingest.append_batch(
             session_id=session_id, records=batch.events, format=batch.format,
@@ -198,13 +198,6 @@ def append_session_events(request: HttpRequest, session_id: Id):
     except (BadRequest, IngestError, QuotaExceeded) as exc:
         return error(exc)
     return Status(200, result)
-
-
-def _declared_length(request: HttpRequest) -> int:
-    try:
-        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
-    except ValueError:
-        return 0
 
 
 @router.post(

@@ -29,7 +29,7 @@ from ..formats import otlp
 from ..ingest import traces
 from ..ingest.quotas import QuotaExceeded, check_bytes
 from ..models import ApiKey
-from .live import _declared_length
+from .bodies import declared_length
 
 logger = logging.getLogger("replay.otlp")
 
@@ -58,7 +58,7 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         # A key of one project writes there; a key of several names one in X-Replay-Project.
         project = access.project_to_write(request, request.headers.get("X-Replay-Project", "").strip())
         # The project's storage quota, on the declared size, before the body is read (as live batches).
-        check_bytes(project=project, size=_declared_length(request), what="export")
+        check_bytes(project=project, size=declared_length(request), what="export")
         parsed = otlp.read_request(_body(request), json=json)
         staged = traces.stage_spans(project=project, records=otlp.span_records(parsed))
     except Refused as refused:
