@@ -11,6 +11,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rlm_code.rlm.session_replay import SessionRecorder, SessionReplayer, SessionStore, load_session
 
 from sessions_app.canonical import Kind
@@ -525,3 +527,46 @@ def test_timestamp_text_taken_from_the_source_is_what_django_stores(text):
         assert stored == django_text
     if text.endswith(("+00:00", "Z")) and "W" not in text or "+" not in text and "Z" not in text:
         assert stored is not None  # the cheap path is taken where the text allows it
+
+
+_PLAIN = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_TRICKY = [
+    "{'a': \"it's\"}", "{'True': True, 'x': 'None'}", "(1, 2)", "{1: 2}", "1e16", "nan", "inf", "1_000", " 5",
+    '"a"', "set()", "{'a': 1, 'a': 2}", "[1.0, 1, True]", "12345678901234567890123", "{'k': 'v\\n'}", "-0.0",
+    "{'a': 'Non\\u00e9'}", "[[[[]]]]", "Falsey", "{'a': b'x'}",
+]  # fmt: skip
+
+
+def _literal_reading(preview: str):
+    """What a variable_update's preview stood for before the JSON fast path: literal_eval, kept
+    when JSON can hold it."""
+    import ast
+
+    try:
+        value = ast.literal_eval(preview)
+        orjson.dumps(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, orjson.JSONEncodeError):
+        return preview
+    return value
+
+
+@given(value=_PLAIN)
+@settings(max_examples=300, deadline=None)
+def test_variable_preview_reads_as_literal_eval_would(value):
+    # The recorder writes str(value)[:200]; the fast path must give what literal_eval gives,
+    # type for type (1, 1.0 and True differ), for any plain value and for a cut one.
+    from sessions_app.formats.rlm_native import _preview_value
+
+    preview = str(value)[:200]
+    assert repr(_preview_value(preview, type(value).__name__)) == repr(_literal_reading(preview))
+
+
+@pytest.mark.parametrize("preview", _TRICKY)
+def test_variable_preview_edge_cases_read_as_literal_eval_would(preview):
+    from sessions_app.formats.rlm_native import _preview_value
+
+    assert repr(_preview_value(preview, "dict")) == repr(_literal_reading(preview))

@@ -302,6 +302,7 @@ def text(value: Any) -> Any:
 
 
 PREVIEW_CHARS = 200  # the recorder's `str(value)[:200]`
+_loads = orjson.loads
 
 
 def _preview_value(preview: Any, type_name: Any) -> Any:
@@ -312,6 +313,18 @@ def _preview_value(preview: Any, type_name: Any) -> Any:
     not a JSON value (objects, sets, bytes, dicts keyed by numbers, nan) stays the preview text."""
     if type(preview) is not str or type_name == "str" or len(preview) >= PREVIEW_CHARS:
         return preview
+    # Most previews are reprs of numbers and of dicts and lists of plain values, which read as
+    # JSON once the quotes and constants are spelled as JSON spells them. Such a reading is kept
+    # only when the value's repr gives the preview back exactly: repr round-trips these types,
+    # so it is then what literal_eval returns, at a tenth of literal_eval's cost (it compiles).
+    try:
+        value = _loads(preview.replace("'", '"').replace("True", "true").replace("False", "false")
+                       .replace("None", "null"))  # fmt: skip
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if repr(value) == preview:
+            return value
     try:
         value = ast.literal_eval(preview)
         orjson.dumps(value)
