@@ -541,11 +541,13 @@ _TRICKY = [
 ]  # fmt: skip
 
 
-def _literal_reading(preview: str):
+def _literal_reading(preview: str, type_name: str):
     """What a variable_update's preview stood for before the JSON fast path: literal_eval, kept
-    when JSON can hold it."""
+    when JSON can hold it, of a preview the recorder did not cut, of a variable not a string."""
     import ast
 
+    if type_name == "str" or len(preview) >= 200:
+        return preview
     try:
         value = ast.literal_eval(preview)
         orjson.dumps(value)
@@ -562,11 +564,12 @@ def test_variable_preview_reads_as_literal_eval_would(value):
     from sessions_app.formats.rlm_native import _preview_value
 
     preview = str(value)[:200]
-    assert repr(_preview_value(preview, type(value).__name__)) == repr(_literal_reading(preview))
+    type_name = type(value).__name__
+    assert repr(_preview_value(preview, type_name)) == repr(_literal_reading(preview, type_name))
 
 
 @pytest.mark.parametrize("preview", _TRICKY)
 def test_variable_preview_edge_cases_read_as_literal_eval_would(preview):
     from sessions_app.formats.rlm_native import _preview_value
 
-    assert repr(_preview_value(preview, "dict")) == repr(_literal_reading(preview))
+    assert repr(_preview_value(preview, "dict")) == repr(_literal_reading(preview, "dict"))
