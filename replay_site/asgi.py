@@ -23,7 +23,7 @@ from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
-from replay_site.serving import require_real_secret_key  # noqa: E402
+from replay_site.serving import require_real_secret_key, tune_garbage_collector  # noqa: E402
 
 streams = get_asgi_application()
 require_real_secret_key()
@@ -32,6 +32,7 @@ pages = WSGIMiddleware(get_wsgi_application(), workers=settings.WEB_THREADS)
 from sessions_app.mcp.http import McpEndpoint  # noqa: E402  (after Django is set up)
 
 mcp = McpEndpoint()
+tune_garbage_collector()
 
 # The routes whose views return an asynchronous stream under ASGI (sessions_app/api/live.py).
 STREAMS = re.compile(r"^/api/sessions/[^/]+/(?:stream|tail)/?$")

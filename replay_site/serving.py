@@ -10,6 +10,7 @@ dies on its own stops the other and exits non-zero.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -21,6 +22,11 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 STOP_TIMEOUT = 8.0  # seconds each child gets to stop before its process group is killed
+# Container objects allocated (net) before the collector's youngest generation runs. Python's
+# default (2,000) is made for small heaps: a 1000-event replay page builds thousands of dicts and
+# lists that all live until it is sent, and the collector walked them ~4 times a page (~4 ms, a
+# sixth of its CPU; docs/benchmarks.md, issue 20).
+GC_YOUNG_THRESHOLD = 50_000
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
 
 
@@ -32,6 +38,15 @@ def require_real_secret_key() -> None:
             "REPLAY_SECRET_KEY is not set: set it to a long random value (docs/deployment.md), "
             "or set REPLAY_DEMO=1 to serve the demo with the development key"
         )
+
+
+def tune_garbage_collector() -> None:
+    """For a web process, once the application is loaded: what is alive now (modules, settings,
+    templates, URL patterns: ~100,000 objects) lives as long as the process, so the collector
+    stops walking it (`gc.freeze`; each full collection re-walked all of it), and it runs less
+    often (GC_YOUNG_THRESHOLD). Garbage with reference cycles is still collected."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def commands(*, host: str, port: int, web_processes: int, job_workers: int) -> list[list[str]]:

@@ -111,6 +111,10 @@ def sqlite_database(path: Path) -> dict:
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": path,
+        # Each web thread keeps its connection between requests: opening one (with the PRAGMAs
+        # below and SQLite reading the schema again) was ~1.5 ms of every request's CPU
+        # (docs/benchmarks.md, issue 20). Between requests it holds no transaction.
+        "CONN_MAX_AGE": 60,
         "OPTIONS": {
             # WAL lets the web server read while the worker writes an import; the busy
             # timeout makes a writer wait for the other instead of failing at once. 16 KiB
