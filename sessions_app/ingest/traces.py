@@ -41,7 +41,7 @@ from ..canonical import SessionMeta
 from ..formats import otlp
 from ..models import OtlpSpan, OtlpTrace, Project, RedactionRules, Session
 from ..redaction import Redactor
-from .writer import append_events, create_session, finish_session
+from .writer import append_and_finish, create_session
 
 logger = logging.getLogger("replay.otlp")
 
@@ -315,18 +315,17 @@ def _settle_session(
     placement.add_traces(traces)
     for session, placed in placement.by_session():
         events = otlp.timeline(placed, first_step=session.step_count)
-        append_events(session=session, events=events)
+        # Appended and finished in one writer call: the row locked, read and saved once.
+        append_and_finish(
+            session=session, events=events, meta=placement.meta(session),
+            status=Session.Status.FAILED if placement.failed(session) else Session.Status.COMPLETED,
+        )  # fmt: skip
         result.events += len(events)
         result.sessions.append(session.pk)
+        result.finished.append(session.pk)
     placement.save_spans()
     OtlpTrace.objects.filter(pk__in=[t.pk for t in traces]).update(pending=False, settled_at=now)
     result.spans += placement.span_count
-    for session in placement.sessions():
-        finish_session(
-            session=session, meta=placement.meta(session),
-            status=Session.Status.FAILED if placement.failed(session) else Session.Status.COMPLETED,
-        )  # fmt: skip
-        result.finished.append(session.pk)
 
 
 class _Placement:
@@ -468,9 +467,6 @@ class _Placement:
 
     def by_session(self) -> list[tuple[Session, list[otlp.Placed]]]:
         return [(self._sessions[pk], placed) for pk, placed in self._placed.items()]
-
-    def sessions(self) -> list[Session]:
-        return [self._sessions[pk] for pk in self._placed]
 
     def failed(self, session: Session) -> bool:
         return session.pk in self._failed

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from copy import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache, partial
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -38,7 +41,7 @@ from .rows import (
 )
 
 __all__ = [
-    "append_events", "bulk_write_cache", "create_session", "finish_session",
+    "append_and_finish", "append_events", "bulk_write_cache", "create_session", "finish_session",
 ]  # fmt: skip
 
 # Rows buffered before one bulk write; large enough to amortise each round trip. Large records
@@ -116,14 +119,38 @@ def _row_writer() -> Iterator[Callable[[list[list]], None]]:
 
                 yield write_rows
         return
-    placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
-    sql = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
     cursor = raw_connection.cursor()
     try:
-        with _in_a_second_thread(lambda rows: cursor.executemany(sql, rows)) as write_rows:
+        with _in_a_second_thread(partial(_insert_sqlite_rows, cursor, columns)) as write_rows:
             yield write_rows
     finally:
         cursor.close()
+
+
+# Rows a SQLite INSERT statement carries (its limit is 32,766 values; 40 columns a row).
+_ROWS_A_STATEMENT = 500
+
+
+def _insert_sqlite_rows(cursor: Any, columns: str, rows: list[list]) -> None:
+    """Insert with one statement per _ROWS_A_STATEMENT rows rather than executemany's one per
+    row: sqlite3 releases the GIL for each statement it steps and must win it back after, and
+    while the caller's thread builds the next rows that takes up to a switch interval (5 ms)
+    each time. Per row, the insert crawled whenever the builder ran; per 500 rows the two
+    threads overlap."""
+    flatten = chain.from_iterable
+    # An older SQLite's limit on a statement's values may be as low as 999.
+    per_statement = min(
+        _ROWS_A_STATEMENT, cursor.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(EVENT_COLUMNS)
+    )
+    for start in range(0, len(rows), per_statement):
+        part = rows[start : start + per_statement]
+        cursor.execute(_insert_statement(columns, len(part)), list(flatten(part)))
+
+
+@lru_cache(maxsize=8)
+def _insert_statement(columns: str, count: int) -> str:
+    row = "(" + ", ".join(["?"] * len(EVENT_COLUMNS)) + ")"
+    return f"INSERT INTO {_TABLE} ({columns}) VALUES " + ", ".join([row] * count)
 
 
 @contextmanager
@@ -297,6 +324,7 @@ def _append(
     keep_raw: bool,
     redactor: Redactor | None = None,
     redacted_by: str = "",
+    close: Callable[[Session, Redactor | None], None] | None = None,
 ) -> AppendResult:
     redactor = redactor_of(session.project_id, redactor)
     counted = redactor.counts.copy() if redactor is not None else None
@@ -328,6 +356,8 @@ def _append(
             state.format_state = _redacted_value(redactor, format_state)
         save_state_to(state, locked)
         locked.record_bytes += size
+        if close is not None:
+            close(locked, redactor)
         locked.save()
     _copy_fields(locked, session)
     redactions = {} if redactor is None else dict(redactor.counts - counted)
@@ -372,28 +402,61 @@ def finish_session(
     redactor = redactor_of(session.project_id, redactor)
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
-        if meta is not None:
-            _apply_meta(locked, meta, redactor)
-        if final_answer is not None:
-            locked.final_answer = _text_redactor(redactor)(without_nul(final_answer))
-        if status is not None:
-            locked.status = status
-            locked.completed = status == Session.Status.COMPLETED or locked.completed
-        elif locked.status == Session.Status.LIVE:
-            if meta is not None and meta.failed:
-                locked.status = Session.Status.FAILED
-            elif meta is not None and meta.interrupted:
-                locked.status = Session.Status.INTERRUPTED
-            else:
-                locked.status = Session.Status.COMPLETED
-        if locked.ended_at is None:
-            last_ts = locked.ingest_state.get("last_ts_ms")
-            locked.ended_at = datetime.fromtimestamp(last_ts / 1000.0, tz=UTC) if last_ts else timezone.now()
+        _close(locked, redactor, meta=meta, status=status, final_answer=final_answer)
         locked.save()
         if meta is not None:
             _write_checkpoints(locked, meta.checkpoints, redactor)
     _copy_fields(locked, session)
     return session
+
+
+def append_and_finish(
+    *,
+    session: Session,
+    events: Iterable[CanonicalEvent],
+    meta: SessionMeta | None = None,
+    status: str | None = None,
+    redactor: Redactor | None = None,
+) -> AppendResult:
+    """`append_events` then `finish_session`, with the session's row locked, read and saved once
+    (a settled OTLP trace's session: each of the two calls costs some queries, which hundreds of
+    small sessions a minute add up to)."""
+
+    def close(locked: Session, redactor: Redactor | None) -> None:
+        _close(locked, redactor, meta=meta, status=status, final_answer=None)
+
+    result = _append(session, events, EventRows.add, None, None, True, redactor, close=close)
+    if meta is not None and meta.checkpoints:
+        _write_checkpoints(session, meta.checkpoints, redactor_of(session.project_id, redactor))
+    return result
+
+
+def _close(
+    locked: Session,
+    redactor: Redactor | None,
+    *,
+    meta: SessionMeta | None,
+    status: str | None,
+    final_answer: str | None,
+) -> None:
+    """The fields of the locked row that closing it sets (saved by the caller)."""
+    if meta is not None:
+        _apply_meta(locked, meta, redactor)
+    if final_answer is not None:
+        locked.final_answer = _text_redactor(redactor)(without_nul(final_answer))
+    if status is not None:
+        locked.status = status
+        locked.completed = status == Session.Status.COMPLETED or locked.completed
+    elif locked.status == Session.Status.LIVE:
+        if meta is not None and meta.failed:
+            locked.status = Session.Status.FAILED
+        elif meta is not None and meta.interrupted:
+            locked.status = Session.Status.INTERRUPTED
+        else:
+            locked.status = Session.Status.COMPLETED
+    if locked.ended_at is None:
+        last_ts = locked.ingest_state.get("last_ts_ms")
+        locked.ended_at = datetime.fromtimestamp(last_ts / 1000.0, tz=UTC) if last_ts else timezone.now()
 
 
 def _apply_meta(session: Session, meta: SessionMeta, redactor: Redactor | None) -> None:
