@@ -183,7 +183,7 @@ def search(
         matches, pattern = _text_match(q)
         where.append(matches)
         params += pattern
-    rows = _rows(" AND ".join(where), params, limit=limit + 1)
+    rows = _rows(" AND ".join(where), params, limit=limit + 1, raw=True)
     more = len(rows) > limit
     rows = rows[:limit]
     results = []

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from django.db import connection
 
-from ..models import KEYFRAME_EVERY, Event, Session, Snapshot
+from ..models import KEYFRAME_EVERY, Session, Snapshot
 from .rows import EVENT_TABLE, STEP_FIELDS, _check_window, _fetch
 
 # Point-in-time state (variables and memory notes)
@@ -139,10 +139,13 @@ def step_seq(*, session: Session, index: int) -> int | None:
     """The seq of the event that closes step `index` (0-based position)."""
     if index < 0 or index >= session.step_count:
         return None
-    # No ORDER BY (`.first()` would add the model's (session, seq) ordering, and SQLite then
-    # walks the whole session in seq order instead of probing the step_pos index).
-    found = Event.objects.filter(session=session, step_pos=index).order_by().values_list("seq", flat=True)[:1]
-    return next(iter(found), None)
+    # No ORDER BY (the model's (session, seq) ordering would make SQLite walk the whole session
+    # in seq order instead of probing the step_pos index). Raw SQL: the ORM took ~0.5 ms to
+    # compile this, on every player step.
+    found = _fetch(
+        f"SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND step_pos = %s LIMIT 1", [session.pk, index]
+    )
+    return found[0][0] if found else None
 
 
 def step_state_at(*, session: Session, index: int) -> dict[str, Any] | None:
