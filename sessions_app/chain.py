@@ -82,17 +82,14 @@ def commitments(event_salt: str, contents: Sequence[str | None]) -> list[str | N
     """The commitments of an event's CONTENT_FIELDS values, in that order: `commit` with each
     field's `salt_of`, spelled out because it runs once per event written and verified."""
     salt = bytes.fromhex(event_salt)
-    out: list[str | None] = []
-    for tag, text in zip(_TAGS, contents):
-        if text is None:
-            out.append(None)
-            continue
-        try:
-            data = text.encode()
-        except UnicodeEncodeError:  # a lone surrogate from a "\\ud800" escape, kept as received
-            data = text.encode("utf-8", "surrogatepass")
-        out.append(_sha256(_sha256(salt + tag).digest() + data).hexdigest())
-    return out
+    sha = _sha256
+    try:
+        return [
+            None if text is None else sha(sha(salt + tag).digest() + text.encode()).hexdigest()
+            for tag, text in zip(_TAGS, contents)
+        ]
+    except UnicodeEncodeError:  # a lone surrogate from a "\\ud800" escape, kept as received
+        return [commit(sha(salt + tag).digest(), text) for tag, text in zip(_TAGS, contents)]
 
 
 def ts_text(value: Any) -> str | None:

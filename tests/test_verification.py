@@ -184,3 +184,23 @@ def test_verification_reads_the_session_a_chunk_at_a_time(make_session):
     reads = [q["sql"] for q in queries.captured_queries if "salt, redacted, hash, prev_hash" in q["sql"]]
     assert len(reads) == 10
     assert all("LIMIT 100" in sql and "OFFSET" not in sql.upper() for sql in reads)
+
+
+@pytest.mark.parametrize(
+    "contents",
+    [
+        ("{}", None, None, None),
+        ('{"a": 1}', "raw line", '{"step": 1}', '{"memory": []}'),
+        ('"\ud800"', None, "\udfff", None),
+    ],
+)
+def test_commitments_are_each_fields_commit_with_its_own_salt(contents):
+    # The spelled-out fast form in chain.commitments must equal the definition, a lone surrogate
+    # (kept as received from a "\\ud800" escape) included.
+    from sessions_app.chain import commitments, new_salts
+
+    salt = new_salts(1)[0]
+    expected = [
+        None if text is None else commit(salt_of(salt, name), text) for name, text in zip(CONTENT_FIELDS, contents)
+    ]
+    assert commitments(salt, contents) == expected
