@@ -51,8 +51,8 @@ logger = logging.getLogger("replay.otlp")
 SETTLE_PER_REQUEST = 20
 SETTLE_PER_TRANSACTION = 50
 _SPAN_TABLE = OtlpSpan._meta.db_table
-_PLACING_FIELDS = ("project_id", "parent_id", "source_session_id", "environment", "step_count")
 _SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns", "record")
+_IDS_A_STATEMENT = 2000  # well under SQLite's and PostgreSQL's limits on a statement's parameters
 
 
 @dataclass
@@ -301,8 +301,8 @@ def settle_traces(
 def _settle_session(
     session_id: int, now: datetime, quiet_since: datetime, orphaned_since: datetime, result: SettleResult
 ) -> None:
-    # Only what placing needs: the writer reads the whole row itself, under the same lock.
-    top = Session.objects.select_for_update().filter(pk=session_id).only(*_PLACING_FIELDS).first()
+    # The whole row, locked: the writer appends with it as it is (not read again).
+    top = Session.objects.select_for_update().filter(pk=session_id).first()
     traces = list(OtlpTrace.objects.filter(session_id=session_id, pending=True))
     if not traces or top is None:
         return
@@ -317,7 +317,7 @@ def _settle_session(
         events = otlp.timeline(placed, first_step=session.step_count)
         # Appended and finished in one writer call: the row locked, read and saved once.
         append_and_finish(
-            session=session, events=events, meta=placement.meta(session),
+            session=session, events=events, meta=placement.meta(session), locked_by_caller=True,
             status=Session.Status.FAILED if placement.failed(session) else Session.Status.COMPLETED,
         )  # fmt: skip
         result.events += len(events)
@@ -479,8 +479,16 @@ class _Placement:
 
     def save_spans(self) -> None:
         """The written spans keep only what places a straggler: their record goes."""
+        by_session: dict[int, list[int]] = {}
+        for row_id, session_pk in self._span_session:
+            by_session.setdefault(session_pk, []).append(row_id)
+        # One statement for each session's spans (most settlings: one), not one for every span.
         with connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s WHERE id = %s",
-                [(session_pk, row_id) for row_id, session_pk in self._span_session],
-            )
+            for session_pk, row_ids in by_session.items():
+                for start in range(0, len(row_ids), _IDS_A_STATEMENT):
+                    part = row_ids[start : start + _IDS_A_STATEMENT]
+                    cursor.execute(
+                        f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s "
+                        f"WHERE id IN ({', '.join(['%s'] * len(part))})",
+                        [session_pk, *part],
+                    )

@@ -325,11 +325,12 @@ def _append(
     redactor: Redactor | None = None,
     redacted_by: str = "",
     close: Callable[[Session, Redactor | None], None] | None = None,
+    locked_by_caller: bool = False,
 ) -> AppendResult:
     redactor = redactor_of(session.project_id, redactor)
     counted = redactor.counts.copy() if redactor is not None else None
     with transaction.atomic():
-        locked = Session.objects.select_for_update().get(pk=session.pk)
+        locked = session if locked_by_caller else Session.objects.select_for_update().get(pk=session.pk)
         state = state_of_session(locked)
         first_seq = state.next_seq
         rows = EventRows(
@@ -417,15 +418,19 @@ def append_and_finish(
     meta: SessionMeta | None = None,
     status: str | None = None,
     redactor: Redactor | None = None,
+    locked_by_caller: bool = False,
 ) -> AppendResult:
     """`append_events` then `finish_session`, with the session's row locked, read and saved once
     (a settled OTLP trace's session: each of the two calls costs some queries, which hundreds of
-    small sessions a minute add up to)."""
+    small sessions a minute add up to). `locked_by_caller`: `session` is the whole row as the
+    caller read it with select_for_update in the transaction this runs in, used as it is."""
 
     def close(locked: Session, redactor: Redactor | None) -> None:
         _close(locked, redactor, meta=meta, status=status, final_answer=None)
 
-    result = _append(session, events, EventRows.add, None, None, True, redactor, close=close)
+    result = _append(
+        session, events, EventRows.add, None, None, True, redactor, close=close, locked_by_caller=locked_by_caller
+    )
     if meta is not None and meta.checkpoints:
         _write_checkpoints(session, meta.checkpoints, redactor_of(session.project_id, redactor))
     return result
