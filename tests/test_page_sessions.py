@@ -368,3 +368,15 @@ def test_what_the_agent_wrote_is_isolated_in_the_list(logged_in, db):
     assert "<bdi>\u202erun</bdi></a>" in row
     assert '<div class="muted task" dir="auto">\u05e9\u05dc\u05d5\u05dd task</div>' in row
     assert "<td><bdi>\u05de model</bdi></td>" in row
+
+
+def test_an_upload_sent_without_javascript_shows_its_errors_once_on_the_sessions_page(logged_in, monkeypatch):
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    response = logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("empty.jsonl", b"")]})
+    assert response.status_code == 302 and response["Location"] == reverse("sessions:list")
+    page = logged_in.get(response["Location"]).content.decode()
+    errors = page.split('id="upload-errors"', 1)[1].split("</div>", 1)[0]
+    assert "empty.jsonl" in errors and " hidden" not in errors.split(">", 1)[0]
+    again = logged_in.get(reverse("sessions:list")).content.decode()
+    assert "empty.jsonl" not in again.split('id="upload-errors"', 1)[1].split("</div>", 1)[0]
+    assert ImportJob.objects.count() == 0

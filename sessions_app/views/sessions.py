@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import messages as django_messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -73,6 +74,8 @@ def session_list(request: HttpRequest) -> HttpResponse:
                                "picked_elsewhere": _picked_elsewhere(request, page.sessions, picks)}  # fmt: skip
     if not wants_partial(request):
         context |= _imports_context(request) | {"upload_form": UploadForm(projects=_writable(projects))}
+        # An upload sent without JavaScript came back here with its errors (_upload_answer).
+        context["upload_errors"] = [str(message) for message in django_messages.get_messages(request)]
     return render_page(request, "sessions_app/session_list.html", "session-table", context)
 
 
@@ -106,7 +109,7 @@ def upload(request: HttpRequest) -> HttpResponse:
             # naming none when there is no single choice is a message in the panel.
             project = access.project_to_write(request, form.cleaned_data["project"])
         except ValueError as exc:
-            return _imports_response(request, upload_errors=[str(exc)])
+            return _upload_answer(request, [str(exc)])
         for uploaded in form.cleaned_data["files"]:
             try:
                 job = accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
@@ -117,9 +120,17 @@ def upload(request: HttpRequest) -> HttpResponse:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
     elif form is not None:
         errors = [f"{form[name].label}: {' '.join(messages)}" for name, messages in form.errors.items()]
-    if not request.htmx:
-        return redirect("sessions:list")
-    return _imports_response(request, upload_errors=errors)
+    return _upload_answer(request, errors)
+
+
+def _upload_answer(request: HttpRequest, errors: list[str]) -> HttpResponse:
+    """The panel's partial for htmx; without JavaScript, back to the sessions page, which shows
+    the errors once (Django's messages, kept in the session across the redirect)."""
+    if request.htmx:
+        return _imports_response(request, upload_errors=errors)
+    for error in errors:
+        django_messages.error(request, error)
+    return redirect("sessions:list")
 
 
 @login_required
