@@ -79,23 +79,31 @@ run: demo
 	@echo "Starting Replay on http://$(HOST):$(PORT)/ (web + worker); Ctrl-C stops both."
 	REPLAY_DEMO=1 $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
+# Three passes on two cores, two at a time: the SQLite pass with the browser tests beside the
+# other Python's SQLite pass, then the PostgreSQL pass split in two halves (test files
+# alternately by size), each with its own throw-away server. Each side's output is printed
+# whole once it is done.
 test: $(DEV_STAMP) $(ALT_STAMP) browser
-	@rc=0; \
+	@rc=0; mkdir -p var; \
 	echo "=== ruff (lint and format) ==="; \
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . || rc=1; \
 	version=$$($(PY) --version); \
-	echo "=== tests on SQLite, $$version (with the browser tests) ==="; \
-	$(PY) -m pytest --durations=12 || rc=1; \
-	alt_pid=""; mkdir -p var; \
+	alt_pid=""; \
 	if [ -x $(ALT_PY) ]; then \
 	  $(ALT_PY) -m pytest -m "not browser" --durations=12 > var/test-alt-python.log 2>&1 & alt_pid=$$!; \
 	fi; \
-	echo "=== tests on PostgreSQL, $$version (without the browser tests) ==="; \
-	$(PY) .ci/with_postgres.py -- $(PY) -m pytest -m "not browser" --durations=12 || rc=1; \
+	echo "=== tests on SQLite, $$version (with the browser tests) ==="; \
+	$(PY) -m pytest --durations=12 || rc=1; \
 	if [ -n "$$alt_pid" ]; then \
-	  echo "=== tests on SQLite, $$($(ALT_PY) --version) (without the browser tests; ran beside the PostgreSQL run) ==="; \
+	  echo "=== tests on SQLite, $$($(ALT_PY) --version) (without the browser tests; ran beside the pass above) ==="; \
 	  wait $$alt_pid || rc=1; cat var/test-alt-python.log; \
 	fi; \
+	half_a=$$(ls -S tests/test_*.py | awk 'NR % 2 == 1'); half_b=$$(ls -S tests/test_*.py | awk 'NR % 2 == 0'); \
+	$(PY) .ci/with_postgres.py -- $(PY) -m pytest -m "not browser" --durations=6 $$half_b > var/test-postgres-b.log 2>&1 & pg_pid=$$!; \
+	echo "=== tests on PostgreSQL, $$version (without the browser tests), first half of the files ==="; \
+	$(PY) .ci/with_postgres.py -- $(PY) -m pytest -m "not browser" --durations=6 $$half_a || rc=1; \
+	echo "=== tests on PostgreSQL, $$version, second half of the files (ran beside the first) ==="; \
+	wait $$pg_pid || rc=1; cat var/test-postgres-b.log; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$rc
 
