@@ -416,3 +416,45 @@ def test_job_progress_is_visible_to_other_connections_while_a_session_streams_in
 
     assert len(observed) >= 3
     assert all(written == seen for written, seen in observed)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_same_file_imported_twice_at_once_is_stored_once(tmp_path, monkeypatch):
+    # Two workers importing the same content at the same moment: both have written their session
+    # (uncommitted) before either checks for a duplicate; the second to check must wait for the
+    # first to commit and then find it.
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrent writers need PostgreSQL (SQLite has one writer at a time)")
+    project = Project.get_default()
+    path = tmp_path / "twice.jsonl"
+    record_full_session(path, steps=5, large_output_at=None, checkpoint_at=None, fail_at=frozenset())
+    both_written = threading.Barrier(2, timeout=30)
+    finish = importing.finish_session
+
+    def finish_then_wait(**kwargs):
+        session = finish(**kwargs)
+        both_written.wait()
+        return session
+
+    monkeypatch.setattr(importing, "finish_session", finish_then_wait)
+    outcomes: list = []
+
+    def run() -> None:
+        try:
+            outcomes.extend(import_file(path=path, project=project))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcome.duplicate for outcome in outcomes) == [False, True]
+    assert Session.objects.filter(project=project).count() == 1
+    assert outcomes[0].session.pk == outcomes[1].session.pk

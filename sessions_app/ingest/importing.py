@@ -221,6 +221,7 @@ def _import_session(
             session.source_digest = digest.hexdigest()
             session.save(update_fields=["source_digest"])
             finish_session(session=session, meta=parsed.meta, redactor=redactor)
+            _one_at_a_time(project, fmt, session)
             same_source = Session.objects.filter(
                 project=project, source_format=fmt, source_session_id=session.source_session_id
             ).exclude(pk=session.pk)
@@ -267,6 +268,20 @@ def _import_bundle(
     return ImportOutcome(path=path, session=session, format=FORMAT_NAME, events=session.event_count,
                          steps=session.step_count, duplicate=duplicate,
                          redactions=None if redactor is None else dict(redactor.counts))  # fmt: skip
+
+
+def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
+    """On PostgreSQL, two imports of the same content at once (two workers, the same file sent
+    twice) would each miss the other's uncommitted session in the duplicate check below and both
+    be stored: the second waits here, until the first's transaction ends, and then finds it.
+    SQLite lets one writer at a time anyway."""
+    if connection.vendor != "postgresql":
+        return
+    key = f"{project.pk}|{fmt}|{session.source_session_id}|{session.source_digest}".encode()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(hashlib.sha256(key).digest()[:8], "big", signed=True)]
+        )
 
 
 def _fingerprinted(events: Iterable[CanonicalEvent], digest: Any) -> Iterator[CanonicalEvent]:
