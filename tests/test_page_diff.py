@@ -175,3 +175,23 @@ def test_the_player_offers_compare_with_its_projects_other_sessions(logged_in, p
     # Without JavaScript the form opens the picker as a page of its own.
     page = logged_in.get(picker_url, {"q": "second"}).content.decode()
     assert "<html" in page and f'href="{COMPARE}?a={a.pk}&amp;b={b.pk}"' in page
+
+
+def test_cost_row_says_unpriced_and_gives_no_delta_when_a_side_had_no_price(logged_in, pair):
+    a, b = pair
+    Session.objects.filter(pk=a.pk).update(cost_usd=0.0, priced_events=0, unpriced_events=3)
+    Session.objects.filter(pk=b.pk).update(cost_usd=0.25, priced_events=2, unpriced_events=0)
+    row = re.search(r"<td>Cost</td>(.*?)</tr>", logged_in.get(COMPARE, {"a": a.pk, "b": b.pk}).content.decode()).group(
+        1
+    )
+    cells = re.findall(r'<td class="num">(.*?)</td>', row)
+    assert "unpriced" in cells[0] and "$0" not in cells[0]
+    assert cells[1] == "$0.2500"
+    assert "—" in cells[2] and "0.25" not in cells[2]  # not B's whole cost as a difference
+
+    Session.objects.filter(pk=a.pk).update(cost_usd=0.1, priced_events=1, unpriced_events=3)
+    row = re.search(r"<td>Cost</td>(.*?)</tr>", logged_in.get(COMPARE, {"a": a.pk, "b": b.pk}).content.decode()).group(
+        1
+    )
+    delta = re.findall(r'<td class="num">(.*?)</td>', row)[2]
+    assert delta.startswith("0.1500") and "priced events only" in delta
