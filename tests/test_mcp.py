@@ -490,3 +490,15 @@ def test_the_stdio_command_on_a_database_never_migrated_says_so_without_a_traceb
     assert done.returncode == 1
     assert "run `manage.py migrate` first" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_compare_says_unpriced_instead_of_a_cost_difference_when_a_side_had_no_price():
+    from sessions_app.mcp.comparing import _cost_delta
+
+    priced = Session(cost_usd=0.25, priced_events=2, unpriced_events=0)
+    unpriced = Session(cost_usd=0.0, priced_events=0, unpriced_events=3)
+    partly = Session(cost_usd=0.1, priced_events=1, unpriced_events=3)
+    text = _cost_delta(unpriced, priced)
+    assert text.startswith("A unpriced, B $0.2500") and "no price is known for A's" in text and "+$0.25" not in text
+    assert _cost_delta(priced, priced) == "A $0.2500, B $0.2500 (B − A: $0.0000)"
+    assert _cost_delta(partly, priced).endswith("(priced events only: some used tokens with no known price)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import access
+from ..models import Session
 from ..replay.compare import diff_sessions
 from .lookup import session_named, session_title
 from .text import number, usd, value_text
@@ -18,6 +19,19 @@ def _delta(a: float, b: float, money: bool = False) -> str:
     shown = (usd(a), usd(b), usd(b - a)) if money else (number(a), number(b), number(b - a))
     sign = "+" if b - a > 0 else ""
     return f"A {shown[0]}, B {shown[1]} (B − A: {sign}{shown[2]})"
+
+
+def _cost_delta(a: Session, b: Session) -> str:
+    """`_delta` of the costs, unless a side's events used tokens with no known price and none had
+    one: its $0 is a sum of nothing, and B − A would be the other side's whole cost."""
+    unknown = [name for name, s in (("A", a), ("B", b)) if s.unpriced_events and not s.priced_events]
+    if not unknown:
+        text = _delta(a.cost_usd, b.cost_usd, money=True)
+        if a.unpriced_events or b.unpriced_events:
+            text += " (priced events only: some used tokens with no known price)"
+        return text
+    sides = [f"{name} " + ("unpriced" if name in unknown else usd(s.cost_usd)) for name, s in (("A", a), ("B", b))]
+    return ", ".join(sides) + f" (no difference: no price is known for {' or '.join(unknown)}'s events)"
 
 
 def _side(step: dict[str, Any] | None) -> str:
@@ -59,7 +73,7 @@ def compare_sessions(*, actor: access.Actor, session_a: str, session_b: str) -> 
         f"Efficiency (reward per 1000 tokens): A {first['a_efficiency']:.4f}, B {first['b_efficiency']:.4f} "
         f"(B − A: {first['efficiency_delta']:+.4f})"
     )
-    lines.append("Cost: " + _delta(a.session.cost_usd, b.session.cost_usd, money=True))
+    lines.append("Cost: " + _cost_delta(a.session, b.session))
     lines.append("Events: " + _delta(a.session.event_count, b.session.event_count))
     lines.append("Error events: " + _delta(a.session.error_count, b.session.error_count))
     lines.append("Failed steps: " + _delta(a.session.step_error_count, b.session.step_error_count))
