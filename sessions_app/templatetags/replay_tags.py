@@ -99,3 +99,52 @@ def percent(value: Any) -> str:
         return f"{float(value) * 100:.2f}%"
     except (TypeError, ValueError):
         return ""
+
+
+# One event of the player's step list, and the group of streamed chunks it opens or closes.
+# Built here, not in player.html: the step list is in every frame, and its 25 rows through the
+# template engine (~25 nodes each, each value through Django's lazy-aware escape) were ~1 ms of
+# a step's CPU (docs/benchmarks.md, issue 20). Every value is escaped as autoescape would (text
+# through html.escape, marked-up labels kept); whitespace stands where the template had its line
+# breaks.
+
+
+def _html(value: Any) -> str:
+    return value.__html__() if hasattr(value, "__html__") else escape(str(value))
+
+
+@register.filter
+def step_row(e: Any, keep: str) -> SafeString:
+    """A StepRow (replay/frames.py) as its <li>; `keep`: the query string its link carries."""
+    parts = []
+    if e.opens:
+        g = e.opens
+        parts.append(
+            f'<li class="group kind-{_html(g.kind)}"><details{" open" if g.open else ""}><summary>'
+            f'<span aria-hidden="true">{_html(kind_icon(g.kind))}</span> {g.count} × {_html(g.kind)} '
+            f'<span class="muted">#{one_based(g.first)}–#{one_based(g.last)}</span></summary><ol>'
+        )
+    kind = _html(e.kind)
+    error_class = " is-error" if e.is_error else ""
+    current = ' aria-current="step"' if e.current else ""
+    parts += [
+        f'<li class="event kind-{kind} depth-{e.depth_class}{error_class}"{current}>',
+        f'<a href="?step={e.seq}{_html(keep)}" data-seq="{e.seq}">',
+        f'<span class="seq">#{e.number}</span>',
+        f'<time datetime="{_html(e.timestamp)}" title="{_html(e.timestamp)}">{_html(e.when)}</time>'
+        if e.timestamp
+        else "<time></time>",
+        f'<span class="icon" aria-hidden="true">{_html(e.icon)}</span>',
+        f'<span class="kind">{kind}</span>',
+        f'<bdi class="tool">{_html(e.tool)}</bdi>' if e.tool else "",
+        f'<span class="step-no">step {e.step_number}</span>' if e.step_number else "",
+        f'<bdi class="preview">{_html(e.preview)}</bdi>',
+        f'<span class="pair">{_html(e.pair_label)}</span>' if e.pair_label else "",
+        f'<span class="cost">{_html(e.cost_label)}</span>' if e.cost_label else "",
+        '<span class="err-mark">error</span>' if e.is_error else "",
+        "</a>",
+        "</li>",
+    ]
+    if e.closes:
+        parts.append("</ol></details></li>")
+    return mark_safe("\n".join(parts))
