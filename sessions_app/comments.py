@@ -109,8 +109,10 @@ def _threads(comments: list[Comment]) -> list[Thread]:
 
 def threads_at(*, session: Session, seq: int) -> list[Thread]:
     """The threads on one event, with their replies: one query (a reply has its thread's seq;
-    the (session, seq) index serves it)."""
-    return _threads(list(Comment.objects.filter(session=session, seq=seq).order_by("created_at", "id")))
+    the (session, seq) index serves it). Written as SQL: it runs with every player step, and
+    the ORM took ~0.45 ms to compile it (docs/benchmarks.md, issue 20)."""
+    sql = f"SELECT * FROM {Comment._meta.db_table} WHERE session_id = %s AND seq = %s ORDER BY created_at, id"
+    return _threads(list(Comment.objects.raw(sql, [session.pk, seq])))
 
 
 def threads_of(*, session: Session) -> list[Thread]:
