@@ -148,3 +148,38 @@ def step_row(e: Any, keep: str) -> SafeString:
     if e.closes:
         parts.append("</ol></details></li>")
     return mark_safe("\n".join(parts))
+
+
+# The context panel's histories (up to SHOWN_HISTORY entries each, in every frame), built here for
+# the same reason as step_row; each entry's markup is what the template's loop wrote.
+
+
+def _entry_link(h: Any, keep: str, label: str) -> str:
+    return f'<a href="?step={h.seq}{_html(keep)}" data-seq="{h.seq}">#{h.seq + 1}{label}</a>'
+
+
+@register.filter
+def llm_history(entries: list[Any], keep: str) -> SafeString:
+    return mark_safe(
+        "".join(
+            f"<li>{_entry_link(h, keep, f' {_html(h.kind)}')}"
+            f"{f' <bdi class="muted">{_html(h.tool)}</bdi>' if h.tool else ''} <bdi>{_html(h.preview)}</bdi></li>"
+            for h in entries
+        )
+    )
+
+
+@register.filter
+def tool_history(entries: list[Any], keep: str) -> SafeString:
+    return mark_safe(
+        "".join(
+            f"<li{' class="is-error"' if h.is_error else ''}>"
+            f"{_entry_link(h, keep, f' <bdi>{_html(h.tool or h.kind)}</bdi>')} <bdi>{_html(h.preview)}</bdi></li>"
+            for h in entries
+        )
+    )
+
+
+@register.filter
+def approval_history(entries: list[Any], keep: str) -> SafeString:
+    return mark_safe("".join(f"<li>{_entry_link(h, keep, '')} <bdi>{_html(h.preview)}</bdi></li>" for h in entries))
