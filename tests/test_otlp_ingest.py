@@ -28,7 +28,7 @@ from opentelemetry.trace import StatusCode
 
 from sessions_app import jobs
 from sessions_app.ingest.traces import settle_traces
-from sessions_app.models import OtlpSpan, Project, Role, Session
+from sessions_app.models import OtlpSpan, OtlpTrace, Project, Role, Session
 
 from .builders_teams import key_of, member
 
@@ -501,8 +501,8 @@ def test_an_export_past_the_projects_storage_quota_is_a_413_status_and_stages_no
 def test_settling_a_session_locks_reads_and_saves_its_row_once(api, project):
     # Its events are appended and the session finished in one writer call, with the row the
     # settling locked: it was selected and saved by the append and again by finish_session, and
-    # its spans were marked written one statement each (hundreds of small sessions a minute add
-    # that up). The sessions still end as finished, with their run's end and agent.
+    # its spans were marked written one statement each, its traces read and updated on their own
+    # (hundreds of small sessions a minute add that up). The sessions still end as finished, with their run's end and agent.
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -515,6 +515,12 @@ def test_settling_a_session_locks_reads_and_saves_its_row_once(api, project):
     assert sum(s.startswith(f'UPDATE "{table}"') for s in sqls) == 3
     assert sum(s.startswith("SELECT") and f'FROM "{table}"' in s for s in sqls) == 3
     assert sum(s.startswith(f"UPDATE {OtlpSpan._meta.db_table}") for s in sqls) == 3
+    # Each session's waiting spans and their traces read in one query; the traces marked settled
+    # in one statement for the pass (besides the query of which sessions are due).
+    traces_table = f'"{OtlpTrace._meta.db_table}"'
+    assert sum(s.startswith("SELECT") and f"FROM {traces_table}" in s for s in sqls) == 1
+    assert sum(s.startswith("SELECT") and "JOIN" in s and traces_table in s for s in sqls) == 3
+    assert sum(s.startswith(f"UPDATE {traces_table}") for s in sqls) == 1
     for session in Session.objects.filter(source_format="otlp"):
         assert session.status == "completed" and session.event_count == 4 and session.agent_id == "helper"
         assert session.ended_at == session.started_at + timedelta(seconds=1)

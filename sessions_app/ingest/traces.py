@@ -52,6 +52,11 @@ SETTLE_PER_REQUEST = 20
 SETTLE_PER_TRANSACTION = 50
 _SPAN_TABLE = OtlpSpan._meta.db_table
 _SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns", "record")
+# A waiting span as the settling reads it, with its trace's due-ness; then as _Placement places it.
+_SETTLING_FIELDS = (
+    "trace_id", "trace__last_received_at", "trace__root_seen",
+    "pk", "span_id", "parent_span_id", "operation", "record", "session_id",
+)  # fmt: skip
 _IDS_A_STATEMENT = 2000  # well under SQLite's and PostgreSQL's limits on a statement's parameters
 
 
@@ -286,33 +291,46 @@ def settle_traces(
                 list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk"))
                 # The rules read once for the transaction's sessions, not by each of the writer's
                 # calls (some four look-ups a session).
+                settled: list[int] = []
                 with RedactionRules.pinned(project_id):
                     for session_id in session_ids[start : start + SETTLE_PER_TRANSACTION]:
                         try:
                             with transaction.atomic():
-                                _settle_session(session_id, now, quiet_since, orphaned_since, result)
+                                if _settle_session(session_id, quiet_since, orphaned_since, result):
+                                    settled.append(session_id)
                         except Exception:
                             # One session's spans that cannot be written must not hold up the
                             # others; they stay waiting (and logged) for a fix.
                             logger.exception("settling the spans of session %s failed", session_id)
+                # The settled sessions' traces wait no more: one statement for the transaction.
+                # (Under the project's lock: no request has staged a span of them meanwhile.)
+                if settled:
+                    OtlpTrace.objects.filter(session_id__in=settled, pending=True).update(pending=False, settled_at=now)
     return result
 
 
-def _settle_session(
-    session_id: int, now: datetime, quiet_since: datetime, orphaned_since: datetime, result: SettleResult
-) -> None:
+def _settle_session(session_id: int, quiet_since: datetime, orphaned_since: datetime, result: SettleResult) -> bool:
+    """Write the session's waiting spans, unless one of its traces is not due after all; whether
+    it was (the caller marks its traces settled)."""
     # The whole row, locked: the writer appends with it as it is (not read again).
     top = Session.objects.select_for_update().filter(pk=session_id).first()
-    traces = list(OtlpTrace.objects.filter(session_id=session_id, pending=True))
-    if not traces or top is None:
-        return
-    for trace in traces:
-        if trace.last_received_at > quiet_since:
-            return  # a trace of this session is receiving spans again
-        if not trace.root_seen and trace.last_received_at > orphaned_since:
-            return  # its root span may still come
+    if top is None:
+        return False
+    # The spans of its waiting traces, the ones written in an earlier settling too (they place a
+    # straggler), with what says whether their trace is due: one query.
+    spans: dict[int, dict[str, tuple]] = {}  # trace pk -> span id -> row
+    for trace_pk, received, root_seen, *row in (
+        OtlpSpan.objects.filter(trace__session_id=session_id, trace__pending=True)
+        .order_by("trace_id", "pk")
+        .values_list(*_SETTLING_FIELDS)
+    ):
+        if received > quiet_since:
+            return False  # a trace of this session is receiving spans again
+        if not root_seen and received > orphaned_since:
+            return False  # its root span may still come
+        spans.setdefault(trace_pk, {})[row[1]] = tuple(row)
     placement = _Placement(top)
-    placement.add_traces(traces)
+    placement.add_traces(spans)
     for session, placed in placement.by_session():
         events = otlp.timeline(placed, first_step=session.step_count)
         # Appended and finished in one writer call: the row locked, read and saved once.
@@ -324,8 +342,8 @@ def _settle_session(
         result.sessions.append(session.pk)
         result.finished.append(session.pk)
     placement.save_spans()
-    OtlpTrace.objects.filter(pk__in=[t.pk for t in traces]).update(pending=False, settled_at=now)
     result.spans += placement.span_count
+    return True
 
 
 class _Placement:
@@ -348,20 +366,16 @@ class _Placement:
         self._described: dict[int, dict[str, Any]] = {}
         self.span_count = 0
 
-    def add_traces(self, traces: list[OtlpTrace]) -> None:
-        by_trace: dict[int, dict[str, tuple]] = {trace.pk: {} for trace in traces}
-        for trace_pk, *row in OtlpSpan.objects.filter(trace_id__in=list(by_trace)).values_list(
-            "trace_id", "pk", "span_id", "parent_span_id", "operation", "record", "session_id"
-        ):
-            by_trace[trace_pk][row[1]] = tuple(row)
-        for trace in traces:
-            rows = by_trace[trace.pk]
+    def add_traces(self, by_trace: dict[int, dict[str, tuple]]) -> None:
+        """Place the spans of the session's waiting traces: for each trace, its spans by span id
+        as rows (pk, span_id, parent_span_id, operation, record, session_id)."""
+        for rows in by_trace.values():
             context: dict[str, tuple[int, bool, int]] = {}  # span id -> (session pk, in an agent, depth)
             for span_id, row in rows.items():
                 if row[4] is not None:
-                    self._place(trace, span_id, rows, context)
+                    self._place(span_id, rows, context)
 
-    def _context(self, trace: OtlpTrace, span_id: str, rows: dict[str, tuple], context: dict) -> tuple[int, bool, int]:
+    def _context(self, span_id: str, rows: dict[str, tuple], context: dict) -> tuple[int, bool, int]:
         """The context *inside* a span (what its children start in), found walking up to the
         nearest span already placed: iteratively, as a hostile trace may be deep or name a
         cycle of parents (its first span then starts outside any agent)."""
@@ -372,7 +386,7 @@ class _Placement:
             seen.add(current)
             chain.append(current)
             current = rows[current][2]
-        inside = context.get(current, (trace.session_id, False, -1))
+        inside = context.get(current, (self.top.pk, False, -1))
         for name in reversed(chain):
             inside = context[name] = self._inside(name, rows[name], inside)
         return context[span_id]
@@ -387,11 +401,11 @@ class _Placement:
             return self._child_of(session_pk, span_id, orjson.loads(record)).pk, True, depth + 1
         return session_pk, in_agent or agent, depth + 1
 
-    def _place(self, trace: OtlpTrace, span_id: str, rows: dict[str, tuple], context: dict) -> None:
+    def _place(self, span_id: str, rows: dict[str, tuple], context: dict) -> None:
         row = rows[span_id]
         parent = row[2]
-        outer = self._context(trace, parent, rows, context) if parent in rows else (trace.session_id, False, -1)
-        inner = self._context(trace, span_id, rows, context)
+        outer = self._context(parent, rows, context) if parent in rows else (self.top.pk, False, -1)
+        inner = self._context(span_id, rows, context)
         raw = row[4]
         record = orjson.loads(raw)
         operation = row[3]
