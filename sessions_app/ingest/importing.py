@@ -445,8 +445,7 @@ class _JobProgress:
                 logger.warning("could not update progress of import job %s", job.pk, exc_info=True)
             return
         if connection.in_atomic_block:
-            # SQLite: no other connection would see it before the session commits, and the
-            # writer's thread holds the connection meanwhile (ingest._in_a_second_thread).
+            # SQLite: no other connection would see it before the session commits.
             self._unwritten.update(values)
             return
         ImportJob.objects.filter(pk=job.pk).update(**values)

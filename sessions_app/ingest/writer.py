@@ -11,16 +11,12 @@ everywhere else.
 from __future__ import annotations
 
 import dataclasses
-import queue
-import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from copy import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache, partial
-from itertools import chain
+from functools import partial
 from typing import Any
 
 import orjson
@@ -119,72 +115,17 @@ def _row_writer() -> Iterator[Callable[[list[list]], None]]:
 
                 yield write_rows
         return
+    placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
+    sql = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
     cursor = raw_connection.cursor()
     try:
-        with _in_a_second_thread(partial(_insert_sqlite_rows, cursor, columns)) as write_rows:
-            yield write_rows
+        # In the caller's thread: a second thread inserting while this one built the next rows
+        # made imports ~10 % slower, not faster (bench/import_bench.py; docs/benchmarks.md,
+        # issue 16): sqlite3 gives up the GIL for each row it steps and waits to win it back
+        # from the builder, and multi-row statements cost in binding what they won in overlap.
+        yield partial(cursor.executemany, sql)
     finally:
         cursor.close()
-
-
-# Rows a SQLite INSERT statement carries (its limit is 32,766 values; 40 columns a row).
-_ROWS_A_STATEMENT = 500
-
-
-def _insert_sqlite_rows(cursor: Any, columns: str, rows: list[list]) -> None:
-    """Insert with one statement per _ROWS_A_STATEMENT rows rather than executemany's one per
-    row: sqlite3 releases the GIL for each statement it steps and must win it back after, and
-    while the caller's thread builds the next rows that takes up to a switch interval (5 ms)
-    each time. Per row, the insert crawled whenever the builder ran; per 500 rows the two
-    threads overlap."""
-    flatten = chain.from_iterable
-    # An older SQLite's limit on a statement's values may be as low as 999.
-    per_statement = min(
-        _ROWS_A_STATEMENT, cursor.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(EVENT_COLUMNS)
-    )
-    for start in range(0, len(rows), per_statement):
-        part = rows[start : start + per_statement]
-        cursor.execute(_insert_statement(columns, len(part)), list(flatten(part)))
-
-
-@lru_cache(maxsize=8)
-def _insert_statement(columns: str, count: int) -> str:
-    row = "(" + ", ".join(["?"] * len(EVENT_COLUMNS)) + ")"
-    return f"INSERT INTO {_TABLE} ({columns}) VALUES " + ", ".join([row] * count)
-
-
-@contextmanager
-def _in_a_second_thread(write_rows: Callable[[list[list]], None]) -> Iterator[Callable[[list[list]], None]]:
-    """`write_rows` run by a second thread, one batch at a time and in order, while the caller
-    builds the next batch: SQLite inserts and indexes with the GIL released, so the two overlap.
-    The caller's thread does not touch the connection meanwhile (Django opens SQLite
-    connections with check_same_thread=False); every batch is written when this closes."""
-    batches: queue.Queue[list[list] | None] = queue.Queue(maxsize=2)
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        while (rows := batches.get()) is not None:
-            if not failed:
-                try:
-                    write_rows(rows)
-                except BaseException as exc:  # re-raised in the caller's thread
-                    failed.append(exc)
-
-    thread = threading.Thread(target=work, name="replay-row-writer", daemon=True)
-    thread.start()
-
-    def put(rows: list[list]) -> None:
-        if failed:
-            raise failed[0]
-        batches.put(rows)
-
-    try:
-        yield put
-    finally:
-        batches.put(None)
-        thread.join()
-    if failed:
-        raise failed[0]
 
 
 @contextmanager
