@@ -524,3 +524,30 @@ def test_settling_a_session_locks_reads_and_saves_its_row_once(api, project):
     for session in Session.objects.filter(source_format="otlp"):
         assert session.status == "completed" and session.event_count == 4 and session.agent_id == "helper"
         assert session.ended_at == session.started_at + timedelta(seconds=1)
+
+
+def test_conversations_past_the_sessions_quota_are_a_partial_success_and_each_new_session_is_audited(api, project):
+    from sessions_app.models import AuditEntry
+
+    project.max_sessions = 2
+    project.save(update_fields=["max_sessions"])
+    body = request(*(s for n in range(1, 5) for s in _conversation_spans(n, "hello"))).SerializeToString()
+    response = post(api, body)
+    answer = ExportTraceServiceResponse.FromString(response.content)
+    assert response.status_code == 200
+    assert answer.partial_success.rejected_spans == 4  # two conversations of two spans each
+    assert "quota of sessions" in answer.partial_success.error_message
+    kept = set(Session.objects.filter(source_format="otlp").values_list("source_session_id", flat=True))
+    assert len(kept) == 2 and OtlpSpan.objects.count() == 4
+    created = AuditEntry.objects.filter(project=project, action="session.create_live")
+    details = [e.detail if isinstance(e.detail, dict) else orjson.loads(e.detail) for e in created]
+    assert sorted(d["source_session_id"] for d in details) == sorted(kept)
+    assert {d["via"] for d in details} == {"POST /v1/traces"}
+    assert all(e.key_prefix for e in created)  # by the API key
+    # The same request again: the kept conversations' spans are stored already, the others are
+    # refused again; no session more is made or audited.
+    assert ExportTraceServiceResponse.FromString(post(api, body).content).partial_success.rejected_spans == 4
+    settle_now()
+    assert Session.objects.filter(source_format="otlp").count() == 2
+    assert all(s.event_count == 4 for s in Session.objects.filter(source_format="otlp"))
+    assert created.count() == 2

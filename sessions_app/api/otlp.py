@@ -24,7 +24,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from .. import access, jobs
+from .. import access, audit, jobs
 from ..formats import otlp
 from ..ingest import traces
 from ..ingest.quotas import QuotaExceeded, check_bytes
@@ -69,6 +69,11 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _failure(Refused(exc.status, _RESOURCE_EXHAUSTED, exc.message), json)
     except (ValueError, otlp.NotOtlp) as exc:  # NotOtlp, or a key of several projects (which to name)
         return _failure(Refused(400, _INVALID_ARGUMENT, str(exc)), json)
+    for session in staged.created:
+        audit.record_request(
+            request, action="session.create_live", project=project, target=f"session:{session.pk}",
+            detail={"source_session_id": session.source_session_id, "via": "POST /v1/traces"},
+        )  # fmt: skip
     _settle_due(project)
     body = otlp.response_body(json=json, rejected=staged.rejected, message=staged.message)
     return HttpResponse(body, content_type=JSON if json else PROTOBUF)

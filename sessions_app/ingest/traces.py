@@ -41,6 +41,7 @@ from ..canonical import SessionMeta
 from ..formats import otlp
 from ..models import OtlpSpan, OtlpTrace, Project, RedactionRules, Session
 from ..redaction import Redactor
+from .quotas import sessions_left
 from .writer import append_and_finish, create_session
 
 logger = logging.getLogger("replay.otlp")
@@ -66,6 +67,7 @@ class StageResult:
     stored: int = 0  # new spans (the rest were already stored: a retry, a duplicate)
     rejected: int = 0
     message: str = ""
+    created: list[Session] = field(default_factory=list)  # the conversations' sessions made
 
 
 @dataclass
@@ -104,7 +106,15 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
             return result
         # The project's rules read once for the request, not twice for every session it makes.
         with RedactionRules.pinned(project.pk) as redactor:
-            _place_traces(project, traces, by_trace, now)
+            refused = _place_traces(project, traces, by_trace, now, result)
+        if refused:
+            # Spans of conversations the project's sessions quota leaves no room for: refused
+            # (OTLP's partial success), the rest of the request stored.
+            result.rejected += refused
+            note = f"{refused} span(s) rejected: project {project.slug}'s quota of sessions is reached"
+            result.message = f"{result.message}; {note}" if result.message else note
+        if not by_trace:
+            return result
         # A staged span is stored too: the project's redaction rules apply to it now, not only to
         # the events it later becomes (docs/redaction.md).
         rows = []
@@ -172,10 +182,16 @@ def _insert_spans(rows: list[tuple]) -> None:
 
 
 def _place_traces(
-    project: Project, traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, dict[str, Any]]], now: datetime
-) -> None:
+    project: Project,
+    traces: dict[str, OtlpTrace],
+    by_trace: dict[str, dict[str, dict[str, Any]]],
+    now: datetime,
+    result: StageResult,
+) -> int:
     """Give every trace of the request its session: a new trace its conversation's (made if
-    needed), a known one a better conversation when this request first names it."""
+    needed), a known one a better conversation when this request first names it. A new trace
+    whose conversation would need a session past the project's quota is taken out of `by_trace`;
+    the number of its spans is returned (a known trace stays where it is)."""
     wanted: dict[str, str] = {}  # trace id -> the conversation key it should go to
     for trace_id, spans in by_trace.items():
         trace = traces.get(trace_id)
@@ -185,11 +201,16 @@ def _place_traces(
         elif trace.settled_at is None and key and _better_key(trace, key, spans):
             wanted[trace_id] = key
     if not wanted:
-        return
-    sessions = _sessions_for(project, set(wanted.values()), by_trace, wanted)
+        return 0
+    sessions = _sessions_for(project, set(wanted.values()), by_trace, wanted, result)
     new_traces = []
+    refused = 0
     for trace_id, key in wanted.items():
         trace = traces.get(trace_id)
+        if key not in sessions:
+            if trace is None:
+                refused += len(by_trace.pop(trace_id))
+            continue
         if trace is None:
             trace = OtlpTrace(project=project, trace_id=trace_id, session=sessions[key], last_received_at=now)
             new_traces.append(trace)
@@ -197,6 +218,7 @@ def _place_traces(
         else:
             _move_trace(trace, sessions[key])
     OtlpTrace.objects.bulk_create(new_traces)
+    return refused
 
 
 def _conversation_key(records: Iterable[dict[str, Any]]) -> str:
@@ -221,16 +243,27 @@ def _better_key(trace: OtlpTrace, key: str, spans: dict[str, dict[str, Any]]) ->
 
 
 def _sessions_for(
-    project: Project, keys: set[str], by_trace: dict[str, dict[str, dict[str, Any]]], wanted: dict[str, str]
+    project: Project,
+    keys: set[str],
+    by_trace: dict[str, dict[str, dict[str, Any]]],
+    wanted: dict[str, str],
+    result: StageResult,
 ) -> dict[str, Session]:
+    """The conversations' sessions, those not stored yet made while the project's sessions quota
+    leaves room (a conversation past it has none in the answer). Under the project's lock."""
     found = {
         s.source_session_id: s
         for s in Session.objects.filter(
             project=project, source_format=otlp.NAME, source_session_id__in=list(keys), parent__isnull=True
         ).order_by("pk")
     }
+    room = sessions_left(project) if any(key not in found for key in wanted.values()) else None
     for trace_id, key in wanted.items():
         if key not in found:
+            if room is not None:
+                if room == 0:
+                    continue
+                room -= 1
             record = next(iter(by_trace[trace_id].values()))
             found[key] = create_session(
                 project=project, source_format=otlp.NAME, meta=SessionMeta(
@@ -239,6 +272,7 @@ def _sessions_for(
                     metadata={"otlp": {"conversation": key != trace_id}},
                 ),
             )  # fmt: skip
+            result.created.append(found[key])
     return found
 
 
