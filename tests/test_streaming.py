@@ -327,3 +327,44 @@ def test_a_status_recorded_with_an_empty_id_is_streamed_with_a_fresh_one(api, pr
     assert again != fresh  # fresh at each replay, as flux0 makes it
     stored = next(e for e in rows(session) if e.kind == Kind.STATUS)
     assert payload(stored)["id"] == ""  # the stored event keeps what was recorded
+
+
+def test_a_streams_thread_closes_its_database_connection_when_the_stream_ends(transactional_db):
+    # An ASGI stream's reads run on a thread that ends with the request; Django would keep its
+    # connection open at the request's end (CONN_MAX_AGE), to be freed only by the collector.
+    import threading
+
+    from django.db import connection
+
+    from sessions_app.replay.streaming import _close_steps
+
+    seen: dict[str, object] = {}
+
+    def steps():
+        try:
+            yield b"data: 1\n\n"
+        finally:
+            seen["closed_stream"] = True
+
+    def run() -> None:
+        stream = steps()
+        next(stream)
+        connection.ensure_connection()
+        close = connection.close
+
+        def spied_close() -> None:
+            seen["close_called"] = True
+            close()
+
+        connection.close = spied_close
+        try:
+            _close_steps(stream)
+        finally:
+            del connection.close
+        # SQLite's in-memory test database ignores close(); a real one is closed.
+        seen["closed"] = connection.connection is None or connection.settings_dict["NAME"].startswith("file:memory")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert seen == {"closed_stream": True, "close_called": True, "closed": True}

@@ -271,13 +271,13 @@ def _import_bundle(
 
 
 def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
-    """On PostgreSQL, two imports of the same content at once (two workers, the same file sent
-    twice) would each miss the other's uncommitted session in the duplicate check below and both
-    be stored: the second waits here, until the first's transaction ends, and then finds it.
-    SQLite lets one writer at a time anyway."""
+    """On PostgreSQL, two imports of one source session at once (two workers, the same file sent
+    twice, two replacements) would each miss the other's uncommitted session in the duplicate
+    check (or the replacement) below, and both be stored: the second waits here until the
+    first's transaction ends, and then finds it. SQLite lets one writer at a time anyway."""
     if connection.vendor != "postgresql":
         return
-    key = f"{project.pk}|{fmt}|{session.source_session_id}|{session.source_digest}".encode()
+    key = f"{project.pk}|{fmt}|{session.source_session_id}".encode()
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(hashlib.sha256(key).digest()[:8], "big", signed=True)]

@@ -173,7 +173,17 @@ async def _run_async(steps: Iterator[_Step], sleep: Callable[[float], Awaitable[
             else:
                 yield step
     finally:
-        await sync_to_async(steps.close)()
+        await sync_to_async(_close_steps)(steps)
+
+
+def _close_steps(steps: Iterator[_Step]) -> None:
+    """End the stream and close the database connection of its thread: the thread ends with the
+    request, and Django keeps a connection younger than CONN_MAX_AGE open at a request's end (a
+    persistent one is for the web threads, which live on)."""
+    try:
+        steps.close()
+    finally:
+        connection.close()
 
 
 def paced_stream(
