@@ -502,3 +502,5 @@ def test_compare_says_unpriced_instead_of_a_cost_difference_when_a_side_had_no_p
     assert text.startswith("A unpriced, B $0.2500") and "no price is known for A's" in text and "+$0.25" not in text
     assert _cost_delta(priced, priced) == "A $0.2500, B $0.2500 (B − A: $0.0000)"
     assert _cost_delta(partly, priced).endswith("(priced events only: some used tokens with no known price)")
+    # No event with a price at all (no tokens either): unpriced too, as the dashboard says.
+    assert _cost_delta(priced, Session(cost_usd=0.0)).startswith("A $0.2500, B unpriced")

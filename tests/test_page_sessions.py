@@ -380,3 +380,22 @@ def test_an_upload_sent_without_javascript_shows_its_errors_once_on_the_sessions
     again = logged_in.get(reverse("sessions:list")).content.decode()
     assert "empty.jsonl" not in again.split('id="upload-errors"', 1)[1].split("</div>", 1)[0]
     assert ImportJob.objects.count() == 0
+
+
+def test_only_an_uploads_own_messages_show_as_its_errors_and_others_stay_queued(rf):
+    # Another part of the site's message (Django's admin, say) is not an upload error: it stays
+    # queued for the page it was meant for.
+    from django.contrib import messages
+    from django.contrib.messages.storage.fallback import FallbackStorage
+    from django.contrib.sessions.backends.signed_cookies import SessionStore
+
+    from sessions_app.views.sessions import _UPLOAD_TAG, _upload_messages
+
+    request = rf.get("/sessions/")
+    request.session = SessionStore()
+    request._messages = FallbackStorage(request)
+    messages.info(request, "Saved the project settings.")
+    messages.error(request, "empty.jsonl: the file is empty", extra_tags=_UPLOAD_TAG)
+
+    assert _upload_messages(request) == ["empty.jsonl: the file is empty"]
+    assert [m.message for m in request._messages._queued_messages] == ["Saved the project settings."]

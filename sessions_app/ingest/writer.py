@@ -42,7 +42,7 @@ __all__ = [
 
 # Rows buffered before one bulk write; large enough to amortise each round trip. Large records
 # (up to REPLAY_MAX_RECORD_BYTES each) also flush a batch once they add up to BATCH_BYTES, so the
-# batches in memory (the one being built, and up to three on their way) stay bounded in bytes.
+# batch in memory stays bounded in bytes.
 BATCH_ROWS = 5000
 BATCH_BYTES = 16 * 1024 * 1024
 _TABLE = Event._meta.db_table
@@ -369,11 +369,12 @@ def append_and_finish(
     def close(locked: Session, redactor: Redactor | None) -> None:
         _close(locked, redactor, meta=meta, status=status, final_answer=None)
 
-    result = _append(
-        session, events, EventRows.add, None, None, True, redactor, close=close, locked_by_caller=locked_by_caller
-    )
-    if meta is not None and meta.checkpoints:
-        _write_checkpoints(session, meta.checkpoints, redactor_of(session.project_id, redactor))
+    with transaction.atomic():  # the checkpoints with the events, as finish_session writes them
+        result = _append(
+            session, events, EventRows.add, None, None, True, redactor, close=close, locked_by_caller=locked_by_caller
+        )
+        if meta is not None and meta.checkpoints:
+            _write_checkpoints(session, meta.checkpoints, redactor_of(session.project_id, redactor))
     return result
 
 

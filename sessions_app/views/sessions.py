@@ -75,7 +75,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
     if not wants_partial(request):
         context |= _imports_context(request) | {"upload_form": UploadForm(projects=_writable(projects))}
         # An upload sent without JavaScript came back here with its errors (_upload_answer).
-        context["upload_errors"] = [str(message) for message in django_messages.get_messages(request)]
+        context["upload_errors"] = _upload_messages(request)
     return render_page(request, "sessions_app/session_list.html", "session-table", context)
 
 
@@ -129,8 +129,22 @@ def _upload_answer(request: HttpRequest, errors: list[str]) -> HttpResponse:
     if request.htmx:
         return _imports_response(request, upload_errors=errors)
     for error in errors:
-        django_messages.error(request, error)
+        django_messages.error(request, error, extra_tags=_UPLOAD_TAG)
     return redirect("sessions:list")
+
+
+_UPLOAD_TAG = "upload"
+
+
+def _upload_messages(request: HttpRequest) -> list[str]:
+    """The errors of an upload sent without JavaScript (_upload_answer); any other message stays
+    queued for the page it was meant for."""
+    storage = django_messages.get_messages(request)
+    pending = list(storage)
+    for message in pending:
+        if _UPLOAD_TAG not in message.extra_tags.split():
+            storage.add(message.level, message.message, message.extra_tags)
+    return [str(m) for m in pending if _UPLOAD_TAG in m.extra_tags.split()]
 
 
 @login_required
