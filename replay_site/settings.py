@@ -351,6 +351,7 @@ Q_CLUSTER = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"no_client_error_tracebacks": {"()": "replay_site.log_filters.NoTracebackForClientErrors"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["no_client_error_tracebacks"]}},
     "root": {"handlers": ["console"], "level": env_str("REPLAY_LOG_LEVEL", "WARNING")},
 }

@@ -63,3 +63,38 @@ def test_database_url_selects_postgresql():
         "replay",
     )
     assert db["OPTIONS"] == {"sslmode": "require"}
+
+
+def test_the_console_log_gives_a_refused_request_one_line_and_a_server_error_its_traceback(client, django_user_model):
+    import io
+    import logging
+
+    from django.core.exceptions import PermissionDenied
+
+    from sessions_app.models import Membership, Project, Role
+
+    console = next(h for h in logging.getLogger().handlers if any(
+        type(f).__name__ == "NoTracebackForClientErrors" for f in h.filters))  # fmt: skip
+    stream = io.StringIO()
+    old = console.setStream(stream)
+    try:
+        user = django_user_model.objects.create_user("maintainer", password="pw-123456789")
+        Membership.objects.create(project=Project.get_default(), user=user, role=Role.MAINTAINER)
+        client.force_login(user)
+        assert client.get("/projects/default/redaction/").status_code == 403  # admins only
+        refused = stream.getvalue()
+        assert "Forbidden (Permission denied): /projects/default/redaction/" in refused
+        assert "Traceback" not in refused
+
+        record = logging.LogRecord("django.request", logging.ERROR, __file__, 1, "Internal Server Error: /x", (),
+                                   (RuntimeError, RuntimeError("boom"), None))  # fmt: skip
+        record.status_code = 500
+        console.handle(record)
+        assert "RuntimeError: boom" in stream.getvalue()
+        record = logging.LogRecord("django.request", logging.WARNING, __file__, 1, "Forbidden: /y", (),
+                                   (PermissionDenied, PermissionDenied("no"), None))  # fmt: skip
+        record.status_code = 403
+        console.handle(record)
+        assert "PermissionDenied" not in stream.getvalue()
+    finally:
+        console.setStream(old)
