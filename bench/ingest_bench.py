@@ -206,8 +206,9 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        # The project stays: its audit log (the sessions the bench made) is append-only and keeps
+        # naming it. In the bench's own temporary SQLite database nothing stays at all.
         Session.objects.filter(project=project).delete()
-        project.delete()
         api_key.delete()
         connection.close()
 
