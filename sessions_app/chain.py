@@ -89,7 +89,7 @@ def commitments(event_salt: str, contents: Sequence[str | None]) -> list[str | N
             for tag, text in zip(_TAGS, contents)
         ]
     except UnicodeEncodeError:  # a lone surrogate from a "\\ud800" escape, kept as received
-        return [commit(sha(salt + tag).digest(), text) for tag, text in zip(_TAGS, contents)]
+        return [commit(salt_of(event_salt, name), text) for name, text in zip(CONTENT_FIELDS, contents)]
 
 
 def ts_text(value: Any) -> str | None:

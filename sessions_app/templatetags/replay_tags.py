@@ -155,7 +155,7 @@ def step_row(e: Any, keep: str) -> SafeString:
 
 
 def _entry_link(h: Any, keep: str, label: str) -> str:
-    return f'<a href="?step={h.seq}{_html(keep)}" data-seq="{h.seq}">#{h.seq + 1}{label}</a>'
+    return f'<a href="?step={h.seq}{_html(keep)}" data-seq="{h.seq}">#{one_based(h.seq)}{label}</a>'
 
 
 @register.filter

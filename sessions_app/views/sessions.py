@@ -140,11 +140,13 @@ def _upload_messages(request: HttpRequest) -> list[str]:
     """The errors of an upload sent without JavaScript (_upload_answer); any other message stays
     queued for the page it was meant for."""
     storage = django_messages.get_messages(request)
-    pending = list(storage)
-    for message in pending:
-        if _UPLOAD_TAG not in message.extra_tags.split():
+    errors = []
+    for message in list(storage):
+        if _UPLOAD_TAG in message.extra_tags.split():
+            errors.append(str(message))
+        else:
             storage.add(message.level, message.message, message.extra_tags)
-    return [str(m) for m in pending if _UPLOAD_TAG in m.extra_tags.split()]
+    return errors
 
 
 @login_required
