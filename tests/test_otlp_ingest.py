@@ -498,11 +498,14 @@ def test_an_export_past_the_projects_storage_quota_is_a_413_status_and_stages_no
     assert not Session.objects.exists()
 
 
-def test_settling_a_session_locks_reads_and_saves_its_row_once(api, project):
+def test_settling_sessions_reads_their_rows_traces_and_spans_once_for_the_transaction(api, project):
     # Its events are appended and the session finished in one writer call, with the row the
     # settling locked: it was selected and saved by the append and again by finish_session, and
     # its spans were marked written one statement each, its traces read and updated on their own
-    # (hundreds of small sessions a minute add that up). The sessions still end as finished, with their run's end and agent.
+    # (hundreds of small sessions a minute add that up). Then the sessions' rows, their waiting
+    # traces and their spans were read with one query each *for every session*; now one each for
+    # the settling transaction (building an ORM query cost more than a small session's settling).
+    # The sessions still end as finished, with their run's end and agent.
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -513,17 +516,62 @@ def test_settling_a_session_locks_reads_and_saves_its_row_once(api, project):
         settle_now()
     sqls = [q["sql"] for q in settled.captured_queries]
     assert sum(s.startswith(f'UPDATE "{table}"') for s in sqls) == 3
-    assert sum(s.startswith("SELECT") and f'FROM "{table}"' in s for s in sqls) == 3
+    assert sum(s.startswith("SELECT") and f'FROM "{table}"' in s for s in sqls) == 1
     assert sum(s.startswith(f"UPDATE {OtlpSpan._meta.db_table}") for s in sqls) == 3
-    # Each session's waiting spans and their traces read in one query; the traces marked settled
-    # in one statement for the pass (besides the query of which sessions are due).
+    # The due sessions (one query joining nothing), their waiting traces (one) and those traces'
+    # spans (one); the traces marked settled in one statement for the pass.
     traces_table = f'"{OtlpTrace._meta.db_table}"'
-    assert sum(s.startswith("SELECT") and f"FROM {traces_table}" in s for s in sqls) == 1
-    assert sum(s.startswith("SELECT") and "JOIN" in s and traces_table in s for s in sqls) == 3
+    spans_table = f'"{OtlpSpan._meta.db_table}"'
+    assert sum(s.startswith("SELECT") and f"FROM {traces_table}" in s for s in sqls) == 2
+    assert sum(s.startswith("SELECT") and f"FROM {spans_table}" in s for s in sqls) == 1
     assert sum(s.startswith(f"UPDATE {traces_table}") for s in sqls) == 1
     for session in Session.objects.filter(source_format="otlp"):
         assert session.status == "completed" and session.event_count == 4 and session.agent_id == "helper"
         assert session.ended_at == session.started_at + timedelta(seconds=1)
+
+
+def test_a_session_that_fails_to_settle_or_is_no_longer_due_waits_and_the_others_of_its_transaction_settle(
+    api, project, monkeypatch
+):
+    # The transaction's sessions and spans are read together, but each session is still written
+    # in a savepoint of its own, and the due-ness is checked again under the project's lock.
+    from sessions_app.formats import otlp
+    from sessions_app.ingest import traces
+
+    body = request(*(s for n in range(1, 4) for s in _conversation_spans(n, f"task {n}"))).SerializeToString()
+    assert post(api, body).status_code == 200
+    ids = {s.source_session_id: s.pk for s in Session.objects.filter(source_format="otlp")}
+    # conv-2 fails while it is written; conv-3 received a span after the due query ran.
+    real_timeline = otlp.timeline
+
+    def timeline(placed, *, first_step=0):
+        events = real_timeline(placed, first_step=first_step)
+        if any("task 2" in orjson.dumps(p.record).decode() for p in placed):
+            raise RuntimeError("cannot be written")
+        return events
+
+    real_waiting = traces._waiting_spans
+    later = timezone.now() + timedelta(seconds=10)
+
+    def waiting(session_ids, quiet_since, orphaned_since):
+        OtlpTrace.objects.filter(session_id=ids["conv-3"]).update(last_received_at=later)
+        return real_waiting(session_ids, quiet_since, orphaned_since)
+
+    monkeypatch.setattr(otlp, "timeline", timeline)
+    monkeypatch.setattr(traces, "_waiting_spans", waiting)
+    result = settle_traces(quiet_seconds=1, orphan_seconds=1, now=later - timedelta(seconds=5))
+    assert result.sessions == [ids["conv-1"]]
+    done = Session.objects.get(pk=ids["conv-1"])
+    assert done.status == "completed" and done.event_count == 4
+    for key in ("conv-2", "conv-3"):
+        waiting_session = Session.objects.get(pk=ids[key])
+        assert waiting_session.status == "live" and waiting_session.event_count == 0
+        assert OtlpTrace.objects.get(session_id=ids[key]).pending
+        assert OtlpSpan.objects.filter(trace__session_id=ids[key], record__isnull=False).count() == 2
+    assert not OtlpTrace.objects.get(session_id=ids["conv-1"]).pending
+    monkeypatch.undo()
+    settle_traces(quiet_seconds=1, orphan_seconds=1, now=later + timedelta(seconds=5))
+    assert Session.objects.filter(source_format="otlp", event_count=4).count() == 3
 
 
 def test_conversations_past_the_sessions_quota_are_a_partial_success_and_each_new_session_is_audited(api, project):

@@ -54,10 +54,7 @@ SETTLE_PER_TRANSACTION = 50
 _SPAN_TABLE = OtlpSpan._meta.db_table
 _SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns", "record")
 # A waiting span as the settling reads it, with its trace's due-ness; then as _Placement places it.
-_SETTLING_FIELDS = (
-    "trace_id", "trace__last_received_at", "trace__root_seen",
-    "pk", "span_id", "parent_span_id", "operation", "record", "session_id",
-)  # fmt: skip
+_SETTLING_FIELDS = ("trace_id", "pk", "span_id", "parent_span_id", "operation", "record", "session_id")
 _IDS_A_STATEMENT = 2000  # well under SQLite's and PostgreSQL's limits on a statement's parameters
 
 
@@ -319,19 +316,30 @@ def settle_traces(
     result = SettleResult()
     for project_id, session_ids in by_project.items():
         for start in range(0, len(session_ids), SETTLE_PER_TRANSACTION):
+            chunk = session_ids[start : start + SETTLE_PER_TRANSACTION]
             with transaction.atomic():
                 # The lock every export request of the project takes first: neither side then
                 # waits on rows the other holds.
                 list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk"))
+                # The transaction's sessions (whole rows, locked: the writer appends with them as
+                # they are) and their waiting spans, each read in one query for all of them, not
+                # two for every session: building an ORM query cost more than settling a small
+                # session's spans (bench/otlp_bench.py). Under the project's lock nothing stages
+                # a span of them meanwhile, so what is read here is what each session settles.
+                tops = Session.objects.select_for_update().in_bulk(chunk)
+                waiting = _waiting_spans(chunk, quiet_since, orphaned_since)
                 # The rules read once for the transaction's sessions, not by each of the writer's
                 # calls (some four look-ups a session).
                 settled: list[int] = []
                 with RedactionRules.pinned(project_id):
-                    for session_id in session_ids[start : start + SETTLE_PER_TRANSACTION]:
+                    for session_id in chunk:
+                        top, spans = tops.get(session_id), waiting.get(session_id)
+                        if top is None or spans is None:
+                            continue  # gone, or a trace of it is not due after all
                         try:
                             with transaction.atomic():
-                                if _settle_session(session_id, quiet_since, orphaned_since, result):
-                                    settled.append(session_id)
+                                _settle_session(top, spans, result)
+                            settled.append(session_id)
                         except Exception:
                             # One session's spans that cannot be written must not hold up the
                             # others; they stay waiting (and logged) for a fix.
@@ -343,26 +351,40 @@ def settle_traces(
     return result
 
 
-def _settle_session(session_id: int, quiet_since: datetime, orphaned_since: datetime, result: SettleResult) -> bool:
-    """Write the session's waiting spans, unless one of its traces is not due after all; whether
-    it was (the caller marks its traces settled)."""
-    # The whole row, locked: the writer appends with it as it is (not read again).
-    top = Session.objects.select_for_update().filter(pk=session_id).first()
-    if top is None:
-        return False
-    # The spans of its waiting traces, the ones written in an earlier settling too (they place a
-    # straggler), with what says whether their trace is due: one query.
-    spans: dict[int, dict[str, tuple]] = {}  # trace pk -> span id -> row
-    for trace_pk, received, root_seen, *row in (
-        OtlpSpan.objects.filter(trace__session_id=session_id, trace__pending=True)
-        .order_by("trace_id", "pk")
-        .values_list(*_SETTLING_FIELDS)
+def _waiting_spans(
+    session_ids: list[int], quiet_since: datetime, orphaned_since: datetime
+) -> dict[int, dict[int, dict[str, tuple]]]:
+    """The spans of the sessions' waiting traces (the ones written in an earlier settling too:
+    they place a straggler), by session, trace pk and span id, of the sessions whose every
+    waiting trace is still due (the `due` query ran before the transaction); two queries."""
+    not_due: set[int] = set()
+    waiting: dict[int, dict[int, dict[str, tuple]]] = {}
+    trace_session: dict[int, int] = {}
+    for trace_pk, session_id, received, root_seen in (
+        OtlpTrace.objects.filter(session_id__in=session_ids, pending=True)
+        .order_by("pk")
+        .values_list("pk", "session_id", "last_received_at", "root_seen")
     ):
-        if received > quiet_since:
-            return False  # a trace of this session is receiving spans again
-        if not root_seen and received > orphaned_since:
-            return False  # its root span may still come
-        spans.setdefault(trace_pk, {})[row[1]] = tuple(row)
+        if received > quiet_since or (not root_seen and received > orphaned_since):
+            not_due.add(session_id)  # receiving spans again, or its root span may still come
+        waiting.setdefault(session_id, {})
+        trace_session[trace_pk] = session_id
+    due_traces = [pk for pk, session_id in trace_session.items() if session_id not in not_due]
+    for start in range(0, len(due_traces), _IDS_A_STATEMENT):
+        for row in (
+            OtlpSpan.objects.filter(trace_id__in=due_traces[start : start + _IDS_A_STATEMENT])
+            .order_by("trace_id", "pk")
+            .values_list(*_SETTLING_FIELDS)
+        ):
+            trace_pk = row[0]
+            waiting[trace_session[trace_pk]].setdefault(trace_pk, {})[row[2]] = row[1:]
+    for session_id in not_due:
+        del waiting[session_id]
+    return waiting
+
+
+def _settle_session(top: Session, spans: dict[int, dict[str, tuple]], result: SettleResult) -> None:
+    """Write the session's waiting spans (by trace pk and span id); `top` is its row, locked."""
     placement = _Placement(top)
     placement.add_traces(spans)
     for session, placed in placement.by_session():
@@ -377,7 +399,6 @@ def _settle_session(session_id: int, quiet_since: datetime, orphaned_since: date
         result.finished.append(session.pk)
     placement.save_spans()
     result.spans += placement.span_count
-    return True
 
 
 class _Placement:
