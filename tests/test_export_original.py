@@ -72,6 +72,26 @@ def test_a_command_line_import_keeps_its_original_too(api, tmp_path):  # noqa: F
     assert b"".join(response.streaming_content) == ONE_OF_EACH["AgentLens JSON array"].read_bytes()
 
 
+def test_a_command_line_import_from_a_pipe_keeps_what_came_through_it(api, tmp_path):  # noqa: F811
+    # `import_sessions <(zcat run.jsonl.gz)`: a named pipe, which the kernel's file copy refuses.
+    import os
+    import threading
+
+    from django.core.management import call_command
+
+    body = ONE_OF_EACH["AgentLens JSON array"].read_bytes()
+    pipe = tmp_path / "piped.json"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_bytes, args=(body,))
+    writer.start()
+    call_command("import_sessions", str(pipe), stdout=open("/dev/null", "w"))
+    writer.join(timeout=10)
+    session = Session.objects.order_by("pk").first()
+    response = api.get(f"/api/sessions/{session.pk}/export?format=original")
+    assert b"".join(response.streaming_content) == body
+    assert ImportJob.objects.get().original_name == "piped.json"
+
+
 def test_importing_the_same_file_again_by_command_keeps_no_second_copy(tmp_path, settings):
     from django.core.management import call_command
 

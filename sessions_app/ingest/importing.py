@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -299,7 +300,10 @@ def import_local_file(
     """Import a file or folder given on this machine (the command line, the demo), keeping a copy
     of a file as an upload is kept, so its original stays exportable byte for byte."""
     path = Path(path)
-    if not path.is_file() or _unreadable(path):
+    # A folder, a missing or unreadable file: import_file says why, as for any source. A pipe
+    # (`<(zcat run.jsonl.gz)`, /dev/stdin) can be read only once: it is kept first, then read.
+    readable = not _unreadable(path) if path.is_file() else os.access(path, os.R_OK)  # (a pipe: not read yet)
+    if path.is_dir() or not path.exists() or not readable:
         return import_file(path=path, project=project, format=format or None, replace=replace, created_by=created_by)
     job = keep_local_file(path=path, project=project, format=format, created_by=created_by, replace=replace)
     outcomes = import_file(

@@ -120,26 +120,38 @@ def keep_local_file(
     """Keep a copy of a file given on this machine (the command line, the demo) as an upload is
     kept, with its job, for the caller to import now: its original stays exportable byte for
     byte even when the file given is later moved or changed."""
-    with path.open("rb") as stream:
-        return keep_stream(stream=stream, name=path.name, project=project, format=format, created_by=created_by,
-                           replace=replace)  # fmt: skip
+    if not path.is_file():  # a pipe (`<(zcat run.jsonl.gz)`, /dev/stdin): read as a stream
+        with path.open("rb") as stream:
+            return keep_stream(stream=stream, name=path.name, project=project, format=format,
+                               created_by=created_by, replace=replace)  # fmt: skip
+    target = _new_stored_path(_kept_suffix(display_name(path.name)))
+    # copyfile, not a read/write loop: the kernel copies (sendfile), a few times faster on a
+    # large session file (bench/import_bench.py times this copy as part of the import).
+    shutil.copyfile(path, target)
+    return _kept_job(target, name=path.name, project=project, format=format, created_by=created_by, replace=replace)
 
 
 def keep_stream(
     *, stream: IO[bytes], name: str, project: Project, format: str = "", created_by: str = "", replace: bool = False
 ) -> ImportJob:
-    """Keep a copy of what `stream` reads (a local file; an original carried in an evidence
-    bundle) as an upload is kept, with its job."""
-    original_name = display_name(name)
-    lowered = original_name.lower()
-    suffix = next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
-    target = _new_stored_path(suffix)
+    """Keep a copy of what `stream` reads (an original carried in an evidence bundle) as an
+    upload is kept, with its job."""
+    target = _new_stored_path(_kept_suffix(display_name(name)))
     with target.open("wb") as out:
         shutil.copyfileobj(stream, out, 1 << 20)
+    return _kept_job(target, name=name, project=project, format=format, created_by=created_by, replace=replace)
+
+
+def _kept_suffix(original_name: str) -> str:
+    lowered = original_name.lower()
+    return next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
+
+
+def _kept_job(target: Path, *, name: str, project: Project, format: str, created_by: str, replace: bool) -> ImportJob:
     os.chmod(target, 0o640)
     return ImportJob.objects.create(
         project=project,
-        original_name=original_name,
+        original_name=display_name(name),
         stored_path=str(target),
         requested_format=format,
         replace=replace,
@@ -163,9 +175,7 @@ def _new_stored_path(suffix: str) -> Path:
 
 
 def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
-    lowered = original_name.lower()
-    suffix = next((s for s in _KEPT_SUFFIXES if lowered.endswith(s)), "")
-    target = _new_stored_path(suffix)
+    target = _new_stored_path(_kept_suffix(original_name))
     temporary_path = getattr(uploaded_file, "temporary_file_path", None)
     if temporary_path is not None:
         # Large uploads are already on disk: a rename, not a second copy of a 1 GB file.
