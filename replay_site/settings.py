@@ -317,6 +317,8 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
     "form-action": [CSP.SELF],
 }
+# Django's database store, its per-request lookup read by SQL built once (sessions_app/login_sessions.py).
+SESSION_ENGINE = "sessions_app.login_sessions"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the cookie-free meta tag instead
 # Off by default so `make run` works over plain http on 127.0.0.1; production turns it on

@@ -16,6 +16,8 @@ from django.db import DatabaseError, connection, models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from .fixed_lookup import FixedLookup
+
 logger = logging.getLogger("replay.access")
 
 
@@ -143,9 +145,8 @@ class ApiKey(models.Model):
         """The active key of an active user, or None (401)."""
         if not key:
             return None
-        try:
-            api_key = cls.objects.active().select_related("user").get(key_hash=cls.hash_key(key))
-        except cls.DoesNotExist:
+        api_key = _ACTIVE_KEY_BY_HASH.get([cls.hash_key(key)])
+        if api_key is None:
             return None
         if api_key.user is None or not api_key.user.is_active:
             return None
@@ -167,6 +168,13 @@ class ApiKey(models.Model):
             logger.warning("could not record the last use of API key %s", self.key_prefix)
             return
         self.last_used_at = now
+
+
+# `ApiKey.objects.active().select_related("user").get(key_hash=...)`, its SQL built once: every
+# API request makes this lookup (fixed_lookup.py says why).
+_ACTIVE_KEY_BY_HASH = FixedLookup(
+    ApiKey, where="{table}.revoked_at IS NULL AND {table}.key_hash = %s", related=("user",)
+)
 
 
 @contextmanager
