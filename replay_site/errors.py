@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
-from django.views.defaults import bad_request, page_not_found
+from django.shortcuts import render
+from django.views.defaults import bad_request
 
 
 def _under_api(request: HttpRequest) -> bool:
@@ -14,10 +15,33 @@ def _under_api(request: HttpRequest) -> bool:
 
 def not_found_page(request: HttpRequest, exception: Exception) -> HttpResponse:
     """A JSON 404 for any URL under /api/ that names no operation (a mistyped path, a trailing
-    slash, a path segment no converter takes), Django's page everywhere else."""
+    slash, a path segment no converter takes), the refusal page everywhere else."""
     if _under_api(request):
         return JsonResponse({"detail": f"no API operation at {request.path}"}, status=404)
-    return page_not_found(request, exception)
+    # The access helpers' messages ("session 5 not found") say the same for a missing object and
+    # for one the caller may not see, so naming them leaks nothing; a URL no view took says so.
+    reason = _message(exception) or f"nothing at {request.path}"
+    return _refusal(request, status=404, title="Not found", reason=reason)
+
+
+def forbidden_page(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A 403 naming what the role does not allow ("session 5: this needs the maintainer role in
+    its project"), where Django's own page says only "403 Forbidden"."""
+    if _under_api(request):
+        return JsonResponse({"detail": _message(exception) or "forbidden"}, status=403)
+    reason = _message(exception) or "your role in this project does not allow this"
+    return _refusal(request, status=403, title="Not allowed", reason=reason)
+
+
+def _message(exception: Exception) -> str:
+    return exception.args[0] if exception.args and isinstance(exception.args[0], str) else ""
+
+
+def _refusal(request: HttpRequest, *, status: int, title: str, reason: str) -> HttpResponse:
+    """The refusal page; to htmx (a panel asking) only its #refusal partial, which base.html's
+    responseHandling swaps into that panel instead of a whole page."""
+    template = "refusal.html#refusal" if request.headers.get("HX-Request") else "refusal.html"
+    return render(request, template, {"status": status, "title": title, "reason": reason}, status=status)
 
 
 def bad_request_page(request: HttpRequest, exception: Exception) -> HttpResponse:

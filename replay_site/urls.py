@@ -20,4 +20,5 @@ urlpatterns = [
 
 # Unmatched URLs under /api/ answer JSON, as the API does (replay_site/errors.py).
 handler400 = "replay_site.errors.bad_request_page"
+handler403 = "replay_site.errors.forbidden_page"
 handler404 = "replay_site.errors.not_found_page"

@@ -94,6 +94,28 @@ def test_a_viewer_cannot_upload_or_checkpoint_in_the_dashboard(acme, ours):
     assert not ImportJob.objects.exists() and not Checkpoint.objects.exists()
 
 
+def test_a_refusal_names_its_reason_on_a_page_and_in_a_panel(acme, ours, theirs):
+    page = page_as(member("vin", acme, Role.VIEWER))
+    url = reverse("sessions:checkpoint", args=[ours.pk])
+    whole = page.post(url, {"name": "cp", "step": "1"})
+    assert whole.status_code == 403
+    html = whole.content.decode()
+    assert f"session {ours.pk}: this needs the maintainer role in its project" in html
+    assert "<main>" in html  # the site's page, with its navigation, not Django's bare one
+    # To htmx only the #refusal partial, which base.html's responseHandling swaps into the panel.
+    panel = page.post(url, {"name": "cp", "step": "1"}, headers={"HX-Request": "true"})
+    assert panel.status_code == 403
+    fragment = panel.content.decode().strip()
+    assert fragment.startswith('<p id="refusal"') and "<main>" not in fragment
+    assert "needs the maintainer role" in fragment
+    # Another project's session: the same words as for a session that does not exist.
+    hidden = page.get(reverse("sessions:player", args=[theirs.pk]), headers={"HX-Request": "true"})
+    missing = page.get(reverse("sessions:player", args=[10**9]), headers={"HX-Request": "true"})
+    assert hidden.status_code == missing.status_code == 404
+    assert f"session {theirs.pk} not found" in hidden.content.decode()
+    assert f"session {10**9} not found" in missing.content.decode()
+
+
 def test_a_viewer_can_read_export_and_verify(acme, ours):
     viewer = member("vic", acme, Role.VIEWER)
     api = api_as(viewer)
