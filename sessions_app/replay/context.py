@@ -182,13 +182,13 @@ def _context_base(
 
 
 def _history_arms(
-    before_seq: int, pending_after: int, *, llm_kinds: tuple[str, ...] = LLM_KINDS
+    before_seq: int, pending_after: int, *, llm_kinds: tuple[str, ...] = LLM_KINDS, limit: int = HISTORY_LIMIT
 ) -> list[tuple[str, list[Any]]]:
-    """Arms reading the last HISTORY_LIMIT LLM events and tool results with seq < before_seq,
-    and the approval requests still undecided after `pending_after`."""
+    """Arms reading the last `limit` LLM events and tool results with seq < before_seq, and the
+    last HISTORY_LIMIT approval requests still undecided after `pending_after`."""
     arms = []
     for kind in llm_kinds + TOOL_RESULT_KINDS:
-        arms.append((f"kind = %s AND seq < %s ORDER BY seq DESC LIMIT {HISTORY_LIMIT}", [kind, before_seq]))
+        arms.append((f"kind = %s AND seq < %s ORDER BY seq DESC LIMIT {int(limit)}", [kind, before_seq]))
     arms.append(
         (
             f"kind = %s AND seq < %s AND (pair_seq IS NULL OR pair_seq > %s) ORDER BY seq DESC LIMIT {HISTORY_LIMIT}",
@@ -198,13 +198,17 @@ def _history_arms(
     return arms
 
 
-def _history_before(session: Session, before_seq: int, pending_after: int) -> list[Row]:
+def _history_before(session: Session, before_seq: int, pending_after: int, *, limit: int = HISTORY_LIMIT) -> list[Row]:
+    """The events the histories before `before_seq` are made of: the last `limit` of each LLM
+    and tool result kind (`limit` below HISTORY_LIMIT: only for a session that is not
+    AgentLens's, whose LLM entries are not one per event), the pending approval requests."""
     if before_seq <= 0:
         return []
     calls_only = session.source_format == agentlens.NAME
     llm_kinds = (Kind.LLM_CALL,) if calls_only else LLM_KINDS
     arms = [
-        (tail, [session.pk, *params]) for tail, params in _history_arms(before_seq, pending_after, llm_kinds=llm_kinds)
+        (tail, [session.pk, *params])
+        for tail, params in _history_arms(before_seq, pending_after, llm_kinds=llm_kinds, limit=limit)
     ]
     if calls_only:
         arms.append(_lone_responses_arm(session.pk, before_seq))
@@ -246,21 +250,36 @@ def _pending(requests: list[tuple[int, int | None]], seq: int) -> list[int]:
     return open_[-HISTORY_LIMIT:]
 
 
-def context_at(*, session: Session, seq: int) -> dict[str, Any] | None:
+def context_at(*, session: Session, seq: int, shown: int | None = None) -> dict[str, Any] | None:
     """The AgentLens context at event `seq`, with LLM history, tool results and pending
-    approvals inlined, plus the point-in-time state and the current step (about 5 queries)."""
+    approvals inlined, plus the point-in-time state and the current step (about 5 queries).
+
+    `shown`: for a page that shows only the last `shown` entries of each history (the player):
+    the histories hold those, and `historyCounts` how many entries each holds in full. Outside
+    AgentLens sessions the LLM and tool counts come from the event's running counts by kind, so
+    only the shown entries are read (reading and decoding all 100 was a fifth of a player step's
+    CPU, docs/benchmarks.md, issue 20)."""
     if seq < 0 or seq >= session.event_count:
         return None
     found = _rows("seq = %s", [session.pk, seq])
     if not found:
         return None
     row = found[0]
-    history = _history_before(session, seq + 1, seq)
     calls_only = session.source_format == agentlens.NAME
+    lean = shown is not None and shown < HISTORY_LIMIT and not calls_only
+    history = _history_before(session, seq + 1, seq, limit=shown if lean else HISTORY_LIMIT)
     llm = [r for r in history if _is_llm_entry(r.kind, r.seq, r.pair_seq, calls_only=calls_only)][-HISTORY_LIMIT:]
     tools = [r for r in history if r.kind in TOOL_RESULT_KINDS][-HISTORY_LIMIT:]
     approvals = [r for r in history if r.kind == Kind.APPROVAL_REQUESTED][-HISTORY_LIMIT:]
     context = _context_base(row, session, splice=False, type_names=agentlens_type_names(session))
+    if shown is not None:
+        counts = context["eventCounts"]  # the running counts at `seq`, this event included
+        context["historyCounts"] = {
+            "llmHistory": min(HISTORY_LIMIT, sum(counts.get(k, 0) for k in LLM_KINDS)) if lean else len(llm),
+            "toolResults": min(HISTORY_LIMIT, sum(counts.get(k, 0) for k in TOOL_RESULT_KINDS)) if lean else len(tools),
+            "pendingApprovals": len(approvals),
+        }
+        llm, tools, approvals = (entries[max(0, len(entries) - shown) :] for entries in (llm, tools, approvals))
     context["llmHistory"] = [event_dict(r) for r in llm]
     if calls_only:
         _complete_calls(session, llm, context["llmHistory"], seq)

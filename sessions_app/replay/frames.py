@@ -379,9 +379,9 @@ def panel_context(context: dict[str, Any], *, priced: bool = True, start: float 
         event_counts=context["eventCounts"],
         memory_note_count=sum(not _is_blank(note) for note in context["memoryNotes"]),
         variable_count=len(context["variables"]),
-        llm_history=_history(context["llmHistory"]),
-        tool_results=_history(context["toolResults"]),
-        pending_approvals=_history(context["pendingApprovals"]),
+        llm_history=_history(context, "llmHistory"),
+        tool_results=_history(context, "toolResults"),
+        pending_approvals=_history(context, "pendingApprovals"),
     )  # fmt: skip
 
 
@@ -397,8 +397,11 @@ def _panel_step(step: dict[str, Any] | None, *, index: int, step_seq: int | None
     )  # fmt: skip
 
 
-def _history(entries: list[dict[str, Any]]) -> History:
-    """The last SHOWN_HISTORY entries, one line each, and how many the context holds."""
+def _history(context: dict[str, Any], name: str) -> History:
+    """The last SHOWN_HISTORY entries of one of the context's histories, one line each, and how
+    many it holds (`historyCounts`, when context_at read only the shown ones)."""
+    entries = context[name]
+    count = context["historyCounts"][name] if "historyCounts" in context else len(entries)
     shown = []
     for entry in entries[-SHOWN_HISTORY:]:
         line = preview(entry)
@@ -407,7 +410,7 @@ def _history(entries: list[dict[str, Any]]) -> History:
             line = _clip(f"{line} → {preview(entry['response'])}")
         shown.append(HistoryEntry(seq=entry["seq"], kind=entry["kind"], tool=entry["tool"],
                                   is_error=entry["isError"], preview=line))  # fmt: skip
-    return History(count=len(entries), shown=shown)
+    return History(count=count, shown=shown)
 
 
 def search_panel(found: dict[str, Any]) -> SearchPanel:
@@ -427,7 +430,7 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
     seq = last_event if seq is None else max(0, min(seq, last_event))
     window = replay.events_around(session=session, seq=seq, kinds=kinds or None, before=BEFORE, after=AFTER)
     events = window["events"]
-    context = replay.context_at(session=session, seq=seq) if session.event_count else None
+    context = replay.context_at(session=session, seq=seq, shown=SHOWN_HISTORY) if session.event_count else None
 
     earlier = [e for e in events if e["seq"] < seq]
     later = [e for e in events if e["seq"] > seq]
