@@ -19,6 +19,7 @@ import zlib
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
@@ -60,7 +61,11 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         # The project's storage quota, on the declared size, before the body is read (as live batches).
         check_bytes(project=project, size=declared_length(request), what="export")
         parsed = otlp.read_request(_body(request), json=json)
-        staged = traces.stage_spans(project=project, records=otlp.span_records(parsed))
+        # The spans and the audit entries of the sessions they made in one transaction: one
+        # commit (SQLite's dearest statement) for the request, not two.
+        with transaction.atomic():
+            staged = traces.stage_spans(project=project, records=otlp.span_records(parsed))
+            _audit_created(request, project, staged.created)
     except Refused as refused:
         return _failure(refused, json)
     except PermissionDenied as exc:
@@ -69,14 +74,19 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _failure(Refused(exc.status, _RESOURCE_EXHAUSTED, exc.message), json)
     except (ValueError, otlp.NotOtlp) as exc:  # NotOtlp, or a key of several projects (which to name)
         return _failure(Refused(400, _INVALID_ARGUMENT, str(exc)), json)
-    for session in staged.created:
-        audit.record_request(
-            request, action="session.create_live", project=project, target=f"session:{session.pk}",
-            detail={"source_session_id": session.source_session_id, "via": "POST /v1/traces"},
-        )  # fmt: skip
     _settle_due(project)
     body = otlp.response_body(json=json, rejected=staged.rejected, message=staged.message)
     return HttpResponse(body, content_type=JSON if json else PROTOBUF)
+
+
+def _audit_created(request: HttpRequest, project, created: list) -> None:
+    """Each conversation's new session is audited, the request's entries in one write."""
+    audit.record_request_many(
+        request, action="session.create_live", project=project, entries=[
+            (f"session:{session.pk}", {"source_session_id": session.source_session_id, "via": "POST /v1/traces"})
+            for session in created
+        ],
+    )  # fmt: skip
 
 
 def _settle_due(project) -> None:

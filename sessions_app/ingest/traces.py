@@ -42,7 +42,7 @@ from ..formats import otlp
 from ..models import OtlpSpan, OtlpTrace, Project, RedactionRules, Session
 from ..redaction import Redactor
 from .quotas import sessions_left
-from .writer import append_and_finish, create_session
+from .writer import append_and_finish, create_session, create_sessions
 
 logger = logging.getLogger("replay.otlp")
 
@@ -255,21 +255,23 @@ def _sessions_for(
         ).order_by("pk")
     }
     room = sessions_left(project) if any(key not in found for key in wanted.values()) else None
+    new: dict[str, SessionMeta] = {}
     for trace_id, key in wanted.items():
-        if key not in found:
+        if key not in found and key not in new:
             if room is not None:
                 if room == 0:
                     continue
                 room -= 1
             record = next(iter(by_trace[trace_id].values()))
-            found[key] = create_session(
-                project=project, source_format=otlp.NAME, meta=SessionMeta(
-                    source_session_id=key, run_id=trace_id,
-                    environment=str(record["resource"].get("service.name", ""))[:200],
-                    metadata={"otlp": {"conversation": key != trace_id}},
-                ),
+            new[key] = SessionMeta(
+                source_session_id=key, run_id=trace_id,
+                environment=str(record["resource"].get("service.name", ""))[:200],
+                metadata={"otlp": {"conversation": key != trace_id}},
             )  # fmt: skip
-            result.created.append(found[key])
+    # The request's new sessions made with one INSERT.
+    made = create_sessions(project=project, source_format=otlp.NAME, metas=list(new.values()))
+    found.update(zip(new, made, strict=True))
+    result.created.extend(made)
     return found
 
 
