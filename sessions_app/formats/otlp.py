@@ -314,6 +314,12 @@ class _Span:
         self.raw = item.raw or orjson.dumps(record).decode()
         self.start = time_of(record["start"])
         self.end = time_of(record["end"]) if record["end"] else self.start
+        # Each instant formatted once, as the writer stores it on SQLite (naive UTC text: the
+        # events' timestamp_text) and, from that, as a step's timestamp: formatting a datetime
+        # was the dearest step of turning a span into events (bench/otlp_bench.py).
+        self.start_text = self.start.isoformat(" ")[:-6]  # less "+00:00": UTC, from time_of
+        self.end_text = self.end.isoformat(" ")[:-6] if record["end"] else self.start_text
+        self.end_iso = self.end_text.replace(" ", "T", 1) + "Z"  # what _iso(self.end) gives
         self.duration_ms = max(0, record["end"] - record["start"]) / 1e6 if record["end"] else None
         status = record["status"]
         self.failed = status.get("code") == STATUS_ERROR
@@ -336,6 +342,7 @@ class _Span:
             raw=None if closing else self.raw,
             payload=payload,
             timestamp=self.end if closing else self.start,
+            timestamp_text=self.end_text if closing else self.start_text,
             agent_id=self.agent_name[:200],
             **fields,
         )
@@ -396,7 +403,7 @@ def _llm(item: Placed) -> tuple[list[CanonicalEvent], list[CanonicalEvent]]:
     )  # fmt: skip
     last_input = call_payload["messages"][-1]["content"] if call_payload["messages"] else ""
     response.step_state = unrewarded_step_state(
-        step=0, timestamp=_iso(span.end), action_type="llm_call", action_code="",
+        step=0, timestamp=span.end_iso, action_type="llm_call", action_code="",
         action_rationale=clip(last_input, STEP_TEXT_LIMIT), success=not span.failed, output=completion,
         error=span.error, duration_ms=span.duration_ms, tokens=tokens or 0,
         raw_action={"model": response_model, "provider": provider, "spanId": pair_id},
@@ -426,7 +433,7 @@ def _tool(item: Placed) -> tuple[list[CanonicalEvent], list[CanonicalEvent]]:
         pair_id=call_id[:200], duration_ms=span.duration_ms, is_error=span.failed, failed=span.failed,
     )  # fmt: skip
     closed.step_state = unrewarded_step_state(
-        step=0, timestamp=_iso(span.end), action_type="tool_call",
+        step=0, timestamp=span.end_iso, action_type="tool_call",
         action_code=clip(f"{name}({text(arguments)})", STEP_TEXT_LIMIT), success=not span.failed,
         output=text(result), error=span.error, duration_ms=span.duration_ms, tokens=0,
         raw_action={"callId": call_id, "toolName": name, "arguments": arguments},
