@@ -518,11 +518,11 @@ def test_settling_sessions_reads_their_rows_traces_and_spans_once_for_the_transa
     assert sum(s.startswith(f'UPDATE "{table}"') for s in sqls) == 3
     assert sum(s.startswith("SELECT") and f'FROM "{table}"' in s for s in sqls) == 1
     assert sum(s.startswith(f"UPDATE {OtlpSpan._meta.db_table}") for s in sqls) == 3
-    # The due sessions (one query joining nothing), their waiting traces (one) and those traces'
-    # spans (one); the traces marked settled in one statement for the pass.
+    # Whether any trace is quiet, the due sessions, their waiting traces (one query each) and
+    # those traces' spans (one); the traces marked settled in one statement for the pass.
     traces_table = f'"{OtlpTrace._meta.db_table}"'
     spans_table = f'"{OtlpSpan._meta.db_table}"'
-    assert sum(s.startswith("SELECT") and f"FROM {traces_table}" in s for s in sqls) == 2
+    assert sum(s.startswith("SELECT") and f"FROM {traces_table}" in s for s in sqls) == 3
     assert sum(s.startswith("SELECT") and f"FROM {spans_table}" in s for s in sqls) == 1
     assert sum(s.startswith(f"UPDATE {traces_table}") for s in sqls) == 1
     for session in Session.objects.filter(source_format="otlp"):
@@ -572,6 +572,21 @@ def test_a_session_that_fails_to_settle_or_is_no_longer_due_waits_and_the_others
     monkeypatch.undo()
     settle_traces(quiet_seconds=1, orphan_seconds=1, now=later + timedelta(seconds=5))
     assert Session.objects.filter(source_format="otlp", event_count=4).count() == 3
+
+
+def test_a_settling_with_no_quiet_trace_costs_one_query_and_settles_nothing(api, project):
+    # Every export request settles what is due; during a burst shorter than the quiet period
+    # nothing is, and the grouping of every waiting trace by session was read for nothing.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    body = request(*(s for n in range(1, 4) for s in _conversation_spans(n, f"task {n}"))).SerializeToString()
+    assert post(api, body).status_code == 200
+    with CaptureQueriesContext(connection) as checked:
+        result = settle_traces(quiet_seconds=3600, orphan_seconds=3600, project=project)
+    assert len(checked.captured_queries) == 1 and not result.sessions and result.events == 0
+    assert OtlpTrace.objects.filter(pending=True).count() == 3
+    assert settle_traces(quiet_seconds=0, orphan_seconds=0, now=timezone.now() + timedelta(seconds=1)).events == 12
 
 
 def test_conversations_past_the_sessions_quota_are_a_partial_success_and_each_new_session_is_audited(api, project):
