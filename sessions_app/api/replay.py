@@ -143,7 +143,10 @@ def replay_page(request: HttpRequest, session_id: Id, query: Query[ReplayQuery])
         session=session, offset=query.offset, limit=query.limit,
         event_types=_split(query.eventTypes), include_context=query.includeContext, splice=True,
     )  # fmt: skip
-    return json_response(page)
+    for name in ("llm", "tools", "approvals"):  # keyed by seq: JSON keys are text
+        if name in page:
+            page[name] = {str(seq): event for seq, event in page[name].items()}
+    return json_response(page, str_keys=True)
 
 
 @router.get("/sessions/{session_id}/steps", response={200: StepsOut, **BAD}, url_name="steps")
