@@ -32,7 +32,7 @@ from .rows import (
     as_utc,
     event_dict,
 )
-from .state import _state_at, _step_state, step_seq, step_state_at
+from .state import _state_at, _step_state, step_at
 
 # Warnings
 
@@ -309,8 +309,8 @@ def context_at(*, session: Session, seq: int, shown: int | None = None) -> dict[
         context["step"] = _step_state(_step_text(session, row.seq), state.variables, state.memory)
         context["stepSeq"] = row.seq
     else:
-        context["stepSeq"] = step_seq(session=session, index=index)
-        context["step"] = step_state_at(session=session, index=index)
+        found = step_at(session=session, index=index)
+        context["stepSeq"], context["step"] = (None, None) if found is None else found
     return context
 
 

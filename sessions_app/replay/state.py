@@ -151,6 +151,13 @@ def step_seq(*, session: Session, index: int) -> int | None:
 def step_state_at(*, session: Session, index: int) -> dict[str, Any] | None:
     """rlm-code's StepState at position `index` (as `goto_step`), with the variables and memory
     notes as they were when that step closed; None outside the step list. 1 query."""
+    found = step_at(session=session, index=index)
+    return None if found is None else found[1]
+
+
+def step_at(*, session: Session, index: int) -> tuple[int, dict[str, Any]] | None:
+    """`step_seq` and `step_state_at` of one step in their one query (the player asks both on
+    every frame outside a step's closing event)."""
     if index < 0 or index >= session.step_count:
         return None
     step_sql = f"(SELECT seq FROM {EVENT_TABLE} WHERE session_id = %s AND step_pos = %s)"
@@ -163,7 +170,7 @@ def step_state_at(*, session: Session, index: int) -> dict[str, Any] | None:
     if not rows or rows[0][0] != 0:
         return None
     state = _state_from(rows[1:])
-    return _step_state(rows[0][2], state.variables, state.memory)
+    return rows[0][1], _step_state(rows[0][2], state.variables, state.memory)
 
 
 def iter_step_states(
