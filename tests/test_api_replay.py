@@ -132,3 +132,29 @@ def test_a_body_written_without_integer_keys_still_takes_them():
 
     assert json_response({"a": {1: 2}, "b": [{"c": 3}]}, str_keys=True).content == b'{"a":{"1":2},"b":[{"c":3}]}'
     assert json_response({"a": {"1": 2}}, str_keys=True).content == b'{"a":{"1":2}}'
+
+
+def test_event_times_read_as_the_database_formats_them_are_python_s_iso_text(api, make_session):
+    # The page's timestamps are made by the database (replay/rows.py _EXPRESSIONS, SQLite and
+    # PostgreSQL alike): they must be what formatting the stored datetime in Python gives.
+    from datetime import UTC, datetime, timedelta
+
+    from sessions_app.ingest.writer import append_events
+    from sessions_app.replay.rows import _iso
+
+    from .conftest import synthetic_events
+
+    wanted = [
+        datetime(1, 1, 1, 0, 0, 0, 123456, tzinfo=UTC), datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC),
+        datetime(2026, 3, 4, 5, 6, 7, 1, tzinfo=UTC), datetime(2026, 3, 4, 5, 6, 7, 999999, tzinfo=UTC),
+        datetime(2026, 12, 31, 23, 59, 59, 500000, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ]  # fmt: skip
+    session = make_session()
+    for i, moment in enumerate(wanted):
+        # synthetic_events places event i at t0 + 250 ms * i
+        append_events(session=session, events=synthetic_events(1, start=i, t0=moment - timedelta(milliseconds=250 * i)))
+    body = get_json(api, f"/api/sessions/{session.pk}/replay?limit=10")
+    shown = [step["event"]["timestamp"] for step in body["steps"]]
+    stored = [_iso(ts) for ts in Event.objects.filter(session=session).order_by("seq").values_list("ts", flat=True)]
+    assert shown == stored == [_iso(moment) for moment in wanted]
+    assert shown[1] == "2026-03-04T05:06:07Z" and shown[2] == "2026-03-04T05:06:07.000001Z"

@@ -71,20 +71,31 @@ _COLUMNS = (
 )  # fmt: skip
 Row = namedtuple("Row", _COLUMNS)
 
-# On SQLite, Django's connection converts declared datetime and bool columns with a Python
-# function per value (a fifth of a page's read time); the same columns as expressions come back
-# as text and integers: the timestamp is already ISO 8601 (ingest stores naive UTC).
-_SQLITE_EXPRESSIONS = {
-    "ts": "replace(ts, ' ', 'T') || 'Z' AS ts",
-    "is_error": "(is_error = 1) AS is_error",
-    "cost_unpriced": "(cost_unpriced = 1) AS cost_unpriced",
+# The timestamp as the API's text, made by the database: on SQLite, Django's connection converts
+# declared datetime and bool columns with a Python function per value (a fifth of a page's read
+# time), while the same columns as expressions come back as text and integers (ingest stores naive
+# UTC text, ISO 8601 but for its "T"); on PostgreSQL, loading a datetime and formatting it again
+# in Python was ~5 ms of a 1000-event page's ~35 ms. Both give what `_iso` gives for a datetime:
+# "YYYY-MM-DDTHH:MM:SS[.ffffff]Z", the microseconds left out when they are zero.
+_EXPRESSIONS = {
+    "sqlite": {
+        "ts": "replace(ts, ' ', 'T') || 'Z' AS ts",
+        "is_error": "(is_error = 1) AS is_error",
+        "cost_unpriced": "(cost_unpriced = 1) AS cost_unpriced",
+    },
+    "postgresql": {
+        "ts": (
+            "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN "
+            "date_trunc('second', ts) = ts THEN '' "
+            "ELSE to_char(ts AT TIME ZONE 'UTC', '.US') END || 'Z' AS ts"
+        ),
+    },
 }
 
 
 def _columns(names: Sequence[str]) -> str:
-    if connection.vendor == "sqlite":
-        return ", ".join(_SQLITE_EXPRESSIONS.get(name, name) for name in names)
-    return ", ".join(names)
+    expressions = _EXPRESSIONS.get(connection.vendor, {})
+    return ", ".join(expressions.get(name, name) for name in names)
 
 
 _PAIRED = ("seq", "kind", "source_type", "ts", "is_error")
