@@ -142,3 +142,29 @@ def test_concurrent_appends_keep_seq_unique_and_gap_free(make_session):
 def test_stored_timestamp_text_is_the_utc_instant_whatever_the_tzinfo(value):
     # Any zero offset takes the short path (pydantic's tzinfo for "Z" is not datetime.UTC).
     assert sqlite_timestamp(value) == value.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
+
+
+def test_the_writers_save_of_a_locked_row_writes_the_columns_save_writes(make_session):
+    # writer._save_locked stands in for Session.save() on every append: a field added to the model
+    # (or one Django stops writing) must show here, not as a column an append forgets.
+    import re
+
+    from django.test.utils import CaptureQueriesContext
+
+    from sessions_app.ingest.writer import _save_locked, _session_update_sql
+
+    def updated_columns(sql: str) -> set[str]:
+        assignments = sql.split(" SET ", 1)[1].rsplit(" WHERE ", 1)[0]
+        return set(re.findall(r'"(\w+)" = ', assignments))
+
+    session = make_session(events=3)
+    with CaptureQueriesContext(connection) as queries:
+        session.save()
+    by_django = updated_columns(next(q["sql"] for q in queries if q["sql"].startswith("UPDATE")))
+    assert by_django and updated_columns(_session_update_sql(connection.vendor)) == by_django
+    session.task = "changed by the locked save"
+    _save_locked(session)
+    assert Session.objects.get(pk=session.pk).task == "changed by the locked save"
+    session.pk = 10**12  # no such row: refused, not a silent no-op
+    with pytest.raises(Session.DoesNotExist):
+        _save_locked(session)

@@ -342,16 +342,22 @@ def settle_traces(
                 settled: list[int] = []
                 with RedactionRules.pinned(project_id):
                     for session_id in chunk:
-                        top, spans = tops.get(session_id), waiting.get(session_id)
+                        # (popped: a settled session's span records are not kept to the chunk's end)
+                        top, spans = tops.get(session_id), waiting.pop(session_id, None)
                         if top is None or spans is None:
                             continue  # gone, or a trace of it is not due after all
+                        placement = _Placement(top, tops)
                         try:
                             with transaction.atomic():
-                                _settle_session(top, spans, result)
+                                _settle_session(placement, spans, result)
                             settled.append(session_id)
                         except Exception:
                             # One session's spans that cannot be written must not hold up the
-                            # others; they stay waiting (and logged) for a fix.
+                            # others; they stay waiting (and logged) for a fix. The rows it
+                            # touched, as held here, may be ahead of what was rolled back: none
+                            # of them settles again in this transaction.
+                            for pk in placement.touched():
+                                tops.pop(pk, None)
                             logger.exception("settling the spans of session %s failed", session_id)
                 # The settled sessions' traces wait no more: one statement for the transaction.
                 # (Under the project's lock: no request has staged a span of them meanwhile.)
@@ -392,9 +398,8 @@ def _waiting_spans(
     return waiting
 
 
-def _settle_session(top: Session, spans: dict[int, dict[str, tuple]], result: SettleResult) -> None:
-    """Write the session's waiting spans (by trace pk and span id); `top` is its row, locked."""
-    placement = _Placement(top)
+def _settle_session(placement: _Placement, spans: dict[int, dict[str, tuple]], result: SettleResult) -> None:
+    """Write the waiting spans (by trace pk and span id) of the placement's session."""
     placement.add_traces(spans)
     for session, placed in placement.by_session():
         events = otlp.timeline(placed, first_step=session.step_count)
@@ -420,8 +425,12 @@ class _Placement:
     for them, so a straggler under a sub-agent joins that sub-agent's session.
     """
 
-    def __init__(self, top: Session) -> None:
+    def __init__(self, top: Session, locked: dict[int, Session]) -> None:
+        """`top`: the session's row, locked; `locked`: the rows the transaction locked and holds
+        (a span routed to one of them appends to that very object, never to a second copy read
+        apart from it, which a later save would overwrite)."""
         self.top = top
+        self._locked = locked
         self._sessions: dict[int, Session] = {top.pk: top}
         self._placed: dict[int, list[otlp.Placed]] = {}
         self._span_session: list[tuple[int, int]] = []  # (span row id, its context's session)
@@ -493,8 +502,12 @@ class _Placement:
 
     def _session(self, pk: int) -> Session:
         if pk not in self._sessions:
-            self._sessions[pk] = Session.objects.select_for_update().get(pk=pk)
+            found = self._locked.get(pk)
+            self._sessions[pk] = found if found is not None else Session.objects.select_for_update().get(pk=pk)
         return self._sessions[pk]
+
+    def touched(self) -> list[int]:
+        return list(self._sessions)
 
     def _child_of(self, parent_pk: int, span_id: str, record: dict[str, Any]) -> Session:
         """The session of a sub-agent's run: its own conversation's when it names another,

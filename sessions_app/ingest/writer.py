@@ -337,10 +337,13 @@ def _save_locked(session: Session) -> None:
     values = [field.get_db_prep_save(field.pre_save(session, False), connection) for field in fields]
     with connection.cursor() as cursor:
         cursor.execute(_session_update_sql(connection.vendor), [*values, session.pk])
+        if cursor.rowcount != 1:  # save() would insert; a locked row cannot have gone
+            raise Session.DoesNotExist(f"session {session.pk}: its locked row was not found to save")
 
 
 def _session_columns() -> list[Any]:
-    return [field for field in Session._meta.concrete_fields if not field.primary_key]
+    # As save() picks them: a generated column is the database's to compute.
+    return [field for field in Session._meta.concrete_fields if not field.primary_key and not field.generated]
 
 
 @cache
