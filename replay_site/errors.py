@@ -1,5 +1,6 @@
-"""Django's error handlers (replay_site/urls.py): the API's URLs answer JSON, pages Django's own
-pages, and a request Django could not read says why."""
+"""Django's error handlers (replay_site/urls.py): the API's URLs answer JSON; a page refused
+(403) or not found (404) is the site's refusal page naming why (templates/refusal.html); a
+request Django could not read says why."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ def not_found_page(request: HttpRequest, exception: Exception) -> HttpResponse:
     if _under_api(request):
         return JsonResponse({"detail": f"no API operation at {request.path}"}, status=404)
     # The access helpers' messages ("session 5 not found") say the same for a missing object and
-    # for one the caller may not see, so naming them leaks nothing; a URL no view took says so.
-    reason = _message(exception) or f"nothing at {request.path}"
+    # for one the caller may not see, so naming them leaks nothing. Any other 404 (a URL no view
+    # took, an unknown share link) says only that: not the address, which may hold a token.
+    reason = _message(exception) or "there is nothing at this address"
     return _refusal(request, status=404, title="Not found", reason=reason)
 
 

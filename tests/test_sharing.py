@@ -157,6 +157,7 @@ def test_an_unknown_token_is_the_plain_404_of_any_address(shown, mia):
         response = Client().get(f"/s/{token}")
         assert response.status_code == 404
         assert b"share" not in response.content.lower()
+        assert token.encode() not in response.content  # a mistyped token is not printed back
     assert not AuditEntry.objects.filter(action="share_link.use").exists()
 
 

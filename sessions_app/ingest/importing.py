@@ -11,6 +11,7 @@ import gc
 import hashlib
 import logging
 import os
+import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -300,10 +301,11 @@ def import_local_file(
     """Import a file or folder given on this machine (the command line, the demo), keeping a copy
     of a file as an upload is kept, so its original stays exportable byte for byte."""
     path = Path(path)
-    # A folder, a missing or unreadable file: import_file says why, as for any source. A pipe
-    # (`<(zcat run.jsonl.gz)`, /dev/stdin) can be read only once: it is kept first, then read.
-    readable = not _unreadable(path) if path.is_file() else os.access(path, os.R_OK)  # (a pipe: not read yet)
-    if path.is_dir() or not path.exists() or not readable:
+    # A folder, a missing or unreadable file, a device: import_file says why, as for any source.
+    # A pipe (`<(zcat run.jsonl.gz)`, `... | import_sessions /dev/stdin`) can be read only once:
+    # it is not read to check it, but kept first and then imported from the copy.
+    readable = os.access(path, os.R_OK) if _is_pipe(path) else path.is_file() and not _unreadable(path)
+    if not readable:
         return import_file(path=path, project=project, format=format or None, replace=replace, created_by=created_by)
     job = keep_local_file(path=path, project=project, format=format, created_by=created_by, replace=replace)
     outcomes = import_file(
@@ -337,6 +339,13 @@ def _choose_format(source: Source, requested: str | None) -> str | None:
         return detect(source)
     except (OSError, EOFError, zlib.error) as exc:
         raise _FormatError(f"cannot read: {exc}", unreadable=True) from exc
+
+
+def _is_pipe(path: Path) -> bool:
+    try:
+        return stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def _unreadable(path: Path) -> str:
