@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
@@ -216,36 +217,35 @@ def _with_role(queryset: QuerySet, actor: Actor, project_column: str) -> QuerySe
     measured it as a third of serving a single step)."""
     if actor.user is None or actor.is_superuser:
         return queryset  # a superuser's role comes from narrow(), not from a membership
-    quote = connection.ops.quote_name
-    members, outer = quote(Membership._meta.db_table), quote(queryset.model._meta.db_table)
-    sql = f"SELECT role FROM {members} WHERE {members}.project_id = {outer}.{quote(project_column)} AND {members}.user_id = %s"
+    sql = _member_role_sql(connection.ops.quote_name(queryset.model._meta.db_table), project_column)
     return queryset.annotate(member_role=RawSQL(sql, [actor.user.pk], output_field=CharField()))
+
+
+def _member_role_sql(outer: str, project_column: str) -> str:
+    """The caller's role in the project of a row of `outer` (the user's id its one parameter):
+    a correlated subquery on the membership's unique index."""
+    quote = connection.ops.quote_name
+    members = quote(Membership._meta.db_table)
+    return (
+        f"SELECT role FROM {members} WHERE {members}.project_id = {outer}.{quote(project_column)} "
+        f"AND {members}.user_id = %s"
+    )
 
 
 # --- one object -------------------------------------------------------------------------------
 
 
+@cache
 def _lookup(model: type[Session | ShareLink | ImportJob | Tour], *, with_role: bool) -> FixedLookup:
     """The object by its pk with its project and, `with_role`, the caller's own role in that
-    project (`member_role`, a subquery on the membership's unique index): `_with_role`'s query
-    as SQL built once, since compiling it through the ORM cost ~1 ms of every request."""
-    found = _LOOKUPS.get((model, with_role))
-    if found is None:
-        quote = connection.ops.quote_name
-        members = quote(Membership._meta.db_table)
-        role = (
-            f"SELECT role FROM {members} WHERE {members}.project_id = {{table}}.project_id AND {members}.user_id = %s"
-        )
-        found = _LOOKUPS[(model, with_role)] = FixedLookup(
-            model,
-            where=f"{{table}}.{quote(model._meta.pk.column)} = %s",
-            related=("project",),
-            annotations={"member_role": role} if with_role else {},
-        )
-    return found
-
-
-_LOOKUPS: dict[tuple[type, bool], FixedLookup] = {}
+    project (`member_role`): `_with_role`'s query as SQL built once, since compiling it through
+    the ORM cost ~1 ms of every request."""
+    return FixedLookup(
+        model,
+        where=f"{{table}}.{connection.ops.quote_name(model._meta.pk.column)} = %s",
+        related=("project",),
+        annotations={"member_role": _member_role_sql("{table}", "project_id")} if with_role else {},
+    )
 
 
 def _object_for(actor: Actor, model: type[Session | ShareLink | ImportJob | Tour], pk: int, what: str, need: Role):
