@@ -7,6 +7,9 @@ far less than load_bench.py's latencies, so two checkouts can be compared back t
     .venv/bin/python bench/request_cpu.py --file var/bench_session.jsonl [--steps 200 --pages 50 --rounds 3]
     .venv/bin/python bench/request_cpu.py --root /path/to/other/checkout --data /tmp/replay-cpu
 
+On PostgreSQL: `.ci/with_postgres.py -- .venv/bin/python bench/request_cpu.py ...` (the database
+of DATABASE_URL; otherwise SQLite in `--data`).
+
 `--data`: a directory kept between runs (the session is imported once into it; without it, a
 fresh temporary one). `--root`: measure another checkout (its code and templates) on the same data.
 """
@@ -38,7 +41,8 @@ def main() -> None:
     args = parser.parse_args()
     data = args.data or Path(tempfile.mkdtemp(prefix="replay-cpu-"))
     data.mkdir(parents=True, exist_ok=True)
-    os.environ["DATABASE_URL"] = f"sqlite:///{data / 'cpu.sqlite3'}"
+    # PostgreSQL when DATABASE_URL names one (.ci/with_postgres.py sets it), else SQLite in `data`.
+    os.environ.setdefault("DATABASE_URL", f"sqlite:///{data / 'cpu.sqlite3'}")
     os.environ["REPLAY_DATA_DIR"] = str(data / "files")
     os.environ["REPLAY_DEMO"] = "1"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "replay_site.settings")
