@@ -614,3 +614,25 @@ def test_conversations_past_the_sessions_quota_are_a_partial_success_and_each_ne
     assert Session.objects.filter(source_format="otlp").count() == 2
     assert all(s.event_count == 4 for s in Session.objects.filter(source_format="otlp"))
     assert created.count() == 2
+
+
+def test_a_settling_pauses_the_cyclic_collector_and_resumes_it_even_when_a_session_fails(api, project, monkeypatch):
+    import gc
+
+    from sessions_app.ingest import traces
+
+    assert post(api, request(*_conversation_spans(1, "hi"), *_conversation_spans(2, "ho")).SerializeToString())
+    seen: list[bool] = []
+    write = traces.append_and_finish
+
+    def append_and_finish(**kwargs):
+        seen.append(gc.isenabled())
+        if len(seen) == 1:
+            raise RuntimeError("a session that cannot be written")
+        return write(**kwargs)
+
+    monkeypatch.setattr(traces, "append_and_finish", append_and_finish)
+    assert gc.isenabled()
+    settled = settle_traces(quiet_seconds=0, orphan_seconds=0, now=timezone.now() + timedelta(seconds=1))
+    assert settled.events == 4 and len(settled.sessions) == 1  # the other session's spans wait
+    assert seen == [False, False] and gc.isenabled()
