@@ -21,6 +21,7 @@ import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -173,7 +174,13 @@ def span_records(request: ExportTraceServiceRequest) -> Iterator[dict[str, Any]]
 
 
 def _attributes(pairs: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in pairs}
+    out = {}
+    for kv in pairs:
+        value = kv.value
+        # Most values are text: taken here, without a call of _value for each (every attribute
+        # of every span of a request comes through here).
+        out[kv.key] = value.string_value if value.WhichOneof("value") == "string_value" else _value(value)
+    return out
 
 
 def _value(value: Any) -> Any:
@@ -277,7 +284,7 @@ def timeline(placed: list[Placed], *, first_step: int = 0) -> list[CanonicalEven
             keyed.append(((record["start"], 1, item.depth, span_id), event))
         for event in closed:
             keyed.append(((record["end"], 0, -item.depth, span_id), event))
-    keyed.sort(key=lambda pair: pair[0])
+    keyed.sort(key=itemgetter(0))
     events = [event for _, event in keyed]
     step = first_step
     for event in events:
