@@ -174,13 +174,7 @@ def span_records(request: ExportTraceServiceRequest) -> Iterator[dict[str, Any]]
 
 
 def _attributes(pairs: Any) -> dict[str, Any]:
-    out = {}
-    for kv in pairs:
-        value = kv.value
-        # Most values are text: taken here, without a call of _value for each (every attribute
-        # of every span of a request comes through here).
-        out[kv.key] = value.string_value if value.WhichOneof("value") == "string_value" else _value(value)
-    return out
+    return {kv.key: _value(kv.value) for kv in pairs}
 
 
 def _value(value: Any) -> Any:
