@@ -430,6 +430,36 @@ def test_hostile_trees_land_once_each_and_a_sub_agents_straggler_joins_its_sessi
     assert OtlpSpan.objects.count() == 8 and not OtlpSpan.objects.filter(record__isnull=False).exists()
 
 
+def test_a_sub_agent_past_the_sessions_quota_stays_in_its_parents_session_and_nothing_is_lost(api, project):
+    project.max_sessions = 1  # the conversation's own session, and no room for its sub-agent's
+    project.save(update_fields=["max_sessions"])
+    spans = [
+        span("e100000000000001", "", "invoke_agent top", 0, 900, gen_ai__operation__name="invoke_agent",
+             gen_ai__conversation__id="conv-full"),
+        span("e100000000000002", "e100000000000001", "invoke_agent sub", 100, 800,
+             gen_ai__operation__name="invoke_agent", gen_ai__agent__name="sub"),
+        span("e100000000000003", "e100000000000002", "chat m", 300, 400, gen_ai__operation__name="chat",
+             gen_ai__request__model="m"),
+    ]  # fmt: skip
+    assert post(api, request(*spans).SerializeToString()).status_code == 200
+    settle_now()
+    top = Session.objects.get(source_session_id="conv-full")
+    assert Session.objects.filter(project=project).count() == 1
+    # The sub-agent's run and its model call are events of its parent's session, inline.
+    kinds = [e.kind for e in top.events.order_by("seq")]
+    assert kinds.count("llm_call") == 1 and kinds.count("llm_response") == 1 and "child_spawn" not in kinds
+    assert top.metadata["otlp"]["sub_agents_inline"] == 1 and top.status == Session.Status.COMPLETED
+    assert not OtlpSpan.objects.filter(record__isnull=False).exists()
+    # A straggler under the sub-agent joins the parent's session too.
+    late = span("e100000000000004", "e100000000000002", "chat m", 500, 600, gen_ai__operation__name="chat",
+                gen_ai__request__model="m")  # fmt: skip
+    assert post(api, request(late).SerializeToString()).status_code == 200
+    settle_now()
+    top.refresh_from_db()
+    assert [e.kind for e in top.events.order_by("seq")].count("llm_call") == 2
+    assert Session.objects.filter(project=project).count() == 1
+
+
 def test_nul_characters_in_the_operation_and_conversation_are_stored_not_a_500(api, project):
     spans = [
         span("f000000000000001", "", "invoke_agent x", 0, 100, gen_ai__operation__name="invoke_agent",

@@ -500,7 +500,9 @@ class _Placement:
         if record is None:  # written in an earlier settling: its descendants' session then
             return stored_session or session_pk, in_agent or agent, depth + 1
         if agent and in_agent:  # a sub-agent: its own spans go to a child session
-            return self._child_of(session_pk, span_id, orjson.loads(record)).pk, True, depth + 1
+            child = self._child_of(session_pk, span_id, orjson.loads(record))
+            if child is not None:
+                return child.pk, True, depth + 1
         return session_pk, in_agent or agent, depth + 1
 
     def _place(self, span_id: str, rows: dict[str, tuple], context: dict) -> None:
@@ -514,7 +516,7 @@ class _Placement:
         session_pk, in_agent, depth = outer
         self._span_session.append((row[0], inner[0]))
         self.span_count += 1
-        if operation == otlp.AGENT_OPERATION and in_agent:
+        if operation == otlp.AGENT_OPERATION and in_agent and inner[0] != session_pk:
             child = self._sessions[inner[0]]
             self._add(session_pk, otlp.Placed(record, operation, raw, role="spawn", depth=depth + 1,
                                               late=bool(record.get("late")), child_key=child.source_session_id,
@@ -523,7 +525,8 @@ class _Placement:
                                             late=bool(record.get("late"))))  # fmt: skip
             self._note(child.pk, record, agent=True)
             return
-        role = "agent" if operation == otlp.AGENT_OPERATION else "span"
+        # (A sub-agent without a session of its own, the quota reached, is a span of its parent's.)
+        role = "agent" if operation == otlp.AGENT_OPERATION and not in_agent else "span"
         self._add(
             session_pk, otlp.Placed(record, operation, raw, role=role, depth=depth + 1, late=bool(record.get("late")))
         )
@@ -538,9 +541,12 @@ class _Placement:
     def touched(self) -> list[int]:
         return list(self._sessions)
 
-    def _child_of(self, parent_pk: int, span_id: str, record: dict[str, Any]) -> Session:
+    def _child_of(self, parent_pk: int, span_id: str, record: dict[str, Any]) -> Session | None:
         """The session of a sub-agent's run: its own conversation's when it names another,
-        else its parent's key and span id."""
+        else its parent's key and span id. None when a new one would pass the project's sessions
+        quota: the sub-agent's spans then stay in its parent's session (nothing is lost, the
+        parent's metadata counts them: otlp.sub_agents_inline), as an export request refuses only
+        the conversations it cannot make a session for."""
         parent = self._session(parent_pk)
         conversation = otlp.conversation_of(record)
         key = (
@@ -551,6 +557,16 @@ class _Placement:
         for session in self._sessions.values():
             if session.parent_id == parent.pk and session.source_session_id == key:
                 return session
+        if sessions_left(parent.project) == 0:
+            metadata = parent.metadata if isinstance(parent.metadata, dict) else {}
+            noted = metadata.get("otlp") if isinstance(metadata.get("otlp"), dict) else {}
+            inline = noted.get("sub_agents_inline")
+            # Saved with the parent's row, which the settling holds locked and saves.
+            parent.metadata = {
+                **metadata,
+                "otlp": {**noted, "sub_agents_inline": (inline if isinstance(inline, int) else 0) + 1},
+            }
+            return None
         child = create_session(
             project=parent.project, source_format=otlp.NAME, meta=SessionMeta(
                 source_session_id=key[:200], run_id=record["traceId"], environment=parent.environment,
