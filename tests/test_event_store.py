@@ -168,37 +168,3 @@ def test_the_writers_save_of_a_locked_row_writes_the_columns_save_writes(make_se
     session.pk = 10**12  # no such row: refused, not a silent no-op
     with pytest.raises(Session.DoesNotExist):
         _save_locked(session)
-
-
-def test_the_writers_insert_of_new_rows_writes_what_bulk_create_writes(project):
-    # writer.insert_new stands in for bulk_create where OTLP staging makes sessions and traces:
-    # every column as bulk_create writes it, and the objects left saved with their new keys.
-    from sessions_app.canonical import SessionMeta
-    from sessions_app.ingest.writer import _new_session, create_sessions, insert_new
-    from sessions_app.models import OtlpTrace
-
-    metas = [
-        SessionMeta(source_session_id=f"conv-{i}", run_id=f"trace-{i}", environment="svc", metadata={"otlp": {"i": i}})
-        for i in range(3)
-    ]
-    made = create_sessions(project=project, source_format="otlp", metas=metas)
-    by_orm = Session.objects.bulk_create(
-        [_new_session(project, "otlp", m, Session.Status.LIVE, None, None) for m in metas]
-    )
-    assert all(s.pk and not s._state.adding and s._state.db == "default" for s in made)
-    assert len({s.pk for s in made + by_orm}) == 6
-
-    def stored(sessions: list[Session]) -> list[dict]:
-        rows = Session.objects.filter(pk__in=[s.pk for s in sessions]).order_by("pk").values()
-        return [{k: v for k, v in row.items() if k not in ("id", "created_at", "updated_at")} for row in rows]
-
-    assert stored(made) == stored(by_orm)
-    assert [row["source_session_id"] for row in stored(made)] == ["conv-0", "conv-1", "conv-2"]
-    assert all(row["updated_at"] for row in Session.objects.filter(pk__in=[s.pk for s in made]).values())
-
-    traces = [OtlpTrace(project=project, trace_id=f"{i:032x}", session=made[i]) for i in range(3)]
-    insert_new(traces)
-    stored_traces = OtlpTrace.objects.filter(pk__in=[t.pk for t in traces]).order_by("pk")
-    assert [(t.trace_id, t.session_id, t.pending) for t in stored_traces] == [
-        (f"{i:032x}", made[i].pk, True) for i in range(3)
-    ]

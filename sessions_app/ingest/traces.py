@@ -44,7 +44,7 @@ from ..formats import otlp
 from ..models import OtlpSpan, OtlpTrace, Project, RedactionRules, Session
 from ..redaction import Redactor
 from .quotas import sessions_left
-from .writer import append_and_finish, create_session, create_sessions, insert_new
+from .writer import append_and_finish, create_session, create_sessions
 
 logger = logging.getLogger("replay.otlp")
 
@@ -216,7 +216,7 @@ def _place_traces(
             traces[trace_id] = trace
         else:
             _move_trace(trace, sessions[key])
-    insert_new(new_traces)  # one INSERT, as bulk_create's but without its compiler's cost
+    OtlpTrace.objects.bulk_create(new_traces)
     return refused
 
 

@@ -38,7 +38,6 @@ from .rows import (
 
 __all__ = [
     "append_and_finish", "append_events", "bulk_write_cache", "create_session", "create_sessions", "finish_session",
-    "insert_new",
 ]  # fmt: skip
 
 # Rows buffered before one bulk write; large enough to amortise each round trip. Large records
@@ -204,39 +203,9 @@ def create_sessions(*, project: Project, source_format: str, metas: list[Session
     makes one for each new conversation, and an ORM create each cost it more than staging the
     conversation's spans (bench/otlp_bench.py)."""
     redactor = redactor_of(project.pk, None)
-    sessions = [_new_session(project, source_format, meta, Session.Status.LIVE, None, redactor) for meta in metas]
-    insert_new(sessions)
-    return sessions
-
-
-def insert_new(objs: list[Any]) -> None:
-    """`bulk_create(objs)` for new rows of one model whose primary key the database makes:
-    the values save() would write (each field's pre_save and get_db_prep_save), in INSERT ...
-    RETURNING statements built here. bulk_create's compiler made an OTLP export request's new
-    sessions and traces cost 12 ms of CPU, now 7 (bench/otlp_bench.py, 512 spans a request)."""
-    if not objs:
-        return
-    model = type(objs[0])
-    meta = model._meta
-    db = transaction.get_connection()  # the connection itself: each use of the proxy is a look-up
-    if not db.features.can_return_rows_from_bulk_insert:  # an SQLite before 3.35
-        model.objects.bulk_create(objs)
-        return
-    fields = [field for field in meta.concrete_fields if not field.primary_key and not field.generated]
-    quote = db.ops.quote_name
-    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) VALUES "
-    row = f"({', '.join(['%s'] * len(fields))})"
-    size = max(db.ops.bulk_batch_size(fields, objs), 1)
-    with db.cursor() as cursor:
-        for start in range(0, len(objs), size):
-            part = objs[start : start + size]
-            params = [field.get_db_prep_save(field.pre_save(obj, True), db) for obj in part for field in fields]
-            cursor.execute(f"{head}{', '.join([row] * len(part))} RETURNING {quote(meta.pk.column)}", params)
-            for obj, (pk,) in zip(part, cursor.fetchall(), strict=True):
-                obj.pk = pk
-                # As bulk_create leaves them: saved, in this database.
-                obj._state.adding = False
-                obj._state.db = db.alias
+    return Session.objects.bulk_create(
+        [_new_session(project, source_format, meta, Session.Status.LIVE, None, redactor) for meta in metas]
+    )
 
 
 def _new_session(
