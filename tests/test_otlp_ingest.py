@@ -393,17 +393,24 @@ def test_a_key_of_several_projects_names_one_in_a_header(db):
     assert Session.objects.get().project.slug == "b"
 
 
+def _nested_agents(prefix: str, conversation: str, *names: str) -> list[Span]:
+    """A conversation's agent (`top`, span id `prefix` + "01") running sub-agents each inside the
+    one before (`names`, ids 02, 03 ...), and a chat span inside the innermost (the next id)."""
+    spans = [span(f"{prefix}01", "", "invoke_agent top", 0, 900, gen_ai__operation__name="invoke_agent",
+                  gen_ai__conversation__id=conversation)]  # fmt: skip
+    for n, name in enumerate(names, start=2):
+        spans.append(span(f"{prefix}{n:02d}", f"{prefix}{n - 1:02d}", f"invoke_agent {name}", 100 * (n - 1),
+                          900 - 100 * (n - 1), gen_ai__operation__name="invoke_agent", gen_ai__agent__name=name))  # fmt: skip
+    last = len(spans)
+    spans.append(span(f"{prefix}{last + 1:02d}", f"{prefix}{last:02d}", "chat m", 300, 400,
+                      gen_ai__operation__name="chat", gen_ai__request__model="m"))  # fmt: skip
+    return spans
+
+
 def test_hostile_trees_land_once_each_and_a_sub_agents_straggler_joins_its_session(api, project):
     spans = [
         # An agent running a sub-agent, which runs a sub-agent of its own.
-        span("e000000000000001", "", "invoke_agent top", 0, 900, gen_ai__operation__name="invoke_agent",
-             gen_ai__conversation__id="conv-tree"),
-        span("e000000000000002", "e000000000000001", "invoke_agent sub", 100, 800,
-             gen_ai__operation__name="invoke_agent", gen_ai__agent__name="sub"),
-        span("e000000000000003", "e000000000000002", "invoke_agent subsub", 200, 700,
-             gen_ai__operation__name="invoke_agent", gen_ai__agent__name="subsub"),
-        span("e000000000000004", "e000000000000003", "chat m", 300, 400, gen_ai__operation__name="chat",
-             gen_ai__request__model="m"),
+        *_nested_agents("e0000000000000", "conv-tree", "sub", "subsub"),
         # Two spans naming each other as parent, and one whose parent never comes.
         span("e000000000000005", "e000000000000006", "chat a", 10, 20, gen_ai__operation__name="chat"),
         span("e000000000000006", "e000000000000005", "chat b", 30, 40, gen_ai__operation__name="chat"),
@@ -433,14 +440,7 @@ def test_hostile_trees_land_once_each_and_a_sub_agents_straggler_joins_its_sessi
 def test_a_sub_agent_past_the_sessions_quota_stays_in_its_parents_session_and_nothing_is_lost(api, project):
     project.max_sessions = 1  # the conversation's own session, and no room for its sub-agent's
     project.save(update_fields=["max_sessions"])
-    spans = [
-        span("e100000000000001", "", "invoke_agent top", 0, 900, gen_ai__operation__name="invoke_agent",
-             gen_ai__conversation__id="conv-full"),
-        span("e100000000000002", "e100000000000001", "invoke_agent sub", 100, 800,
-             gen_ai__operation__name="invoke_agent", gen_ai__agent__name="sub"),
-        span("e100000000000003", "e100000000000002", "chat m", 300, 400, gen_ai__operation__name="chat",
-             gen_ai__request__model="m"),
-    ]  # fmt: skip
+    spans = _nested_agents("e1000000000000", "conv-full", "sub")
     assert post(api, request(*spans).SerializeToString()).status_code == 200
     settle_now()
     top = Session.objects.get(source_session_id="conv-full")
