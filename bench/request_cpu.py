@@ -7,8 +7,9 @@ far less than load_bench.py's latencies, so two checkouts can be compared back t
     .venv/bin/python bench/request_cpu.py --file var/bench_session.jsonl [--steps 200 --pages 50 --rounds 3]
     .venv/bin/python bench/request_cpu.py --root /path/to/other/checkout --data /tmp/replay-cpu
 
-On PostgreSQL: `.ci/with_postgres.py -- .venv/bin/python bench/request_cpu.py ...` (the database
-of DATABASE_URL; otherwise SQLite in `--data`).
+On PostgreSQL: `.ci/with_postgres.py -- .venv/bin/python bench/request_cpu.py ...`: the session
+is imported into DATABASE_URL's database (never point it at one you keep); otherwise SQLite in
+`--data`.
 
 `--data`: a directory kept between runs (the session is imported once into it; without it, a
 fresh temporary one). `--root`: measure another checkout (its code and templates) on the same data.
@@ -17,6 +18,7 @@ fresh temporary one). `--root`: measure another checkout (its code and templates
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -49,7 +51,9 @@ def main() -> None:
     root = args.root.resolve()
     sys.path[:0] = [str(root), str(root / "bench")]
     os.chdir(root)
-    setup_file = data / "setup.json"
+    # The setup (ids, cookie, keys) belongs to its database: a new PostgreSQL, on its own port,
+    # gets the session imported again.
+    setup_file = data / f"setup-{hashlib.sha256(os.environ['DATABASE_URL'].encode()).hexdigest()[:12]}.json"
     if not setup_file.exists():
         import load_bench  # the same session, viewer, cookie and keys as the load benchmark
 

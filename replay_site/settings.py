@@ -69,7 +69,7 @@ def database_from_url(url: str) -> dict:
             "PORT": str(parts.port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
-            "OPTIONS": postgres_options(options),
+            "OPTIONS": options,
         }
     if parts.scheme == "sqlite":
         path = unquote(parts.path)
@@ -79,30 +79,6 @@ def database_from_url(url: str) -> dict:
             path = path.lstrip("/")
         return sqlite_database(Path(path) if path else BASE_DIR / "var" / "replay.sqlite3")
     raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}")
-
-
-def postgres_options(query: dict[str, str]) -> dict:
-    """The psycopg options: the URL's query, with prepared statements on by default.
-
-    Why: a player step makes a dozen small queries, and PostgreSQL planned each anew (Django
-    sends every query with its values inlined): planning was more of the database's CPU per step
-    than running them (pg_stat_statements, docs/benchmarks.md issue 20). With server-side
-    binding, psycopg prepares a statement the `prepare_threshold`-th time a connection runs it
-    and PostgreSQL keeps its plan. A connection pooler in transaction mode older than PgBouncer
-    1.21 cannot carry prepared statements: `?prepare_threshold=none` turns them off
-    (docs/deployment.md)."""
-    options: dict = {"server_side_binding": True, "prepare_threshold": 5, **query}
-    if isinstance(options["server_side_binding"], str):
-        options["server_side_binding"] = options["server_side_binding"].lower() in {"1", "true", "yes", "on"}
-    threshold = options["prepare_threshold"]
-    if isinstance(threshold, str):
-        try:
-            options["prepare_threshold"] = None if threshold.lower() in {"", "none", "off"} else int(threshold)
-        except ValueError:
-            raise ImproperlyConfigured(
-                f"DATABASE_URL: prepare_threshold must be a number or none, got {threshold!r}"
-            ) from None
-    return options
 
 
 def private_folder(path: Path) -> Path:

@@ -62,37 +62,7 @@ def test_database_url_selects_postgresql():
         "6543",
         "replay",
     )
-    assert db["OPTIONS"] == {"server_side_binding": True, "prepare_threshold": 5, "sslmode": "require"}
-
-
-def test_database_url_turns_prepared_statements_off_or_refuses_a_bad_threshold():
-    import pytest
-    from django.core.exceptions import ImproperlyConfigured
-
-    from replay_site.settings import database_from_url
-
-    options = database_from_url("postgres://u@db/replay?prepare_threshold=none&server_side_binding=false")["OPTIONS"]
-    assert options == {"server_side_binding": False, "prepare_threshold": None}
-    assert database_from_url("postgres://u@db/replay?prepare_threshold=2")["OPTIONS"]["prepare_threshold"] == 2
-    with pytest.raises(ImproperlyConfigured, match="prepare_threshold must be a number or none, got 'soon'"):
-        database_from_url("postgres://u@db/replay?prepare_threshold=soon")
-
-
-def test_postgresql_keeps_the_plan_of_a_statement_run_again(db):
-    """The point of the options above: the fifth run of a statement prepares it on the server."""
-    import pytest
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("prepared statements are PostgreSQL's")
-    with connection.cursor() as cursor:
-        for _ in range(6):
-            cursor.execute("SELECT count(*) FROM sessions_app_project WHERE id > %s", [0])
-        cursor.execute(
-            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
-            ["%FROM sessions_app_project WHERE id > $1%"],
-        )
-        assert cursor.fetchone()[0] == 1
+    assert db["OPTIONS"] == {"sslmode": "require"}
 
 
 def test_the_console_log_gives_a_refused_request_one_line_and_a_server_error_its_traceback(client, django_user_model):
