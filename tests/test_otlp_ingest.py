@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import StatusCode
 
 from sessions_app import jobs
+from sessions_app.formats import otlp
 from sessions_app.ingest.traces import settle_traces
 from sessions_app.models import OtlpSpan, OtlpTrace, Project, Role, Session
 
@@ -651,7 +652,8 @@ def test_a_settling_pauses_the_cyclic_collector_and_resumes_it_even_when_a_sessi
 
     from sessions_app.ingest import traces
 
-    assert post(api, request(*_conversation_spans(1, "hi"), *_conversation_spans(2, "ho")).SerializeToString())
+    body = request(*_conversation_spans(1, "hi"), *_conversation_spans(2, "ho")).SerializeToString()
+    assert post(api, body).status_code == 200
     seen: list[bool] = []
     write = traces.append_and_finish
 
@@ -666,3 +668,33 @@ def test_a_settling_pauses_the_cyclic_collector_and_resumes_it_even_when_a_sessi
     settled = settle_traces(quiet_seconds=0, orphan_seconds=0, now=timezone.now() + timedelta(seconds=1))
     assert settled.events == 4 and len(settled.sessions) == 1  # the other session's spans wait
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_an_export_of_more_traces_than_a_statement_looks_up_is_stored_once_and_its_retry_not(api, project, monkeypatch):
+    # The traces of a request are looked up, marked and found again on its retry a chunk at a
+    # time (a statement of every id could pass the database's bound on its parameters): with
+    # chunks of 3, ten traces take four of each, and a retry finds every span stored.
+    from sessions_app.ingest import traces
+
+    monkeypatch.setattr(traces, "_IDS_A_STATEMENT", 3)
+    conversation = KeyValue(key="gen_ai.conversation.id", value=AnyValue(string_value="conv-many"))
+    spans = [
+        Span(trace_id=(n + 1).to_bytes(16, "big"), span_id=(n + 1).to_bytes(8, "big"), name="invoke_agent many",
+             start_time_unix_nano=T0 + n, end_time_unix_nano=T0 + n + 1, attributes=[conversation])
+        for n in range(10)
+    ]  # fmt: skip
+    body = request(*spans).SerializeToString()
+    response = post(api, body)
+    assert response.status_code == 200
+    assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
+    # The retry, staged directly to see what it stores: nothing, every chunk's spans found.
+    again = traces.stage_spans(project=project, records=otlp.span_records(ExportTraceServiceRequest.FromString(body)))
+    assert (again.received, again.stored, again.rejected) == (10, 0, 0)
+    assert OtlpTrace.objects.count() == 10 and OtlpSpan.objects.count() == 10
+    assert OtlpTrace.objects.filter(root_seen=True, pending=True).count() == 10
+    assert Session.objects.filter(source_format="otlp").count() == 1
+    # One more span of a known trace is new, the others are not stored again.
+    extra = Span(trace_id=(1).to_bytes(16, "big"), span_id=(99).to_bytes(8, "big"), parent_span_id=(1).to_bytes(8, "big"),
+                 name="chat m", start_time_unix_nano=T0 + 5, end_time_unix_nano=T0 + 6)  # fmt: skip
+    assert post(api, request(*spans[:5], extra).SerializeToString()).status_code == 200
+    assert OtlpSpan.objects.count() == 11

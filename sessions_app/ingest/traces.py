@@ -60,6 +60,14 @@ _SETTLING_FIELDS = ("trace_id", "pk", "span_id", "parent_span_id", "operation", 
 _IDS_A_STATEMENT = 2000  # well under SQLite's and PostgreSQL's limits on a statement's parameters
 
 
+def _chunked(values: list) -> Iterator[list]:
+    """`values` in lists of at most _IDS_A_STATEMENT: an export request may hold any number of
+    traces, and a lookup of all of them at once could pass SQLite's bound on a statement's
+    parameters (32,766 by default; PostgreSQL's is 65,535 when values are bound on the server)."""
+    for start in range(0, len(values), _IDS_A_STATEMENT):
+        yield values[start : start + _IDS_A_STATEMENT]
+
+
 @dataclass
 class StageResult:
     received: int = 0
@@ -99,7 +107,11 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
         # One writer per project at a time: two requests racing would make its sessions twice.
         # The settling takes the same lock first, so neither waits on the other's rows.
         Project.objects.select_for_update().filter(pk=project.pk).first()
-        traces = {t.trace_id: t for t in OtlpTrace.objects.filter(project=project, trace_id__in=list(by_trace))}
+        traces = {
+            t.trace_id: t
+            for part in _chunked(list(by_trace))
+            for t in OtlpTrace.objects.filter(project=project, trace_id__in=part)
+        }
         _drop_stored(traces, by_trace)
         if not by_trace:
             return result
@@ -128,15 +140,16 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
                 ))  # fmt: skip
         _insert_spans(rows)
         result.stored = len(rows)
-        touched = [traces[t].pk for t in by_trace]
-        OtlpTrace.objects.filter(pk__in=touched).update(pending=True, last_received_at=now)
+        for part in _chunked([traces[t].pk for t in by_trace]):
+            OtlpTrace.objects.filter(pk__in=part).update(pending=True, last_received_at=now)
         rooted = [traces[t].pk for t, spans in by_trace.items() if any(not r["parentSpanId"] for r in spans.values())]
-        if rooted:
-            OtlpTrace.objects.filter(pk__in=rooted).update(root_seen=True)
+        for part in _chunked(rooted):
+            OtlpTrace.objects.filter(pk__in=part).update(root_seen=True)
         # A conversation that had finished goes on: live again until the new spans settle.
-        Session.objects.filter(pk__in={traces[t].session_id for t in by_trace}).exclude(
-            status=Session.Status.LIVE
-        ).update(status=Session.Status.LIVE, ended_at=None, completed=False)
+        for part in _chunked(list({traces[t].session_id for t in by_trace})):
+            Session.objects.filter(pk__in=part).exclude(status=Session.Status.LIVE).update(
+                status=Session.Status.LIVE, ended_at=None, completed=False
+            )
     return result
 
 
@@ -153,19 +166,17 @@ def _staged(record: dict[str, Any], redactor: Redactor | None) -> dict[str, Any]
 
 def _drop_stored(traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, dict[str, Any]]]) -> None:
     """Leave out the spans already stored (only known traces can hold any)."""
-    known = [t.pk for t in traces.values()]
-    if not known:
-        return
-    span_ids = {span_id for trace_id in traces for span_id in by_trace.get(trace_id, ())}
-    stored = OtlpSpan.objects.filter(trace_id__in=known, span_id__in=list(span_ids)).values_list(
-        "trace__trace_id", "span_id"
-    )
-    for trace_id, span_id in stored:
-        spans = by_trace.get(trace_id)
-        if spans is not None:
-            spans.pop(span_id, None)
-            if not spans:
-                del by_trace[trace_id]
+    # The stored span ids of the known traces, a chunk of traces a statement (_chunked), with no
+    # `span_id IN (...)` beside the `trace_id IN (...)`: with both, the database probed every pair
+    # of the two lists (a retried request of 8,000 traces took seconds).
+    for part in _chunked([t.pk for t in traces.values()]):
+        stored = OtlpSpan.objects.filter(trace_id__in=part).values_list("trace__trace_id", "span_id")
+        for trace_id, span_id in stored:
+            spans = by_trace.get(trace_id)
+            if spans is not None:
+                spans.pop(span_id, None)
+                if not spans:
+                    del by_trace[trace_id]
 
 
 def _insert_spans(rows: list[tuple]) -> None:
@@ -252,8 +263,9 @@ def _sessions_for(
     leaves room (a conversation past it has none in the answer). Under the project's lock."""
     found = {
         s.source_session_id: s
+        for part in _chunked(list(keys))
         for s in Session.objects.filter(
-            project=project, source_format=otlp.NAME, source_session_id__in=list(keys), parent__isnull=True
+            project=project, source_format=otlp.NAME, source_session_id__in=part, parent__isnull=True
         ).order_by("pk")
     }
     room = sessions_left(project) if any(key not in found for key in wanted.values()) else None
@@ -466,6 +478,7 @@ class _Placement:
         self._failed: set[int] = set()
         self._ended: dict[int, int] = {}
         self._described: dict[int, dict[str, Any]] = {}
+        self._no_room = False  # the project's sessions quota is reached: no child session more
         self.span_count = 0
 
     def add_traces(self, by_trace: dict[int, dict[str, tuple]]) -> None:
@@ -557,7 +570,8 @@ class _Placement:
         for session in self._sessions.values():
             if session.parent_id == parent.pk and session.source_session_id == key:
                 return session
-        if sessions_left(parent.project) == 0:
+        if self._no_room or sessions_left(parent.project) == 0:
+            self._no_room = True  # nothing else makes a session under the project's lock
             metadata = parent.metadata if isinstance(parent.metadata, dict) else {}
             noted = metadata.get("otlp") if isinstance(metadata.get("otlp"), dict) else {}
             inline = noted.get("sub_agents_inline")
