@@ -446,9 +446,14 @@ def test_a_sub_agent_past_the_sessions_quota_stays_in_its_parents_session_and_no
     settle_now()
     top = Session.objects.get(source_session_id="conv-full")
     assert Session.objects.filter(project=project).count() == 1
-    # The sub-agent's run and its model call are events of its parent's session, inline.
-    kinds = [e.kind for e in top.events.order_by("seq")]
-    assert kinds.count("llm_call") == 1 and kinds.count("llm_response") == 1 and "child_spawn" not in kinds
+    # The sub-agent is spawned and answered in its parent's session, naming no session of its
+    # own, and its model call is there between the two.
+    events = list(top.events.order_by("seq"))
+    kinds = [e.kind for e in events]
+    assert kinds == ["status", "child_spawn", "llm_call", "llm_response", "child_result", "status"]
+    spawn = orjson.loads(events[1].payload)
+    assert spawn["sessionId"] is None and spawn["child_id"] == "conv-full/e100000000000002"
+    assert events[1].pair_seq == 4 and not any(k == "user_message" for k in kinds)
     assert top.metadata["otlp"]["sub_agents_inline"] == 1 and top.status == Session.Status.COMPLETED
     assert not OtlpSpan.objects.filter(record__isnull=False).exists()
     # A straggler under the sub-agent joins the parent's session too.

@@ -479,6 +479,7 @@ class _Placement:
         self._ended: dict[int, int] = {}
         self._described: dict[int, dict[str, Any]] = {}
         self._no_room = False  # the project's sessions quota is reached: no child session more
+        self._inline_keys: dict[str, str] = {}  # a sub-agent left without a session: the key it would have had
         self.span_count = 0
 
     def add_traces(self, by_trace: dict[int, dict[str, tuple]]) -> None:
@@ -529,7 +530,15 @@ class _Placement:
         session_pk, in_agent, depth = outer
         self._span_session.append((row[0], inner[0]))
         self.span_count += 1
-        if operation == otlp.AGENT_OPERATION and in_agent and inner[0] != session_pk:
+        if operation == otlp.AGENT_OPERATION and in_agent and inner[0] == session_pk:
+            # A sub-agent the sessions quota left without a session of its own: spawned and
+            # answered in its parent's session (no session named), its own spans inline there.
+            self._add(session_pk, otlp.Placed(record, operation, raw, role="spawn", depth=depth + 1,
+                                              late=bool(record.get("late")),
+                                              child_key=self._inline_keys.get(span_id, span_id)))  # fmt: skip
+            self._note(session_pk, record, agent=False)
+            return
+        if operation == otlp.AGENT_OPERATION and in_agent:
             child = self._sessions[inner[0]]
             self._add(session_pk, otlp.Placed(record, operation, raw, role="spawn", depth=depth + 1,
                                               late=bool(record.get("late")), child_key=child.source_session_id,
@@ -538,8 +547,7 @@ class _Placement:
                                             late=bool(record.get("late"))))  # fmt: skip
             self._note(child.pk, record, agent=True)
             return
-        # (A sub-agent without a session of its own, the quota reached, is a span of its parent's.)
-        role = "agent" if operation == otlp.AGENT_OPERATION and not in_agent else "span"
+        role = "agent" if operation == otlp.AGENT_OPERATION else "span"
         self._add(
             session_pk, otlp.Placed(record, operation, raw, role=role, depth=depth + 1, late=bool(record.get("late")))
         )
@@ -557,9 +565,10 @@ class _Placement:
     def _child_of(self, parent_pk: int, span_id: str, record: dict[str, Any]) -> Session | None:
         """The session of a sub-agent's run: its own conversation's when it names another,
         else its parent's key and span id. None when a new one would pass the project's sessions
-        quota: the sub-agent's spans then stay in its parent's session (nothing is lost, the
-        parent's metadata counts them: otlp.sub_agents_inline), as an export request refuses only
-        the conversations it cannot make a session for."""
+        quota: the sub-agent is then spawned and answered in its parent's session, its own spans
+        inline there (nothing is lost; the parent's metadata counts such sub-agents:
+        otlp.sub_agents_inline), as an export request refuses only the conversations it cannot
+        make a session for."""
         parent = self._session(parent_pk)
         conversation = otlp.conversation_of(record)
         key = (
@@ -572,6 +581,7 @@ class _Placement:
                 return session
         if self._no_room or sessions_left(parent.project) == 0:
             self._no_room = True  # nothing else makes a session under the project's lock
+            self._inline_keys[span_id] = key[:200]
             metadata = parent.metadata if isinstance(parent.metadata, dict) else {}
             noted = metadata.get("otlp") if isinstance(metadata.get("otlp"), dict) else {}
             inline = noted.get("sub_agents_inline")
