@@ -7,7 +7,6 @@ finish), so a duplicate can be rolled back whole and a failure never leaves half
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import logging
 import os
@@ -33,6 +32,7 @@ from .uploads import keep_local_file, settle_original
 from .writer import (
     append_events,
     bulk_write_cache,
+    collector_paused,
     create_session,
     finish_session,
 )
@@ -147,30 +147,26 @@ def import_file(
     problems = Problems(limit=PROBLEMS_KEPT)
     outcomes: list[ImportOutcome] = []
     created: set[int] = set()
-    # An import allocates millions of short-lived, acyclic objects; the cyclic collector would
-    # keep rescanning them (10-15 % of the import's time in bench/import_bench.py). Reference
-    # counting frees them anyway; collection resumes, and catches up, when the file is done.
-    collecting = gc.isenabled()
-    gc.disable()
     sessions = None
-    try:
-        sessions = registry()[fmt].parse(source, problems)
-        for parsed in sessions:
-            outcome = _import_session(parsed, path, project, fmt, replace, job, created, progress, problems, redactor)
-            if outcome is not None:
-                outcomes.append(outcome)
-    except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
-        problems.add(None, "file", f"could not read further: {exc}")
-    except Exception as exc:  # a bug must not become a traceback for the user; log it for us
-        logger.exception("import of %s failed", path)
-        problems.add(None, "file", f"import stopped: {type(exc).__name__}: {exc}")
-    finally:
-        # However the loop ended, the format's reader closes its file now, not whenever its
-        # generator happens to be collected.
-        if sessions is not None and hasattr(sessions, "close"):
-            sessions.close()
-        if collecting:
-            gc.enable()
+    with collector_paused():  # (until the file is done)
+        try:
+            sessions = registry()[fmt].parse(source, problems)
+            for parsed in sessions:
+                outcome = _import_session(
+                    parsed, path, project, fmt, replace, job, created, progress, problems, redactor
+                )
+                if outcome is not None:
+                    outcomes.append(outcome)
+        except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
+            problems.add(None, "file", f"could not read further: {exc}")
+        except Exception as exc:  # a bug must not become a traceback for the user; log it for us
+            logger.exception("import of %s failed", path)
+            problems.add(None, "file", f"import stopped: {type(exc).__name__}: {exc}")
+        finally:
+            # However the loop ended, the format's reader closes its file now, not whenever its
+            # generator happens to be collected.
+            if sessions is not None and hasattr(sessions, "close"):
+                sessions.close()
 
     if redactor is not None:
         # A problem's message quotes the line it is about.

@@ -26,10 +26,8 @@ its parent's session shows as child_spawn / child_result.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,7 +42,7 @@ from ..formats import otlp
 from ..models import OtlpSpan, OtlpTrace, Project, RedactionRules, Session
 from ..redaction import Redactor
 from .quotas import sessions_left
-from .writer import append_and_finish, create_session, create_sessions
+from .writer import append_and_finish, collector_paused, create_session, create_sessions
 
 logger = logging.getLogger("replay.otlp")
 
@@ -337,24 +335,9 @@ def settle_traces(
     for project_id, session_id in due[:limit] if limit else due:
         by_project.setdefault(project_id, []).append(session_id)
     result = SettleResult()
-    with _cyclic_collector_paused():
+    with collector_paused():
         _settle_due_sessions(by_project, quiet_since, orphaned_since, now, result)
     return result
-
-
-@contextmanager
-def _cyclic_collector_paused() -> Iterator[None]:
-    """A settling allocates a few hundred thousand short-lived, acyclic objects for every
-    thousand spans (their records, events and rows), which the cyclic collector would keep
-    rescanning (~4 % of bench/otlp_bench.py's CPU); reference counting frees them anyway, and
-    collection resumes when the pass is done (as an import does, ingest/importing.py)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _settle_due_sessions(
@@ -426,12 +409,8 @@ def _waiting_spans(
         waiting.setdefault(session_id, {})
         trace_session[trace_pk] = session_id
     due_traces = [pk for pk, session_id in trace_session.items() if session_id not in not_due]
-    for start in range(0, len(due_traces), _IDS_A_STATEMENT):
-        for row in (
-            OtlpSpan.objects.filter(trace_id__in=due_traces[start : start + _IDS_A_STATEMENT])
-            .order_by("trace_id", "pk")
-            .values_list(*_SETTLING_FIELDS)
-        ):
+    for part in _chunked(due_traces):
+        for row in OtlpSpan.objects.filter(trace_id__in=part).order_by("trace_id", "pk").values_list(*_SETTLING_FIELDS):
             trace_pk = row[0]
             waiting[trace_session[trace_pk]].setdefault(trace_pk, {})[row[2]] = row[1:]
     for session_id in not_due:
@@ -645,8 +624,7 @@ class _Placement:
         # One statement for each session's spans (most settlings: one), not one for every span.
         with connection.cursor() as cursor:
             for session_pk, row_ids in by_session.items():
-                for start in range(0, len(row_ids), _IDS_A_STATEMENT):
-                    part = row_ids[start : start + _IDS_A_STATEMENT]
+                for part in _chunked(row_ids):
                     cursor.execute(
                         f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s "
                         f"WHERE id IN ({', '.join(['%s'] * len(part))})",
