@@ -127,3 +127,29 @@ def test_0014_counts_the_priced_and_unpriced_events_of_stored_sessions():
         assert counts[empty] == (0, 0)
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0022_finds_the_session_of_each_stored_otlp_conversation_again():
+    from sessions_app.ingest.traces import conversation_digest
+
+    apps = migrate([("sessions_app", "0021_quotas_and_originals")])
+    Project = apps.get_model("sessions_app", "Project")
+    Session = apps.get_model("sessions_app", "Session")
+    project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
+
+    def stored(key: str, fmt: str = "otlp", parent=None) -> int:
+        return Session.objects.create(project=project, source_format=fmt, source_session_id=key, parent=parent).pk
+
+    first = stored("conv-1")
+    stored("conv-1")  # a conversation split over two sessions: its oldest goes on
+    other = stored("conv-2")
+    child = stored("conv-1/abc", parent=Session.objects.get(pk=first))
+    not_otlp = stored("conv-3", fmt="canonical")
+    try:
+        apps = migrate([("sessions_app", "0022_otlp_conversations")])
+        rows = set(apps.get_model("sessions_app", "OtlpConversation").objects.values_list("digest", "session_id"))
+        assert rows == {(conversation_digest("conv-1"), first), (conversation_digest("conv-2"), other)}
+        assert child and not_otlp
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

@@ -703,3 +703,67 @@ def test_an_export_of_more_traces_than_a_statement_looks_up_is_stored_once_and_i
                  name="chat m", start_time_unix_nano=T0 + 5, end_time_unix_nano=T0 + 6)  # fmt: skip
     assert post(api, request(*spans[:5], extra).SerializeToString()).status_code == 200
     assert OtlpSpan.objects.count() == 11
+
+
+def _turn(trace_no: int, conversation: str) -> list[Span]:
+    """One agent run (turn) of a conversation: its root and a chat span, in trace `trace_no`."""
+    trace = f"{trace_no:032x}"
+    root, chat = f"{trace_no:08x}00000001", f"{trace_no:08x}00000002"
+    spans = [
+        span(root, "", "invoke_agent helper", trace_no * 1000, trace_no * 1000 + 900,
+             gen_ai__operation__name="invoke_agent", gen_ai__conversation__id=conversation),
+        span(chat, root, "chat m", trace_no * 1000 + 100, trace_no * 1000 + 200, gen_ai__operation__name="chat",
+             gen_ai__request__model="m", gen_ai__conversation__id=conversation),
+    ]  # fmt: skip
+    for one in spans:
+        one.trace_id = bytes.fromhex(trace)
+    return spans
+
+
+@pytest.mark.parametrize("redacted", [False, True])
+def test_a_conversation_keeps_one_session_over_requests_whatever_its_id_becomes_when_stored(api, project, redacted):
+    # A conversation's later turns were looked up by the session's stored source id, which is
+    # the conversation id as redacted and cut to 200 characters: an id a rule redacts (a mail
+    # address in it) or a longer one found no session and made a new one every request. Two
+    # conversations whose ids redact alike must not share one either.
+    from sessions_app.models import RedactionRules
+
+    if redacted:
+        RedactionRules.objects.create(project=project, detectors=["email"])
+    ada, bob = "support/ada@example.com", "support/bob@example.com"
+    long = "x" * 150 + "/" + "y" * 150
+    for turn, conversation in enumerate([ada, bob, long, ada, long, bob, ada], start=1):
+        assert post(api, request(*_turn(turn, conversation)).SerializeToString()).status_code == 200
+    settle_now()
+    sessions = Session.objects.filter(project=project).order_by("pk")
+    assert [s.event_count for s in sessions] == [12, 8, 8]
+    assert [OtlpTrace.objects.filter(session=s).count() for s in sessions] == [3, 2, 2]
+    shown = [s.source_session_id for s in sessions]
+    if redacted:
+        assert shown[:2] == ["support/[REDACTED:email]"] * 2
+        assert not any("@example.com" in e.payload for e in sessions[0].events.all())
+    else:
+        assert shown[:2] == [ada, bob]
+    assert shown[2] == long[:200]
+
+
+def test_two_sub_agents_whose_conversation_ids_redact_alike_keep_a_session_each(api, project):
+    # A sub-agent naming a conversation of its own gets that conversation's session; the staged
+    # span is redacted, so two ids a rule makes read alike named one child session for both.
+    from sessions_app.models import RedactionRules
+
+    RedactionRules.objects.create(project=project, detectors=["email"])
+    spans = [span("d000000000000001", "", "invoke_agent top", 0, 900, gen_ai__operation__name="invoke_agent",
+                  gen_ai__conversation__id="conv-top")]  # fmt: skip
+    for n, who in ((2, "ada"), (3, "bob")):
+        spans.append(span(f"d00000000000000{n}", "d000000000000001", f"invoke_agent {who}", 100 * n, 100 * n + 50,
+                          gen_ai__operation__name="invoke_agent", gen_ai__agent__name=who,
+                          gen_ai__conversation__id=f"sub/{who}@example.com"))  # fmt: skip
+    assert post(api, request(*spans).SerializeToString()).status_code == 200
+    settle_now()
+    top = Session.objects.get(source_session_id="conv-top")
+    children = list(Session.objects.filter(parent=top).order_by("pk"))
+    assert [c.agent_id for c in children] == ["ada", "bob"]
+    assert [c.source_session_id for c in children] == ["conv-top/d000000000000002", "conv-top/d000000000000003"]
+    spawned = [orjson.loads(e.payload)["sessionId"] for e in top.events.filter(kind="child_spawn").order_by("seq")]
+    assert spawned == [c.pk for c in children]

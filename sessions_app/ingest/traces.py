@@ -36,10 +36,11 @@ import orjson
 from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from ..canonical import SessionMeta
 from ..formats import otlp
-from ..models import OtlpSpan, OtlpTrace, Project, RedactionRules, Session
+from ..models import OtlpConversation, OtlpSpan, OtlpTrace, Project, RedactionRules, Session
 from ..redaction import Redactor
 from .quotas import sessions_left
 from .writer import append_and_finish, collector_paused, create_session, create_sessions
@@ -201,12 +202,13 @@ def _place_traces(
     whose conversation would need a session past the project's quota is taken out of `by_trace`;
     the number of its spans is returned (a known trace stays where it is)."""
     wanted: dict[str, str] = {}  # trace id -> the conversation key it should go to
+    staged_under = _conversations_of([t.session_id for t in traces.values() if t.settled_at is None])
     for trace_id, spans in by_trace.items():
         trace = traces.get(trace_id)
         key = _conversation_key(spans.values())
         if trace is None:
             wanted[trace_id] = key or trace_id
-        elif trace.settled_at is None and key and _better_key(trace, key, spans):
+        elif trace.settled_at is None and key and _better_key(trace, key, staged_under.get(trace.session_id), spans):
             wanted[trace_id] = key
     if not wanted:
         return 0
@@ -229,6 +231,21 @@ def _place_traces(
     return refused
 
 
+def conversation_digest(key: str) -> str:
+    """What finds a conversation's session again (OtlpConversation): keyed, as a plain hash of a
+    low-entropy id that redaction hid (a mail address) could be reversed by guessing. Keyed by
+    SECRET_KEY: after changing it, a conversation's next turns start a new session."""
+    return salted_hmac("replay.otlp.conversation", key, algorithm="sha256").hexdigest()
+
+
+def _conversations_of(session_ids: list[int]) -> dict[int, str]:
+    """The conversation digest each of the sessions was made for, in one query a chunk."""
+    found: dict[int, str] = {}
+    for part in _chunked(list(set(session_ids))):
+        found.update(OtlpConversation.objects.filter(session_id__in=part).values_list("session_id", "digest"))
+    return found
+
+
 def _conversation_key(records: Iterable[dict[str, Any]]) -> str:
     """The conversation of a trace's spans: its root span's, else the first one named."""
     first = ""
@@ -240,14 +257,14 @@ def _conversation_key(records: Iterable[dict[str, Any]]) -> str:
     return first
 
 
-def _better_key(trace: OtlpTrace, key: str, spans: dict[str, dict[str, Any]]) -> bool:
+def _better_key(trace: OtlpTrace, key: str, staged_under: str | None, spans: dict[str, dict[str, Any]]) -> bool:
     """Whether a trace staged under its own id (no conversation seen yet), or under a
-    non-root span's conversation, moves to `key` now that its spans name it."""
-    current = trace.session.source_session_id
-    if key == current:
+    non-root span's conversation, moves to `key` now that its spans name it. `staged_under`:
+    the digest of the key its session was made for."""
+    if staged_under == conversation_digest(key):
         return False
     root_here = any(not r["parentSpanId"] and otlp.conversation_of(r) == key for r in spans.values())
-    return root_here or current == trace.trace_id
+    return root_here or staged_under == conversation_digest(trace.trace_id)
 
 
 def _sessions_for(
@@ -259,13 +276,11 @@ def _sessions_for(
 ) -> dict[str, Session]:
     """The conversations' sessions, those not stored yet made while the project's sessions quota
     leaves room (a conversation past it has none in the answer). Under the project's lock."""
-    found = {
-        s.source_session_id: s
-        for part in _chunked(list(keys))
-        for s in Session.objects.filter(
-            project=project, source_format=otlp.NAME, source_session_id__in=part, parent__isnull=True
-        ).order_by("pk")
-    }
+    by_digest = {conversation_digest(key): key for key in keys}
+    found: dict[str, Session] = {}
+    for part in _chunked(list(by_digest)):
+        for conversation in OtlpConversation.objects.filter(project=project, digest__in=part).select_related("session"):
+            found[by_digest[conversation.digest]] = conversation.session
     room = sessions_left(project) if any(key not in found for key in wanted.values()) else None
     new: dict[str, SessionMeta] = {}
     for trace_id, key in wanted.items():
@@ -280,8 +295,12 @@ def _sessions_for(
                 environment=str(record["resource"].get("service.name", ""))[:200],
                 metadata={"otlp": {"conversation": key != trace_id}},
             )  # fmt: skip
-    # The request's new sessions made with one INSERT.
+    # The request's new sessions made with one INSERT, and their conversations with one more.
     made = create_sessions(project=project, source_format=otlp.NAME, metas=list(new.values()))
+    OtlpConversation.objects.bulk_create(
+        OtlpConversation(project=project, digest=conversation_digest(key), session=session)
+        for key, session in zip(new, made, strict=True)
+    )
     found.update(zip(new, made, strict=True))
     result.created.extend(made)
     return found
@@ -550,11 +569,10 @@ class _Placement:
         make a session for."""
         parent = self._session(parent_pk)
         conversation = otlp.conversation_of(record)
-        key = (
-            conversation
-            if conversation and conversation != parent.source_session_id
-            else (f"{parent.source_session_id}/{span_id}")
-        )
+        # A staged span is redacted: a conversation id with a placeholder in it may read like
+        # another sub-agent's, so it names no child session (its span id does).
+        own = conversation and conversation != parent.source_session_id and "[REDACTED:" not in conversation
+        key = conversation if own else f"{parent.source_session_id}/{span_id}"
         for session in self._sessions.values():
             if session.parent_id == parent.pk and session.source_session_id == key:
                 return session

@@ -19,11 +19,11 @@ from .sessions import (
     SessionQuerySet,
     Snapshot,
 )
-from .traces import OtlpSpan, OtlpTrace
+from .traces import OtlpConversation, OtlpSpan, OtlpTrace
 
 __all__ = [
     "KEYFRAME_EVERY", "SITE_LOG", "ApiKey", "AuditEntry", "AuditLog", "Checkpoint", "Comment", "CommentRevision",
     "Event", "ImportJob", "Review", "ShareLink", "Tour", "TourStop",
-    "IngestBatch", "Membership", "OtlpSpan", "OtlpTrace", "Project", "ReceivedEvent", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot",
+    "IngestBatch", "Membership", "OtlpConversation", "OtlpSpan", "OtlpTrace", "Project", "ReceivedEvent", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot",
     "log_name", "RedactionJob", "RedactionRules",
 ]  # fmt: skip

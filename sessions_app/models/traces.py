@@ -46,6 +46,25 @@ class OtlpTrace(models.Model):
         return f"{self.trace_id} ({'pending' if self.pending else 'settled'})"
 
 
+class OtlpConversation(models.Model):
+    """The session of each conversation of a project (or of a trace that names none), found by a
+    keyed digest of its id. Not by the session's own source id: that is the id as the project's
+    redaction rules left it, so an id a rule changes would never be found again (a new session
+    every export request), and two ids a rule makes read alike would share one."""
+
+    project = models.ForeignKey(Project, on_delete=models.DO_NOTHING, related_name="+")
+    digest = models.CharField(max_length=64)  # ingest/traces.py's conversation_digest
+    session = models.ForeignKey(Session, on_delete=models.DB_CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "digest"], name="otlpconversation_project_digest_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest[:12]} -> session {self.session_id}"
+
+
 class OtlpSpan(models.Model):
     """One span of a trace, stored once whatever how often an exporter retries it."""
 
