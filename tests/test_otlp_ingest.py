@@ -767,3 +767,24 @@ def test_two_sub_agents_whose_conversation_ids_redact_alike_keep_a_session_each(
     assert [c.source_session_id for c in children] == ["conv-top/d000000000000002", "conv-top/d000000000000003"]
     spawned = [orjson.loads(e.payload)["sessionId"] for e in top.events.filter(kind="child_spawn").order_by("seq")]
     assert spawned == [c.pk for c in children]
+
+
+def test_a_trace_staged_under_its_own_id_moves_to_its_conversation_when_its_root_names_it(api, project):
+    from sessions_app.models import OtlpConversation
+
+    first = _turn(1, "conv-moving")
+    del first[1].attributes[:]  # the chat span names no conversation and arrives first
+    first[1].attributes.extend(attrs(gen_ai__operation__name="chat", gen_ai__request__model="m"))
+    assert post(api, request(first[1]).SerializeToString()).status_code == 200
+    staged = Session.objects.get(project=project)
+    assert staged.source_session_id == f"{1:032x}" and OtlpConversation.objects.filter(session=staged).exists()
+    # Its root names the conversation: the trace moves there and the empty session goes, with
+    # what found it; the conversation's next turn finds the same session.
+    assert post(api, request(first[0]).SerializeToString()).status_code == 200
+    assert not Session.objects.filter(pk=staged.pk).exists()
+    assert not OtlpConversation.objects.filter(session_id=staged.pk).exists()
+    assert post(api, request(*_turn(2, "conv-moving")).SerializeToString()).status_code == 200
+    settle_now()
+    session = Session.objects.get(project=project)
+    assert session.source_session_id == "conv-moving" and session.event_count == 8
+    assert OtlpConversation.objects.filter(project=project).count() == 1
