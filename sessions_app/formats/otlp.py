@@ -216,8 +216,10 @@ def operation_of(record: dict[str, Any]) -> str:
 
 def conversation_of(record: dict[str, Any]) -> str:
     value = record["attributes"].get("gen_ai.conversation.id")
-    # The session's key, as the writer stores it (200 characters, no U+0000).
-    return without_nul(value[:200]) if isinstance(value, str) else ""
+    # Whole: what finds the conversation's session again (two ids alike in their first 200
+    # characters, as much as the session's source id keeps, are two conversations). No U+0000,
+    # as the writer stores it.
+    return without_nul(value) if isinstance(value, str) else ""
 
 
 def response_body(*, json: bool, rejected: int = 0, message: str = "") -> bytes:

@@ -38,7 +38,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from ..canonical import SessionMeta
+from ..canonical import INT64_MAX, SessionMeta
 from ..formats import otlp
 from ..models import OtlpConversation, OtlpSpan, OtlpTrace, Project, RedactionRules, Session
 from ..redaction import Redactor
@@ -91,14 +91,14 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
     by_trace: dict[str, dict[str, dict[str, Any]]] = {}
     for record in records:
         result.received += 1
-        if not record["start"]:
+        if not 0 < record["start"] <= INT64_MAX:  # unset, or past what a 64-bit column holds (year 2262)
             result.rejected += 1
             continue
         if record["end"] < record["start"]:
             record["end"] = record["start"]
         by_trace.setdefault(record["traceId"], {})[record["spanId"]] = record
     if result.rejected:
-        result.message = f"{result.rejected} span(s) without a start time were rejected"
+        result.message = f"{result.rejected} span(s) without a start time (or one past the year 2262) were rejected"
     if not by_trace:
         return result
     now = timezone.now()
@@ -572,13 +572,13 @@ class _Placement:
         # A staged span is redacted: a conversation id with a placeholder in it may read like
         # another sub-agent's, so it names no child session (its span id does).
         own = conversation and conversation != parent.source_session_id and "[REDACTED:" not in conversation
-        key = conversation if own else f"{parent.source_session_id}/{span_id}"
+        key = (conversation if own else f"{parent.source_session_id}/{span_id}")[:200]  # as the row keeps it
         for session in self._sessions.values():
             if session.parent_id == parent.pk and session.source_session_id == key:
                 return session
         if self._no_room or sessions_left(parent.project) == 0:
             self._no_room = True  # nothing else makes a session under the project's lock
-            self._inline_keys[span_id] = key[:200]
+            self._inline_keys[span_id] = key
             metadata = parent.metadata if isinstance(parent.metadata, dict) else {}
             noted = metadata.get("otlp") if isinstance(metadata.get("otlp"), dict) else {}
             inline = noted.get("sub_agents_inline")
@@ -590,7 +590,7 @@ class _Placement:
             return None
         child = create_session(
             project=parent.project, source_format=otlp.NAME, meta=SessionMeta(
-                source_session_id=key[:200], run_id=record["traceId"], environment=parent.environment,
+                source_session_id=key, run_id=record["traceId"], environment=parent.environment,
                 metadata={"otlp": {"sub_agent_of": parent.pk, "span": span_id}},
             ),
         )  # fmt: skip
