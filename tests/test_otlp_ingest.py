@@ -793,3 +793,40 @@ def test_a_trace_staged_under_its_own_id_moves_to_its_conversation_when_its_root
     session = Session.objects.get(project=project)
     assert session.source_session_id == "conv-moving" and session.event_count == 8
     assert OtlpConversation.objects.filter(project=project).count() == 1
+
+
+def test_sub_agents_past_the_nesting_or_count_bounds_stay_inline_and_nothing_is_lost(api, project):
+    # A hostile trace of 10,000 agents each inside the last made 10,000 nested child sessions in
+    # one transaction (the database held for minutes). Past 8 levels of sub-agents, and past 100
+    # child sessions in one settling, a sub-agent is spawned and answered in its parent's session.
+    from sessions_app.ingest.traces import MAX_CHILD_SESSIONS_A_SETTLING, MAX_SUB_AGENT_NESTING
+
+    deep = _nested_agents("e2000000000000", "conv-deep", *(f"a{n}" for n in range(MAX_SUB_AGENT_NESTING + 3)))
+    assert post(api, request(*deep).SerializeToString()).status_code == 200
+    settle_now()
+    top = Session.objects.get(source_session_id="conv-deep")
+    chain, session = [], top
+    while (child := Session.objects.filter(parent=session).first()) is not None:
+        chain.append(child)
+        session = child
+    assert len(chain) == MAX_SUB_AGENT_NESTING
+    assert [c.metadata["otlp"]["nesting"] for c in chain] == list(range(1, MAX_SUB_AGENT_NESTING + 1))
+    deepest = chain[-1]
+    kinds = [e.kind for e in deepest.events.order_by("seq")]
+    assert kinds.count("child_spawn") == 3 and kinds.count("llm_call") == 1
+    assert deepest.metadata["otlp"]["sub_agents_inline"] == 3
+    # Wide: siblings under one agent.
+    wide = [span("e300000000000001", "", "invoke_agent top", 0, 9000, gen_ai__operation__name="invoke_agent",
+                 gen_ai__conversation__id="conv-wide")]  # fmt: skip
+    for n in range(MAX_CHILD_SESSIONS_A_SETTLING + 5):
+        wide.append(span(f"e3000000000{n + 2:05x}", "e300000000000001", f"invoke_agent s{n}", n + 1, n + 2,
+                         gen_ai__operation__name="invoke_agent", gen_ai__agent__name=f"s{n}"))  # fmt: skip
+    for one in wide:
+        one.trace_id = bytes.fromhex("e3" * 16)
+    assert post(api, request(*wide).SerializeToString()).status_code == 200
+    settle_now()
+    top = Session.objects.get(source_session_id="conv-wide")
+    assert Session.objects.filter(parent=top).count() == MAX_CHILD_SESSIONS_A_SETTLING
+    assert top.events.filter(kind="child_spawn").count() == MAX_CHILD_SESSIONS_A_SETTLING + 5
+    assert top.metadata["otlp"]["sub_agents_inline"] == 5
+    assert not OtlpSpan.objects.filter(record__isnull=False).exists()

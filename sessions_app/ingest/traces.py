@@ -57,6 +57,14 @@ _SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns
 # A waiting span as the settling reads it, with its trace's due-ness; then as _Placement places it.
 _SETTLING_FIELDS = ("trace_id", "pk", "span_id", "parent_span_id", "operation", "record", "session_id")
 _IDS_A_STATEMENT = 2000  # well under SQLite's and PostgreSQL's limits on a statement's parameters
+# Sub-agents get a child session each down to this many levels of sub-agents, and one settling
+# of a session makes at most this many; deeper or further ones are spawned and answered inline
+# in their parent's session, as past the sessions quota (nothing is lost). A hostile trace of
+# 10,000 agents each inside the last made as many sessions, each inside the one before, in one
+# transaction: the database was held for minutes, and Python's recursion limit was hit freeing
+# the chain of rows.
+MAX_SUB_AGENT_NESTING = 8
+MAX_CHILD_SESSIONS_A_SETTLING = 100
 
 
 def _chunked(values: list) -> Iterator[list]:
@@ -478,6 +486,8 @@ class _Placement:
         self._described: dict[int, dict[str, Any]] = {}
         self._no_room = False  # the project's sessions quota is reached: no child session more
         self._inline_keys: dict[str, str] = {}  # a sub-agent left without a session: the key it would have had
+        self._nesting: dict[int, int] = {top.pk: 0}  # how many sub-agents deep each session is
+        self._made = 0  # child sessions this settling made
         self.span_count = 0
 
     def add_traces(self, by_trace: dict[int, dict[str, tuple]]) -> None:
@@ -566,7 +576,7 @@ class _Placement:
         quota: the sub-agent is then spawned and answered in its parent's session, its own spans
         inline there (nothing is lost; the parent's metadata counts such sub-agents:
         otlp.sub_agents_inline), as an export request refuses only the conversations it cannot
-        make a session for."""
+        make a session for; and past MAX_SUB_AGENT_NESTING or MAX_CHILD_SESSIONS_A_SETTLING."""
         parent = self._session(parent_pk)
         conversation = otlp.conversation_of(record)
         # A staged span is redacted: a conversation id with a placeholder in it may read like
@@ -576,28 +586,48 @@ class _Placement:
         for session in self._sessions.values():
             if session.parent_id == parent.pk and session.source_session_id == key:
                 return session
+        nesting = self._nesting_of(parent) + 1
+        if nesting > MAX_SUB_AGENT_NESTING or self._made >= MAX_CHILD_SESSIONS_A_SETTLING:
+            return self._inline(parent, span_id, key)
         if self._no_room or sessions_left(parent.project) == 0:
             self._no_room = True  # nothing else makes a session under the project's lock
-            self._inline_keys[span_id] = key
-            metadata = parent.metadata if isinstance(parent.metadata, dict) else {}
-            noted = metadata.get("otlp") if isinstance(metadata.get("otlp"), dict) else {}
-            inline = noted.get("sub_agents_inline")
-            # Saved with the parent's row, which the settling holds locked and saves.
-            parent.metadata = {
-                **metadata,
-                "otlp": {**noted, "sub_agents_inline": (inline if isinstance(inline, int) else 0) + 1},
-            }
-            return None
+            return self._inline(parent, span_id, key)
         child = create_session(
             project=parent.project, source_format=otlp.NAME, meta=SessionMeta(
                 source_session_id=key, run_id=record["traceId"], environment=parent.environment,
-                metadata={"otlp": {"sub_agent_of": parent.pk, "span": span_id}},
+                metadata={"otlp": {"sub_agent_of": parent.pk, "span": span_id, "nesting": nesting}},
             ),
         )  # fmt: skip
         Session.objects.filter(pk=child.pk).update(parent=parent)
-        child.parent = parent
+        child.parent_id = parent.pk  # the id, not the row: no chain of rows, however deep
         self._sessions[child.pk] = child
+        self._nesting[child.pk] = nesting
+        self._made += 1
         return child
+
+    def _nesting_of(self, session: Session) -> int:
+        """How many sub-agents deep a session is: known for the ones this settling met, else
+        as its row noted it (a child session of an earlier settling)."""
+        if session.pk in self._nesting:
+            return self._nesting[session.pk]
+        noted = session.metadata.get("otlp") if isinstance(session.metadata, dict) else None
+        nesting = noted.get("nesting") if isinstance(noted, dict) else None
+        if session.parent_id is None:
+            return 0
+        return nesting if isinstance(nesting, int) and nesting > 0 else 1
+
+    def _inline(self, parent: Session, span_id: str, key: str) -> None:
+        """A sub-agent left without a session of its own, counted in its parent's metadata."""
+        self._inline_keys[span_id] = key
+        metadata = parent.metadata if isinstance(parent.metadata, dict) else {}
+        noted = metadata.get("otlp") if isinstance(metadata.get("otlp"), dict) else {}
+        inline = noted.get("sub_agents_inline")
+        # Saved with the parent's row, which the settling holds locked and saves.
+        parent.metadata = {
+            **metadata,
+            "otlp": {**noted, "sub_agents_inline": (inline if isinstance(inline, int) else 0) + 1},
+        }
+        return None
 
     def _add(self, session_pk: int, placed: otlp.Placed) -> None:
         self._session(session_pk)
