@@ -15,8 +15,9 @@
     }
   });
 
-  // Drag and drop onto the upload form: the dropped files become the file input's selection
-  // and the form is submitted, exactly as if they had been picked.
+  // Drag and drop onto the upload form: the dropped files become the file input's selection,
+  // exactly as if they had been picked. Nothing is sent until Upload is pressed, so the project
+  // and format chosen after the files are the ones the upload uses.
   document.addEventListener("dragover", function (event) {
     const zone = event.target.closest && event.target.closest("#dropzone");
     if (zone) {
@@ -36,15 +37,8 @@
     const input = zone.querySelector('input[type="file"]');
     if (!input || !event.dataTransfer || !event.dataTransfer.files.length) return;
     input.files = event.dataTransfer.files;
-    input.form.requestSubmit();
   });
 
-  // Picking files uploads them at once; after an upload the picker is cleared.
-  document.addEventListener("change", function (event) {
-    if (event.target.matches && event.target.matches('#upload-form input[type="file"]') && event.target.files.length) {
-      event.target.form.requestSubmit();
-    }
-  });
   // A file past the upload limit is refused here, with its name, before its bytes are sent: the
   // server would refuse it (413) without reading it, which a browser may report as a broken
   // connection rather than as the answer.
@@ -73,7 +67,7 @@
     dismiss.textContent = "dismiss";
     box.replaceChildren(...lines, dismiss);
     box.hidden = false;
-    form.reset();
+    input.value = "";  // the files only: the chosen project and format stay for the next pick
   });
   // After a successful upload or checkpoint, the form is ready for the next one. A refusal
   // (4xx, swapped in with its reason: base.html's responseHandling) counts as "successful" to
@@ -83,7 +77,12 @@
   }
   document.addEventListener("htmx:afterRequest", function (event) {
     const form = event.detail.elt;
-    if (form && (form.id === "upload-form" || form.id === "checkpoint-form") && succeeded(event.detail)) {
+    if (!form || !succeeded(event.detail)) return;
+    if (form.id === "upload-form") {
+      // The files are cleared; the project and format chosen stay for the next upload.
+      const input = form.querySelector('input[type="file"]');
+      if (input) input.value = "";
+    } else if (form.id === "checkpoint-form") {
       form.reset();
     }
   });

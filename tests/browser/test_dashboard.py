@@ -80,6 +80,7 @@ def test_login_upload_two_files_and_watch_the_imports_finish(watched, analyst, t
     log_in(page)
     assert page.locator("#session-table tbody tr").first.inner_text().startswith("No sessions")
     page.set_input_files("#upload-form input[type=file]", [str(good), str(failing)])
+    page.click("#upload-form button[type=submit]")  # picking files sends nothing by itself
     page.wait_for_selector('.job[data-status="done"] >> text=full.jsonl')
     page.wait_for_selector('.job[data-status="done"] >> text=failing.jsonl')
     problems = page.locator(".job", has_text="failing.jsonl").locator("details.problems")

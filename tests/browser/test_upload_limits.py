@@ -27,6 +27,7 @@ def test_the_upload_panel_names_a_file_past_the_limit_or_the_quota_and_takes_the
 
     sent = len(watch.requests)
     page.set_input_files("#upload-form input[type=file]", str(big))
+    page.click("#upload-form button[type=submit]")
     errors = page.locator("#upload-errors")
     errors.locator("text=huge run.jsonl").wait_for()
     assert "exceeds the limit of 1.0 MB (REPLAY_MAX_UPLOAD_MB)" in errors.text_content()
@@ -34,6 +35,7 @@ def test_the_upload_panel_names_a_file_past_the_limit_or_the_quota_and_takes_the
     assert page.locator("#request-error").is_hidden()
 
     page.set_input_files("#upload-form input[type=file]", str(over_quota))
+    page.click("#upload-form button[type=submit]")
     errors.locator("text=quota.jsonl: The upload").wait_for()
     assert "project default's storage quota" in errors.text_content()
     assert not ImportJob.objects.exists()
@@ -41,5 +43,6 @@ def test_the_upload_panel_names_a_file_past_the_limit_or_the_quota_and_takes_the
     page.locator("#upload-errors [data-dismiss]").click()
     assert errors.is_hidden()
     page.set_input_files("#upload-form input[type=file]", str(fits))
+    page.click("#upload-form button[type=submit]")
     page.locator(".job >> text=small.jsonl").wait_for()
     assert ImportJob.objects.filter(original_name="small.jsonl").exists()
