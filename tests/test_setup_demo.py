@@ -56,6 +56,14 @@ def test_the_demo_user_is_an_ordinary_maintainer_of_the_demo_project():
     assert Session.objects.filter(project=Project.get_default()).exists()
 
 
+def test_the_demo_agentlens_session_carries_a_valid_source_chain():
+    # Its events were hashed the way AgentLens hashed before version 2: the first row a new
+    # user saw read "verified" beside "source chain broken at event 0".
+    setup_demo()
+    session = Session.objects.get(source_format="agentlens")
+    assert session.metadata["source_chain"] == {"valid": True, "chained": True}
+
+
 def test_the_printed_password_signs_in_on_the_login_page(no_demo_files):
     password = setup_demo()
     client = Client()
