@@ -73,7 +73,9 @@ def session_list(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "page": page, "projects": projects, "picks": picks,
                                "picked_elsewhere": _picked_elsewhere(request, page.sessions, picks)}  # fmt: skip
     if not wants_partial(request):
-        context |= _imports_context(request) | {"upload_form": UploadForm(projects=_writable(projects))}
+        # The upload panel only for who may upload somewhere: a viewer's upload would be refused.
+        writable = _writable(projects)
+        context |= _imports_context(request) | {"upload_form": UploadForm(projects=writable) if writable else None}
         # An upload sent without JavaScript came back here with its errors (_upload_answer).
         context["upload_errors"] = _upload_messages(request)
     return render_page(request, "sessions_app/session_list.html", "session-table", context)
