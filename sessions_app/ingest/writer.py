@@ -78,7 +78,17 @@ def save_state_to(state: WriterState, session: Session) -> None:
         saved = json_without_nul(saved)
     session.ingest_state = saved
     if session.started_at is None and state.first_ts_ms is not None:
-        session.started_at = datetime.fromtimestamp(state.first_ts_ms / 1000.0, tz=UTC)
+        session.started_at = moment_of_ms(state.first_ts_ms)
+
+
+def moment_of_ms(ms: float) -> datetime:
+    """The UTC datetime of a session's time in milliseconds (its first or last event's), held
+    within the years 1-9999 every stored event's own time is in: the rounding to milliseconds
+    takes 9999-12-31T23:59:59.9995Z and later past the last datetime."""
+    try:
+        return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        return (datetime.max if ms > 0 else datetime.min).replace(tzinfo=UTC)
 
 
 def _copy_types() -> list[str]:
@@ -470,7 +480,7 @@ def _close(
             locked.status = Session.Status.COMPLETED
     if locked.ended_at is None:
         last_ts = locked.ingest_state.get("last_ts_ms")
-        locked.ended_at = datetime.fromtimestamp(last_ts / 1000.0, tz=UTC) if last_ts else timezone.now()
+        locked.ended_at = moment_of_ms(last_ts) if last_ts else timezone.now()
 
 
 def _apply_meta(session: Session, meta: SessionMeta, redactor: Redactor | None) -> None:
