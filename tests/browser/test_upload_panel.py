@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app.models import ImportJob, Project
+from sessions_app.canonical import SessionMeta
+from sessions_app.ingest.writer import create_session
+from sessions_app.models import ImportJob, Project, Session
 
 from ..builders_teams import member
 from .conftest import log_in
@@ -55,3 +57,27 @@ def test_files_picked_or_dropped_wait_for_upload_and_go_to_the_project_chosen_af
     # The files are cleared for the next upload; the project chosen stays.
     assert page.evaluate("document.querySelector('#upload-form input[type=file]').files.length") == 0
     assert page.input_value("#id_project") == "zeta"
+
+
+def test_the_sessions_page_fits_a_1280_px_window_and_the_wide_table_scrolls_in_its_box(watched, analyst):
+    page, _ = watched
+    create_session(project=Project.get_default(), source_format="canonical", status=Session.Status.COMPLETED,
+                   meta=SessionMeta(source_session_id="a-session-id-long-enough-to-widen-its-column-" * 2,
+                                    model="a-model-name-that-is-rather-long-too"))  # fmt: skip
+    for width in (1280, 1440):
+        page.set_viewport_size({"width": width, "height": 800})
+        log_in(page) if width == 1280 else page.reload()
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        # The table is wider than its column and scrolls inside .table-scroll; the drop zone's
+        # text and picker stay inside the sidebar.
+        fits = page.evaluate("""() => {
+            const zone = document.getElementById('dropzone').getBoundingClientRect();
+            const panel = document.querySelector('.upload-panel').getBoundingClientRect();
+            return [...document.querySelectorAll('#dropzone, #dropzone *')].every((el) => {
+                const box = el.getBoundingClientRect();
+                return box.left >= panel.left && box.right <= panel.right && box.right <= zone.right + 0.5;
+            });
+        }""")
+        assert fits
+        top_bar = page.evaluate("document.querySelector('header').getBoundingClientRect().right")
+        assert top_bar <= width
