@@ -830,3 +830,25 @@ def test_sub_agents_past_the_nesting_or_count_bounds_stay_inline_and_nothing_is_
     assert top.events.filter(kind="child_spawn").count() == MAX_CHILD_SESSIONS_A_SETTLING + 5
     assert top.metadata["otlp"]["sub_agents_inline"] == 5
     assert not OtlpSpan.objects.filter(record__isnull=False).exists()
+
+
+def test_a_new_trace_of_spans_that_are_no_genai_operation_makes_no_session(api, project):
+    # A collector forwarding every trace made an empty, completed session for each HTTP request.
+    health = Span(trace_id=bytes.fromhex("c1" * 16), span_id=bytes.fromhex("c100000000000001"), name="GET /health",
+                  start_time_unix_nano=T0, end_time_unix_nano=T0 + 1000, attributes=attrs(http__route="/health"))  # fmt: skip
+    response = post(api, request(health).SerializeToString())
+    assert response.status_code == 200
+    assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
+    settle_now()
+    assert not Session.objects.exists() and not OtlpTrace.objects.exists()
+    # Once a GenAI span made its trace known, a non-GenAI span of it is kept: it shapes the tree
+    # (here: the agent's tool call runs inside an HTTP span inside the agent).
+    http = span("b000000000000009", AGENT, "POST /tools", 250, 450, http__route="/tools")
+    tool = span("b000000000000002", "b000000000000009", "execute_tool t", 300, 400,
+                gen_ai__operation__name="execute_tool", gen_ai__tool__name="t")  # fmt: skip
+    assert post(api, request(tool, SPANS["agent"]).SerializeToString()).status_code == 200
+    assert post(api, request(http).SerializeToString()).status_code == 200
+    assert OtlpSpan.objects.filter(span_id="b000000000000009").exists()
+    settle_now()
+    session = Session.objects.get(project=project)
+    assert [e.kind for e in session.events.order_by("seq")] == ["status", "tool_call", "tool_response", "status"]

@@ -80,6 +80,7 @@ class StageResult:
     received: int = 0
     stored: int = 0  # new spans (the rest were already stored: a retry, a duplicate)
     rejected: int = 0
+    not_genai: int = 0  # spans of new traces with no GenAI span, not kept (_drop_not_genai)
     message: str = ""
     created: list[Session] = field(default_factory=list)  # the conversations' sessions made
 
@@ -120,6 +121,7 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
             for t in OtlpTrace.objects.filter(project=project, trace_id__in=part)
         }
         _drop_stored(traces, by_trace)
+        result.not_genai = _drop_not_genai(traces, by_trace)
         if not by_trace:
             return result
         # The project's rules read once for the request, not twice for every session it makes.
@@ -184,6 +186,19 @@ def _drop_stored(traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, dic
                 spans.pop(span_id, None)
                 if not spans:
                     del by_trace[trace_id]
+
+
+def _drop_not_genai(traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, dict[str, Any]]]) -> int:
+    """Leave out the spans of a trace not seen before when none of them is a GenAI operation (an
+    HTTP server's, a database's: a collector may forward every trace): they would become no
+    event, and the trace an empty session. Once a GenAI span made the trace known, such spans
+    are kept, as they shape its tree; one ending before any GenAI span of its trace was exported
+    (what is left out here) is no ancestor of one, as a span ends after everything inside it."""
+    left_out = 0
+    for trace_id in [t for t in by_trace if t not in traces]:
+        if not any(otlp.operation_of(record) for record in by_trace[trace_id].values()):
+            left_out += len(by_trace.pop(trace_id))
+    return left_out
 
 
 def _insert_spans(rows: list[tuple]) -> None:
