@@ -394,7 +394,22 @@
     };
     source.onmessage = onEvent;
     ["event", "chunk", "status"].forEach(function (name) { source.addEventListener(name, onEvent); });
-    source.addEventListener("end", function () { source.close(); player.source = null; status("The session ended."); });
+    source.addEventListener("end", function (message) {
+      source.close();
+      player.source = null;
+      status("The session ended.");
+      // The header's badges said "Live": the end frame names the status the session ended in.
+      let ended = null;
+      try { ended = JSON.parse(message.data).status; } catch (e) { ended = null; }
+      const badge = $("session-status");
+      if (badge && typeof ended === "string" && ended && ended !== "live") {
+        badge.className = "badge status-" + ended;
+        badge.textContent = ended.charAt(0).toUpperCase() + ended.slice(1);
+        const liveBadge = $("live-badge");
+        if (liveBadge) liveBadge.remove();
+        root.setAttribute("data-live", "false");
+      }
+    });
   }
 
   document.addEventListener("htmx:afterSettle", function (event) {

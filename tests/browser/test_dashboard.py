@@ -266,6 +266,10 @@ def test_live_session_follows_new_events_over_the_tail(watched, analyst, transac
     assert page.locator("#live-count").inner_text() == str(newest + 1)
     assert page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{newest + 1}")
     finish_session(session=session)
+    # The tail's end frame turns the header's Live badges into the status the session ended in.
+    wait_until(page, "document.getElementById('session-status').textContent === 'Completed'")
+    assert "status-completed" in page.locator("#session-status").get_attribute("class")
+    assert page.locator("#live-badge").count() == 0
     page.goto("/sessions/")  # leaving closes the stream
     watch.assert_clean()
 
