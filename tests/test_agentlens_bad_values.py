@@ -82,3 +82,107 @@ def test_a_live_event_at_the_end_of_9999_is_stored_and_its_session_ends(db, form
     assert ended.status_code == 200, ended.content
     session.refresh_from_db()
     assert session.ended_at == LAST
+
+
+# --- numbers JSON has no double for, lone surrogates, deep nesting ----------------------------
+
+BIG = b"99999999999999999999999999"  # past 64 bits: orjson reads it as the double 1e26
+NAN_AND_BIG = b'{"a":NaN,"n":' + BIG + b"}"  # the NaN sends the body to the standard json module
+
+
+def payloads(session: Session) -> list[dict]:
+    return [orjson.loads(event.payload) for event in session.events.order_by("seq")]
+
+
+def test_an_integer_past_64_bits_beside_a_nan_is_stored_as_either_is_alone(db):
+    # Alone each was stored; together the integer stayed whole and could not be written: a 500.
+    response = post_agentlens(
+        agentlens_event(b'{"a":NaN}', "2026-02-08T10:30:00Z"),
+        agentlens_event(b'{"n":' + BIG + b"}", "2026-02-08T10:30:01Z"),
+        agentlens_event(NAN_AND_BIG, "2026-02-08T10:30:02Z"),
+        agentlens_event(b'{"n":-1' + b"0" * 400 + b"}", "2026-02-08T10:30:03Z"),  # past any double
+    )
+    assert response.status_code == 201, response.content
+    stored = payloads(kept())
+    assert [p["a"] for p in (stored[0], stored[2])] == [None, None]
+    assert stored[1]["n"] == stored[2]["n"] == 1e26
+    assert stored[3]["n"] is None  # JavaScript's -Infinity, which JSON.stringify writes as null
+    assert len({e["hash"] for e in response.json()["events"]}) == 4
+
+
+@pytest.mark.parametrize(
+    ("format", "record"),
+    [
+        ("canonical", b'{"kind":"custom","payload":' + NAN_AND_BIG + b',"timestamp":"2026-02-08T10:30:00Z"}'),
+        ("rlm_native", b'{"event_type":"iteration_start","data":' + NAN_AND_BIG + b',"timestamp":"2026-02-08"}'),
+        ("agentlens", agentlens_event(NAN_AND_BIG)),
+    ],
+)
+@pytest.mark.parametrize("idempotency_key", [None, "k1"])
+def test_a_live_batch_with_an_integer_past_64_bits_beside_a_nan_is_stored(db, format, record, idempotency_key):
+    client = keyed()
+    created = client.post("/api/sessions", {"project": Project.get_default().slug}, content_type="application/json")
+    body = b'{"format":' + orjson.dumps(format) + b',"idempotency_key":' + orjson.dumps(idempotency_key)
+    body += b',"events":[' + record + b"]}"
+    for _ in range(2):  # the retry answers as the first time
+        response = client.post(created.json()["events_url"], body, content_type="application/json")
+        assert response.status_code == 200, response.content
+    session = Session.objects.get(pk=created.json()["id"])
+    assert session.event_count == (1 if idempotency_key else 2)
+    assert orjson.loads(session.events.get(seq=0).raw).get("payload", {}).get("n", 1e26) == 1e26
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        (b'{"a":1,"s":"ab\\ud800"}', "events.1.payload.s"),
+        (b'{"k\\udfff":1}', "events.1.payload.k\\udfff"),
+        (b'{"list":[1,"\\ud800",' + BIG + b"]}", "events.1.payload.list[1]"),
+        (b'{},"metadata":{"m":{"n":"\\udc00"}}', "events.1.metadata.m.n"),
+    ],
+)
+def test_a_lone_surrogate_is_a_400_naming_its_event_and_field_and_nothing_is_stored(db, payload, path):
+    # orjson refuses the escape, the standard json module reads it, no UTF-8 text holds it: a 500.
+    response = post_agentlens(agentlens_event(), agentlens_event(payload, "2026-02-08T10:30:01Z"))
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["details"][0]["path"] == path and "lone surrogate" in body["details"][0]["message"]
+    assert body["errors"][0]["index"] == 1 and body["error"].startswith("events[1].")
+    assert not Session.objects.filter(source_session_id="ses_edge").exists()
+
+
+def nested(levels: int) -> bytes:
+    return b'{"a":' * levels + b"1" + b"}" * levels
+
+
+def test_a_payload_nested_past_what_can_be_stored_is_a_400_naming_its_event_and_200_levels_are_stored(db):
+    response = post_agentlens(agentlens_event(), agentlens_event(nested(300), "2026-02-08T10:30:01Z"))
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["details"] == [
+        {"path": "events.1.payload", "message": "cannot be stored: nested deeper than 254 levels"}
+    ]
+    assert not Session.objects.filter(source_session_id="ses_edge").exists()
+    assert post_agentlens(agentlens_event(nested(200))).status_code == 201
+    assert kept().event_count == 1
+
+
+@pytest.mark.parametrize(
+    ("format", "record", "field"),
+    [
+        ("canonical", b'{"kind":"custom","payload":%s,"timestamp":"2026-02-08T10:30:00Z"}', "payload"),
+        ("rlm_native", b'{"event_type":"iteration_start","data":%s,"timestamp":"2026-02-08"}', "data"),
+        ("agentlens", agentlens_event(b"%s"), "payload"),
+    ],
+)
+def test_a_live_record_that_cannot_be_stored_is_a_400_naming_its_index_and_field(db, format, record, field):
+    for value, problem, where in [
+        (nested(300), "nested deeper than 254 levels", field),
+        (b'{"s":"\\ud800","n":' + BIG + b"}", "lone surrogate", f"{field}.s"),
+    ]:
+        response, session = post_live(format, record % b"{}", record % value)
+        assert response.status_code == 400, response.content
+        assert response.json()["errors"][0]["index"] == 1 and response.json()["errors"][0]["field"] == where
+        assert problem in response.json()["errors"][0]["message"]
+        session.refresh_from_db()
+        assert session.event_count == 0

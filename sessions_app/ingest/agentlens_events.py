@@ -26,7 +26,7 @@ from django.utils import timezone
 from ..canonical import SessionMeta
 from ..formats import agentlens
 from ..models import Project, ReceivedEvent, Session
-from .live import IngestError, SessionNotLive, append_batch
+from .live import IngestError, SessionNotLive, append_batch, storable_records
 from .quotas import check_new_session
 from .writer import create_session, finish_session, merge_session_metadata
 
@@ -73,12 +73,16 @@ def ingest_agentlens_events(
     agentId, eventType and an object payload; severity, metadata, timestamp and id are optional)
     in the project's live sessions.
 
-    Raises IngestError (400) naming the index and field of an event that cannot be stored,
+    Raises IngestError (400) naming the index and field of an event that cannot be stored (a
+    lone surrogate, nesting past live.MAX_NESTING; integers past 64 bits are stored as the
+    floats orjson reads them as, see live.storable_record),
     SessionNotLive (409) for new events of a session that already ended, or quotas.QuotaExceeded
     (409) for a new session past the project's quota; nothing is stored then.
     """
     if not 1 <= len(events) <= MAX_EVENTS:
         raise IngestError(f"a batch holds 1 to {MAX_EVENTS} events, got {len(events)}")
+    # Before its hash (agentlens.source_hash writes it as orjson does): 400 for what cannot be stored.
+    events = storable_records(events)
     groups = _by_session(events, now or timezone.now())
     result = EventsResult(events=[], sessions=[])
     with transaction.atomic():

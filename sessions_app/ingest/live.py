@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,111 @@ def create_live_session(
 _REQUEST_FIELDS = (*_META_FIELDS, "started_at", "metadata")
 
 
+# orjson writes containers nested up to this many levels (the record itself the first); every
+# stored column is written by it.
+MAX_NESTING = 254
+# The integers orjson reads as integers (and writes); it reads longer ones as the float they round
+# to, and one past the largest float not at all.
+_INTEGERS = (-(2**63), 2**64 - 1)
+# The standard json module pairs a surrogate pair's escapes into one character: what is left is lone.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE_SURROGATE = "cannot be stored: a lone surrogate escape (\\ud800-\\udfff), which no UTF-8 text holds"
+
+
+class Unstorable(Exception):
+    """A record no stored column can hold; `field` is the path of the value within it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def storable_record(record: Any) -> Any:
+    """A record as it can be stored: an integer orjson would not have read as one is the number
+    it reads alone (the float it rounds to; null past the largest float, as JavaScript's
+    JSON.stringify writes Infinity). A body holding NaN or a lone surrogate escape is read by the
+    standard json module (api/bodies.py), which keeps such integers whole: the same number
+    answered 500 beside a NaN and was stored alone.
+
+    Raises Unstorable for what cannot be stored at all: a string or key holding a lone surrogate
+    (no UTF-8 text can), containers nested deeper than MAX_NESTING. The file importer skips such
+    a record for the same reason (formats.storable)."""
+    try:
+        orjson.dumps(record)  # nearly every record: nothing to change
+        return record
+    except orjson.JSONEncodeError:
+        pass
+    kept = _storable(record, "", 1)
+    try:
+        orjson.dumps(kept)
+    except orjson.JSONEncodeError as exc:  # nothing _storable knows of: said as orjson says it
+        raise Unstorable("event", f"cannot be stored: {exc}") from None
+    return kept
+
+
+def storable_records(records: list[Any]) -> list[Any]:
+    """`storable_record` of each record of a batch; IngestError (400) names the index and field
+    of each one that cannot be stored."""
+    try:
+        orjson.dumps(records)  # nearly every batch: one call for all
+        return records
+    except orjson.JSONEncodeError:
+        pass
+    kept: list[Any] = []
+    errors: list[dict[str, Any]] = []
+    for index, record in enumerate(records):
+        try:
+            kept.append(storable_record(record))
+        except Unstorable as exc:
+            errors.append({"index": index, "field": exc.field, "message": exc.message})
+    if errors:
+        raise _refused(errors)
+    return kept
+
+
+def _storable(value: Any, path: str, depth: int) -> Any:
+    """`value` (at `path`, `depth` containers deep) with its integers as orjson reads them, or
+    Unstorable. The recursion is bounded by MAX_NESTING."""
+    kind = type(value)
+    if kind is dict or kind is list:
+        if depth > MAX_NESTING:
+            # The member of the record it is in: a path 254 levels long would name nothing better.
+            top = re.split(r"[.\[]", path.lstrip("."), maxsplit=1)[0] or "event"
+            raise Unstorable(top, f"cannot be stored: nested deeper than {MAX_NESTING} levels")
+        if kind is list:
+            return [_storable(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+        kept = {}
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if type(key) is str and _SURROGATE.search(key):
+                raise Unstorable(_shown(where), _LONE_SURROGATE)
+            kept[key] = _storable(item, where, depth + 1)
+        return kept
+    if kind is str and _SURROGATE.search(value):
+        raise Unstorable(_shown(path) or "event", _LONE_SURROGATE)
+    if kind is int and not _INTEGERS[0] <= value <= _INTEGERS[1]:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return value
+
+
+def _shown(path: str) -> str:
+    """A field's path as an answer can show it: a lone surrogate escaped, the length bounded."""
+    return path.encode("utf-8", "backslashreplace").decode()[:200]
+
+
+def _refused(errors: list[dict[str, Any]]) -> IngestError:
+    first = errors[0]
+    return IngestError(
+        f"events[{first['index']}].{first['field']}: {first['message']}"
+        + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+        + "; nothing was stored",
+        errors[:100],
+    )
+
+
 def detect_batch_format(records: list[Any]) -> str | None:
     first = records[0] if records else None
     if not isinstance(first, dict):
@@ -147,6 +253,9 @@ def append_batch(
     """
     if not 1 <= len(records) <= MAX_BATCH:
         raise IngestError(f"a batch holds 1 to {MAX_BATCH} events, got {len(records)}")
+    if idempotency_key:
+        # Its digest is of the records as stored (orjson writes it): one it cannot is refused first.
+        records = storable_records(records)
     digest = request_digest({"format": format, "events": records}) if idempotency_key else ""
     try:
         with transaction.atomic():
@@ -263,11 +372,20 @@ def _convert(converter, name: str, records: list[Any]) -> tuple[list[CanonicalEv
                  "message": f"expected a JSON object, got {type(record).__name__}"}
             )  # fmt: skip
             continue
+        try:
+            raw = dumps(record)
+        except orjson.JSONEncodeError:
+            try:
+                record = storable_record(record)
+            except Unstorable as exc:
+                errors.append({"index": index, "field": exc.field, "message": exc.message})
+                continue
+            raw = dumps(record)
         before = problems.count
         kept = len(problems.items)
         # The original record as received: its JSON text as orjson writes it (compact, keys in
         # the order sent). The hash chain covers these bytes.
-        converted = converter.convert(record, dumps(record).decode(), index, problems)
+        converted = converter.convert(record, raw.decode(), index, problems)
         if problems.count != before:
             found = [{"index": index, "field": p.field, "message": p.message} for p in problems.items[kept:]] or [
                 {"index": index, "field": "event", "message": "invalid event"}
@@ -278,13 +396,7 @@ def _convert(converter, name: str, records: list[Any]) -> tuple[list[CanonicalEv
                 errors.extend(found)
         events.extend(converted)
     if errors:
-        first = errors[0]
-        raise IngestError(
-            f"events[{first['index']}].{first['field']}: {first['message']}"
-            + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
-            + "; nothing was stored",
-            errors[:100],
-        )
+        raise _refused(errors)
     return events, warnings[:100]
 
 
