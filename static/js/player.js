@@ -11,7 +11,9 @@
   const DRAG_EVERY_MS = 120; // while scrubbing, at most one step request per this interval
   const FOLLOW_EVERY_MS = 300; // a live session's player jumps to new events at most this often
   const player = { playing: false, timer: null, stopAt: null, dragging: false, dragTimer: null,
-                   pendingSeq: null, source: null, liveLast: -1, followTimer: null, frameAskedAt: 0 };
+                   pendingSeq: null, source: null, liveLast: -1, followTimer: null, frameAskedAt: 0,
+                   awaiting: false, pendingSteps: 0 };
+  const STEP_WAIT_MAX_MS = 5000; // a step asked for longer ago than this no longer holds the presses back
   // Tour mode: the stop ({number, seq}) that "play to next stop" pauses at, while it plays.
   let tourStop = null;
 
@@ -25,9 +27,11 @@
   function onPlayer() { return !!$("controls") && !!$("step-list"); }
 
   // ---- navigation -------------------------------------------------------------------------
-  function go(seq) {
+  function go(seq, keepPending) {
     const form = $("controls");
     if (!form || seq === null || seq === undefined) return;
+    if (!keepPending) player.pendingSteps = 0;
+    player.awaiting = true;
     const f = frame();
     if (f) seq = Math.max(0, Math.min(seq, Math.max(f.last_event, player.liveLast)));
     form.elements.step.value = String(seq);
@@ -112,12 +116,39 @@
     }, wait);
   }
 
+  // A step is one visible event from the shown one, and only the answer knows the next: quick
+  // presses made while a step is on its way are counted and taken one by one as the frames
+  // arrive (asking at once would ask for the same step each time and lose the presses).
+  function stepBy(direction) {
+    const f = frame();
+    if (player.awaiting && performance.now() - player.frameAskedAt < STEP_WAIT_MAX_MS) {
+      player.pendingSteps += direction;
+      return;
+    }
+    if (f) go(direction > 0 ? f.next : f.prev);
+  }
+
+  function takePendingStep(f) {
+    if (!player.pendingSteps) return false;
+    const direction = player.pendingSteps > 0 ? 1 : -1;
+    const target = direction > 0 ? f.next : f.prev;
+    if (target === null || target === undefined) {
+      player.pendingSteps = 0;
+      return false;
+    }
+    player.pendingSteps -= direction;
+    go(target, true);
+    return true;
+  }
+
   function afterFrame() {
     const f = frame();
+    player.awaiting = false;
     if (!f) return;
     updateControls(f);
     if (!player.dragging) placeCursor(f.seq);
     scrollCurrentIntoView();
+    if (takePendingStep(f)) return;
     if (!player.playing) return;
     if (tourStop && f.seq >= tourStop.seq) {
       const reached = tourStop.number;
@@ -161,8 +192,8 @@
     if (!f) return;
     switch (action) {
       case "play": return setPlaying(!player.playing);
-      case "step-back": setPlaying(false); return go(f.prev);
-      case "step-forward": setPlaying(false); return go(f.next);
+      case "step-back": setPlaying(false); return stepBy(-1);
+      case "step-forward": setPlaying(false); return stepBy(1);
       case "start": setPlaying(false); return go(f.first);
       case "end": setPlaying(false); return go(f.last);
       case "next-error": setPlaying(false); return go(f.next_error);
@@ -414,6 +445,13 @@
 
   document.addEventListener("htmx:afterSettle", function (event) {
     if (onPlayer() && event.target.id === "step-list") afterFrame();
+  });
+  // A step that failed (the page's alert says so) holds no presses back, and drops those counted.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt && event.detail.elt.id === "controls" && !event.detail.successful) {
+      player.awaiting = false;
+      player.pendingSteps = 0;
+    }
   });
   document.addEventListener("htmx:historyRestore", function () {
     setPlaying(false);

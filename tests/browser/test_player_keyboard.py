@@ -196,3 +196,31 @@ def test_a_filter_that_hides_the_shown_event_offers_to_show_it(watched, analyst,
     wait_until(page, "new URLSearchParams(location.search).getAll('types').length === 0")
     assert frame(page)["seq"] == 0
     watch.assert_clean()
+
+
+def test_quick_arrow_presses_each_move_one_step(watched, analyst, talk):
+    page, _ = watched
+    log_in(page, f"/sessions/{talk.pk}/?step=0")
+    page.wait_for_selector("#step-list")
+    seqs = [0]
+    for _ in range(4):  # the visible events after 0, read by stepping one at a time
+        page.keyboard.press("ArrowRight")
+        wait_until(page, "s => JSON.parse(document.getElementById('frame-data').textContent).seq !== s", seqs[-1])
+        seqs.append(frame(page)["seq"])
+    page.keyboard.press("Home")
+    wait_for_seq(page, 0)
+    settle(page)
+    # Three presses in one go, all before the first answer: three steps, not one.
+    page.evaluate("""() => { for (let i = 0; i < 3; i++) {
+        document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true, cancelable: true})); } }""")
+    wait_for_seq(page, seqs[3])
+    settle(page)
+    page.wait_for_timeout(300)
+    assert frame(page)["seq"] == seqs[3]
+    # And back: two quick presses, two steps.
+    page.evaluate("""() => { for (let i = 0; i < 2; i++) {
+        document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowLeft', bubbles: true, cancelable: true})); } }""")
+    wait_for_seq(page, seqs[1])
+    settle(page)
+    page.wait_for_timeout(300)
+    assert frame(page)["seq"] == seqs[1]
