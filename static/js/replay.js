@@ -39,6 +39,14 @@
     input.files = event.dataTransfer.files;
   });
 
+  // A destructive form sent without htmx (a page load, so hx-confirm does not apply) asks first,
+  // with its data-confirm text: the htmx ones ask through hx-confirm. CSP allows no onsubmit.
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    const question = form && form.getAttribute && form.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+
   // A file past the upload limit is refused here, with its name, before its bytes are sent: the
   // server would refuse it (413) without reading it, which a browser may report as a broken
   // connection rather than as the answer.
