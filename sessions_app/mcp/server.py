@@ -24,6 +24,7 @@ from pydantic import Field
 
 from ..access import Actor
 from ..canonical import ALL_KINDS
+from ..models.bounds import MAX_POSITION
 from ..replay.rows import KIND_ALIASES, ReplayParameterError
 from . import comparing, discussion, finding, state, timeline
 from .text import ToolInputError
@@ -120,6 +121,7 @@ def build_server(*, actor: Actor | None = None) -> MCPServer:
             int | None,
             Field(
                 ge=0,
+                le=MAX_POSITION,
                 description="First step to show, 0-based: step N of the output is fromStep=N-1 "
                 "(with eventTypes, positions count the matching events only). Default 0.",
             ),
@@ -128,6 +130,7 @@ def build_server(*, actor: Actor | None = None) -> MCPServer:
             int | None,
             Field(
                 ge=0,
+                le=MAX_POSITION,
                 description=f"Last step to show, 0-based and inclusive. Default: fromStep + "
                 f"{timeline.MAX_STEPS - 1}; a longer range is cut at {timeline.MAX_STEPS} steps.",
             ),
@@ -178,7 +181,11 @@ def build_server(*, actor: Actor | None = None) -> MCPServer:
         sessionId: SessionId,
         afterEvent: Annotated[
             int | None,
-            Field(ge=0, description="Only errors after this event number (what a cut answer says to pass)."),
+            Field(
+                ge=0,
+                le=MAX_POSITION,
+                description="Only errors after this event number (what a cut answer says to pass).",
+            ),
         ] = None,
         limit: Annotated[
             int, Field(ge=1, le=timeline.MAX_ERRORS, description=f"How many errors (1 to {timeline.MAX_ERRORS}).")
@@ -203,12 +210,17 @@ def build_server(*, actor: Actor | None = None) -> MCPServer:
         sessionId: SessionId,
         event: Annotated[
             int | None,
-            Field(ge=1, description="The event's number, as replay_session and find_errors show it (from 1)."),
+            Field(
+                ge=1,
+                le=MAX_POSITION,
+                description="The event's number, as replay_session and find_errors show it (from 1).",
+            ),
         ] = None,
         stepIndex: Annotated[
             int | None,
             Field(
                 ge=0,
+                le=MAX_POSITION,
                 description="Or: the agent step's position in the session's step list (from 0), as "
                 "compare_sessions shows it; the state is taken at the event that closes that step.",
             ),
@@ -239,7 +251,7 @@ def build_server(*, actor: Actor | None = None) -> MCPServer:
         ctx: Context,
         sessionId: SessionId,
         event: Annotated[
-            int | None, Field(ge=1, description="Only the threads on this event (its number, from 1).")
+            int | None, Field(ge=1, le=MAX_POSITION, description="Only the threads on this event (its number, from 1).")
         ] = None,
     ) -> str:
         return await _answer(discussion.get_comments, actor=caller(ctx), session_id=sessionId, event=event)
