@@ -80,3 +80,46 @@ def test_an_integer_argument_past_64_bits_is_a_validation_message_naming_it(view
             assert not (await viewer.call_tool("list_sessions", {})).is_error
 
     anyio.run(main)
+
+
+async def _exchange(endpoint: McpEndpoint, method: str, key: str, body: bytes = b"") -> tuple[dict, bytes]:
+    """One request to /mcp as a client that stays connected: (the response's start, its body)."""
+    sent: list[dict] = []
+    asked = False
+
+    async def receive() -> dict:
+        nonlocal asked
+        if asked:
+            await anyio.sleep_forever()  # connected until the answer ends
+        asked = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"host", b"127.0.0.1:8000"), (b"authorization", f"Bearer {key}".encode()),
+               (b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]  # fmt: skip
+    scope = {"type": "http", "method": method, "path": "/mcp", "raw_path": b"/mcp", "query_string": b"",
+             "headers": headers, "scheme": "http", "server": ("127.0.0.1", 8000), "http_version": "1.1"}  # fmt: skip
+    with anyio.fail_after(10):  # a stream held open fails here
+        await endpoint(scope, receive, send)
+    return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_a_get_or_delete_of_the_stateless_endpoint_is_a_405_naming_post_not_a_stream_held_open(transactional_db):
+    key = key_of(member("stream-viewer", role=Role.VIEWER))
+
+    async def main() -> None:
+        endpoint = McpEndpoint()
+        async with endpoint.running():
+            for method in ("GET", "DELETE"):
+                start, body = await _exchange(endpoint, method, key)
+                assert start["status"] == 405, (method, start, body)
+                assert dict(start["headers"])[b"allow"] == b"POST" and b"only POST" in body
+            listing = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+            start, body = await _exchange(endpoint, "POST", key, listing)
+            assert start["status"] == 200 and b"replay_session" in body, body
+            start, _ = await _exchange(endpoint, "GET", "rpl_not-a-key")
+            assert start["status"] == 401  # the key is still checked first
+
+    anyio.run(main)

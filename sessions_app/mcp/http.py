@@ -104,6 +104,12 @@ class McpEndpoint:
             detail = "invalid or revoked API key" if token else "send an API key as 'Authorization: Bearer <key>'"
             await _refuse(send, 401, detail, [(b"www-authenticate", b'Bearer realm="replay"')])
             return
+        if scope.get("method") != "POST":
+            # Stateless: no stream outlives its POST, so a GET's event stream could never carry
+            # anything (the SDK would answer 200 and hold it open for ever), and there is no
+            # session to DELETE. MCP's clients take a 405 as "no server-initiated stream".
+            await _refuse(send, 405, f"{PATH} takes only POST: each exchange is one POST", [(b"allow", b"POST")])
+            return
         if not self.started:
             await _refuse(send, 503, "the MCP endpoint starts with the server's ASGI lifespan, which did not run")
             return
