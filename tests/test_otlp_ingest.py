@@ -852,3 +852,24 @@ def test_a_new_trace_of_spans_that_are_no_genai_operation_makes_no_session(api, 
     settle_now()
     session = Session.objects.get(project=project)
     assert [e.kind for e in session.events.order_by("seq")] == ["status", "tool_call", "tool_response", "status"]
+
+
+@pytest.mark.parametrize("content_type", [PROTOBUF, "application/json"])
+def test_a_project_header_naming_no_project_the_key_may_use_is_a_404_status_in_the_requests_encoding(
+    api, project, content_type
+):
+    # It answered Django's HTML 404 page, which no exporter reads.
+    member("agent-maintainer", Project.objects.create(name="Other", slug="other"), Role.MAINTAINER)
+    Project.objects.create(name="Strangers", slug="strangers")
+    body = request(SPANS["chat1"])
+    body = body.SerializeToString() if content_type == PROTOBUF else orjson.dumps(_otlp_json(body))
+    # The key is limited to "agents": "other" (its user's too), "strangers" and an unknown slug are not its.
+    for slug in ("other", "strangers", "no-such-project"):
+        response = post(api, body, content_type=content_type, x_replay_project=slug)
+        assert response.status_code == 404 and response["Content-Type"] == content_type
+        status = _status(response) if content_type == PROTOBUF else response.json()
+        message = status.message if content_type == PROTOBUF else status["message"]
+        code = status.code if content_type == PROTOBUF else status["code"]
+        assert code == 5 and message == f"X-Replay-Project: project {slug!r} not found"
+    assert not OtlpSpan.objects.exists()
+    assert post(api, body, content_type=content_type, x_replay_project="agents").status_code == 200

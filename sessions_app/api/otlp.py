@@ -20,7 +20,7 @@ import zlib
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -37,7 +37,7 @@ logger = logging.getLogger("replay.otlp")
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 # google.rpc.Code values of the failures (the HTTP status says the same; clients log the code).
-_INVALID_ARGUMENT, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED, _UNAUTHENTICATED = 3, 7, 8, 16
+_INVALID_ARGUMENT, _NOT_FOUND, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED, _UNAUTHENTICATED = 3, 5, 7, 8, 16
 
 
 class Refused(Exception):
@@ -70,6 +70,8 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _failure(refused, json)
     except PermissionDenied as exc:
         return _failure(Refused(403, _PERMISSION_DENIED, str(exc)), json)
+    except Http404 as exc:  # X-Replay-Project names no project the key may write to (Django's page was HTML)
+        return _failure(Refused(404, _NOT_FOUND, f"X-Replay-Project: {exc}"), json)
     except QuotaExceeded as exc:
         return _failure(Refused(exc.status, _RESOURCE_EXHAUSTED, exc.message), json)
     except (ValueError, otlp.NotOtlp) as exc:  # NotOtlp, or a key of several projects (which to name)
