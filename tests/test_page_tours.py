@@ -344,7 +344,7 @@ def test_adding_to_a_new_tour_creates_it_with_its_first_stop(mia, acme, second):
 @pytest.mark.parametrize(
     "body, says",
     [({"title": "t", "tour": ""}, "new_tour: Pick a tour"), ({"title": "t", "new_tour": "N"}, "step: This field is required"),
-     ({"title": "t", "new_tour": "N", "step": 12}, "seq: session"), ({"title": "", "new_tour": "N", "step": 1}, "title:")],
+     ({"title": "t", "new_tour": "N", "step": 12}, "step: session"), ({"title": "", "new_tour": "N", "step": 1}, "title:")],
 )  # fmt: skip
 def test_a_refused_addition_is_a_400_that_says_why_and_makes_no_tour(mia, first, body, says):
     response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]), body, HTTP_HX_REQUEST="true")

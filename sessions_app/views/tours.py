@@ -10,6 +10,7 @@ post a redirect.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -229,7 +230,8 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
             stop = tours.add_stop(actor=actor, tour=tour, session=session, seq=data["step"], title=data["title"],
                                   narration=data["narration"], ip=ip)  # fmt: skip
     except tours.TourError as exc:
-        return _builder_answer(request, session, error=str(exc))
+        # The workflow names its own field (`seq`, as the API does); this form's is `step`.
+        return _builder_answer(request, session, error=re.sub(r"^seq:", "step:", str(exc)))
     if not request.htmx:
         return redirect(stop.player_url)
     return _builder_answer(request, session, added=stop, tour=tour)
