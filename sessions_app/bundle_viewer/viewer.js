@@ -327,9 +327,19 @@
       event.preventDefault();
     });
     showLists();
-    const wanted = /^#seq=(\d+)$/.exec(location.hash);
+    const wantedSeq = function () {
+      const wanted = /^#seq=(\d+)$/.exec(location.hash);
+      return wanted ? Number(wanted[1]) : null;
+    };
     renderRows();
-    show(wanted ? indexOfSeq(Number(wanted[1])) : 0);
+    const first = wantedSeq();
+    show(first === null ? 0 : indexOfSeq(first));
+    // A #seq=N typed in the address bar or followed from a link later moves the viewer too (our
+    // own replaceState fires no hashchange).
+    window.addEventListener("hashchange", function () {
+      const seq = wantedSeq();
+      if (seq !== null && events.length && seq !== events[current][col.seq]) show(indexOfSeq(seq));
+    });
     if (!events.length) $("event-title").textContent = "This session has no events.";
   }
 

@@ -90,6 +90,10 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
         assert page.locator("#marks .mark").count() == 1
         page.click("#last")
         assert page.locator("#event-title").text_content().startswith(f"Event #{session.event_count} ")
+        # A #seq=N set after the page loaded (address bar, a link) moves the viewer there too.
+        page.evaluate("location.hash = '#seq=2'")
+        page.locator("#position").filter(has_text=f"event 3 of {session.event_count}").wait_for()
+        assert page.locator("#event-title").text_content().startswith("Event #3 ")
         assert page.evaluate("window.__pwned") is None
     finally:
         context.close()
