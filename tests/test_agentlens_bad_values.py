@@ -186,3 +186,38 @@ def test_a_live_record_that_cannot_be_stored_is_a_400_naming_its_index_and_field
         assert problem in response.json()["errors"][0]["message"]
         session.refresh_from_db()
         assert session.event_count == 0
+
+
+# --- what a new session and session_started say of the session ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        (b'"task":"ab\\ud800"', 400, "task"),
+        (b'"metadata":{"k":["\\udc00"]}', 400, "metadata.k[0]"),
+        (b'"metadata":{"k":' + nested(300) + b"}", 400, "metadata.k"),
+        (b'"metadata":{"k":NaN,"n":' + BIG + b',"i":-Infinity}', 201, None),
+    ],
+)
+def test_a_new_live_sessions_fields_are_stored_or_a_400_naming_the_field(db, body, status, field):
+    # Each answered 500: the request's digest could not be written, or the database's JSON check
+    # refused the NaN Django's JSONField wrote.
+    project = b'{"project":' + orjson.dumps(Project.get_default().slug) + b","
+    response = keyed().post("/api/sessions", project + body + b"}", content_type="application/json")
+    assert response.status_code == status, response.content
+    if field is None:
+        assert Session.objects.get().metadata == {"k": None, "n": 1e26, "i": None}
+    else:
+        assert response.json()["errors"][0]["field"] == field and not Session.objects.exists()
+
+
+def test_session_started_tags_holding_nan_are_kept_as_null_in_the_sessions_metadata(db):
+    # The database's JSON check refused the NaN Django's JSONField wrote: a 500.
+    started = agentlens_event(b'{"agentName":"bot","tags":[NaN,"prod",Infinity]}', eventType="session_started")
+    ended = agentlens_event(b"{}", "2026-02-08T10:30:01Z", eventType="session_ended")
+    response = post_agentlens(started, ended)
+    assert response.status_code == 201, response.content
+    session = kept()
+    assert session.metadata["agentlens"]["tags"] == [None, "prod", None]
+    assert session.metadata["agentlens"]["agentName"] == "bot" and session.status == Session.Status.COMPLETED

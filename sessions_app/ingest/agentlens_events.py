@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from django.db import transaction
 from django.utils import timezone
 
@@ -219,6 +220,9 @@ def _note_meta(session: Session, meta: SessionMeta | None) -> None:
     import keeps it; the converter of a later batch no longer knows it."""
     info = (meta.metadata.get("agentlens") if meta is not None else None) or {}
     if info:
+        # As the payload is stored (orjson writes a NaN or infinity as null): the database's JSON
+        # check refuses the NaN Django's JSONField would write for `tags: [NaN]`.
+        info = orjson.loads(orjson.dumps(info))
         # Through the writer: the project's redaction rules apply to what session_started said.
         merge_session_metadata(
             session=session, metadata={"agentlens": {**((session.metadata or {}).get("agentlens") or {}), **info}}

@@ -90,6 +90,7 @@ def create_live_session(
     request used, and quotas.QuotaExceeded (409) when the project holds its quota of sessions."""
     if format and format not in LIVE_FORMATS:
         raise IngestError(f"format must be one of {', '.join(LIVE_FORMATS)}, got {format!r}")
+    meta.metadata = _storable_meta(meta)
     digest = request_digest({"format": format, "meta": [getattr(meta, name) for name in _REQUEST_FIELDS]})
     with transaction.atomic():
         # Lock the project row so two retries of one create cannot both miss each other, and two
@@ -181,6 +182,26 @@ def storable_records(records: list[Any]) -> list[Any]:
     if errors:
         raise _refused(errors)
     return kept
+
+
+def _storable_meta(meta: SessionMeta) -> dict[str, Any]:
+    """A new session's metadata as it can be stored (`storable_record`); IngestError (400) names
+    the field of the request that cannot be."""
+    for name in _META_FIELDS:
+        value = getattr(meta, name)
+        if type(value) is str and _SURROGATE.search(value):
+            raise IngestError(
+                f"{name}: {_LONE_SURROGATE}", [{"index": None, "field": name, "message": _LONE_SURROGATE}]
+            )
+    try:
+        # Written and read again: a NaN or infinity becomes null, as in an event's payload (the
+        # database's JSON check refuses the NaN Django's JSONField would write).
+        return orjson.loads(orjson.dumps(storable_record(meta.metadata)))
+    except Unstorable as exc:
+        field = "metadata" if exc.field == "event" else f"metadata.{exc.field}"
+        raise IngestError(
+            f"{field}: {exc.message}", [{"index": None, "field": field, "message": exc.message}]
+        ) from None
 
 
 def _storable(value: Any, path: str, depth: int) -> Any:
