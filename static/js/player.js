@@ -393,11 +393,11 @@
   // ---- live tail ----------------------------------------------------------------------------
   // A live session's player follows new events: the API's SSE tail (same-origin, the login
   // cookie authenticates it) tells us the newest seq; when "follow" is on we jump there.
-  function startLive() {
+  function startLive(resumeAfter) {
     const root = $("player");
     if (!root || root.getAttribute("data-live") !== "true" || player.source || !window.EventSource) return;
     const f = frame();
-    const after = f ? f.last_event : -1;
+    const after = typeof resumeAfter === "number" ? resumeAfter : (f ? f.last_event : -1);
     const url = root.getAttribute("data-tail-url") + "?after=" + encodeURIComponent(after);
     const source = new EventSource(url);
     player.source = source;
@@ -428,10 +428,18 @@
     source.addEventListener("end", function (message) {
       source.close();
       player.source = null;
+      let data = {};
+      try { data = JSON.parse(message.data) || {}; } catch (e) { data = {}; }
+      // The stream's time limit (REPLAY_TAIL_MAX_SECONDS) ends it while the session goes on:
+      // follow on from where it stopped.
+      if (data.reason === "max_duration") {
+        const resume = typeof data.resume_after === "number" ? data.resume_after : player.liveLast;
+        setTimeout(function () { if (onPlayer()) startLive(resume); }, 1000);
+        return;
+      }
       status("The session ended.");
       // The header's badges said "Live": the end frame names the status the session ended in.
-      let ended = null;
-      try { ended = JSON.parse(message.data).status; } catch (e) { ended = null; }
+      const ended = data.status;
       const badge = $("session-status");
       if (badge && typeof ended === "string" && ended && ended !== "live") {
         badge.className = "badge status-" + ended;

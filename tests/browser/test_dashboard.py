@@ -274,6 +274,25 @@ def test_live_session_follows_new_events_over_the_tail(watched, analyst, transac
     watch.assert_clean()
 
 
+def test_live_player_follows_on_after_the_tail_reaches_its_time_limit(watched, analyst, settings, transactional_db):
+    page, watch = watched
+    settings.TAIL_MAX_SECONDS = 1  # the stream ends after a second, the session goes on
+    first_turn = conversation_events(turns=2)
+    session = build_session(first_turn[: turn_length()], finish=False, source_session_id="long-live-run")
+    log_in(page, f"/sessions/{session.pk}/")
+    deadline = time.monotonic() + 10
+    while sum("/tail?after=" in url for url in watch.requests) < 2:
+        assert time.monotonic() < deadline, "the player did not open the tail again after its time limit"
+        page.wait_for_timeout(50)
+    assert "ended" not in page.locator("#play-status").inner_text()
+    append_events(session=session, events=first_turn[turn_length() :])
+    wait_for_seq(page, 2 * turn_length() - 1)
+    assert page.locator("#live-badge").count() == 1
+    finish_session(session=session)
+    page.goto("/sessions/")  # leaving closes the stream
+    watch.assert_clean()
+
+
 def test_hostile_payloads_show_as_text_and_run_nothing(watched, analyst, transactional_db):
     page, watch = watched
     session = build_session(hostile_events(), source_session_id="hostile", task=XSS_SCRIPT)
