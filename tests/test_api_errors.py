@@ -87,6 +87,17 @@ def test_validation_errors_are_400_naming_the_field(api, make_session):
     assert "session_id: Input should be a valid integer" in get_json(api, "/api/sessions/abc/summary", 400)["detail"]
 
 
+@pytest.mark.parametrize("nan", [False, True])
+def test_a_body_nested_past_any_parser_is_a_400_not_a_500(api, nan):
+    # orjson refuses 1024 levels; the standard json module it falls back to (for NaN) then ran
+    # out of recursion, and every JSON write endpoint answered 500.
+    inner = b"[NaN]" if nan else b"[]"
+    body = b'{"events": ' + b"[" * 100_000 + inner + b"]" * 100_000 + b"}"
+    response = api.post("/api/events", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:200]
+    assert orjson.loads(response.content)["detail"].startswith("The body is not valid JSON")
+
+
 def test_a_bug_is_a_logged_json_500_without_traceback(api, make_session, monkeypatch, caplog):
     session = make_session(events=4)
 

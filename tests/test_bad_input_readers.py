@@ -165,3 +165,17 @@ def test_json_lines_with_any_line_break_import_every_record_and_count_lines_on_i
         4,
     ]
     assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "line")]
+
+
+def test_an_integer_past_64_bits_beside_a_bare_nan_reads_as_orjson_reads_it(db, tmp_path):
+    # The stdlib parser (only it reads NaN) kept the integer whole, which nothing stores: the
+    # line was skipped, though either value alone imported. Now it reads as the float orjson
+    # reads it as: in a payload it is stored so, in a numeric field it is the same problem.
+    base = {k: v for k, v in GOOD_NATIVE[1].items() if k != "step"}
+    data = orjson.dumps({**base, "data": {"n": 1}})[:-1] + b', "x": NaN, "big": 99999999999999999999999999}'
+    outcome = imported(native_file(tmp_path, data))
+    assert outcome.error is None and outcome.events == 3 and outcome.problems == []
+    stepped = orjson.dumps(base)[:-1] + b', "x": NaN, "step": 100000000000000000000000000000}'
+    outcome = imported(native_file(tmp_path, stepped), replace=True)
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "step")]
+    assert "64 bits" in outcome.problems[0]["message"]

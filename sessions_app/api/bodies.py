@@ -49,7 +49,7 @@ def read_body(request: HttpRequest, schema: type[BaseModel]) -> Any:
         # rlm-code's records may hold the bare NaN / Infinity Python's json module writes.
         try:
             data = json.loads(body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past ~1000 levels
             raise BadRequest(400, f"The body is not valid JSON: {exc}") from None
     try:
         return schema.model_validate(data)
