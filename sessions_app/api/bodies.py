@@ -13,6 +13,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from pydantic import BaseModel, ValidationError
 
+from ..formats import int_as_orjson_reads
 from .responses import BadRequest
 
 
@@ -48,7 +49,7 @@ def read_body(request: HttpRequest, schema: type[BaseModel]) -> Any:
     except orjson.JSONDecodeError as exc:
         # rlm-code's records may hold the bare NaN / Infinity Python's json module writes.
         try:
-            data = json.loads(body.decode("utf-8"))
+            data = json.loads(body.decode("utf-8"), parse_int=int_as_orjson_reads)
         except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past ~1000 levels
             raise BadRequest(400, f"The body is not valid JSON: {exc}") from None
     try:

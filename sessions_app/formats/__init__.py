@@ -346,7 +346,7 @@ def _load_with_nan(data: bytes) -> Any:
     import json
 
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_constant_as_null, parse_int=_int_as_orjson_reads)
+        return json.loads(data.decode("utf-8"), parse_constant=_constant_as_null, parse_int=int_as_orjson_reads)
     except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested too deep
         return None
 
@@ -355,10 +355,11 @@ def _constant_as_null(name: str) -> None:
     return None
 
 
-def _int_as_orjson_reads(digits: str) -> int | float | None:
+def int_as_orjson_reads(digits: str) -> int | float | None:
     """An integer as orjson reads it: past 64 bits, the float it rounds to (null past any
-    float). The stdlib parser keeps it whole, which no column stores: a line holding NaN beside
-    such an integer was skipped, though either alone was stored."""
+    float). The stdlib parser (the fallback for NaN, here and in api/bodies.py) keeps it whole,
+    which no column stores: a record holding NaN beside such an integer was refused, though
+    either alone was stored."""
     value = int(digits)
     if -(2**63) <= value < 2**64:
         return value

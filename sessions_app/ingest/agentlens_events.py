@@ -75,8 +75,8 @@ def ingest_agentlens_events(
     in the project's live sessions.
 
     Raises IngestError (400) naming the index and field of an event that cannot be stored (a
-    lone surrogate, nesting past live.MAX_NESTING; integers past 64 bits are stored as the
-    floats orjson reads them as, see live.storable_record),
+    lone surrogate, nesting past live.MAX_NESTING: live.storable_record; integers past 64 bits
+    are read as the floats orjson reads them as, formats.int_as_orjson_reads),
     SessionNotLive (409) for new events of a session that already ended, or quotas.QuotaExceeded
     (409) for a new session past the project's quota; nothing is stored then.
     """

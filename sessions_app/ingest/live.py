@@ -125,9 +125,6 @@ _REQUEST_FIELDS = (*_META_FIELDS, "started_at", "metadata")
 # orjson writes containers nested up to this many levels (the record itself the first); every
 # stored column is written by it.
 MAX_NESTING = 254
-# The integers orjson reads as integers (and writes); it reads longer ones as the float they round
-# to, and one past the largest float not at all.
-_INTEGERS = (-(2**63), 2**64 - 1)
 # The standard json module pairs a surrogate pair's escapes into one character: what is left is lone.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LONE_SURROGATE = "cannot be stored: a lone surrogate escape (\\ud800-\\udfff), which no UTF-8 text holds"
@@ -142,26 +139,18 @@ class Unstorable(Exception):
 
 
 def storable_record(record: Any) -> Any:
-    """A record as it can be stored: an integer orjson would not have read as one is the number
-    it reads alone (the float it rounds to; null past the largest float, as JavaScript's
-    JSON.stringify writes Infinity). A body holding NaN or a lone surrogate escape is read by the
-    standard json module (api/bodies.py), which keeps such integers whole: the same number
-    answered 500 beside a NaN and was stored alone.
-
-    Raises Unstorable for what cannot be stored at all: a string or key holding a lone surrogate
-    (no UTF-8 text can), containers nested deeper than MAX_NESTING. The file importer skips such
-    a record for the same reason (formats.storable)."""
+    """The record, when a stored column can hold it (orjson writes every one); else Unstorable,
+    naming where: a string or key holding a lone surrogate escape (a body holding one is read by
+    the standard json module, api/bodies.py; no UTF-8 text can hold it), containers nested
+    deeper than MAX_NESTING. The file importer skips such a record for the same reason
+    (formats.storable)."""
     try:
-        orjson.dumps(record)  # nearly every record: nothing to change
+        orjson.dumps(record)  # nearly every record
         return record
-    except orjson.JSONEncodeError:
-        pass
-    kept = _storable(record, "", 1)
-    try:
-        orjson.dumps(kept)
-    except orjson.JSONEncodeError as exc:  # nothing _storable knows of: said as orjson says it
+    except orjson.JSONEncodeError as exc:
+        _check_storable(record, "", 1)
+        # Nothing _check_storable knows of: said as orjson says it.
         raise Unstorable("event", f"cannot be stored: {exc}") from None
-    return kept
 
 
 def storable_records(records: list[Any]) -> list[Any]:
@@ -204,9 +193,9 @@ def _storable_meta(meta: SessionMeta) -> dict[str, Any]:
         ) from None
 
 
-def _storable(value: Any, path: str, depth: int) -> Any:
-    """`value` (at `path`, `depth` containers deep) with its integers as orjson reads them, or
-    Unstorable. The recursion is bounded by MAX_NESTING."""
+def _check_storable(value: Any, path: str, depth: int) -> None:
+    """Unstorable for the first value (at `path`, `depth` containers deep) no stored column can
+    hold. The recursion is bounded by MAX_NESTING."""
     kind = type(value)
     if kind is dict or kind is list:
         if depth > MAX_NESTING:
@@ -214,22 +203,16 @@ def _storable(value: Any, path: str, depth: int) -> Any:
             top = re.split(r"[.\[]", path.lstrip("."), maxsplit=1)[0] or "event"
             raise Unstorable(top, f"cannot be stored: nested deeper than {MAX_NESTING} levels")
         if kind is list:
-            return [_storable(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
-        kept = {}
+            for i, item in enumerate(value):
+                _check_storable(item, f"{path}[{i}]", depth + 1)
+            return
         for key, item in value.items():
             where = f"{path}.{key}" if path else key
             if type(key) is str and _SURROGATE.search(key):
                 raise Unstorable(_shown(where), _LONE_SURROGATE)
-            kept[key] = _storable(item, where, depth + 1)
-        return kept
-    if kind is str and _SURROGATE.search(value):
+            _check_storable(item, where, depth + 1)
+    elif kind is str and _SURROGATE.search(value):
         raise Unstorable(_shown(path) or "event", _LONE_SURROGATE)
-    if kind is int and not _INTEGERS[0] <= value <= _INTEGERS[1]:
-        try:
-            return float(value)
-        except OverflowError:
-            return None
-    return value
 
 
 def _shown(path: str) -> str:
