@@ -267,9 +267,11 @@ if WHITENOISE_USE_FINDERS:  # whitenoise would warn that STATIC_ROOT was never c
     warnings.filterwarnings("ignore", message="No directory at: ")
 
 # The production server (`manage.py serve`, docs/deployment.md): web processes, threads each
-# serves pages with, and job workers.
+# serves pages with, and job workers. Two threads a process, not four: a page is CPU-bound
+# Python, so more threads only share one GIL (bench/load_bench.py, 20 viewers, alternating runs:
+# step p95 148 against 172 ms on SQLite, 266/304 against 309/322 ms on PostgreSQL).
 WEB_PROCESSES = int(env_number("REPLAY_WEB_PROCESSES", 2, minimum=1))
-WEB_THREADS = int(env_number("REPLAY_WEB_THREADS", 4, minimum=1))
+WEB_THREADS = int(env_number("REPLAY_WEB_THREADS", 2, minimum=1))
 
 # Uploads stream to disk, never to memory; the import job reads them from there.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
