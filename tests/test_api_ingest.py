@@ -314,7 +314,7 @@ def test_ending_a_session_sets_its_status_and_final_answer(
     api, project, monkeypatch, django_capture_on_commit_callbacks
 ):
     queued = []
-    monkeypatch.setattr("sessions_app.jobs.enqueue_verify", lambda *, session_id: queued.append(session_id))
+    monkeypatch.setattr("sessions_app.jobs.enqueue_verify", lambda *, session_ids: queued.extend(session_ids))
     sid = new_session(api)["id"]
     append(api, sid, list(canonical_records(8)))
     with django_capture_on_commit_callbacks(execute=True):

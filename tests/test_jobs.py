@@ -464,3 +464,47 @@ def test_enqueue_cleanup_queues_run_cleanup_with_its_options(db):
     (task,) = [t.task for t in OrmQ.objects.all()]
     assert task["func"] == "sessions_app.jobs.run_cleanup"
     assert task["kwargs"] == {"days": 12, "include_checkpointed": True}
+
+
+def test_sessions_are_verified_several_to_a_job_and_each_once(
+    make_session, monkeypatch, django_capture_on_commit_callbacks
+):
+    small = [make_session(events=5) for _ in range(4)]
+    big = make_session(events=30)
+    monkeypatch.setattr(jobs, "VERIFY_EVENTS_A_JOB", 40)
+    ids = [s.pk for s in small] + [small[0].pk, big.pk]  # a session named twice is verified once
+    with django_capture_on_commit_callbacks(execute=True):
+        jobs.enqueue_verify_after_commit(session_ids=ids)
+        assert OrmQ.objects.count() == 0  # nothing before the commit
+    queued = [t.task for t in OrmQ.objects.order_by("id")]
+    assert [t["func"] for t in queued] == ["sessions_app.jobs.run_verify"] * 2
+    # 4 x 7 events fit under the budget of 40; the 32-event session starts a job of its own.
+    assert [t["kwargs"]["session_ids"] for t in queued] == [[s.pk for s in small], [big.pk]]
+
+    jobs.run_verify(session_ids=queued[0]["kwargs"]["session_ids"])
+    states = {s.pk: s.chain_state for s in Session.objects.all()}
+    assert [states[s.pk] for s in small] == ["verified"] * 4 and states[big.pk] == "unverified"
+
+
+def test_a_verify_job_queued_before_the_upgrade_still_runs(make_session):
+    session = make_session(events=5)
+    jobs.run_verify(session_id=session.pk)  # the one-session form of older queued tasks
+    session.refresh_from_db()
+    assert session.chain_state == "verified"
+
+
+def test_one_session_that_cannot_be_verified_does_not_stop_the_others(make_session, monkeypatch):
+    from sessions_app import verification
+
+    first, second = make_session(events=5), make_session(events=5)
+    real = verification.verify_session
+
+    def verify(*, session):
+        if session.pk == first.pk:
+            raise OSError("disk gone")
+        return real(session=session)
+
+    monkeypatch.setattr(verification, "verify_session", verify)
+    with pytest.raises(RuntimeError, match=rf"\[{first.pk}\]"):
+        jobs.run_verify(session_ids=[first.pk, second.pk, 999_999])  # a deleted one is skipped
+    assert Session.objects.get(pk=second.pk).chain_state == "verified"
