@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 
-from .. import access, audit, originals, replay
+from .. import access, audit, deletion, replay
 from ..models import Role, Session
 from ..replay.listing import list_sessions as list_session_page
 from .checkpoints import checkpoint_row
@@ -126,16 +126,7 @@ def get_session(request: HttpRequest, session_id: Id):
 def delete_session(request: HttpRequest, session_id: Id):
     """Delete a session with its events, snapshots and checkpoints (the database cascades)."""
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
-    events = session.event_count
-    session.delete()
-    originals.note_orphans(job_ids=[session.import_job_id])  # its upload's original goes after the grace period
-    audit.record_request(
-        request,
-        action="session.delete",
-        project=session.project_id,
-        target=f"session:{session_id}",
-        detail={"events": events, "source_session_id": session.source_session_id},
-    )
+    deletion.delete_session(actor=access.actor_of(request), session=session, ip=audit.client_ip(request))
     return Status(204, None)
 
 
