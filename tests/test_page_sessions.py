@@ -389,7 +389,7 @@ def test_only_an_uploads_own_messages_show_as_its_errors_and_others_stay_queued(
     from django.contrib.messages.storage.fallback import FallbackStorage
     from django.contrib.sessions.backends.signed_cookies import SessionStore
 
-    from sessions_app.views.sessions import _UPLOAD_TAG, _upload_messages
+    from sessions_app.views.sessions import _UPLOAD_TAG, _list_messages
 
     request = rf.get("/sessions/")
     request.session = SessionStore()
@@ -397,5 +397,5 @@ def test_only_an_uploads_own_messages_show_as_its_errors_and_others_stay_queued(
     messages.info(request, "Saved the project settings.")
     messages.error(request, "empty.jsonl: the file is empty", extra_tags=_UPLOAD_TAG)
 
-    assert _upload_messages(request) == ["empty.jsonl: the file is empty"]
+    assert _list_messages(request) == (["empty.jsonl: the file is empty"], [])
     assert [m.message for m in request._messages._queued_messages] == ["Saved the project settings."]

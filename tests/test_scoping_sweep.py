@@ -116,6 +116,7 @@ ROLE_NEEDED = {
     ("POST", "/sessions/{session_id}/checkpoints/{checkpoint_id}/rename/"): Role.MAINTAINER,
     ("POST", "/sessions/{session_id}/checkpoints/{checkpoint_id}/delete/"): Role.MAINTAINER,
     ("POST", "/sessions/{session_id}/verify/"): Role.VIEWER,
+    ("POST", "/sessions/{session_id}/delete/"): Role.MAINTAINER,
     ("GET", "/sessions/{session_id}/redactions/"): Role.VIEWER,
     ("POST", "/sessions/{session_id}/redact/"): Role.MAINTAINER,
     ("POST", "/sessions/{session_id}/redact-rules/"): Role.MAINTAINER,

@@ -18,9 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import trigger_client_event
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from .. import access, audit, jobs, replay, verification
+from .. import access, audit, deletion, jobs, replay, verification
 from ..canonical import ALL_KINDS
 from ..forms import (
     PACES,
@@ -76,8 +76,9 @@ def session_list(request: HttpRequest) -> HttpResponse:
         # The upload panel only for who may upload somewhere: a viewer's upload would be refused.
         writable = _writable(projects)
         context |= _imports_context(request) | {"upload_form": UploadForm(projects=writable) if writable else None}
-        # An upload sent without JavaScript came back here with its errors (_upload_answer).
-        context["upload_errors"] = _upload_messages(request)
+        # An upload sent without JavaScript came back here with its errors (_upload_answer), a
+        # session deleted from its player with what went (delete_session).
+        context["upload_errors"], context["notices"] = _list_messages(request)
     return render_page(request, "sessions_app/session_list.html", "session-table", context)
 
 
@@ -136,19 +137,25 @@ def _upload_answer(request: HttpRequest, errors: list[str]) -> HttpResponse:
 
 
 _UPLOAD_TAG = "upload"
+_DELETED_TAG = "session-deleted"
 
 
-def _upload_messages(request: HttpRequest) -> list[str]:
-    """The errors of an upload sent without JavaScript (_upload_answer); any other message stays
+def _list_messages(request: HttpRequest) -> tuple[list[str], list[str]]:
+    """What the sessions page says once: the errors of an upload sent without JavaScript
+    (_upload_answer) and the sessions deleted from their player (delete_session). Read in one
+    pass (Django's storage gives its messages again to a second one); any other message stays
     queued for the page it was meant for."""
     storage = django_messages.get_messages(request)
-    errors = []
+    errors, notices = [], []
     for message in list(storage):
-        if _UPLOAD_TAG in message.extra_tags.split():
+        tags = message.extra_tags.split()
+        if _UPLOAD_TAG in tags:
             errors.append(str(message))
+        elif _DELETED_TAG in tags:
+            notices.append(str(message))
         else:
             storage.add(message.level, message.message, message.extra_tags)
-    return errors
+    return errors, notices
 
 
 @login_required
@@ -261,9 +268,16 @@ def _team_panels(request: HttpRequest, session: Session, overview: timeline.Over
         sign_off_panel(request, session)
         | discussion(session, overview)
         | {"can_share": may_share(request, session)}
+        | {"can_delete": _may_delete(request, session)}
         | tour_builder(request, session)
         | {"import_problems": session_import_problems(jobs=access.jobs_visible_to(request), session=session)}
     )
+
+
+def _may_delete(request: HttpRequest, session: Session) -> bool:
+    # Who shows the button; delete_session checks it again through access.py.
+    role = access.role_on(request, session)
+    return role is not None and role.includes(Role.MAINTAINER)
 
 
 def _player_link_suffix(state: dict[str, Any]) -> str:
@@ -327,6 +341,43 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     if not request.htmx:
         return redirect(session.get_absolute_url())
     return render(request, "sessions_app/player.html#chain-badge", {"session": session, "verification": result})
+
+
+# The confirm step's answer: only its own form sends it, so a first post (or a second click on
+# the button that asked) never deletes.
+DELETE_CONFIRMED = "yes"
+
+
+@login_required
+@require_POST
+def delete_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Delete the session, asking first: a post without `confirm` answers with the question,
+    naming the session and the events that go (the panel for htmx, else the player showing it);
+    the question's own post deletes, then the project's session list says what went."""
+    session = access.session_for(request, session_id, need=Role.MAINTAINER)
+    if request.POST.get("confirm") != DELETE_CONFIRMED:
+        return _delete_question(request, session)
+    name, project = _session_name(session), session.project.slug
+    events = deletion.delete_session(actor=access.actor_of(request), session=session, ip=audit.client_ip(request))
+    plural = "" if events == 1 else "s"
+    django_messages.success(request, f"Deleted session {name} and its {events} event{plural}.", extra_tags=_DELETED_TAG)
+    url = f"{reverse('sessions:list')}?{urlencode({'project': project})}"
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+def _delete_question(request: HttpRequest, session: Session) -> HttpResponse:
+    state = PlayerForm(request.POST).values()  # the shown step (#nav-step), for "Keep it"
+    asked = {"can_delete": True, "delete_asked": True, "delete_step": state["step"]}
+    if not request.htmx:
+        return player_page(request, session, state, extra=asked)
+    response = render(request, "sessions_app/includes/session_delete.html#session-delete", {"session": session} | asked)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _session_name(session: Session) -> str:
+    # As the player's heading names it.
+    return f"“{session.source_session_id}”" if session.source_session_id else str(session.pk)
 
 
 @signed_in_or_shared
