@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import sharing
-from sessions_app.access import Actor
+from sessions_app import deletion, sharing
+from sessions_app.access import Actor, NotVisible
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import AuditEntry, Event, ImportJob, Project, Role, Session
@@ -242,4 +242,26 @@ def test_a_post_without_the_csrf_token_is_refused(acme, run):
     client = Client(enforce_csrf_checks=True)
     client.force_login(member("mia", acme, Role.MAINTAINER))
     assert client.post(delete_url(run), {"confirm": "yes"}).status_code == 403
+    assert still_there(run, 12)
+
+
+# --- the workflow ------------------------------------------------------------------------------
+
+
+def test_a_session_deleted_meanwhile_is_404_and_recorded_once(acme, run):
+    actor = Actor(user=member("mia", acme, Role.MAINTAINER))
+    stale = Session.objects.get(pk=run.pk)  # looked up before someone else deleted it
+    assert deletion.delete_session(actor=actor, session=run) == 12
+    with pytest.raises(NotVisible):
+        deletion.delete_session(actor=actor, session=stale)
+    assert len(deletions()) == 1
+
+
+def test_nothing_is_deleted_when_its_audit_entry_cannot_be_written(acme, run, mia, monkeypatch):
+    def refuse(**kwargs):
+        raise RuntimeError("audit log unavailable")
+
+    monkeypatch.setattr(deletion.audit, "record", refuse)
+    with pytest.raises(RuntimeError):
+        mia.post(delete_url(run), {"confirm": "yes"})
     assert still_there(run, 12)
