@@ -3,7 +3,10 @@
 `sign_off()` verifies the session first and stores, with the verdict, the chain head it
 verified and the seqs it covered; only a rejection may sign off a broken chain. A live session
 may grow afterwards: `coverage()` says how much of the session a sign-off covers now ("covers
-events 1–N of M") and whether the events it covered are still the ones it signed.
+events 1–N of M") and whether the events it covered are still the ones it signed: the stored
+event at its last seq still has the hash it signed, and no verification since found an event
+inside its range broken. (An edit of a stored field leaves the stored hashes as they were, so
+the hash alone cannot show it; the verification that re-derives every event does.)
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ class Coverage:
     first: int  # the first event it covered (1)
     last: int  # the last event it covered (N); 0 when the session had no events
     of: int  # the events the session has now (M)
-    unchanged: bool  # the covered events still end in the head it signed
+    unchanged: bool  # the covered events still end in the head it signed, and none was found broken
+    # The first event inside the range a verification after the sign-off found broken (a seq),
+    # or -1 when it found the session's stored totals broken rather than an event; None: none.
+    broken_seq: int | None = None
 
     @property
     def grew(self) -> bool:
@@ -100,11 +106,29 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
     return review
 
 
-def coverage(review: Review, *, event_count: int, hash_at_last: str | None) -> Coverage:
-    """The review's coverage of a session that has `event_count` events now, whose event at the
-    review's last seq has the hash `hash_at_last` (None: that event is gone)."""
-    unchanged = review.last_seq < 0 or hash_at_last == review.chain_head
-    return Coverage(first=review.first_seq + 1, last=review.last_seq + 1, of=event_count, unchanged=unchanged)
+def coverage(review: Review, *, session: Session, hash_at_last: str | None) -> Coverage:
+    """The review's coverage of `session` as it is now (its event count and its latest
+    verification), whose event at the review's last seq has the hash `hash_at_last` (None: that
+    event is gone)."""
+    broken = _broken_inside(review, session)
+    unchanged = (review.last_seq < 0 or hash_at_last == review.chain_head) and broken is None
+    return Coverage(
+        first=review.first_seq + 1, last=review.last_seq + 1, of=session.event_count, unchanged=unchanged,
+        broken_seq=broken,
+    )  # fmt: skip
+
+
+def _broken_inside(review: Review, session: Session) -> int | None:
+    """Where the session's latest verification found the signed range broken. Only for a
+    sign-off made on a chain that held (a rejection of a broken chain signed it broken), and
+    only a verification after it: one before it was the sign-off's own, or older."""
+    if not review.chain_valid or session.chain_valid is not False or review.last_seq < 0:
+        return None
+    if session.chain_checked_at is None or session.chain_checked_at < review.created_at:
+        return None
+    if session.chain_broken_seq is None:
+        return -1  # the stored totals, not one event: the whole range is in question
+    return session.chain_broken_seq if session.chain_broken_seq <= review.last_seq else None
 
 
 def sign_offs_of(*, session: Session) -> list[SignOff]:
@@ -113,10 +137,11 @@ def sign_offs_of(*, session: Session) -> list[SignOff]:
     reviews = list(Review.objects.filter(session=session).order_by("-created_at", "-id"))
     if not reviews:
         return []
-    count = Session.objects.filter(pk=session.pk).values_list("event_count", flat=True).get()
+    # The row as it is now: its count and its latest verification (the caller's may be older).
+    now = Session.objects.only("event_count", "chain_valid", "chain_broken_seq", "chain_checked_at").get(pk=session.pk)
     last_seqs = {r.last_seq for r in reviews if r.last_seq >= 0}
     hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).values_list("seq", "hash"))
     return [
-        SignOff(review=r, coverage=coverage(r, event_count=count, hash_at_last=hashes.get(r.last_seq)), current=i == 0)
+        SignOff(review=r, coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq)), current=i == 0)
         for i, r in enumerate(reviews)
     ]

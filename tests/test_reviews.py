@@ -123,6 +123,45 @@ def test_a_sign_off_whose_covered_events_changed_since_says_so(session, rita):
     assert not found.coverage.unchanged and not found.coverage.grew
 
 
+def test_an_edited_field_a_later_verification_finds_inside_a_sign_off_flags_it(session, rita, vic):
+    reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+    recorded = Event.objects.get(session=session, seq=2).tokens
+    # A recorded field edited in the database: the stored hashes stay as they were, so until a
+    # verification re-derives the events the sign-off cannot know.
+    Event.objects.filter(session=session, seq=2).update(tokens=(recorded or 0) + 1000)
+    [found] = reviews.sign_offs_of(session=session)
+    assert found.coverage.unchanged and found.coverage.broken_seq is None
+    assert verify_session(session=session).first_broken_seq == 2
+    [found] = reviews.sign_offs_of(session=session)
+    assert not found.coverage.unchanged and found.coverage.broken_seq == 2
+    [row] = _client(vic).get(f"/api/sessions/{session.pk}/reviews").json()
+    assert (row["unchanged"], row["broken_seq"], row["chain_valid"]) == (False, 2, True)
+    assert "event #3 it covered no longer verifies" in _player(_client(vic), session)
+    # Put back and verified again: the sign-off stands again.
+    Event.objects.filter(session=session, seq=2).update(tokens=recorded)
+    assert verify_session(session=session).valid
+    [found] = reviews.sign_offs_of(session=session)
+    assert found.coverage.unchanged and found.coverage.broken_seq is None
+
+
+def test_a_break_after_the_signed_range_leaves_the_sign_off_standing(acme, rita):
+    live = _session(acme, 5, live=True)
+    reviews.sign_off(session=live, reviewer=Actor(user=rita), verdict="approved")
+    append_events(session=live, events=synthetic_events(3, start=5))
+    _tamper(live, seq=6)  # an event appended after the sign-off: outside what it covers
+    assert verify_session(session=live).first_broken_seq == 6
+    [found] = reviews.sign_offs_of(session=live)
+    assert found.coverage.unchanged and found.coverage.broken_seq is None and found.coverage.grew
+
+
+def test_a_rejection_signed_on_a_broken_chain_is_not_flagged_again(session, rita):
+    _tamper(session)
+    reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected")
+    verify_session(session=session)
+    [found] = reviews.sign_offs_of(session=session)
+    assert found.coverage.broken_seq is None and not found.review.chain_valid
+
+
 def test_review_create_is_in_the_audit_log_with_its_range_and_head_but_not_its_note(session, rita):
     _post(_client(rita), session, "approved", "PRIVATE-NOTE")
     entry = AuditEntry.objects.get(action="review.create")
@@ -271,7 +310,7 @@ def test_the_player_shows_sign_offs_to_everyone_and_the_form_to_reviewers(sessio
         assert "badge review review-approved" in html
         assert ("sign-off-form" in html) is has_form
         assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-        assert "covers events" not in html  # it covers the whole session
+        assert "covers events 1–10</span>" in html  # the whole session: no "of M"
 
 
 def test_the_player_says_a_sign_off_covers_part_of_a_session_that_grew(acme, rita):

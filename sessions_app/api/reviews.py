@@ -37,7 +37,13 @@ class ReviewOut(Schema):
     last_seq: int = Field(description="-1 for a session without events")
     covers: CoversOut
     current: bool = Field(description="the session's newest sign-off: the review state the session list shows")
-    unchanged: bool = Field(description="the covered events still end in `chain_head`")
+    unchanged: bool = Field(
+        description="the covered events still end in `chain_head`, and no verification since found one of them broken"
+    )
+    broken_seq: int | None = Field(
+        description="the first covered event (a seq) a verification after the sign-off found broken; -1: the "
+        "session's stored totals were; null: none"
+    )
 
 
 class ReviewIn(Schema):
@@ -61,6 +67,7 @@ def review_row(found: SignOff) -> dict[str, Any]:
         "covers": found.coverage.to_dict(),
         "current": found.current,
         "unchanged": found.coverage.unchanged,
+        "broken_seq": found.coverage.broken_seq,
     }
 
 
