@@ -204,3 +204,19 @@ def test_commitments_are_each_fields_commit_with_its_own_salt(contents):
         None if text is None else commit(salt_of(salt, name), text) for name, text in zip(CONTENT_FIELDS, contents)
     ]
     assert commitments(salt, contents) == expected
+
+
+def test_an_edited_token_count_is_found_at_its_event_and_counted_at_each_total_it_no_longer_adds_up_to(make_session):
+    # docs/api.md: the edited event's own link is one finding; each later event whose stored
+    # running total the edited value no longer adds up to is counted too, naming the total.
+    session = make_session(events=30)
+    edited = Event.objects.filter(session=session, tokens__gt=0).order_by("seq").first()
+    Event.objects.filter(pk=edited.pk).update(tokens=edited.tokens + 1000)
+    result = verify_session(session=session)
+    assert result.first_broken_seq == edited.seq
+    at_edit = {f["field"] for f in result.findings if f["seq"] == edited.seq}
+    assert "hash" in at_edit and "tokens_total" in at_edit
+    after = [f for f in result.findings if f["seq"] is not None and f["seq"] > edited.seq]
+    assert {f["seq"] for f in after} == set(range(edited.seq + 1, session.event_count))
+    assert {f["field"] for f in after} == {"tokens_total"}
+    assert result.broken_events == session.event_count - edited.seq

@@ -32,7 +32,10 @@ class VerifyOut(Schema):
     chainValid: bool
     firstBrokenSeq: int | None
     events: int
-    brokenEvents: int
+    brokenEvents: int = Field(
+        description="events with at least one finding: an edited event once, and each later event whose stored "
+        "running totals the edit no longer adds up to"
+    )
     head: str
     checkedAt: str
     findings: list[VerifyFindingOut] = Field(description="the first 100 differences found")
