@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import pytest
@@ -62,3 +63,17 @@ def test_create_user_refuses_a_taken_name_an_unknown_project_and_a_bad_name():
 def test_the_password_page_needs_a_sign_in():
     response = Client().get("/accounts/password/")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_the_printed_password_page_is_the_one_that_exists():
+    err = StringIO()
+    out = StringIO()
+    call_command("create_user", "wes", stdout=out, stderr=err)
+    password = out.getvalue().strip().splitlines()[-1]
+    match = re.search(r"they change it on (\S+) ", err.getvalue())
+    assert match, err.getvalue()
+    url = match.group(1)
+    assert url == "/accounts/password/"
+    client = Client()
+    assert client.post("/accounts/login/", {"username": "wes", "password": password}).status_code == 302
+    assert client.get(url).status_code == 200

@@ -1,6 +1,6 @@
 """`manage.py create_user USERNAME [--project SLUG --role ROLE] [--email ADDRESS]`: an account for
 a team member, with a new password printed alone on the last line (they change it on
-/account/password/ or `manage.py changepassword`); with --project, a member of that project.
+/accounts/password/ or `manage.py changepassword`); with --project, a member of that project.
 
 Without it a team had no documented way to make accounts but Django's admin site: the
 dashboard's "Add member" takes only users that exist, and `createsuperuser` makes admins of
@@ -16,6 +16,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.urls import reverse
 
 from sessions_app import teams
 from sessions_app.models import Project, Role
@@ -57,6 +58,7 @@ class Command(BaseCommand):
         where = f" and {role} of project {target.slug}" if target else ""
         self.stderr.write(
             f"Created user {username!r}{where}. Their password is shown only now; they change it on "
-            "/account/password/ (or `manage.py changepassword`)."
+            # reverse(), not a literal: a literal once named /account/password/, a 404
+            f"{reverse('password_change')} (or `manage.py changepassword`)."
         )
         self.stdout.write(password)
