@@ -127,12 +127,16 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
     """Check the bundle at `path` (see the module docstring) and open it for reading.
     `key`: the public key (base64 of its raw 32 bytes) it must be signed by."""
     path = Path(path)
+    if path.is_dir():
+        raise BundleError(f"{path.name or path}: a folder, not a bundle: give the bundle's .zip file itself")
     try:
         archive = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as error:
         raise BundleError(f"{path.name}: not a readable zip file ({error})") from None
     with archive:
-        names = set(archive.namelist())
+        # A folder's own entry ("original/", as `zip -r` writes one for each folder) holds no
+        # bytes and is no file of the bundle: a re-zipped untouched bundle still verifies.
+        names = {info.filename for info in archive.infolist() if not (info.is_dir() and info.file_size == 0)}
         for needed in SIGNED_BY_MANIFEST:
             if needed not in names:
                 raise BundleError(f"{needed}: missing from the bundle")

@@ -301,6 +301,45 @@ def test_a_missing_or_extra_file_is_named(bundle):
     assert message == "bundle NOT OK: reviews.json: listed in manifest.json but missing from the bundle"
 
 
+def repack_with_folders(path: Path, extra: dict[str, bytes] | None = None) -> Path:
+    """The bundle unzipped and zipped again as `zip -qr x.zip .` does: an entry of its own
+    (a name ending in "/", no bytes) for each folder before the files in it."""
+    target = path.with_name("repacked.zip")
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        written: set[str] = set()
+        for name in source.namelist():
+            parts = name.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                folder = "/".join(parts[:depth]) + "/"
+                if folder not in written:
+                    out.mkdir(folder)
+                    written.add(folder)
+            out.writestr(name, source.read(name))
+        for name, data in (extra or {}).items():
+            out.writestr(name, data)
+    return target
+
+
+def test_a_bundle_re_zipped_with_folder_entries_still_verifies_and_an_added_file_is_still_named(bundle):
+    repacked = repack_with_folders(bundle)
+    with zipfile.ZipFile(repacked) as archive:
+        folders = [info.filename for info in archive.infolist() if info.is_dir()]
+    assert "original/" in folders  # as `zip -r` writes it
+    assert verify(repacked, server_key()).startswith("bundle OK")
+    added = repack_with_folders(bundle, {"original/notes.txt": b"not from the server"})
+    assert refused(added, server_key()) == (
+        "bundle NOT OK: original/notes.txt: in the bundle but not listed in manifest.json"
+    )
+
+
+def test_a_folder_given_instead_of_the_zip_is_said_to_be_a_folder(tmp_path):
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    message = refused(unpacked)
+    assert "a folder" in message and ".zip" in message
+    assert "Errno" not in message
+
+
 def test_verify_bundle_needs_no_database_and_exits_non_zero(bundle, tmp_path):
     # A database that cannot be reached: any ORM use would fail.
     env = {**os.environ, "DATABASE_URL": "postgres://nobody@127.0.0.1:9/none", "REPLAY_DATA_DIR": str(tmp_path)}
