@@ -46,7 +46,9 @@
   function cost(value) { return priced ? money(value) : "unpriced"; }
   function sessionCost() {
     if (!priced) return "unpriced";
-    return money(totals.cost_usd) + (totals.unpriced_events ? " + unpriced (" + count(totals.unpriced_events) + " events with no known price)" : "");
+    const unpriced = Number(totals.unpriced_events || 0);
+    if (!unpriced) return money(totals.cost_usd);
+    return money(totals.cost_usd) + " + unpriced (" + count(unpriced) + (unpriced === 1 ? " event" : " events") + " with no known price)";
   }
 
   // Times as the player shows them: since the session's start, "+1m 23.4s", with the UTC time.

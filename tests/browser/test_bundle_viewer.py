@@ -27,6 +27,8 @@ def index_html(transactional_db, tmp_path) -> tuple[Path, Session]:
     copy = tmp_path / SOURCE.name
     copy.write_bytes(SOURCE.read_bytes())
     (outcome,) = import_local_file(path=copy, project=Project.get_default())
+    # One event without a known price: the header says "1 event", not "1 events".
+    Session.objects.filter(pk=outcome.session.pk).update(unpriced_events=1, priced_events=5)
     session = Session.objects.get(pk=outcome.session.pk)
     thread = Comment.objects.create(session=session, seq=3, author_name="rita", body="Look at this step " + HOSTILE)
     Comment.objects.create(session=session, seq=3, parent=thread, author_name="mia", body="Agreed.")
@@ -70,6 +72,7 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
         page.goto(url)
         page.locator("#position").filter(has_text=f"event 1 of {session.event_count}").wait_for()
         assert page.locator("#event-title").text_content().startswith("Event #1 ")
+        assert "+ unpriced (1 event with no known price)" in page.locator("#facts").text_content()
         assert page.locator("#step-comments").text_content() == "No comment on this step."
         # Step forward with the keyboard to seq 3, where the thread is.
         for _ in range(3):
