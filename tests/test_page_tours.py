@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from sessions_app import tours
 from sessions_app.access import Actor
-from sessions_app.models import AuditEntry, Project, Role, Session, Tour, TourStop
+from sessions_app.models import AuditEntry, Project, Role, Session, ShareLink, Tour, TourStop
 
 from .builders_teams import acme, member, other  # noqa: F401  (fixtures)
 from .test_comments import HOSTILE, Elements
@@ -392,7 +394,8 @@ def test_a_tour_share_links_visitor_plays_the_tour_without_signing_in(mia, tour,
     html = player(visitor, second, step=5, tour=tour.pk, stop=2)
     panel = section(html, "tour-narration")
     assert "Stop 2 of 3" in panel and "<p>Compare them.</p>" in panel
-    assert f'href="/tours/{tour.pk}/"' not in panel  # the tour's page is the team's, not the visitor's
+    # The tour's title links to its page, which the link's visitor reads too.
+    assert f'<a href="/tours/{tour.pk}/"><bdi>How it fixed the bug</bdi></a>' in panel
     assert 'id="tour-panel"' not in html
 
 
@@ -400,3 +403,80 @@ def test_the_tour_page_loads_the_share_links_panel_for_maintainers_only(mia, vic
     page = mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
     assert f'hx-get="/tours/{tour.pk}/share-links/"' in section(page, "share-links")
     assert 'id="share-links"' not in vic.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+
+
+def _tour_visitor(mia: Client, tour: Tour) -> tuple[Client, int]:
+    """A browser (no account) that opened a share link to `tour`, and the link's id."""
+    made = mia.post(f"/api/tours/{tour.pk}/share-links", b'{"expires_in_days": 1}', content_type="application/json")
+    assert made.status_code == 201
+    visitor = Client()
+    assert visitor.get(made.json()["url"]).status_code == 302
+    return visitor, made.json()["id"]
+
+
+def test_a_tour_links_visitor_reads_the_tour_page_without_its_controls_or_project(mia, acme, tour, first):
+    Tour.objects.filter(pk=tour.pk).update(description="Read *this*\n\n" + "\n\n".join(HOSTILE))
+    visitor, link = _tour_visitor(mia, tour)
+    response = visitor.get(reverse("sessions:tour", args=[tour.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    head, stops = section(page, "tour-head"), section(page, "tour-stops")
+    assert '<h1 id="tour-title">How it fixed the bug</h1>' in head
+    assert "<p>Read <em>this</em></p>" in head
+    elements = Elements(head).found
+    assert not any(tag in ("script", "img", "iframe") for tag, _ in elements), head
+    assert not any(name.startswith("on") for _, attrs in elements for name in attrs)
+    numbers = re.findall(r'<span class="stop-number">Stop (\d+)</span> <bdi class="stop-title">([^<]+)</bdi>', stops)
+    assert numbers == [("1", "It reads the file"), ("2", "Another run fails"), ("3", "The fix")]
+    assert "<p>First <strong>look</strong>.</p>" in stops
+    assert f'href="/sessions/{first.pk}/?step=9&amp;tour={tour.pk}&amp;stop=3"' in stops
+    assert f'href="/tours/{tour.pk}/play/?stop=1"' in head
+    for absent in ("tour-edit-form", "stop-edit-form", "Move stop", "tour-delete-form", 'id="share-links"',
+                   "/share-links/", "<form", f'href="/projects/{acme.slug}/', "Log out"):  # fmt: skip
+        assert absent not in page, absent
+    assert "shared with you" in page
+    # Counted once, when the link was opened, as for a session link's pages: not per page view.
+    assert AuditEntry.objects.filter(action="share_link.use").count() == 1
+    # Reading, never changing: the tour's forms still want a maintainer.
+    a, *_ = stop_ids(tour)
+    assert visitor.post(reverse("sessions:tour_edit", args=[tour.pk]), {"title": "x"}).status_code == 302
+    assert visitor.post(reverse("sessions:tour_stop_delete", args=[tour.pk, a])).status_code == 302
+    assert Tour.objects.get(pk=tour.pk).title == "How it fixed the bug" and stop_ids(tour)[0] == a
+
+
+def test_another_tours_link_or_a_session_link_does_not_open_this_tour_page(mia, acme, tour, first):
+    other_tour = tours.create_tour(actor=Actor(user=member("mia", acme, Role.MAINTAINER)), project=acme, title="Other")
+    visitor, _ = _tour_visitor(mia, other_tour)
+    assert visitor.get(reverse("sessions:tour", args=[other_tour.pk])).status_code == 200
+    assert visitor.get(reverse("sessions:tour", args=[tour.pk])).status_code == 404
+    # A link to a session that is one of this tour's stops opens that session, not the tour.
+    made = mia.post(f"/api/sessions/{first.pk}/share-links", b'{"expires_in_days": 1}',
+                    content_type="application/json")  # fmt: skip
+    assert made.status_code == 201
+    session_visitor = Client()
+    assert session_visitor.get(made.json()["url"]).status_code == 302
+    assert session_visitor.get(reverse("sessions:player", args=[first.pk])).status_code == 200
+    assert session_visitor.get(reverse("sessions:tour", args=[tour.pk])).status_code == 404
+    # Without any link: the sign-in page, as before.
+    anonymous = Client().get(reverse("sessions:tour", args=[tour.pk]))
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith("/accounts/login/")
+
+
+def test_a_revoked_or_expired_tour_link_closes_the_tour_page_at_once(mia, tour):
+    visitor, link = _tour_visitor(mia, tour)
+    page = reverse("sessions:tour", args=[tour.pk])
+    assert visitor.get(page).status_code == 200
+    assert mia.delete(f"/api/share-links/{link}").status_code == 204
+    assert visitor.get(page).status_code == 404
+    later, second_link = _tour_visitor(mia, tour)
+    assert later.get(page).status_code == 200
+    ShareLink.objects.filter(pk=second_link).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert later.get(page).status_code == 404
+
+
+def test_members_see_the_tour_page_as_before(mia, vic, acme, tour):
+    for client in (mia, vic):
+        page = client.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+        assert f'href="/projects/{acme.slug}/"' in page and f'href="/projects/{acme.slug}/learn/"' in page
+        assert "shared with you" not in page
+    assert 'id="tour-edit-form"' in mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode()

@@ -73,9 +73,12 @@ def tour_create(request: HttpRequest, slug: str) -> HttpResponse:
 # --- the tour page ----------------------------------------------------------------------------
 
 
-@login_required
+@signed_in_or_shared
 @require_GET
 def tour_page(request: HttpRequest, tour_id: int) -> HttpResponse:
+    """The tour: its description and stops. A share link's visitor of this very tour reads it
+    too (access.tour_for admits its grant as a viewer, checked on every request, so a revoked or
+    expired link stops at once); it is counted once, when /s/<token> is opened, not per page."""
     return _tour_answer(request, access.tour_for(request, tour_id), region=None)
 
 
@@ -88,6 +91,8 @@ def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error:
     context = {
         "tour": tour, "description_html": tours.describe(tour), "stops": tours.stops_of(tour=tour),
         "can_edit": _can_edit(request, tour), "error": error, "error_region": region, "error_stop": stop,
+        # Seen through a share link (no role of one's own): the tour, not the project around it.
+        "shared": access.share_grant_on(request, tour),
         "form": form or TourForm(initial={"title": tour.title, "description": tour.description}),
     }  # fmt: skip
     name = f"sessions_app/tour.html#{region}" if region is not None and request.htmx else "sessions_app/tour.html"

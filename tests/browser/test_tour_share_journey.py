@@ -99,7 +99,8 @@ def test_a_signed_out_visitor_plays_a_shared_tour_from_stop_1_to_3_until_it_is_r
         assert narration.locator(".tour-stop-count").text_content() == "Stop 1 of 3"
         assert narration.locator(".tour-stop-title").text_content() == "It reads the file"
         assert narration.locator(".narration strong").text_content() == "what"
-        assert narration.locator(".tour-name a").count() == 0  # the tour's page is the team's
+        # The tour's title links to its page, which the link's visitor reads too (read-only).
+        assert narration.locator(".tour-name a").get_attribute("href") == f"/tours/{tour.pk}/"
         assert "shared with you" in visitor.locator(".shared-note").text_content()
         # Nothing of the team's: no navigation, no comments, no form that writes, no panels.
         for hidden in ("header.topbar nav", "header.topbar a", "#discussion", "#comment-threads", "#comment-form",
@@ -146,14 +147,14 @@ def test_a_signed_out_visitor_plays_a_shared_tour_from_stop_1_to_3_until_it_is_r
         assert _query(visitor.url)["stop"] == ["3"]
         assert narration.locator(".tour-stop-count").text_content() == "Stop 3 of 3"
         assert narration.locator('a[data-seq="4"]').text_content() == "Back to the stop"
-        # Only the tour's sessions: the lists send it to sign in, another session of the
-        # project and the tour's page are 404 / sign-in, the API a 401.
+        # Only the tour and its sessions: the lists send it to sign in, another session of the
+        # project is a 404, the tour's page opens (read-only), the API is a 401.
         listing = context.request.get("/sessions/", max_redirects=0)
         assert listing.status == 302 and listing.headers["location"].startswith("/accounts/login/")
         assert context.request.get(f"/sessions/{unrelated.pk}/").status == 404
         assert context.request.get(f"/sessions/{unrelated.pk}/?tour={tour.pk}&stop=1").status == 404
         tour_page = context.request.get(f"/tours/{tour.pk}/", max_redirects=0)
-        assert tour_page.status == 302 and tour_page.headers["location"].startswith("/accounts/login/")
+        assert tour_page.status == 200 and "tour-edit-form" not in tour_page.text()
         assert context.request.get("/api/sessions").status == 401
         assert context.request.get(f"/api/tours/{tour.pk}").status == 401
         assert errors == []
