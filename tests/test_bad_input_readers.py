@@ -40,11 +40,11 @@ BAD_LINES = {
         b'{"event_type": "error", "data": ' + b"[" * 2000 + b"]" * 2000 + b"}",
         # Python 3.12's json gives up on this depth (RecursionError); 3.13's reads it, and the
         # record is then too deep to store. A problem on its line either way.
-        ("malformed JSON", "cannot be stored: nested deeper than 255 levels"),
+        ("malformed JSON", "cannot be stored: nested deeper than 254 levels"),
     ),
     "nested 300 deep (read, but too deep to store)": (
         b'{"event_type": "error", "step": 1, "data": {"x": ' + b"[" * 300 + b"]" * 300 + b"}}",
-        ("cannot be stored: nested deeper than 255 levels",),
+        ("cannot be stored: nested deeper than 254 levels",),
     ),
     "a lone surrogate with a bare NaN (only the stdlib reads it)": (
         b'{"event_type": "error", "step": 1, "data": {"error": "\\ud800", "x": NaN}}',

@@ -153,7 +153,7 @@ def test_a_record_nested_deeper_than_can_be_stored_is_a_problem_on_its_line(tmp_
     )
     found, problems = read(write(tmp_path, text))
     assert found == [(2, a), (4, b)]
-    assert problems == [(3, "line", "cannot be stored: nested deeper than 255 levels")]
+    assert problems == [(3, "line", "cannot be stored: nested deeper than 254 levels")]
 
 
 def test_an_integer_beyond_64_bits_ends_a_document(tmp_path):

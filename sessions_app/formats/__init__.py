@@ -277,9 +277,11 @@ def parse_appended_sessions(
             return
 
 
-# orjson reads JSON nested up to 1024 levels but writes only 255: a record nested deeper could be
-# read but its payload not stored, so it is refused when read (a line this short cannot be).
-MAX_DEPTH = 255
+# orjson reads JSON nested up to 1024 levels but writes only 254 (the record itself the first;
+# orjson 3's dumps raises "Recursion limit reached" at 255, checked by tests/test_small_fixes.py):
+# a record nested deeper could be read but its payload not stored, so it is refused when read (a
+# line this short cannot be). The live ingest API (sessions_app/ingest/live.py) uses this number too.
+MAX_DEPTH = 254
 # A line nested deeper holds at least this many brackets (each opened one is closed): shorter
 # lines, most of them, skip the check.
 _DEEP_LINE = 2 * (MAX_DEPTH + 1)
@@ -302,7 +304,7 @@ def storable(number: int, record: Any, body: bytes, problems: Problems, *, by_or
 
 def cannot_store(error: orjson.JSONEncodeError) -> str:
     """The problem of a record orjson cannot write back."""
-    why = "nested deeper than 255 levels" if "ecursion" in str(error) else str(error)
+    why = f"nested deeper than {MAX_DEPTH} levels" if "ecursion" in str(error) else str(error)
     return f"cannot be stored: {why}"
 
 

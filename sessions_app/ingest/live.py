@@ -19,6 +19,7 @@ import orjson
 from django.db import IntegrityError, transaction
 
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta
+from ..formats import MAX_DEPTH
 from ..models import IngestBatch, Project, Session
 from .quotas import check_new_session
 from .writer import AppendResult, append_events, create_session, finish_session, set_checkpoint
@@ -123,8 +124,8 @@ _REQUEST_FIELDS = (*_META_FIELDS, "started_at", "metadata")
 
 
 # orjson writes containers nested up to this many levels (the record itself the first); every
-# stored column is written by it.
-MAX_NESTING = 254
+# stored column is written by it. The file importer's number: one limit, one wording.
+MAX_NESTING = MAX_DEPTH
 # The standard json module pairs a surrogate pair's escapes into one character: what is left is lone.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LONE_SURROGATE = "cannot be stored: a lone surrogate escape (\\ud800-\\udfff), which no UTF-8 text holds"
