@@ -94,15 +94,34 @@ class SearchForm(QueryForm):
     errors = forms.BooleanField(required=False)
 
 
+# The player shows a checkpoint form's errors as "Label: message" (views/checkpoints.py), so the
+# labels are the page's words and the messages short sentences a user can act on, not Django's
+# defaults about "this value".
+_CHECKPOINT_NAME_ERRORS = {
+    "required": "give the checkpoint a name",
+    "max_length": "at most %(limit_value)d characters (it has %(show_value)d)",
+}
+# The step is the hidden #checkpoint-step, never typed: a bad one is a page out of date.
+_CHECKPOINT_STEP_ERRORS = {
+    "required": "no event is shown",
+    "invalid": "not an event of this session",
+    "min_value": "not an event of this session",
+    "max_value": "not an event of this session",
+}
+
+
 class CheckpointForm(forms.Form):
-    name = forms.CharField(max_length=200, strip=True)
+    name = forms.CharField(label="Name", max_length=200, strip=True, error_messages=_CHECKPOINT_NAME_ERRORS)
     # The shown step: the form's #checkpoint-step, which every frame updates out of band.
-    step = forms.IntegerField(min_value=0, max_value=MAX_POSITION)
+    step = forms.IntegerField(
+        label="Event", min_value=0, max_value=MAX_POSITION, error_messages=_CHECKPOINT_STEP_ERRORS
+    )
     replace = forms.BooleanField(required=False)  # "replace it?" answered yes
 
 
 class CheckpointRenameForm(forms.Form):
-    name = forms.CharField(max_length=200, strip=True)
+    # "New name": the rename form's label in the player.
+    name = forms.CharField(label="New name", max_length=200, strip=True, error_messages=_CHECKPOINT_NAME_ERRORS)
 
 
 class SignOffForm(forms.Form):

@@ -305,7 +305,7 @@ def test_checkpoint_is_saved_at_the_current_step_and_marked_on_the_scrubber(logg
     bad = logged_in.post(
         reverse("sessions:checkpoint", args=[talk.pk]), {"name": "", "step": 9}, HTTP_HX_REQUEST="true"
     )
-    assert bad.status_code == 400 and b"Not saved: name: This field is required." in bad.content
+    assert bad.status_code == 400 and b"Not saved: Name: give the checkpoint a name." in bad.content
 
 
 def test_search_lists_matches_from_the_current_step(logged_in, talk):
@@ -489,12 +489,12 @@ def test_saving_over_a_name_asks_before_replacing_it(logged_in, talk):
 @pytest.mark.parametrize(
     "body,message",
     [
-        ({"name": "", "step": 2}, "Not saved: name: This field is required."),
+        ({"name": "", "step": 2}, "Not saved: Name: give the checkpoint a name."),
         (
             {"name": "x", "step": 10_000},
-            "Not saved: seq: session {pk} has no event at seq 10000 (its seqs are 0 to 35).",
+            "Not saved: Event: this session has no event #10001 (its events are #1 to #36).",
         ),
-        ({"name": "x", "step": "-1"}, "Not saved: step: Ensure this value is greater than or equal to 0."),
+        ({"name": "x", "step": "-1"}, "Not saved: Event: not an event of this session."),
     ],
 )
 def test_a_refused_checkpoint_says_why_in_the_panel(logged_in, talk, body, message):

@@ -48,8 +48,31 @@ def _answer(request: HttpRequest, session: Session, *, seq: int, error: str = ""
 
 
 def _errors(form: CheckpointForm | CheckpointRenameForm) -> str:
-    # Django's messages end with a full stop, which the panel's sentence adds itself.
-    return "; ".join(f"{name}: {' '.join(messages)}".rstrip(".") for name, messages in form.errors.items())
+    """The form's errors as the page names things: each field by its label ("Name", "Event"),
+    never the posted field's name. Django's messages end with a full stop, which the panel's
+    sentence adds itself."""
+    parts = []
+    for name, messages in form.errors.items():
+        text = " ".join(m.rstrip(".") for m in messages)
+        field = form.fields.get(name)
+        parts.append(f"{field.label}: {text}" if field is not None and field.label else text)
+    return "; ".join(parts)
+
+
+def _no_event(session: Session, seq: int) -> str:
+    """Why event `seq` cannot be named, in the player's 1-based #N; "" if it can. Checked here
+    rather than read from CheckpointError, whose message speaks the API's "seq"."""
+    if 0 <= seq < session.event_count:
+        return ""
+    if not session.event_count:
+        return "Event: this session has no events yet"
+    return f"Event: this session has no event #{seq + 1} (its events are #1 to #{session.event_count})"
+
+
+def _refusal(exc: checkpoints.CheckpointError, label: str) -> str:
+    # The workflow's messages start with the API's field name ("name: ..."): the page's label instead.
+    text = str(exc)
+    return f"{label}: {text.removeprefix('name: ')}" if text.startswith("name: ") else text
 
 
 @login_required
@@ -62,6 +85,9 @@ def create(request: HttpRequest, session_id: int) -> HttpResponse:
         seq = form.cleaned_data.get("step") or 0
         return _answer(request, session, seq=seq, error=f"Not saved: {_errors(form)}.", status=400)
     data = form.cleaned_data
+    if problem := _no_event(session, data["step"]):
+        seq = min(data["step"], max(session.event_count - 1, 0))
+        return _answer(request, session, seq=seq, error=f"Not saved: {problem}.", status=400)
     try:
         checkpoints.save_checkpoint(actor=access.actor_of(request), session=session, name=data["name"],
                                     seq=data["step"], replace=data["replace"], ip=audit.client_ip(request))  # fmt: skip
@@ -71,7 +97,7 @@ def create(request: HttpRequest, session_id: int) -> HttpResponse:
                        asked={"name": data["name"], "step": data["step"]})  # fmt: skip
     except checkpoints.CheckpointError as exc:
         return _answer(request, session, seq=min(data["step"], max(session.event_count - 1, 0)),
-                       error=f"Not saved: {exc}.", status=400)  # fmt: skip
+                       error=f"Not saved: {_refusal(exc, 'Name')}.", status=400)  # fmt: skip
     return _answer(request, session, seq=data["step"])
 
 
@@ -90,7 +116,9 @@ def rename(request: HttpRequest, session_id: int, checkpoint_id: int) -> HttpRes
         error = _taken(exc.existing, "rename or delete that one first.")
         return _answer(request, session, seq=checkpoint.seq, error=error, status=409)
     except checkpoints.CheckpointError as exc:
-        return _answer(request, session, seq=checkpoint.seq, error=f"Not renamed: {exc}.", status=400)
+        return _answer(
+            request, session, seq=checkpoint.seq, error=f"Not renamed: {_refusal(exc, 'New name')}.", status=400
+        )
     return _answer(request, session, seq=checkpoint.seq)
 
 
