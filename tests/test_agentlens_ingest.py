@@ -399,3 +399,56 @@ def test_the_projects_quotas_hold_for_agentlens_sessions_and_batches(db):
     too_big = post(api, sdk_llm_events("ses_q1", "c3", "2026-02-08T10:32:00Z"))
     assert too_big.status_code == 413 and "storage quota" in too_big.json()["error"]
     assert kept("ses_q1").event_count == 4 and not Session.objects.filter(source_session_id="ses_q2").exists()
+
+
+# --- the same id with other content (issue 20: a reused key with another body is a 409) ---------
+
+
+def numbered(i: int, data: object, **members) -> dict:
+    return event("ses_c", "custom", {"type": "n", "data": data}, f"2026-02-08T10:30:0{i}Z", id=f"evt-{i}", **members)
+
+
+def test_an_exact_retry_is_quiet_and_the_same_id_with_other_content_is_a_409_naming_index_and_id(db):
+    api = keyed()
+    assert post(api, [numbered(1, "a"), numbered(2, "b")]).status_code == 201
+    retry = post(api, [numbered(1, "a"), numbered(2, "b")])
+    assert retry.status_code == 200 and retry.json()["ingested"] == 0 and retry.json()["warnings"] == []
+    # A retry of 1, new 3, and 2 under its old id with changed data: nothing of the batch is stored.
+    changed = post(api, [numbered(1, "a"), numbered(3, "c"), numbered(2, "changed")])
+    assert changed.status_code == 409, changed.content
+    body = changed.json()
+    assert body["errors"] == [{"index": 2, "field": "id", "message": "id 'evt-2' was received with other content"}]
+    assert body["details"] == [{"path": "events.2.id", "message": "id 'evt-2' was received with other content"}]
+    assert body["detail"].startswith("events[2]: an event with id 'evt-2' was already received")
+    stored = [orjson.loads(e.raw) for e in rows(kept("ses_c"))]
+    assert [(e["id"], e["payload"]["data"]) for e in stored] == [("evt-1", "a"), ("evt-2", "b")]
+    assert ReceivedEvent.objects.filter(session=kept("ses_c")).count() == 2
+    # Nothing lost: the new event sent again on its own (or under a new id) is stored.
+    assert post(api, [numbered(3, "c")]).status_code == 201
+    assert [orjson.loads(e.raw)["id"] for e in rows(kept("ses_c"))] == ["evt-1", "evt-2", "evt-3"]
+
+
+def test_other_metadata_or_severity_under_a_received_id_is_also_a_409(db):
+    api = keyed()
+    assert post(api, [numbered(1, "a")]).status_code == 201
+    assert post(api, [numbered(1, "a", severity="error")]).status_code == 409
+    assert post(api, [numbered(1, "a", metadata={"source": "other"})]).status_code == 409
+    assert post(api, [numbered(1, "a")]).status_code == 200
+    assert kept("ses_c").event_count == 1
+
+
+def test_one_id_twice_in_a_batch_with_different_content_is_a_409_and_nothing_is_stored(db):
+    response = post(keyed(), [numbered(1, "a"), numbered(1, "b")])
+    assert response.status_code == 409 and response.json()["errors"][0]["index"] == 1
+    assert not Session.objects.filter(source_session_id="ses_c", event_count__gt=0).exists()
+    assert not ReceivedEvent.objects.exists()
+
+
+def test_an_event_received_before_digests_were_kept_is_still_answered_as_a_retry(db):
+    # Rows from before migration 0023 have no digest: any content under their id is a retry, as then.
+    api = keyed()
+    assert post(api, [numbered(1, "a")]).status_code == 201
+    ReceivedEvent.objects.filter(session=kept("ses_c")).update(content_digest="")
+    again = post(api, [numbered(1, "other")])
+    assert again.status_code == 200 and again.json()["ingested"] == 0
+    assert kept("ses_c").event_count == 1

@@ -120,8 +120,10 @@ class AgentLensErrorOut(ErrorOut):
 )
 def ingest_agentlens_events(request: HttpRequest, query: Query[EventsQuery]):
     """AgentLens's `POST /api/events`: 1-1000 events of one or more AgentLens sessions, each
-    session a live session of the project (201; 200 when every event was stored before). A
-    body larger than the project's storage quota has left is a 413, before it is read."""
+    session a live session of the project (201; 200 when every event was stored before). An
+    id received before with other content is a 409 naming its index (agentlens_events._conflict
+    says why not a 2xx). A body larger than the project's storage quota has left is a 413,
+    before it is read."""
     try:
         project = access.project_to_write(request, query.project, need=Role.MAINTAINER)
     except ValueError as exc:

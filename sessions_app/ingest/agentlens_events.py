@@ -10,12 +10,15 @@ converted by formats/agentlens.py's Converter and appended by the live ingest (i
 through the one writer): the same canonical events as the same stored events imported from an
 AgentLens file. Each AgentLens session is one live session of the project, found by its
 sessionId; its `session_ended` ends it, as the end of a file ends an imported one. An event
-received before under the same id (a client's retry) is answered as it was stored and not
-stored again. The whole batch is one transaction: refused, it leaves nothing behind.
+received before under the same id with the same content (a client's retry) is answered as it
+was stored and not stored again; the same id with other content is a 409 naming the event's
+index and id (IdempotencyConflict), never new data dropped without a word. The whole batch is
+one transaction: refused, it leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +30,7 @@ from django.utils import timezone
 from ..canonical import SessionMeta
 from ..formats import agentlens
 from ..models import Project, ReceivedEvent, Session
-from .live import IngestError, SessionNotLive, append_batch, storable_records
+from .live import IdempotencyConflict, IngestError, SessionNotLive, append_batch, storable_records
 from .quotas import check_new_session
 from .writer import create_session, finish_session, merge_session_metadata
 
@@ -46,6 +49,14 @@ class PostedEvent:
     timestamp: str  # that time as text: the event's own, unchanged, else the arrival's
     id: str = ""
     hash: str = ""
+    digest: str = ""  # content_digest(record)
+
+
+def content_digest(record: dict[str, Any]) -> str:
+    """sha256 of the event as posted (its members, keys sorted), to tell a retry from other
+    content under the same id. Not source_hash: that chain hash also covers prevHash, which
+    depends on what came before, not on what the client sent."""
+    return hashlib.sha256(orjson.dumps(record, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 @dataclass
@@ -152,17 +163,21 @@ def _append(outcome: SessionOutcome, group: list[PostedEvent]) -> list[dict[str,
     """Store the events of `group` not received before; every event of it gets its id and hash.
     Returns the batch's warnings, each naming its event's index in the request."""
     session = outcome.session
-    received = dict(
-        ReceivedEvent.objects.filter(session=session, source_id__in={p.id for p in group}).values_list(
-            "source_id", "source_hash"
-        )
-    )
+    received: dict[str, str] = {}
+    digests: dict[str, str] = {}  # "" for an event received before digests were kept: a retry, as then
+    rows = ReceivedEvent.objects.filter(session=session, source_id__in={p.id for p in group})
+    for source_id, source_hash, digest in rows.values_list("source_id", "source_hash", "content_digest"):
+        received[source_id], digests[source_id] = source_hash, digest
     new: list[PostedEvent] = []
     for posted in group:
+        posted.digest = content_digest(posted.record)
         if posted.id in received:
+            if digests[posted.id] and digests[posted.id] != posted.digest:
+                _conflict(session, posted)
             posted.hash = received[posted.id]
         else:
-            received[posted.id] = ""  # the same id twice in one batch: stored once
+            # The same id twice in one batch: stored once (the second, if it differs, is refused).
+            received[posted.id], digests[posted.id] = "", posted.digest
             new.append(posted)
     if not new:
         _answer_repeats(group, received)
@@ -189,7 +204,9 @@ def _append(outcome: SessionOutcome, group: list[PostedEvent]) -> list[dict[str,
         exc.errors = [_in_request(problem, new) for problem in exc.errors]
         raise
     ReceivedEvent.objects.bulk_create(
-        ReceivedEvent(session=session, source_id=p.id, seq=batch.first_seq + i, source_hash=p.hash)
+        ReceivedEvent(
+            session=session, source_id=p.id, seq=batch.first_seq + i, source_hash=p.hash, content_digest=p.digest
+        )  # fmt: skip
         for i, p in enumerate(new)
     )
     _answer_repeats(group, received)
@@ -200,6 +217,21 @@ def _append(outcome: SessionOutcome, group: list[PostedEvent]) -> list[dict[str,
         _end(session, batch.meta)
         outcome.ended = True
     return [_in_request(warning, new) for warning in batch.warnings]
+
+
+def _conflict(session: Session, posted: PostedEvent) -> None:
+    # A 409, as this endpoint answers its other refusals (an ended session, a quota), and as
+    # issue 20 asks of a reused idempotency key: a 2xx with a warning would let an SDK that reads
+    # only the status believe the new content was kept. An SDK's genuine retry sends the same
+    # content and still gets its 2xx; a 4xx is not retried, so no retry loop follows.
+    message = (
+        f"events[{posted.index}]: an event with id {posted.id!r} was already received in AgentLens session "
+        f"{session.source_session_id!r} (session {session.pk}) with other content; send new content under a new id"
+    )
+    raise IdempotencyConflict(
+        message,
+        [{"index": posted.index, "field": "id", "message": f"id {posted.id!r} was received with other content"}],
+    )
 
 
 def _answer_repeats(group: list[PostedEvent], received: dict[str, str]) -> None:

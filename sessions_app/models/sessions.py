@@ -428,6 +428,9 @@ class ReceivedEvent(models.Model):
     source_id = models.CharField(max_length=200)
     seq = models.BigIntegerField()
     source_hash = models.CharField(max_length=64)  # the event's hash in the source's own chain
+    # sha256 of the event as posted (ingest/agentlens_events.content_digest): a retry under the
+    # id with other content is refused, not dropped. "" for events received before it was kept.
+    content_digest = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [
