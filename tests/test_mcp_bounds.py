@@ -7,16 +7,21 @@ open for ever. Found by a security review against a running server.
 
 from __future__ import annotations
 
+import re
+
 import anyio
+import orjson
 import pytest
 from mcp import Client
 
+from sessions_app import comments
 from sessions_app.access import Actor
-from sessions_app.canonical import SessionMeta
-from sessions_app.ingest.writer import append_events, create_session
+from sessions_app.canonical import Kind, SessionMeta, StateChange
+from sessions_app.ingest.writer import append_events, create_session, finish_session
+from sessions_app.mcp import text as mcp_text
 from sessions_app.mcp.http import McpEndpoint
 from sessions_app.mcp.server import build_server
-from sessions_app.models import ApiKey, Project, Role
+from sessions_app.models import ApiKey, Project, Role, Session
 
 from .builders_teams import key_of
 from .conftest import synthetic_events
@@ -121,5 +126,142 @@ def test_a_get_or_delete_of_the_stateless_endpoint_is_a_405_naming_post_not_a_st
             assert start["status"] == 200 and b"replay_session" in body, body
             start, _ = await _exchange(endpoint, "GET", "rpl_not-a-key")
             assert start["status"] == 401  # the key is still checked first
+
+    anyio.run(main)
+
+
+# --- answer sizes: every tool's answer fits text.MAX_ANSWER_CHARS, and a cut one says how to go on ---
+
+BUDGET = mcp_text.MAX_ANSWER_CHARS
+# Multi-byte text, so a cut inside a character's bytes would show (as mojibake or a failed decode).
+WIDE = "é✓中🙂"
+
+
+def _huge_session(source_id: str, count: int, chars: int) -> Session:
+    """`count` error events, each with an error message and a text of `chars` characters."""
+    run = create_session(project=Project.get_default(), source_format="canonical",
+                         meta=SessionMeta(source_session_id=source_id, agent_id="a" * 200, task=WIDE * 5000))  # fmt: skip
+    events = list(synthetic_events(count))
+    for i, event in enumerate(events):
+        event.kind, event.is_error, event.failed = Kind.ERROR, True, True
+        event.payload = {"error": f"failure {i} " + WIDE * (chars // 4), "text": f"hay{i} " + WIDE * (chars // 4)}
+    append_events(session=run, events=events)
+    finish_session(session=run)
+    return run
+
+
+@pytest.fixture
+def huge(transactional_db) -> tuple[Client, Session]:
+    run = _huge_session("huge_run" + "x" * 150, 300, 4000)
+    key = ApiKey.authenticate(key_of(member("huge-viewer", role=Role.VIEWER)))
+    return Client(build_server(actor=Actor(user=key.user, key=key))), run
+
+
+async def _text(client: Client, tool: str, **arguments) -> str:
+    result = await client.call_tool(tool, arguments)
+    text = result.content[0].text
+    assert not result.is_error, text
+    assert len(text) <= BUDGET, (tool, len(text))
+    text.encode("utf-8")  # whole characters only: a lone surrogate would not encode
+    return text
+
+
+def test_find_errors_fits_the_budget_and_its_note_continues_through_every_error(huge):
+    client, run = huge
+    seen: list[int] = []
+
+    async def main() -> None:
+        async with client:
+            after = None
+            for _ in range(60):
+                arguments = {"sessionId": str(run.pk), "limit": 50, "around": 5}
+                if after is not None:
+                    arguments["afterEvent"] = after
+                text = await _text(client, "find_errors", **arguments)
+                seen.extend(int(n) for n in re.findall(r"Error at event #(\d+) ", text))
+                found = re.search(r'find_errors with sessionId="\d+", afterEvent=(\d+)', text)
+                if found is None:
+                    return
+                if after is None:
+                    assert "Cut at 24,000 characters" in text  # cut by size, not by limit
+                after = int(found.group(1))
+
+    anyio.run(main)
+    assert seen == list(range(1, 301))  # every error once, in order, none skipped by the cut
+
+
+def test_replay_session_fits_the_budget_and_its_next_call_continues_without_a_gap(huge):
+    client, run = huge
+    seen: list[int] = []
+
+    async def main() -> None:
+        async with client:
+            arguments = {"sessionId": str(run.pk)}
+            for _ in range(60):
+                text = await _text(client, "replay_session", **arguments)
+                assert text.startswith("📼 Session Replay: ")
+                seen.extend(int(n) for n in re.findall(r"^(\d+)\. \[", text, re.MULTILINE))
+                found = re.search(r'Next: replay_session with sessionId="(\d+)", fromStep=(\d+), toStep=(\d+)', text)
+                if found is not None:
+                    assert "Cut at" in text
+                    arguments = {"sessionId": found.group(1), "fromStep": int(found.group(2)),
+                                 "toStep": int(found.group(3))}  # fmt: skip
+                    continue
+                # The range asked for is done; the session goes on.
+                following = re.search(r"More steps follow: fromStep=(\d+) continues", text)
+                if following is None:
+                    return
+                arguments = {"sessionId": str(run.pk), "fromStep": int(following.group(1))}
+
+    anyio.run(main)
+    assert seen == list(range(1, 301))
+
+
+def test_step_state_cuts_a_huge_variable_and_names_where_it_is_whole(transactional_db):
+    run = create_session(project=Project.get_default(), source_format="canonical",
+                         meta=SessionMeta(source_session_id="state_run"))  # fmt: skip
+    events = list(synthetic_events(5))
+    variables = {"huge": "v" * 1_000_000, **{f"var{i}": WIDE * 3000 for i in range(99)}}
+    events[0].state_change = StateChange(variables=variables, memory=[WIDE * 3000 for _ in range(50)])
+    events[0].payload = {"text": "p" * 200_000, "items": list(range(5000)), "nested": {"a": {"b": [WIDE * 999]}}}
+    append_events(session=run, events=events)
+    key = ApiKey.authenticate(key_of(member("state-viewer", role=Role.VIEWER)))
+    client = Client(build_server(actor=Actor(user=key.user, key=key)))
+
+    async def main() -> str:
+        async with client:
+            return await _text(client, "step_state", sessionId="state_run", event=1)
+
+    text = anyio.run(main)
+    whole = f"GET /api/sessions/{run.pk}/context?seq=0"
+    assert f"huge = {'v' * 300}… (999,700 more characters; whole: {whole})" in text
+    assert f"all of them: {whole}" in text  # not all 100 variables fit their share
+    assert "This event's payload:" in text and "shortened from" in text
+    # The payload is still JSON that parses, shortened inside, not cut mid-structure.
+    block = text.split("This event's payload:\n", 1)[1].split("\n(shortened from", 1)[0]
+    assert orjson.loads(block)["text"].startswith("ppp")
+
+
+def test_the_other_tools_fit_the_budget(huge):
+    client, run = huge
+    reviewer = member("huge-reviewer", role=Role.REVIEWER)
+    for seq in range(40):
+        thread = comments.create_comment(actor=Actor(user=reviewer), session=run, body=WIDE * 2400, seq=seq)
+        comments.create_comment(actor=Actor(user=reviewer), session=run, body=WIDE * 2400, parent=thread.pk)
+    for i in range(49):
+        _huge_session(f"other_{i}_" + "y" * 180, 1, 10)
+
+    async def main() -> None:
+        async with client:
+            text = await _text(client, "get_comments", sessionId=str(run.pk))
+            assert f"GET /api/sessions/{run.pk}/comments" in text and "ask for one event's with `event`" in text
+            text = await _text(client, "list_sessions", limit=50)
+            cursor = re.search(r'cursor="([^"]+)"', text).group(1)
+            shown = set(re.findall(r"^#(\d+) ", text, re.MULTILINE))
+            rest = await _text(client, "list_sessions", limit=50, cursor=cursor)
+            assert shown and not shown & set(re.findall(r"^#(\d+) ", rest, re.MULTILINE))
+            text = await _text(client, "search_events", text="hay", limit=50)
+            assert 'cursor="' in text
+            await _text(client, "compare_sessions", sessionA=str(run.pk), sessionB=str(run.pk))
 
     anyio.run(main)

@@ -10,7 +10,7 @@ from .. import access
 from ..models import Session
 from ..replay.compare import diff_sessions
 from .lookup import session_named, session_title
-from .text import number, usd, value_text
+from .text import cap, number, usd, value_text
 
 AROUND = 2  # aligned steps shown before and after the divergence
 
@@ -85,4 +85,4 @@ def compare_sessions(*, actor: access.Actor, session_a: str, session_b: str) -> 
             mark = " ← diverges" if pair["divergence"] else ("" if pair["same"] else " (differs)")
             lines.append(f"  [{pair['index']}] A: {_side(pair['a'])} | B: {_side(pair['b'])}{mark}")
         lines.append("See either step with step_state (sessionId, stepIndex).")
-    return "\n".join(lines)
+    return cap("\n".join(lines), "Each step in full: step_state with sessionId and stepIndex.")

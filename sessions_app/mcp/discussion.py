@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import access, comments
 from ..models import Comment
 from .lookup import session_named, session_title
-from .text import ToolInputError, clip_block, iso, number
+from .text import MAX_ANSWER_CHARS, ToolInputError, cap, clip, clip_block, fit, iso, number
 
 SHOWN_THREADS = 50
 BODY_CHARS = 2000
@@ -15,7 +15,7 @@ BODY_CHARS = 2000
 
 def _comment(comment: Comment, head: str, indent: str) -> list[str]:
     when = iso(comment.created_at) + (f", edited {iso(comment.edited_at)}" if comment.edited_at else "")
-    lines = [f"{head}comment {comment.pk} by {comment.author_name or '(someone)'} at {when}:"]
+    lines = [f"{head}comment {comment.pk} by {clip(comment.author_name or '(someone)', 100)} at {when}:"]
     if comment.deleted_at:
         return [*lines, f"{indent}(deleted)"]
     return [*lines, *(f"{indent}{line}" for line in clip_block(comment.body, BODY_CHARS).splitlines())]
@@ -40,20 +40,29 @@ def get_comments(*, actor: access.Actor, session_id: str, event: int | None = No
     lines = [f"Comments on session {session_title(session)}{where}: {_count(len(threads), 'thread', 'threads')}"]
     if found.note:
         lines.append(found.note)
-    shown = threads[:SHOWN_THREADS]
-    for thread in shown:
+    blocks = []
+    for thread in threads[:SHOWN_THREADS]:
         first = thread.first
-        state = f"resolved by {first.resolved_by or 'someone'}" if thread.resolved else "open"
-        lines += [
-            "",
-            f"Event #{first.seq + 1}: thread {first.pk} ({state}, {_count(len(thread.replies), 'reply', 'replies')})",
+        state = f"resolved by {clip(str(first.resolved_by or 'someone'), 100)}" if thread.resolved else "open"
+        block = [
+            f"Event #{first.seq + 1}: thread {first.pk} ({state}, {_count(len(thread.replies), 'reply', 'replies')})"
         ]
-        lines += _comment(first, "  ", "    ")
+        block += _comment(first, "  ", "    ")
         for reply in thread.replies:
-            lines += _comment(reply, "  ↳ ", "      ")
-    if len(threads) > len(shown):
+            block += _comment(reply, "  ↳ ", "      ")
+        blocks.append("\n".join(block))
+    # Threads while they fit the answer's budget, whole; a thread too long alone is cut by cap.
+    shown = fit(lines, blocks, separator="\n\n")
+    for block in blocks[:shown]:
+        lines += ["", block]
+    everything = f"every thread in full: GET /api/sessions/{session.pk}/comments"
+    if len(threads) > shown:
+        rest = threads[shown:]
+        events = ", ".join(str(t.first.seq + 1) for t in rest[:10]) + (", …" if len(rest) > 10 else "")
         lines += [
             "",
-            f"{_count(len(threads) - len(shown), 'more thread', 'more threads')}: ask for one event's with `event`.",
+            f"{_count(len(rest), 'more thread', 'more threads')} (the answer holds at most {SHOWN_THREADS} threads "
+            f"and {MAX_ANSWER_CHARS:,} characters): ask for one event's with `event` (events {events}), "
+            f"or {everything}.",
         ]
-    return "\n".join(lines)
+    return cap("\n".join(lines), f"Ask for one event's threads with `event`, or {everything}.")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from .. import access
 from ..models import Session
+from ..replay.listing import format_cursor, parse_cursor
 from ..replay.listing import list_sessions as list_session_page
-from ..replay.listing import parse_cursor
 from ..replay.navigation import search_sessions
 from .lookup import project_named
-from .text import ToolInputError, clip, duration, iso, number, usd
+from .text import MAX_ANSWER_CHARS, ToolInputError, clip, duration, fit, iso, number, usd
 
 MAX_ROWS = 50
 # Newest run first, as the sessions page lists them (its cursor is `<start time>~<id>`).
@@ -26,7 +26,7 @@ def session_line(session: Session) -> str:
     errors = session.error_count + session.step_error_count
     parts = [
         f"#{session.pk}",
-        session.source_session_id or "(no source id)",
+        clip(session.source_session_id, 120) or "(no source id)",
         f"project {session.project.slug}",
         session.source_format,
         str(session.status),
@@ -38,7 +38,7 @@ def session_line(session: Session) -> str:
     ]
     line = " · ".join(parts)
     if session.agent_id:
-        line += f" · agent {session.agent_id}"
+        line += f" · agent {clip(session.agent_id, 120)}"
     if session.task:
         line += f"\n   task: {clip(session.task, 160)}"
     return line
@@ -69,10 +69,17 @@ def list_sessions(
     lines = [f"{number(page.total)} sessions in {scope} match, newest run first."]
     if not page.sessions:
         return "\n".join(lines)
-    lines += ["", *(session_line(session) for session in page.sessions)]
-    lines.append("")
+    rows = [session_line(session) for session in page.sessions]
+    shown = fit(lines, rows)
+    lines += ["", *rows[:shown], ""]
     lines.append("Open one with replay_session (sessionId = the #number or the source id).")
-    if page.next_cursor:
+    if shown < len(rows):
+        # The sessions page's own keyset cursor, after the last session shown.
+        lines.append(
+            f"Cut at {MAX_ANSWER_CHARS:,} characters, the most one answer holds. More: list_sessions with "
+            f'the same filters and cursor="{format_cursor(page.sessions[shown - 1], SORT)}"'
+        )
+    elif page.next_cursor:
         lines.append(f'More: list_sessions with the same filters and cursor="{page.next_cursor}"')
     return "\n".join(lines)
 
@@ -104,15 +111,22 @@ def search_events(
         return f"No events in {scope} hold {text!r}" + (" after the cursor." if cursor else ".")
     shown = {hit["session"] for hit in hits}
     names = dict(sessions.filter(pk__in=shown).values_list("pk", "source_session_id"))
-    lines = [f"Events holding {text!r} in {scope}, newest session first (matched case-insensitively):", ""]
-    for hit in hits:
-        name = names.get(hit["session"]) or "-"
-        lines.append(
-            f"session #{hit['session']} ({name}) · event #{hit['seq'] + 1} {hit['kind']}: {clip(hit['snippet'], 240)}"
-        )
-    lines.append("")
+    lines = [f"Events holding {clip(text, 200)!r} in {scope}, newest session first (matched case-insensitively):", ""]
+    rows = [
+        f"session #{hit['session']} ({clip(names.get(hit['session']) or '-', 120)}) · "
+        f"event #{hit['seq'] + 1} {hit['kind']}: {clip(hit['snippet'], 240)}"
+        for hit in hits
+    ]
+    shown = fit(lines, rows)
+    lines += [*rows[:shown], ""]
     lines.append("See one in its place with replay_session (fromStep = the event number - 1) or step_state (event).")
-    if found["next"]:
+    if shown < len(rows):
+        last = hits[shown - 1]  # the search's cursor is the last hit shown
+        lines.append(
+            f"Cut at {MAX_ANSWER_CHARS:,} characters, the most one answer holds. More: search_events with the "
+            f'same text and project and cursor="{last["session"]}~{last["seq"]}"'
+        )
+    elif found["next"]:
         session_id, seq = found["next"]
         lines.append(f'More: search_events with the same text and project and cursor="{session_id}~{seq}"')
     return "\n".join(lines)

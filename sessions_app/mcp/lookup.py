@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .. import access
 from ..models import Project, Session
+from .text import clip
 
 # Source ids that repeat (the same run imported again as a new session, docs/dashboard.md):
 # how many of the others a lookup names.
@@ -66,5 +67,5 @@ def project_named(actor: access.Actor, slug: str | None) -> Project | None:
 def session_title(session: Session) -> str:
     """How the tools name a session: the source's id and Replay's."""
     if session.source_session_id:
-        return f"{session.source_session_id} (Replay id {session.pk})"
+        return f"{clip(session.source_session_id, 120)} (Replay id {session.pk})"
     return f"Replay id {session.pk}"

@@ -27,7 +27,7 @@ from ..canonical import ALL_KINDS
 from ..models.bounds import MAX_POSITION
 from ..replay.rows import KIND_ALIASES, ReplayParameterError
 from . import comparing, discussion, finding, state, timeline
-from .text import ToolInputError
+from .text import ToolInputError, cap
 
 # Where http.py leaves the authenticated actor in a request's ASGI scope.
 SCOPE_ACTOR = "replay.actor"
@@ -83,9 +83,11 @@ async def _answer(read: Callable[..., str], **arguments: Any) -> str:
     Not thread-sensitive: one call must not wait for every other call of the process on one
     shared thread; each worker thread keeps its own database connection."""
     try:
-        return await sync_to_async(_in_thread, thread_sensitive=False)(read, arguments)
+        text = await sync_to_async(_in_thread, thread_sensitive=False)(read, arguments)
     except (Http404, PermissionDenied, ReplayParameterError, ToolInputError) as exc:
         raise ToolError(str(exc)) from exc
+    # Each tool fits its own answer, with its own continuation; this only guards the budget.
+    return cap(text, "Ask for less: a narrower range, a smaller limit, or one event.")
 
 
 def build_server(*, actor: Actor | None = None) -> MCPServer:

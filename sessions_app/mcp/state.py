@@ -8,13 +8,20 @@ from typing import Any
 
 from .. import access, replay
 from ..models import Session
+from ..replay.frames import display_text
 from .lookup import session_named, session_title
-from .text import ToolInputError, clip, clock, duration, json_block, number, usd, value_text
+from .text import ToolInputError, cap, clip, clip_more, clock, duration, fit, json_block, number, usd
 from .timeline import summary_line, type_name
 
 SHOWN_VARIABLES = 100
 SHOWN_NOTES = 50
 SHOWN_HISTORY = 10
+# Shares of the answer's budget (text.MAX_ANSWER_CHARS) for the parts that can be long, so a huge
+# variable list cannot crowd out the step, the history and the payload; each value is cut too.
+VARIABLES_CHARS = 7_000
+NOTES_CHARS = 4_000
+VALUE_CHARS = 300
+PAYLOAD_CHARS = 2_000
 
 
 def _seq_of(session: Session, event: int | None, step_index: int | None) -> int:
@@ -81,32 +88,47 @@ def step_state(*, actor: access.Actor, session_id: str, event: int | None = None
     lines.append("Events so far: " + (", ".join(f"{k}: {v}" for k, v in counts.items()) or "none"))
     for warning in context.get("warnings") or []:
         lines.append(f"Warning: {clip(warning['message'], 200)}")
-    lines += ["", *_variables(context.get("variables") or {}), "", *_notes(context.get("memoryNotes") or [])]
-    lines += ["", *_step(context)]
+    whole = f"GET /api/sessions/{session.pk}/context?seq={seq}"
+    lines += [
+        "",
+        *_variables(context.get("variables") or {}, whole),
+        "",
+        *_notes(context.get("memoryNotes") or [], whole),
+    ]
+    lines += ["", *_step(context, whole)]
     lines += ["", *_history(session, "LLM history", context.get("llmHistory") or [])]
     lines += _history(session, "Tool results", context.get("toolResults") or [])
     lines += _history(session, "Pending approvals", context.get("pendingApprovals") or [])
-    lines += ["", "This event's payload:", json_block(this.get("payload"), 2000)]
-    return "\n".join(lines)
+    lines += ["", "This event's payload:", json_block(this.get("payload"), PAYLOAD_CHARS, whole)]
+    return cap("\n".join(lines), f"The whole state, every value in full: {whole}")
 
 
-def _variables(variables: dict[str, Any]) -> list[str]:
+def _value(value: Any, whole: str) -> str:
+    return clip_more(display_text(value), VALUE_CHARS, whole)
+
+
+def _variables(variables: dict[str, Any], whole: str) -> list[str]:
     if not variables:
         return ["Variables: none"]
     names = list(variables)[:SHOWN_VARIABLES]
-    more = f" (the first {len(names)} of {len(variables)})" if len(variables) > len(names) else ""
-    return [f"Variables{more}:", *(f"  {name} = {value_text(variables[name], 300)}" for name in names)]
+    rows = [f"  {clip(str(name), 100)} = {_value(variables[name], whole)}" for name in names]
+    names = names[: fit([], rows, budget=VARIABLES_CHARS)]
+    more = f" (the first {len(names)} of {len(variables)}; all of them: {whole})" if len(variables) > len(names) else ""
+    return [f"Variables{more}:", *rows[: len(names)]]
 
 
-def _notes(notes: list[Any]) -> list[str]:
+def _notes(notes: list[Any], whole: str) -> list[str]:
     if not notes:
         return ["Memory notes: none"]
-    shown = notes[-SHOWN_NOTES:]
-    more = f" (the last {len(shown)} of {len(notes)})" if len(notes) > len(shown) else ""
-    return [f"Memory notes{more}:", *(f"  - {value_text(note, 300)}" for note in shown)]
+    rows = [f"  - {_value(note, whole)}" for note in notes[-SHOWN_NOTES:]]
+    # The latest notes matter most: kept from the end.
+    kept = fit([], rows[::-1], budget=NOTES_CHARS)
+    rows = rows[len(rows) - kept :]
+    more = f" (the last {len(rows)} of {len(notes)}; all of them: {whole})" if len(notes) > len(rows) else ""
+    return [f"Memory notes{more}:", *rows]
 
 
-def _step(context: dict[str, Any]) -> list[str]:
+def _step(context: dict[str, Any], whole: str) -> list[str]:
     step = context.get("step")
     if not step:
         return ["Agent step: none (the session records no rlm-code steps)"]
@@ -117,5 +139,5 @@ def _step(context: dict[str, Any]) -> list[str]:
                  "cumulative_reward", "duration_ms", "tokens_used"):  # fmt: skip
         value = step.get(name)
         if value not in (None, ""):
-            lines.append(f"  {name}: {value_text(value, 500)}")
+            lines.append(f"  {name}: {clip_more(display_text(value), 500, whole)}")
     return lines

@@ -19,7 +19,7 @@ from ..formats import agentlens
 from ..models import Session
 from ..replay.frames import preview
 from .lookup import session_named, session_title
-from .text import ToolInputError, clip, clock, duration, iso, number, usd, value_text
+from .text import MAX_ANSWER_CHARS, ToolInputError, clip, clock, duration, fit, iso, number, usd, value_text
 
 # The most steps one call returns: a longer range is cut, with the call that continues it.
 MAX_STEPS = 100
@@ -187,17 +187,25 @@ def replay_session(
         where = f"{number(total)} steps match the filter" if kinds else f"the session has {number(total)} steps"
         lines += ["", f"(No steps to display: {where}; fromStep counts from 0)"]
         return "\n".join(lines)
-    last = first + len(page["steps"]) - 1
     blocks = [step_block(session, step) for step in page["steps"]]
-    lines += ["", "\n\n".join(blocks), ""]
+    # Steps while they fit the answer's budget, whole: a cut one is continued by fromStep.
+    shown = fit(lines, blocks, separator="\n\n")
+    last = first + shown - 1
+    lines += ["", "\n\n".join(blocks[:shown]), ""]
     lines.append(f"Showing steps {first}–{last} (fromStep/toStep, 0-based) of {number(total)}.")
     asked_last = total - 1 if to_step is None else min(to_step, total - 1)
-    if last < asked_last:
+    filtered = f', eventTypes="{clip(event_types, 300)}"' if kinds else ""
+    if shown < len(blocks):
+        lines.append(
+            f"Cut at {MAX_ANSWER_CHARS:,} characters, the most one answer holds (long steps). Next: "
+            f'replay_session with sessionId="{session.pk}", fromStep={last + 1}, '
+            f"toStep={min(asked_last, last + MAX_STEPS)}{filtered}"
+        )
+    elif last < asked_last:
         following = min(asked_last, last + MAX_STEPS)
         lines.append(
             f"Cut at {MAX_STEPS} steps, the most one call returns. Next: replay_session with "
-            f'sessionId="{session.pk}", fromStep={last + 1}, toStep={following}'
-            + (f', eventTypes="{event_types}"' if kinds else "")
+            f'sessionId="{session.pk}", fromStep={last + 1}, toStep={following}{filtered}'
         )
     elif last < total - 1:
         lines.append(f"More steps follow: fromStep={last + 1} continues.")
@@ -234,9 +242,20 @@ def find_errors(
     if not hits["results"]:
         lines.append("No errors" + (f" after event #{after_event}." if after_event else "."))
         return "\n".join(lines)
-    for event in hits["results"]:
-        lines += ["", _error_block(session, event, around)]
-    if hits["nextFromSeq"] is not None:
+    results = hits["results"]
+    blocks = [_error_block(session, event, around) for event in results]
+    # Errors while they fit the answer's budget, whole; the next call starts after the last shown.
+    shown = fit(lines, blocks, separator="\n\n")
+    for block in blocks[:shown]:
+        lines += ["", block]
+    if shown < len(blocks):
+        lines += [
+            "",
+            f"Cut at {MAX_ANSWER_CHARS:,} characters, the most one answer holds. More errors follow: "
+            f'find_errors with sessionId="{session.pk}", afterEvent={results[shown - 1]["seq"] + 1}'
+            + (" (around=0 fits more errors a call)" if around else ""),
+        ]
+    elif hits["nextFromSeq"] is not None:
         lines += [
             "",
             f'More errors follow: find_errors with sessionId="{session.pk}", afterEvent={hits["nextFromSeq"]}',
