@@ -265,3 +265,10 @@ def test_the_other_tools_fit_the_budget(huge):
             await _text(client, "compare_sessions", sessionA=str(run.pk), sessionB=str(run.pk))
 
     anyio.run(main)
+
+
+def test_the_instructions_and_descriptions_state_the_budget_in_force():
+    from sessions_app.mcp.server import FIND_ERRORS, INSTRUCTIONS, REPLAY_SESSION
+
+    assert f"at most {BUDGET:,} characters" in INSTRUCTIONS
+    assert f"pass {BUDGET:,} characters" in REPLAY_SESSION and "budget" in FIND_ERRORS

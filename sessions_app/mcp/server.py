@@ -27,7 +27,7 @@ from ..canonical import ALL_KINDS
 from ..models.bounds import MAX_POSITION
 from ..replay.rows import KIND_ALIASES, ReplayParameterError
 from . import comparing, discussion, finding, state, timeline
-from .text import ToolInputError, cap
+from .text import MAX_ANSWER_CHARS, ToolInputError, cap
 
 # Where http.py leaves the authenticated actor in a request's ASGI scope.
 SCOPE_ACTOR = "replay.actor"
@@ -39,7 +39,8 @@ list_sessions or search_events; read it with replay_session (a numbered timeline
 call); jump to failures with find_errors; inspect the variables, memory and context at one \
 moment with step_state; compare two runs with compare_sessions; read the team's notes with \
 get_comments. Events are numbered from 1 in every answer; replay_session's fromStep and toStep \
-are 0-based positions, as in AgentLens. You only see the projects your key or user belongs to.\
+are 0-based positions, as in AgentLens. You only see the projects your key or user belongs to. \
+Every answer is at most 24,000 characters; a cut one ends with the call that gets the rest.\
 """
 
 SessionId = Annotated[
@@ -276,8 +277,9 @@ then one numbered step per recorded event:
      💰 $cost (when it cost something)
      [cost-so-far: $… | errors: …]  (the session's running totals at that event)
 N is the event's number in the whole session, from 1: the same number find_errors, step_state \
-and get_comments use. At most {timeline.MAX_STEPS} steps per call: a longer range is cut and \
-the answer ends with the exact call for the next range. summaryOnly=true returns the header \
+and get_comments use. At most {timeline.MAX_STEPS} steps per call, and fewer when they would \
+pass {MAX_ANSWER_CHARS:,} characters: a longer range is cut and the answer ends with the exact \
+call for the next range. summaryOnly=true returns the header \
 alone, a cheap first look at a large session.\
 """
 
@@ -297,8 +299,8 @@ its failed agent steps, in order.
 
 Each comes with its event number, time and type, a summary and the error message (for a \
 failed rlm-code step, the step's error and code too) and the events just before and after it \
-(`around` each side). Up to `limit` errors per call; when more follow, the answer ends with the \
-afterEvent to pass. Then use step_state on an event to see the variables and context there.\
+(`around` each side). Up to `limit` errors per call, as many as fit the answer's budget; when \
+more follow, the answer ends with the afterEvent to pass. Then use step_state on an event to see the variables and context there.\
 """
 
 STEP_STATE = """\
