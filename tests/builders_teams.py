@@ -1,11 +1,17 @@
-"""Builders for teams: users with a role in a project, and their API keys."""
+"""Builders for teams: users with a role in a project, their API keys and signed-in clients, and
+recorded sessions to act on."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test import Client
 
-from sessions_app.models import ApiKey, Membership, Project, Role
+from sessions_app.canonical import SessionMeta
+from sessions_app.ingest.writer import append_events, create_session, finish_session
+from sessions_app.models import ApiKey, Membership, Project, Role, Session
+
+from .conftest import synthetic_events
 
 PASSWORD = "correct horse battery staple"
 # One canonical event, as a file to upload.
@@ -18,6 +24,23 @@ def member(username: str, project: Project | None = None, role: str = Role.MAINT
     user = users.filter(username=username).first() or users.create_user(username=username, password=PASSWORD, **fields)
     Membership.objects.update_or_create(project=project or Project.get_default(), user=user, defaults={"role": role})
     return user
+
+
+def signed_in(username: str, project: Project, role: str) -> Client:
+    """A client signed in as `username` (made if missing) holding `role` in `project`."""
+    client = Client()
+    client.force_login(member(username, project, role))
+    return client
+
+
+def recorded(project: Project, name: str = "run-7", events: int = 12, **meta) -> Session:
+    """A finished canonical session of `events` synthetic events, its source id `name`."""
+    session = create_session(project=project, source_format="canonical",
+                             meta=SessionMeta(source_session_id=name, **meta))  # fmt: skip
+    append_events(session=session, events=synthetic_events(events))
+    finish_session(session=session)
+    session.refresh_from_db()
+    return session
 
 
 def key_of(user, *, name: str = "tests", project: Project | None = None, read_only: bool = False) -> str:

@@ -22,7 +22,7 @@ from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import AuditEntry, Comment, CommentRevision, Project, Role, Session
 
-from .builders_teams import acme, key_of, member, other  # noqa: F401  (fixtures)
+from .builders_teams import acme, key_of, member, other, signed_in  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
 
 
@@ -33,12 +33,6 @@ def ours(acme) -> Session:
     finish_session(session=session)
     session.refresh_from_db()
     return session
-
-
-def signed_in(username: str, project: Project, role: Role) -> Client:
-    client = Client()
-    client.force_login(member(username, project, role))
-    return client
 
 
 @pytest.fixture

@@ -17,25 +17,10 @@ from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import AuditEntry, Event, ImportJob, Project, Role, Session
 
-from .builders_teams import acme, key_of, member, other  # noqa: F401  (fixtures)
+from .builders_teams import acme, key_of, member, other, recorded, signed_in  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
 
 HOSTILE = "<script>alert(1)</script>"
-
-
-def recorded(project: Project, name: str = "run-7", events: int = 12, **meta) -> Session:
-    session = create_session(project=project, source_format="canonical",
-                             meta=SessionMeta(source_session_id=name, **meta))  # fmt: skip
-    append_events(session=session, events=synthetic_events(events))
-    finish_session(session=session)
-    session.refresh_from_db()
-    return session
-
-
-def signed_in(username: str, project: Project, role: Role) -> Client:
-    client = Client()
-    client.force_login(member(username, project, role))
-    return client
 
 
 @pytest.fixture

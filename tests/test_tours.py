@@ -15,17 +15,9 @@ from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import AuditEntry, Project, Role, Session, Tour, TourStop
 
-from .builders_teams import acme, key_of, member, other  # noqa: F401  (fixtures)
+from .builders_teams import acme, key_of, member, other, recorded, signed_in  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
 from .test_comments import HOSTILE, Elements
-
-
-def recorded(project: Project, name: str, events: int = 12) -> Session:
-    session = create_session(project=project, source_format="canonical", meta=SessionMeta(source_session_id=name))
-    append_events(session=session, events=synthetic_events(events))
-    finish_session(session=session)
-    session.refresh_from_db()
-    return session
 
 
 @pytest.fixture
@@ -41,12 +33,6 @@ def second(acme) -> Session:
 @pytest.fixture
 def theirs(other) -> Session:
     return recorded(other, "their-run")
-
-
-def signed_in(username: str, project: Project, role: Role) -> Client:
-    client = Client()
-    client.force_login(member(username, project, role))
-    return client
 
 
 @pytest.fixture
