@@ -61,3 +61,14 @@ def acme(db) -> Project:
 @pytest.fixture
 def other(db) -> Project:
     return Project.objects.create(name="Other", slug="other")
+
+
+# Acme's maintainer and viewer, signed in (the tour and session-page tests act as them).
+@pytest.fixture
+def mia(acme) -> Client:
+    return signed_in("mia", acme, Role.MAINTAINER)
+
+
+@pytest.fixture
+def vic(acme) -> Client:
+    return signed_in("vic", acme, Role.VIEWER)

@@ -20,19 +20,9 @@ from sessions_app import tours
 from sessions_app.access import Actor
 from sessions_app.models import AuditEntry, Project, Role, Session, ShareLink, Tour, TourStop
 
-from .builders_teams import acme, member, other  # noqa: F401  (fixtures)
+from .builders_teams import acme, member, mia, other, vic  # noqa: F401  (fixtures)
 from .test_comments import HOSTILE, Elements
 from .test_tours import first, recorded, second, signed_in  # noqa: F401  (fixtures)
-
-
-@pytest.fixture
-def mia(acme) -> Client:
-    return signed_in("mia", acme, Role.MAINTAINER)
-
-
-@pytest.fixture
-def vic(acme) -> Client:
-    return signed_in("vic", acme, Role.VIEWER)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import AuditEntry, Event, ImportJob, Project, Role, Session
 
-from .builders_teams import acme, key_of, member, other, recorded, signed_in  # noqa: F401  (fixtures)
+from .builders_teams import acme, key_of, member, mia, other, recorded, signed_in, vic  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
 
 HOSTILE = "<script>alert(1)</script>"
@@ -26,16 +26,6 @@ HOSTILE = "<script>alert(1)</script>"
 @pytest.fixture
 def run(acme) -> Session:
     return recorded(acme)
-
-
-@pytest.fixture
-def mia(acme) -> Client:
-    return signed_in("mia", acme, Role.MAINTAINER)
-
-
-@pytest.fixture
-def vic(acme) -> Client:
-    return signed_in("vic", acme, Role.VIEWER)
 
 
 def delete_url(session: Session) -> str:

@@ -15,7 +15,7 @@ from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import AuditEntry, Project, Role, Session, Tour, TourStop
 
-from .builders_teams import acme, key_of, member, other, recorded, signed_in  # noqa: F401  (fixtures)
+from .builders_teams import acme, key_of, member, mia, other, recorded, signed_in, vic  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
 from .test_comments import HOSTILE, Elements
 
@@ -33,16 +33,6 @@ def second(acme) -> Session:
 @pytest.fixture
 def theirs(other) -> Session:
     return recorded(other, "their-run")
-
-
-@pytest.fixture
-def mia(acme) -> Client:
-    return signed_in("mia", acme, Role.MAINTAINER)
-
-
-@pytest.fixture
-def vic(acme) -> Client:
-    return signed_in("vic", acme, Role.VIEWER)
 
 
 def send(client: Client, method: str, url: str, body: object = None):
