@@ -119,12 +119,13 @@ def json_block(value: Any, limit: int = 2000, where: str = "") -> str:
     text = orjson.dumps(value, option=dump, default=str).decode()
     if len(text) <= limit:
         return text
+    whole_length = len(text)
     for chars, items, depth in ((300, 20, 8), (120, 10, 5), (60, 5, 3), (30, 3, 2), (20, 2, 1), (10, 1, 0)):
         shrunk, _ = shrink(value, chars, items, depth)
         text = orjson.dumps(shrunk, option=dump, default=str).decode()
         if len(text) <= limit:
             break
-    note = f"(shortened from {len(orjson.dumps(value, option=dump, default=str)):,} characters"
+    note = f"(shortened from {whole_length:,} characters"
     return f"{text}\n{note}{f'; whole: {where}' if where else ''})"
 
 
