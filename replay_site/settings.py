@@ -11,6 +11,7 @@ import os
 import warnings
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -55,11 +56,46 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def postgres_options(given: dict[str, str]) -> dict[str, Any]:
+    """psycopg's options, the URL's query string (sslmode=...) over Replay's defaults.
+
+    Values bound by the server, and a statement the connection has run 5 times prepared, rather
+    than Django's default (every value quoted into the SQL text in Python, every statement parsed
+    again): PostgreSQL served 10-20 % more requests a second to 20 viewers, with a lower player
+    step p95, in each of five alternating runs (bench/load_bench.py; docs/benchmarks.md).
+    Every statement is still planned for its own values (plan_cache_mode=force_custom_plan): the
+    generic plan PostgreSQL picks after five runs cannot see them, and 33 look-ups of 2,000 trace
+    ids against a table its statistics still called empty took six minutes with it. A statement
+    binds at most 65,535 values, twice SQLite's 32,766 (the default database), which every
+    caller already stays under. Behind a pooler in transaction mode (PgBouncer < 1.21, or without
+    max_prepared_statements) `?prepare_threshold=none` turns preparing off;
+    `?server_side_binding=false` is Django's default."""
+    options: dict[str, Any] = {"server_side_binding": True, "prepare_threshold": 5}
+    for name, value in given.items():
+        if name == "server_side_binding":
+            options[name] = value.strip().lower() in {"1", "true", "yes", "on"}
+        elif name == "prepare_threshold":
+            if value.strip().lower() in {"", "none", "off"}:
+                options[name] = None
+            elif value.strip().isdigit():
+                options[name] = int(value)
+            else:
+                raise ImproperlyConfigured(
+                    f"DATABASE_URL: prepare_threshold must be a whole number or none, got {value!r}"
+                )
+        else:
+            options[name] = value
+    # The server settings of `?options=-c ...` come after this one, so theirs win.
+    options["options"] = f"-c plan_cache_mode=force_custom_plan {options.get('options', '')}".strip()
+    return options
+
+
 def database_from_url(url: str) -> dict:
     """Turn DATABASE_URL (postgres://user:pw@host:port/name or sqlite:///path) into DATABASES['default']."""
     parts = urlsplit(url)
-    options = dict(parse_qsl(parts.query))
+    options: dict[str, Any] = dict(parse_qsl(parts.query))
     if parts.scheme in {"postgres", "postgresql", "pgsql"}:
+        options = postgres_options(options)
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")),

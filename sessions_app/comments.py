@@ -111,7 +111,10 @@ def threads_at(*, session: Session, seq: int) -> list[Thread]:
     """The threads on one event, with their replies: one query (a reply has its thread's seq;
     the (session, seq) index serves it). Written as SQL: it runs with every player step, and
     the ORM took ~0.45 ms to compile it (docs/benchmarks.md, issue 20)."""
-    sql = f"SELECT * FROM {Comment._meta.db_table} WHERE session_id = %s AND seq = %s ORDER BY created_at, id"
+    # Columns named, not `*`: a statement prepared on a PostgreSQL connection (settings.py) must
+    # not change its result's columns when a migration adds one.
+    columns = ", ".join(f.column for f in Comment._meta.concrete_fields)
+    sql = f"SELECT {columns} FROM {Comment._meta.db_table} WHERE session_id = %s AND seq = %s ORDER BY created_at, id"
     return _threads(list(Comment.objects.raw(sql, [session.pk, seq])))
 
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION_ENV = {
     "REPLAY_SECRET_KEY": "k" * 20 + "Zq8-Lm3_Vx7!Rt2@Pw9#Nb4$Hy6%Jc1^Fd5&Gs0*",
@@ -62,7 +64,48 @@ def test_database_url_selects_postgresql():
         "6543",
         "replay",
     )
-    assert db["OPTIONS"] == {"sslmode": "require"}
+    assert db["OPTIONS"] == {
+        "sslmode": "require",
+        "server_side_binding": True,
+        "prepare_threshold": 5,
+        "options": "-c plan_cache_mode=force_custom_plan",
+    }
+
+
+def test_database_url_can_turn_off_prepared_statements_and_server_binding_for_a_pooler():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from replay_site.settings import database_from_url
+
+    db = database_from_url(
+        "postgres://u@db/replay?prepare_threshold=none&server_side_binding=false&options=-c%20work_mem%3D64MB"
+    )
+    assert db["OPTIONS"] == {
+        "server_side_binding": False,
+        "prepare_threshold": None,
+        "options": "-c plan_cache_mode=force_custom_plan -c work_mem=64MB",
+    }
+    assert database_from_url("postgres://u@db/replay?prepare_threshold=0")["OPTIONS"]["prepare_threshold"] == 0
+    with pytest.raises(ImproperlyConfigured, match="prepare_threshold must be a whole number or none, got 'soon'"):
+        database_from_url("postgres://u@db/replay?prepare_threshold=soon")
+
+
+def test_the_postgresql_connection_binds_on_the_server_and_prepares_repeated_statements(db):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only")
+    import psycopg
+    from django.contrib.auth import get_user_model
+
+    for _ in range(6):
+        get_user_model().objects.filter(username="nobody").exists()
+    with connection.cursor() as cursor:
+        assert not isinstance(cursor.cursor, psycopg.ClientCursor)
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone()[0] >= 1
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone()[0] == "force_custom_plan"
 
 
 def test_the_console_log_gives_a_refused_request_one_line_and_a_server_error_its_traceback(client, django_user_model):
