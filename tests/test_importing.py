@@ -458,3 +458,33 @@ def test_the_same_file_imported_twice_at_once_is_stored_once(tmp_path, monkeypat
     assert sorted(outcome.duplicate for outcome in outcomes) == [False, True]
     assert Session.objects.filter(project=project).count() == 1
     assert outcomes[0].session.pk == outcomes[1].session.pk
+
+
+def test_replace_of_a_file_with_more_sessions_than_a_statement_binds_values(project, tmp_path):
+    """A file's own sessions are looked up in Python, not bound as `pk__in`: with SQLite's bound
+    lowered to 210 values (32,766 by default), 260 appended sessions of one run replace again."""
+    import sqlite3
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("lowers SQLite's own bound")
+    path = tmp_path / "appended.jsonl"
+    lines = []
+    for i in range(260):
+        stamp = f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}"
+        lines.append({"event_type": "session_start", "timestamp": stamp, "run_id": "same", "data": {"task": f"t{i}"}})
+        lines.append({"event_type": "step_start", "timestamp": stamp, "run_id": "same", "step": 1, "data": {}})
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    connection.ensure_connection()
+    before = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 210)
+    try:
+        first = import_file(path=path, project=project)
+        again = import_file(path=path, project=project, replace=True)
+    finally:
+        connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, before)
+
+    assert len(first) == len(again) == 260
+    assert not any(o.error or o.duplicate for o in first + again)
+    assert set(Session.objects.values_list("pk", flat=True)) == {o.session.pk for o in again}

@@ -260,8 +260,21 @@ def test_the_other_tools_fit_the_budget(huge):
             shown = set(re.findall(r"^#(\d+) ", text, re.MULTILINE))
             rest = await _text(client, "list_sessions", limit=50, cursor=cursor)
             assert shown and not shown & set(re.findall(r"^#(\d+) ", rest, re.MULTILINE))
-            text = await _text(client, "search_events", text="hay", limit=50)
-            assert 'cursor="' in text
+            # Followed cursor by cursor, the search gives every hit once: the huge run's 300
+            # events and the 49 other sessions' one each.
+            hits: list[tuple[str, str]] = []
+            cursor = None
+            for _ in range(30):
+                text = await _text(
+                    client, "search_events", text="hay", limit=50, **({"cursor": cursor} if cursor else {})
+                )
+                hits += re.findall(r"^session #(\d+) .* · event #(\d+) ", text, re.MULTILINE)
+                more = re.search(r'cursor="([^"]+)"', text)
+                if more is None:
+                    break
+                cursor = more.group(1)
+            assert len(hits) == len(set(hits)) == 300 + 49
+            assert {seq for session, seq in hits if session == str(run.pk)} == {str(n) for n in range(1, 301)}
             await _text(client, "compare_sessions", sessionA=str(run.pk), sessionB=str(run.pk))
 
     anyio.run(main)

@@ -225,18 +225,15 @@ def _import_session(
             ).exclude(pk=session.pk)
             # The same content stored before is this one; so is a session this very file already
             # gave (a run appended to its log twice): one import never lists a session twice.
-            # Replacing, only what this file gave counts, the rest being about to go.
-            earlier = same_source.filter(pk__in=created) if replace else same_source
-            existing = earlier.filter(source_digest=session.source_digest).order_by("pk").first()
+            # Replacing, only what this file gave counts, the rest being about to go. (`created`
+            # is looked up here, not sent as `pk__in`: a file may give more sessions than a
+            # statement binds values, 32,766 on SQLite.)
+            same = same_source.filter(source_digest=session.source_digest).order_by("pk").values_list("pk", flat=True)
+            existing = next((pk for pk in same if not replace or pk in created), None)
             if existing is not None:
-                raise _Duplicate(existing)
+                raise _Duplicate(Session.objects.get(pk=existing))
             if replace:
-                # Events, snapshots and checkpoints go too, through the database's own cascade;
-                # the originals of their uploads after the grace period (originals.py).
-                replaced = same_source.exclude(pk__in=created)
-                jobs = set(replaced.values_list("import_job", flat=True))
-                replaced.delete()
-                note_orphans(job_ids=jobs)
+                _replace(pk for pk in same_source.values_list("pk", flat=True) if pk not in created)
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
             pass
@@ -280,6 +277,19 @@ def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(hashlib.sha256(key).digest()[:8], "big", signed=True)]
         )
+
+
+def _replace(session_ids: Iterable[int]) -> None:
+    """Delete the sessions a `replace` import supersedes, a chunk a statement. Events, snapshots
+    and checkpoints go too, through the database's own cascade; the originals of their uploads
+    after the grace period (originals.py)."""
+    ids = list(session_ids)
+    chunk = min(2000, (connection.features.max_query_params or 2000) // 2)
+    for start in range(0, len(ids), chunk):
+        replaced = Session.objects.filter(pk__in=ids[start : start + chunk])
+        jobs = set(replaced.values_list("import_job", flat=True))
+        replaced.delete()
+        note_orphans(job_ids=jobs)
 
 
 def _fingerprinted(events: Iterable[CanonicalEvent], digest: Any) -> Iterator[CanonicalEvent]:
