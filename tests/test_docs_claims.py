@@ -150,3 +150,21 @@ def test_deployment_defaults_match_settings() -> None:
         if name not in os.environ and (name not in rows or float(rows[name]) != float(value))
     }
     assert wrong == {}
+
+
+def test_the_recorder_retries_exactly_the_statuses_docs_ingest_names() -> None:
+    from sessions_app.client import RETRYABLE_STATUSES
+
+    text = (ROOT / "docs" / "ingest.md").read_text(encoding="utf-8")
+    sentence = re.search(r"Network errors, timeouts and ([\d, and]+) are retried", text)
+    assert sentence, "docs/ingest.md no longer says which statuses the recorder retries"
+    assert {int(code) for code in re.findall(r"\d{3}", sentence.group(1))} == set(RETRYABLE_STATUSES)
+
+
+def test_the_session_row_docs_api_lists_is_the_schema_s() -> None:
+    from sessions_app.api.sessions import SessionListRowOut
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    listed = re.search(r"A session row: `([^`]+)`", text)
+    assert listed, "docs/api.md no longer lists the session row's fields"
+    assert {name.strip() for name in listed.group(1).split(",")} == set(SessionListRowOut.model_fields)
