@@ -168,3 +168,21 @@ def test_the_session_row_docs_api_lists_is_the_schema_s() -> None:
     listed = re.search(r"A session row: `([^`]+)`", text)
     assert listed, "docs/api.md no longer lists the session row's fields"
     assert {name.strip() for name in listed.group(1).split(",")} == set(SessionListRowOut.model_fields)
+
+
+def test_every_api_operation_is_in_the_docs() -> None:
+    from replay_site.api import api
+
+    def normal(path: str) -> str:
+        return re.sub(r"\{[^}]+\}|<[^>]+>", "{}", path)
+
+    lines = [normal(line) for line in _text(DOCS).splitlines()]
+    missing = []
+    for path, operations in api.get_openapi_schema()["paths"].items():
+        for method in operations:
+            wanted = normal(path)
+            if not any(
+                re.search(rf"{re.escape(wanted)}(?![\w/{{}}-])", line) and method.upper() in line for line in lines
+            ):
+                missing.append(f"{method.upper()} {path}")
+    assert missing == []
