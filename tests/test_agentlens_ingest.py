@@ -285,6 +285,7 @@ def test_session_ended_ends_the_session_and_later_new_events_are_a_409(db):
         ({"eventType": 7}, "events.1.eventType", "string"),
         ({"id": ""}, "events.1.id", "at least 1 character"),
         ({"sessionId": "a\x00b"}, "events.1.sessionId", "NUL"),
+        ({"id": "abc\x00def"}, "events.1.id", "an id may not hold NUL characters"),
     ],
 )
 def test_a_bad_event_is_a_400_naming_its_index_and_field_and_nothing_is_stored(db, bad, path, message):

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from .. import access, audit, jobs
 from ..formats.fields import in_utc_range
@@ -39,11 +39,12 @@ class AgentLensEventIn(BaseModel):
         None, min_length=1, max_length=200, description="the event's own id: a retry naming it is not stored twice"
     )
 
-    @field_validator("sessionId")
+    @field_validator("sessionId", "id")
     @classmethod
-    def _storable(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("a sessionId may not hold NUL characters")
+    def _storable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and "\x00" in value:
+            article = "an" if info.field_name == "id" else "a"
+            raise ValueError(f"{article} {info.field_name} may not hold NUL characters")
         return value
 
     @field_validator("timestamp")
