@@ -61,14 +61,15 @@ def postgres_options(given: dict[str, str]) -> dict[str, Any]:
 
     Values bound by the server, and a statement the connection has run 5 times prepared, rather
     than Django's default (every value quoted into the SQL text in Python, every statement parsed
-    again): PostgreSQL served 10-20 % more requests a second to 20 viewers, with a lower player
-    step p95, in each of five alternating runs (bench/load_bench.py; docs/benchmarks.md).
-    Every statement is still planned for its own values (plan_cache_mode=force_custom_plan): the
-    generic plan PostgreSQL picks after five runs cannot see them, and 33 look-ups of 2,000 trace
-    ids against a table its statistics still called empty took six minutes with it. A statement
-    binds at most 65,535 values, twice SQLite's 32,766 (the default database), which every
-    caller already stays under. Behind a pooler in transaction mode (PgBouncer < 1.21, or without
-    max_prepared_statements) `?prepare_threshold=none` turns preparing off;
+    again): with 20 viewers PostgreSQL served more requests a second in each of seven alternating
+    runs, about 14 % more (bench/load_bench.py; docs/benchmarks.md). Every statement is still
+    planned for its own values (plan_cache_mode=force_custom_plan): the generic plan PostgreSQL
+    picks after five runs cannot see them, and 33 look-ups of 2,000 trace ids against a table its
+    statistics still called empty took six minutes with it. A statement binds at most 65,535
+    values: a list that can grow past that (an import's sessions, an export's traces) is read a
+    chunk at a time, as SQLite's usual bound of 32,766 already required. Behind a pooler in
+    transaction mode (PgBouncer < 1.21, or without max_prepared_statements)
+    `?prepare_threshold=none` turns preparing off;
     `?server_side_binding=false` is Django's default."""
     options: dict[str, Any] = {"server_side_binding": True, "prepare_threshold": 5}
     for name, value in given.items():

@@ -123,6 +123,7 @@ def _import(job: ImportJob) -> None:
 # over the workers.
 VERIFY_EVENTS_A_JOB = 200_000
 VERIFY_SESSIONS_A_JOB = 200
+_IDS_A_STATEMENT = 2000
 
 
 def enqueue_verify(*, session_ids: list[int]) -> str:
@@ -138,7 +139,12 @@ def enqueue_verify_after_commit(*, session_ids: list[int]) -> None:
 
 
 def _enqueue_verify_jobs(session_ids: list[int]) -> None:
-    events = dict(Session.objects.filter(pk__in=session_ids).values_list("pk", "event_count"))
+    # Read a chunk of ids a statement: an import may give more sessions than one statement binds
+    # values (65,535 on PostgreSQL, 32,766 in SQLite's usual builds).
+    events: dict[int, int] = {}
+    for start in range(0, len(session_ids), _IDS_A_STATEMENT):
+        part = session_ids[start : start + _IDS_A_STATEMENT]
+        events.update(Session.objects.filter(pk__in=part).values_list("pk", "event_count"))
     batch: list[int] = []
     batch_events = 0
     for session_id in dict.fromkeys(session_ids):  # in order, each once

@@ -486,6 +486,28 @@ def test_sessions_are_verified_several_to_a_job_and_each_once(
     assert [states[s.pk] for s in small] == ["verified"] * 4 and states[big.pk] == "unverified"
 
 
+def test_more_sessions_to_verify_than_a_statement_binds_are_read_a_chunk_at_a_time(make_session, monkeypatch):
+    """An import may give more sessions than one statement binds values (65,535 on PostgreSQL):
+    with the chunk at 3, seven sessions and ids no longer there are still queued, each once."""
+    made = [make_session(events=2).pk for _ in range(7)]
+    monkeypatch.setattr(jobs, "_IDS_A_STATEMENT", 3)
+    lookups: list[int] = []
+    real_filter = Session.objects.filter
+
+    def counting_filter(*args, **kwargs):
+        if "pk__in" in kwargs:
+            lookups.append(len(kwargs["pk__in"]))
+        return real_filter(*args, **kwargs)
+
+    monkeypatch.setattr(Session.objects, "filter", counting_filter)
+    queued: list[list[int]] = []
+    monkeypatch.setattr(jobs, "enqueue_verify", lambda *, session_ids: queued.append(session_ids))
+    jobs._enqueue_verify_jobs([*made, 10**9, 10**9 + 1])
+
+    assert lookups and max(lookups) <= 3
+    assert [pk for batch in queued for pk in batch] == made
+
+
 def test_a_verify_job_queued_before_the_upgrade_still_runs(make_session):
     session = make_session(events=5)
     jobs.run_verify(session_id=session.pk)  # the one-session form of older queued tasks
