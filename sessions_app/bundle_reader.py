@@ -136,7 +136,13 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
     with archive:
         # A folder's own entry ("original/", as `zip -r` writes one for each folder) holds no
         # bytes and is no file of the bundle: a re-zipped untouched bundle still verifies.
-        names = {info.filename for info in archive.infolist() if not (info.is_dir() and info.file_size == 0)}
+        listed = [info.filename for info in archive.infolist() if not (info.is_dir() and info.file_size == 0)]
+        names = set(listed)
+        if len(names) < len(listed):
+            # Python reads a name's last copy, an unzip tool may show the first: what was checked
+            # would not be what a reader opens.
+            twice = sorted({name for name in listed if listed.count(name) > 1})
+            raise BundleError(f"{twice[0]}: in the bundle more than once")
         for needed in SIGNED_BY_MANIFEST:
             if needed not in names:
                 raise BundleError(f"{needed}: missing from the bundle")

@@ -332,6 +332,18 @@ def test_a_bundle_re_zipped_with_folder_entries_still_verifies_and_an_added_file
     )
 
 
+def test_a_bundle_holding_a_name_twice_is_refused(bundle, tmp_path):
+    """A page slipped in before the genuine index.html: Python reads a name's last copy, an
+    unzip tool may show the first, so the bundle is refused rather than said to match."""
+    target = tmp_path / "twice.zip"
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(target, "w") as out:
+        out.writestr("index.html", b"<script>alert(1)</script>")
+        with pytest.warns(UserWarning, match="Duplicate name: 'index.html'"):
+            for name in source.namelist():
+                out.writestr(name, source.read(name))
+    assert refused(target, server_key()) == "bundle NOT OK: index.html: in the bundle more than once"
+
+
 def test_a_folder_given_instead_of_the_zip_is_said_to_be_a_folder(tmp_path):
     unpacked = tmp_path / "unpacked"
     unpacked.mkdir()
