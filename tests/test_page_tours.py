@@ -425,6 +425,9 @@ def test_a_tour_links_visitor_reads_the_tour_page_without_its_controls_or_projec
                    "/share-links/", "<form", f'href="/projects/{acme.slug}/', "Log out"):  # fmt: skip
         assert absent not in page, absent
     assert "shared with you" in page
+    # The recording, not the team (docs/teams.md): the author is named to members only.
+    assert " · by mia" not in head
+    assert " · by mia" in section(mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode(), "tour-head")
     # Counted once, when the link was opened, as for a session link's pages: not per page view.
     assert AuditEntry.objects.filter(action="share_link.use").count() == 1
     # Reading, never changing: the tour's forms still want a maintainer.
