@@ -409,6 +409,13 @@ def test_bad_arguments_are_tool_errors_that_name_the_argument(world):
         assert "limit" in await refused(client, "list_sessions", limit=500)
         assert "status" in await refused(client, "list_sessions", status="archived")
         assert "sessionId" in await refused(client, "replay_session")
+        # A NUL, which PostgreSQL refuses in any statement, is named too, not a generic error.
+        assert (await refused(client, "search_events", text="smo\x00ke")).endswith(
+            "search_events: text: may not hold NUL characters"
+        )
+        assert (await refused(client, "compare_sessions", sessionA=deploy, sessionB="a\x00")).endswith(
+            "compare_sessions: sessionB: may not hold NUL characters"
+        )
 
     run(as_viewer(world), check)
 

@@ -83,6 +83,12 @@ async def _answer(read: Callable[..., str], **arguments: Any) -> str:
 
     Not thread-sensitive: one call must not wait for every other call of the process on one
     shared thread; each worker thread keeps its own database connection."""
+    # A NUL in a text argument: PostgreSQL refuses it in any statement, which the caller would
+    # get as a generic error rather than a message naming the argument.
+    for name, value in arguments.items():
+        if any("\x00" in v for v in (value if isinstance(value, list | tuple) else [value]) if isinstance(v, str)):
+            first, *rest = name.split("_")  # the tool's own name of it: session_id is sessionId
+            raise ToolError(f"{first}{''.join(part.capitalize() for part in rest)}: may not hold NUL characters")
     try:
         text = await sync_to_async(_in_thread, thread_sensitive=False)(read, arguments)
     except (Http404, PermissionDenied, ReplayParameterError, ToolInputError) as exc:
