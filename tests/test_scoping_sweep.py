@@ -550,3 +550,16 @@ def test_the_sweep_finds_a_new_endpoint_an_unscoped_one_and_a_leak(theirs, db, u
     unscoped_endpoint["task"] = True
     with pytest.raises(AssertionError, match=r"unscoped/ answered 200 with \['THEIRS-SECRET-TASK'\]"):
         sweep(theirs, db)
+
+
+def test_every_api_operation_that_needs_more_than_a_viewer_documents_its_403(client):
+    """docs/api.md: the schema lists every error an operation can answer. A role too low is a
+    403 (access.py), so each operation above the viewer's role must list one."""
+    paths = orjson.loads(client.get("/api/openapi.json").content)["paths"]
+    missing = [
+        f"{method} {path}"
+        for (method, path), role in ROLE_NEEDED.items()
+        if path.startswith("/api/") and role not in (None, Role.VIEWER)
+        and "403" not in paths[path][method.lower()]["responses"]
+    ]  # fmt: skip
+    assert not missing, missing

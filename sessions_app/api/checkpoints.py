@@ -12,7 +12,7 @@ from ninja.responses import Status
 from .. import access, audit, checkpoints, replay
 from ..models import Checkpoint, Role, Session
 from .responses import json_response
-from .schemas import BAD, NOT_FOUND, CheckpointOut, ContextOut, DetailOut, Id, Position, StepStateOut
+from .schemas import BAD, DENIED, NOT_FOUND, CheckpointOut, ContextOut, DetailOut, Id, Position, StepStateOut
 
 router = Router(tags=["sessions"])
 
@@ -65,7 +65,7 @@ def list_checkpoints(request: HttpRequest, session_id: Id):
 
 @router.post(
     "/sessions/{session_id}/checkpoints",
-    response={201: CheckpointStateOut, 409: DetailOut, **BAD},
+    response={201: CheckpointStateOut, 409: DetailOut, **BAD, **DENIED},
     url_name="create_checkpoint",
 )
 def create_checkpoint(request: HttpRequest, session_id: Id, body: CheckpointIn):
@@ -105,7 +105,9 @@ def get_checkpoint(request: HttpRequest, session_id: Id, name: str):
 
 
 @router.delete(
-    "/sessions/{session_id}/checkpoints/{name}", response={204: None, **NOT_FOUND}, url_name="delete_checkpoint"
+    "/sessions/{session_id}/checkpoints/{name}",
+    response={204: None, **NOT_FOUND, **DENIED},
+    url_name="delete_checkpoint",
 )
 def delete_checkpoint(request: HttpRequest, session_id: Id, name: str):
     session = access.session_for(request, session_id, need=Role.MAINTAINER)

@@ -177,7 +177,7 @@ def create_session(request: HttpRequest):
 
 @router.post(
     "/sessions/{session_id}/events",
-    response={200: AppendOut, 400: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut},
+    response={200: AppendOut, 400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut},
     openapi_extra=json_body(EventBatchIn),
     url_name="append_session_events",
 )
@@ -202,7 +202,7 @@ def append_session_events(request: HttpRequest, session_id: Id):
 
 @router.post(
     "/sessions/{session_id}/end",
-    response={200: EndOut, 400: ErrorOut, 404: ErrorOut, 409: ErrorOut},
+    response={200: EndOut, 400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut},
     openapi_extra=json_body(EndIn),
     url_name="end_session",
 )

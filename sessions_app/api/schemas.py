@@ -32,6 +32,7 @@ class DetailOut(Schema):
 
 
 NOT_FOUND = {404: DetailOut}
+DENIED = {403: DetailOut}  # a role too low (access.py), on an operation above the viewer's
 BAD = {400: DetailOut, 404: DetailOut}
 
 

@@ -12,7 +12,7 @@ from .. import access, audit, deletion, replay
 from ..models import Role, Session
 from ..replay.listing import list_sessions as list_session_page
 from .checkpoints import checkpoint_row
-from .schemas import NOT_FOUND, CheckpointOut, DetailOut, Id, SessionIdentityOut
+from .schemas import DENIED, NOT_FOUND, CheckpointOut, DetailOut, Id, SessionIdentityOut
 
 router = Router(tags=["sessions"])
 
@@ -122,7 +122,7 @@ def get_session(request: HttpRequest, session_id: Id):
     }
 
 
-@router.delete("/sessions/{session_id}", response={204: None, **NOT_FOUND}, url_name="delete_session")
+@router.delete("/sessions/{session_id}", response={204: None, **NOT_FOUND, **DENIED}, url_name="delete_session")
 def delete_session(request: HttpRequest, session_id: Id):
     """Delete a session with its events, snapshots and checkpoints (the database cascades)."""
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
