@@ -49,6 +49,16 @@ def env_number(name: str, default: float | None, *, minimum: float = 0) -> float
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().upper()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
@@ -394,5 +404,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {"no_client_error_tracebacks": {"()": "replay_site.log_filters.NoTracebackForClientErrors"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["no_client_error_tracebacks"]}},
-    "root": {"handlers": ["console"], "level": env_str("REPLAY_LOG_LEVEL", "WARNING")},
+    "root": {
+        "handlers": ["console"],
+        "level": env_choice("REPLAY_LOG_LEVEL", "WARNING", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    },
 }

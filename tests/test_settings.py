@@ -52,6 +52,13 @@ def test_a_bad_number_stops_start_up_with_a_clear_message():
     assert "REPLAY_MAX_UPLOAD_MB must be a number" in result.stderr
 
 
+def test_a_bad_log_level_stops_start_up_naming_the_variable_and_a_lower_case_one_is_taken():
+    result = manage("check", REPLAY_LOG_LEVEL="bogus")
+    assert result.returncode != 0
+    assert "REPLAY_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'bogus'" in result.stderr
+    assert manage("check", REPLAY_LOG_LEVEL="info").returncode == 0
+
+
 def test_database_url_selects_postgresql():
     from replay_site.settings import database_from_url
 
