@@ -22,6 +22,7 @@ from a2wsgi import WSGIMiddleware  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
+from granian.utils.proxies import wrap_asgi_with_proxy_headers  # noqa: E402
 
 from replay_site.serving import require_real_secret_key, tune_garbage_collector  # noqa: E402
 
@@ -54,6 +55,13 @@ async def application(scope, receive, send) -> None:
             return await receive()
 
         await pages(scope, receive_coroutine, send)
+
+
+if settings.BEHIND_PROXY:
+    # The client's address from X-Forwarded-For (the last address no trusted proxy added), when
+    # the connection comes from one of REPLAY_TRUSTED_PROXIES; otherwise the peer's own address.
+    # Without it every client had the proxy's address in the audit log and in sign-in locks.
+    application = wrap_asgi_with_proxy_headers(application, trusted_hosts=settings.TRUSTED_PROXIES)
 
 
 async def _lifespan(receive, send) -> None:

@@ -382,7 +382,11 @@ SECURE_HSTS_SECONDS = int(env_number("REPLAY_HSTS_SECONDS", 0) or 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 # Preloading is hard to undo, so it is opt-in (docs/deployment.md).
 SECURE_HSTS_PRELOAD = env_bool("REPLAY_HSTS_PRELOAD", False)
-if env_bool("REPLAY_BEHIND_PROXY", False):
+BEHIND_PROXY = env_bool("REPLAY_BEHIND_PROXY", False)
+# The proxies whose X-Forwarded-For gives the client's address (replay_site/asgi.py): addresses or
+# networks; the connection's own peer must be one of them, or the header is ignored.
+TRUSTED_PROXIES = env_list("REPLAY_TRUSTED_PROXIES", ["127.0.0.1", "::1"])
+if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # django-q2: the ORM broker by default, so one machine needs nothing else.

@@ -40,9 +40,9 @@ CHUNK = 2000
 
 
 def client_ip(request: HttpRequest | None) -> str | None:
-    """The address the request came from. REMOTE_ADDR: behind a reverse proxy, the proxy sets
-    it from X-Forwarded-For for us (docs/deployment.md); a header the client controls is not
-    trusted here."""
+    """The address the request came from: REMOTE_ADDR. Behind a reverse proxy, replay_site/asgi.py
+    sets it from the X-Forwarded-For of a trusted proxy (REPLAY_BEHIND_PROXY,
+    REPLAY_TRUSTED_PROXIES); a header the client sets itself is never taken here."""
     if request is None:
         return None
     return request.META.get("REMOTE_ADDR") or None

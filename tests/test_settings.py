@@ -148,3 +148,48 @@ def test_the_console_log_gives_a_refused_request_one_line_and_a_server_error_its
         assert "PermissionDenied" not in stream.getvalue()
     finally:
         console.setStream(old)
+
+
+PROXY_PROBE = r"""
+import asyncio, json, sys
+import replay_site.asgi as asgi
+
+seen = []
+
+async def pages(scope, receive, send):  # stands in for Django's pages: what address they get
+    seen.append(scope["client"][0])
+
+asgi.pages = pages
+
+async def main():
+    for peer, forwarded in (("127.0.0.1", b"198.51.100.4, 203.0.113.9"), ("192.0.2.50", b"203.0.113.9"), ("127.0.0.1", None)):
+        headers = [(b"x-forwarded-for", forwarded)] if forwarded else []
+        scope = {"type": "http", "path": "/", "headers": headers, "client": (peer, 5000), "scheme": "http"}
+        await asgi.application(scope, None, None)
+
+asyncio.run(main())
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        # From the trusted proxy: the address it appended (the last one); from elsewhere: the peer.
+        ({"REPLAY_BEHIND_PROXY": "1"}, ["203.0.113.9", "192.0.2.50", "127.0.0.1"]),
+        (
+            {"REPLAY_BEHIND_PROXY": "1", "REPLAY_TRUSTED_PROXIES": "192.0.2.0/24"},
+            ["127.0.0.1", "203.0.113.9", "127.0.0.1"],
+        ),
+        # Not behind a proxy: a header the client sets is never taken.
+        ({}, ["127.0.0.1", "192.0.2.50", "127.0.0.1"]),
+    ],
+)
+def test_behind_a_proxy_the_clients_address_comes_from_x_forwarded_for_of_a_trusted_proxy_only(env, expected):
+    import json
+
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    full_env.update(env, REPLAY_DEMO="1")
+    result = subprocess.run([sys.executable, "-c", PROXY_PROBE], cwd=ROOT, env=full_env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
