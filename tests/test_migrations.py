@@ -153,3 +153,35 @@ def test_0022_finds_the_session_of_each_stored_otlp_conversation_again():
         assert child and not_otlp
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0024_counts_the_records_of_sessions_stored_before_0021_toward_the_quota():
+    apps = migrate([("sessions_app", "0023_receivedevent_content_digest")])
+    Project = apps.get_model("sessions_app", "Project")
+    Session = apps.get_model("sessions_app", "Session")
+    Event = apps.get_model("sessions_app", "Event")
+    project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
+
+    def stored(records: list[tuple[str | None, str]], record_bytes: int = 0) -> int:
+        session = Session.objects.create(project=project, source_format="canonical", event_count=len(records),
+                                         record_bytes=record_bytes)  # fmt: skip
+        for seq, (raw, payload) in enumerate(records):
+            Event.objects.create(session=session, seq=seq, kind="custom", source_type="x", raw=raw, payload=payload,
+                                 hash="h", prev_hash="p")  # fmt: skip
+        return session.pk
+
+    # Kept records count as received (characters, as the writer counts); an import's events,
+    # whose file was kept instead, by their stored payload.
+    live = stored([('{"a": "é"}', "{}"), ("[1, 2]", "{}")])
+    imported = stored([(None, '{"x": 1}'), (None, "{}")])
+    counted = stored([("abc", "{}")], record_bytes=777)  # stored after 0021: left as counted
+    empty = stored([])
+    try:
+        apps = migrate([("sessions_app", "0024_backfill_record_bytes")])
+        counts = dict(apps.get_model("sessions_app", "Session").objects.values_list("pk", "record_bytes"))
+        assert counts[live] == len('{"a": "é"}') + len("[1, 2]")
+        assert counts[imported] == len('{"x": 1}') + len("{}")
+        assert counts[counted] == 777 and counts[empty] == 0
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
