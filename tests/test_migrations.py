@@ -17,6 +17,15 @@ def migrate(targets):
     return executor.loader.project_state(targets).apps
 
 
+def stored_before(migration: str):
+    """The database migrated back to just before `migration`: its Session and Event models as
+    they were then, and the default project."""
+    apps = migrate([("sessions_app", migration)])
+    Project = apps.get_model("sessions_app", "Project")
+    project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
+    return apps.get_model("sessions_app", "Session"), apps.get_model("sessions_app", "Event"), project
+
+
 @pytest.mark.django_db(transaction=True)
 def test_0004_moves_stored_daycare_histories_that_stopped_mid_block_to_interrupted():
     apps = migrate(BEFORE)
@@ -98,11 +107,7 @@ def test_events_carry_only_the_indexes_their_reads_use():
 @pytest.mark.django_db(transaction=True)
 def test_0014_counts_the_priced_and_unpriced_events_of_stored_sessions():
     # Before 0014 a session's cost_usd of 0 could not tell "free" from "no price known".
-    apps = migrate([("sessions_app", "0013_tours_share_links")])
-    Project = apps.get_model("sessions_app", "Project")
-    Session = apps.get_model("sessions_app", "Session")
-    Event = apps.get_model("sessions_app", "Event")
-    project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
+    Session, Event, project = stored_before("0013_tours_share_links")
 
     def stored(*costs: tuple[float | None, bool]) -> int:
         session = Session.objects.create(project=project, source_format="canonical")
@@ -157,11 +162,7 @@ def test_0022_finds_the_session_of_each_stored_otlp_conversation_again():
 
 @pytest.mark.django_db(transaction=True)
 def test_0024_counts_the_records_of_sessions_stored_before_0021_toward_the_quota():
-    apps = migrate([("sessions_app", "0023_receivedevent_content_digest")])
-    Project = apps.get_model("sessions_app", "Project")
-    Session = apps.get_model("sessions_app", "Session")
-    Event = apps.get_model("sessions_app", "Event")
-    project = Project.objects.get_or_create(slug="default", defaults={"name": "Default"})[0]
+    Session, Event, project = stored_before("0023_receivedevent_content_digest")
 
     def stored(records: list[tuple[str | None, str]], record_bytes: int = 0) -> int:
         session = Session.objects.create(project=project, source_format="canonical", event_count=len(records),
