@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -136,12 +137,11 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
     with archive:
         # A folder's own entry ("original/", as `zip -r` writes one for each folder) holds no
         # bytes and is no file of the bundle: a re-zipped untouched bundle still verifies.
-        listed = [info.filename for info in archive.infolist() if not (info.is_dir() and info.file_size == 0)]
+        listed = Counter(info.filename for info in archive.infolist() if not (info.is_dir() and info.file_size == 0))
         names = set(listed)
-        if len(names) < len(listed):
+        if twice := sorted(name for name, count in listed.items() if count > 1):
             # Python reads a name's last copy, an unzip tool may show the first: what was checked
             # would not be what a reader opens.
-            twice = sorted({name for name in listed if listed.count(name) > 1})
             raise BundleError(f"{twice[0]}: in the bundle more than once")
         for needed in SIGNED_BY_MANIFEST:
             if needed not in names:

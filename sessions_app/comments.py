@@ -107,15 +107,19 @@ def _threads(comments: list[Comment]) -> list[Thread]:
     return list(threads.values())
 
 
+# Columns named, not `*`: a statement prepared on a PostgreSQL connection (settings.py) must not
+# change its result's columns when a migration adds one.
+_THREADS_AT_SQL = (
+    f"SELECT {', '.join(f.column for f in Comment._meta.concrete_fields)} FROM {Comment._meta.db_table}"
+    " WHERE session_id = %s AND seq = %s ORDER BY created_at, id"
+)
+
+
 def threads_at(*, session: Session, seq: int) -> list[Thread]:
     """The threads on one event, with their replies: one query (a reply has its thread's seq;
     the (session, seq) index serves it). Written as SQL: it runs with every player step, and
     the ORM took ~0.45 ms to compile it (docs/benchmarks.md, issue 20)."""
-    # Columns named, not `*`: a statement prepared on a PostgreSQL connection (settings.py) must
-    # not change its result's columns when a migration adds one.
-    columns = ", ".join(f.column for f in Comment._meta.concrete_fields)
-    sql = f"SELECT {columns} FROM {Comment._meta.db_table} WHERE session_id = %s AND seq = %s ORDER BY created_at, id"
-    return _threads(list(Comment.objects.raw(sql, [session.pk, seq])))
+    return _threads(list(Comment.objects.raw(_THREADS_AT_SQL, [session.pk, seq])))
 
 
 def threads_of(*, session: Session) -> list[Thread]:

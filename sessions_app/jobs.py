@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, time, timedelta
+from itertools import batched
 from pathlib import Path
 
 from django.conf import settings
@@ -142,8 +143,7 @@ def _enqueue_verify_jobs(session_ids: list[int]) -> None:
     # Read a chunk of ids a statement: an import may give more sessions than one statement binds
     # values (65,535 on PostgreSQL, 32,766 in SQLite's usual builds).
     events: dict[int, int] = {}
-    for start in range(0, len(session_ids), _IDS_A_STATEMENT):
-        part = session_ids[start : start + _IDS_A_STATEMENT]
+    for part in batched(session_ids, _IDS_A_STATEMENT):
         events.update(Session.objects.filter(pk__in=part).values_list("pk", "event_count"))
     batch: list[int] = []
     batch_events = 0

@@ -14,6 +14,7 @@ import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import batched
 from pathlib import Path
 from typing import Any
 
@@ -228,10 +229,10 @@ def _import_session(
             # Replacing, only what this file gave counts, the rest being about to go. (`created`
             # is looked up here, not sent as `pk__in`: a file may give more sessions than a
             # statement binds values, 32,766 on SQLite.)
-            same = same_source.filter(source_digest=session.source_digest).order_by("pk").values_list("pk", flat=True)
-            existing = next((pk for pk in same if not replace or pk in created), None)
+            same = same_source.filter(source_digest=session.source_digest).order_by("pk")
+            existing = next((s for s in same if not replace or s.pk in created), None)
             if existing is not None:
-                raise _Duplicate(Session.objects.get(pk=existing))
+                raise _Duplicate(existing)
             if replace:
                 _replace(pk for pk in same_source.values_list("pk", flat=True) if pk not in created)
     except _Empty:
@@ -283,10 +284,8 @@ def _replace(session_ids: Iterable[int]) -> None:
     """Delete the sessions a `replace` import supersedes, a chunk a statement. Events, snapshots
     and checkpoints go too, through the database's own cascade; the originals of their uploads
     after the grace period (originals.py)."""
-    ids = list(session_ids)
-    chunk = min(2000, (connection.features.max_query_params or 2000) // 2)
-    for start in range(0, len(ids), chunk):
-        replaced = Session.objects.filter(pk__in=ids[start : start + chunk])
+    for part in batched(session_ids, min(2000, (connection.features.max_query_params or 2000) // 2)):
+        replaced = Session.objects.filter(pk__in=part)
         jobs = set(replaced.values_list("import_job", flat=True))
         replaced.delete()
         note_orphans(job_ids=jobs)

@@ -86,7 +86,7 @@ async def _answer(read: Callable[..., str], **arguments: Any) -> str:
     # A NUL in a text argument: PostgreSQL refuses it in any statement, which the caller would
     # get as a generic error rather than a message naming the argument.
     for name, value in arguments.items():
-        if any("\x00" in v for v in (value if isinstance(value, list | tuple) else [value]) if isinstance(v, str)):
+        if isinstance(value, str) and "\x00" in value:
             first, *rest = name.split("_")  # the tool's own name of it: session_id is sessionId
             raise ToolError(f"{first}{''.join(part.capitalize() for part in rest)}: may not hold NUL characters")
     try:
