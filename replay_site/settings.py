@@ -72,14 +72,17 @@ def postgres_options(given: dict[str, str]) -> dict[str, Any]:
     Values bound by the server, and a statement the connection has run 5 times prepared, rather
     than Django's default (every value quoted into the SQL text in Python, every statement parsed
     again): with 20 viewers PostgreSQL served more requests a second in each of seven alternating
-    runs, about 14 % more (bench/load_bench.py; docs/benchmarks.md). Every statement is still
-    planned for its own values (plan_cache_mode=force_custom_plan): the generic plan PostgreSQL
-    picks after five runs cannot see them, and 33 look-ups of 2,000 trace ids against a table its
-    statistics still called empty took six minutes with it. A statement binds at most 65,535
-    values: a list that can grow past that (an import's sessions, an export's traces) is read a
-    chunk at a time, as SQLite's usual bound of 32,766 already required. Behind a pooler in
-    transaction mode (PgBouncer < 1.21, or without max_prepared_statements)
-    `?prepare_threshold=none` turns preparing off;
+    runs, about 14 % more (bench/load_bench.py; docs/benchmarks.md). A prepared statement gets
+    PostgreSQL's own choice of plan (plan_cache_mode=auto): one plan for every execution once it
+    is no dearer than planning each. Forcing a plan for each execution's values instead also
+    re-planned each foreign-key check, a statement of its own for every event written (4.4 s of
+    the server's time in bench/otlp_bench.py), and cost 20 viewers 15 % of their requests. A
+    look-up by a long list on a second column (an export's 2,000 trace ids of a project) is the
+    one such plan chose badly: those bind their list as one array (sessions_app/models/lookups.py).
+    A statement binds at most 65,535 values: a list that can grow past that (an import's
+    sessions, an export's traces) is read a chunk at a time, as SQLite's usual bound of 32,766
+    already required. Behind a pooler in transaction mode (PgBouncer < 1.21, or without
+    max_prepared_statements) `?prepare_threshold=none` turns preparing off;
     `?server_side_binding=false` is Django's default."""
     options: dict[str, Any] = {"server_side_binding": True, "prepare_threshold": 5}
     for name, value in given.items():
@@ -96,8 +99,6 @@ def postgres_options(given: dict[str, str]) -> dict[str, Any]:
                 )
         else:
             options[name] = value
-    # The server settings of `?options=-c ...` come after this one, so theirs win.
-    options["options"] = f"-c plan_cache_mode=force_custom_plan {options.get('options', '')}".strip()
     return options
 
 

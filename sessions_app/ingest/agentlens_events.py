@@ -165,7 +165,7 @@ def _append(outcome: SessionOutcome, group: list[PostedEvent]) -> list[dict[str,
     session = outcome.session
     received: dict[str, str] = {}
     digests: dict[str, str] = {}  # "" for an event received before digests were kept: a retry, as then
-    rows = ReceivedEvent.objects.filter(session=session, source_id__in={p.id for p in group})
+    rows = ReceivedEvent.objects.filter(session=session, source_id__any_of={p.id for p in group})
     for source_id, source_hash, digest in rows.values_list("source_id", "source_hash", "content_digest"):
         received[source_id], digests[source_id] = source_hash, digest
     new: list[PostedEvent] = []

@@ -118,7 +118,7 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
         traces = {
             t.trace_id: t
             for part in _chunked(list(by_trace))
-            for t in OtlpTrace.objects.filter(project=project, trace_id__in=part)
+            for t in OtlpTrace.objects.filter(project=project, trace_id__any_of=part)
         }
         _drop_stored(traces, by_trace)
         result.not_genai = _drop_not_genai(traces, by_trace)
@@ -302,7 +302,9 @@ def _sessions_for(
     by_digest = {conversation_digest(key): key for key in keys}
     found: dict[str, Session] = {}
     for part in _chunked(list(by_digest)):
-        for conversation in OtlpConversation.objects.filter(project=project, digest__in=part).select_related("session"):
+        for conversation in OtlpConversation.objects.filter(project=project, digest__any_of=part).select_related(
+            "session"
+        ):
             found[by_digest[conversation.digest]] = conversation.session
     room = sessions_left(project) if any(key not in found for key in wanted.values()) else None
     new: dict[str, SessionMeta] = {}

@@ -66,7 +66,7 @@ def _step_samples(session: Session) -> list[tuple[int, int, float | None, float,
     """(step position, seq, reward, cumulative reward, tokens so far) at up to MAX_POINTS steps."""
     positions = boundaries(session.step_count, MAX_POINTS)
     return list(
-        Event.objects.filter(session=session, step_pos__in=positions)
+        Event.objects.filter(session=session, step_pos__any_of=positions)
         .order_by("step_pos")
         .values_list("step_pos", "seq", "reward", "reward_total", "tokens_total")
     )
