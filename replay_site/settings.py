@@ -78,7 +78,7 @@ def postgres_options(given: dict[str, str]) -> dict[str, Any]:
     re-planned each foreign-key check, a statement of its own for every event written (4.4 s of
     the server's time in bench/otlp_bench.py), and cost 20 viewers 15 % of their requests. A
     look-up by a long list on a second column (an export's 2,000 trace ids of a project) is the
-    one such plan chose badly: those bind their list as one array (sessions_app/models/lookups.py).
+    one such plan chose badly: those are sent unprepared (sessions_app/models/planning.py).
     A statement binds at most 65,535 values: a list that can grow past that (an import's
     sessions, an export's traces) is read a chunk at a time, as SQLite's usual bound of 32,766
     already required. Behind a pooler in transaction mode (PgBouncer < 1.21, or without

@@ -30,6 +30,7 @@ from django.utils import timezone
 from ..canonical import SessionMeta
 from ..formats import agentlens
 from ..models import Project, ReceivedEvent, Session
+from ..models.planning import planned_for_values
 from .live import IdempotencyConflict, IngestError, SessionNotLive, append_batch, storable_records
 from .quotas import check_new_session
 from .writer import create_session, finish_session, merge_session_metadata
@@ -165,9 +166,10 @@ def _append(outcome: SessionOutcome, group: list[PostedEvent]) -> list[dict[str,
     session = outcome.session
     received: dict[str, str] = {}
     digests: dict[str, str] = {}  # "" for an event received before digests were kept: a retry, as then
-    rows = ReceivedEvent.objects.filter(session=session, source_id__any_of={p.id for p in group})
-    for source_id, source_hash, digest in rows.values_list("source_id", "source_hash", "content_digest"):
-        received[source_id], digests[source_id] = source_hash, digest
+    rows = ReceivedEvent.objects.filter(session=session, source_id__in={p.id for p in group})
+    with planned_for_values():  # (a list beside the session's own index: planning.py says why)
+        for source_id, source_hash, digest in rows.values_list("source_id", "source_hash", "content_digest"):
+            received[source_id], digests[source_id] = source_hash, digest
     new: list[PostedEvent] = []
     for posted in group:
         posted.digest = content_digest(posted.record)

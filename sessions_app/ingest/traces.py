@@ -41,6 +41,7 @@ from django.utils.crypto import salted_hmac
 from ..canonical import INT64_MAX, SessionMeta
 from ..formats import otlp
 from ..models import OtlpConversation, OtlpSpan, OtlpTrace, Project, RedactionRules, Session
+from ..models.planning import planned_for_values
 from ..redaction import Redactor
 from .quotas import sessions_left
 from .writer import append_and_finish, collector_paused, create_session, create_sessions
@@ -115,11 +116,12 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
         # One writer per project at a time: two requests racing would make its sessions twice.
         # The settling takes the same lock first, so neither waits on the other's rows.
         Project.objects.select_for_update().filter(pk=project.pk).first()
-        traces = {
-            t.trace_id: t
-            for part in _chunked(list(by_trace))
-            for t in OtlpTrace.objects.filter(project=project, trace_id__any_of=part)
-        }
+        with planned_for_values():
+            traces = {
+                t.trace_id: t
+                for part in _chunked(list(by_trace))
+                for t in OtlpTrace.objects.filter(project=project, trace_id__in=part)
+            }
         _drop_stored(traces, by_trace)
         result.not_genai = _drop_not_genai(traces, by_trace)
         if not by_trace:
@@ -301,11 +303,12 @@ def _sessions_for(
     leaves room (a conversation past it has none in the answer). Under the project's lock."""
     by_digest = {conversation_digest(key): key for key in keys}
     found: dict[str, Session] = {}
-    for part in _chunked(list(by_digest)):
-        for conversation in OtlpConversation.objects.filter(project=project, digest__any_of=part).select_related(
-            "session"
-        ):
-            found[by_digest[conversation.digest]] = conversation.session
+    with planned_for_values():
+        for part in _chunked(list(by_digest)):
+            for conversation in OtlpConversation.objects.filter(project=project, digest__in=part).select_related(
+                "session"
+            ):
+                found[by_digest[conversation.digest]] = conversation.session
     room = sessions_left(project) if any(key not in found for key in wanted.values()) else None
     new: dict[str, SessionMeta] = {}
     for trace_id, key in wanted.items():
@@ -687,11 +690,15 @@ class _Placement:
         for row_id, session_pk in self._span_session:
             by_session.setdefault(session_pk, []).append(row_id)
         # One statement for each session's spans (most settlings: one), not one for every span.
+        # On PostgreSQL the ids are one array: the statement's text is then the same for every
+        # session, parsed and converted once, not once for each length of the list.
         with connection.cursor() as cursor:
             for session_pk, row_ids in by_session.items():
                 for part in _chunked(row_ids):
+                    if connection.vendor == "postgresql":
+                        where, values = "id = ANY(%s)", [part]
+                    else:
+                        where, values = f"id IN ({', '.join(['%s'] * len(part))})", part
                     cursor.execute(
-                        f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s "
-                        f"WHERE id IN ({', '.join(['%s'] * len(part))})",
-                        [session_pk, *part],
+                        f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s WHERE {where}", [session_pk, *values]
                     )

@@ -1,7 +1,6 @@
 """The models, by subject: projects and who may use them, recorded sessions and their events,
 what reviewers leave on them (comments, sign-offs), tours and share links, the audit log."""
 
-from . import lookups  # noqa: F401  (registers the `__any_of` lookup)
 from .audit import SITE_LOG, AuditEntry, AuditLog, log_name
 from .onboarding import ShareLink, Tour, TourStop
 from .projects import ApiKey, Membership, Project, Role

@@ -21,6 +21,7 @@ from django.db.models.expressions import CombinedExpression
 
 from ..canonical import Kind
 from ..models import Event, Session
+from ..models.planning import planned_for_values
 from .timeline import boundaries
 
 MAX_POINTS = 400
@@ -65,11 +66,12 @@ def _layout(title: str, x: str, y: str) -> dict[str, Any]:
 def _step_samples(session: Session) -> list[tuple[int, int, float | None, float, int]]:
     """(step position, seq, reward, cumulative reward, tokens so far) at up to MAX_POINTS steps."""
     positions = boundaries(session.step_count, MAX_POINTS)
-    return list(
-        Event.objects.filter(session=session, step_pos__any_of=positions)
-        .order_by("step_pos")
-        .values_list("step_pos", "seq", "reward", "reward_total", "tokens_total")
-    )
+    with planned_for_values():  # the steps' own index, not the session's every event (planning.py)
+        return list(
+            Event.objects.filter(session=session, step_pos__in=positions)
+            .order_by("step_pos")
+            .values_list("step_pos", "seq", "reward", "reward_total", "tokens_total")
+        )
 
 
 # The axes count as the player's pages do, from 1 (step position + 1, seq + 1); `customdata` is
