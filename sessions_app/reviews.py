@@ -18,6 +18,7 @@ from django.db import transaction
 from . import audit
 from .access import Actor
 from .models import Event, Review, Session
+from .models.planning import planned_for_values
 from .verification import verify_session
 
 
@@ -140,7 +141,8 @@ def sign_offs_of(*, session: Session) -> list[SignOff]:
     # The row as it is now: its count and its latest verification (the caller's may be older).
     now = Session.objects.only("event_count", "chain_valid", "chain_broken_seq", "chain_checked_at").get(pk=session.pk)
     last_seqs = {r.last_seq for r in reviews if r.last_seq >= 0}
-    hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).values_list("seq", "hash"))
+    with planned_for_values():  # a list of seqs: models/planning.py says why
+        hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).order_by().values_list("seq", "hash"))
     return [
         SignOff(review=r, coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq)), current=i == 0)
         for i, r in enumerate(reviews)

@@ -4,7 +4,7 @@ statement for its own values, since none is prepared; outside, a statement run f
 import pytest
 from django.db import connection
 
-from sessions_app.models import OtlpTrace
+from sessions_app.models import Event, OtlpTrace
 from sessions_app.models.planning import planned_for_values
 
 
@@ -41,3 +41,28 @@ def test_inside_the_block_a_repeated_look_up_is_never_prepared_and_outside_it_is
     with pytest.raises(RuntimeError), planned_for_values():
         raise RuntimeError("a failed look-up")
     assert connection.connection.prepare_threshold == threshold
+
+
+@pytest.mark.django_db
+def test_the_players_look_ups_of_a_list_of_seqs_are_never_prepared(project, tmp_path):
+    # The overview strip and the cost chart read a session's events by a list of seqs; planned
+    # without their values (a prepared statement's generic plan) PostgreSQL may scan the whole
+    # session comparing each seq with the list.
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only")
+    from sessions_app.ingest.importing import import_local_file
+    from sessions_app.replay.charts import cost_figure
+    from sessions_app.replay.timeline import session_overview
+    from tests.builders_ingest import write_canonical_file
+
+    path = write_canonical_file(tmp_path / "long.jsonl", events=2000)
+    session = import_local_file(path=path, project=project)[0].session
+    for _ in range(8):
+        session_overview(session=session)
+        assert cost_figure(session=session)["data"]
+        Event.objects.filter(session=session, seq=5).exists()  # outside any block: prepared
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", ["%sessions_app_event%"])
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any('"seq" = ' in sql for sql in prepared), prepared  # the connection prepares the others
+    assert not [sql for sql in prepared if " IN (" in sql], prepared

@@ -7,9 +7,12 @@ look-up of a long list beside another column with an index of its own: planned w
 values, `project_id = $1 AND trace_id IN ($2, ..., $2001)` read the project's every trace through
 the project's index and compared each with the 2,000 ids, and a retried export of 66,000 traces
 took 121 s to find them again instead of about 4 (`= ANY` of one array fared no better once the
-table's statistics were stale). Such look-ups run inside this block: sent unprepared, each is
-planned for the values it carries. Look-ups by primary key, or by a session's seqs (every index
-of events starts with the session and the seq is its second column), do not need it.
+table's statistics were stale). A session's events by a list of seqs are the same case: planned
+for an average session, PostgreSQL 15 may read the session's every event on its (session, seq)
+index in order and compare each seq with the list, which costs a 100,000-event session's page
+most of a second. Such look-ups run inside this block: sent unprepared, each is planned for the
+values it carries. Look-ups of a list of primary keys, or of a list that is an index's first
+column, do not need it: their index is the one any plan takes.
 """
 
 from __future__ import annotations

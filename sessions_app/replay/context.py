@@ -12,6 +12,7 @@ from django.conf import settings
 from ..canonical import Kind
 from ..formats import agentlens
 from ..models import Session
+from ..models.planning import planned_for_values
 from .rows import (
     _AGENTLENS_NAMES,
     _PAIRED,
@@ -344,11 +345,10 @@ def _complete_calls(session: Session, rows: list[Row], entries: list[dict[str, A
     the call by then, else None (AgentLens fills the call's entry in place)."""
     answers = [_answered_by(r.kind, r.seq, r.pair_seq, at) for r in rows]
     wanted = [seq for seq in answers if seq is not None]
-    found = (
-        {r.seq: r for r in _rows(f"seq IN ({', '.join(['%s'] * len(wanted))})", [session.pk, *wanted])}
-        if wanted
-        else {}
-    )
+    found: dict[int, Row] = {}
+    if wanted:
+        with planned_for_values():  # a list of seqs: planning.py says why
+            found = {r.seq: r for r in _rows(f"seq IN ({', '.join(['%s'] * len(wanted))})", [session.pk, *wanted])}
     for entry, answer in zip(entries, answers):
         response = found.get(answer) if answer is not None else None
         entry["response"] = event_dict(response) if response is not None else None

@@ -19,6 +19,7 @@ from .. import replay
 from ..canonical import Kind
 from ..formats.flux0 import content_text
 from ..models import Event, Session
+from ..models.planning import planned_for_values
 from .display import duration_ms, kind_icon, offset, usd
 from .rows import as_utc
 
@@ -574,12 +575,13 @@ def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
         ]
     )
     spawns.reverse()
-    ends = {
-        row[0]: row[1:]
-        for row in Event.objects.filter(
-            session=session, seq__in=[s[5] for s in spawns if s[5] is not None]
-        ).values_list("seq", "cost_total", "tokens_total", "is_error")
-    }
+    with planned_for_values():  # a list of seqs: planning.py says why
+        ends = {
+            row[0]: row[1:]
+            for row in Event.objects.filter(session=session, seq__in=[s[5] for s in spawns if s[5] is not None])
+            .order_by()
+            .values_list("seq", "cost_total", "tokens_total", "is_error")
+        }
     children = []
     for spawn_seq, child_id, pair_id, depth, payload_text, result_seq, cost0, tokens0 in spawns:
         payload = orjson.loads(payload_text) if payload_text else {}

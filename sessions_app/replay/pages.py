@@ -11,6 +11,7 @@ import orjson
 from ..canonical import ALL_KINDS, Kind
 from ..formats import agentlens
 from ..models import Session
+from ..models.planning import planned_for_values
 from .context import (
     _answered_by,
     _between_ms,
@@ -81,13 +82,14 @@ def _seq_of_nth(session: Session, kinds: Sequence[str], nth: int, lo: int) -> in
     while lo < hi:
         width = hi - lo
         probes = sorted({lo + (width * i) // SEARCH_FANOUT for i in range(SEARCH_FANOUT)})
-        found = dict(
-            _fetch(
-                f"SELECT seq, kind_counts FROM {EVENT_TABLE} WHERE session_id = %s "
-                f"AND seq IN ({', '.join(['%s'] * len(probes))})",
-                [session.pk, *probes],
+        with planned_for_values():  # a list of seqs: planning.py says why
+            found = dict(
+                _fetch(
+                    f"SELECT seq, kind_counts FROM {EVENT_TABLE} WHERE session_id = %s "
+                    f"AND seq IN ({', '.join(['%s'] * len(probes))})",
+                    [session.pk, *probes],
+                )
             )
-        )
         for probe in probes:
             counts = orjson.loads(found.get(probe, "{}"))
             if sum(counts.get(kind, 0) for kind in kinds) >= nth:
@@ -145,12 +147,13 @@ def replay_page(
     missing_pairs = sorted({r.pair_seq for r in rows if shows_pair(r) and r.pair_seq not in by_seq})
     paired: dict[int, dict[str, Any]] = {}
     if missing_pairs:
-        for found in _fetch(
-            f"SELECT {_columns(_PAIRED)} FROM {EVENT_TABLE} WHERE session_id = %s "
-            f"AND seq IN ({', '.join(['%s'] * len(missing_pairs))})",
-            [session.pk, *missing_pairs],
-        ):
-            paired[found[0]] = _paired_dict(*found)
+        with planned_for_values():  # a list of seqs: planning.py says why
+            for found in _fetch(
+                f"SELECT {_columns(_PAIRED)} FROM {EVENT_TABLE} WHERE session_id = %s "
+                f"AND seq IN ({', '.join(['%s'] * len(missing_pairs))})",
+                [session.pk, *missing_pairs],
+            ):
+                paired[found[0]] = _paired_dict(*found)
 
     steps = []
     for i, row in enumerate(rows):
@@ -260,8 +263,9 @@ def _page_contexts(
     fetch = [seq for seq in outside if seq not in known]
     for chunk_start in range(0, len(fetch), 500):
         chunk = fetch[chunk_start : chunk_start + 500]
-        for found in _rows(f"seq IN ({', '.join(['%s'] * len(chunk))})", [session.pk, *chunk]):
-            known[found.seq] = found
+        with planned_for_values():  # a list of seqs: planning.py says why
+            for found in _rows(f"seq IN ({', '.join(['%s'] * len(chunk))})", [session.pk, *chunk]):
+                known[found.seq] = found
     for seq in outside:
         row = known.get(seq)
         if row is None:

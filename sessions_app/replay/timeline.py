@@ -16,6 +16,7 @@ import orjson
 
 from ..canonical import Kind
 from ..models import Checkpoint, Event, Session
+from ..models.planning import planned_for_values
 
 BUCKETS = 240
 WIDTH = 1000.0  # SVG user units; the element is stretched to the page width
@@ -85,12 +86,13 @@ def boundaries(count: int, buckets: int = BUCKETS) -> list[int]:
 def session_overview(*, session: Session, buckets: int = BUCKETS) -> Overview:
     count = session.event_count
     ends = boundaries(count, buckets)
-    rows = {
-        seq: (elapsed or 0.0, kind_counts, errors)
-        for seq, elapsed, kind_counts, errors in Event.objects.filter(session=session, seq__in=ends).values_list(
-            "seq", "elapsed_ms", "kind_counts", "errors_total"
-        )
-    }
+    with planned_for_values():  # a list of seqs: planning.py says why
+        rows = {
+            seq: (elapsed or 0.0, kind_counts, errors)
+            for seq, elapsed, kind_counts, errors in Event.objects.filter(session=session, seq__in=ends)
+            .order_by()
+            .values_list("seq", "elapsed_ms", "kind_counts", "errors_total")
+        }
     ends = [seq for seq in ends if seq in rows]  # a live session may have grown meanwhile
     previous_counts: dict[str, int] = {}
     previous_errors = 0
