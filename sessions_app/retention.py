@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from . import audit
 from .models import Checkpoint, Project, Session
+from .models.planning import planned_for_values
 from .originals import note_orphans
 
 # Sessions deleted per transaction: the events go with them (DB_CASCADE), so a chunk can be
@@ -102,7 +103,11 @@ def delete_expired_sessions(
         if not project_days:
             continue
         outcome = ProjectCleanup(project=project.slug, days=project_days, cutoff=now - timedelta(days=project_days))
-        _clean_project(project, outcome, include_checkpointed=include_checkpointed, dry_run=dry_run)
+        # Planned for this cutoff: planned for any, the chunk's look-up may walk every session of
+        # the table by id to find none expired, the usual outcome of a daily run
+        # (models/planning.py).
+        with planned_for_values():
+            _clean_project(project, outcome, include_checkpointed=include_checkpointed, dry_run=dry_run)
         result.projects.append(outcome)
     return result
 
