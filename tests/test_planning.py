@@ -66,3 +66,21 @@ def test_the_players_look_ups_of_a_list_of_seqs_are_never_prepared(project, tmp_
         prepared = [row[0] for row in cursor.fetchall()]
     assert any('"seq" = ' in sql for sql in prepared), prepared  # the connection prepares the others
     assert not [sql for sql in prepared if " IN (" in sql], prepared
+
+
+@pytest.mark.django_db
+def test_retention_plans_each_projects_look_up_for_its_cutoff():
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only")
+    from sessions_app.models import Project, Session
+    from sessions_app.retention import delete_expired_sessions
+
+    for n in range(8):
+        project = Project.objects.create(name=f"kept {n}", slug=f"kept-{n}", retention_days=30)
+        Session.objects.create(project=project)  # new: not expired
+    result = delete_expired_sessions(days=None)
+    assert result.sessions == 0 and len(result.projects) >= 8
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert not [sql for sql in prepared if '"created_at" <' in sql], prepared
