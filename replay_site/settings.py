@@ -76,9 +76,10 @@ def postgres_options(given: dict[str, str]) -> dict[str, Any]:
     PostgreSQL's own choice of plan (plan_cache_mode=auto): one plan for every execution once it
     is no dearer than planning each. Forcing a plan for each execution's values instead also
     re-planned each foreign-key check, a statement of its own for every event written (4.4 s of
-    the server's time in bench/otlp_bench.py), and cost 20 viewers 15 % of their requests. A
-    look-up by a long list on a second column (an export's 2,000 trace ids of a project) is the
-    one such plan chose badly: those are sent unprepared (sessions_app/models/planning.py).
+    the server's time in bench/otlp_bench.py); OTLP ingest got about a third faster, viewers no
+    slower. A look-up by a long list beside another index (an export's 2,000 trace ids of a
+    project, a session's events by seqs) is what such a plan can get badly wrong: those are sent
+    unprepared (sessions_app/models/planning.py).
     A statement binds at most 65,535 values: a list that can grow past that (an import's
     sessions, an export's traces) is read a chunk at a time, as SQLite's usual bound of 32,766
     already required. Behind a pooler in transaction mode (PgBouncer < 1.21, or without
