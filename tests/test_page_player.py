@@ -137,11 +137,12 @@ def test_unknown_session_is_404(logged_in, talk):
 
 
 # Pinned query counts, at an event inside an open step of a conversation with errors:
-# Django's session and user rows, the session, the window (1), the context (5: event row,
-# history, state at the event, paired event, the open step's seq with its StepState and state),
-# the next turn boundary (1), previous and next error (1: replay.errors_around), and the
-# conversation's last user messages (1), the comment threads at the event with their replies (1).
-FRAME_QUERIES = 13
+# Django's session and user rows, the session, the window (1), the context (3: history, state
+# at the event, the open step's seq with its StepState and state; the event's own row and its
+# paired event's are the window's, not read again), the next turn boundary (1), previous and
+# next error (1: replay.errors_around), and the conversation's last user messages (1), the
+# comment threads at the event with their replies (1).
+FRAME_QUERIES = 11
 # + overview samples, checkpoint marks, checkpoint list, sign-offs, discussion, and for a maintainer
 # (the test's user) the project's tours "add this step to a tour…" offers
 PAGE_QUERIES = FRAME_QUERIES + 6

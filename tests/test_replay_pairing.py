@@ -103,3 +103,25 @@ def test_a_tool_result_recorded_before_its_call_still_pairs_with_it(monkeypatch,
     call = replay.replay_page(session=session, offset=3, limit=1)["steps"][0]
     assert call["context"]["warnings"] == []  # no "call without a response"
     assert verify_session(session=session).valid
+
+
+def test_the_players_context_from_its_window_is_the_context_read_alone():
+    # The player hands context_at the rows of its window (the event and often its partner), so
+    # they are not read twice; what it answers must not depend on where the rows came from.
+    events = [event(Kind.LLM_CALL, 0, pair_id="far", tool="m")]
+    events += [event(Kind.TOOL_CALL, 10 + 3 * i, pair_id=f"t{i}", tool="read_file") for i in range(4)]
+    events += [
+        event(Kind.TOOL_ERROR, 12 + 3 * i, pair_id=f"t{i}", tool="read_file", is_error=True, failed=True)
+        for i in range(4)
+    ]
+    events.append(event(Kind.LLM_RESPONSE, 5000.25, pair_id="far", tool="m"))
+    session = session_of(events)
+    compared = 0
+    for kinds in (None, [Kind.TOOL_CALL]):
+        for seq in range(session.event_count):
+            window = replay.navigation.window_rows(session=session, seq=seq, kinds=kinds, before=4, after=4)
+            read = {row.seq: row for row in window.rows}
+            alone = replay.context_at(session=session, seq=seq, shown=3)
+            assert replay.context_at(session=session, seq=seq, shown=3, read=read) == alone
+            compared += seq in read and alone["pairedEvent"] is not None and alone["pairedEvent"]["seq"] in read
+    assert compared >= 4  # some contexts really took both rows from the window

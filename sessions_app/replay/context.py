@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import namedtuple
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -251,7 +252,9 @@ def _pending(requests: list[tuple[int, int | None]], seq: int) -> list[int]:
     return open_[-HISTORY_LIMIT:]
 
 
-def context_at(*, session: Session, seq: int, shown: int | None = None) -> dict[str, Any] | None:
+def context_at(
+    *, session: Session, seq: int, shown: int | None = None, read: Mapping[int, Row] | None = None
+) -> dict[str, Any] | None:
     """The AgentLens context at event `seq`, with LLM history, tool results and pending
     approvals inlined, plus the point-in-time state and the current step (about 5 queries).
 
@@ -259,13 +262,19 @@ def context_at(*, session: Session, seq: int, shown: int | None = None) -> dict[
     the histories hold those, and `historyCounts` how many entries each holds in full. Outside
     AgentLens sessions the LLM and tool counts come from the event's running counts by kind, so
     only the shown entries are read (reading and decoding all 100 was a fifth of a player step's
-    CPU, docs/benchmarks.md, issue 20)."""
+    CPU, docs/benchmarks.md, issue 20).
+
+    `read`: rows the caller has already read, by seq (the player's window around `seq`): the
+    event's own row and its paired event's are taken from there rather than read again."""
     if seq < 0 or seq >= session.event_count:
         return None
-    found = _rows("seq = %s", [session.pk, seq])
-    if not found:
-        return None
-    row = found[0]
+    read = read or {}
+    row = read.get(seq)
+    if row is None:
+        found = _rows("seq = %s", [session.pk, seq])
+        if not found:
+            return None
+        row = found[0]
     calls_only = session.source_format == agentlens.NAME
     lean = shown is not None and shown < HISTORY_LIMIT and not calls_only
     history = _history_before(session, seq + 1, seq, limit=shown if lean else HISTORY_LIMIT)
@@ -294,9 +303,14 @@ def context_at(*, session: Session, seq: int, shown: int | None = None) -> dict[
     context["pairedEvent"] = None
     context["pairDurationMs"] = row.pair_duration_ms
     if row.pair_seq is not None:
-        paired = _fetch(
-            f"SELECT {_columns(_PAIRED)} FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s",
-            [session.pk, row.pair_seq],
+        known = read.get(row.pair_seq)
+        paired = (
+            [(known.seq, known.kind, known.source_type, known.ts, known.is_error)]
+            if known is not None
+            else _fetch(
+                f"SELECT {_columns(_PAIRED)} FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s",
+                [session.pk, row.pair_seq],
+            )
         )
         if paired:
             context["pairedEvent"] = _paired_dict(*paired[0])

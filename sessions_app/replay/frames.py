@@ -21,6 +21,7 @@ from ..formats.flux0 import content_text
 from ..models import Event, Session
 from ..models.planning import planned_for_values
 from .display import duration_ms, kind_icon, offset, usd
+from .navigation import window_dict, window_rows
 from .rows import as_utc
 
 BEFORE = 8  # events shown before the current one
@@ -429,9 +430,13 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
     (all kinds when empty); the context always counts every event."""
     last_event = max(session.event_count - 1, 0)
     seq = last_event if seq is None else max(0, min(seq, last_event))
-    window = replay.events_around(session=session, seq=seq, kinds=kinds or None, before=BEFORE, after=AFTER)
-    events = window["events"]
-    context = replay.context_at(session=session, seq=seq, shown=SHOWN_HISTORY) if session.event_count else None
+    window = window_rows(session=session, seq=seq, kinds=kinds or None, before=BEFORE, after=AFTER)
+    events = window_dict(window, session=session)["events"]
+    # The window holds the event itself (and often its pair): the context reads neither again.
+    read = {row.seq: row for row in window.rows}
+    context = (
+        replay.context_at(session=session, seq=seq, shown=SHOWN_HISTORY, read=read) if session.event_count else None
+    )
 
     earlier = [e for e in events if e["seq"] < seq]
     later = [e for e in events if e["seq"] > seq]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
@@ -28,39 +29,61 @@ def events_around(
     """A window of events around `seq` for a step list: up to `before` events before it, the
     event itself when it matches, up to `after` after it; `first`/`last` say whether the window
     reaches the session's first/last matching event."""
+    window = window_rows(session=session, seq=seq, kinds=kinds, before=before, after=after)
+    return window_dict(window, session=session, include_payload=include_payload)
+
+
+@dataclass
+class Window:
+    """The rows of `events_around`'s window, as read (the player hands them to `context_at` too)."""
+
+    seq: int
+    rows: list[Row]
+    first: bool
+    last: bool
+
+
+def window_rows(
+    *, session: Session, seq: int, kinds: list[str] | None = None, before: int = 25, after: int = 25
+) -> Window:
+    """`events_around`'s window as rows: one range read, or one read of a few arms by kind."""
     if before < 0 or after < 0 or before + after > MAX_PAGE:
         raise ReplayParameterError(f"before and after must be 0 or more and add up to at most {MAX_PAGE}")
     selected = resolve_kinds(kinds)
     n = session.event_count
     seq = max(0, min(seq, n - 1)) if n else 0
     if n == 0:
-        rows: list[Row] = []
-        first = last = True
-    elif selected is None:
+        return Window(seq=seq, rows=[], first=True, last=True)
+    if selected is None:
         start, stop = max(0, seq - before), min(n - 1, seq + after)
         rows = _rows("seq >= %s AND seq <= %s", [session.pk, start, stop])
-        first, last = start == 0, stop == n - 1
-    else:
-        arms = []
-        for kind in selected:
-            arms.append((f"kind = %s AND seq < %s ORDER BY seq DESC LIMIT {before + 1}", [session.pk, kind, seq]))
-            arms.append((f"kind = %s AND seq >= %s ORDER BY seq LIMIT {after + 2}", [session.pk, kind, seq]))
-        found = sorted((Row._make(r) for r in _union_rows(arms)), key=lambda r: r.seq)
-        earlier = [r for r in found if r.seq < seq]
-        here = [r for r in found if r.seq == seq]
-        later = [r for r in found if r.seq > seq]
-        first = len(earlier) <= before
-        last = len(later) <= after
-        rows = earlier[-before:] if before else []
-        rows += here + later[:after]
+        return Window(seq=seq, rows=rows, first=start == 0, last=stop == n - 1)
+    arms = []
+    for kind in selected:
+        arms.append((f"kind = %s AND seq < %s ORDER BY seq DESC LIMIT {before + 1}", [session.pk, kind, seq]))
+        arms.append((f"kind = %s AND seq >= %s ORDER BY seq LIMIT {after + 2}", [session.pk, kind, seq]))
+    found = sorted((Row._make(r) for r in _union_rows(arms)), key=lambda r: r.seq)
+    earlier = [r for r in found if r.seq < seq]
+    here = [r for r in found if r.seq == seq]
+    later = [r for r in found if r.seq > seq]
+    rows = earlier[-before:] if before else []
+    rows += here + later[:after]
+    return Window(seq=seq, rows=rows, first=len(earlier) <= before, last=len(later) <= after)
+
+
+def window_dict(window: Window, *, session: Session, include_payload: bool = True) -> dict[str, Any]:
+    """The window in the API's shape (`events_around`)."""
     events = []
-    for row in rows:
+    for row in window.rows:
         event = event_dict(row)
         if not include_payload:
             event.pop("payload")
         event["stepIndex"] = _step_index(row, session.step_count)
         events.append(event)
-    return {"seq": seq, "events": events, "first": first, "last": last, "totalEvents": n}
+    return {
+        "seq": window.seq, "events": events, "first": window.first, "last": window.last,
+        "totalEvents": session.event_count,
+    }  # fmt: skip
 
 
 def _step_error_sql() -> str:
