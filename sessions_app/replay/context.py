@@ -256,7 +256,8 @@ def context_at(
     *, session: Session, seq: int, shown: int | None = None, read: Mapping[int, Row] | None = None
 ) -> dict[str, Any] | None:
     """The AgentLens context at event `seq`, with LLM history, tool results and pending
-    approvals inlined, plus the point-in-time state and the current step (about 5 queries).
+    approvals inlined, plus the point-in-time state and the current step (about 5 queries, 3 when
+    `read` holds the event and its partner).
 
     `shown`: for a page that shows only the last `shown` entries of each history (the player):
     the histories hold those, and `historyCounts` how many entries each holds in full. Outside
@@ -305,7 +306,7 @@ def context_at(
     if row.pair_seq is not None:
         known = read.get(row.pair_seq)
         paired = (
-            [(known.seq, known.kind, known.source_type, known.ts, known.is_error)]
+            [tuple(getattr(known, name) for name in _PAIRED)]
             if known is not None
             else _fetch(
                 f"SELECT {_columns(_PAIRED)} FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s",
