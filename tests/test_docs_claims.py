@@ -186,3 +186,163 @@ def test_every_api_operation_is_in_the_docs() -> None:
             ):
                 missing.append(f"{method.upper()} {path}")
     assert missing == []
+
+
+def _section(doc: str, heading: str) -> str:
+    """The text of a doc's section, from its heading to the next heading of any level."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert heading in text, f"{doc} no longer has the heading {heading!r}"
+    return re.split(r"\n#{1,6} ", text.split(heading, 1)[1], maxsplit=1)[0]
+
+
+def _names(cell: str) -> list[str]:
+    """The backticked names of a table cell outside parentheses, with `_suffix` shorthands
+    (`approval_granted` / `_denied`) spelled out from the full name before them."""
+    names: list[str] = []
+    for name in re.findall(r"`([a-z_]+)`", re.sub(r"\([^)]*\)", "", cell)):
+        if name.startswith("_") and names:
+            name = names[-1].rsplit("_", 1)[0] + name
+        names.append(name)
+    return names
+
+
+def _kind_table(doc: str, heading: str) -> dict[str, str]:
+    """A format's `| source type | kind | ...` table as {source type: kind}; rows whose first
+    cell names no type ("anything else", derived events) are left out."""
+    mapping: dict[str, str] = {}
+    for line in _section(doc, heading).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not line.startswith("| `"):
+            continue
+        sources = _names(cells[0])
+        kinds = sources if cells[1] == "same names" else _names(cells[1])
+        if len(kinds) == 1:
+            kinds = kinds * len(sources)
+        assert len(kinds) == len(sources), f"{doc}: cannot read the row {line!r}"
+        mapping.update(zip(sources, kinds, strict=True))
+    return mapping
+
+
+def test_docs_formats_vocabulary_is_the_canonical_kinds() -> None:
+    from sessions_app.canonical import ALL_KINDS
+
+    table = _section("docs/formats.md", "## The canonical vocabulary")
+    listed = {name for line in table.splitlines() if line.startswith("| `") for name in _names(line.split("|")[1])}
+    assert listed == set(ALL_KINDS)
+
+
+@pytest.mark.parametrize(
+    ("heading", "module"),
+    [
+        ("### Native session JSONL", "sessions_app.formats.rlm_native"),
+        ("### AgentLens (`agentlens`)", "sessions_app.formats.agentlens"),
+        ("### daycare (`daycare`)", "sessions_app.formats.daycare"),
+    ],
+)
+def test_docs_formats_maps_each_source_type_as_the_converter_does(heading: str, module: str) -> None:
+    import importlib
+
+    kinds = importlib.import_module(module).KINDS
+    assert _kind_table("docs/formats.md", heading) == dict(kinds)
+
+
+def test_docs_redaction_lists_exactly_the_detectors() -> None:
+    from sessions_app.redaction import DETECTORS
+
+    text = (ROOT / "docs" / "redaction.md").read_text(encoding="utf-8")
+    table = text.split("| detector (= label) | finds |", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `([a-z0-9_]+)` \|", table, flags=re.MULTILINE)
+    assert listed == list(DETECTORS)
+
+
+# Dashboard and API addresses the docs name; /mcp and /static/ are served beside Django's URLs.
+_NOT_IN_URLCONF = {"/mcp", "/static/", "/api"}
+
+
+def test_every_address_named_in_the_docs_resolves() -> None:
+    from django.urls import Resolver404, resolve
+
+    prefixes = (
+        "about|account|accounts|admin|api|compare|healthz|imports|projects|s|search|sessions|share-links|tours|v1"
+    )
+    named = set(re.findall(rf"`(?:GET |POST |GET\|POST )?(/(?:{prefixes})\b[^` ]*)`", _text(DOCS)))
+    assert len(named) > 20
+    unknown = []
+    for address in sorted(named - _NOT_IN_URLCONF):
+        path = re.sub(r"<[^>]+>|\{[^}]+\}", "1", address.split("?", 1)[0].split("#", 1)[0])
+        try:
+            resolve(path)
+        except Resolver404:
+            unknown.append(address)
+    assert unknown == []
+
+
+def test_templates_and_static_files_named_in_the_docs_exist() -> None:
+    text = _text(DOCS)
+    named = set(re.findall(r"(?<![\w/])((?:templates|static)/[\w./{},-]*[\w}/])", text))
+    named |= {f"templates/{name}" for name in re.findall(r"(?<![\w/])(sessions_app/[\w/]+\.html)", text)}
+    paths = set()
+    for name in named:  # static/js/{replay,player}.js names two files
+        brace = re.search(r"\{([^}]+)\}", name)
+        paths |= (
+            {name[: brace.start()] + part + name[brace.end() :] for part in brace.group(1).split(",")}
+            if brace
+            else {name}
+        )
+    assert len(paths) > 10
+    assert sorted(path for path in paths if not (ROOT / path).exists()) == []
+
+
+def test_module_attributes_named_in_the_docs_exist() -> None:
+    """`sessions_app/ingest/uploads.accept_upload`, `replay/navigation.search_sessions`: the
+    module is there and holds the name."""
+    import importlib
+
+    text = _text(DOCS)
+    files = {"py", "html", "md", "js", "css", "json", "jsonl", "pem", "sqlite3", "zip", "gz", "sig"}
+    rooms = "sessions_app/|replay_site/|replay/|ingest/|models/|formats/|mcp/|views/|api/"
+    named = {
+        (module, attribute)
+        for module, attribute in re.findall(rf"(?<![\w/.])((?:{rooms})(?:\w+/)*\w+)\.([A-Za-z_]\w*)(?![\w/])", text)
+        if attribute not in files
+    }
+    assert named, "no module.attribute references found in the docs"
+    missing = []
+    for module, attribute in sorted(named):
+        if not module.startswith(("sessions_app/", "replay_site/")):
+            module = "sessions_app/" + module
+        try:
+            found = hasattr(importlib.import_module(module.replace("/", ".")), attribute)
+        except ImportError:
+            found = False
+        if not found:
+            missing.append(f"{module}.{attribute}")
+    assert missing == []
+
+
+@pytest.mark.django_db
+def test_docs_bundles_lists_what_a_bundle_holds(make_session) -> None:
+    import io
+    import zipfile
+
+    import orjson
+
+    from sessions_app.bundles import stream_bundle
+
+    text = (ROOT / "docs" / "bundles.md").read_text(encoding="utf-8")
+    table = text.split("## What is in it", 1)[1].split("\n\n", 2)[1]
+    rows = {row.split("|")[1].strip().strip("`"): row for row in table.splitlines() if row.startswith("| `")}
+    session = make_session(events=3)  # no kept original: `original/<name>` is absent
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(stream_bundle(session=session, exported_by="tests"))))
+    assert set(archive.namelist()) == set(rows) - {"original/<name>"}
+
+    event = orjson.loads(archive.open("events.jsonl").readline())
+    listed = re.findall(r"`([a-z_]+)`", rows["events.jsonl"].split("Derived columns", 1)[0])
+    assert set(event) == set(listed)
+    manifest = orjson.loads(archive.read("manifest.json"))
+    chain = re.search(r'"chain": \{([^}]*)\}', rows["manifest.json"])
+    assert chain, "docs/bundles.md no longer lists the manifest's chain"
+    top = re.findall(r'"([a-z_]+)"', rows["manifest.json"].replace(chain.group(1), ""))
+    assert set(manifest) == set(top)
+    assert set(manifest["chain"]) == set(re.findall(r'"([a-z_]+)"', chain.group(1)))
+    assert f'"format": "{manifest["format"]}"' in rows["manifest.json"]
