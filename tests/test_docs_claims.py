@@ -346,3 +346,38 @@ def test_docs_bundles_lists_what_a_bundle_holds(make_session) -> None:
     assert set(manifest) == set(top)
     assert set(manifest["chain"]) == set(re.findall(r'"([a-z_]+)"', chain.group(1)))
     assert f'"format": "{manifest["format"]}"' in rows["manifest.json"]
+
+
+def test_docs_ingest_lists_exactly_the_canonical_event_fields() -> None:
+    from sessions_app.formats.canonical_json import CanonicalEventIn
+
+    table = _section("docs/ingest.md", "## Canonical events").split("| field | type | notes |", 1)[1].split("\n\n")[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    listed = {name for cell in rows for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert listed == set(CanonicalEventIn.model_fields)
+
+
+def test_the_statuses_docs_api_s_endpoint_table_names_are_the_schema_s() -> None:
+    """Each status a row of the endpoint table names is one its operation answers, and each
+    success other than 200 is named (or the row says it is "the same" as the one above)."""
+    from replay_site.api import api
+
+    def normal(path: str) -> str:
+        return re.sub(r"\{[^}]+\}", "{}", path.split("?", 1)[0])
+
+    schema = api.get_openapi_schema()["paths"]
+    answers = {(method.upper(), normal(path)): set(op["responses"]) for path, ops in schema.items() for method, op in ops.items()}  # fmt: skip
+    table = _section("docs/api.md", "## Endpoints")
+    rows = re.findall(r"^\| `([A-Z]+) ([^`]+)`[^|]*\| (.*) \|$", table, flags=re.MULTILINE)
+    assert len(rows) > 40
+    wrong = []
+    for method, path, what in rows:
+        codes = answers.get((method, normal(path)))
+        if codes is None:
+            wrong.append(f"{method} {path}: no such operation")
+            continue
+        named = set(re.findall(r"(?<![\d.-])([2-5]\d\d)(?![\d-])", what))
+        unnamed = {code for code in codes if code.startswith("2") and code != "200"} - named
+        if named - codes or (unnamed and "the same" not in what):
+            wrong.append(f"{method} {path}: names {sorted(named)}, answers {sorted(codes)}")
+    assert wrong == []
