@@ -381,3 +381,44 @@ def test_the_statuses_docs_api_s_endpoint_table_names_are_the_schema_s() -> None
         if named - codes or (unnamed and "the same" not in what):
             wrong.append(f"{method} {path}: names {sorted(named)}, answers {sorted(codes)}")
     assert wrong == []
+
+
+def test_docs_api_parameter_tables_are_the_operations_query_parameters() -> None:
+    """Each `| parameter | default | meaning |` table of docs/api.md under a `GET /api/...`
+    heading lists exactly that operation's query parameters, with their defaults."""
+    from replay_site.api import api
+
+    schema = api.get_openapi_schema()["paths"]
+    by_path = {re.sub(r"\{[^}]+\}", "{}", path): ops for path, ops in schema.items()}
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    tables = re.findall(r"^### `GET (/api/[^`?]+)[^\n]*\n(?:(?!#)[^\n]*\n)*?\| parameter \| default \| meaning \|\n\|[-|]+\|\n((?:\|.*\n)+)", text, flags=re.M)  # fmt: skip
+    assert len(tables) >= 3
+    wrong = []
+    for path, rows in tables:
+        parameters = {p["name"]: p["schema"] for p in by_path[re.sub(r"\{[^}]+\}", "{}", path)]["get"]["parameters"] if p["in"] == "query"}  # fmt: skip
+        documented = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", rows, flags=re.M))
+        if set(documented) != set(parameters):
+            wrong.append(f"{path}: documents {sorted(documented)}, takes {sorted(parameters)}")
+            continue
+        for name, default in documented.items():
+            actual = parameters[name].get("default")
+            stated = default.strip().strip("`")
+            if stated in {"all", "none"}:
+                ok = actual in (None, "")
+            elif stated in {"true", "false"}:
+                ok = actual is (stated == "true")
+            elif actual is None:  # left out, a position starts at the beginning (`from`)
+                ok = stated == "0"
+            else:
+                ok = float(stated) == float(actual)
+            if not ok:
+                wrong.append(f"{path} {name}: documented default {stated}, schema {actual!r}")
+    assert wrong == []
+
+
+def test_docs_dashboard_lists_the_session_list_s_sort_orders() -> None:
+    from sessions_app.forms import SORT_LABELS
+
+    row = re.search(r"^\| `sort` \| (.*) \|$", (ROOT / "docs" / "dashboard.md").read_text("utf-8"), flags=re.M)
+    assert row, "docs/dashboard.md no longer documents the sessions page's sort"
+    assert set(re.findall(r"`(-?[a-z]+)`", row.group(1))) == set(SORT_LABELS)
