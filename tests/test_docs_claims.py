@@ -422,3 +422,14 @@ def test_docs_dashboard_lists_the_session_list_s_sort_orders() -> None:
     row = re.search(r"^\| `sort` \| (.*) \|$", (ROOT / "docs" / "dashboard.md").read_text("utf-8"), flags=re.M)
     assert row, "docs/dashboard.md no longer documents the sessions page's sort"
     assert set(re.findall(r"`(-?[a-z]+)`", row.group(1))) == set(SORT_LABELS)
+
+
+def test_every_flag_the_docs_give_a_bench_script_is_one_it_takes() -> None:
+    text = _text(DOCS)
+    runs = re.findall(r"(bench/\w+\.py)((?: +--[a-z][a-z-]*(?: +[^\s`|-][^\s`|]*)?)+)", text)
+    assert runs, "no bench command with flags found in the docs"
+    unknown = []
+    for script, flags in runs:
+        source = (ROOT / script).read_text(encoding="utf-8")
+        unknown += [f"{script} {flag}" for flag in re.findall(r"--[a-z][a-z-]*", flags) if f'"{flag}"' not in source]
+    assert sorted(set(unknown)) == []
