@@ -433,3 +433,29 @@ def test_every_flag_the_docs_give_a_bench_script_is_one_it_takes() -> None:
         source = (ROOT / script).read_text(encoding="utf-8")
         unknown += [f"{script} {flag}" for flag in re.findall(r"--[a-z][a-z-]*", flags) if f'"{flag}"' not in source]
     assert sorted(set(unknown)) == []
+
+
+def test_the_roles_docs_api_s_endpoint_table_names_are_the_ones_the_sweep_enforces() -> None:
+    """A row saying "(maintainers)" or "reviewers and up" names the role
+    tests/test_scoping_sweep.py walks the operation with (and finds enforced)."""
+    from tests.test_scoping_sweep import ROLE_NEEDED
+
+    def normal(path: str) -> str:
+        return re.sub(r"\{[^}]+\}", "{}", path.split("?", 1)[0])
+
+    needed = {(method, normal(path)): role for (method, path), role in ROLE_NEEDED.items()}
+    table = _section("docs/api.md", "## Endpoints")
+    rows = re.findall(r"^\| `([A-Z]+) ([^`]+)`[^|]*\| (.*) \|$", table, flags=re.MULTILINE)
+    order = ["viewer", "reviewer", "maintainer", "admin"]
+    checked, wrong = 0, []
+    for method, path, what in rows:
+        # "(admins: anyone's)" says who else may act, not the role the operation needs.
+        named = [word[:-1] for word in re.findall(r"\b(viewers|reviewers|maintainers|admins)\b(?!:)", what)]
+        if not named:
+            continue
+        checked += 1
+        stated = min(named, key=order.index)
+        if needed.get((method, normal(path))) != stated:
+            wrong.append(f"{method} {path}: docs say {stated}, the sweep {needed.get((method, normal(path)))}")
+    assert checked > 15
+    assert wrong == []
