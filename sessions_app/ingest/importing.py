@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 PROGRESS_EVERY = 5000
 # Problems kept in full on a job / outcome; the rest are counted.
 PROBLEMS_KEPT = 1000
+# The end of a job's error when no format took the file: the job's page (views/imports.py)
+# recognises it to list the formats that would have been.
+UNRECOGNISED = "not a recognised session format (nothing importable)"
 
 
 @dataclass
@@ -138,7 +141,7 @@ def import_file(
             return _import_folder(path, project, format, replace, created_by)
         outcome = ImportOutcome(
             path=path,
-            error=f"{display_name}: not a recognised session format (nothing importable)",
+            error=f"{display_name}: {UNRECOGNISED}",
         )
         progress.finish([outcome], Problems(), "")
         return [outcome]
@@ -386,7 +389,10 @@ def _nothing_importable(name: str, fmt: str, problems: Problems) -> str:
     if problems.count:
         first = problems.items[0]
         where = f"line {first.line}" if first.line is not None else "file"
-        message += f" ({problems.count} problem(s); first: {where}, {first.field}: {first.message})"
+        # A field that only repeats the place ("line 1, line: …") is not named twice.
+        if first.field and first.field not in ("line", "file"):
+            where += f", field {first.field}"
+        message += f" ({problems.count} problem(s); first: {where}: {first.message})"
     return message
 
 

@@ -10,7 +10,11 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from .. import access
+from ..formats import registry
 from ..forms import ImportFilterForm, ProblemPageForm
+from ..ingest.bundles import FORMAT_NAME as BUNDLE_FORMAT
+from ..ingest.importing import UNRECOGNISED
+from ..models import ImportJob
 from ..replay.imports import job_problems, list_jobs
 from .pages import login_required, render_page
 
@@ -33,5 +37,14 @@ def import_job(request: HttpRequest, job_id: int) -> HttpResponse:
     """One import: what it read and stored, and every problem it kept, a page at a time."""
     job = access.job_for(request, job_id)
     page = ProblemPageForm(request.GET).values()["page"] or 1
-    context = {"job": job, "problems": job_problems(job, page=page)}
+    context = {"job": job, "problems": job_problems(job, page=page), "known_formats": _known_formats(job)}
     return render_page(request, "sessions_app/import_job.html", "job-problems", context)
+
+
+def _known_formats(job: ImportJob) -> list[str]:
+    """The formats Replay would have taken, for a job that failed because no format took its
+    file (named from the format registry and the bundle importer, so the hint cannot drift);
+    empty for any other job."""
+    if job.status != ImportJob.Status.FAILED or not job.error.endswith(UNRECOGNISED):
+        return []
+    return [*registry(), BUNDLE_FORMAT]
