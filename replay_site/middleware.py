@@ -145,3 +145,30 @@ def refuse_oversized_bodies(
         return get_response(request)
 
     return middleware
+
+
+def method_not_allowed_page(
+    get_response: Callable[[HttpRequest], HttpResponse],
+) -> Callable[[HttpRequest], HttpResponse]:
+    """A page's 405 (Django's require_POST answers an empty body) becomes a small page saying
+    that the address is a form button's, with a way back: a link followed or typed into the
+    address bar otherwise shows the browser's own error page. The status and its Allow header
+    stay; the API keeps its own JSON answers."""
+    from django.shortcuts import render
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        response = get_response(request)
+        if response.status_code != 405 or request.path.startswith("/api/") or _has_body(response):
+            return response
+        found = request.resolver_match.kwargs if request.resolver_match else {}
+        page = render(request, "405.html", {"session_id": found.get("session_id"), "allowed": response.get("Allow", "")},
+                      status=405)  # fmt: skip
+        if response.has_header("Allow"):
+            page["Allow"] = response["Allow"]
+        return page
+
+    return middleware
+
+
+def _has_body(response: HttpResponse) -> bool:
+    return getattr(response, "streaming", False) or bool(response.content)

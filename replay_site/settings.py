@@ -230,6 +230,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Below CSP, which then covers the page it makes: a page's 405 as a page, not an empty body.
+    "replay_site.middleware.method_not_allowed_page",
     # Last, as django-axes asks: it turns a refused sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
