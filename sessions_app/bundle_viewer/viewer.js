@@ -36,6 +36,27 @@
     if (text !== undefined && text !== null) node.textContent = String(text);
     return node;
   }
+  // Pieces of a line, in order: a string is our own text, a node (user text in a <bdi>, a time)
+  // goes in as it is. Each user-written piece is isolated: an unclosed right-to-left override in
+  // a comment would otherwise reverse the rest of the line.
+  function line(node, pieces) {
+    pieces.forEach(function (piece) {
+      node.append(typeof piece === "string" ? document.createTextNode(piece) : piece);
+    });
+    return node;
+  }
+  function user(text) { return el("bdi", null, text); }
+  // A stored time (ISO 8601, microseconds and offset, as the server writes it) shown to the
+  // minute in UTC, "2026-11-27 03:21 UTC", with the full value in datetime and title.
+  function when(iso) {
+    if (!iso) return document.createTextNode("—");
+    const at = Date.parse(String(iso).replace(/(\.\d{3})\d+/, "$1"));
+    const node = el("time", null, Number.isNaN(at) ? iso : new Date(at).toISOString().slice(0, 16).replace("T", " ") + " UTC");
+    node.dateTime = iso;
+    node.title = iso;
+    return node;
+  }
+  function plural(n, one, many) { return count(n) + " " + (n === 1 ? one : many); }
   function money(value) { return "$" + Number(value || 0).toFixed(4); }
   function count(value) { return Number(value || 0).toLocaleString("en-US"); }
 
@@ -81,17 +102,18 @@
     document.title = title + " · Replay bundle";
     const c = session.counts || {};
     const t = session.totals || {};
-    $("facts").textContent = [
-      "project " + session.project,
-      session.format,
-      session.model || "no model named",
-      count(c.events) + " events",
-      count(c.steps) + " steps",
-      sessionCost(),
-      count(t.tokens) + " tokens",
-      count(c.errors) + " errors",
-      "exported " + manifest.exported_at + " by " + manifest.exported_by,
-    ].join(" · ");
+    line($("facts"), [
+      "project ", user(session.project), " · " + session.format + " · ",
+      session.model ? user(session.model) : "no model named",
+      " · " + [
+        plural(c.events, "event", "events"),
+        plural(c.steps, "step", "steps"),
+        sessionCost(),
+        plural(t.tokens, "token", "tokens"),
+        plural(c.errors, "error", "errors"),
+      ].join(" · ") + " · exported ",
+      when(manifest.exported_at), " by ", user(manifest.exported_by),
+    ]);
     $("fingerprint").textContent = data.fingerprint.replace(/(.{4})(?=.)/g, "$1 ");
     $("head").textContent = manifest.chain.head.slice(0, 16) + "…";
   }
@@ -167,10 +189,11 @@
   function commentNode(comment, reply) {
     const node = el("div", "comment" + (reply ? " reply" : ""));
     node.id = "c-" + comment.id;
-    let meta = comment.author + " · " + comment.created_at;
-    if (comment.edited_at) meta += " · edited " + comment.edited_at + " (" + comment.revisions.length + " earlier version" + (comment.revisions.length === 1 ? "" : "s") + " in comments.json)";
-    node.appendChild(el("div", "meta", meta));
-    node.appendChild(el("div", "body", comment.deleted_at ? "(deleted " + comment.deleted_at + ")" : comment.body));
+    const meta = line(el("div", "meta"), [user(comment.author), " · ", when(comment.created_at)]);
+    if (comment.edited_at) line(meta, [" · edited ", when(comment.edited_at), " (" + plural(comment.revisions.length, "earlier version", "earlier versions") + " in comments.json)"]);
+    node.appendChild(meta);
+    // A block of its own, so its text is isolated from the lines around it.
+    node.appendChild(comment.deleted_at ? line(el("div", "body"), ["(deleted ", when(comment.deleted_at), ")"]) : el("div", "body", comment.body));
     return node;
   }
 
@@ -178,7 +201,7 @@
     const node = el("div", "thread" + (thread.resolved_at ? " resolved" : ""));
     node.appendChild(commentNode(thread, false));
     thread.replies.forEach(function (reply) { node.appendChild(commentNode(reply, true)); });
-    if (thread.resolved_at) node.appendChild(el("div", "meta", "resolved by " + thread.resolved_by + " · " + thread.resolved_at));
+    if (thread.resolved_at) node.appendChild(line(el("div", "meta"), ["resolved by ", user(thread.resolved_by), " · ", when(thread.resolved_at)]));
     return node;
   }
 
@@ -270,7 +293,10 @@
     data.comments.forEach(function (thread) {
       const item = el("li");
       item.appendChild(jumpLink("event #" + (thread.seq + 1), thread.seq));
-      item.appendChild(document.createTextNode(" · " + thread.author + ": " + (thread.deleted_at ? "(deleted)" : thread.body.slice(0, 120)) + (thread.replies.length ? " (+" + thread.replies.length + " replies)" : "") + (thread.resolved_at ? " · resolved" : "")));
+      line(item, [
+        " · ", user(thread.author), ": ", thread.deleted_at ? "(deleted)" : user(thread.body.slice(0, 120)),
+        (thread.replies.length ? " (+" + plural(thread.replies.length, "reply", "replies") + ")" : "") + (thread.resolved_at ? " · resolved" : ""),
+      ]);
       all.appendChild(item);
     });
     const reviews = $("reviews");
@@ -278,7 +304,11 @@
     data.reviews.forEach(function (review) {
       const item = el("li");
       item.appendChild(el("span", "verdict-" + review.verdict, review.verdict.replace("_", " ")));
-      item.appendChild(document.createTextNode(" by " + review.reviewer + " · " + review.created_at + " · covers events #" + (review.first_seq + 1) + "–#" + (review.last_seq + 1) + " · head " + review.chain_head.slice(0, 16) + "…" + (review.chain_valid ? "" : " · chain was broken") + (review.note ? " · " + review.note : "")));
+      line(item, [
+        " by ", user(review.reviewer), " · ", when(review.created_at),
+        " · covers events #" + (review.first_seq + 1) + "–#" + (review.last_seq + 1) + " · head " + review.chain_head.slice(0, 16) + "…" + (review.chain_valid ? "" : " · chain was broken"),
+      ]);
+      if (review.note) line(item, [" · ", user(review.note)]);
       reviews.appendChild(item);
     });
     const marks = $("marks");

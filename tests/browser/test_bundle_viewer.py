@@ -4,6 +4,7 @@ of the session's hostile text, and asks for nothing outside the file."""
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from playwright.sync_api import Browser
 
 from sessions_app.bundles import stream_bundle
 from sessions_app.ingest.importing import import_local_file
-from sessions_app.models import Comment, Project, Session
+from sessions_app.models import Comment, Project, Review, Session
 
 pytestmark = pytest.mark.browser
 
@@ -32,6 +33,10 @@ def index_html(transactional_db, tmp_path) -> tuple[Path, Session]:
     session = Session.objects.get(pk=outcome.session.pk)
     thread = Comment.objects.create(session=session, seq=3, author_name="rita", body="Look at this step " + HOSTILE)
     Comment.objects.create(session=session, seq=3, parent=thread, author_name="mia", body="Agreed.")
+    return _unpacked_index(session, tmp_path), session
+
+
+def _unpacked_index(session: Session, tmp_path: Path) -> Path:
     bundle = tmp_path / "bundle.zip"
     with bundle.open("wb") as out:
         for chunk in stream_bundle(session=session, exported_by="rita"):
@@ -42,7 +47,7 @@ def index_html(transactional_db, tmp_path) -> tuple[Path, Session]:
     folder = tmp_path / "unpacked"
     with zipfile.ZipFile(bundle) as archive:
         archive.extract("index.html", folder)
-    return folder / "index.html", session
+    return folder / "index.html"
 
 
 def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocked(browser: Browser, index_html):
@@ -103,3 +108,77 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
     assert dialogs == [] and errors == [], (dialogs, errors)
     assert blocked == [], f"the page asked for {blocked}"
     assert requests == [url], requests
+
+
+RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE, left unclosed in a comment and a sign-off's note
+ISO_WITH_FRACTION = re.compile(r"\d{2}:\d{2}:\d{2}\.\d")
+
+
+@pytest.fixture
+def talked_over(transactional_db, tmp_path) -> Path:
+    """A bundle whose comments have one reply and two, one body and one note holding an unclosed
+    right-to-left override, and a sign-off."""
+    copy = tmp_path / SOURCE.name
+    copy.write_bytes(SOURCE.read_bytes())
+    (outcome,) = import_local_file(path=copy, project=Project.get_default())
+    session = Session.objects.get(pk=outcome.session.pk)
+    one = Comment.objects.create(session=session, seq=1, author_name="rita", body="abc " + RLO + "def")
+    Comment.objects.create(session=session, seq=1, parent=one, author_name="mia", body="Agreed.")
+    two = Comment.objects.create(session=session, seq=2, author_name="mia", body="Two answers here.")
+    for name in ("rita", "otto"):
+        Comment.objects.create(session=session, seq=2, parent=two, author_name=name, body="Yes.")
+    Review.objects.create(session=session, reviewer_name="rita", verdict=Review.Verdict.APPROVED, note=RLO + "fine",
+                          chain_head=session.head_hash or "0" * 64, chain_valid=True, first_seq=0,
+                          last_seq=session.event_count - 1)  # fmt: skip
+    return _unpacked_index(session, tmp_path)
+
+
+# Where a line's characters land: in a line read left to right, its "(" lies left of its "l".
+_LEFT_OF = """([item, text]) => {
+  const walker = document.createTreeWalker(item, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.data.indexOf(text);
+    if (at < 0) continue;
+    const left = (i) => { const r = document.createRange(); r.setStart(node, i); r.setEnd(node, i + 1); return r.getBoundingClientRect().left; };
+    return [left(at), left(at + text.length - 1)];
+  }
+  return null;
+}"""
+
+
+def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_isolated(browser: Browser, talked_over):
+    errors: list[str] = []
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else route.abort())
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(talked_over.as_uri())
+        page.locator("#position").filter(has_text="event 1 of").wait_for()
+        items = page.locator("#all-comments li")
+        assert items.count() == 2
+        assert "(+1 reply)" in items.nth(0).text_content() and "(+2 replies)" in items.nth(1).text_content()
+        # The override stays inside the comment's own <bdi>: what follows it still reads left to right.
+        assert items.nth(0).locator("bdi").nth(1).text_content() == "abc " + RLO + "def"
+        before, after = page.evaluate(_LEFT_OF, [items.nth(0).element_handle(), "(+1 repl"])
+        assert before < after, "the text after the comment was reversed"
+        review = page.locator("#reviews li")
+        assert review.locator("bdi").last.text_content() == RLO + "fine"
+        before, after = page.evaluate(_LEFT_OF, [review.element_handle(), "covers events"])
+        assert before < after, "the sign-off's line was reversed"
+        # Times to the minute in UTC, the stored value kept in <time datetime> (and its title).
+        page.keyboard.press("ArrowRight")
+        for where in ("#facts", "#all-comments", "#reviews", "#step-comments"):
+            text = page.locator(where).text_content()
+            assert not ISO_WITH_FRACTION.search(text), (where, text)
+        assert re.search(r"exported \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC by rita", page.locator("#facts").text_content())
+        stamp = page.locator("#facts time")
+        assert stamp.get_attribute("datetime") == stamp.get_attribute("title")
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?\+00:00", stamp.get_attribute("datetime"))
+        meta = page.locator("#step-comments .comment .meta").first
+        assert re.fullmatch(r"rita · \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", meta.text_content())
+        assert re.search(r" · \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC · covers events", review.text_content())
+    finally:
+        context.close()
+    assert errors == [], errors
