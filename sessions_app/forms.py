@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.forms.utils import pretty_name
 
 from . import sharing
 from .audit import ACTIONS
@@ -23,6 +24,21 @@ from .redaction_rules import MAX_SAMPLE
 from .replay.exports import EXPORT_FORMATS
 from .replay.imports import parse_job_cursor
 from .replay.listing import UNREVIEWED, parse_cursor
+
+
+def error_text(form: forms.Form, *, full_stops: bool = True) -> str:
+    """A form's errors in one line, each field named as the page names it: by its label
+    ("Comment", "Session A"), never by the posted field's name; an error of the whole form
+    stands alone. `full_stops=False` drops the full stop Django's messages end with, for a
+    panel whose own sentence adds one."""
+    parts = []
+    for name, messages in form.errors.items():
+        text = " ".join(m if full_stops else m.rstrip(".") for m in messages)
+        field = form.fields.get(name)
+        label = None if field is None else field.label or pretty_name(name)
+        parts.append(f"{label}: {text}" if label else text)
+    return "; ".join(parts)
+
 
 SPEEDS = ("1", "2", "5", "10")
 PACES = (("steps", "steps"), ("recorded", "recorded time"))
@@ -131,8 +147,8 @@ class SignOffForm(forms.Form):
 
 class CompareForm(forms.Form):
     # Bounded: a larger number than a database integer holds is a form error, not a 500.
-    a = forms.IntegerField(min_value=1, max_value=2**62)
-    b = forms.IntegerField(min_value=1, max_value=2**62)
+    a = forms.IntegerField(label="Session A", min_value=1, max_value=MAX_ID)
+    b = forms.IntegerField(label="Session B", min_value=1, max_value=MAX_ID)
     offset = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION)
 
     def clean(self) -> dict[str, Any]:
@@ -212,8 +228,8 @@ class SessionFilterForm(QueryForm):
     before = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
     # The sessions picked as A and B to compare: not filters, but carried from page to page (and
     # through a filter change) so that two sessions on different pages can be compared.
-    a = forms.IntegerField(required=False, min_value=1, max_value=2**62, widget=forms.HiddenInput)
-    b = forms.IntegerField(required=False, min_value=1, max_value=2**62, widget=forms.HiddenInput)
+    a = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID, widget=forms.HiddenInput)
+    b = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
@@ -329,13 +345,13 @@ class ApiKeyForm(forms.Form):
 
 class CommentForm(forms.Form):
     # The body's limit is the workflow's (comments.MAX_BODY), answered with its message.
-    body = forms.CharField(strip=True)
-    seq = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION)
-    parent = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID)
+    body = forms.CharField(label="Comment", strip=True)
+    seq = forms.IntegerField(label="Event", required=False, min_value=0, max_value=MAX_POSITION)
+    parent = forms.IntegerField(label="Reply to", required=False, min_value=1, max_value=MAX_ID)
 
 
 class CommentEditForm(forms.Form):
-    body = forms.CharField(strip=True)
+    body = forms.CharField(label="Comment", strip=True)
 
 
 class ResolveForm(forms.Form):
@@ -392,7 +408,7 @@ class TourStopAddForm(forms.Form):
 class TourModeForm(QueryForm):
     """The player's tour mode (`?tour=<id>&stop=<N>`, N 1-based) and /tours/<id>/play/?stop=N."""
 
-    tour = forms.IntegerField(required=False, min_value=1, max_value=2**62)
+    tour = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID)
     stop = forms.IntegerField(required=False, min_value=1, max_value=10_000)
 
 
@@ -436,6 +452,6 @@ class RedactValueForm(forms.Form):
     """The player's "Redact…": a value selected in the context panel (or pasted), the event it was
     selected at, and its label (stored_redaction.redact_text checks the rest)."""
 
-    text = forms.CharField(max_length=10_000, strip=False, widget=forms.Textarea(attrs={"rows": 2}))
-    seq = forms.IntegerField(min_value=0, max_value=MAX_POSITION, widget=forms.HiddenInput)
+    text = forms.CharField(label="Value", max_length=10_000, strip=False, widget=forms.Textarea(attrs={"rows": 2}))
+    seq = forms.IntegerField(label="Event", min_value=0, max_value=MAX_POSITION, widget=forms.HiddenInput)
     label = forms.CharField(required=False, max_length=40, initial="manual")

@@ -151,8 +151,12 @@ def test_a_pick_of_a_session_the_caller_cannot_see_is_dropped(logged_in, pair):
 
 def test_compare_with_a_missing_or_huge_id_is_a_form_error_not_a_crash(logged_in, pair):
     a, _ = pair
-    assert logged_in.get(COMPARE, {"a": a.pk}).status_code == 400
+    missing = logged_in.get(COMPARE, {"a": a.pk})
+    # Named as the page names it, not by the query parameter's name.
+    assert missing.status_code == 400 and "Session B: This field is required." in missing.content.decode()
     assert logged_in.get(COMPARE, {"a": a.pk, "b": 10**30}).status_code == 400
+    # Any id a session can have is one the form takes (the API's bounds): not found, not refused.
+    assert logged_in.get(COMPARE, {"a": a.pk, "b": 2**62 + 1}).status_code == 404
 
 
 def test_the_player_offers_compare_with_its_projects_other_sessions(logged_in, pair):

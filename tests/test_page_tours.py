@@ -153,7 +153,7 @@ def test_a_refused_stop_edit_is_a_400_shown_at_that_stop(mia, tour):
                         HTTP_HX_REQUEST="true")  # fmt: skip
     assert response.status_code == 400
     stop = section(response.content.decode(), "stop-2")
-    assert 'role="alert">title: This field is required.' in stop and '<details class="stop-edit" open>' in stop
+    assert 'role="alert">Title: This field is required.' in stop and '<details class="stop-edit" open>' in stop
     assert TourStop.objects.get(pk=b).title == "Another run fails"
 
 
@@ -166,7 +166,7 @@ def test_editing_the_title_and_description_answers_with_the_head(mia, tour):
     assert '<h1 id="tour-title">Renamed</h1>' in html and "<em>ok</em>" in html and "<img" not in html
     refused = mia.post(reverse("sessions:tour_edit", args=[tour.pk]), {"title": "x" * 201}, HTTP_HX_REQUEST="true")
     assert refused.status_code == 400 and '<h1 id="tour-title">Renamed</h1>' in refused.content.decode()
-    assert "title: Ensure this value has at most 200 characters" in refused.content.decode()
+    assert "Title: Ensure this value has at most 200 characters" in refused.content.decode()
 
 
 def test_deleting_the_tour_goes_to_the_learn_page(mia, tour):
@@ -335,8 +335,9 @@ def test_adding_to_a_new_tour_creates_it_with_its_first_stop(mia, acme, second):
 
 @pytest.mark.parametrize(
     "body, says",
-    [({"title": "t", "tour": ""}, "new_tour: Pick a tour"), ({"title": "t", "new_tour": "N"}, "step: This field is required"),
-     ({"title": "t", "new_tour": "N", "step": 12}, "step: session"), ({"title": "", "new_tour": "N", "step": 1}, "title:")],
+    # Each form field named by its label, as the panel shows it (New tour's title, Step, Stop title).
+    [({"title": "t", "tour": ""}, "s title: Pick a tour"), ({"title": "t", "new_tour": "N"}, "Step: This field is required"),
+     ({"title": "t", "new_tour": "N", "step": 12}, "step: session"), ({"title": "", "new_tour": "N", "step": 1}, "Stop title:")],
 )  # fmt: skip
 def test_a_refused_addition_is_a_400_that_says_why_and_makes_no_tour(mia, first, body, says):
     response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]), body, HTTP_HX_REQUEST="true")

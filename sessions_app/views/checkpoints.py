@@ -16,7 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from .. import access, audit, checkpoints
-from ..forms import CheckpointForm, CheckpointRenameForm, PlayerForm
+from ..forms import CheckpointForm, CheckpointRenameForm, PlayerForm, error_text
 from ..models import Checkpoint, Role, Session
 from ..replay import timeline
 from .pages import login_required
@@ -48,15 +48,8 @@ def _answer(request: HttpRequest, session: Session, *, seq: int, error: str = ""
 
 
 def _errors(form: CheckpointForm | CheckpointRenameForm) -> str:
-    """The form's errors as the page names things: each field by its label ("Name", "Event"),
-    never the posted field's name. Django's messages end with a full stop, which the panel's
-    sentence adds itself."""
-    parts = []
-    for name, messages in form.errors.items():
-        text = " ".join(m.rstrip(".") for m in messages)
-        field = form.fields.get(name)
-        parts.append(f"{field.label}: {text}" if field is not None and field.label else text)
-    return "; ".join(parts)
+    # Without full stops: the panel's sentence adds its own.
+    return error_text(form, full_stops=False)
 
 
 def _no_event(session: Session, seq: int) -> str:

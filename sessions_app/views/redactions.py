@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from .. import access, audit, jobs, stored_redaction
-from ..forms import RedactValueForm
+from ..forms import RedactValueForm, error_text
 from ..models import RedactionJob, Role, Session
 from ..stored_redaction import RedactionRefused
 from .pages import login_required
@@ -47,8 +47,7 @@ def redact(request: HttpRequest, session_id: int) -> HttpResponse:
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
     form = RedactValueForm(request.POST)
     if not form.is_valid():
-        errors = "; ".join(f"{name}: {' '.join(messages)}" for name, messages in form.errors.items())
-        return _list(request, session, error=f"Not redacted: {errors}", status=400)
+        return _list(request, session, error=f"Not redacted: {error_text(form)}", status=400)
     seq = form.cleaned_data["seq"]
     try:
         result = stored_redaction.redact_text(

@@ -16,7 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from .. import access, audit, sharing
-from ..forms import ShareLinkForm
+from ..forms import ShareLinkForm, error_text
 from ..models import Role, Session, ShareLink, Tour
 from .pages import login_required
 
@@ -78,8 +78,7 @@ def _panel(request: HttpRequest, found: Session | Tour, *, created: str = "", fo
 def _create(request: HttpRequest, found: Session | Tour) -> HttpResponse:
     form = ShareLinkForm(request.POST)
     if not form.is_valid():
-        error = "; ".join(f"{form[name].label}: {' '.join(messages)}" for name, messages in form.errors.items())
-        return _panel(request, found, form=form, error=error)
+        return _panel(request, found, form=form, error=error_text(form))
     target = {"session": found} if isinstance(found, Session) else {"tour": found}
     try:
         _, token = sharing.create_link(actor=access.actor_of(request), **target, ip=audit.client_ip(request),

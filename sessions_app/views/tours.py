@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django import forms
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -23,13 +22,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from .. import access, audit, tours
-from ..forms import TourForm, TourModeForm, TourStopAddForm, TourStopForm, TourStopMoveForm
+from ..forms import TourForm, TourModeForm, TourStopAddForm, TourStopForm, TourStopMoveForm, error_text
 from ..models import Project, Role, Session, Tour, TourStop
 from .pages import login_required, signed_in_or_shared
-
-
-def _errors(form: forms.Form) -> str:
-    return "; ".join(f"{name}: {' '.join(messages)}" for name, messages in form.errors.items())
 
 
 def _can_edit(request: HttpRequest, found: Tour | Session | Project) -> bool:
@@ -106,7 +101,7 @@ def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error:
 def tour_edit(request: HttpRequest, tour_id: int) -> HttpResponse:
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
     form = TourForm(request.POST)
-    error = "" if form.is_valid() else _errors(form)
+    error = "" if form.is_valid() else error_text(form)
     if not error:
         try:
             tours.change_tour(actor=access.actor_of(request), tour=tour, title=form.cleaned_data["title"],
@@ -132,7 +127,7 @@ def tour_delete(request: HttpRequest, tour_id: int) -> HttpResponse:
 def stop_edit(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
     form = TourStopForm(request.POST)
-    error = "" if form.is_valid() else _errors(form)
+    error = "" if form.is_valid() else error_text(form)
     if not error:
         try:
             tours.change_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id,
@@ -149,7 +144,7 @@ def stop_move(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
     form = TourStopMoveForm(request.POST)
     if not form.is_valid():
-        return _tour_answer(request, tour, region="tour-stops", error=_errors(form), stop=stop_id)
+        return _tour_answer(request, tour, region="tour-stops", error=error_text(form), stop=stop_id)
     by = -1 if form.cleaned_data["direction"] == "up" else 1
     tours.move_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id, by=by, ip=audit.client_ip(request))
     return _tour_answer(request, tour, region="tour-stops")
@@ -224,7 +219,7 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
     form = TourStopAddForm(request.POST)
     if not form.is_valid():
-        return _builder_answer(request, session, error=_errors(form))
+        return _builder_answer(request, session, error=error_text(form))
     data, actor, ip = form.cleaned_data, access.actor_of(request), audit.client_ip(request)
     try:
         with transaction.atomic():  # a new tour is kept only with its first stop
