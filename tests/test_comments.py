@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 
 import orjson
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -468,6 +469,40 @@ def test_a_plain_form_post_goes_back_to_the_comments_moment(ours, rita):
     response = rita.post(reverse("sessions:comment_create", args=[ours.pk]), {"seq": 12, "body": "no js"})
     made = Comment.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/sessions/{ours.pk}/?step=12#c-{made.pk}"
+
+
+def test_a_plain_form_post_refused_comes_back_to_the_player_with_its_error_and_text(ours, rita):
+    # Without JavaScript: back to the player at the comment's moment, which says why once and
+    # gives the text typed back in the form it was typed in (not a bare text page).
+    create = reverse("sessions:comment_create", args=[ours.pk])
+    too_long = "keep me " * 1300  # over the 10,000 characters a comment holds
+    response = rita.post(create, {"seq": 12, "body": too_long})
+    assert response.status_code == 302 and response["Location"] == f"/sessions/{ours.pk}/?step=12#comment-threads"
+    page = rita.get(response["Location"]).content.decode()
+    assert "at most 10,000 characters" in page
+    assert f'<textarea name="body" id="comment-body" rows="3" maxlength="10000" required>{too_long[:10_000]}</textarea>' in page
+    again = rita.get(response["Location"]).content.decode()
+    assert "at most 10,000 characters" not in again and "keep me" not in again  # said once
+    assert not Comment.objects.exists()
+
+    author = get_user_model().objects.get(username="rita")
+    first = comments.create_comment(actor=Actor(user=author), session=ours, seq=12, body="first")
+    response = rita.post(create, {"seq": 12, "parent": first.pk, "body": "   "})
+    page = rita.get(response["Location"]).content.decode()
+    assert "Comment: This field is required." in page  # the form's label, not the field's name
+    assert '<details class="comment-reply" open>' in page  # the reply form it came from, open
+    response = rita.post(reverse("sessions:comment_edit", args=[ours.pk, first.pk]), {"body": "x" * 10_001})
+    page = rita.get(response["Location"]).content.decode()
+    assert '<details class="comment-edit" open>' in page and "x" * 10_000 + "</textarea>" in page
+    first.refresh_from_db()
+    assert first.body == "first"
+
+
+def test_a_viewer_is_not_told_to_comment(ours, acme, client):
+    viewer = member("vic", acme, Role.VIEWER)
+    client.force_login(viewer)
+    page = client.get(reverse("sessions:player", args=[ours.pk])).content.decode()
+    assert "No comments yet." in page and "comment on an event from its context panel" not in page
 
 
 def test_workflows_refuse_someone_elses_edit_without_a_request(ours, acme):

@@ -2,20 +2,21 @@
 list and scrubber marks (the full page), and the forms that write them.
 
 Each write answers an htmx request with the threads at its step, and the Discussion list and
-the marks out of band; a plain form post goes back to the comment's moment in the player.
+the marks out of band; a plain form post goes back to the comment's moment in the player (a
+refused one with its error and the text typed, `refused_comment`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from .. import access, audit, comments
-from ..forms import CommentEditForm, CommentForm, ResolveForm
+from ..forms import CommentEditForm, CommentForm, ResolveForm, error_text
 from ..models import Comment, Role, Session
 from ..replay import timeline
 from .pages import login_required
@@ -42,11 +43,41 @@ def discussion(session: Session, overview: timeline.Overview) -> dict[str, Any]:
     return {"discussion": summaries, "discussion_full": len(summaries) >= comments.MAX_THREADS}
 
 
-def _answer(request: HttpRequest, session: Session, *, seq: int, focus: int | None, error: str = "") -> HttpResponse:
+# Where a comment refused without JavaScript waits for the player's next full page (the user's
+# session, not the URL: the text typed may be long and is nobody else's to see).
+_REFUSED = "refused_comment"
+
+
+def refused_comment(request: HttpRequest, session: Session) -> dict[str, Any]:
+    """A comment of `session` refused without JavaScript (_answer), said once, on the player's
+    next full page: its error, and the text typed back in the form it was typed in (a new
+    comment's, a reply's or an edit's, by `comment_draft_for` and `comment_draft_id`)."""
+    kept = request.session.get(_REFUSED)
+    if not isinstance(kept, dict) or kept.get("session") != session.pk:
+        return {}
+    del request.session[_REFUSED]
+    return {
+        "comment_error": kept.get("error", ""), "comment_draft": kept.get("body", ""),
+        "comment_draft_for": kept.get("form", ""), "comment_draft_id": kept.get("id"),
+    }  # fmt: skip
+
+
+def _answer(
+    request: HttpRequest, session: Session, *, seq: int, focus: int | None, error: str = "",
+    draft: tuple[str, int | None] | None = None,
+) -> HttpResponse:  # fmt: skip
+    """`draft`: which form a refused text was typed in ("new", "reply" with its thread,
+    "edit" with its comment), to give it back there."""
     if not request.htmx:
+        url = f"{session.get_absolute_url()}?step={seq}"
         if error:
-            return HttpResponseBadRequest(error, content_type="text/plain; charset=utf-8")
-        return redirect(f"{session.get_absolute_url()}?step={seq}" + (f"#c-{focus}" if focus else ""))
+            form, form_id = draft or ("", None)
+            request.session[_REFUSED] = {
+                "session": session.pk, "error": error, "form": form, "id": form_id,
+                "body": request.POST.get("body", "")[: comments.MAX_BODY],
+            }  # fmt: skip
+            return redirect(f"{url}#comment-threads")
+        return redirect(url + (f"#c-{focus}" if focus else ""))
     overview = timeline.session_overview(session=session)
     context = comment_panel(request, session, seq) | discussion(session, overview)
     context |= {"session": session, "comment_error": error, "oob": True}
@@ -56,25 +87,25 @@ def _answer(request: HttpRequest, session: Session, *, seq: int, focus: int | No
     return response
 
 
-def _errors(form: CommentForm | CommentEditForm) -> str:
-    return "; ".join(f"{name}: {' '.join(messages)}" for name, messages in form.errors.items())
-
-
 @login_required
 @require_POST
 def create(request: HttpRequest, session_id: int) -> HttpResponse:
     """A new thread at the shown step, or a reply (`parent`)."""
     session = access.session_for(request, session_id, need=Role.REVIEWER)
     form = CommentForm(request.POST)
-    if not form.is_valid():
-        return _answer(request, session, seq=form.cleaned_data.get("seq") or 0, focus=None, error=_errors(form))
+    valid = form.is_valid()
+    parent = form.cleaned_data.get("parent")  # (a refused form keeps its fields that were valid)
+    draft = ("reply", parent) if parent else ("new", None)
+    if not valid:
+        return _answer(request, session, seq=form.cleaned_data.get("seq") or 0, focus=None, error=error_text(form),
+                       draft=draft)  # fmt: skip
     data = form.cleaned_data
     try:
         comment = comments.create_comment(actor=access.actor_of(request), session=session, body=data["body"],
                                           seq=None if data["parent"] else data["seq"], parent=data["parent"],
                                           ip=audit.client_ip(request))  # fmt: skip
     except comments.CommentError as exc:
-        return _answer(request, session, seq=data["seq"] or 0, focus=data["parent"], error=str(exc))
+        return _answer(request, session, seq=data["seq"] or 0, focus=data["parent"], error=str(exc), draft=draft)
     return _answer(request, session, seq=comment.seq, focus=comment.pk)
 
 
@@ -88,14 +119,14 @@ def _comment(request: HttpRequest, session_id: int, comment_id: int) -> tuple[Se
 def edit(request: HttpRequest, session_id: int, comment_id: int) -> HttpResponse:
     session, comment = _comment(request, session_id, comment_id)
     form = CommentEditForm(request.POST)
-    error = "" if form.is_valid() else _errors(form)
+    error = "" if form.is_valid() else error_text(form)
     if not error:
         try:
             comments.edit_comment(actor=access.actor_of(request), comment=comment, body=form.cleaned_data["body"],
                                   ip=audit.client_ip(request))  # fmt: skip
         except comments.CommentError as exc:
             error = str(exc)
-    return _answer(request, session, seq=comment.seq, focus=comment.pk, error=error)
+    return _answer(request, session, seq=comment.seq, focus=comment.pk, error=error, draft=("edit", comment.pk))
 
 
 @login_required

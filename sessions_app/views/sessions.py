@@ -31,6 +31,7 @@ from ..forms import (
     SearchForm,
     SessionFilterForm,
     UploadForm,
+    error_text,
 )
 from ..ingest.quotas import QuotaExceeded
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
@@ -40,7 +41,7 @@ from ..replay.compare import diff_sessions
 from ..replay.frames import Frame, frame_at, search_panel, step_seqs
 from ..replay.imports import session_import_problems
 from ..replay.listing import compare_candidates, list_sessions, recent_jobs
-from .comments import comment_panel, discussion
+from .comments import comment_panel, discussion, refused_comment
 from .pages import login_required, render_page, signed_in_or_shared, wants_partial
 from .redactions import redaction_panel
 from .reviews import sign_off_panel
@@ -122,7 +123,7 @@ def upload(request: HttpRequest) -> HttpResponse:
             except (UploadRejected, QuotaExceeded) as exc:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
     elif form is not None:
-        errors = [f"{form[name].label}: {' '.join(messages)}" for name, messages in form.errors.items()]
+        errors = [error_text(form)]
     return _upload_answer(request, errors)
 
 
@@ -219,6 +220,8 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
         context["overview"] = timeline.session_overview(session=session)
     if shared is None:
         context |= comment_panel(request, session, frame.seq)
+        if not partial:
+            context |= refused_comment(request, session)
     context |= tour_mode_context(request, session, context["keep"])
     if not partial:
         team = shared is None

@@ -92,6 +92,10 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
     thread = comments.create_comment(actor=Actor(user=rita), session=talk, seq=18, body="why did **search** fail?")
     comments.create_comment(actor=Actor(user=ada), session=talk, parent=thread.pk, body="a bad query, see `q`")
     sign_off(session=talk, reviewer=Actor(user=rita), verdict="changes_requested", note="retry the search")
+    # What people write may be one unbroken word, or hold a right-to-left override: it wraps and
+    # stays in its own box (the phone test's width check).
+    set_checkpoint(session=talk, name="z" * 200, seq=20, created_by="ada")
+    comments.create_comment(actor=Actor(user=rita), session=talk, seq=20, body="x" * 3000 + " \u202e reversed")
     record_variant(tmp_path / "a.jsonl", run_id="baseline", steps=6)
     record_variant(tmp_path / "b.jsonl", run_id="candidate", steps=7, change_at=3)
     a, b = import_one(tmp_path / "a.jsonl"), import_one(tmp_path / "b.jsonl")
@@ -193,7 +197,7 @@ def test_a_refusal_swaps_in_and_a_failed_request_shows_the_page_alert(watched, r
     page.click("#comment-form button[type=submit]")
     error = page.locator("#comment-threads p.error[role=alert]")
     error.wait_for()
-    assert error.inner_text() == "body: This field is required."
+    assert error.inner_text() == "Comment: This field is required."
     assert page.locator("#comment-threads article.thread").count() == 1
 
     # A sign-off without a verdict (the select emptied under the browser's nose) is a 400 too.
