@@ -9,6 +9,8 @@ from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.views.defaults import bad_request
 
+from sessions_app.access import holds_share_links
+
 
 def _under_api(request: HttpRequest) -> bool:
     return request.path == "/api" or request.path.startswith("/api/")
@@ -23,7 +25,20 @@ def not_found_page(request: HttpRequest, exception: Exception) -> HttpResponse:
     # for one the caller may not see, so naming them leaks nothing. Any other 404 (a URL no view
     # took, an unknown share link) says only that: not the address, which may hold a token.
     reason = _message(exception) or "there is nothing at this address"
+    if _visitor_with_links(request):
+        # Most likely the page a link opened, since revoked or expired (said alike for a page no
+        # link of theirs ever opened: whether it exists stays unsaid).
+        reason += (
+            ". A share link opens its pages only while it is active: the one this browser holds "
+            "may have been revoked or have expired. Ask whoever sent it for a new one"
+        )
     return _refusal(request, status=404, title="Not found", reason=reason)
+
+
+def _visitor_with_links(request: HttpRequest) -> bool:
+    """A signed-out browser that has opened share links (sessions_app/access.py)."""
+    user = getattr(request, "user", None)
+    return (user is None or not user.is_authenticated) and holds_share_links(request)
 
 
 def forbidden_page(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -241,10 +241,19 @@ def test_revoking_closes_the_link_and_its_visitors_at_once(shown, mia):
     maintainer = _signed_in(mia)
     assert maintainer.delete(f"/api/share-links/{link.pk}").status_code == 204
     assert maintainer.delete(f"/api/share-links/{link.pk}").status_code == 204  # changes nothing
-    assert visitor.get(_player(shown)).status_code == 404
-    assert visitor.get(_player(shown), HTTP_HX_REQUEST="true").status_code == 404
+    page = visitor.get(_player(shown))
+    # The visitor is told why a page that opened a moment ago no longer does, and is not sent
+    # back to a sessions page that would only ask them to sign in.
+    said = page.content.decode()
+    assert page.status_code == 404 and "may have been revoked or have expired" in said
+    assert "Back to the sessions" not in said and 'href="/accounts/login/"' in said
+    step = visitor.get(_player(shown), HTTP_HX_REQUEST="true")
+    assert step.status_code == 404 and "may have been revoked or have expired" in step.content.decode()
     assert visitor.get(reverse("sessions:charts", args=[shown.pk])).status_code == 404
     assert Client().get(f"/s/{token}").status_code == 404
+    # A member's own 404 says nothing about links.
+    member_page = maintainer.get(reverse("sessions:player", args=[shown.pk + 1000]))
+    assert member_page.status_code == 404 and "share link" not in member_page.content.decode()
     link.refresh_from_db()
     assert link.state == "revoked" and link.revoked_by == "mia"
     revokes = AuditEntry.objects.filter(action="share_link.revoke")
