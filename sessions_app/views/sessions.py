@@ -72,7 +72,8 @@ def session_list(request: HttpRequest) -> HttpResponse:
     )
     picks = {"a": values["a"], "b": values["b"]}
     context: dict[str, Any] = {"form": form, "page": page, "projects": projects, "picks": picks,
-                               "picked_elsewhere": _picked_elsewhere(request, page.sessions, picks)}  # fmt: skip
+                               "picked_elsewhere": _picked_elsewhere(request, page.sessions, picks),
+                               "filtered": any(values[name] for name in LIST_FILTERS)}  # fmt: skip
     if not wants_partial(request):
         # The upload panel only for who may upload somewhere: a viewer's upload would be refused.
         writable = _writable(projects)
