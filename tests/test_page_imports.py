@@ -128,6 +128,17 @@ def test_a_jobs_page_lists_all_its_problems_by_line_a_page_at_a_time(logged_in, 
     assert logged_in.get(url, {"page": "x"}).status_code == 200
 
 
+def test_a_jobs_problems_are_listed_in_the_files_line_order(logged_in, project):
+    # As a format finds them: unreadable lines while reading, then what records mean while
+    # converting, then the file's own (no line).
+    found = [(3, "line"), (10, "line"), (13, "line"), (4, "payload"), (5, "kind"), (None, "file")]
+    problems = [{"line": line, "field": field, "message": f"at {line}"} for line, field in found]
+    job = _job(project, "mixed.jsonl", status=ImportJob.Status.DONE, problems=problems, problem_count=6)
+    html = logged_in.get(reverse("sessions:import_job", args=[job.pk])).content.decode()
+    lines = re.findall(r'<tr><td class="num">\d+</td><td class="num">([^<]+)</td>', html)
+    assert lines == ["–", "3", "4", "5", "10", "13"]
+
+
 def test_another_projects_job_is_404(logged_in):
     other = Project.objects.create(name="Other team", slug="other")
     job = _job(other, "theirs.jsonl")
