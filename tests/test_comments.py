@@ -480,7 +480,10 @@ def test_a_plain_form_post_refused_comes_back_to_the_player_with_its_error_and_t
     assert response.status_code == 302 and response["Location"] == f"/sessions/{ours.pk}/?step=12#comment-threads"
     page = rita.get(response["Location"]).content.decode()
     assert "at most 10,000 characters" in page
-    assert f'<textarea name="body" id="comment-body" rows="3" maxlength="10000" required>{too_long[:10_000]}</textarea>' in page
+    assert (
+        f'<textarea name="body" id="comment-body" rows="3" maxlength="10000" required>{too_long[:10_000]}</textarea>'
+        in page
+    )
     again = rita.get(response["Location"]).content.decode()
     assert "at most 10,000 characters" not in again and "keep me" not in again  # said once
     assert not Comment.objects.exists()
