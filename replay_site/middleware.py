@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import render
 
 from sessions_app.models.bounds import MAX_ID
 
@@ -150,15 +151,20 @@ def refuse_oversized_bodies(
 def method_not_allowed_page(
     get_response: Callable[[HttpRequest], HttpResponse],
 ) -> Callable[[HttpRequest], HttpResponse]:
-    """A page's 405 (Django's require_POST answers an empty body) becomes a small page saying
-    that the address is a form button's, with a way back: a link followed or typed into the
-    address bar otherwise shows the browser's own error page. The status and its Allow header
-    stay; the API keeps its own JSON answers."""
-    from django.shortcuts import render
+    """A page's 405 (Django's require_POST answers an empty body) to a browser opening it (a GET)
+    becomes a small page saying that the address is a form button's, with a way back: a link
+    followed or typed into the address bar otherwise shows the browser's own error page. The
+    status and its Allow header stay. Any other method (a post to a page that only shows) and
+    the machine endpoints (the API, OTLP, MCP) keep their own answers."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         response = get_response(request)
-        if response.status_code != 405 or request.path.startswith("/api/") or _has_body(response):
+        if (
+            response.status_code != 405
+            or request.method not in ("GET", "HEAD")
+            or request.path.startswith(_MACHINE_PATHS)
+            or _has_body(response)
+        ):
             return response
         found = request.resolver_match.kwargs if request.resolver_match else {}
         page = render(request, "405.html", {"session_id": found.get("session_id"), "allowed": response.get("Allow", "")},
@@ -168,6 +174,10 @@ def method_not_allowed_page(
         return page
 
     return middleware
+
+
+# Addresses for programs, not browsers: their 405s stay as their frameworks answer them.
+_MACHINE_PATHS = ("/api/", "/v1/", "/mcp")
 
 
 def _has_body(response: HttpResponse) -> bool:

@@ -15,7 +15,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import jobs
+from sessions_app import jobs, sharing
+from sessions_app.access import Actor
 from sessions_app.formats import registry
 from sessions_app.ingest.bundles import FORMAT_NAME as BUNDLE_FORMAT
 from sessions_app.ingest.importing import import_file
@@ -166,6 +167,24 @@ def test_a_post_only_address_opened_in_the_browser_is_a_405_page_with_a_way_back
         assert response.headers.get("Content-Security-Policy"), "the page is under the site's CSP"
     # Nothing was done: the session is still there.
     assert logged_in.get(session.get_absolute_url()).status_code == 200
+
+
+def test_only_a_browser_opening_a_pages_address_gets_the_405_page(logged_in):
+    signed_out = Client()
+    # A post to a page that only shows, and the machine endpoints, keep their own answers.
+    session = recorded(Project.get_default(), "run-1", events=4)
+    for response in (
+        logged_in.post(session.get_absolute_url()),
+        logged_in.post("/healthz"),
+        signed_out.get("/v1/traces"),
+    ):
+        assert response.status_code == 405 and b"form's button" not in response.content
+    # A signed-out browser (a share link's visitor) is not sent to a sessions page to sign in.
+    owner = get_user_model().objects.get(username=member("owner", Project.get_default(), Role.MAINTAINER).username)
+    _, token = sharing.create_link(actor=Actor(user=owner), session=session)
+    assert signed_out.get(f"/s/{token}").status_code in (200, 302)
+    page = signed_out.get(reverse("sessions:verify", args=[session.pk])).content.decode()
+    assert "form's button" in page and f'href="{SESSIONS}"' not in page
 
 
 def test_the_apis_405_keeps_its_own_answer(logged_in):
