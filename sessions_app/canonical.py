@@ -212,5 +212,12 @@ class Problems:
     def __len__(self) -> int:
         return self.count
 
+    def in_line_order(self) -> list[Problem]:
+        """The kept problems in the file's line order, the file's own (no line) first: a format
+        finds them in passes (unreadable lines as it reads, what records mean as it converts),
+        which is no order a reader of the file can follow."""
+        return sorted(self.items, key=lambda p: (0, 0) if p.line is None else (1, p.line))
+
     def to_list(self) -> list[dict[str, Any]]:
-        return [p.to_dict() for p in self.items]
+        """What a job stores and shows: the kept problems, in line order."""
+        return [p.to_dict() for p in self.in_line_order()]

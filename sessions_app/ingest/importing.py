@@ -387,7 +387,7 @@ def _import_folder(
 def _nothing_importable(name: str, fmt: str, problems: Problems) -> str:
     message = f"{name}: nothing importable as {fmt}"
     if problems.count:
-        first = problems.items[0]
+        first = problems.in_line_order()[0]
         where = f"line {first.line}" if first.line is not None else "file"
         # A field that only repeats the place ("line 1, line: …") is not named twice.
         if first.field and first.field not in ("line", "file"):

@@ -93,17 +93,10 @@ class ProblemPage:
     counted: int  # all the import found
 
 
-def _line_order(problem: Any) -> tuple[int, int]:
-    line = problem.get("line") if isinstance(problem, dict) else None
-    return (0, 0) if type(line) is not int else (1, line)
-
-
 def job_problems(job: ImportJob, *, page: int = 1, per_page: int = PROBLEMS_PER_PAGE) -> ProblemPage:
-    """One page (1-based) of a job's kept problems, in the file's line order (the problems of
-    the whole file first): a format finds them in passes (unreadable lines as it reads, what a
-    record means as it converts), which is no order a reader of the file can follow."""
+    """One page (1-based) of a job's kept problems, as stored: in the file's line order
+    (canonical.Problems.to_list)."""
     kept = job.problems if isinstance(job.problems, list) else []
-    kept = sorted(kept, key=_line_order)
     pages = max(1, -(-len(kept) // per_page))
     page = min(max(page, 1), pages)
     start = (page - 1) * per_page
