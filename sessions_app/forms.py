@@ -40,6 +40,16 @@ def error_text(form: forms.Form, *, full_stops: bool = True) -> str:
     return "; ".join(parts)
 
 
+def labelled(message: str, form: type[forms.Form], *, names: dict[str, str] | None = None) -> str:
+    """A workflow's refusal ("body: a comment holds at most …", naming its field as the API
+    does) as the form's page names that field: by its label. `names`: the workflow's field names
+    the form calls otherwise (a tour's `seq` is the stop form's `step`)."""
+    name, colon, rest = message.partition(": ")
+    name = (names or {}).get(name, name)
+    field = form.base_fields.get(name) if colon else None
+    return message if field is None else f"{field.label or pretty_name(name)}: {rest}"
+
+
 SPEEDS = ("1", "2", "5", "10")
 PACES = (("steps", "steps"), ("recorded", "recorded time"))
 

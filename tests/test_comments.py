@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from html.parser import HTMLParser
 
 import orjson
@@ -479,7 +480,10 @@ def test_a_plain_form_post_refused_comes_back_to_the_player_with_its_error_and_t
     response = rita.post(create, {"seq": 12, "body": too_long})
     assert response.status_code == 302 and response["Location"] == f"/sessions/{ours.pk}/?step=12#comment-threads"
     page = rita.get(response["Location"]).content.decode()
-    assert "at most 10,000 characters" in page
+    # The workflow's refusal names the field as the form does ("Comment", not the API's "body"),
+    # and says that what comes back is cut.
+    assert "Comment: a comment holds at most 10,000 characters" in page and "body:" not in page
+    assert "The text given back is its first 10,000 characters." in page
     assert (
         f'<textarea name="body" id="comment-body" rows="3" maxlength="10000" required>{too_long[:10_000]}</textarea>'
         in page
@@ -499,6 +503,15 @@ def test_a_plain_form_post_refused_comes_back_to_the_player_with_its_error_and_t
     assert '<details class="comment-edit" open>' in page and "x" * 10_000 + "</textarea>" in page
     first.refresh_from_db()
     assert first.body == "first"
+
+
+def test_a_refused_comment_nobody_came_back_for_is_not_shown_later(ours, rita, monkeypatch):
+    create = reverse("sessions:comment_create", args=[ours.pk])
+    rita.post(create, {"seq": 3, "body": "x" * 10_001})
+    later = time.time() + 3600
+    monkeypatch.setattr(time, "time", lambda: later)
+    page = rita.get(reverse("sessions:player", args=[ours.pk])).content.decode()
+    assert "at most 10,000 characters" not in page and "x" * 100 not in page
 
 
 def test_a_viewer_is_not_told_to_comment(ours, acme, client):

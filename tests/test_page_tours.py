@@ -337,7 +337,7 @@ def test_adding_to_a_new_tour_creates_it_with_its_first_stop(mia, acme, second):
     "body, says",
     # Each form field named by its label, as the panel shows it (New tour's title, Step, Stop title).
     [({"title": "t", "tour": ""}, "s title: Pick a tour"), ({"title": "t", "new_tour": "N"}, "Step: This field is required"),
-     ({"title": "t", "new_tour": "N", "step": 12}, "step: session"), ({"title": "", "new_tour": "N", "step": 1}, "Stop title:")],
+     ({"title": "t", "new_tour": "N", "step": 12}, "Step: session"), ({"title": "", "new_tour": "N", "step": 1}, "Stop title:")],
 )  # fmt: skip
 def test_a_refused_addition_is_a_400_that_says_why_and_makes_no_tour(mia, first, body, says):
     response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]), body, HTTP_HX_REQUEST="true")

@@ -8,6 +8,7 @@ refused one with its error and the text typed, `refused_comment`).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -16,7 +17,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from .. import access, audit, comments
-from ..forms import CommentEditForm, CommentForm, ResolveForm, error_text
+from ..forms import CommentEditForm, CommentForm, ResolveForm, error_text, labelled
 from ..models import Comment, Role, Session
 from ..replay import timeline
 from .pages import login_required
@@ -44,22 +45,33 @@ def discussion(session: Session, overview: timeline.Overview) -> dict[str, Any]:
 
 
 # Where a comment refused without JavaScript waits for the player's next full page (the user's
-# session, not the URL: the text typed may be long and is nobody else's to see).
+# session, not the URL: the text typed may be long and is nobody else's to see), and for how
+# long: the redirect's page comes at once; a draft nobody came back for is not shown days later.
 _REFUSED = "refused_comment"
+_REFUSED_FOR_SECONDS = 600
 
 
 def refused_comment(request: HttpRequest, session: Session) -> dict[str, Any]:
     """A comment of `session` refused without JavaScript (_answer), said once, on the player's
-    next full page: its error, and the text typed back in the form it was typed in (a new
-    comment's, a reply's or an edit's, by `comment_draft_for` and `comment_draft_id`)."""
+    next full page of it (the redirect's): its error, and the text typed back in the form it was
+    typed in (a new comment's, a reply's or an edit's: `comment_draft_for`, `comment_draft_id`)."""
     kept = request.session.get(_REFUSED)
-    if not isinstance(kept, dict) or kept.get("session") != session.pk:
+    if not isinstance(kept, dict):
+        return {}
+    if not _recent(kept.get("at")):
+        del request.session[_REFUSED]  # nobody came back for it
+        return {}
+    if kept.get("session") != session.pk:
         return {}
     del request.session[_REFUSED]
     return {
         "comment_error": kept.get("error", ""), "comment_draft": kept.get("body", ""),
         "comment_draft_for": kept.get("form", ""), "comment_draft_id": kept.get("id"),
     }  # fmt: skip
+
+
+def _recent(at: Any) -> bool:
+    return isinstance(at, (int, float)) and 0 <= time.time() - at <= _REFUSED_FOR_SECONDS
 
 
 def _answer(
@@ -72,9 +84,12 @@ def _answer(
         url = f"{session.get_absolute_url()}?step={seq}"
         if error:
             form, form_id = draft or ("", None)
+            body = request.POST.get("body", "")
+            if len(body) > comments.MAX_BODY:
+                error += f" The text given back is its first {comments.MAX_BODY:,} characters."
             request.session[_REFUSED] = {
-                "session": session.pk, "error": error, "form": form, "id": form_id,
-                "body": request.POST.get("body", "")[: comments.MAX_BODY],
+                "session": session.pk, "at": time.time(), "error": error, "form": form,
+                "id": form_id, "body": body[: comments.MAX_BODY],
             }  # fmt: skip
             return redirect(f"{url}#comment-threads")
         return redirect(url + (f"#c-{focus}" if focus else ""))
@@ -105,7 +120,8 @@ def create(request: HttpRequest, session_id: int) -> HttpResponse:
                                           seq=None if data["parent"] else data["seq"], parent=data["parent"],
                                           ip=audit.client_ip(request))  # fmt: skip
     except comments.CommentError as exc:
-        return _answer(request, session, seq=data["seq"] or 0, focus=data["parent"], error=str(exc), draft=draft)
+        error = labelled(str(exc), CommentForm)
+        return _answer(request, session, seq=data["seq"] or 0, focus=data["parent"], error=error, draft=draft)
     return _answer(request, session, seq=comment.seq, focus=comment.pk)
 
 
@@ -125,7 +141,7 @@ def edit(request: HttpRequest, session_id: int, comment_id: int) -> HttpResponse
             comments.edit_comment(actor=access.actor_of(request), comment=comment, body=form.cleaned_data["body"],
                                   ip=audit.client_ip(request))  # fmt: skip
         except comments.CommentError as exc:
-            error = str(exc)
+            error = labelled(str(exc), CommentEditForm)
     return _answer(request, session, seq=comment.seq, focus=comment.pk, error=error, draft=("edit", comment.pk))
 
 

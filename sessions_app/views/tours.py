@@ -10,7 +10,6 @@ post a redirect.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db import transaction
@@ -22,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from .. import access, audit, tours
-from ..forms import TourForm, TourModeForm, TourStopAddForm, TourStopForm, TourStopMoveForm, error_text
+from ..forms import TourForm, TourModeForm, TourStopAddForm, TourStopForm, TourStopMoveForm, error_text, labelled
 from ..models import Project, Role, Session, Tour, TourStop
 from .pages import login_required, signed_in_or_shared
 
@@ -231,7 +230,7 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
                                   narration=data["narration"], ip=ip)  # fmt: skip
     except tours.TourError as exc:
         # The workflow names its own field (`seq`, as the API does); this form's is `step`.
-        return _builder_answer(request, session, error=re.sub(r"^seq:", "step:", str(exc)))
+        return _builder_answer(request, session, error=labelled(str(exc), TourStopAddForm, names={"seq": "step"}))
     if not request.htmx:
         return redirect(stop.player_url)
     return _builder_answer(request, session, added=stop, tour=tour)
