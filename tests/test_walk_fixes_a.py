@@ -123,6 +123,13 @@ NOTHING_MATCHES = {
 }  # fmt: skip
 
 
+def test_a_page_past_the_last_session_says_so_and_links_the_first_page(logged_in):
+    recorded(Project.get_default(), "run-1", events=4)
+    text = logged_in.get(SESSIONS, {"after": "2000-01-01T00:00:00+00:00~1"}).content.decode()
+    assert "No sessions here any more" in _text(text) and "No sessions yet" not in _text(text)
+    assert '<a href="?">the first page</a>' in text  # the same filters, from the start
+
+
 def test_each_filter_that_matches_nothing_says_no_sessions_match(logged_in, user):
     assert set(NOTHING_MATCHES) == set(LIST_FILTERS)
     member(user.get_username(), Project.objects.create(slug="other", name="Other"), Role.VIEWER)
