@@ -87,7 +87,7 @@ def test_the_add_to_tour_form_names_its_step_field_in_an_error(logged_in, db):
                               HTTP_HX_REQUEST="true")  # fmt: skip
     html = response.content.decode()
     assert response.status_code == 400
-    assert f"step: session {session.pk} has no event" in html and "seq:" not in html
+    assert f"Step: session {session.pk} has no event" in html and "seq:" not in html
 
 
 def test_no_divergence_is_shown_as_good_news_not_as_an_error(logged_in, db):
