@@ -47,11 +47,6 @@ def _answer(request: HttpRequest, session: Session, *, seq: int, error: str = ""
     return response
 
 
-def _errors(form: CheckpointForm | CheckpointRenameForm) -> str:
-    # Without full stops: the panel's sentence adds its own.
-    return error_text(form, full_stops=False)
-
-
 def _no_event(session: Session, seq: int) -> str:
     """Why event `seq` cannot be named, in the player's 1-based #N; "" if it can. Checked here
     rather than read from CheckpointError, whose message speaks the API's "seq"."""
@@ -76,7 +71,7 @@ def create(request: HttpRequest, session_id: int) -> HttpResponse:
     form = CheckpointForm(request.POST)
     if not form.is_valid():
         seq = form.cleaned_data.get("step") or 0
-        return _answer(request, session, seq=seq, error=f"Not saved: {_errors(form)}.", status=400)
+        return _answer(request, session, seq=seq, error=f"Not saved: {error_text(form, full_stops=False)}.", status=400)
     data = form.cleaned_data
     if problem := _no_event(session, data["step"]):
         seq = min(data["step"], max(session.event_count - 1, 0))
@@ -101,7 +96,13 @@ def rename(request: HttpRequest, session_id: int, checkpoint_id: int) -> HttpRes
     checkpoint = checkpoints.checkpoint_in(session=session, checkpoint_id=checkpoint_id)
     form = CheckpointRenameForm(request.POST)
     if not form.is_valid():
-        return _answer(request, session, seq=checkpoint.seq, error=f"Not renamed: {_errors(form)}.", status=400)
+        return _answer(
+            request,
+            session,
+            seq=checkpoint.seq,
+            error=f"Not renamed: {error_text(form, full_stops=False)}.",
+            status=400,
+        )
     try:
         checkpoints.rename_checkpoint(actor=access.actor_of(request), checkpoint=checkpoint,
                                       name=form.cleaned_data["name"], ip=audit.client_ip(request))  # fmt: skip
