@@ -555,9 +555,15 @@ def test_settling_sessions_reads_their_rows_traces_and_spans_once_for_the_transa
     with CaptureQueriesContext(connection) as settled:
         settle_now()
     sqls = [q["sql"] for q in settled.captured_queries]
-    assert sum(s.startswith(f'UPDATE "{table}"') for s in sqls) == 3
+    # The sessions' rows and their spans are written at the transaction's end (writer.shared_writes),
+    # one executemany each: Django logs one as "3 times: UPDATE ...".
+    assert [s for s in sqls if f'UPDATE "{table}"' in s and s.startswith("3 times: ")] == [
+        s for s in sqls if f'UPDATE "{table}"' in s
+    ]
+    assert sum(s.startswith(f'3 times: UPDATE "{table}"') for s in sqls) == 1
     assert sum(s.startswith("SELECT") and f'FROM "{table}"' in s for s in sqls) == 1
-    assert sum(s.startswith(f"UPDATE {OtlpSpan._meta.db_table}") for s in sqls) == 3
+    span_updates = [s for s in sqls if f"UPDATE {OtlpSpan._meta.db_table}" in s]
+    assert sum(int(s.split(" times: ")[0]) if " times: " in s else 1 for s in span_updates) == 3
     # Whether any trace is quiet, the due sessions, their waiting traces (one query each) and
     # those traces' spans (one); the traces marked settled in one statement for the pass.
     traces_table = f'"{OtlpTrace._meta.db_table}"'
@@ -664,11 +670,13 @@ def test_a_settling_pauses_the_cyclic_collector_and_resumes_it_even_when_a_sessi
     body = request(*_conversation_spans(1, "hi"), *_conversation_spans(2, "ho")).SerializeToString()
     assert post(api, body).status_code == 200
     seen: list[bool] = []
+    failing: list[int] = []
     write = traces.append_and_finish
 
     def append_and_finish(**kwargs):
         seen.append(gc.isenabled())
-        if len(seen) == 1:
+        failing[:] = failing or [kwargs["session"].pk]
+        if kwargs["session"].pk == failing[0]:
             raise RuntimeError("a session that cannot be written")
         return write(**kwargs)
 
@@ -676,7 +684,9 @@ def test_a_settling_pauses_the_cyclic_collector_and_resumes_it_even_when_a_sessi
     assert gc.isenabled()
     settled = settle_traces(quiet_seconds=0, orphan_seconds=0, now=timezone.now() + timedelta(seconds=1))
     assert settled.events == 4 and len(settled.sessions) == 1  # the other session's spans wait
-    assert seen == [False, False] and gc.isenabled()
+    assert failing[0] not in settled.sessions
+    # Written together first (the failure undid both), then one at a time: three calls.
+    assert seen == [False, False, False] and gc.isenabled()
 
 
 def test_an_export_of_more_traces_than_a_statement_looks_up_is_stored_once_and_its_retry_not(api, project, monkeypatch):
@@ -873,3 +883,65 @@ def test_a_project_header_naming_no_project_the_key_may_use_is_a_404_status_in_t
         assert code == 5 and message == f"X-Replay-Project: project {slug!r} not found"
     assert not OtlpSpan.objects.exists()
     assert post(api, body, content_type=content_type, x_replay_project="agents").status_code == 200
+
+
+def test_shared_writes_stream_several_sessions_rows_and_let_any_other_statement_see_them(project):
+    # writer.shared_writes: the rows of several appends go to one stream (one COPY on
+    # PostgreSQL, which nothing else may interrupt) and the sessions' rows are saved at its end.
+    # A statement run meanwhile first ends the COPY: it sees every row sent so far, and the
+    # next rows open another. Without that, PostgreSQL refuses the statement mid-COPY.
+    from django.db import transaction
+
+    from sessions_app.canonical import SessionMeta
+    from sessions_app.ingest.writer import append_and_finish, create_session, shared_writes
+    from sessions_app.models import Event
+
+    from .conftest import synthetic_events
+
+    made = [create_session(project=project, source_format="canonical", meta=SessionMeta()) for _ in range(3)]
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().in_bulk([s.pk for s in made])
+        with shared_writes() as shared:
+            append_and_finish(
+                session=locked[made[0].pk], events=synthetic_events(7), locked_by_caller=True, shared=shared
+            )
+            assert Event.objects.filter(session=made[0]).count() == 7  # a statement mid-stream
+            append_and_finish(
+                session=locked[made[1].pk], events=synthetic_events(5), locked_by_caller=True, shared=shared
+            )
+            append_and_finish(
+                session=locked[made[2].pk], events=synthetic_events(3), locked_by_caller=True, shared=shared
+            )
+            # The sessions' rows wait for the end of the block.
+            assert Session.objects.get(pk=made[1].pk).event_count == 0
+    for session, count in zip(made, (7, 5, 3), strict=True):
+        session.refresh_from_db()
+        assert session.event_count == count and session.status == "completed"
+        assert list(Event.objects.filter(session=session).order_by("seq").values_list("seq", flat=True)) == list(
+            range(count)
+        )
+        assert session.head_hash == Event.objects.get(session=session, seq=count - 1).hash  # sealed
+
+
+def test_shared_writes_that_fail_abandon_their_stream_and_leave_no_row(project):
+    from django.db import transaction
+
+    from sessions_app.canonical import SessionMeta
+    from sessions_app.ingest.writer import append_and_finish, create_session, shared_writes
+    from sessions_app.models import Event
+
+    from .conftest import synthetic_events
+
+    session = create_session(project=project, source_format="canonical", meta=SessionMeta())
+    with pytest.raises(RuntimeError, match="after the rows"):
+        with transaction.atomic():
+            locked = Session.objects.select_for_update().get(pk=session.pk)
+            with shared_writes() as shared:
+                append_and_finish(session=locked, events=synthetic_events(4), locked_by_caller=True, shared=shared)
+                raise RuntimeError("after the rows")
+    assert not Event.objects.filter(session=session).exists()
+    session.refresh_from_db()
+    assert session.event_count == 0 and session.status == "live"
+    # The connection is usable again: the same session settles afterwards.
+    append_and_finish(session=session, events=synthetic_events(2))
+    assert Event.objects.filter(session=session).count() == 2

@@ -44,7 +44,7 @@ from ..models import OtlpConversation, OtlpSpan, OtlpTrace, Project, RedactionRu
 from ..models.planning import planned_for_values
 from ..redaction import Redactor
 from .quotas import sessions_left
-from .writer import append_and_finish, collector_paused, create_session, create_sessions
+from .writer import SharedWrites, append_and_finish, collector_paused, create_session, create_sessions, shared_writes
 
 logger = logging.getLogger("replay.otlp")
 
@@ -394,47 +394,84 @@ def _settle_due_sessions(
     now: datetime,
     result: SettleResult,
 ) -> None:
-    """Settle the due sessions (by project), SETTLE_PER_TRANSACTION to a transaction."""
+    """Settle the due sessions (by project), SETTLE_PER_TRANSACTION to a transaction.
+
+    A transaction's sessions are written together first (`shared_writes`: one stream of rows,
+    their other statements at its end). If anything fails, that transaction is undone and done
+    again one session at a time, each in a savepoint of its own: a session whose spans cannot
+    be written must not hold up the others; they stay waiting (and logged) for a fix.
+    """
     for project_id, session_ids in by_project.items():
         for start in range(0, len(session_ids), SETTLE_PER_TRANSACTION):
             chunk = session_ids[start : start + SETTLE_PER_TRANSACTION]
-            with transaction.atomic():
-                # The lock every export request of the project takes first: neither side then
-                # waits on rows the other holds.
-                list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk"))
-                # The transaction's sessions (whole rows, locked: the writer appends with them as
-                # they are) and their waiting spans, each read in one query for all of them, not
-                # two for every session: building an ORM query cost more than settling a small
-                # session's spans (bench/otlp_bench.py). Under the project's lock nothing stages
-                # a span of them meanwhile, so what is read here is what each session settles.
-                tops = Session.objects.select_for_update().in_bulk(chunk)
-                waiting = _waiting_spans(chunk, quiet_since, orphaned_since)
-                # The rules read once for the transaction's sessions, not by each of the writer's
-                # calls (some four look-ups a session).
-                settled: list[int] = []
-                with RedactionRules.pinned(project_id):
+            done = SettleResult()
+            try:
+                _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=True)
+            except Exception:
+                logger.info("settling sessions %s together failed; settling them one at a time", chunk, exc_info=True)
+                done = SettleResult()
+                _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=False)
+            result.sessions += done.sessions
+            result.finished += done.finished
+            result.events += done.events
+            result.spans += done.spans
+
+
+def _settle_chunk(
+    project_id: int,
+    chunk: list[int],
+    quiet_since: datetime,
+    orphaned_since: datetime,
+    now: datetime,
+    result: SettleResult,
+    *,
+    together: bool,
+) -> None:
+    """Settle the sessions of `chunk` in one transaction: `together`, any failure undoes it all
+    (and is raised); else each session in a savepoint, a failing one logged and left waiting."""
+    with transaction.atomic():
+        # The lock every export request of the project takes first: neither side then waits on
+        # rows the other holds.
+        list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk"))
+        # The transaction's sessions (whole rows, locked: the writer appends with them as they
+        # are) and their waiting spans, each read in one query for all of them, not two for
+        # every session: building an ORM query cost more than settling a small session's spans
+        # (bench/otlp_bench.py). Under the project's lock nothing stages a span of them
+        # meanwhile, so what is read here is what each session settles.
+        tops = Session.objects.select_for_update().in_bulk(chunk)
+        waiting = _waiting_spans(chunk, quiet_since, orphaned_since)
+        # The rules read once for the transaction's sessions, not by each of the writer's calls
+        # (some four look-ups a session).
+        settled: list[int] = []
+        with RedactionRules.pinned(project_id):
+            if together:
+                with shared_writes() as shared:
                     for session_id in chunk:
                         # (popped: a settled session's span records are not kept to the chunk's end)
                         top, spans = tops.get(session_id), waiting.pop(session_id, None)
-                        if top is None or spans is None:
-                            continue  # gone, or a trace of it is not due after all
-                        placement = _Placement(top, tops)
-                        try:
-                            with transaction.atomic():
-                                _settle_session(placement, spans, result)
+                        if top is not None and spans is not None:  # else gone, or a trace of it is not due after all
+                            _settle_session(_Placement(top, tops), spans, result, shared)
                             settled.append(session_id)
-                        except Exception:
-                            # One session's spans that cannot be written must not hold up the
-                            # others; they stay waiting (and logged) for a fix. The rows it
-                            # touched, as held here, may be ahead of what was rolled back: none
-                            # of them settles again in this transaction.
-                            for pk in placement.touched():
-                                tops.pop(pk, None)
-                            logger.exception("settling the spans of session %s failed", session_id)
-                # The settled sessions' traces wait no more: one statement for the transaction.
-                # (Under the project's lock: no request has staged a span of them meanwhile.)
-                if settled:
-                    OtlpTrace.objects.filter(session_id__in=settled, pending=True).update(pending=False, settled_at=now)
+            else:
+                for session_id in chunk:
+                    top, spans = tops.get(session_id), waiting.pop(session_id, None)
+                    if top is None or spans is None:
+                        continue
+                    placement = _Placement(top, tops)
+                    try:
+                        with transaction.atomic():
+                            _settle_session(placement, spans, result)
+                        settled.append(session_id)
+                    except Exception:
+                        # The rows it touched, as held here, may be ahead of what was rolled
+                        # back: none of them settles again in this transaction.
+                        for pk in placement.touched():
+                            tops.pop(pk, None)
+                        logger.exception("settling the spans of session %s failed", session_id)
+        # The settled sessions' traces wait no more: one statement for the transaction.
+        # (Under the project's lock: no request has staged a span of them meanwhile.)
+        if settled:
+            OtlpTrace.objects.filter(session_id__in=settled, pending=True).update(pending=False, settled_at=now)
 
 
 def _waiting_spans(
@@ -465,20 +502,23 @@ def _waiting_spans(
     return waiting
 
 
-def _settle_session(placement: _Placement, spans: dict[int, dict[str, tuple]], result: SettleResult) -> None:
-    """Write the waiting spans (by trace pk and span id) of the placement's session."""
+def _settle_session(
+    placement: _Placement, spans: dict[int, dict[str, tuple]], result: SettleResult, shared: SharedWrites | None = None
+) -> None:
+    """Write the waiting spans (by trace pk and span id) of the placement's session (its
+    writes joining `shared` when given)."""
     placement.add_traces(spans)
     for session, placed in placement.by_session():
         events = otlp.timeline(placed, first_step=session.step_count)
         # Appended and finished in one writer call: the row locked, read and saved once.
         append_and_finish(
-            session=session, events=events, meta=placement.meta(session), locked_by_caller=True,
+            session=session, events=events, meta=placement.meta(session), locked_by_caller=True, shared=shared,
             status=Session.Status.FAILED if placement.failed(session) else Session.Status.COMPLETED,
         )  # fmt: skip
         result.events += len(events)
         result.sessions.append(session.pk)
         result.finished.append(session.pk)
-    placement.save_spans()
+    placement.save_spans(shared)
     result.spans += placement.span_count
 
 
@@ -684,8 +724,9 @@ class _Placement:
         end = self._ended.get(session.pk)
         return SessionMeta(ended_at=otlp.time_of(end) if end else None, **self._described.get(session.pk, {}))
 
-    def save_spans(self) -> None:
-        """The written spans keep only what places a straggler: their record goes."""
+    def save_spans(self, shared: SharedWrites | None = None) -> None:
+        """The written spans keep only what places a straggler: their record goes (at the end of
+        `shared` when given)."""
         by_session: dict[int, list[int]] = {}
         for row_id, session_pk in self._span_session:
             by_session.setdefault(session_pk, []).append(row_id)
@@ -699,6 +740,8 @@ class _Placement:
                         where, values = "id = ANY(%s)", [part]
                     else:
                         where, values = f"id IN ({', '.join(['%s'] * len(part))})", part
-                    cursor.execute(
-                        f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s WHERE {where}", [session_pk, *values]
-                    )
+                    sql = f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s WHERE {where}"
+                    if shared is None:
+                        cursor.execute(sql, [session_pk, *values])
+                    else:
+                        shared.later(sql, [session_pk, *values])

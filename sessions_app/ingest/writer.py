@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from copy import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,7 +39,7 @@ from .rows import (
 
 __all__ = [
     "append_and_finish", "append_events", "bulk_write_cache", "collector_paused", "create_session", "create_sessions",
-    "finish_session",
+    "finish_session", "shared_writes",
 ]  # fmt: skip
 
 # Rows buffered before one bulk write; large enough to amortise each round trip. Large records
@@ -159,6 +159,97 @@ def _batch_writer(session: Session) -> Iterator[Callable[[Batch], None]]:
         yield write
     _update_pairs(session.pk, pair_updates)
     _write_keyframes(session, keyframes)
+
+
+class SharedWrites:
+    """The writes of several sessions' appends in one transaction, sent as one stream (OTLP
+    settling: fifty sessions of ~200 events each a transaction).
+
+    Their rows go to one COPY that stays open while the next session's rows are built, so the
+    PostgreSQL server inserts and indexes them meanwhile, on the other core. A COPY of its own
+    for each small session was waited for in turn, its start and its end, and so were the
+    session's other statements: about 40 % of a settling's wall time went on waiting
+    (bench/otlp_bench.py, docs/benchmarks.md). What else the appends write (the sessions' rows,
+    calls answered in a later batch, keyframes, and the caller's own statements, `later`) waits
+    for `flush`, one executemany for each statement, which psycopg sends as a pipeline.
+
+    No other statement can run on the connection during a COPY: any statement sent through
+    Django meanwhile (a sub-agent's new session, a checkpoint) first closes the COPY
+    (`before_statement`, an execute wrapper), so it sees every row written so far; the next
+    rows open another. On SQLite each batch is one executemany at once, as `_row_writer` does.
+    """
+
+    def __init__(self) -> None:
+        self._copy: ExitStack | None = None
+        self._write_rows: Callable[[list[list]], None] | None = None
+        self._sessions: dict[int, Session] = {}  # saved at the end, as they are then
+        self._pair_updates: list[tuple[int, float | None, int, int]] = []
+        self._keyframes: list[Snapshot] = []
+        self._later: dict[str, list[list[Any]]] = {}  # a statement -> the parameters of each run
+
+    def write_rows(self, rows: list[list]) -> None:
+        if self._write_rows is None:
+            self._copy = ExitStack()
+            self._write_rows = self._copy.enter_context(_row_writer())
+        self._write_rows(rows)
+
+    @contextmanager
+    def batch_writer(self, session: Session) -> Iterator[Callable[[Batch], None]]:
+        """`_batch_writer` for one session's append, into the shared stream."""
+
+        def write(batch: Batch) -> None:
+            self.write_rows(batch.rows)
+            self._pair_updates.extend((pair, duration, session.pk, seq) for seq, duration, pair in batch.pair_updates)
+            self._keyframes.extend(_snapshot(session, keyframe) for keyframe in batch.keyframes)
+
+        yield write
+
+    def save(self, session: Session) -> None:
+        """Save the locked session's row at `flush` (`_save_locked`), with what it holds then."""
+        self._sessions[session.pk] = session
+
+    def later(self, sql: str, params: list[Any]) -> None:
+        """Run a statement of the caller's at `flush`, after every row is written."""
+        self._later.setdefault(sql, []).append(params)
+
+    def before_statement(self, execute, sql, params, many, context):  # noqa: ANN001 (Django's wrapper signature)
+        self.close_rows()
+        return execute(sql, params, many, context)
+
+    def close_rows(self, error: BaseException | None = None) -> None:
+        """End the open COPY, if any: the server has then stored every row sent."""
+        if self._copy is not None:
+            stack, self._copy, self._write_rows = self._copy, None, None
+            stack.__exit__(type(error) if error else None, error, error.__traceback__ if error else None)
+
+    def flush(self) -> None:
+        with connection.cursor() as cursor:
+            if self._pair_updates:
+                cursor.executemany(
+                    f"UPDATE {_TABLE} SET pair_seq = %s, pair_duration_ms = %s WHERE session_id = %s AND seq = %s",
+                    self._pair_updates,
+                )
+            for sql, runs in self._later.items():
+                cursor.executemany(sql, runs)
+        if self._keyframes:
+            Snapshot.objects.bulk_create(self._keyframes)
+        _save_all_locked(list(self._sessions.values()))
+
+
+@contextmanager
+def shared_writes() -> Iterator[SharedWrites]:
+    """A `SharedWrites` for appends in the caller's transaction (each with `shared=`), written
+    out when the block ends. If the block raises, the COPY is abandoned with the error and
+    nothing deferred runs: the caller's transaction is to be rolled back."""
+    shared = SharedWrites()
+    with connection.execute_wrapper(shared.before_statement):
+        try:
+            yield shared
+        except BaseException as error:
+            shared.close_rows(error)
+            raise
+        shared.close_rows()
+        shared.flush()
 
 
 def _write_keyframes(session: Session, keyframes: list[Keyframe]) -> None:
@@ -313,6 +404,7 @@ def _append(
     redacted_by: str = "",
     close: Callable[[Session, Redactor | None], None] | None = None,
     locked_by_caller: bool = False,
+    shared: SharedWrites | None = None,
 ) -> AppendResult:
     redactor = redactor_of(session.project_id, redactor)
     counted = redactor.counts.copy() if redactor is not None else None
@@ -327,7 +419,7 @@ def _append(
             redacted_by=redacted_by,
         )  # fmt: skip
         stored = size = flushed = 0
-        with _batch_writer(locked) as write:
+        with _batch_writer(locked) if shared is None else shared.batch_writer(locked) as write:
             for event in events:
                 size += len(event.raw or "") if type(event) is not dict else _stored_size(event)
                 add(rows, event)
@@ -348,7 +440,10 @@ def _append(
         locked.record_bytes += size
         if close is not None:
             close(locked, redactor)
-        _save_locked(locked)
+        if shared is None:
+            _save_locked(locked)
+        else:
+            shared.save(locked)
     _copy_fields(locked, session)
     redactions = {} if redactor is None else dict(redactor.counts - counted)
     return AppendResult(
@@ -361,12 +456,23 @@ def _save_locked(session: Session) -> None:
     (auto_now included), by one UPDATE statement made once, not a query built for every save
     (about 1 ms, more than appending a small session's events: OTLP settling saves hundreds of
     sessions a minute, bench/otlp_bench.py)."""
+    _save_all_locked([session])
+
+
+def _save_all_locked(sessions: list[Session]) -> None:
+    """`_save_locked` for several rows, one executemany."""
+    if not sessions:
+        return
     db = transaction.get_connection()  # the connection itself: each use of the proxy is a look-up
-    values = [field.get_db_prep_save(field.pre_save(session, False), db) for field in _session_columns()]
+    runs = [
+        [*(field.get_db_prep_save(field.pre_save(session, False), db) for field in _session_columns()), session.pk]
+        for session in sessions
+    ]
     with db.cursor() as cursor:
-        cursor.execute(_session_update_sql(db.vendor), [*values, session.pk])
-        if cursor.rowcount != 1:  # save() would insert; a locked row cannot have gone
-            raise Session.DoesNotExist(f"session {session.pk}: its locked row was not found to save")
+        cursor.executemany(_session_update_sql(db.vendor), runs)
+        if cursor.rowcount != len(sessions):  # save() would insert; a locked row cannot have gone
+            found = "" if len(sessions) > 1 else f"session {sessions[0].pk}: "
+            raise Session.DoesNotExist(f"{found}a locked session's row was not found to save")
 
 
 @cache
@@ -435,11 +541,14 @@ def append_and_finish(
     status: str | None = None,
     redactor: Redactor | None = None,
     locked_by_caller: bool = False,
+    shared: SharedWrites | None = None,
 ) -> AppendResult:
     """`append_events` then `finish_session`, with the session's row locked, read and saved once
     (a settled OTLP trace's session: each of the two calls costs some queries, which hundreds of
     small sessions a minute add up to). `locked_by_caller`: `session` is the whole row as the
-    caller read it with select_for_update in the transaction this runs in, used as it is."""
+    caller read it with select_for_update in the transaction this runs in, used as it is;
+    `shared` (only then): its writes join the caller's `shared_writes`."""
+    assert shared is None or locked_by_caller, "shared writes are the caller's transaction's"
 
     def close(locked: Session, redactor: Redactor | None) -> None:
         _close(locked, redactor, meta=meta, status=status, final_answer=None)
@@ -448,8 +557,9 @@ def append_and_finish(
     # when it locked the row: see _append).
     with transaction.atomic(savepoint=not locked_by_caller):
         result = _append(
-            session, events, EventRows.add, None, None, True, redactor, close=close, locked_by_caller=locked_by_caller
-        )
+            session, events, EventRows.add, None, None, True, redactor, close=close, locked_by_caller=locked_by_caller,
+            shared=shared,
+        )  # fmt: skip
         if meta is not None and meta.checkpoints:
             _write_checkpoints(session, meta.checkpoints, redactor_of(session.project_id, redactor))
     return result
