@@ -44,7 +44,15 @@ from ..models import OtlpConversation, OtlpSpan, OtlpTrace, Project, RedactionRu
 from ..models.planning import planned_for_values
 from ..redaction import Redactor
 from .quotas import sessions_left
-from .writer import SharedWrites, append_and_finish, collector_paused, create_session, create_sessions, shared_writes
+from .writer import (
+    SharedWrites,
+    append_and_finish,
+    collector_paused,
+    copy_rows,
+    create_session,
+    create_sessions,
+    shared_writes,
+)
 
 logger = logging.getLogger("replay.otlp")
 
@@ -204,8 +212,18 @@ def _drop_not_genai(traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, 
 
 
 def _insert_spans(rows: list[tuple]) -> None:
-    """One executemany (Django's bulk_create is several times slower, ../shared/PERFORMANCE.md).
-    ON CONFLICT: a concurrent request that stored the same span first wins, quietly."""
+    """The new spans of a request: on PostgreSQL one COPY (`copy_rows`), on SQLite one
+    executemany (Django's bulk_create is several times slower, ../shared/PERFORMANCE.md).
+
+    No span here is stored already: the request holds the project's lock, under which every
+    request of the project stages (so none stores a span of its traces meanwhile), and
+    `_drop_stored` left out the ones stored before. A COPY cannot skip a conflicting row, and
+    needs not; psycopg's pipelined executemany of 512 INSERTs cost the request 2.5 times the
+    CPU of the COPY (bench/otlp_bench.py). SQLite keeps ON CONFLICT as a backstop, its
+    executemany being as cheap either way."""
+    if connection.vendor == "postgresql":
+        copy_rows(OtlpSpan, _SPAN_COLUMNS, rows)
+        return
     columns = ", ".join(_SPAN_COLUMNS)
     placeholders = ", ".join(["%s"] * len(_SPAN_COLUMNS))
     with connection.cursor() as cursor:

@@ -2,10 +2,10 @@
 state keyframes), finish sessions, set checkpoints.
 
 Everything a page later needs is computed once, as events stream in, by event_rows.EventRows
-(see models.Event). The rows go to the database through `_row_writer`, the
-only place that uses each backend's raw bulk path (SQLite `executemany`, PostgreSQL `COPY`):
-Django's `bulk_create` is ten times slower for this (../shared/PERFORMANCE.md). The ORM is used
-everywhere else.
+(see models.Event). The rows go to the database through `_row_writer`, each backend's raw
+bulk path (SQLite `executemany`, PostgreSQL `COPY`): Django's `bulk_create` is ten times slower
+for this (../shared/PERFORMANCE.md). `copy_rows` is the same COPY for OTLP's staged spans
+(ingest/traces.py). The ORM is used everywhere else.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 from django.db import connection, transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from ..canonical import CanonicalEvent, CheckpointSpec, SessionMeta, json_without_nul, without_nul
@@ -91,14 +92,24 @@ def moment_of_ms(ms: float) -> datetime:
         return (datetime.max if ms > 0 else datetime.min).replace(tzinfo=UTC)
 
 
-def _copy_types() -> list[str]:
-    """The PostgreSQL type of each of EVENT_COLUMNS, which a binary COPY must be told."""
+def _db_types(model: type[Model], columns: Iterable[str]) -> list[str]:
+    """The PostgreSQL type of each column of `model`'s, which a binary COPY must be told."""
     names = []
-    for name in EVENT_COLUMNS:
-        field = Event._meta.get_field(name.removesuffix("_id") if name == "session_id" else name)
+    for name in columns:
+        field = next(f for f in model._meta.concrete_fields if f.column == name)
         db_type = field.rel_db_type(connection) if field.is_relation else field.db_type(connection)
         names.append(db_type.split("(")[0])
     return names
+
+
+def copy_rows(model: type[Model], columns: tuple[str, ...], rows: Iterable[Iterable[Any]]) -> None:
+    """Rows into `model`'s table by one binary COPY (PostgreSQL only; OTLP's staged spans)."""
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor:
+        with cursor.copy(f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_db_types(model, columns))
+            for row in rows:
+                copy.write_row(row)
 
 
 @contextmanager
@@ -118,7 +129,7 @@ def _row_writer() -> Iterator[Callable[[list[list]], None]]:
             # Binary: the server takes each value as it is stored, instead of parsing the text
             # of every number and timestamp (an import 17 % faster, bench/import_bench.py).
             with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(_copy_types())
+                copy.set_types(_db_types(Event, EVENT_COLUMNS))
                 write_row = copy.write_row
 
                 def write_rows(rows: list[list]) -> None:
