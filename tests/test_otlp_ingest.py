@@ -440,6 +440,15 @@ def test_hostile_trees_land_once_each_and_a_sub_agents_straggler_joins_its_sessi
     settle_now()
     assert subsub.events.count() == 6 and top.events.count() == 10 and sub.events.count() == 4
     assert OtlpSpan.objects.count() == 8 and not OtlpSpan.objects.filter(record__isnull=False).exists()
+    # Only a sub-agent's span notes the session inside it; a straggler under an ordinary span
+    # inside the innermost sub-agent (its chat) finds that session by walking up the trace.
+    noted = dict(OtlpSpan.objects.filter(session__isnull=False).values_list("span_id", "session_id"))
+    assert noted == {"e000000000000002": sub.pk, "e000000000000003": subsub.pk}
+    later = span("e000000000000009", "e000000000000004", "execute_tool t", 350, 360,
+                 gen_ai__operation__name="execute_tool", gen_ai__tool__name="t")  # fmt: skip
+    assert post(api, request(later).SerializeToString()).status_code == 200
+    settle_now()
+    assert subsub.events.count() == 8 and top.events.count() == 10 and sub.events.count() == 4
 
 
 def test_a_sub_agent_past_the_sessions_quota_stays_in_its_parents_session_and_nothing_is_lost(api, project):

@@ -558,7 +558,7 @@ class _Placement:
         self._locked = locked
         self._sessions: dict[int, Session] = {top.pk: top}
         self._placed: dict[int, list[otlp.Placed]] = {}
-        self._span_session: list[tuple[int, int]] = []  # (span row id, its context's session)
+        self._span_session: list[tuple[int, int | None]] = []  # (span row id, a sub-agent's own session)
         self._failed: set[int] = set()
         self._ended: dict[int, int] = {}
         self._described: dict[int, dict[str, Any]] = {}
@@ -614,7 +614,11 @@ class _Placement:
         record = orjson.loads(raw)
         operation = row[3]
         session_pk, in_agent, depth = outer
-        self._span_session.append((row[0], inner[0]))
+        # Kept only for a sub-agent with a session of its own: for any other span the session
+        # inside it is the one around it, which a straggler's walk up the trace finds again
+        # (_inside). Setting it on every span made settling check 100,000 foreign keys more
+        # (bench/otlp_bench.py).
+        self._span_session.append((row[0], inner[0] if inner[0] != outer[0] else None))
         self.span_count += 1
         if operation == otlp.AGENT_OPERATION and in_agent and inner[0] == session_pk:
             # A sub-agent the sessions quota left without a session of its own: spawned and
@@ -743,14 +747,14 @@ class _Placement:
         return SessionMeta(ended_at=otlp.time_of(end) if end else None, **self._described.get(session.pk, {}))
 
     def save_spans(self, shared: SharedWrites | None = None) -> None:
-        """The written spans keep only what places a straggler: their record goes (at the end of
-        `shared` when given)."""
-        by_session: dict[int, list[int]] = {}
+        """The written spans keep only what places a straggler: their record goes, and a
+        sub-agent's span notes its own session (at the end of `shared` when given)."""
+        by_session: dict[int | None, list[int]] = {}
         for row_id, session_pk in self._span_session:
             by_session.setdefault(session_pk, []).append(row_id)
-        # One statement for each session's spans (most settlings: one), not one for every span.
-        # On PostgreSQL the ids are one array: the statement's text is then the same for every
-        # session, parsed and converted once, not once for each length of the list.
+        # One statement for each session (most settlings: one, for spans with none), not one for
+        # every span. On PostgreSQL the ids are one array: the statement's text is then the same
+        # for every session, parsed and converted once, not once for each length of the list.
         with connection.cursor() as cursor:
             for session_pk, row_ids in by_session.items():
                 for part in _chunked(row_ids):
@@ -758,8 +762,12 @@ class _Placement:
                         where, values = "id = ANY(%s)", [part]
                     else:
                         where, values = f"id IN ({', '.join(['%s'] * len(part))})", part
-                    sql = f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s WHERE {where}"
-                    if shared is None:
-                        cursor.execute(sql, [session_pk, *values])
+                    if session_pk is None:
+                        sql, params = f"UPDATE {_SPAN_TABLE} SET record = NULL WHERE {where}", values
                     else:
-                        shared.later(sql, [session_pk, *values])
+                        sql = f"UPDATE {_SPAN_TABLE} SET record = NULL, session_id = %s WHERE {where}"
+                        params = [session_pk, *values]
+                    if shared is None:
+                        cursor.execute(sql, params)
+                    else:
+                        shared.later(sql, params)
