@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db.models import Case, F, Max, Q, Value, When
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -120,7 +120,9 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
     if not by_trace:
         return result
     now = timezone.now()
-    with transaction.atomic():
+    # No savepoint when the caller's transaction holds this (the export request's, with its
+    # audit entries): a failure here undoes that whole transaction anyway.
+    with transaction.atomic(savepoint=False):
         # One writer per project at a time: two requests racing would make its sessions twice.
         # The settling takes the same lock first, so neither waits on the other's rows.
         Project.objects.select_for_update().filter(pk=project.pk).first()
@@ -159,11 +161,17 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
                 ))  # fmt: skip
         _insert_spans(rows)
         result.stored = len(rows)
+        rooted = {traces[t].pk for t, spans in by_trace.items() if any(not r["parentSpanId"] for r in spans.values())}
         for part in _chunked([traces[t].pk for t in by_trace]):
-            OtlpTrace.objects.filter(pk__in=part).update(pending=True, last_received_at=now)
-        rooted = [traces[t].pk for t, spans in by_trace.items() if any(not r["parentSpanId"] for r in spans.values())]
-        for part in _chunked(rooted):
-            OtlpTrace.objects.filter(pk__in=part).update(root_seen=True)
+            # Waiting again, received now, and its root seen when this request brought it: one
+            # statement, not two.
+            root_here = [pk for pk in part if pk in rooted]
+            seen = (
+                {"root_seen": Case(When(pk__in=root_here, then=Value(True)), default=F("root_seen"))}
+                if root_here
+                else {}
+            )
+            OtlpTrace.objects.filter(pk__in=part).update(pending=True, last_received_at=now, **seen)
         # A conversation that had finished goes on: live again until the new spans settle.
         for part in _chunked(list({traces[t].session_id for t in by_trace})):
             Session.objects.filter(pk__in=part).exclude(status=Session.Status.LIVE).update(
