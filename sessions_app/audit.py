@@ -97,10 +97,10 @@ def record_many(
     key_prefix = actor.key_prefix if isinstance(actor, Actor) else ""
     log = log_name(project_id)
     with transaction.atomic():
-        AuditLog.objects.get_or_create(name=log)
         # The head row is locked (PostgreSQL) or the database is (SQLite's IMMEDIATE
-        # transactions), so entries of one log are appended one at a time.
-        head = AuditLog.objects.select_for_update().get(name=log)
+        # transactions), so entries of one log are appended one at a time. (A head made here is
+        # this transaction's until it commits: another's insert of it waits, then finds it.)
+        head, _ = AuditLog.objects.select_for_update().get_or_create(name=log)
         seq, link = head.last_seq, head.head_hash
         made = []
         for target, detail in entries:
