@@ -954,3 +954,22 @@ def test_shared_writes_that_fail_abandon_their_stream_and_leave_no_row(project):
     # The connection is usable again: the same session settles afterwards.
     append_and_finish(session=session, events=synthetic_events(2))
     assert Event.objects.filter(session=session).count() == 2
+
+
+def test_an_export_request_stages_with_the_cyclic_collector_paused_and_resumes_it(api, project, monkeypatch):
+    import gc
+
+    from sessions_app.ingest import traces
+
+    seen: list[bool] = []
+    stage = traces.stage_spans
+
+    def stage_spans(**kwargs):
+        seen.append(gc.isenabled())
+        return stage(**kwargs)
+
+    monkeypatch.setattr(traces, "stage_spans", stage_spans)
+    assert gc.isenabled()
+    assert post(api, request(*_conversation_spans(1, "hi")).SerializeToString()).status_code == 200
+    assert seen == [False] and gc.isenabled()
+    assert OtlpSpan.objects.count() == 2
