@@ -83,6 +83,17 @@ def synthetic_events(count: int, *, start: int = 0, t0: datetime = T0) -> Iterat
 
 
 @pytest.fixture(autouse=True)
+def _no_session_failed_to_settle():
+    # OTLP settling remembers, per process, the sessions that failed to settle lately (it then
+    # settles their transaction one session at a time): a test starts with none remembered.
+    from sessions_app.ingest import traces
+
+    traces._failed_at.clear()
+    yield
+    traces._failed_at.clear()
+
+
+@pytest.fixture(autouse=True)
 def _kept_files_in_tmp(settings, tmp_path):
     # Imports keep a copy of each file (its original, exportable byte for byte): in the test's
     # own folder, never in the checkout's var/.

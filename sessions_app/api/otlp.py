@@ -61,11 +61,12 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         project = access.project_to_write(request, request.headers.get("X-Replay-Project", "").strip())
         # The project's storage quota, on the declared size, before the body is read (as live batches).
         check_bytes(project=project, size=declared_length(request), what="export")
+        body = _body(request)  # (read before the pause: a slow client's upload takes its time)
         # The cyclic collector paused as in a settling (writer.collector_paused): a request of
         # 512 spans makes some hundred thousand short-lived objects, which it kept rescanning
         # (0.4 s of bench/otlp_bench.py's 100,000 spans).
         with collector_paused():
-            parsed = otlp.read_request(_body(request), json=json)
+            parsed = otlp.read_request(body, json=json)
             # The spans and the audit entries of the sessions they made in one transaction: one
             # commit (SQLite's dearest statement) for the request, not two.
             with transaction.atomic():

@@ -27,6 +27,7 @@ its parent's session shows as child_spawn / child_result.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -58,9 +59,14 @@ logger = logging.getLogger("replay.otlp")
 
 # A session's waiting spans are settled together; one request settles at most this many
 # sessions, leaving the rest to the next request or the job, which settles this many in each
-# transaction (each in a savepoint of its own).
+# transaction (written together; on a failure, each in a savepoint of its own: _settle_chunk).
 SETTLE_PER_REQUEST = 20
 SETTLE_PER_TRANSACTION = 50
+# A session that failed to settle is settled one at a time, in a savepoint of its own, for this
+# long: written together, it undid its whole transaction's work at every settling (each export
+# request's too) while it kept failing. Per process: a new process tries together once again.
+ONE_AT_A_TIME_SECONDS = 600
+_failed_at: dict[int, float] = {}  # session id -> time.monotonic() of its last failure
 _SPAN_TABLE = OtlpSpan._meta.db_table
 _SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "operation", "start_ns", "record")
 # A waiting span as the settling reads it, with its trace's due-ness; then as _Placement places it.
@@ -427,20 +433,34 @@ def _settle_due_sessions(
     again one session at a time, each in a savepoint of its own: a session whose spans cannot
     be written must not hold up the others; they stay waiting (and logged) for a fix.
     """
+    recently = time.monotonic() - ONE_AT_A_TIME_SECONDS
+    for session_id in [pk for pk, at in _failed_at.items() if at < recently]:
+        del _failed_at[session_id]
     for project_id, session_ids in by_project.items():
         for start in range(0, len(session_ids), SETTLE_PER_TRANSACTION):
             chunk = session_ids[start : start + SETTLE_PER_TRANSACTION]
             done = SettleResult()
             try:
+                if any(session_id in _failed_at for session_id in chunk):
+                    raise _OneAtATime
                 _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=True)
+            except _OneAtATime:
+                done = SettleResult()
+                _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=False)
             except Exception:
-                logger.info("settling sessions %s together failed; settling them one at a time", chunk, exc_info=True)
+                logger.warning(
+                    "settling sessions %s together failed; settling them one at a time", chunk, exc_info=True
+                )
                 done = SettleResult()
                 _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=False)
             result.sessions += done.sessions
             result.finished += done.finished
             result.events += done.events
             result.spans += done.spans
+
+
+class _OneAtATime(Exception):
+    """A chunk holding a session that failed lately: settled one session at a time at once."""
 
 
 def _settle_chunk(
@@ -493,6 +513,7 @@ def _settle_chunk(
                         # back: none of them settles again in this transaction.
                         for pk in placement.touched():
                             tops.pop(pk, None)
+                        _failed_at[session_id] = time.monotonic()
                         logger.exception("settling the spans of session %s failed", session_id)
         # The settled sessions' traces wait no more: one statement for the transaction.
         # (Under the project's lock: no request has staged a span of them meanwhile.)
@@ -554,8 +575,10 @@ class _Placement:
     A span's context is (session, inside an agent): a trace's root (or a span whose parent
     never came) starts in the trace's session, outside any agent; an invoke_agent span outside
     any agent is that session's own agent; one inside an agent is a sub-agent, with a child
-    session for its own spans. Spans written in an earlier settling keep the session recorded
-    for them, so a straggler under a sub-agent joins that sub-agent's session.
+    session for its own spans. A span written in an earlier settling keeps the session inside
+    it where the walk up the trace could not find it again (a sub-agent's own session, or the
+    trace's for a span whose parent had not come), so a straggler under a sub-agent joins that
+    sub-agent's session and one under a written span lands beside it.
     """
 
     def __init__(self, top: Session, locked: dict[int, Session]) -> None:
@@ -622,11 +645,13 @@ class _Placement:
         record = orjson.loads(raw)
         operation = row[3]
         session_pk, in_agent, depth = outer
-        # Kept only for a sub-agent with a session of its own: for any other span the session
-        # inside it is the one around it, which a straggler's walk up the trace finds again
-        # (_inside). Setting it on every span made settling check 100,000 foreign keys more
+        # Kept only where a straggler's walk up the trace (_inside) would not find it again: a
+        # sub-agent's own session, or the session of a span whose parent had not come (that
+        # parent may come later, inside another session). For any other span it is the one
+        # around it; setting it on every span made settling check 100,000 foreign keys more
         # (bench/otlp_bench.py).
-        self._span_session.append((row[0], inner[0] if inner[0] != outer[0] else None))
+        kept = inner[0] != outer[0] or (parent and parent not in rows)
+        self._span_session.append((row[0], inner[0] if kept else None))
         self.span_count += 1
         if operation == otlp.AGENT_OPERATION and in_agent and inner[0] == session_pk:
             # A sub-agent the sessions quota left without a session of its own: spawned and

@@ -419,8 +419,9 @@ def _append(
 ) -> AppendResult:
     redactor = redactor_of(session.project_id, redactor)
     counted = redactor.counts.copy() if redactor is not None else None
-    # A caller that locked the row holds a transaction (OTLP settling: a savepoint for each
-    # session) that already undoes this append if it fails: no savepoint of its own then.
+    # A caller that locked the row holds a transaction (OTLP settling: its whole transaction, or
+    # a savepoint for each session) that already undoes this append if it fails: no savepoint
+    # of its own then.
     with transaction.atomic(savepoint=not locked_by_caller):
         locked = session if locked_by_caller else Session.objects.select_for_update().get(pk=session.pk)
         state = state_of_session(locked)
