@@ -10,6 +10,7 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.db import OperationalError
 from django_q.conf import Conf
 from playwright.sync_api import Page
 
@@ -249,6 +250,21 @@ def test_checkpoint_and_chart_click_jump_the_player(watched, analyst, talk):
     watch.assert_clean()
 
 
+def _while_streaming(write):
+    """A write of the test's while the live server streams. With SQLite in memory the stream's
+    polls run on the test's own connection (conftest.OneRequestAtATime), outside the server's
+    lock, and SQLite refuses a write that meets one of them mid-statement ("database table is
+    locked"; a fresh-clone run hit it once). The write is undone by its transaction and tried
+    again: what it writes is the same."""
+    for attempt in range(100):
+        try:
+            return write()
+        except OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.02)
+
+
 def test_live_session_follows_new_events_over_the_tail(watched, analyst, transactional_db):
     page, watch = watched
     first_turn = conversation_events(turns=2)
@@ -260,12 +276,12 @@ def test_live_session_follows_new_events_over_the_tail(watched, analyst, transac
     while not any("/tail?after=" in url for url in watch.requests):
         assert time.monotonic() < deadline, "the player never opened the tail stream"
         page.wait_for_timeout(50)
-    append_events(session=session, events=first_turn[turn_length() :])
+    _while_streaming(lambda: append_events(session=session, events=first_turn[turn_length() :]))
     newest = 2 * turn_length() - 1
     wait_for_seq(page, newest)
     assert page.locator("#live-count").inner_text() == str(newest + 1)
     assert page.locator('#step-list [aria-current="step"]').inner_text().startswith(f"#{newest + 1}")
-    finish_session(session=session)
+    _while_streaming(lambda: finish_session(session=session))
     # The tail's end frame turns the header's Live badges into the status the session ended in.
     wait_until(page, "document.getElementById('session-status').textContent === 'Completed'")
     assert "status-completed" in page.locator("#session-status").get_attribute("class")
