@@ -589,7 +589,7 @@ class _Placement:
         self._locked = locked
         self._sessions: dict[int, Session] = {top.pk: top}
         self._placed: dict[int, list[otlp.Placed]] = {}
-        self._span_session: list[tuple[int, int | None]] = []  # (span row id, a sub-agent's own session)
+        self._span_session: list[tuple[int, int | None]] = []  # (span row id, the session kept for it: _place)
         self._failed: set[int] = set()
         self._ended: dict[int, int] = {}
         self._described: dict[int, dict[str, Any]] = {}
@@ -780,8 +780,8 @@ class _Placement:
         return SessionMeta(ended_at=otlp.time_of(end) if end else None, **self._described.get(session.pk, {}))
 
     def save_spans(self, shared: SharedWrites | None = None) -> None:
-        """The written spans keep only what places a straggler: their record goes, and a
-        sub-agent's span notes its own session (at the end of `shared` when given)."""
+        """The written spans keep only what places a straggler: their record goes, and the
+        session kept for a span (_place) is noted (at the end of `shared` when given)."""
         by_session: dict[int | None, list[int]] = {}
         for row_id, session_pk in self._span_session:
             by_session.setdefault(session_pk, []).append(row_id)
