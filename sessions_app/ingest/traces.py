@@ -440,27 +440,21 @@ def _settle_due_sessions(
         for start in range(0, len(session_ids), SETTLE_PER_TRANSACTION):
             chunk = session_ids[start : start + SETTLE_PER_TRANSACTION]
             done = SettleResult()
-            try:
-                if any(session_id in _failed_at for session_id in chunk):
-                    raise _OneAtATime
-                _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=True)
-            except _OneAtATime:
-                done = SettleResult()
-                _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=False)
-            except Exception:
-                logger.warning(
-                    "settling sessions %s together failed; settling them one at a time", chunk, exc_info=True
-                )
-                done = SettleResult()
+            together = not any(session_id in _failed_at for session_id in chunk)
+            if together:
+                try:
+                    _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=True)
+                except Exception:
+                    logger.warning(
+                        "settling sessions %s together failed; settling them one at a time", chunk, exc_info=True
+                    )
+                    done, together = SettleResult(), False
+            if not together:
                 _settle_chunk(project_id, chunk, quiet_since, orphaned_since, now, done, together=False)
             result.sessions += done.sessions
             result.finished += done.finished
             result.events += done.events
             result.spans += done.spans
-
-
-class _OneAtATime(Exception):
-    """A chunk holding a session that failed lately: settled one session at a time at once."""
 
 
 def _settle_chunk(

@@ -102,14 +102,24 @@ def _db_types(model: type[Model], columns: Iterable[str]) -> list[str]:
     return names
 
 
-def copy_rows(model: type[Model], columns: tuple[str, ...], rows: Iterable[Iterable[Any]]) -> None:
-    """Rows into `model`'s table by one binary COPY (PostgreSQL only; OTLP's staged spans)."""
+@contextmanager
+def _binary_copy(model: type[Model], columns: Iterable[str]) -> Iterator[Callable[[Iterable[Any]], None]]:
+    """A binary COPY into `model`'s table (PostgreSQL), open for the block: its write_row.
+    Binary: the server takes each value as it is stored, instead of parsing the text of every
+    number and timestamp (an import 17 % faster, bench/import_bench.py)."""
+    columns = tuple(columns)
     connection.ensure_connection()
     with connection.connection.cursor() as cursor:
         with cursor.copy(f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_db_types(model, columns))
-            for row in rows:
-                copy.write_row(row)
+            yield copy.write_row
+
+
+def copy_rows(model: type[Model], columns: tuple[str, ...], rows: Iterable[Iterable[Any]]) -> None:
+    """Rows into `model`'s table by one binary COPY (PostgreSQL only; OTLP's staged spans)."""
+    with _binary_copy(model, columns) as write_row:
+        for row in rows:
+            write_row(row)
 
 
 @contextmanager
@@ -121,23 +131,18 @@ def _row_writer() -> Iterator[Callable[[list[list]], None]]:
     build (or receive) the next ones, instead of each batch's COPY waiting for the server to
     finish before the next batch is read. On SQLite each batch is one executemany.
     """
+    if connection.vendor == "postgresql":
+        with _binary_copy(Event, EVENT_COLUMNS) as write_row:
+
+            def write_rows(rows: list[list]) -> None:
+                for row in rows:
+                    write_row(row)
+
+            yield write_rows
+        return
     connection.ensure_connection()
     raw_connection = connection.connection
     columns = ", ".join(EVENT_COLUMNS)
-    if connection.vendor == "postgresql":
-        with raw_connection.cursor() as cursor:
-            # Binary: the server takes each value as it is stored, instead of parsing the text
-            # of every number and timestamp (an import 17 % faster, bench/import_bench.py).
-            with cursor.copy(f"COPY {_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(_db_types(Event, EVENT_COLUMNS))
-                write_row = copy.write_row
-
-                def write_rows(rows: list[list]) -> None:
-                    for row in rows:
-                        write_row(row)
-
-                yield write_rows
-        return
     placeholders = ", ".join("?" for _ in EVENT_COLUMNS)
     sql = f"INSERT INTO {_TABLE} ({columns}) VALUES ({placeholders})"
     cursor = raw_connection.cursor()
@@ -158,17 +163,17 @@ def _batch_writer(session: Session) -> Iterator[Callable[[Batch], None]]:
     Calls answered in a later batch and the state keyframes are written once the rows are: no
     other statement can run on a PostgreSQL connection during its COPY.
     """
-    pair_updates: list[tuple[int, float | None, int]] = []
+    pair_updates: list[tuple[int, float | None, int, int]] = []
     keyframes: list[Keyframe] = []
     with _row_writer() as write_rows:
 
         def write(batch: Batch) -> None:
             write_rows(batch.rows)
-            pair_updates.extend(batch.pair_updates)
+            pair_updates.extend(_pair_updates_of(session.pk, batch))
             keyframes.extend(batch.keyframes)
 
         yield write
-    _update_pairs(session.pk, pair_updates)
+    _update_pairs(pair_updates)
     _write_keyframes(session, keyframes)
 
 
@@ -210,7 +215,7 @@ class SharedWrites:
 
         def write(batch: Batch) -> None:
             self.write_rows(batch.rows)
-            self._pair_updates.extend((pair, duration, session.pk, seq) for seq, duration, pair in batch.pair_updates)
+            self._pair_updates.extend(_pair_updates_of(session.pk, batch))
             self._keyframes.extend(_snapshot(session, keyframe) for keyframe in batch.keyframes)
 
         yield write
@@ -234,12 +239,8 @@ class SharedWrites:
             stack.__exit__(type(error) if error else None, error, error.__traceback__ if error else None)
 
     def flush(self) -> None:
+        _update_pairs(self._pair_updates)
         with connection.cursor() as cursor:
-            if self._pair_updates:
-                cursor.executemany(
-                    f"UPDATE {_TABLE} SET pair_seq = %s, pair_duration_ms = %s WHERE session_id = %s AND seq = %s",
-                    self._pair_updates,
-                )
             for sql, runs in self._later.items():
                 cursor.executemany(sql, runs)
         if self._keyframes:
@@ -268,14 +269,19 @@ def _write_keyframes(session: Session, keyframes: list[Keyframe]) -> None:
         Snapshot.objects.bulk_create([_snapshot(session, keyframe) for keyframe in keyframes])
 
 
-def _update_pairs(session_id: int, updates: list[tuple[int, float | None, int]]) -> None:
-    """Point calls written in an earlier batch at the response that arrived in a later one."""
+def _pair_updates_of(session_id: int, batch: Batch) -> Iterator[tuple[int, float | None, int, int]]:
+    """A batch's calls answered in it, written in an earlier batch, as `_update_pairs` takes them."""
+    return ((pair_seq, duration, session_id, seq) for seq, duration, pair_seq in batch.pair_updates)
+
+
+def _update_pairs(updates: list[tuple[int, float | None, int, int]]) -> None:
+    """Point calls written in an earlier batch at the response that arrived in a later one:
+    (pair seq, pair duration, session id, seq) each."""
     if not updates:
         return
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"UPDATE {_TABLE} SET pair_seq = %s, pair_duration_ms = %s WHERE session_id = %s AND seq = %s",
-            [(pair_seq, duration, session_id, seq) for seq, duration, pair_seq in updates],
+            f"UPDATE {_TABLE} SET pair_seq = %s, pair_duration_ms = %s WHERE session_id = %s AND seq = %s", updates
         )
 
 
