@@ -9,6 +9,7 @@ rules that depend on the comment (only one's own edit, admins delete anyone's) l
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -29,6 +30,8 @@ from .models import Comment, CommentRevision, Role, Session
 MAX_BODY = 10_000  # characters of Markdown
 # The Discussion list and the scrubber's marks: a session with more threads shows the first.
 MAX_THREADS = 500
+# The Markdown rendered for a thread's preview in that list (which shows ~160 characters).
+PREVIEW_SOURCE = 1_000
 
 # What CommonMark produces once images are off (an image's `!` stays text, its target a link):
 # nothing that loads from elsewhere, so a page holding comments makes no outside request.
@@ -55,6 +58,12 @@ class Thread:
     def resolved(self) -> bool:
         return self.first.resolved_at is not None
 
+    @property
+    def all_deleted(self) -> bool:
+        """Nothing left to answer or resolve: the page offers neither (`create_comment` refuses
+        a reply), and the thread keeps its place as "(deleted)"."""
+        return self.first.deleted_at is not None and all(reply.deleted_at is not None for reply in self.replies)
+
 
 # --- Markdown ---------------------------------------------------------------------------------
 
@@ -75,6 +84,14 @@ def render_markdown(body: str) -> SafeString:
         link_rel="noopener nofollow", clean_content_tags={"script", "style"},
     )  # fmt: skip
     return mark_safe(cleaned)
+
+
+def plain_text(body: str) -> str:
+    """A comment's Markdown as the plain text it shows (marks, links and code fences gone), for a
+    one-line preview such as the Discussion list's; the page escapes it like any text. Only
+    the start is rendered: a preview never needs more, and a list renders hundreds."""
+    text = nh3.clean(_markdown().render(body[:PREVIEW_SOURCE]), tags=set(), clean_content_tags={"script", "style"})
+    return " ".join(html.unescape(text).split())
 
 
 def permalink(comment: Comment) -> str:
@@ -134,7 +151,7 @@ class ThreadSummary:
     id: int
     seq: int
     author_name: str
-    body: str
+    snippet: str  # the first comment as plain text (`plain_text`)
     deleted: bool
     resolved: bool
     replies: int
@@ -155,7 +172,7 @@ def thread_summaries(*, session: Session, limit: int = MAX_THREADS) -> list[Thre
             id=c.pk,
             seq=c.seq,
             author_name=c.author_name,
-            body=c.body,
+            snippet="" if c.deleted_at is not None else plain_text(c.body),
             deleted=c.deleted_at is not None,
             resolved=c.resolved_at is not None,
             replies=c.reply_count,
@@ -188,6 +205,10 @@ def _clean_body(body: str) -> str:
     return body
 
 
+def _all_deleted(thread: Comment) -> bool:
+    return thread.deleted_at is not None and not thread.replies.filter(deleted_at=None).exists()
+
+
 def _own(actor: Actor, comment: Comment) -> bool:
     return actor.user is not None and comment.author_id == actor.user.pk
 
@@ -206,6 +227,8 @@ def create_comment(
             raise CommentError(f"parent: session {session.pk} has no comment {parent}")
         if thread.parent_id is not None:
             thread = thread.parent
+        if _all_deleted(thread):
+            raise CommentError(f"parent: every comment of thread {thread.pk} was deleted; start a new thread instead")
         if seq is not None and seq != thread.seq:
             raise CommentError(f"seq: a reply is on its thread's event, seq {thread.seq}")
         seq = thread.seq

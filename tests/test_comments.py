@@ -169,6 +169,26 @@ def test_only_the_author_or_an_admin_may_delete_and_the_thread_keeps_its_shape(o
     assert patch(rita, api_url(ours, first["id"]), {"body": "back"}).status_code == 400
 
 
+def test_a_thread_whose_every_comment_was_deleted_offers_no_reply_or_resolve(ours, rita, rob):
+    alone = comment_on(rita, ours, seq=6, body="a lone thought")
+    answered = comment_on(rita, ours, seq=6, body="asked")
+    comment_on(rob, ours, parent=answered["id"], body="answered")
+    assert rita.delete(api_url(ours, alone["id"])).status_code == 204
+    assert rita.delete(api_url(ours, answered["id"])).status_code == 204
+    # A reply to nothing is refused, naming the field; a thread with a live reply stays open.
+    refused = post(rob, api_url(ours), {"parent": alone["id"], "body": "to whom?"})
+    assert refused.status_code == 400 and refused.json()["detail"].startswith("parent: every comment of thread")
+    comment_on(rob, ours, parent=answered["id"], body="still open")
+    html = rita.get(f"/sessions/{ours.pk}/", {"step": 6}).content.decode()
+    threads = context_panel(html)
+    lone = threads[threads.index(f'id="c-{alone["id"]}"') :]
+    lone = lone[: lone.index("</article>")]
+    assert "(deleted)" in lone and "thread-actions" not in lone and "reply" not in lone
+    live = threads[threads.index(f'id="c-{answered["id"]}"') :]
+    live = live[: live.index("</article>")]
+    assert "thread-actions" in live and "resolve" in live
+
+
 def test_resolving_a_thread_and_opening_it_again(ours, rita, rob):
     first = comment_on(rita, ours, seq=7, body="is this right?")
     reply = comment_on(rob, ours, parent=first["id"], body="fixed")
@@ -371,6 +391,21 @@ def test_the_full_page_lists_every_thread_in_the_discussion_and_marks_the_scrubb
     assert marks.count('class="comment-mark"') == 1 and marks.count('class="comment-mark resolved"') == 1
     assert 'data-seq="4"' in marks and 'data-seq="15"' in marks
     assert 'href="#discussion"' in html
+
+
+def test_the_discussion_list_previews_a_comment_as_the_text_it_shows_not_its_markdown(ours, rita, vic):
+    body = "**Wrong tool** at `grep -r`: see [the log](https://example.com/log) &amp; <b>this</b>\n\n> quoted"
+    comment_on(rita, ours, seq=3, body=body)
+    long = comment_on(rita, ours, seq=4, body="# Heading\n\n" + "word " * 400)
+    html = vic.get(f"/sessions/{ours.pk}/").content.decode()
+    discussion = html[html.index('<section id="discussion"') :]
+    discussion = discussion[: discussion.index("</section>")]
+    snippets = re.findall(r'<bdi class="snippet">(.*?)</bdi>', discussion, re.S)
+    # Markdown reads "&amp;" as the character &, as the comment itself shows it; the page escapes it.
+    assert snippets[0] == "Wrong tool at grep -r: see the log &amp; &lt;b&gt;this&lt;/b&gt; quoted"
+    assert snippets[1].startswith("Heading word word") and len(snippets[1]) <= 160
+    assert long["body"].startswith("# Heading")  # the API keeps the source as written
+    assert "<b>this</b>" not in discussion and "**" not in discussion
 
 
 def test_a_history_restore_gets_the_full_page_with_discussion_and_threads(ours, rita):
