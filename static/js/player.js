@@ -60,6 +60,9 @@
     player.playing = on;
     if (!on) tourStop = null;
     if (on) player.frameAskedAt = performance.now();
+    // While playing, a tour's "Back to the stop" would be about a stop being left behind on
+    // purpose (playing to the next one, or on from this one): the page hides it meanwhile.
+    document.body.classList.toggle("playing", on);
     clearTimeout(player.timer);
     player.timer = null;
     const button = $("play");

@@ -114,12 +114,21 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
 
     # "Play to next stop": at the fastest pace it plays seqs 3, 4, 5 and pauses at stop 2 (seq 6).
     page.select_option("#speed", "10")
+    # Each frame on the way brings stop 1's panel anew: its "Back to the stop" stays hidden while
+    # playing (a MutationObserver notes, at every change, whether it was shown).
+    page.evaluate("""() => { window.awayShown = []; new MutationObserver(() => {
+        const away = document.querySelector('#tour-narration .tour-away');
+        if (away && document.getElementById('play').getAttribute('aria-pressed') === 'true')
+            window.awayShown.push(away.checkVisibility());
+    }).observe(document.body, {childList: true, subtree: true}); }""")
     page.focus("#tour-play-next")  # by keyboard: the button is a control like any other
     page.keyboard.press("Enter")
     wait_until(page, "() => document.querySelector('#tour-narration .tour-stop-count').textContent === 'Stop 2 of 3'")
     wait_until(page, "() => document.getElementById('play').getAttribute('aria-pressed') === 'false'")
     assert frame(page)["seq"] == 6
     assert page.locator("#play-status").text_content() == "Paused at stop 2."
+    away_shown = page.evaluate("window.awayShown")
+    assert away_shown and not any(away_shown), away_shown
     assert panel.locator(".tour-stop-title").text_content() == "The fix"
     assert panel.locator(".narration strong").text_content() == "works"
     # The panel came anew with every frame; the keyboard is still on its button (of stop 2 now:

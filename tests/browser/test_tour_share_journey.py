@@ -147,6 +147,7 @@ def test_a_signed_out_visitor_plays_a_shared_tour_from_stop_1_to_3_until_it_is_r
         assert _query(visitor.url)["stop"] == ["3"]
         assert narration.locator(".tour-stop-count").text_content() == "Stop 3 of 3"
         assert narration.locator('a[data-seq="4"]').text_content() == "Back to the stop"
+        assert narration.locator(".tour-away").is_visible()  # stepping by hand, not playing: shown
         # Only the tour and its sessions: the lists send it to sign in, another session of the
         # project is a 404, the tour's page opens (read-only), the API is a 401.
         listing = context.request.get("/sessions/", max_redirects=0)
