@@ -6,6 +6,7 @@ them. Nothing here touches the database.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -176,6 +177,11 @@ class Problem:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def _negated_order(line: int | None) -> tuple[int, int]:
+    # A problem's place in the file's order, negated for Python's min-heap: the file's own first.
+    return (0, 0) if line is None else (-1, -line)
+
+
 def without_nul(text: str) -> str:
     """Text as stored: U+0000 becomes U+FFFD. PostgreSQL's text and jsonb refuse the character
     (SQLite keeps it); both databases store the same text. The original record, hashed and
@@ -196,26 +202,45 @@ def json_without_nul(value: Any) -> Any:
 
 
 class Problems:
-    """Collects problems of one file; keeps the first `limit` in full and counts the rest."""
+    """Collects problems of one file: keeps `limit` in full, those that come first in the file
+    (its own problems, with no line, before any line's), and counts the rest.
+
+    A format finds problems in passes (unreadable lines as it reads, what records mean as it
+    converts) and the file's own last ("could not read further"): keeping the first found would
+    drop those of the lowest lines and the file's own once a file has more than `limit`.
+    """
 
     def __init__(self, limit: int = 1000) -> None:
         self.limit = limit
-        self.items: list[Problem] = []
+        self.items: list[Problem] = []  # in the order found while fewer than `limit`
         self.count = 0
+        # Once full: the kept problems' places, the one coming last in the file on top (a heap
+        # of (negated line-order key, place)), so a problem of an earlier line replaces it.
+        self._last_kept: list[tuple[tuple[int, int], int]] | None = None
 
     def add(self, line: int | None, field: str, message: str) -> None:
         self.count += 1
         if len(self.items) < self.limit:
             # Messages quote the file's own text, and the job stores them as JSON.
             self.items.append(Problem(line, without_nul(field), without_nul(message)))
+            return
+        if self.limit <= 0:
+            return
+        if self._last_kept is None:
+            self._last_kept = [(_negated_order(p.line), place) for place, p in enumerate(self.items)]
+            heapq.heapify(self._last_kept)
+        order = _negated_order(line)
+        if order > self._last_kept[0][0]:  # comes before the last kept (ties: the first found stays)
+            place = self._last_kept[0][1]
+            self.items[place] = Problem(line, without_nul(field), without_nul(message))
+            heapq.heapreplace(self._last_kept, (order, place))
 
     def __len__(self) -> int:
         return self.count
 
     def in_line_order(self) -> list[Problem]:
-        """The kept problems in the file's line order, the file's own (no line) first: a format
-        finds them in passes (unreadable lines as it reads, what records mean as it converts),
-        which is no order a reader of the file can follow."""
+        """The kept problems in the file's line order, the file's own (no line) first: the order
+        found is no order a reader of the file can follow."""
         return sorted(self.items, key=lambda p: (0, 0) if p.line is None else (1, p.line))
 
     def to_list(self) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from sessions_app.canonical import Kind
+from sessions_app.canonical import Kind, Problems
 from sessions_app.ingest import importing
 from sessions_app.ingest.importing import import_file
 from sessions_app.models import Event, ImportJob, Project, Session
@@ -135,6 +135,42 @@ def test_native_bad_input_is_reported_by_line_and_field_and_the_rest_imported(pr
     change = orjson.loads(Event.objects.get(session=session, line=6).state_change)
     assert change["variables"] == {"x": None, "y": None}
     assert session.step_count == 1 and session.error_count == 1
+
+
+def test_a_file_with_more_problems_than_are_kept_keeps_its_first_lines_and_its_own(project, tmp_path, monkeypatch):
+    # More bad lines than are kept, then a cut gzip stream: the file's own problem ("could not
+    # read further") comes last of all, and must not be the one dropped.
+    monkeypatch.setattr(importing, "PROBLEMS_KEPT", 50)
+    source = tmp_path / "run.jsonl"
+    record_full_session(source, steps=2)
+    good = source.read_bytes().splitlines()
+    lines = [good[0], *(b"{not json" for _ in range(80)), *good[1:], *(b"[1]" for _ in range(20))]
+    packed = gzip.compress(b"\n".join(lines) + b"\n")
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(packed[: len(packed) - 12])  # the trailer and the last bytes of the stream
+
+    [outcome] = import_file(path=path, project=project)
+
+    # The session was cut short, so nothing is stored; the error names the file's own problem.
+    assert outcome.session is None and "first: file: could not read further" in outcome.error
+    assert len(outcome.problems) == 50
+    assert outcome.problems[0]["line"] is None and "could not read further" in outcome.problems[0]["message"]
+    assert [p["line"] for p in outcome.problems[1:]] == list(range(2, 51))  # the first bad lines
+
+
+def test_problems_found_in_a_later_pass_at_earlier_lines_displace_later_lines():
+    # A format's second pass (what records mean) finds problems of lines its first pass (how they
+    # read) went beyond: the kept ones are the file's first lines, whatever order they came in.
+    problems = Problems(limit=20)
+    for line in range(100, 200):
+        problems.add(line, "line", "unreadable")
+    for line in (5, 1, 5, 3):
+        problems.add(line, "data", "meaning")
+    problems.add(None, "file", "its own")
+    assert problems.count == 105
+    kept = [(p.line, p.field) for p in problems.in_line_order()]
+    assert kept == [(None, "file"), (1, "data"), (3, "data"), (5, "data"), (5, "data"),
+                    *((line, "line") for line in range(100, 115))]  # fmt: skip
 
 
 def test_trajectory_bad_input_is_reported_by_line(project):
