@@ -357,6 +357,23 @@ def test_charts_partial_holds_four_figures_whose_points_name_their_seq(logged_in
     assert cumulative["y"] == [total for _, total in steps]
 
 
+def test_an_empty_chart_says_why_instead_of_showing_bare_axes(make_session):
+    def notes(figure: dict) -> list[str]:
+        return [note["text"] for note in figure["layout"].get("annotations", [])]
+
+    session = make_session(events=40)  # steps, priced LLM calls with their responses
+    full = charts.player_figures(session=session)["figures"]
+    assert all(trace["x"] for figure in full.values() for trace in figure["data"][:1])
+    assert not any(notes(figure) for figure in full.values())
+    empty = charts.player_figures(session=make_session())["figures"]
+    assert {name: notes(figure) for name, figure in empty.items()} == {
+        "reward": ["no steps: rewards are recorded per step"],
+        "cost": ["unpriced: no event of this session has a known price"],
+        "tokens": ["no steps: tokens are counted per step"],
+        "latency": ["no call with its response: latency runs from a call to its answer"],
+    }
+
+
 def test_charts_of_a_long_session_are_sampled(make_session):
     session = make_session(events=5000)
     figures = charts.player_figures(session=session)["figures"]

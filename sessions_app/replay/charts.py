@@ -40,15 +40,31 @@ _CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True, "modeBarBut
 def player_figures(*, session: Session) -> dict[str, Any]:
     """All charts of the player's summary area: {"config": ..., "figures": {name: figure}}."""
     steps = _step_samples(session)
-    return {
-        "config": _CONFIG,
-        "figures": {
-            "reward": reward_figure(steps=steps),
-            "cost": cost_figure(session=session),
-            "tokens": tokens_figure(steps=steps),
-            "latency": latency_figure(session=session),
-        },
+    figures = {
+        "reward": reward_figure(steps=steps),
+        "cost": cost_figure(session=session),
+        "tokens": tokens_figure(steps=steps),
+        "latency": latency_figure(session=session),
     }
+    for name, note in _EMPTY.items():
+        if not any(trace["x"] for trace in figures[name]["data"]):
+            _note(figures[name]["layout"], note)
+    return {"config": _CONFIG, "figures": figures}
+
+
+# What an empty chart says instead of bare axes (the cost chart says itself that nothing had a
+# price, the only way it can be empty).
+_EMPTY = {
+    "reward": "no steps: rewards are recorded per step",
+    "tokens": "no steps: tokens are counted per step",
+    "latency": "no call with its response: latency runs from a call to its answer",
+}
+
+
+def _note(layout: dict[str, Any], text: str) -> None:
+    """A line of text in the middle of a chart, unless it already has one."""
+    layout.setdefault("annotations", [{"text": text, "showarrow": False, "xref": "paper", "yref": "paper",
+                                       "x": 0.5, "y": 0.5}])  # fmt: skip
 
 
 def hover_text(text: str) -> str:
@@ -114,8 +130,7 @@ def cost_figure(*, session: Session) -> dict[str, Any]:
     if not session.priced_events:
         # No event had a price: a flat line at $0 would say it was free.
         layout = _layout("Cumulative cost", "event", "USD")
-        layout["annotations"] = [{"text": "unpriced: no event of this session has a known price",
-                                  "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]  # fmt: skip
+        _note(layout, "unpriced: no event of this session has a known price")
         return {"data": [], "layout": layout}
     ends = boundaries(session.event_count, MAX_POINTS)
     with planned_for_values():  # a list of seqs: planning.py says why
