@@ -4,7 +4,9 @@ nothing; every page stays on our own server and logs no console error (see conft
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import time
 from urllib.parse import parse_qs, urlsplit
@@ -27,6 +29,17 @@ pytestmark = pytest.mark.browser
 
 def frame(page: Page) -> dict:
     return json.loads(page.locator("#frame-data").text_content())
+
+
+def lab(css_rgb: str) -> tuple[float, float, float]:
+    """A CSS "rgb(r, g, b)" as CIE L*a*b* (D65), where distance follows what the eye sees."""
+    red, green, blue = (int(v) / 255 for v in re.findall(r"\d+", css_rgb)[:3])
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (red, green, blue)]
+    x, y, z = (sum(w * c for w, c in zip(row, linear)) / white for row, white in zip(
+        ((0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505)), (0.95047, 1.0, 1.08883)
+    ))  # fmt: skip
+    fx, fy, fz = (v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116 for v in (x, y, z))
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
 
 
 def wait_until(page: Page, expression: str, arg: object = None, timeout: float = 15.0) -> None:
@@ -395,6 +408,16 @@ def test_comment_at_a_step_marks_the_scrubber_and_its_permalink_reopens_it(watch
     thread.wait_for()
     assert thread.locator(".comment-body strong").inner_text() == "why"
     assert page.locator("#comment-marks path.comment-mark").count() == 1
+    # The legend's swatches tell the marks apart: the comment's is the mark's own colour, and no
+    # two swatches are close (CIE76 distance; about 2.3 is the least an eye tells apart side by
+    # side, small squares on a scrubber need far more).
+    swatches = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.legend li')]
+        .map(li => [li.className, getComputedStyle(li, '::before').backgroundColor]))""")
+    mark = page.evaluate("getComputedStyle(document.querySelector('path.comment-mark')).fill")
+    assert swatches["comment-mark"] == mark and len(swatches) >= 5, swatches
+    colours = {name: lab(rgb) for name, rgb in swatches.items() if rgb != "rgba(0, 0, 0, 0)"}
+    closest = min(((math.dist(colours[a], colours[b]), a, b) for a, b in itertools.combinations(colours, 2)))
+    assert closest[0] >= 25, closest
     permalink = page.locator("#discussion a", has_text="event #8")  # seq 7, as people count
     assert permalink.count() == 1
     # Stepping away leaves the thread behind; the permalink brings the player back to it.
