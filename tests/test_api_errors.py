@@ -22,6 +22,7 @@ from django.utils import timezone
 from sessions_app.ingest.writer import finish_session
 from sessions_app.models import ApiKey, AuditEntry, Event, Role, Session
 
+from .builders_ingest import canonical_records
 from .builders_replay import api, api_key, get_json  # noqa: F401  (fixture)
 from .builders_teams import key_of, member
 
@@ -316,6 +317,37 @@ def test_a_busy_database_is_503_with_retry_after_not_a_500(make_session):
     assert player.status_code == 503 and player["Retry-After"] == "2"
     assert player["Content-Type"].startswith("text/plain")
     assert api.get(f"/api/sessions/{session.pk}/summary").status_code == 200  # the lock gone, all is well
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_busy_database_met_by_the_bulk_write_of_events_is_a_503_too(db):
+    # A batch's events go by the driver's own bulk path (a COPY on PostgreSQL, executemany on
+    # SQLite), not Django's cursor: its errors must still become Django's, or a lock held too
+    # long is a 500 ("a bug") instead of a 503 to retry.
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {api_key()}")
+    created = post_json(api, "/api/sessions", {"task": "busy"})
+    assert created.status_code == 201, created.content
+    session_id = created.json()["id"]
+    batch = {"events": list(canonical_records(6))}
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout = 200" if connection.vendor == "sqlite" else "SET lock_timeout = '200ms'")
+    holder = connection.copy()
+    holder.connect()
+    with holder.cursor() as cursor:
+        if holder.vendor == "sqlite":
+            cursor.execute("BEGIN IMMEDIATE")  # SQLite locks the whole file for one writer
+        else:
+            holder.set_autocommit(False)  # the events table alone: the session row stays free
+            cursor.execute("LOCK TABLE sessions_app_event IN SHARE MODE")
+    try:
+        refused = post_json(api, f"/api/sessions/{session_id}/events", batch)
+    finally:
+        holder.rollback() if holder.vendor != "sqlite" else holder.cursor().execute("ROLLBACK")
+        holder.close()
+    assert refused.status_code == 503, refused.content
+    assert refused["Retry-After"] == "2" and Event.objects.filter(session_id=session_id).count() == 0
+    assert post_json(api, f"/api/sessions/{session_id}/events", batch).status_code == 200  # the retry
+    assert Event.objects.filter(session_id=session_id).count() == 6
 
 
 def _writes(queries) -> list[str]:

@@ -106,10 +106,14 @@ def _db_types(model: type[Model], columns: Iterable[str]) -> list[str]:
 def _binary_copy(model: type[Model], columns: Iterable[str]) -> Iterator[Callable[[Iterable[Any]], None]]:
     """A binary COPY into `model`'s table (PostgreSQL), open for the block: its write_row.
     Binary: the server takes each value as it is stored, instead of parsing the text of every
-    number and timestamp (an import 17 % faster, bench/import_bench.py)."""
+    number and timestamp (an import 17 % faster, bench/import_bench.py).
+
+    Past Django's cursor, so its errors are made Django's here (`wrap_database_errors`), as any
+    statement's are: a lock held too long is then an OperationalError, a 503 to retry, not a 500.
+    """
     columns = tuple(columns)
     connection.ensure_connection()
-    with connection.connection.cursor() as cursor:
+    with connection.wrap_database_errors, connection.connection.cursor() as cursor:
         with cursor.copy(f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_db_types(model, columns))
             yield copy.write_row
@@ -151,7 +155,9 @@ def _row_writer() -> Iterator[Callable[[list[list]], None]]:
         # made imports ~10 % slower, not faster (bench/import_bench.py; docs/benchmarks.md,
         # issue 16): sqlite3 gives up the GIL for each row it steps and waits to win it back
         # from the builder, and multi-row statements cost in binding what they won in overlap.
-        yield partial(cursor.executemany, sql)
+        # The driver's errors made Django's, as in _binary_copy.
+        with connection.wrap_database_errors:
+            yield partial(cursor.executemany, sql)
     finally:
         cursor.close()
 
