@@ -32,7 +32,7 @@ def not_found_page(request: HttpRequest, exception: Exception) -> HttpResponse:
             ". A share link opens its pages only while it is active: the one this browser holds "
             "may have been revoked or have expired. Ask whoever sent it for a new one"
         )
-    return _refusal(request, status=404, title="Not found", reason=reason)
+    return refusal(request, status=404, title="Not found", reason=reason)
 
 
 def _visitor_with_links(request: HttpRequest) -> bool:
@@ -47,14 +47,14 @@ def forbidden_page(request: HttpRequest, exception: Exception) -> HttpResponse:
     if _under_api(request):
         return JsonResponse({"detail": _message(exception) or "forbidden"}, status=403)
     reason = _message(exception) or "your role in this project does not allow this"
-    return _refusal(request, status=403, title="Not allowed", reason=reason)
+    return refusal(request, status=403, title="Not allowed", reason=reason)
 
 
 def _message(exception: Exception) -> str:
     return exception.args[0] if exception.args and isinstance(exception.args[0], str) else ""
 
 
-def _refusal(request: HttpRequest, *, status: int, title: str, reason: str) -> HttpResponse:
+def refusal(request: HttpRequest, *, status: int, title: str, reason: str) -> HttpResponse:
     """The refusal page; to htmx (a panel asking) only its #refusal partial, which base.html's
     responseHandling swaps into that panel instead of a whole page."""
     template = "refusal.html#refusal" if request.headers.get("HX-Request") else "refusal.html"

@@ -220,7 +220,6 @@ MIDDLEWARE = [
     "replay_site.middleware.refuse_oversized_bodies",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "replay_site.middleware.refuse_nul_in_query",
     # A busy database is a 503 with Retry-After, a number beyond 64 bits a 400 (pages; the API
     # answers both in its own handlers).
     "replay_site.middleware.ClientAndBusyErrors",
@@ -230,6 +229,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Before any view; below CSP, which then covers the refusal page it answers with.
+    "replay_site.middleware.refuse_nul_in_query",
     # Below CSP, which then covers the page it makes: a page's 405 as a page, not an empty body.
     "replay_site.middleware.method_not_allowed_page",
     # Last, as django-axes asks: it turns a refused sign-in into the lockout page.

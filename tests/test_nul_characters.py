@@ -90,6 +90,12 @@ def test_nul_characters_in_the_dashboards_filters_are_answered(client, admin_use
     for url in (f"/sessions/?{query}", f"/sessions/{session.pk}/search/?{query}"):
         answer = client.get(url)
         assert answer.status_code == 400 and b"NUL character" in answer.content
+        # The site's refusal page, under its content security policy, not a bare line of text.
+        assert answer["Content-Type"].startswith("text/html") and "script-src" in answer["Content-Security-Policy"]
+        assert b'<h1 id="refusal-title">Bad request</h1>' in answer.content
+        # To htmx (a filter changed in place) only the partial saying why, swapped where it asked.
+        partial = client.get(url, headers={"HX-Request": "true"})
+        assert partial.status_code == 400 and partial.content.lstrip().startswith(b'<p id="refusal" class="error"')
 
 
 def test_live_ingest_of_events_holding_nul_characters_is_stored(api):
