@@ -30,8 +30,10 @@ from .models import Comment, CommentRevision, Role, Session
 MAX_BODY = 10_000  # characters of Markdown
 # The Discussion list and the scrubber's marks: a session with more threads shows the first.
 MAX_THREADS = 500
-# The Markdown rendered for a thread's preview in that list (which shows ~160 characters).
-PREVIEW_SOURCE = 1_000
+# The Markdown rendered for a thread's preview in that list (which shows 160 characters): a
+# few links' targets more than that, and no more (rendering is ~1 ms a 1,000 characters, and a
+# player page lists up to MAX_THREADS).
+PREVIEW_SOURCE = 320
 
 # What CommonMark produces once images are off (an image's `!` stays text, its target a link):
 # nothing that loads from elsewhere, so a page holding comments makes no outside request.
@@ -45,6 +47,10 @@ URL_SCHEMES = {"http", "https", "mailto"}
 
 class CommentError(ValueError):
     """A comment the workflow refuses (a 400): the message names the field."""
+
+
+class ThreadGone(CommentError):
+    """A reply to a thread whose every comment was deleted: there is nothing left to answer."""
 
 
 @dataclass
@@ -228,7 +234,7 @@ def create_comment(
         if thread.parent_id is not None:
             thread = thread.parent
         if _all_deleted(thread):
-            raise CommentError(f"parent: every comment of thread {thread.pk} was deleted; start a new thread instead")
+            raise ThreadGone(f"parent: every comment of thread {thread.pk} was deleted; start a new thread instead")
         if seq is not None and seq != thread.seq:
             raise CommentError(f"seq: a reply is on its thread's event, seq {thread.seq}")
         seq = thread.seq

@@ -187,6 +187,12 @@ def test_a_thread_whose_every_comment_was_deleted_offers_no_reply_or_resolve(our
     live = threads[threads.index(f'id="c-{answered["id"]}"') :]
     live = live[: live.index("</article>")]
     assert "thread-actions" in live and "resolve" in live
+    # A reply typed before the last comment went: refused, its text handed to the new-thread form.
+    late = rob.post(f"/sessions/{ours.pk}/comments/", {"parent": alone["id"], "seq": 6, "body": "typed meanwhile"},
+                    headers={"HX-Request": "true"})  # fmt: skip
+    assert late.status_code == 400 and "every comment of thread" in late.content.decode()
+    new_form = late.content.decode()[late.content.decode().index('id="comment-form"') :]
+    assert 'id="comment-body"' in new_form and ">typed meanwhile</textarea>" in new_form
 
 
 def test_resolving_a_thread_and_opening_it_again(ours, rita, rob):

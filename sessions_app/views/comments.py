@@ -96,6 +96,9 @@ def _answer(
     overview = timeline.session_overview(session=session)
     context = comment_panel(request, session, seq) | discussion(session, overview)
     context |= {"session": session, "comment_error": error, "oob": True}
+    if error and draft is not None:  # the swapped-in forms get the refused text back, as above
+        context |= {"comment_draft": request.POST.get("body", "")[: comments.MAX_BODY],
+                    "comment_draft_for": draft[0], "comment_draft_id": draft[1]}  # fmt: skip
     response = render(request, "sessions_app/includes/comments.html#comment-changes", context,
                       status=400 if error else 200)  # fmt: skip
     patch_vary_headers(response, ["HX-Request"])
@@ -121,6 +124,8 @@ def create(request: HttpRequest, session_id: int) -> HttpResponse:
                                           ip=audit.client_ip(request))  # fmt: skip
     except comments.CommentError as exc:
         error = labelled(str(exc), CommentForm)
+        if isinstance(exc, comments.ThreadGone):
+            draft = ("new", None)  # its thread offers no reply form now: the text goes to a new one
         return _answer(request, session, seq=data["seq"] or 0, focus=data["parent"], error=error, draft=draft)
     return _answer(request, session, seq=comment.seq, focus=comment.pk)
 
