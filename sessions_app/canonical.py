@@ -177,8 +177,13 @@ class Problem:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def _line_order(line: int | None) -> tuple[int, int]:
+    # A problem's place in the file's order: the file's own (no line) first.
+    return (0, 0) if line is None else (1, line)
+
+
 def _negated_order(line: int | None) -> tuple[int, int]:
-    # A problem's place in the file's order, negated for Python's min-heap: the file's own first.
+    # `_line_order` negated, for Python's min-heap to hold the last on top.
     return (0, 0) if line is None else (-1, -line)
 
 
@@ -214,11 +219,15 @@ class Problems:
         self.limit = limit
         self.items: list[Problem] = []  # in the order found while fewer than `limit`
         self.count = 0
-        # Once full: the kept problems' places, the one coming last in the file on top (a heap
-        # of (negated line-order key, place)), so a problem of an earlier line replaces it.
-        self._last_kept: list[tuple[tuple[int, int], int]] | None = None
+        # Once full: for each kept problem, (negated line-order key, negated found number, its
+        # place in `items`), the one coming last in the file (of a line's, the last found) on top
+        # of this heap, so a problem coming before it replaces it; and each place's found number,
+        # which keeps a line's problems in the order found.
+        self._last_kept: list[tuple[tuple[int, int], int, int]] | None = None
+        self._found_at: list[int] = []
 
     def add(self, line: int | None, field: str, message: str) -> None:
+        found = self.count
         self.count += 1
         if len(self.items) < self.limit:
             # Messages quote the file's own text, and the job stores them as JSON.
@@ -227,13 +236,15 @@ class Problems:
         if self.limit <= 0:
             return
         if self._last_kept is None:
-            self._last_kept = [(_negated_order(p.line), place) for place, p in enumerate(self.items)]
+            self._found_at = list(range(len(self.items)))
+            self._last_kept = [(_negated_order(p.line), -place, place) for place, p in enumerate(self.items)]
             heapq.heapify(self._last_kept)
         order = _negated_order(line)
-        if order > self._last_kept[0][0]:  # comes before the last kept (ties: the first found stays)
-            place = self._last_kept[0][1]
+        if order > self._last_kept[0][0]:  # comes before the last kept (the same line: kept as found)
+            place = self._last_kept[0][2]
             self.items[place] = Problem(line, without_nul(field), without_nul(message))
-            heapq.heapreplace(self._last_kept, (order, place))
+            self._found_at[place] = found
+            heapq.heapreplace(self._last_kept, (order, -found, place))
 
     def __len__(self) -> int:
         return self.count
@@ -241,7 +252,10 @@ class Problems:
     def in_line_order(self) -> list[Problem]:
         """The kept problems in the file's line order, the file's own (no line) first: the order
         found is no order a reader of the file can follow."""
-        return sorted(self.items, key=lambda p: (0, 0) if p.line is None else (1, p.line))
+        if not self._found_at:  # never full: `items` is in the order found, which the sort keeps
+            return sorted(self.items, key=lambda p: _line_order(p.line))
+        ranked = sorted(zip(self.items, self._found_at), key=lambda kept: (_line_order(kept[0].line), kept[1]))
+        return [problem for problem, _ in ranked]
 
     def to_list(self) -> list[dict[str, Any]]:
         """What a job stores and shows: the kept problems, in line order."""

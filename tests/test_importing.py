@@ -171,6 +171,15 @@ def test_problems_found_in_a_later_pass_at_earlier_lines_displace_later_lines():
     kept = [(p.line, p.field) for p in problems.in_line_order()]
     assert kept == [(None, "file"), (1, "data"), (3, "data"), (5, "data"), (5, "data"),
                     *((line, "line") for line in range(100, 115))]  # fmt: skip
+    # Of one line's problems, those found first stay, listed in the order found.
+    tied = Problems(limit=3)
+    for line, message in ((5, "a"), (9, "b"), (5, "c"), (5, "d"), (7, "e")):
+        tied.add(line, "f", message)
+    assert [(p.line, p.message) for p in tied.in_line_order()] == [(5, "a"), (5, "c"), (5, "d")]
+    same = Problems(limit=2)
+    for line, message in ((7, "first"), (7, "second"), (1, "new")):
+        same.add(line, "f", message)
+    assert [(p.line, p.message) for p in same.in_line_order()] == [(1, "new"), (7, "first")]
 
 
 def test_trajectory_bad_input_is_reported_by_line(project):
