@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from html.parser import HTMLParser
 
 import orjson
@@ -19,6 +20,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from sessions_app.ingest import writer
 from sessions_app.ingest.writer import finish_session
 from sessions_app.models import ApiKey, AuditEntry, Event, Role, Session
 
@@ -320,7 +322,7 @@ def test_a_busy_database_is_503_with_retry_after_not_a_500(make_session):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_busy_database_met_by_the_bulk_write_of_events_is_a_503_too(db):
+def test_a_busy_database_met_by_the_bulk_write_of_events_is_a_503_too(db, monkeypatch):
     # A batch's events go by the driver's own bulk path (a COPY on PostgreSQL, executemany on
     # SQLite), not Django's cursor: its errors must still become Django's, or a lock held too
     # long is a 500 ("a bug") instead of a 503 to retry.
@@ -329,21 +331,29 @@ def test_a_busy_database_met_by_the_bulk_write_of_events_is_a_503_too(db):
     assert created.status_code == 201, created.content
     session_id = created.json()["id"]
     batch = {"events": list(canonical_records(6))}
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA busy_timeout = 200" if connection.vendor == "sqlite" else "SET lock_timeout = '200ms'")
-    holder = connection.copy()
-    holder.connect()
-    with holder.cursor() as cursor:
-        if holder.vendor == "sqlite":
-            cursor.execute("BEGIN IMMEDIATE")  # SQLite locks the whole file for one writer
-        else:
-            holder.set_autocommit(False)  # the events table alone: the session row stays free
+    holder = None
+    if connection.vendor == "sqlite":
+        # A transaction takes SQLite's write lock at its BEGIN (IMMEDIATE, settings.py), so the
+        # bulk insert itself never waits for it: the driver's own error is raised there instead.
+        def locked(rows):
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(writer, "partial", lambda method, sql: locked)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        holder = connection.copy()
+        holder.connect()
+        holder.set_autocommit(False)  # the events table alone: the session row stays free
+        with holder.cursor() as cursor:
             cursor.execute("LOCK TABLE sessions_app_event IN SHARE MODE")
     try:
         refused = post_json(api, f"/api/sessions/{session_id}/events", batch)
     finally:
-        holder.rollback() if holder.vendor != "sqlite" else holder.cursor().execute("ROLLBACK")
-        holder.close()
+        if holder is not None:
+            holder.rollback()
+            holder.close()
+        monkeypatch.undo()
     assert refused.status_code == 503, refused.content
     assert refused["Retry-After"] == "2" and Event.objects.filter(session_id=session_id).count() == 0
     assert post_json(api, f"/api/sessions/{session_id}/events", batch).status_code == 200  # the retry
