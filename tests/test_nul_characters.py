@@ -96,6 +96,11 @@ def test_nul_characters_in_the_dashboards_filters_are_answered(client, admin_use
         # To htmx (a filter changed in place) only the partial saying why, swapped where it asked.
         partial = client.get(url, headers={"HX-Request": "true"})
         assert partial.status_code == 400 and partial.content.lstrip().startswith(b'<p id="refusal" class="error"')
+    # Addresses for programs keep a line of text (the API: JSON).
+    for url in ("/v1/traces?x=%00", "/mcp?x=%00"):
+        answer = client.post(url, b"{}", content_type="application/json")
+        assert answer.status_code == 400 and answer["Content-Type"].startswith("text/plain"), url
+        assert answer.content.startswith(b"the query string holds a NUL character")
 
 
 def test_live_ingest_of_events_holding_nul_characters_is_stored(api):
