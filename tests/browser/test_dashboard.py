@@ -142,6 +142,21 @@ def test_play_advances_at_the_chosen_speed_and_stops_at_the_next_user_message(wa
     assert frame(page)["seq"] - turn == advanced  # paused means paused
     watch.assert_clean()
 
+    # A frame that fails while playing stops playback and says so (not a Pause button that
+    # waits forever); the page's alert says what failed. (The console reports the 500s.)
+    shown = frame(page)["seq"]
+    page.route(f"**/sessions/{talk.pk}/?**", lambda route: route.fulfill(status=500, body="boom"))
+    page.select_option("#speed", "10")  # (the change's own frame fails too: stopped, not playing)
+    page.keyboard.press(" ")
+    page.wait_for_selector('#play[aria-pressed="false"]', timeout=10_000)
+    wait_until(page, "document.getElementById('play-status').textContent.startsWith('Stopped: the next event')")
+    assert page.locator("#request-error").is_visible() and frame(page)["seq"] == shown
+    page.unroute(f"**/sessions/{talk.pk}/?**")
+    # The console's report of those 500s is expected here; nothing else may be there.
+    expected = [e for e in watch.errors if "500" in e]
+    assert expected and len(expected) == len(watch.errors), watch.errors
+    watch.errors.clear()
+
 
 def test_recorded_pace_follows_the_real_gaps(watched, analyst, talk):
     page, watch = watched
