@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import OperationalError
 
 from sessions_app.chain import CONTENT_FIELDS, RECORDED_FIELDS
+from sessions_app.ingest.bundles import import_bundle
 from sessions_app.ingest.importing import import_file
-from sessions_app.models import Comment, Event, Project, Review, Role, Session
+from sessions_app.models import Comment, Event, ImportJob, Project, Review, Role, Session
 from sessions_app.replay.exports import export_original
 from sessions_app.verification import verify_session
 
@@ -84,6 +86,22 @@ def test_a_tampered_bundle_stores_nothing_and_says_what_changed(bundle, elsewher
     (outcome,) = import_file(path=changed, project=elsewhere)
     assert outcome.session is None and "comments.json" in outcome.error
     assert not Session.objects.filter(project=elsewhere).exists()
+
+
+def test_a_busy_database_during_a_bundle_restore_is_said_as_such_not_blamed_on_the_bundle(
+    bundle, elsewhere, monkeypatch
+):
+    def busy(*args, **kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr("sessions_app.ingest.bundles.append_stored_events", busy)
+    with pytest.raises(OperationalError):  # the API's handler makes it a 503, a job says it
+        import_bundle(path=bundle, project=elsewhere)
+    assert not Session.objects.filter(project=elsewhere).exists()
+    assert not ImportJob.objects.filter(project=elsewhere).exists()  # the kept original went too
+    monkeypatch.undo()
+    session, _bundle, duplicate = import_bundle(path=bundle, project=elsewhere)
+    assert not duplicate and session.event_count > 0
 
 
 def test_a_bundle_uploads_like_any_file(bundle, elsewhere, client, django_capture_on_commit_callbacks):

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, OperationalError, connection, transaction
 
 from ..bundle_reader import Bundle, BundleError, read_bundle
 from ..canonical import SessionMeta
@@ -64,6 +64,11 @@ def import_bundle(
             kept = _keep_original(bundle, project, created_by, redactor)
             session = _restore(bundle, project, kept, redactor, created_by)
     except BundleError:
+        _forget(kept)
+        raise
+    except OperationalError:
+        # The database, not the bundle: busy, or out of reach. Said as what it is (a 503 to the
+        # API, the job's own error), never blamed on the bundle.
         _forget(kept)
         raise
     except (ValueError, TypeError, AttributeError, OverflowError, DatabaseError) as exc:
