@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import logging
 import random
+import re
 import string
 import time
 import zipfile
@@ -647,6 +648,19 @@ def test_the_page_saves_the_rules_and_shows_a_refused_rule_by_its_line(admin):
     refused = client.post("/projects/acme/redaction/", {"custom": "ok = x+\n\nbad = (unclosed\n"})
     assert refused.status_code == 400
     assert "line 3 (bad): not a valid RE2 regular expression" in refused.content.decode()
+
+
+def test_saving_the_rules_does_not_need_a_sample_and_testing_does(admin):
+    # "Save rules" and "Test" share one form: the browser must not demand a sample to save.
+    project, user = admin
+    client = _signed_in(user)
+    page = client.get("/projects/acme/redaction/").content.decode()
+    sample = re.search(r"<textarea[^>]*name=\"sample\"[^>]*>", page).group(0)
+    assert "required" not in sample
+    assert not re.search(r"<(input|textarea|select)[^>]*\srequired[\s>]", page[page.index('id="redaction-form"') :])
+    assert client.post("/projects/acme/redaction/", {"detectors": ["email"]}).status_code == 302
+    missing = client.post("/projects/acme/redaction/try/", {"detectors": ["email"]}, headers={"HX-Request": "true"})
+    assert missing.status_code == 400 and "sample: This field is required." in missing.content.decode()
 
 
 def test_the_test_box_shows_what_a_sample_becomes_escaped_and_stores_nothing(admin):
