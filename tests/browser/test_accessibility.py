@@ -15,8 +15,9 @@ from playwright.sync_api import Page
 from sessions_app import comments, sharing, tours
 from sessions_app.access import Actor
 from sessions_app.ingest.writer import set_checkpoint
-from sessions_app.models import Project, Role, Session
+from sessions_app.models import Event, Project, Role, Session
 from sessions_app.reviews import sign_off
+from sessions_app.verification import verify_session
 
 from ..builders_dashboard import build_session, conversation_events
 from ..builders_replay import import_one, record_variant
@@ -106,8 +107,13 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
              tours.StopSpec(session=a.pk, seq=3, title="Elsewhere", narration="Another run.")]  # fmt: skip
     tours.set_stops(actor=Actor(user=ada), tour=tour, stops=stops)
     _, token = sharing.create_link(actor=Actor(user=ada), session=talk, note="for the newcomer")
+    # A sign-off whose events were edited after it, as a verification then finds: its warning.
+    signed = build_session(conversation_events(turns=1), source_session_id="signed")
+    sign_off(session=signed, reviewer=Actor(user=rita), verdict="approved")
+    Event.objects.filter(session=signed, seq=5).update(payload='{"edited": true}')
+    verify_session(session=signed)
     return {"talk": talk, "thread": thread, "a": a, "b": b, "project": Project.get_default(), "tour": tour,
-            "share": f"/s/{token}"}  # fmt: skip
+            "share": f"/s/{token}", "signed": signed}  # fmt: skip
 
 
 def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
@@ -123,6 +129,13 @@ def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
     page.locator("#charts").scroll_into_view_if_needed()
     wait_until(page, "document.querySelectorAll('#charts .chart[data-ready=true]').length === 4", timeout=30)
     problems.append(accessibility_problems(page, "player (errors, checkpoints, comments, sign-offs, charts)"))
+
+    # The broken sign-off's warning wraps inside the sidebar instead of running under the steps.
+    page.goto(f"/sessions/{reviewed['signed'].pk}/")
+    warning = page.locator(".sign-off .badge.chain-broken")
+    assert "event #6 it covered no longer verifies" in warning.inner_text()
+    box, panel = warning.bounding_box(), page.locator("#sign-offs").bounding_box()
+    assert box["x"] + box["width"] <= panel["x"] + panel["width"] + 0.5, (box, panel)
 
     page.goto(f"/compare/?a={reviewed['a'].pk}&b={reviewed['b'].pk}")
     page.wait_for_selector("tr.divergence-row")
