@@ -108,7 +108,10 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
     tours.set_stops(actor=Actor(user=ada), tour=tour, stops=stops)
     _, token = sharing.create_link(actor=Actor(user=ada), session=talk, note="for the newcomer")
     # A sign-off whose events were edited after it, as a verification then finds: its warning.
-    signed = build_session(conversation_events(turns=1), source_session_id="signed")
+    signed_events = conversation_events(turns=1)
+    # A recorded value that is one long word, as an agent's JSON often is: the search page shows it.
+    signed_events[2].payload = {"completion": "ToolError:" + "-".join(["connection_reset_by_peer"] * 20)}
+    signed = build_session(signed_events, source_session_id="signed")
     sign_off(session=signed, reviewer=Actor(user=rita), verdict="approved")
     Event.objects.filter(session=signed, seq=5).update(payload='{"edited": true}')
     verify_session(session=signed)
@@ -179,6 +182,8 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
             (f"/tours/{reviewed['tour'].pk}/play/?stop=2", "#tour-narration", "player in tour mode"),
             (f"/projects/{reviewed['project'].slug}/learn/", "#tour-list li", "Learn page"),
             (f"/tours/{reviewed['tour'].pk}/", "#tour-stops li", "tour page"),
+            ("/search/?q=ToolError", "#search-hits li", "search page"),
+            ("/about/", "#public-key", "about page"),
         ]
         for path, ready, name in pages:
             page.goto(path)
