@@ -96,6 +96,8 @@ def test_gzip_stating_a_decompressed_size_over_the_limit_is_refused_at_upload(pr
     with pytest.raises(UploadTooLarge) as refused:
         accept_upload(uploaded_file=SimpleUploadedFile("b.jsonl.gz", bomb), project=project)
     assert "decompressed upload" in refused.value.message
+    # A cut file's last 4 bytes are no size: the message says where its figure comes from.
+    assert "the gzip file's last 4 bytes state" in refused.value.message and "gzip -t" in refused.value.message
 
 
 def test_gzip_hiding_its_size_fails_the_job_once_decompressed_past_the_limit(project, data_dir, settings, tmp_path):

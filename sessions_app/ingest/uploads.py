@@ -191,8 +191,10 @@ def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
 
 def _refuse_oversized_gzip(uploaded_file: UploadedFile) -> None:
     """A gzip file's last 4 bytes state its (last member's) size modulo 2**32. A stated size
-    above the limit proves the content is larger (the true size is at least that), so it is
-    refused at once; smaller claims prove nothing and the import checks while decompressing."""
+    above the limit proves a whole file's content is larger (the true size is at least that),
+    so it is refused at once, without inflating a possible bomb; smaller claims prove nothing
+    and the import checks while decompressing. A cut or damaged file's last 4 bytes are not its
+    size: the message says where the figure comes from, and how to check the file."""
     uploaded_file.seek(0)
     magic = uploaded_file.read(2)
     if magic != GZIP_MAGIC or (uploaded_file.size or 0) < 18:
@@ -202,7 +204,11 @@ def _refuse_oversized_gzip(uploaded_file: UploadedFile) -> None:
     stated = int.from_bytes(uploaded_file.read(4), "little")
     uploaded_file.seek(0)
     if stated > max_upload_bytes():
-        raise UploadTooLarge(too_large_message(stated, what="decompressed upload"))
+        raise UploadTooLarge(
+            too_large_message(stated, what="decompressed upload")
+            + " The size is the one the gzip file's last 4 bytes state; a cut or damaged file states"
+            " a meaningless one (`gzip -t` checks the file)."
+        )
 
 
 def decompressed_size_within_limit(path: Path) -> tuple[bool, int]:
