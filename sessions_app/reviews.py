@@ -132,6 +132,19 @@ def _broken_inside(review: Review, session: Session) -> int | None:
     return session.chain_broken_seq if session.chain_broken_seq <= review.last_seq else None
 
 
+def newest_broken(sessions: list[Session]) -> set[int]:
+    """The ids of `sessions` whose newest sign-off a verification after it found broken inside
+    the range it signed (the player's warning on that sign-off), for a list of them: one query,
+    and none unless one of them has a broken chain and a sign-off (`review_state`)."""
+    candidates = {s.pk: s for s in sessions if s.chain_valid is False and getattr(s, "review_state", None)}
+    if not candidates:
+        return set()
+    newest: dict[int, Review] = {}
+    for review in Review.objects.filter(session__in=list(candidates)).order_by("session_id", "-created_at", "-id"):
+        newest.setdefault(review.session_id, review)
+    return {pk for pk, review in newest.items() if _broken_inside(review, candidates[pk]) is not None}
+
+
 def sign_offs_of(*, session: Session) -> list[SignOff]:
     """The session's sign-offs, newest first, each with its coverage now. Two queries whatever
     their number: the reviews, and the stored hashes at their last seqs."""

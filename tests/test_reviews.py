@@ -295,6 +295,26 @@ def test_the_review_state_keeps_the_session_list_one_query(reviewed, vic, django
     assert body["total"] == 1
 
 
+def test_the_list_says_when_the_newest_sign_off_no_longer_verifies(reviewed, vic, django_assert_num_queries):
+    # An approval whose events a later verification found edited: the list shows the player's
+    # warning beside the verdict, and the API says so; the filter still goes by the verdict.
+    approved = reviewed["approved"]
+    _tamper(approved, seq=2)
+    assert verify_session(session=approved).first_broken_seq == 2
+    _tamper(reviewed["rejected"], seq=2)  # the rejection was signed on a chain that held: flagged too
+    verify_session(session=reviewed["rejected"])
+    client = _client(vic)
+    rows = {row["id"]: row["reviewBroken"] for row in client.get("/api/sessions").json()["sessions"]}
+    assert rows == {s.pk: state in ("approved", "rejected") for state, s in reviewed.items()}
+    html = client.get(reverse("sessions:list"), {"review": "approved"}, HTTP_HX_REQUEST="true").content.decode()
+    row = html[html.index(f'data-session="{approved.pk}"') :]
+    row = row[: row.index("</tr>")]
+    assert "review-approved" in row and "no longer verifies" in row
+    # One more query, only because shown rows have a broken chain and a sign-off.
+    with django_assert_num_queries(5):
+        client.get("/api/sessions", {"review": "approved"})
+
+
 # --- the player's panel ---------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ class SessionOut(SessionIdentityOut):
 
 class SessionListRowOut(SessionOut):
     reviewState: str | None = Field(description="the newest sign-off's verdict; null: unreviewed")
+    reviewBroken: bool = Field(description="a verification after the newest sign-off found an event it covered changed")
 
 
 class SessionListOut(Schema):
@@ -106,7 +107,9 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
     )
     return {
         "total": page.total,
-        "sessions": [_session_row(s) | {"reviewState": s.review_state} for s in page.sessions],
+        "sessions": [
+            _session_row(s) | {"reviewState": s.review_state, "reviewBroken": s.review_broken} for s in page.sessions
+        ],
         "next": page.sessions[-1].pk if page.next_cursor else None,
     }
 

@@ -12,6 +12,7 @@ from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ..models import ImportJob, Project, Review, Session, SessionQuerySet
+from ..reviews import newest_broken
 
 PER_PAGE = 50
 # The review filter's value for a session without a sign-off (the others are verdicts).
@@ -157,6 +158,10 @@ def list_sessions(
     rows = list(sessions.select_related("project").order_by(*order)[: per_page + 1])
     more = len(rows) > per_page
     rows = rows[:per_page]
+    # An approval a later verification found broken is shown with its warning, as the player does.
+    broken = newest_broken(rows)
+    for row in rows:
+        row.review_broken = row.pk in broken
     if backwards:
         rows.reverse()
         has_next, has_previous = True, more
