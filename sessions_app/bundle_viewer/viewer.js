@@ -214,7 +214,8 @@
     fact(dl, "seq", seq);
     fact(dl, "kind", e[col.kind]);
     fact(dl, "time", moment(e[col.ts]));
-    fact(dl, "step", e[col.step] === null ? "—" : e[col.step]);
+    // The step number the agent recorded (the player's "recorded step"), not a count of steps.
+    fact(dl, "recorded step", e[col.step] === null ? "—" : e[col.step]);
     if (e[col.tool]) fact(dl, "tool / model", e[col.tool]);
     fact(dl, "error", e[col.is_error] ? "yes" : "no");
     fact(dl, "cost so far", cost(e[col.cost_total]));
@@ -225,8 +226,9 @@
 
     const box = $("step-comments");
     box.replaceChildren();
+    $("comments-title").textContent = "Comments at #" + (seq + 1); // as the player says it
     const threads = threadsAt.get(seq) || [];
-    if (!threads.length) box.appendChild(el("p", "empty", "No comment on this step."));
+    if (!threads.length) box.appendChild(el("p", "empty", "No comments on this event."));
     threads.forEach(function (thread) { box.appendChild(threadNode(thread)); });
 
     $("payload").textContent = pretty(e[col.payload]);

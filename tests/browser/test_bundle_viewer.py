@@ -17,6 +17,8 @@ from sessions_app.bundles import stream_bundle
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.models import Comment, Project, Review, Session
 
+from .a11y import assert_accessible
+
 pytestmark = pytest.mark.browser
 
 SOURCE = Path(settings.BASE_DIR) / "demo" / "rlm_success.jsonl"
@@ -78,11 +80,14 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
         page.locator("#position").filter(has_text=f"event 1 of {session.event_count}").wait_for()
         assert page.locator("#event-title").text_content().startswith("Event #1 ")
         assert "+ unpriced (1 event with no known price)" in page.locator("#facts").text_content()
-        assert page.locator("#step-comments").text_content() == "No comment on this step."
+        assert page.locator("#step-comments").text_content() == "No comments on this event."
+        assert page.locator("#comments-title").text_content() == "Comments at #1"  # as the player says it
+        assert_accessible(page, "offline bundle viewer")
         # Step forward with the keyboard to seq 3, where the thread is.
         for _ in range(3):
             page.keyboard.press("ArrowRight")
         assert page.locator("#event-title").text_content().startswith("Event #4 ")
+        assert page.locator("#comments-title").text_content() == "Comments at #4"
         thread = page.locator("#step-comments .thread")
         assert thread.count() == 1
         assert "Look at this step " + HOSTILE in thread.text_content()  # shown as text
