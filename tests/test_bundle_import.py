@@ -115,6 +115,15 @@ def test_a_bundle_uploads_like_any_file(bundle, elsewhere, client, django_captur
     status = client.get(response.json()["status_url"]).json()
     assert status["status"] == "done" and status["detected_format"] == "replay_bundle"
     assert status["sessions"][0]["events"] == Session.objects.get(project=elsewhere).event_count > 0
+    # The original the bundle carries is kept as its own upload: its job is the uploader's and
+    # names the session restored, so the imports list does not show an import that stored nothing.
+    restored = Session.objects.get(project=elsewhere)
+    kept = ImportJob.objects.get(pk=restored.import_job_id)
+    assert kept.pk != response.json()["job"] and kept.created_by == "max"
+    assert kept.sessions_done == 1 and kept.result[0]["session"] == restored.pk
+    assert kept.result[0]["events"] == restored.event_count
+    page = client.get(f"/imports/{kept.pk}/").content.decode()
+    assert "No session was stored" not in page and f"/sessions/{restored.pk}/" in page
 
 
 def test_the_command_line_imports_a_bundle(bundle, elsewhere):

@@ -63,6 +63,8 @@ def import_bundle(
         with transaction.atomic():
             kept = _keep_original(bundle, project, created_by, redactor)
             session = _restore(bundle, project, kept, redactor, created_by)
+            if kept is not None:
+                _record_restored(kept, session)
     except BundleError:
         _forget(kept)
         raise
@@ -120,6 +122,17 @@ def _keep_original(bundle: Bundle, project: Project, created_by: str, redactor: 
     if redactor is not None:
         settle_original(path=Path(job.stored_path), redactor=redactor)
     return job
+
+
+def _record_restored(kept: ImportJob, session: Session) -> None:
+    """The kept original's job names the session restored from the bundle, as an import's job
+    names what it stored: listed among the imports, it reads as what it is, not as an import
+    that stored nothing."""
+    ImportJob.objects.filter(pk=kept.pk).update(
+        sessions_done=1, events_done=session.event_count,
+        result=[{"path": kept.original_name, "session": session.pk, "format": FORMAT_NAME,
+                 "events": session.event_count, "steps": session.step_count, "duplicate": False}],
+    )  # fmt: skip
 
 
 def _meta(summary: dict[str, Any]) -> SessionMeta:

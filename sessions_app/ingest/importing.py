@@ -123,7 +123,9 @@ def import_file(
         return [outcome]
 
     if is_bundle(path):
-        outcome = _import_bundle(path, project, created_by, display_name, progress.redactor)
+        # The kept original the bundle carries is the uploader's too (a job's import names none).
+        uploader = created_by or (job.created_by if job is not None else "")
+        outcome = _import_bundle(path, project, uploader, display_name, progress.redactor)
         progress.finish([outcome], Problems(), FORMAT_NAME)
         return [outcome]
 
