@@ -151,7 +151,9 @@ class CheckpointRenameForm(forms.Form):
 
 
 class SignOffForm(forms.Form):
-    verdict = forms.ChoiceField(choices=Review.Verdict.choices)
+    # No verdict chosen at first: a sign-off is a decision, not a default an absent-minded
+    # click would record as an approval (the browser asks for one; the server refuses none).
+    verdict = forms.ChoiceField(choices=[("", "Choose a verdict…"), *Review.Verdict.choices])
     note = forms.CharField(required=False, max_length=10_000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
 
 

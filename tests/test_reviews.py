@@ -4,6 +4,8 @@ the session list's review filter (page and API) and in the player's panel."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 from django.test import Client
@@ -320,6 +322,16 @@ def test_the_list_says_when_the_newest_sign_off_no_longer_verifies(reviewed, vic
 
 def _player(client: Client, session: Session) -> str:
     return client.get(reverse("sessions:player", args=[session.pk])).content.decode()
+
+
+def test_the_sign_off_form_starts_with_no_verdict_chosen(session, rita):
+    html = _player(_client(rita), session)
+    select = html[html.index('<select name="verdict"') :]
+    select = select[: select.index("</select>")]
+    assert " required" in select.split(">")[0]
+    options = re.findall(r'<option value="([^"]*)"( selected)?>', select)
+    assert options[0] == ("", " selected") and [value for value, _ in options[1:]] == list(Review.Verdict.values)
+    assert not any(chosen for value, chosen in options[1:])
 
 
 def test_the_player_shows_sign_offs_to_everyone_and_the_form_to_reviewers(session, rita, vic):
