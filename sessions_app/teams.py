@@ -41,9 +41,12 @@ def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = 
     return project
 
 
-def set_member(*, actor: Actor, project: Project, username: str, role: str, ip: str | None = None) -> bool:
+def set_member(
+    *, actor: Actor, project: Project, username: str, role: str, ip: str | None = None, add_only: bool = False
+) -> bool:
     """Give a user a role in the project; True when the user was added, False when their role
-    changed (or stayed). The last admin cannot be demoted."""
+    changed (or stayed). The last admin cannot be demoted. `add_only` (the page's Add form):
+    a member already is refused, naming their role, rather than changed without a word."""
     if role not in Role.values:
         raise TeamError(f"role: one of {', '.join(Role.values)}")
     user = (
@@ -53,6 +56,11 @@ def set_member(*, actor: Actor, project: Project, username: str, role: str, ip: 
         raise TeamError(f"username: no active user {username!r}")
     with transaction.atomic():
         current = Membership.objects.select_for_update().filter(project=project, user=user).first()
+        if current is not None and add_only:
+            raise TeamError(
+                f"username: {username} is a member already ({Role(current.role).label.lower()}); "
+                "change their role in the members list"
+            )
         if current is None:
             Membership.objects.create(project=project, user=user, role=role)
         elif current.role != role:

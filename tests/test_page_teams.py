@@ -140,6 +140,18 @@ def test_admin_adds_changes_and_removes_a_member(admin, acme, django_user_model)
                        ("member.remove", "ada", "user:bob")]  # fmt: skip
 
 
+def test_adding_someone_who_is_a_member_already_says_so_and_changes_nothing(admin, acme, django_user_model):
+    django_user_model.objects.create_user(username="rev", password="x")
+    admin.post(_url("project_member", acme), {"username": "rev", "role": "reviewer"})
+    response = admin.post(_url("project_member", acme), {"username": "rev", "role": "viewer"})
+    html = response.content.decode()
+    assert response.status_code == 400
+    form = html[html.index('id="member-form"') :]
+    assert "rev is a member already (reviewer); change their role in the members list" in form
+    assert Membership.objects.get(project=acme, user__username="rev").role == Role.REVIEWER
+    assert not AuditEntry.objects.of_project(acme).filter(action="member.change").exists()
+
+
 def test_an_unknown_user_is_refused_next_to_the_add_form(admin, acme):
     response = admin.post(_url("project_member", acme), {"username": "<b>ghost</b>", "role": "viewer"})
     html = response.content.decode()

@@ -106,7 +106,8 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         try:
             teams.set_member(actor=access.actor_of(request), project=project, username=form.cleaned_data["username"],
-                             role=form.cleaned_data["role"], ip=audit.client_ip(request))  # fmt: skip
+                             role=form.cleaned_data["role"], ip=audit.client_ip(request),
+                             add_only="change" not in request.POST)  # fmt: skip
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
