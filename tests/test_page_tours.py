@@ -295,7 +295,10 @@ def test_maintainers_get_the_add_to_tour_panel_and_viewers_do_not(mia, vic, tour
     html = player(mia, first, step=4)
     panel = section(html, "tour-panel")
     form = re.search(r'<form id="tour-stop-form"[^>]*>', panel).group(0)
-    assert 'hx-include="#nav-step"' in form and f'action="/sessions/{first.pk}/tour-stops/"' in form
+    # htmx posts to the plain address with the shown step; without JavaScript the address names
+    # the step the page shows, which never moves then.
+    assert 'hx-include="#nav-step"' in form and f'hx-post="/sessions/{first.pk}/tour-stops/"' in form
+    assert f'action="/sessions/{first.pk}/tour-stops/?step=4"' in form
     assert 'name="step"' not in panel  # the shown step comes from #nav-step, never a copy of the loaded one
     assert f'<option value="{tour.pk}">How it fixed the bug</option>' in panel
     assert 'id="tour-panel"' not in player(vic, first, step=4)
@@ -358,6 +361,13 @@ def test_a_viewer_cannot_add_and_a_tour_of_another_project_is_refused(mia, vic, 
 def test_a_plain_post_of_the_add_form_opens_the_new_stop_in_tour_mode(mia, tour, first):
     response = mia.post(reverse("sessions:tour_stop_add", args=[first.pk]), {"step": 6, "tour": tour.pk, "title": "t"})
     assert response.status_code == 302 and response["Location"] == f"/sessions/{first.pk}/?step=6&tour={tour.pk}&stop=4"
+    # Without JavaScript the form's own address names the step (the body has none).
+    plain = mia.post(f"{reverse('sessions:tour_stop_add', args=[first.pk])}?step=2", {"tour": tour.pk, "title": "u"})
+    assert plain.status_code == 302 and plain["Location"] == f"/sessions/{first.pk}/?step=2&tour={tour.pk}&stop=5"
+    # A refusal is the site's page saying why, not a line of text.
+    refused = mia.post(f"{reverse('sessions:tour_stop_add', args=[first.pk])}?step=2", {"tour": tour.pk, "title": ""})
+    assert refused.status_code == 400 and refused["Content-Type"].startswith("text/html")
+    assert "Not added to a tour" in refused.content.decode() and "Stop title:" in refused.content.decode()
 
 
 def test_hostile_narration_never_reaches_the_tour_page_or_the_player_as_markup(mia, tour, first):

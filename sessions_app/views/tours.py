@@ -216,7 +216,12 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
     """Add the shown step (`step`, the player's #nav-step) to a tour of the session's project,
     or to a new tour (`new_tour`, its title)."""
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
-    form = TourStopAddForm(request.POST)
+    posted = request.POST.copy()
+    if "step" not in posted and "step" in request.GET:
+        # Without JavaScript the page never moved from the step it was loaded at: the form's
+        # address names it (htmx sends the shown one, #nav-step, instead).
+        posted["step"] = request.GET["step"]
+    form = TourStopAddForm(posted)
     if not form.is_valid():
         return _builder_answer(request, session, error=error_text(form))
     data, actor, ip = form.cleaned_data, access.actor_of(request), audit.client_ip(request)
@@ -239,7 +244,10 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
 def _builder_answer(request: HttpRequest, session: Session, *, error: str = "", added: Any = None,
                     tour: Tour | None = None) -> HttpResponse:  # fmt: skip
     if error and not request.htmx:
-        return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
+        # Without JavaScript: the site's refusal page saying why (the browser's Back returns to
+        # the form as it was filled in).
+        return render(request, "refusal.html", {"status": 400, "title": "Not added to a tour", "reason": error},
+                      status=400)  # fmt: skip
     context = {"session": session, "can_build_tours": True, "project_tours": _tours_to_pick(session),
                "tour_error": error, "added": added, "added_tour": tour}  # fmt: skip
     response = render(
