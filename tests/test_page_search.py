@@ -66,6 +66,19 @@ def test_it_finds_exactly_what_the_players_search_finds_in_each_session(logged_i
             assert [q for s, q in _hits(html) if s == session.pk] == in_player, text
 
 
+def test_a_hit_found_by_its_step_alone_shows_the_step_around_the_text(logged_in, db):
+    # conversation_events' step ends say "out 0" only in their step (no payload text, and the
+    # builder stores no original record): the snippet must be that, not an empty line.
+    session = build_session(conversation_events(turns=1), source_session_id="steps")
+    html = logged_in.get(SEARCH, {"q": "out 0"}, HTTP_HX_REQUEST="true").content.decode()
+    [(found, seq)] = _hits(html)
+    item = html[html.index(f'<li data-session="{found}" data-seq="{seq}">') :]
+    snippet = re.search(r'<div class="snippet"><bdi>(.*?)</bdi></div>', item, re.S).group(1)
+    assert found == session.pk and "out 0" in snippet
+    [result] = replay.search(session=session, q="out 0")["results"]
+    assert result["seq"] == seq and "out 0" in result["snippet"]
+
+
 def test_percent_and_underscore_are_text_not_wildcards(logged_in, db):
     literal = build_session([_event(0, "user_message", payload={"text": "save 50%_now"})], source_session_id="lit")
     build_session([_event(0, "user_message", payload={"text": "save 50 and now"})], source_session_id="wild")

@@ -158,9 +158,31 @@ def _text_match(q: str) -> tuple[str, list[str]]:
     return sql, [pattern, pattern, pattern]
 
 
-def _hit_snippet(payload: str | None, raw: str | None, q: str) -> str:
-    payload = payload or ""
-    return _snippet(payload, q) if q.lower() in payload.lower() else _snippet(raw or "", q)
+def _hit_snippet(payload: str | None, step_state: str | None, raw: str | None, q: str) -> str:
+    """The text around `q` in the first of the fields `_text_match` searched that holds it: an
+    event found by its step alone (the original record not stored, as for a kept file) shows
+    its step, not an empty line."""
+    needle = q.lower()
+    for text in (payload, step_state, raw):
+        if text and needle in text.lower():
+            return _snippet(text, q)
+    return _snippet(payload or "", q)
+
+
+def _steps_of_hits_found_by_their_step(session: Session, rows: list[Row], q: str) -> dict[int, str]:
+    """The step (its stored JSON) of each hit whose payload and record do not hold `q`: it was
+    found by its step, which a Row does not carry. One query, and none when every hit is found
+    in its payload or record (nearly always)."""
+    needle = q.lower()
+    seqs = [
+        row.seq for row in rows if q and not any(text and needle in text.lower() for text in (row.payload, row.raw))
+    ]
+    if not seqs:
+        return {}
+    marks = ", ".join("%s" for _ in seqs)
+    found = _fetch(f"SELECT seq, step_state FROM {EVENT_TABLE} WHERE session_id = %s AND seq IN ({marks})",
+                   [session.pk, *seqs])  # fmt: skip
+    return {seq: step_state for seq, step_state in found}
 
 
 def _snippet(text: str, needle: str, width: int = 60) -> str:
@@ -209,12 +231,13 @@ def search(
     rows = _rows(" AND ".join(where), params, limit=limit + 1, raw=True)
     more = len(rows) > limit
     rows = rows[:limit]
+    steps = _steps_of_hits_found_by_their_step(session, rows, q)
     results = []
     for row in rows:
         event = event_dict(row)
         event["stepIndex"] = _step_index(row, session.step_count)
         if q:
-            event["snippet"] = _hit_snippet(row.payload, row.raw, q)
+            event["snippet"] = _hit_snippet(row.payload, steps.get(row.seq), row.raw, q)
         results.append(event)
     return {
         "q": q,
@@ -252,12 +275,12 @@ def search_sessions(
         where.append("(session_id < %s OR (session_id = %s AND seq > %s))")
         params += [after[0], after[0], after[1]]
     sql = (
-        f"SELECT session_id, seq, kind, payload, raw FROM {EVENT_TABLE} WHERE {' AND '.join(where)} "
+        f"SELECT session_id, seq, kind, payload, step_state, raw FROM {EVENT_TABLE} WHERE {' AND '.join(where)} "
         f"ORDER BY session_id DESC, seq LIMIT {int(limit) + 1}"
     )
     rows = _fetch(sql, params)
     more = len(rows) > limit
     rows = rows[:limit]
-    hits = [{"session": session_id, "seq": seq, "kind": kind, "snippet": _hit_snippet(payload, raw, q)}
-            for session_id, seq, kind, payload, raw in rows]  # fmt: skip
+    hits = [{"session": session_id, "seq": seq, "kind": kind, "snippet": _hit_snippet(payload, step_state, raw, q)}
+            for session_id, seq, kind, payload, step_state, raw in rows]  # fmt: skip
     return {"q": q, "hits": hits, "next": (rows[-1][0], rows[-1][1]) if more and rows else None}
