@@ -67,8 +67,8 @@ def test_it_finds_exactly_what_the_players_search_finds_in_each_session(logged_i
 
 
 def test_a_hit_found_by_its_step_alone_shows_the_step_around_the_text(logged_in, db):
-    # conversation_events' step ends say "out 0" only in their step (no payload text, and the
-    # builder stores no original record): the snippet must be that, not an empty line.
+    # conversation_events' step ends say "out 0" only in their step (neither their payload nor
+    # the record the builder stores holds it): the snippet must show the step, not another field.
     session = build_session(conversation_events(turns=1), source_session_id="steps")
     html = logged_in.get(SEARCH, {"q": "out 0"}, HTTP_HX_REQUEST="true").content.decode()
     [(found, seq)] = _hits(html)
