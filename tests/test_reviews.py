@@ -139,6 +139,12 @@ def test_an_edited_field_a_later_verification_finds_inside_a_sign_off_flags_it(s
     [row] = _client(vic).get(f"/api/sessions/{session.pk}/reviews").json()
     assert (row["unchanged"], row["broken_seq"], row["chain_valid"]) == (False, 2, True)
     assert "event #3 it covered no longer verifies" in _player(_client(vic), session)
+    # The badge's "verify" (htmx) brings the sign-offs out of band: the warning shows at once.
+    Event.objects.filter(session=session, seq=2).update(tokens=(recorded or 0) + 2000)
+    answer = _client(vic).post(reverse("sessions:verify", args=[session.pk]), HTTP_HX_REQUEST="true").content.decode()
+    assert answer.lstrip().startswith('<span id="chain-badge"')
+    oob = answer[answer.index('<section id="sign-offs" class="sign-offs" hx-swap-oob="true">') :]
+    assert "event #3 it covered no longer verifies" in oob and 'id="sign-off-form"' not in oob  # vic: a viewer
     # Put back and verified again: the sign-off stands again.
     Event.objects.filter(session=session, seq=2).update(tokens=recorded)
     assert verify_session(session=session).valid

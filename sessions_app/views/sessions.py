@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from django.contrib import messages as django_messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
@@ -344,7 +345,14 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     )
     if not request.htmx:
         return redirect(session.get_absolute_url())
-    return render(request, "sessions_app/player.html#chain-badge", {"session": session, "verification": result})
+    badge = render_to_string("sessions_app/player.html#chain-badge", {"session": session, "verification": result},
+                             request)  # fmt: skip
+    if access.share_grant_on(request, session) is not None:
+        return HttpResponse(badge)  # a link's visitor sees no sign-offs
+    # The sign-offs, out of band: a break the verification found inside one is said there at once.
+    panel = render_to_string("sessions_app/player.html#sign-offs",
+                             {"session": session, "sign_offs_oob": True} | sign_off_panel(request, session), request)  # fmt: skip
+    return HttpResponse(badge + panel)
 
 
 # The confirm step's answer: only its own form sends it, so a first post (or a second click on
