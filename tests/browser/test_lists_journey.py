@@ -109,3 +109,25 @@ def test_the_player_compares_with_a_session_found_by_typing_and_shows_its_import
     candidates.first.click()
     page.wait_for_url(f"**/compare/?a={a.pk}&b={b.pk}")
     expect(page.locator(".diff-heads")).to_contain_text("run-b")
+
+
+def test_without_javascript_the_list_and_the_players_kinds_still_filter(browser, live_server, lists):
+    # The filters send themselves through htmx as they change; without JavaScript a button does.
+    context = browser.new_context(java_script_enabled=False, base_url=live_server.url)
+    page = context.new_page()
+    try:
+        sign_in(page, "lena", "/sessions/")
+        page.fill("#id_q", "second try")
+        page.click("#session-filters button[type=submit]")
+        page.wait_for_url("**/sessions/?*q=second+try*")
+        expect(page.locator("#session-table tbody tr")).to_have_count(1)
+        expect(page.locator("#session-table tbody tr")).to_contain_text("run-b")
+        b = lists["b"]
+        page.goto(f"/sessions/{b.pk}/?step=5")
+        page.uncheck("#kind-llm_call")
+        page.click("#filters button[type=submit]")
+        page.wait_for_url(f"**/sessions/{b.pk}/?*")
+        assert "step=5" in page.url and "types=" in page.url and "llm_call" not in page.url.split("types=", 1)[1]
+        expect(page.locator("#kind-llm_call")).not_to_be_checked()
+    finally:
+        context.close()
