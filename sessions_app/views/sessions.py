@@ -349,8 +349,9 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
                              request)  # fmt: skip
     if access.share_grant_on(request, session) is not None:
         return HttpResponse(badge)  # a link's visitor sees no sign-offs
-    # The sign-offs, out of band: a break the verification found inside one is said there at once.
-    panel = render_to_string("sessions_app/player.html#sign-offs",
+    # The sign-offs' list, out of band: a break the verification found inside one is said there at
+    # once (their form stays as it is, with whatever is being typed in it).
+    panel = render_to_string("sessions_app/player.html#sign-off-list",
                              {"session": session, "sign_offs_oob": True} | sign_off_panel(request, session), request)  # fmt: skip
     return HttpResponse(badge + panel)
 
