@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import OperationalError
 
@@ -94,12 +95,22 @@ def test_a_busy_database_during_a_bundle_restore_is_said_as_such_not_blamed_on_t
     def busy(*args, **kwargs):
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr("sessions_app.ingest.bundles.append_stored_events", busy)
-    with pytest.raises(OperationalError):  # the API's handler makes it a 503, a job says it
-        import_bundle(path=bundle, project=elsewhere)
-    assert not Session.objects.filter(project=elsewhere).exists()
-    assert not ImportJob.objects.filter(project=elsewhere).exists()  # the kept original went too
-    monkeypatch.undo()
+    def kept_files() -> set[Path]:
+        return set((Path(settings.DATA_DIR) / "uploads").rglob("*.*"))
+
+    before = kept_files()
+    for target in (
+        "sessions_app.ingest.bundles.append_stored_events",
+        "sessions_app.ingest.uploads.ImportJob.objects.create",
+    ):
+        # Failing while the events are written, or while the kept original's job row is.
+        monkeypatch.setattr(target, busy)
+        with pytest.raises(OperationalError):  # the API's handler makes it a 503, a job says it
+            import_bundle(path=bundle, project=elsewhere)
+        monkeypatch.undo()
+        assert not Session.objects.filter(project=elsewhere).exists()
+        assert not ImportJob.objects.filter(project=elsewhere).exists()
+        assert kept_files() == before, target  # nor the kept original's file
     session, _bundle, duplicate = import_bundle(path=bundle, project=elsewhere)
     assert not duplicate and session.event_count > 0
 

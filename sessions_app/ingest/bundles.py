@@ -117,8 +117,12 @@ def _keep_original(bundle: Bundle, project: Project, created_by: str, redactor: 
     with bundle.open_original() as stream:
         job = keep_stream(stream=stream, name=name, project=project, format=bundle.session.get("format") or "",
                           created_by=created_by)  # fmt: skip
-    ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.DONE, detected_format=FORMAT_NAME,
-                                                finished_at=datetime.now(UTC))  # fmt: skip
+    try:
+        ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.DONE, detected_format=FORMAT_NAME,
+                                                    finished_at=datetime.now(UTC))  # fmt: skip
+    except BaseException:
+        _forget(job)  # the caller never gets the job to forget: its row goes with the transaction
+        raise
     if redactor is not None:
         settle_original(path=Path(job.stored_path), redactor=redactor)
     return job

@@ -148,16 +148,22 @@ def _kept_suffix(original_name: str) -> str:
 
 
 def _kept_job(target: Path, *, name: str, project: Project, format: str, created_by: str, replace: bool) -> ImportJob:
-    os.chmod(target, 0o640)
-    return ImportJob.objects.create(
-        project=project,
-        original_name=display_name(name),
-        stored_path=str(target),
-        requested_format=format,
-        replace=replace,
-        bytes_total=target.stat().st_size,
-        created_by=created_by[:150],
-    )
+    """The job of a file kept at `target`; the file goes again if its row cannot be written (a
+    kept file without a job is one nothing would ever delete)."""
+    try:
+        os.chmod(target, 0o640)
+        return ImportJob.objects.create(
+            project=project,
+            original_name=display_name(name),
+            stored_path=str(target),
+            requested_format=format,
+            replace=replace,
+            bytes_total=target.stat().st_size,
+            created_by=created_by[:150],
+        )
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
 
 
 def display_name(name: str) -> str:
