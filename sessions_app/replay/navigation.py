@@ -163,7 +163,7 @@ def _hit_snippet(payload: str | None, step_state: str | None, raw: str | None, q
     event found by its step alone (the original record not stored, as for a kept file) shows
     its step, not an empty line."""
     needle = q.lower()
-    for text in (payload, step_state, raw):
+    for text in (payload, raw, step_state):  # in `_text_match`'s order
         if text and needle in text.lower():
             return _snippet(text, q)
     return _snippet(payload or "", q)

@@ -457,10 +457,13 @@
   document.addEventListener("htmx:afterSettle", function (event) {
     if (onPlayer() && event.target.id === "step-list") afterFrame();
   });
-  // A step that failed (the page's alert says so) holds no presses back, and drops those counted;
+  // A step that failed (the page's alert says so), or was refused (a 4xx swapped in with its
+  // reason: base.html counts it a success), holds no presses back, and drops those counted;
   // playback stops there, saying so, rather than stalling with its button still on Pause.
   document.addEventListener("htmx:afterRequest", function (event) {
-    if (event.detail.elt && event.detail.elt.id === "controls" && !event.detail.successful) {
+    const xhr = event.detail.xhr;
+    const refused = !!xhr && xhr.status >= 400;
+    if (event.detail.elt && event.detail.elt.id === "controls" && (!event.detail.successful || refused)) {
       player.awaiting = false;
       player.pendingSteps = 0;
       if (player.playing) setPlaying(false, "Stopped: the next event could not be loaded.");

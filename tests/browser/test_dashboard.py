@@ -157,6 +157,16 @@ def test_play_advances_at_the_chosen_speed_and_stops_at_the_next_user_message(wa
     assert expected and len(expected) == len(watch.errors), watch.errors
     watch.errors.clear()
 
+    # A frame refused while playing (the session gone meanwhile: a 404 whose reason is swapped in)
+    # stops playback too.
+    page.route(f"**/sessions/{talk.pk}/?**", lambda route: route.fulfill(
+        status=404, content_type="text/html", body='<p id="refusal" class="error" role="alert">gone</p>'))  # fmt: skip
+    page.keyboard.press(" ")
+    page.wait_for_selector('#play[aria-pressed="false"]', timeout=10_000)
+    wait_until(page, "document.getElementById('play-status').textContent.startsWith('Stopped: the next event')")
+    page.unroute(f"**/sessions/{talk.pk}/?**")
+    watch.errors[:] = [e for e in watch.errors if "404" not in e]  # the console reports the refused frame
+
 
 def test_recorded_pace_follows_the_real_gaps(watched, analyst, talk):
     page, watch = watched
