@@ -97,6 +97,10 @@ def test_project_page_shows_my_role_members_and_the_admin_forms(admin, acme):
     assert 'data-member="ada"' in html and 'data-member="vic"' in html
     assert 'id="member-form"' in html and 'id="settings-form"' in html
     assert f'href="{_url("audit", acme)}"' in html and "/sessions/?project=acme" in html
+    # Every column is named for a screen reader, the remove buttons' too (axe: empty-table-header).
+    keys = admin.get("/account/keys/").content.decode()
+    for page in (html, keys):
+        assert "<thead>" in page and not re.search(r"<th[^>]*>\s*</th>", page)
 
 
 def test_a_viewer_sees_members_but_no_admin_forms_nor_the_audit_link(client, acme):
