@@ -179,10 +179,21 @@ def test_the_visitor_sees_the_recording_and_not_the_teams_work(shown, mia):
     assert 'id="comment-threads"' not in frame.content.decode()
     assert visitor.get(reverse("sessions:search", args=[shown.pk]), {"q": "event"}).status_code == 200
     assert visitor.get(reverse("sessions:charts", args=[shown.pk])).status_code == 200
+    # Last verified some minutes ago (the import's own verification): the visitor's runs.
+    Session.objects.filter(pk=shown.pk).update(chain_checked_at=timezone.now() - timedelta(minutes=5))
     verified = visitor.post(reverse("sessions:verify", args=[shown.pk]), HTTP_HX_REQUEST="true")
     assert verified.status_code == 200
     entry = AuditEntry.objects.filter(action="session.verify").latest("seq")
     assert entry.actor == f"share:{ShareLink.objects.get().pk}"
+    # Again at once: answered with that verification's result, not run again (nor recorded).
+    again = visitor.post(reverse("sessions:verify", args=[shown.pk]), HTTP_HX_REQUEST="true")
+    assert again.status_code == 200 and "verified at" in again.content.decode()
+    assert AuditEntry.objects.filter(action="session.verify").count() == 1
+    # A member's verify always runs.
+    mia_client = Client()
+    mia_client.force_login(mia)
+    mia_client.post(reverse("sessions:verify", args=[shown.pk]), HTTP_HX_REQUEST="true")
+    assert AuditEntry.objects.filter(action="session.verify").count() == 2
 
 
 def test_the_visitor_reaches_no_other_session_no_list_and_no_api(shown, hidden, mia):

@@ -339,21 +339,35 @@ def search(request: HttpRequest, session_id: int) -> HttpResponse:
 def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     """Verify the stored session now and show the chain badge's new state."""
     session = access.session_for(request, session_id)
-    result = verification.verify_session(session=session)
-    audit.record_on_session(
-        request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
-    )
+    visitor = access.share_grant_on(request, session) is not None
+    result = None
+    if not (visitor and _verified_lately(session)):
+        result = verification.verify_session(session=session)
+        audit.record_on_session(
+            request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
+        )
     if not request.htmx:
         return redirect(session.get_absolute_url())
     badge = render_to_string("sessions_app/player.html#chain-badge", {"session": session, "verification": result},
                              request)  # fmt: skip
-    if access.share_grant_on(request, session) is not None:
+    if visitor:
         return HttpResponse(badge)  # a link's visitor sees no sign-offs
     # The sign-offs' list, out of band: a break the verification found inside one is said there at
     # once (their form stays as it is, with whatever is being typed in it).
     panel = render_to_string("sessions_app/player.html#sign-off-list",
                              {"session": session, "sign_offs_oob": True} | sign_off_panel(request, session), request)  # fmt: skip
     return HttpResponse(badge + panel)
+
+
+# A link's visitor (no member, no account needed) may verify too, but not make the server re-hash
+# a session over and over (about 4 s of CPU for 100k events): within this many seconds of the
+# session's last verification, theirs is answered with that one's result.
+VISITOR_VERIFY_EVERY_SECONDS = 60
+
+
+def _verified_lately(session: Session) -> bool:
+    checked = session.chain_checked_at
+    return checked is not None and (timezone.now() - checked).total_seconds() < VISITOR_VERIFY_EVERY_SECONDS
 
 
 # The confirm step's answer: only its own form sends it, so a first post (or a second click on
