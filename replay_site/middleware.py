@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 
 from django.db import OperationalError
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from sessions_app.models.bounds import MAX_ID
@@ -24,10 +24,8 @@ def refuse_nul_in_query(get_response: Callable[[HttpRequest], HttpResponse]) -> 
     def middleware(request: HttpRequest) -> HttpResponse:
         if "%00" in request.META.get("QUERY_STRING", ""):
             detail = "the query string holds a NUL character (%00), which no parameter accepts"
-            if request.path.startswith("/api/"):
-                return JsonResponse({"detail": detail}, status=400)
-            if request.path.startswith(_MACHINE_PATHS):  # OTLP, MCP: programs read a line of text
-                return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
+            if request.path.startswith(_MACHINE_PATHS):  # programs: JSON under /api/, else a line of text
+                return _plain_or_json(request, detail, status=400)
             # The site's refusal page (below the CSP middleware in settings, so it has its policy).
             return refusal(request, status=400, title="Bad request", reason=detail)
         return get_response(request)

@@ -182,11 +182,6 @@ def _line_order(line: int | None) -> tuple[int, int]:
     return (0, 0) if line is None else (1, line)
 
 
-def _negated_order(line: int | None) -> tuple[int, int]:
-    # `_line_order` negated, for Python's min-heap to hold the last on top.
-    return (0, 0) if line is None else (-1, -line)
-
-
 def without_nul(text: str) -> str:
     """Text as stored: U+0000 becomes U+FFFD. PostgreSQL's text and jsonb refuse the character
     (SQLite keeps it); both databases store the same text. The original record, hashed and
@@ -206,6 +201,17 @@ def json_without_nul(value: Any) -> Any:
     return value
 
 
+def _problem(line: int | None, field: str, message: str) -> Problem:
+    # Messages quote the file's own text, and the job stores them as JSON.
+    return Problem(line, without_nul(field), without_nul(message))
+
+
+def _negated(line: int | None) -> tuple[int, int]:
+    # `_line_order` negated, for the min-heap to hold the problem coming last on top.
+    first, number = _line_order(line)
+    return (-first, -number)
+
+
 class Problems:
     """Collects problems of one file: keeps `limit` in full, those that come first in the file
     (its own problems, with no line, before any line's), and counts the rest.
@@ -217,33 +223,30 @@ class Problems:
 
     def __init__(self, limit: int = 1000) -> None:
         self.limit = limit
-        self.items: list[Problem] = []  # in the order found while fewer than `limit`
+        self.items: list[Problem] = []
+        self._found_at: list[int] = []  # each kept problem's number in the order found
         self.count = 0
-        # Once full: for each kept problem, (negated line-order key, negated found number, its
-        # place in `items`), the one coming last in the file (of a line's, the last found) on top
-        # of this heap, so a problem coming before it replaces it; and each place's found number,
-        # which keeps a line's problems in the order found.
+        # Once full: (negated line order, negated found number, place in `items`) of each kept
+        # problem, the one coming last in the file (of a line's, the last found) on top of this
+        # min-heap, so a problem coming before it replaces it.
         self._last_kept: list[tuple[tuple[int, int], int, int]] | None = None
-        self._found_at: list[int] = []
 
     def add(self, line: int | None, field: str, message: str) -> None:
         found = self.count
         self.count += 1
         if len(self.items) < self.limit:
-            # Messages quote the file's own text, and the job stores them as JSON.
-            self.items.append(Problem(line, without_nul(field), without_nul(message)))
+            self.items.append(_problem(line, field, message))
+            self._found_at.append(found)
             return
         if self.limit <= 0:
             return
         if self._last_kept is None:
-            self._found_at = list(range(len(self.items)))
-            self._last_kept = [(_negated_order(p.line), -place, place) for place, p in enumerate(self.items)]
+            self._last_kept = [(_negated(p.line), -self._found_at[place], place) for place, p in enumerate(self.items)]
             heapq.heapify(self._last_kept)
-        order = _negated_order(line)
+        order = _negated(line)
         if order > self._last_kept[0][0]:  # comes before the last kept (the same line: kept as found)
             place = self._last_kept[0][2]
-            self.items[place] = Problem(line, without_nul(field), without_nul(message))
-            self._found_at[place] = found
+            self.items[place], self._found_at[place] = _problem(line, field, message), found
             heapq.heapreplace(self._last_kept, (order, -found, place))
 
     def __len__(self) -> int:
@@ -252,8 +255,6 @@ class Problems:
     def in_line_order(self) -> list[Problem]:
         """The kept problems in the file's line order, the file's own (no line) first: the order
         found is no order a reader of the file can follow."""
-        if not self._found_at:  # never full: `items` is in the order found, which the sort keeps
-            return sorted(self.items, key=lambda p: _line_order(p.line))
         ranked = sorted(zip(self.items, self._found_at), key=lambda kept: (_line_order(kept[0].line), kept[1]))
         return [problem for problem, _ in ranked]
 
