@@ -17,7 +17,7 @@ from functools import cache
 import nh3
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
@@ -167,10 +167,13 @@ class ThreadSummary:
 
 
 def thread_summaries(*, session: Session, limit: int = MAX_THREADS) -> list[ThreadSummary]:
-    """The session's threads in seq order, each with its reply count: one query."""
+    """The session's threads in seq order, each with its count of replies not deleted: one
+    query. A thread whose every comment was deleted is left out (and so not counted): nothing
+    of it is left to read, answer or resolve."""
     rows = (
         Comment.objects.filter(session=session, parent=None)
-        .annotate(reply_count=Count("replies"))
+        .annotate(reply_count=Count("replies", filter=Q(replies__deleted_at=None)))
+        .exclude(deleted_at__isnull=False, reply_count=0)
         .order_by("seq", "created_at", "id")[:limit]
     )
     return [

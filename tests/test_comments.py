@@ -399,6 +399,31 @@ def test_the_full_page_lists_every_thread_in_the_discussion_and_marks_the_scrubb
     assert 'href="#discussion"' in html
 
 
+def test_the_discussion_leaves_out_and_does_not_count_a_thread_whose_every_comment_was_deleted(ours, rita, rob, vic):
+    gone = comment_on(rita, ours, seq=3, body="withdrawn")
+    gone_reply = comment_on(rob, ours, parent=gone["id"], body="agreed, withdrawn")
+    answered = comment_on(rita, ours, seq=8, body="asked")
+    comment_on(rob, ours, parent=answered["id"], body="answered")
+    gone_answer = comment_on(rob, ours, parent=answered["id"], body="second thought")
+    kept = comment_on(rita, ours, seq=12, body="kept")
+    assert rob.delete(api_url(ours, gone_reply["id"])).status_code == 204
+    assert rob.delete(api_url(ours, gone_answer["id"])).status_code == 204
+    assert rita.delete(api_url(ours, gone["id"])).status_code == 204
+    assert rita.delete(api_url(ours, answered["id"])).status_code == 204
+    html = vic.get(f"/sessions/{ours.pk}/").content.decode()
+    discussion = html[html.index('<section id="discussion"') :]
+    discussion = discussion[: discussion.index("</section>")]
+    # The thread with a live reply stays, "(deleted)" with its one live reply; the other is gone.
+    assert "(2 threads)" in discussion and "Discussion (2)" in html
+    assert f'href="{answered["permalink"]}"' in discussion and f'href="{kept["permalink"]}"' in discussion
+    assert f'href="{gone["permalink"]}"' not in discussion
+    assert "(deleted)" in discussion and "· 1 reply" in discussion
+    marks = html[html.index('<div id="comment-marks"') : html.index('id="scrubber-cursor"')]
+    assert 'aria-label="2 comment threads"' in marks and 'data-seq="3"' not in marks
+    # The API still lists it, as the record of what was said and removed.
+    assert gone["id"] in [thread["id"] for thread in vic.get(api_url(ours)).json()]
+
+
 def test_the_discussion_list_previews_a_comment_as_the_text_it_shows_not_its_markdown(ours, rita, vic):
     body = "**Wrong tool** at `grep -r`: see [the log](https://example.com/log) &amp; <b>this</b>\n\n> quoted"
     comment_on(rita, ours, seq=3, body=body)
