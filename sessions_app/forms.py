@@ -110,6 +110,8 @@ class PlayerForm(QueryForm):
         out = super().values()
         out["speed"] = out["speed"] or "1"
         out["pace"] = out["pace"] or "steps"
+        # A step given but refused ("abc", -1): the player says so beside the event it shows.
+        out["step_refused"] = str(self.data.get("step"))[:40] if "step" in self.errors else None
         return out
 
 

@@ -181,6 +181,29 @@ def test_step_defaults_and_bounds(logged_in, talk):
     )
 
 
+def step_notice(html: str) -> str | None:
+    found = re.search(r'<p class="filter-notice" role="status" id="step-notice">(.*?)</p>', html, re.S)
+    return found.group(1) if found else None
+
+
+def test_a_step_the_url_asks_for_but_cannot_have_is_named_beside_the_event_shown(logged_in, talk):
+    last = talk.event_count - 1
+    assert step_notice(logged_in.get(url(talk)).content.decode()) is None
+    assert step_notice(logged_in.get(url(talk), {"step": last}).content.decode()) is None
+    refused = logged_in.get(url(talk), {"step": "abc"}).content.decode()
+    assert step_notice(refused) == "?step=abc is not an event&#x27;s seq (a whole number from 0); showing event #1."
+    assert step_notice(logged_in.get(url(talk), {"step": "-4"}).content.decode()).startswith("?step=-4 is not")
+    past = logged_in.get(url(talk), {"step": last + 5}, HTTP_HX_REQUEST="true").content.decode()
+    assert frame_data(past)["seq"] == last
+    assert step_notice(past) == (
+        f"?step={last + 5} is past this session&#x27;s last event (seq {last}); showing event #{last + 1}, the last."
+    )
+    # What the URL said is shown as text, cut short.
+    hostile = logged_in.get(url(talk), {"step": "<script>x</script>" + "9" * 100}).content.decode()
+    assert "<script>x" not in hostile and step_notice(hostile).startswith("?step=&lt;script&gt;x&lt;/script&gt;999")
+    assert len(step_notice(hostile)) < 200
+
+
 def test_frame_knows_neighbours_turn_boundary_and_errors(logged_in, talk):
     turn = turn_length()
     data = frame_data(logged_in.get(url(talk), {"step": 2}).content.decode())

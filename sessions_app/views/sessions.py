@@ -215,7 +215,7 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
     partial = wants_partial(request)
     context: dict[str, Any] = {
         "session": session, "frame": frame, "state": state, "live": live, "oob": partial,
-        "keep": _player_link_suffix(state), "shared": shared,
+        "keep": _player_link_suffix(state), "shared": shared, "step_notice": _step_notice(state, frame, session),
     }  # fmt: skip
     context |= _frame_extras(request, session, frame, state, partial=partial, live=live, shared=shared)
     if live or not partial:
@@ -234,6 +234,18 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
     response = render_page(request, "sessions_app/player.html", "step-list", context | (extra or {}))
     response.status_code = status
     return response
+
+
+def _step_notice(state: dict[str, Any], frame: Frame, session: Session) -> str:
+    """Why the event shown is not the one the URL asked for (a link typed or cut short), so a
+    shared link that opens elsewhere says so instead of showing another moment silently."""
+    shown = f"showing event #{frame.seq + 1}"
+    if state.get("step_refused") is not None:
+        return f"?step={state['step_refused']} is not an event's seq (a whole number from 0); {shown}."
+    asked = state["step"]
+    if asked is not None and session.event_count and asked > frame.seq:
+        return f"?step={asked} is past this session's last event (seq {frame.seq}); {shown}, the last."
+    return ""
 
 
 # While a session is being written, its header and the filters' counts travel with every frame
