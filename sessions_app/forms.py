@@ -19,8 +19,8 @@ from .canonical import ALL_KINDS
 from .ingest.uploads import max_upload_bytes
 from .models import ImportJob, Project, Review, Role, Session
 from .models.bounds import MAX_ID, MAX_POSITION
-from .redaction import DETECTORS, MAX_CUSTOM_RULES, MAX_PATTERN
-from .redaction_rules import MAX_SAMPLE
+from .redaction import DETECTORS, MAX_CUSTOM_RULES, MAX_PATTERN, RuleError
+from .redaction_rules import MAX_SAMPLE, checked_rules
 from .replay.exports import EXPORT_FORMATS
 from .replay.imports import parse_job_cursor
 from .replay.listing import UNREVIEWED, parse_cursor
@@ -442,16 +442,35 @@ class RedactionForm(forms.Form):
     keep_originals = forms.BooleanField(required=False, label="Keep uploaded originals (redacted)")
 
     def clean_custom(self) -> list[dict[str, Any]]:
-        """The rules, each with the line it was written on (`line`, for error messages)."""
+        """The rules, each with the line it was written on (`line`, for error messages). A line
+        not written `label = pattern` is refused, and with it what is wrong with every other
+        line (`checked_rules`), so one send shows every line to mend."""
         rules = []
+        unwritten: list[tuple[int, str]] = []
         for number, line in enumerate(self.cleaned_data["custom"].splitlines(), 1):
             if not line.strip():
                 continue
             label, equals, pattern = line.partition("=")
             if not equals or not label.strip() or not pattern.strip():
-                raise ValidationError(f"line {number}: write label = pattern")
+                unwritten.append((number, f"line {number}: write label = pattern"))
+                continue
             rules.append({"label": label.strip(), "pattern": pattern.strip(), "line": number})
+        if unwritten:
+            _, errors = checked_rules([{"label": rule["label"], "pattern": rule["pattern"]} for rule in rules])
+            wrong = unwritten + [(rule_of(rules, error)["line"], rule_error_text(rules, error)) for error in errors]
+            raise ValidationError([text for _, text in sorted(wrong)])
         return rules
+
+
+def rule_of(rules: list[dict[str, Any]], error: RuleError) -> dict[str, Any]:
+    """The rule (as `clean_custom` gave it) a `custom[N]...` RuleError names."""
+    return rules[int(error.field[len("custom[") : error.field.index("]")])]
+
+
+def rule_error_text(rules: list[dict[str, Any]], error: RuleError) -> str:
+    """A custom rule's RuleError as the page says it: by the line it was written on."""
+    rule = rule_of(rules, error)
+    return f"line {rule['line']} ({rule['label']}): {error.message}"
 
 
 class RedactionTryForm(RedactionForm):

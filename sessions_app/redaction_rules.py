@@ -41,8 +41,9 @@ def rules_of(*, project: Project) -> dict[str, Any]:
 
 def clean_rules(*, detectors: Any, custom: Any) -> tuple[list[str], list[dict[str, str]]]:
     """Rules as given made safe to store: `detectors` a {name: on} object (or a list of the
-    names that are on), each custom rule checked (redaction.check_custom_rule). Raises RuleError
-    naming the first field that is wrong (`detectors.emial`, `custom[0].pattern`)."""
+    names that are on), each custom rule checked (`checked_rules`). Raises RuleError naming the
+    first field that is wrong (`detectors.emial`, `custom[0].pattern`); for custom rules, a
+    RulesRefused that holds every one."""
     if isinstance(detectors, dict):
         for name, on in detectors.items():
             if name not in DETECTORS:
@@ -61,16 +62,39 @@ def clean_rules(*, detectors: Any, custom: Any) -> tuple[list[str], list[dict[st
         raise RuleError("custom", "a list of {label, pattern} rules")
     if len(custom) > MAX_CUSTOM_RULES:
         raise RuleError("custom", f"at most {MAX_CUSTOM_RULES} custom rules")
-    cleaned: list[dict[str, str]] = []
-    for index, rule in enumerate(custom):
-        if not isinstance(rule, dict) or set(rule) - {"label", "pattern"}:
-            raise RuleError(f"custom[{index}]", "a rule is an object with a label and a pattern")
-        label = check_label(rule.get("label"), f"custom[{index}].label")
-        if label in DETECTORS or any(label == kept["label"] for kept in cleaned):
-            raise RuleError(f"custom[{index}].label", f"the label {label!r} is taken already")
-        check_custom_rule(rule.get("pattern"), f"custom[{index}].pattern")
-        cleaned.append({"label": label, "pattern": rule["pattern"]})
+    cleaned, errors = checked_rules(custom)
+    if errors:
+        raise RulesRefused(errors)
     return [name for name in DETECTORS if name in wanted], cleaned
+
+
+class RulesRefused(RuleError):
+    """Custom rules that cannot be used: named by the first (what the API reports), `errors`
+    holds every one (the page lists them all, so a form is not sent again for each)."""
+
+    def __init__(self, errors: list[RuleError]) -> None:
+        super().__init__(errors[0].field, errors[0].message)
+        self.errors = errors
+
+
+def checked_rules(custom: list[Any]) -> tuple[list[dict[str, str]], list[RuleError]]:
+    """Each custom rule checked (redaction.check_custom_rule): the ones that can be used, and a
+    RuleError for each other one, naming it by its index (`custom[2].pattern`)."""
+    cleaned: list[dict[str, str]] = []
+    errors: list[RuleError] = []
+    for index, rule in enumerate(custom):
+        try:
+            if not isinstance(rule, dict) or set(rule) - {"label", "pattern"}:
+                raise RuleError(f"custom[{index}]", "a rule is an object with a label and a pattern")
+            label = check_label(rule.get("label"), f"custom[{index}].label")
+            if label in DETECTORS or any(label == kept["label"] for kept in cleaned):
+                raise RuleError(f"custom[{index}].label", f"the label {label!r} is taken already")
+            check_custom_rule(rule.get("pattern"), f"custom[{index}].pattern")
+        except RuleError as exc:
+            errors.append(exc)
+        else:
+            cleaned.append({"label": label, "pattern": rule["pattern"]})
+    return cleaned, errors
 
 
 def set_rules(

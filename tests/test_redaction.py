@@ -650,6 +650,34 @@ def test_the_page_saves_the_rules_and_shows_a_refused_rule_by_its_line(admin):
     assert "line 3 (bad): not a valid RE2 regular expression" in refused.content.decode()
 
 
+def test_the_page_names_every_line_to_mend_in_one_answer(admin):
+    project, user = admin
+    client = _signed_in(user)
+    written = "ok = x+\nno equals sign\nempty = a*\nok = y+\n = z\nbad = (unclosed\n"
+    refused = client.post("/projects/acme/redaction/", {"custom": written})
+    assert refused.status_code == 400
+    errors = re.findall(r"<p class=\"error\">(line \d[^<]*)</p>", refused.content.decode())
+    assert [error.split(":")[0] for error in errors] == [
+        "line 2",
+        "line 3 (empty)",
+        "line 4 (ok)",
+        "line 5",
+        "line 6 (bad)",
+    ]
+    assert "the pattern matches the empty string" in errors[1] and "is taken already" in errors[2]
+    # Every line well written: the rules' own checks, every one named too.
+    refused = client.post("/projects/acme/redaction/", {"custom": "empty = a*\nfine = b+\nbad = (unclosed\n"})
+    errors = re.findall(r"<p class=\"error\">(line \d[^<]*)</p>", refused.content.decode())
+    assert [error.split(":")[0] for error in errors] == ["line 1 (empty)", "line 3 (bad)"]
+    assert not RedactionRules.objects.filter(project=project).exists()
+    # The API lists every one too; its detail names the first.
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    body = {"custom": [{"label": "e", "pattern": "a*"}, {"label": "f", "pattern": "b"}, {"label": "g", "pattern": "("}]}
+    response = api.put("/api/projects/acme/redaction", orjson.dumps(body), content_type="application/json")
+    assert response.status_code == 422 and response.json()["detail"].startswith("custom[0].pattern: the pattern")
+    assert [e["field"] for e in response.json()["errors"]] == ["custom[0].pattern", "custom[2].pattern"]
+
+
 def test_saving_the_rules_does_not_need_a_sample_and_testing_does(admin):
     # "Save rules" and "Test" share one form: the browser must not demand a sample to save.
     project, user = admin

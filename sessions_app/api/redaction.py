@@ -12,6 +12,7 @@ from ninja.responses import Status
 from .. import access, audit, redaction_rules
 from ..models import Role
 from ..redaction import DETECTORS, RuleError
+from ..redaction_rules import RulesRefused
 from .schemas import DetailOut, ErrorOut, Text
 
 router = Router(tags=["projects"])
@@ -50,7 +51,9 @@ class TryOut(Schema):
 
 
 def _refused(exc: RuleError) -> Status:
-    return Status(422, {"detail": str(exc), "errors": [{"field": exc.field, "message": exc.message}]})
+    """A 422 whose detail names the first rule that cannot be used, `errors` every one."""
+    errors = exc.errors if isinstance(exc, RulesRefused) else [exc]
+    return Status(422, {"detail": str(exc), "errors": [{"field": e.field, "message": e.message} for e in errors]})
 
 
 @router.get("/projects/{slug}/redaction", response={200: RedactionRulesOut, **DENIED}, url_name="redaction")

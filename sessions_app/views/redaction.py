@@ -12,9 +12,10 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
 from .. import access, audit, redaction_rules
-from ..forms import RedactionForm, RedactionTryForm
+from ..forms import RedactionForm, RedactionTryForm, rule_error_text
 from ..models import Project, Role
 from ..redaction import DETECTOR_GROUPS, DETECTORS, RuleError
+from ..redaction_rules import RulesRefused
 from .pages import login_required, wants_partial
 
 TEMPLATE = "sessions_app/redaction.html"
@@ -96,11 +97,11 @@ def _rules(form: RedactionForm) -> list[dict[str, str]]:
 
 
 def _refused(form: RedactionForm, exc: RuleError) -> None:
-    """A RuleError on the form: a custom rule's by the line it was written on."""
+    """A RuleError on the form: custom rules' each by the line it was written on."""
     if exc.field.startswith("custom["):
-        index = int(exc.field[len("custom[") : exc.field.index("]")])
-        rule = form.cleaned_data["custom"][index]
-        form.add_error("custom", f"line {rule['line']} ({rule['label']}): {exc.message}")
+        rules = form.cleaned_data["custom"]  # read first: add_error drops the field from cleaned_data
+        for error in exc.errors if isinstance(exc, RulesRefused) else [exc]:
+            form.add_error("custom", rule_error_text(rules, error))
     elif exc.field.startswith("detectors"):
         form.add_error("detectors", exc.message)
     else:
