@@ -359,6 +359,17 @@ def test_upload_errors_stay_while_the_job_list_polls_until_the_next_upload(logge
     assert '<div id="upload-errors" class="upload-errors" role="alert" hidden>' in page
 
 
+def test_without_javascript_upload_errors_show_once_and_dismiss_is_a_link_to_the_list(logged_in):
+    sent = logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("empty.jsonl", b"")]})
+    assert sent.status_code == 302
+    page = logged_in.get(sent.url).content.decode()
+    errors = page[page.index('<div id="upload-errors"') :]
+    errors = errors[: errors.index("</div>")]
+    assert "empty.jsonl" in errors
+    assert f'<a href="{LIST}" class="link-button" data-dismiss="upload-errors">dismiss</a>' in errors
+    assert "empty.jsonl" not in logged_in.get(LIST).content.decode()  # shown once: dismissed by following it
+
+
 def test_what_the_agent_wrote_is_isolated_in_the_list(logged_in, db):
     """Right-to-left text or a stray direction mark in a session id, task or model must not
     reorder the row around it: each sits in its own <bdi> / dir=auto box."""

@@ -142,7 +142,7 @@ def test_an_edited_field_a_later_verification_finds_inside_a_sign_off_flags_it(s
     # The badge's "verify" (htmx) brings the sign-offs out of band: the warning shows at once.
     Event.objects.filter(session=session, seq=2).update(tokens=(recorded or 0) + 2000)
     answer = _client(vic).post(reverse("sessions:verify", args=[session.pk]), HTTP_HX_REQUEST="true").content.decode()
-    assert answer.lstrip().startswith('<span id="chain-badge"')
+    assert answer.lstrip().startswith('<div id="chain-badge"')
     oob = answer[answer.index('<ol id="sign-off-list" hx-swap-oob="true">') :]
     assert "event #3 it covered no longer verifies" in oob
     # The list alone: a reviewer's form (its verdict and note being typed) is not replaced.

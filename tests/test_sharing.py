@@ -387,7 +387,41 @@ def test_the_tour_pages_panel_makes_and_revokes_tour_links_for_maintainers_only(
     assert viewer.get(panel_url).status_code == 403
     assert viewer.post(reverse("sessions:share_link_revoke", args=[link.pk])).status_code == 403
     revoked = client.post(reverse("sessions:share_link_revoke", args=[link.pk]))
-    assert revoked.status_code == 302 and revoked.url == reverse("sessions:tour", args=[tour.pk])
+    assert revoked.status_code == 302 and revoked.url == panel_url  # the links' own page, without htmx
     link.refresh_from_db()
     assert link.state == "revoked"
     assert AuditEntry.objects.get(action="share_link.revoke").target == f"tour:{tour.pk}"
+
+
+def test_without_javascript_the_links_are_a_page_of_their_own_that_makes_and_revokes_them(shown, mia, acme):
+    client = _signed_in(mia)
+    panel_url = reverse("sessions:share_links", args=[shown.pk])
+    player = client.get(_player(shown)).content.decode()
+    noscript = player[player.index("<noscript><p><a") :]
+    assert noscript.startswith(f'<noscript><p><a href="{panel_url}">Open the share links</a>')
+    page = client.get(panel_url)
+    body = page.content.decode()
+    assert page.status_code == 200 and "<h1>Share links of the session" in body and "<html" in body
+    assert f'href="{shown.get_absolute_url()}"' in body and f'method="post" action="{panel_url}"' in body
+    created = client.post(panel_url, {"expires_in_days": "3", "note": "no script"}).content.decode()
+    assert "<html" in created and 'id="share-created-url"' in created
+    link = ShareLink.objects.get()
+    revoked = client.post(reverse("sessions:share_link_revoke", args=[link.pk]))
+    assert revoked.status_code == 302 and revoked.url == panel_url
+    assert "revoked by mia" in client.get(revoked.url).content.decode()
+    # Its answers to htmx stay the panel alone; a viewer gets no page either.
+    assert not client.get(panel_url, HTTP_HX_REQUEST="true").content.decode().lstrip().startswith("<!")
+    assert _signed_in(member("vic", acme, Role.VIEWER)).get(panel_url).status_code == 403
+
+
+def test_without_javascript_verify_is_a_form_that_posts_and_comes_back(shown, mia):
+    client = _signed_in(mia)
+    player = client.get(_player(shown)).content.decode()
+    badge = player[player.index('<div id="chain-badge"') :]
+    badge = badge[: badge.index("</div>")]
+    verify_url = reverse("sessions:verify", args=[shown.pk])
+    assert f'<form class="inline-form" method="post" action="{verify_url}"' in badge
+    assert 'name="csrfmiddlewaretoken"' in badge and '<button type="submit"' in badge
+    answered = client.post(verify_url)
+    assert answered.status_code == 302 and answered.url == _player(shown)
+    assert "verified at" in client.get(answered.url).content.decode()

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from .. import access, audit, sharing
 from ..forms import ShareLinkForm, error_text
 from ..models import Role, Session, ShareLink, Tour
-from .pages import login_required
+from .pages import login_required, wants_partial
 
 # The exports a visitor's link may allow (the signed bundle carries the team's comments and
 # sign-offs, which a link does not share).
@@ -70,9 +70,20 @@ def _panel(request: HttpRequest, found: Session | Tour, *, created: str = "", fo
     }
     # A refusal is a 400 with the panel saying why (base.html's htmx responseHandling swaps it in).
     status = 400 if error else 200
-    response = render(request, "sessions_app/includes/share_links.html#share-links", context, status=status)
+    if wants_partial(request):
+        template = "sessions_app/includes/share_links.html#share-links"
+    else:  # without JavaScript: the panel as a page of its own
+        template = "sessions_app/share_links.html"
+        context |= _target_names(found)
+    response = render(request, template, context, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response
+
+
+def _target_names(found: Session | Tour) -> dict[str, str]:
+    if isinstance(found, Session):
+        return {"share_title": str(found.source_session_id or found.pk), "share_back_url": found.get_absolute_url()}
+    return {"share_title": found.title, "share_back_url": reverse("sessions:tour", args=[found.pk])}
 
 
 def _create(request: HttpRequest, found: Session | Tour) -> HttpResponse:
@@ -111,6 +122,6 @@ def revoke(request: HttpRequest, link_id: int) -> HttpResponse:
     link: ShareLink = access.share_link_for(request, link_id, need=Role.MAINTAINER)
     sharing.revoke_link(actor=access.actor_of(request), link=link, ip=audit.client_ip(request))
     found = access.session_for(request, link.session_id) if link.session_id else access.tour_for(request, link.tour_id)
-    if not request.htmx:
-        return redirect("sessions:player" if link.session_id else "sessions:tour", found.pk)
+    if not wants_partial(request):  # without JavaScript: back to the links' own page
+        return redirect("sessions:share_links" if link.session_id else "sessions:tour_share_links", found.pk)
     return _panel(request, found)

@@ -132,11 +132,13 @@
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("[data-dismiss-error]")) clearRequestError();
   });
-  // A message kept until read (the upload panel's errors): its dismiss button hides it.
+  // A message kept until read (the upload panel's errors): its dismiss button hides it (the
+  // page's own is a link to the list, for a browser without JavaScript: not followed here).
   document.addEventListener("click", function (event) {
     const button = event.target.closest && event.target.closest("[data-dismiss]");
     const box = button && document.getElementById(button.getAttribute("data-dismiss"));
     if (box) {
+      event.preventDefault();
       box.hidden = true;
       box.replaceChildren();
     }

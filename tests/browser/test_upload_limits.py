@@ -40,8 +40,9 @@ def test_the_upload_panel_names_a_file_past_the_limit_or_the_quota_and_takes_the
     assert "project default's storage quota" in errors.text_content()
     assert not ImportJob.objects.exists()
 
-    page.locator("#upload-errors [data-dismiss]").click()
-    assert errors.is_hidden()
+    page.evaluate("window.notReloaded = true")
+    page.locator("#upload-errors [data-dismiss]").click()  # the server's (a link, for no JavaScript)
+    assert errors.is_hidden() and page.evaluate("window.notReloaded === true")  # hidden, not followed
     page.set_input_files("#upload-form input[type=file]", str(fits))
     page.click("#upload-form button[type=submit]")
     page.locator(".job >> text=small.jsonl").wait_for()
