@@ -392,10 +392,11 @@ def _narration_html(narration: str) -> SafeString:
     return render_markdown(narration)
 
 
-def tour_mode(*, tour: Tour, session: Session, number: int) -> TourMode | None:
+def tour_mode(*, tour: Tour, session: Session, number: int, link_suffix: str = "") -> TourMode | None:
     """The tour at stop `number` (1-based; out of range: the nearest) as the player at
-    `session` shows it; None for a tour without stops. One query: every stop's place and
-    title, and only the shown stop's narration (a tour's narrations may be long)."""
+    `session` shows it, its stop links ending in `link_suffix` (the viewer's choices); None for
+    a tour without stops. One query: every stop's place and title, and only the shown stop's
+    narration (a tour's narrations may be long)."""
     index = max(number, 1) - 1
     rows = _stop_rows(tour.pk, index)
     if not rows:
@@ -406,7 +407,7 @@ def tour_mode(*, tour: Tour, session: Session, number: int) -> TourMode | None:
         narration = TourStop.objects.filter(tour=tour, position=rows[index][0]).values_list("narration", flat=True)[0]
     base = reverse("sessions:tour_play", args=[tour.pk])  # once, not once a stop
     links = [
-        StopLink(number=n, title=t, session=s, seq=q, url=f"{base}?stop={n}")
+        StopLink(number=n, title=t, session=s, seq=q, url=f"{base}?stop={n}{link_suffix}")
         for n, (_, s, q, t, _) in enumerate(rows, 1)
     ]
     stop = links[index]

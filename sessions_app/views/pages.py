@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
@@ -61,3 +62,16 @@ def render_page(request: HttpRequest, template: str, partial: str, context: dict
     response = render(request, name, context)
     patch_vary_headers(response, ["HX-Request"])
     return response
+
+
+def player_link_suffix(state: dict[str, Any], *, changed_only: bool = False) -> str:
+    """The query string every step link of the player carries after `?step=N` (the viewer's
+    kinds, speed and pace; PlayerForm's values): built once per frame, not once per link.
+    `changed_only`: those not at the player's defaults, or "" (a tour's stop links carry them,
+    so that a stop in another session plays as this one did)."""
+    params: list[tuple[str, str]] = [("types", kind) for kind in state["types"]]
+    if not changed_only or state["speed"] != "1":
+        params.append(("speed", state["speed"]))
+    if not changed_only or state["pace"] != "steps":
+        params.append(("pace", state["pace"]))
+    return "&" + urlencode(params) if params else ""

@@ -43,7 +43,7 @@ from ..replay.frames import Frame, frame_at, search_panel, step_seqs
 from ..replay.imports import session_import_problems
 from ..replay.listing import compare_candidates, list_sessions, recent_jobs
 from .comments import comment_panel, discussion, refused_comment
-from .pages import login_required, render_page, signed_in_or_shared, wants_partial
+from .pages import login_required, player_link_suffix, render_page, signed_in_or_shared, wants_partial
 from .redactions import redaction_panel
 from .reviews import sign_off_panel
 from .sharing import may_share, visitor_page
@@ -215,7 +215,7 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
     partial = wants_partial(request)
     context: dict[str, Any] = {
         "session": session, "frame": frame, "state": state, "live": live, "oob": partial,
-        "keep": _player_link_suffix(state), "shared": shared, "step_notice": _step_notice(state, frame, session),
+        "keep": player_link_suffix(state), "shared": shared, "step_notice": _step_notice(state, frame, session),
     }  # fmt: skip
     context |= _frame_extras(request, session, frame, state, partial=partial, live=live, shared=shared)
     if live or not partial:
@@ -224,7 +224,7 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
         context |= comment_panel(request, session, frame.seq)
         if not partial:
             context |= refused_comment(request, session)
-    context |= tour_mode_context(request, session, context["keep"])
+    context |= tour_mode_context(request, session, context["keep"], player_link_suffix(state, changed_only=True))
     if not partial:
         team = shared is None
         context |= _player_page(session)
@@ -263,7 +263,7 @@ def _frame_extras(request: HttpRequest, session: Session, frame: Frame, state: d
         "can_checkpoint": shared is None and role is not None and role.includes(Role.MAINTAINER),
     }
     if frame.hidden_kind:
-        extras["show_hidden"] = _player_link_suffix(state | {"types": [*state["types"], frame.hidden_kind]})
+        extras["show_hidden"] = player_link_suffix(state | {"types": [*state["types"], frame.hidden_kind]})
     if not partial or live or timezone.now() - session.updated_at < WRITTEN_LATELY:
         extras |= {"header_oob": partial, "kind_options": _kind_options(session, live=live)}
     return extras
@@ -295,14 +295,6 @@ def _may_delete(request: HttpRequest, session: Session) -> bool:
     # Who shows the button; delete_session checks it again through access.py.
     role = access.role_on(request, session)
     return role is not None and role.includes(Role.MAINTAINER)
-
-
-def _player_link_suffix(state: dict[str, Any]) -> str:
-    """The query string every step link of the player carries after `?step=N` (built once per
-    frame instead of once per link)."""
-    params: list[tuple[str, str]] = [("types", kind) for kind in state["types"]]
-    params += [("speed", state["speed"]), ("pace", state["pace"])]
-    return "&" + urlencode(params)
 
 
 def _player_page(session: Session) -> dict[str, Any]:

@@ -21,9 +21,18 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from .. import access, audit, tours
-from ..forms import TourForm, TourModeForm, TourStopAddForm, TourStopForm, TourStopMoveForm, error_text, labelled
+from ..forms import (
+    PlayerForm,
+    TourForm,
+    TourModeForm,
+    TourStopAddForm,
+    TourStopForm,
+    TourStopMoveForm,
+    error_text,
+    labelled,
+)
 from ..models import Project, Role, Session, Tour, TourStop
-from .pages import login_required, signed_in_or_shared
+from .pages import login_required, player_link_suffix, signed_in_or_shared
 
 
 def _can_edit(request: HttpRequest, found: Tour | Session | Project) -> bool:
@@ -173,12 +182,16 @@ def tour_play(request: HttpRequest, tour_id: int) -> HttpResponse:
         return redirect("sessions:tour", tour.pk)
     number = min(number, len(stops))
     session_id, seq = stops[number - 1]
-    return redirect(tours.stop_player_url(tour_id=tour.pk, session_id=session_id, seq=seq, number=number))
+    url = tours.stop_player_url(tour_id=tour.pk, session_id=session_id, seq=seq, number=number)
+    if any(name in request.GET for name in ("types", "speed", "pace")):
+        # From a stop's link in the player: the next session plays with the same kinds and pace.
+        url += player_link_suffix(PlayerForm(request.GET).values(), changed_only=True)
+    return redirect(url)
 
 
-def tour_mode_context(request: HttpRequest, session: Session, keep: str) -> dict[str, Any]:
-    """The player's tour mode (`?tour=<id>&stop=<N>`): the narration panel and the parameters
-    every step keeps. Two queries a frame (the tour, scoped; its stops), none without `tour`.
+def tour_mode_context(request: HttpRequest, session: Session, keep: str, choices: str) -> dict[str, Any]:
+    """The player's tour mode (`?tour=<id>&stop=<N>`): the narration panel (its stop links
+    ending in the viewer's `choices`) and the parameters every step keeps (after `keep`). Two queries a frame (the tour, scoped; its stops), none without `tour`.
     A tour the caller may not see, or of another project, is no tour mode: the player as usual."""
     params = TourModeForm(request.GET).values()
     if params["tour"] is None:
@@ -189,7 +202,7 @@ def tour_mode_context(request: HttpRequest, session: Session, keep: str) -> dict
         return {}
     if tour.project_id != session.project_id:
         return {}
-    mode = tours.tour_mode(tour=tour, session=session, number=params["stop"] or 1)
+    mode = tours.tour_mode(tour=tour, session=session, number=params["stop"] or 1, link_suffix=choices)
     if mode is None:
         return {}
     return {"tour_mode": mode, "keep": f"{keep}&tour={mode.tour_id}&stop={mode.number}"}

@@ -70,6 +70,7 @@
       button.setAttribute("aria-pressed", on ? "true" : "false");
       button.textContent = on ? "❚❚ Pause" : "▶ Play";
     }
+    showTourPlaying();
     // Off, the status says why it stopped, or "Paused" when the user paused; "Playing at …"
     // never outlives playback.
     if (!on) status(reason || (was ? "Paused." : ""));
@@ -147,6 +148,7 @@
   function afterFrame() {
     const f = frame();
     player.awaiting = false;
+    showTourPlaying(); // the narration panel comes again with every frame
     if (!f) return;
     updateControls(f);
     if (!player.dragging) placeCursor(f.seq);
@@ -524,15 +526,35 @@
     if (!tour || !tour.next || !f) return;
     const next = tour.next;
     if (!next.here) { setPlaying(false); window.location.assign(next.url); return; }
+    // Leaving the stop is a step in the browser's history, as its "Stop N →" link is: Back
+    // returns to this stop, not to the page before the tour (the frames on the way replace
+    // the new entry, as playback's frames always do).
+    pushNextFrame = true;
     if (next.seq <= f.seq) { setPlaying(false); markStop(next.number); go(next.seq); return; }
     tourStop = { number: next.number, seq: next.seq };
     setPlaying(true);
+  }
+  let pushNextFrame = false;
+  document.addEventListener("htmx:beforeHistoryUpdate", function (event) {
+    if (!pushNextFrame || !event.detail.history) return;
+    pushNextFrame = false;
+    event.detail.history.type = "push";
+  });
+  // While it plays to the next stop, the button is the pause (as #play is): a second press, or
+  // Space on it, pauses there instead of starting again.
+  function showTourPlaying() {
+    const button = $("tour-play-next");
+    if (!button) return;
+    const on = player.playing && tourStop !== null;
+    button.setAttribute("aria-pressed", on ? "true" : "false");
+    button.textContent = on ? "❚❚ Pause" : "▶ Play to next stop";
   }
   document.addEventListener("click", function (event) {
     const button = event.target.closest && event.target.closest('[data-tour-action="play-to-next"]');
     if (!button || !onPlayer()) return;
     event.preventDefault();
-    playToNextStop();
+    if (player.playing && tourStop !== null) setPlaying(false);
+    else playToNextStop();
   });
 
   // Exposed for the charts: clicking a point jumps the player.

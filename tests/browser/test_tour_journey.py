@@ -112,7 +112,23 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     assert panel.locator(".narration strong").text_content() == "what"
     assert_accessible(page, "player in tour mode")
 
-    # "Play to next stop": at the fastest pace it plays seqs 3, 4, 5 and pauses at stop 2 (seq 6).
+    # "Play to next stop" at 1×: while it plays, the button is the pause (its label and
+    # aria-pressed say so), and pressing it again pauses short of the stop.
+    page.focus("#tour-play-next")  # by keyboard: the button is a control like any other
+    page.keyboard.press("Enter")
+    wait_until(page, "() => document.getElementById('tour-play-next').getAttribute('aria-pressed') === 'true'")
+    assert page.locator("#tour-play-next").text_content() == "❚❚ Pause"
+    wait_for_seq(page, 3)
+    page.keyboard.press("Enter")
+    wait_until(page, "() => document.getElementById('play').getAttribute('aria-pressed') === 'false'")
+    assert page.locator("#play-status").text_content() == "Paused."
+    assert page.locator("#tour-play-next").text_content() == "▶ Play to next stop"
+    assert page.evaluate("document.getElementById('tour-play-next').getAttribute('aria-pressed')") == "false"
+    page.wait_for_timeout(1300)  # paused: no frame moves it on
+    paused_at = frame(page)["seq"]
+    assert paused_at < 6 and re.search(r"[?&]stop=1(&|$)", page.url)
+
+    # Again at the fastest pace: it plays on and pauses at stop 2 (seq 6).
     page.select_option("#speed", "10")
     # Each frame on the way brings stop 1's panel anew: its "Back to the stop" stays hidden while
     # playing (a MutationObserver notes, at every change, whether it was shown).
@@ -121,7 +137,7 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
         if (away && document.getElementById('play').getAttribute('aria-pressed') === 'true')
             window.awayShown.push(away.checkVisibility());
     }).observe(document.body, {childList: true, subtree: true}); }""")
-    page.focus("#tour-play-next")  # by keyboard: the button is a control like any other
+    page.focus("#tour-play-next")
     page.keyboard.press("Enter")
     wait_until(page, "() => document.querySelector('#tour-narration .tour-stop-count').textContent === 'Stop 2 of 3'")
     wait_until(page, "() => document.getElementById('play').getAttribute('aria-pressed') === 'false'")
@@ -134,17 +150,28 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     # The panel came anew with every frame; the keyboard is still on its button (of stop 2 now:
     # htmx focuses the new element of the focused one's id).
     assert page.evaluate("document.activeElement.id") == "tour-play-next"
+    assert page.locator("#tour-play-next").text_content() == "▶ Play to next stop"
     assert re.search(rf"[?&]tour={tour.pk}(&|$)", page.url) and re.search(r"[?&]stop=2(&|$)", page.url)
     assert re.search(r"[?&]step=6(&|$)", page.url)
     page.wait_for_timeout(600)  # paused: it stays at the stop
     assert frame(page)["seq"] == 6
 
-    # Stop 3 is in the other run: the next-stop link opens it there.
+    # Leaving a stop by playing is a step in the browser's history, as its link is: Back
+    # returns to stop 1 where play was pressed, not to the Learn page; Forward to stop 2.
+    page.go_back()
+    page.wait_for_url(re.compile(rf"/sessions/{first.pk}/\?step={paused_at}&.*stop=1"))
+    wait_until(page, "() => document.querySelector('#tour-narration .tour-stop-count').textContent === 'Stop 1 of 3'")
+    page.go_forward()
+    page.wait_for_url(re.compile(rf"/sessions/{first.pk}/\?step=6&.*stop=2"))
+    wait_until(page, "() => document.querySelector('#tour-narration .tour-stop-count').textContent === 'Stop 2 of 3'")
+
+    # Stop 3 is in the other run: the next-stop link opens it there, at the pace chosen here.
     page.click("#tour-next")
-    page.wait_for_url(f"**/sessions/{second.pk}/?step=4&tour={tour.pk}&stop=3")
+    page.wait_for_url(f"**/sessions/{second.pk}/?step=4&tour={tour.pk}&stop=3&speed=10&pace=steps")
     wait_for_seq(page, 4)
+    assert page.locator("#speed").input_value() == "10"
     assert page.locator("#tour-narration .tour-stop-count").text_content() == "Stop 3 of 3"
     assert "The last stop." in page.locator("#tour-narration").text_content()
     assert page.locator("#tour-play-next").count() == 0
     page.click("#tour-prev")
-    page.wait_for_url(f"**/sessions/{first.pk}/?step=6&tour={tour.pk}&stop=2")
+    page.wait_for_url(f"**/sessions/{first.pk}/?step=6&tour={tour.pk}&stop=2&speed=10&pace=steps")

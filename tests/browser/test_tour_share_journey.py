@@ -102,11 +102,14 @@ def test_a_signed_out_visitor_plays_a_shared_tour_from_stop_1_to_3_until_it_is_r
         # The tour's title links to its page, which the link's visitor reads too (read-only).
         assert narration.locator(".tour-name a").get_attribute("href") == f"/tours/{tour.pk}/"
         assert "shared with you" in visitor.locator(".shared-note").text_content()
-        # Nothing of the team's: no navigation, no comments, no form that writes, no panels.
+        # Nothing of the team's: no navigation, no comments, no form that writes, no panels. The
+        # one form that posts is the chain badge's verify (a visitor may check what it is shown).
         for hidden in ("header.topbar nav", "header.topbar a", "#discussion", "#comment-threads", "#comment-form",
                        "#checkpoint-form", "#sign-off-form", "#share-links", "#tour-panel", "#tour-stop-form",
-                       "nav.exports", "form.logout", "form[method=post]", "input[name=csrfmiddlewaretoken]"):  # fmt: skip
+                       "nav.exports", "form.logout", "form[method=post]:not(#chain-badge form)",
+                       "input[name=csrfmiddlewaretoken]:not(#chain-badge input)"):  # fmt: skip
             assert visitor.locator(hidden).count() == 0, hidden
+        assert visitor.locator("#chain-badge form").get_attribute("action") == f"/sessions/{first.pk}/verify/"
         assert "TEAM-ONLY" not in visitor.content() and "Acme Secret Project" not in visitor.content()
         assert_accessible(visitor, "player in tour mode through a share link, signed out")
 
@@ -129,10 +132,11 @@ def test_a_signed_out_visitor_plays_a_shared_tour_from_stop_1_to_3_until_it_is_r
         played = [_query(url)["step"][0] for url in frames if f"/sessions/{first.pk}/" in url and "step" in _query(url)]
         assert played == ["3", "4", "5"], frames
 
-        # Stop 3 is in the other session: "play to next stop" opens it there.
+        # Stop 3 is in the other session: "play to next stop" opens it there, at the pace chosen.
         visitor.click("#tour-play-next")
-        visitor.wait_for_url(f"**/sessions/{second.pk}/?step=4&tour={tour.pk}&stop=3")
+        visitor.wait_for_url(f"**/sessions/{second.pk}/?step=4&tour={tour.pk}&stop=3&pace=recorded")
         wait_for_seq(visitor, 4)
+        assert visitor.locator("#pace").input_value() == "recorded"
         assert narration.locator(".tour-stop-count").text_content() == "Stop 3 of 3"
         assert narration.locator(".tour-stop-title").text_content() == "Another run"
         assert narration.locator(".narration code").text_content() == "fixed"
