@@ -295,13 +295,31 @@ def may_export(who: HttpRequest | Actor, session: Session) -> bool:
     return any(grant.allow_export for grant in actor.grants if grant.covers(session))
 
 
-def session_to_export(who: HttpRequest | Actor, session_id: int) -> Session:
-    """The session, if the caller may export it (see `may_export`): 404 as `session_for`, 403
-    for a visitor whose link does not allow exports."""
+def session_to_export(who: HttpRequest | Actor, session_id: int, *, format: str | None = None) -> Session:
+    """The session, if the caller may export it as `format` (see `may_export`, and for
+    "original" `may_export_original`): 404 as `session_for`, 403 for a visitor whose link does
+    not allow it."""
     session = session_for(who, session_id)
     if not may_export(who, session):
         raise PermissionDenied(f"session {session_id}: this share link does not allow exports")
+    if format == "original" and not may_export_original(who, session):
+        raise PermissionDenied(
+            f"session {session_id}: its upload held other sessions too, which a share link does not share; "
+            "the rlm-code JSONL export has this session's own events"
+        )
     return session
+
+
+def may_export_original(who: HttpRequest | Actor, session: Session) -> bool:
+    """Whether the caller may have the session's original upload (`may_export` granted): a
+    member may; a share link's visitor only when the upload gave this session alone, as its
+    bytes would give the other sessions' records too (an appended file, an AgentLens export of
+    several sessions)."""
+    actor = _as_actor(who)
+    if role_on(actor, session) is not None or session.import_job_id is None:
+        return True  # a member, or no upload: the session's own stored records
+    result = ImportJob.objects.filter(pk=session.import_job_id).values_list("result", flat=True).first() or []
+    return all(isinstance(entry, dict) and entry.get("session") == session.pk for entry in result)
 
 
 def share_link_for(who: HttpRequest | Actor, link_id: int, *, need: Role = Role.MAINTAINER) -> ShareLink:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
+from pathlib import Path
 
 import orjson
 import pytest
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 from django.urls import reverse
@@ -18,12 +20,16 @@ from sessions_app import access, comments, reviews, sharing
 from sessions_app.access import Actor
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
+from sessions_app.jobs import run_import
 from sessions_app.models import AuditEntry, Checkpoint, Comment, Review, Role, Session, ShareLink, Tour, TourStop
 
 from .builders_teams import acme, key_of, member  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(settings.BASE_DIR)
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def _session(project, task: str, events: int = 12) -> Session:
@@ -425,3 +431,39 @@ def test_without_javascript_verify_is_a_form_that_posts_and_comes_back(shown, mi
     answered = client.post(verify_url)
     assert answered.status_code == 302 and answered.url == _player(shown)
     assert "verified at" in client.get(answered.url).content.decode()
+
+
+def _uploaded(acme, mia, path, django_capture_on_commit_callbacks) -> list[Session]:
+    api = Client(headers={"authorization": f"Bearer {key_of(mia, project=acme)}"})
+    with path.open("rb") as handle, django_capture_on_commit_callbacks(execute=False):
+        response = api.post("/api/imports", {"file": handle, "project": acme.slug})
+    assert response.status_code == 202, response.content
+    run_import(job_id=response.json()["job"])
+    return list(Session.objects.filter(import_job_id=response.json()["job"]).order_by("pk"))
+
+
+def test_a_visitor_has_no_original_of_an_upload_that_held_other_sessions(acme, mia, django_capture_on_commit_callbacks):
+    both = FIXTURES / "agentlens" / "two_sessions.ndjson"
+    first, second = _uploaded(acme, mia, both, django_capture_on_commit_callbacks)
+    _, token = _link(first, mia, allow_export=True)
+    visitor = _visitor(token)
+    export = reverse("sessions:export", args=[first.pk])
+    assert f"{export}?format=original" not in visitor.get(_player(first)).content.decode()
+    assert f"{export}?format=jsonl" in visitor.get(_player(first)).content.decode()
+    refused = visitor.get(export, {"format": "original"})
+    assert refused.status_code == 403 and "held other sessions too" in refused.content.decode()
+    # Its own events it has; the other session's are in neither.
+    own = b"".join(visitor.get(export, {"format": "jsonl"}).streaming_content)
+    assert second.source_session_id.encode() not in own and first.source_session_id.encode() in own
+    # A member has the whole upload, as received.
+    whole = b"".join(_signed_in(mia).get(export, {"format": "original"}).streaming_content)
+    assert whole == both.read_bytes()
+
+    # An upload that gave one session alone: its visitor has it, byte for byte.
+    alone_path = ROOT / "demo" / "rlm_success.jsonl"
+    [alone] = _uploaded(acme, mia, alone_path, django_capture_on_commit_callbacks)
+    _, token = _link(alone, mia, allow_export=True)
+    visitor = _visitor(token)
+    alone_export = reverse("sessions:export", args=[alone.pk])
+    assert f"{alone_export}?format=original" in visitor.get(_player(alone)).content.decode()
+    assert b"".join(visitor.get(alone_export, {"format": "original"}).streaming_content) == alone_path.read_bytes()

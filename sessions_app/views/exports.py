@@ -16,8 +16,8 @@ from .pages import signed_in_or_shared
 @signed_in_or_shared
 @require_GET
 def export(request: HttpRequest, session_id: int) -> HttpResponse:
-    session = access.session_to_export(request, session_id)
     form = ExportForm(request.GET)
+    session = access.session_to_export(request, session_id, format=form.data.get("format"))
     if not form.is_valid():
         return HttpResponseBadRequest(
             "format: one of " + ", ".join(exports.EXPORT_FORMATS), content_type="text/plain; charset=utf-8"

@@ -44,7 +44,9 @@ def visitor_page(request: HttpRequest, session: Session) -> dict[str, Any]:
     if not access.may_export(request, session):
         return {"exports": []}
     url = reverse("sessions:export", args=[session.pk])
-    return {"exports": [{"url": f"{url}?format={name}", "label": label} for name, label in VISITOR_EXPORTS]}
+    offered = [(name, label) for name, label in VISITOR_EXPORTS
+               if name != "original" or access.may_export_original(request, session)]  # fmt: skip
+    return {"exports": [{"url": f"{url}?format={name}", "label": label} for name, label in offered]}
 
 
 def may_share(request: HttpRequest, found: Session | Tour) -> bool:
