@@ -164,6 +164,34 @@ def remember_share_link(request: HttpRequest, link_id: int) -> None:
     request.__dict__.pop("_replay_actor", None)
 
 
+def still_reads(request: HttpRequest, session_id: int) -> bool:
+    """Whether the caller of a long stream may still read the session, asked anew of the
+    database (the actor kept on the request is as it was when the stream began): its key not
+    revoked, its user still signed in and active, its role or its share link still there. The
+    live tail asks every few seconds (replay/streaming.py)."""
+    actor = actor_of(request)
+    if actor.key is not None:
+        key = ApiKey.objects.active().select_related("user").filter(pk=actor.key.pk).first()
+        if key is None:
+            return False
+        fresh = Actor(user=key.user, key=key)
+    else:
+        user = None
+        if actor.user is not None:
+            store = getattr(request, "session", None)
+            if store is None or not store.session_key or not store.exists(store.session_key):
+                return False  # signed out meanwhile
+            user = type(actor.user)._default_manager.filter(pk=actor.user.pk).first()
+            if user is None:
+                return False
+        fresh = Actor(user=user, grants=_share_grants(request))
+    try:
+        session_for(fresh, session_id)
+    except (Http404, PermissionDenied):
+        return False
+    return True
+
+
 def _share_grants(request: HttpRequest) -> tuple[ShareGrant, ...]:
     """The grants of the browser's active share links, read on every request (one query, two
     with a tour link), so a revoked or expired link stops opening anything at once."""

@@ -11,10 +11,11 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
-from sessions_app.models import ApiKey, Role, Session
+from sessions_app.models import ApiKey, Membership, Role, Session
 from sessions_app.replay import streaming
 
 from .builders_ingest import T0
@@ -368,3 +369,42 @@ def test_a_streams_thread_closes_its_database_connection_when_the_stream_ends(tr
     thread.start()
     thread.join(timeout=30)
     assert seen == {"closed_stream": True, "close_called": True, "closed": True}
+
+
+@pytest.mark.parametrize("how", ["key revoked", "member removed", "user deactivated", "signed out"])
+def test_a_tail_ends_within_its_recheck_once_the_caller_may_no_longer_read(project, settings, monkeypatch, how):
+    settings.TAIL_MAX_SECONDS = 30
+    settings.TAIL_POLL_SECONDS = 0.01
+    monkeypatch.setattr(streaming, "RECHECK_SECONDS", 0.05)
+    session = timed_session(project, [(Kind.NOTE, 0)])
+    user = member("tailer", project, Role.VIEWER)
+    if how == "signed out":  # the player's own tail, by the login cookie
+        client = Client()
+        client.force_login(user)
+    else:
+        client = Client(headers={"authorization": f"Bearer {key_of(user)}"})
+    chunks = iter(client.get(f"/api/sessions/{session.pk}/tail").streaming_content)
+    assert frames_of([next(chunks)])[0][1]["seq"] == 0
+    if how == "key revoked":
+        ApiKey.objects.filter(user=user).update(revoked_at=timezone.now())
+    elif how == "member removed":
+        Membership.objects.filter(user=user, project=project).delete()
+    elif how == "user deactivated":
+        type(user).objects.filter(pk=user.pk).update(is_active=False)
+    else:
+        client.logout()
+    append_events(session=session, events=[_note(5)])  # written after: never sent
+    time.sleep(0.06)  # past the recheck (the stream's own waits run as it is read)
+    rest = frames_of(list(chunks))
+    assert [name for name, _, _ in rest if name == "event"] == []
+    assert rest[-1][1] == {"reason": "access_revoked", "last_seq": 0}
+
+
+def test_a_tail_goes_on_while_its_caller_may_read(project, settings, monkeypatch):
+    settings.TAIL_MAX_SECONDS = 0.3
+    settings.TAIL_POLL_SECONDS = 0.01
+    monkeypatch.setattr(streaming, "RECHECK_SECONDS", 0.02)
+    session = timed_session(project, [(Kind.NOTE, 0)])
+    client = Client(headers={"authorization": f"Bearer {key_of(member('reader', project, Role.VIEWER))}"})
+    frames = frames_of(client.get(f"/api/sessions/{session.pk}/tail").streaming_content)
+    assert frames[-1][1]["reason"] == "max_duration"  # rechecked a dozen times, and went on

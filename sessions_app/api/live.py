@@ -314,5 +314,6 @@ def tail_session(request: HttpRequest, session_id: Id, query: Query[TailQuery]):
             after=_start_after(request, query.after),
             poll_interval=settings.TAIL_POLL_SECONDS,
             max_seconds=settings.TAIL_MAX_SECONDS,
+            may_go_on=lambda: access.still_reads(request, session.pk),
         )
     )

@@ -300,13 +300,16 @@ def tail_stream(
     poll_interval: float = 0.5,
     max_seconds: float = 300.0,
     heartbeat_seconds: float = 15.0,
+    may_go_on: Callable[[], bool] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[bytes]:
     """Push a live session's events as they are appended, polling by keyset after the last
-    seq sent. Ends when the session has ended and everything was sent, or after
-    `max_seconds` (the `end` frame then says where to resume)."""
-    return _run(_tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock), sleep)
+    seq sent. Ends when the session has ended and everything was sent, after `max_seconds`
+    (the `end` frame then says where to resume), or once `may_go_on` (asked every
+    RECHECK_SECONDS) says the caller may no longer read the session."""
+    steps = _tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock, may_go_on)
+    return _run(steps, sleep)
 
 
 def tail_stream_async(
@@ -316,16 +319,18 @@ def tail_stream_async(
     poll_interval: float = 0.5,
     max_seconds: float = 300.0,
     heartbeat_seconds: float = 15.0,
+    may_go_on: Callable[[], bool] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[bytes]:
     """`tail_stream` for an ASGI server: the same frames, waiting without a thread."""
-    return _run_async(_tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock), sleep)
+    steps = _tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock, may_go_on)
+    return _run_async(steps, sleep)
 
 
-def _tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock) -> Iterator[_Step]:
+def _tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, clock, may_go_on) -> Iterator[_Step]:
     try:
-        yield from _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, clock)
+        yield from _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, clock, may_go_on)
     except DatabaseError:
         logger.exception("tail of session %s failed", session.pk)
         yield frame("error", {"message": "the stream stopped: database error"})
@@ -333,11 +338,21 @@ def _tail_steps(session, after, poll_interval, max_seconds, heartbeat_seconds, c
         _release_connection()
 
 
-def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, clock) -> Iterator[_Step]:
+# How often a tail asks again whether its caller may still read the session: a key revoked, a
+# member removed, a share link revoked or a sign-out ends the stream within this long.
+RECHECK_SECONDS = 5.0
+
+
+def _tail(session, after, poll_interval, max_seconds, heartbeat_seconds, clock, may_go_on) -> Iterator[_Step]:
     started = clock()
-    last_beat = started
+    last_beat = last_check = started
     last_seq = after
     while True:
+        if may_go_on is not None and clock() - last_check >= RECHECK_SECONDS:
+            last_check = clock()
+            if not may_go_on():
+                yield frame("end", {"reason": "access_revoked", "last_seq": last_seq})
+                return
         for page in _pages(session.pk, last_seq):
             for row in page:
                 last_seq = row.seq
