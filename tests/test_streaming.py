@@ -408,3 +408,20 @@ def test_a_tail_goes_on_while_its_caller_may_read(project, settings, monkeypatch
     client = Client(headers={"authorization": f"Bearer {key_of(member('reader', project, Role.VIEWER))}"})
     frames = frames_of(client.get(f"/api/sessions/{session.pk}/tail").streaming_content)
     assert frames[-1][1]["reason"] == "max_duration"  # rechecked a dozen times, and went on
+
+
+def test_a_paced_stream_ends_once_its_key_is_revoked(project, settings, monkeypatch):
+    settings.TAIL_MAX_SECONDS = 30
+    monkeypatch.setattr(streaming, "RECHECK_SECONDS", 0.05)
+    # Three events 100 ms apart (recorded), streamed at the recorded pace.
+    session = timed_session(project, [(Kind.NOTE, 0), (Kind.NOTE, 100), (Kind.NOTE, 200)])
+    finish_session(session=session, status="completed")
+    user = member("watcher", project, Role.VIEWER)
+    client = Client(headers={"authorization": f"Bearer {key_of(user)}"})
+    chunks = iter(client.get(f"/api/sessions/{session.pk}/stream", {"pacing": 1}).streaming_content)
+    assert frames_of([next(chunks)])[0][1]["seq"] == 0
+    ApiKey.objects.filter(user=user).update(revoked_at=timezone.now())
+    time.sleep(0.06)
+    rest = frames_of(list(chunks))
+    assert [name for name, _, _ in rest if name == "event"] == []
+    assert rest[-1][1] == {"reason": "access_revoked", "last_seq": 0, "sent": 1}

@@ -294,6 +294,7 @@ def stream_session(request: HttpRequest, session_id: Id, query: Query[StreamQuer
             pacing=query.pacing,
             max_gap=query.max_gap,
             max_seconds=settings.TAIL_MAX_SECONDS,
+            may_go_on=lambda: access.still_reads(request, session.pk),
         )  # fmt: skip
     )
 

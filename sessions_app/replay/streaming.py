@@ -193,6 +193,7 @@ def paced_stream(
     pacing: float = 1.0,
     max_gap: float | None = None,
     max_seconds: float = 300.0,
+    may_go_on: Callable[[], bool] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[bytes]:
@@ -206,9 +207,10 @@ def paced_stream(
     The stream stops before the next user message (a turn boundary) with a `pause` frame
     naming where to resume; the events before a session's first user message play together
     with its first turn. At the end of the session comes an `end` frame; one comes too, with
-    where to resume and a reconnect hint, when the next wait would pass `max_seconds`.
+    where to resume and a reconnect hint, when the next wait would pass `max_seconds`, and
+    one when `may_go_on` (asked every RECHECK_SECONDS) says the caller may no longer read it.
     """
-    return _run(_paced_steps(session, after, pacing, max_gap, max_seconds, clock), sleep)
+    return _run(_paced_steps(session, after, pacing, max_gap, max_seconds, clock, may_go_on), sleep)
 
 
 def paced_stream_async(
@@ -218,16 +220,17 @@ def paced_stream_async(
     pacing: float = 1.0,
     max_gap: float | None = None,
     max_seconds: float = 300.0,
+    may_go_on: Callable[[], bool] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[bytes]:
     """`paced_stream` for an ASGI server: the same frames, waiting without a thread."""
-    return _run_async(_paced_steps(session, after, pacing, max_gap, max_seconds, clock), sleep)
+    return _run_async(_paced_steps(session, after, pacing, max_gap, max_seconds, clock, may_go_on), sleep)
 
 
-def _paced_steps(session, after, pacing, max_gap, max_seconds, clock) -> Iterator[_Step]:
+def _paced_steps(session, after, pacing, max_gap, max_seconds, clock, may_go_on) -> Iterator[_Step]:
     try:
-        yield from _paced(session, after, pacing, max_gap, max_seconds, clock)
+        yield from _paced(session, after, pacing, max_gap, max_seconds, clock, may_go_on)
     except DatabaseError:
         logger.exception("stream of session %s failed", session.pk)
         yield frame("error", {"message": "the stream stopped: database error"})
@@ -235,8 +238,8 @@ def _paced_steps(session, after, pacing, max_gap, max_seconds, clock) -> Iterato
         _release_connection()
 
 
-def _paced(session, after, pacing, max_gap, max_seconds, clock) -> Iterator[_Step]:
-    started = clock()
+def _paced(session, after, pacing, max_gap, max_seconds, clock, may_go_on) -> Iterator[_Step]:
+    started = last_check = clock()
     from_start = after < 0
     sent = 0
     user_turns = 0
@@ -269,6 +272,11 @@ def _paced(session, after, pacing, max_gap, max_seconds, clock) -> Iterator[_Ste
                                             "sent": sent}, retry_ms=RECONNECT_MS)  # fmt: skip
                         return
                     yield from _wait(wait_ms / 1000.0, clock, last_sent_at + wait_ms / 1000.0)
+                if may_go_on is not None and clock() - last_check >= RECHECK_SECONDS:
+                    last_check = clock()
+                    if not may_go_on():
+                        yield frame("end", {"reason": "access_revoked", "last_seq": last_seq, "sent": sent})
+                        return
             else:
                 extra["gap_ms"] = 0.0
                 extra["wait_ms"] = 0.0
