@@ -124,10 +124,14 @@ def _location(loc: list | tuple) -> str:
     return ".".join(parts) or ("body" if "body" in loc else "request")
 
 
+# What pydantic says when the body is no JSON object: ninja reads a schema's fields as the
+# attributes of whatever JSON came (a string body would be reported as a failing str.replace()),
+# and a schema that forbids unknown fields (api/schemas.BodyIn) asks for a dictionary instead.
+_NOT_AN_OBJECT = frozenset({"get_attribute_error", "model_attributes_type"})
+
+
 def _message(error: dict) -> str:
-    if error.get("type") == "get_attribute_error":
-        # ninja reads a schema's fields as attributes of whatever JSON came: a string body
-        # would otherwise be reported as a failing str.replace().
+    if error.get("type") in _NOT_AN_OBJECT:
         return "the body must be a JSON object"
     return error.get("msg", "invalid value")
 
@@ -143,7 +147,7 @@ def validation_message(errors: list[dict]) -> str:
 @api.exception_handler(ValidationError)
 def bad_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = exc.errors
-    if any(e.get("type") == "get_attribute_error" for e in errors):  # the body is no object: say only that
+    if any(e.get("type") in _NOT_AN_OBJECT for e in errors):  # the body is no object: say only that
         errors = [{"loc": ("body",), "type": "get_attribute_error"}]
     return api.create_response(
         request,

@@ -625,6 +625,23 @@ def test_a_rule_that_cannot_be_used_is_a_422_naming_it(admin):
     assert not RedactionRules.objects.filter(project=project).exists()
 
 
+def test_a_misspelt_field_is_refused_naming_it_and_changes_nothing(admin):
+    project, user = admin
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    on = {"detectors": {"email": True}, "custom": [{"label": "ticket", "pattern": "T-[0-9]+"}]}
+    assert api.put("/api/projects/acme/redaction", orjson.dumps(on), content_type="application/json").status_code == 200
+    for body, field in (
+        ({"detecters": {"email": True}}, "detecters"),
+        ({"detectors": {"email": True}, "customs": []}, "customs"),
+        ({"detectors": {}, "custom": [{"label": "x", "pattern": "y", "flags": "i"}]}, "custom.0.flags"),
+    ):
+        response = api.put("/api/projects/acme/redaction", orjson.dumps(body), content_type="application/json")
+        assert response.status_code == 400, response.content
+        assert response.json()["detail"] == f"{field}: Extra inputs are not permitted"
+    rules = RedactionRules.objects.get(project=project)
+    assert rules.detectors == ["email"] and rules.custom == [{"label": "ticket", "pattern": "T-[0-9]+"}]
+
+
 def test_a_maintainer_may_neither_read_nor_change_the_rules(admin):
     project, _ = admin
     maintainer = member("max", project, Role.MAINTAINER)

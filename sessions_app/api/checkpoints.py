@@ -12,12 +12,12 @@ from ninja.responses import Status
 from .. import access, audit, checkpoints, replay
 from ..models import Checkpoint, Role, Session
 from .responses import json_response
-from .schemas import BAD, DENIED, NOT_FOUND, CheckpointOut, ContextOut, DetailOut, Id, Position, StepStateOut
+from .schemas import BAD, DENIED, NOT_FOUND, BodyIn, CheckpointOut, ContextOut, DetailOut, Id, Position, StepStateOut
 
 router = Router(tags=["sessions"])
 
 
-class CheckpointIn(Schema):
+class CheckpointIn(BodyIn):
     name: str = Field(..., min_length=1, max_length=200)
     seq: Position | None = Field(None, description="the event to name; or give `step`")
     step: Position | None = Field(None, description="0-based step position; its closing event is named")

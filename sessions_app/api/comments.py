@@ -13,24 +13,24 @@ from ninja.responses import Status
 
 from .. import access, audit, comments
 from ..models import Comment, Role
-from .schemas import DetailOut, Id, Position, Text
+from .schemas import BodyIn, DetailOut, Id, Position, Text
 
 router = Router(tags=["comments"])
 
 DENIED = {400: DetailOut, 403: DetailOut, 404: DetailOut}
 
 
-class CommentIn(Schema):
+class CommentIn(BodyIn):
     seq: Position | None = Field(None, description="the event the thread is on; a reply may leave it out")
     body: Text = Field(..., description=f"Markdown, at most {comments.MAX_BODY:,} characters")
     parent: Id | None = Field(None, description="reply in the thread of this comment")
 
 
-class CommentEditIn(Schema):
+class CommentEditIn(BodyIn):
     body: Text = Field(..., description="the new Markdown; the old body is kept as a revision")
 
 
-class ResolveIn(Schema):
+class ResolveIn(BodyIn):
     resolved: bool = True
 
 

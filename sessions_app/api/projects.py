@@ -13,7 +13,7 @@ from ninja.responses import Status
 
 from .. import access, audit, teams
 from ..models import Project, Role
-from .schemas import DetailOut, Text
+from .schemas import BodyIn, DetailOut, Text
 
 router = Router(tags=["projects"])
 
@@ -26,7 +26,7 @@ class ProjectOut(Schema):
     role: str = Field(description="the caller's role: viewer, reviewer, maintainer or admin")
 
 
-class ProjectIn(Schema):
+class ProjectIn(BodyIn):
     name: Text = Field(..., min_length=1, max_length=200)
     slug: Text = Field("", max_length=100, description="lowercase letters, digits, - and _; from the name when empty")
 
@@ -37,7 +37,7 @@ class MemberOut(Schema):
     since: datetime
 
 
-class MemberIn(Schema):
+class MemberIn(BodyIn):
     username: Text = Field(..., min_length=1, max_length=150)
     role: Role
 

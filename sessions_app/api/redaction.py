@@ -13,14 +13,14 @@ from .. import access, audit, redaction_rules
 from ..models import Role
 from ..redaction import DETECTORS, RuleError
 from ..redaction_rules import RulesRefused
-from .schemas import DetailOut, ErrorOut, Text
+from .schemas import BodyIn, DetailOut, ErrorOut, Text
 
 router = Router(tags=["projects"])
 
 DENIED = {403: DetailOut, 404: DetailOut}
 
 
-class CustomRule(Schema):
+class CustomRule(BodyIn):
     label: Text = Field(..., description="lowercase letters, digits, '_', '.', '-'; becomes [REDACTED:<label>]")
     pattern: Text = Field(..., description="an RE2 regular expression (no lookaround or backreferences)")
 
@@ -33,7 +33,7 @@ class RedactionRulesOut(Schema):
     updated_by: str
 
 
-class RedactionRulesIn(Schema):
+class RedactionRulesIn(BodyIn):
     detectors: dict[str, bool] = Field(
         default_factory=dict, description=f"detector name -> on; left out: off. Known: {', '.join(DETECTORS)}"
     )

@@ -11,7 +11,7 @@ from ninja.responses import Status
 from .. import access, audit, jobs, stored_redaction
 from ..models import RedactionJob, Role
 from ..stored_redaction import MANUAL_LABEL, MAX_TEXT, RedactionRefused
-from .schemas import DetailOut, Id, Position, Text
+from .schemas import BodyIn, DetailOut, Id, Position, Text
 
 router = Router(tags=["redaction"])
 
@@ -19,7 +19,7 @@ DENIED = {400: DetailOut, 403: DetailOut, 404: DetailOut}
 JOBS_LISTED = 10
 
 
-class RedactIn(Schema):
+class RedactIn(BodyIn):
     text: Text = Field(..., max_length=MAX_TEXT, description="the value to remove, as shown (e.g. selected)")
     seq: Position = Field(..., description="the event it was selected at")
     label: str = Field(MANUAL_LABEL, max_length=40, description="it becomes [REDACTED:<label>]")

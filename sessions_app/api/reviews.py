@@ -13,7 +13,7 @@ from .. import access, audit
 from ..models import Review, Role
 from ..reviews import SignOff, SignOffRefused, sign_off, sign_offs_of
 from .responses import json_response
-from .schemas import NOT_FOUND, DetailOut, Id, Text
+from .schemas import NOT_FOUND, BodyIn, DetailOut, Id, Text
 
 router = Router(tags=["reviews"])
 
@@ -46,7 +46,7 @@ class ReviewOut(Schema):
     )
 
 
-class ReviewIn(Schema):
+class ReviewIn(BodyIn):
     verdict: Review.Verdict
     note: Text = Field("", max_length=10_000)
 

@@ -27,6 +27,11 @@ Id = Annotated[int, Bounds(ge=1, le=MAX_ID)]
 Position = Annotated[int, Bounds(ge=0, le=MAX_POSITION)]
 
 
+class BodyIn(Schema, extra="forbid"):
+    """A request body of the team API: a field it does not know is refused, naming it, rather
+    than left out unseen (a misspelt `detecters` turned every redaction detector off)."""
+
+
 class DetailOut(Schema):
     detail: str
 

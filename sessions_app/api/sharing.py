@@ -15,14 +15,14 @@ from ninja.responses import Status
 
 from .. import access, audit, sharing
 from ..models import Role, Session, ShareLink, Tour
-from .schemas import DetailOut, Id, Text
+from .schemas import BodyIn, DetailOut, Id, Text
 
 router = Router(tags=["share links"])
 
 DENIED = {400: DetailOut, 403: DetailOut, 404: DetailOut}
 
 
-class ShareLinkIn(Schema):
+class ShareLinkIn(BodyIn):
     expires_in_days: int = Field(sharing.DEFAULT_DAYS, description=f"from 1 to {sharing.MAX_DAYS}")
     note: Text = Field("", description=f"at most {sharing.MAX_NOTE} characters, shown to maintainers only")
     allow_export: bool = Field(False, description="whether the link's visitor may download the exports")

@@ -17,7 +17,7 @@ from ninja.responses import Status
 
 from .. import access, audit, tours
 from ..models import Role, Tour, TourStop
-from .schemas import DetailOut, Id, Text
+from .schemas import BodyIn, DetailOut, Id, Text
 
 router = Router(tags=["tours"])
 
@@ -25,17 +25,17 @@ DENIED = {400: DetailOut, 403: DetailOut, 404: DetailOut}
 BIG = 2**62  # ids and seqs past this are no row's; refused before they reach the database
 
 
-class TourIn(Schema):
+class TourIn(BodyIn):
     title: Text = Field(..., max_length=tours.MAX_TITLE)
     description: Text = Field("", max_length=tours.MAX_TEXT, description="Markdown; shown sanitised")
 
 
-class TourChangeIn(Schema):
+class TourChangeIn(BodyIn):
     title: Text | None = Field(None, max_length=tours.MAX_TITLE, description="leave out to keep it")
     description: Text | None = Field(None, max_length=tours.MAX_TEXT, description="Markdown; leave out to keep it")
 
 
-class StopIn(Schema):
+class StopIn(BodyIn):
     session: int = Field(..., ge=1, le=BIG, description="a session of the tour's project")
     seq: int = Field(..., le=BIG, description="the event the stop is at: 0-based, 0 <= seq < the session's eventCount")
     title: Text = Field(..., max_length=tours.MAX_TITLE)
