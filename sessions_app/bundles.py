@@ -296,6 +296,7 @@ def sign_offs(session: Session) -> list[dict[str, Any]]:
             "first_seq": review.first_seq,
             "last_seq": review.last_seq,
             "created_at": _at(review.created_at),
+            "restored_from": review.restored_from,
         }
         for review in Review.objects.filter(session=session).order_by("created_at", "id")
     ]

@@ -140,7 +140,8 @@ def newest_broken(sessions: list[Session]) -> set[int]:
     if not candidates:
         return set()
     newest: dict[int, Review] = {}
-    for review in Review.objects.filter(session__in=list(candidates)).order_by("session_id", "-created_at", "-id"):
+    made_here = Review.objects.filter(session__in=list(candidates), restored_from="")
+    for review in made_here.order_by("session_id", "-created_at", "-id"):
         newest.setdefault(review.session_id, review)
     return {pk for pk, review in newest.items() if _broken_inside(review, candidates[pk]) is not None}
 
@@ -156,7 +157,9 @@ def sign_offs_of(*, session: Session) -> list[SignOff]:
     last_seqs = {r.last_seq for r in reviews if r.last_seq >= 0}
     with planned_for_values():  # a list of seqs: models/planning.py says why
         hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).order_by().values_list("seq", "hash"))
+    # The current one: the newest made here (a restored one is shown, never the review state).
+    current = next((r for r in reviews if not r.restored_from), None)
     return [
-        SignOff(review=r, coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq)), current=i == 0)
-        for i, r in enumerate(reviews)
+        SignOff(review=r, coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq)), current=r is current)
+        for r in reviews
     ]

@@ -207,3 +207,72 @@ def test_session_metadata_cannot_claim_a_bundle_origin(client, elsewhere):
     assert made.status_code == 201
     page = client.get(f"/sessions/{made.json()['id']}/").content.decode()
     assert "imported from a bundle signed by" not in page
+
+
+def _resigned(bundle: Path, tmp_path: Path, reviews: list[dict]) -> Path:
+    """The bundle with its reviews.json replaced, re-hashed and re-signed by a stranger's key."""
+    import base64
+
+    import orjson
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    with zipfile.ZipFile(bundle) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    members["reviews.json"] = orjson.dumps(reviews)
+    manifest = orjson.loads(members["manifest.json"])
+    manifest["files"]["reviews.json"] = hashlib.sha256(members["reviews.json"]).hexdigest()
+    key = Ed25519PrivateKey.generate()
+    manifest["public_key"] = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    members["manifest.json"] = orjson.dumps(manifest)
+    members["manifest.sig"] = base64.b64encode(key.sign(members["manifest.json"]))
+    path = tmp_path / "resigned.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_a_restored_sign_off_is_marked_dated_no_later_than_the_export_and_never_the_review_state(
+    bundle, session, elsewhere, tmp_path, client
+):
+    from datetime import UTC, datetime
+
+    from django.urls import reverse
+
+    from sessions_app import reviews
+    from sessions_app.access import Actor
+    from sessions_app.replay.listing import filter_sessions
+
+    head = session.head_hash
+    forged = {"id": 1, "reviewer": "adm", "verdict": "approved", "note": "all good", "chain_head": head,
+              "chain_valid": True, "first_seq": 0, "last_seq": session.event_count - 1,
+              "created_at": "2099-01-01T00:00:00+00:00"}  # fmt: skip
+    session.delete()
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, [forged]), project=elsewhere)
+    assert outcome.error is None, outcome.error
+    copy = Session.objects.get(pk=outcome.session.pk)
+    [restored] = Review.objects.filter(session=copy)
+    assert restored.restored_from == copy.bundle_origin["fingerprint"] and restored.reviewer_name == "adm"
+    assert restored.created_at <= datetime.now(UTC)  # not 2099: no later than the bundle's export
+    # Shown as restored, and not the session's review state: the list counts it unreviewed.
+    [shown] = reviews.sign_offs_of(session=copy)
+    assert not shown.current
+    in_project = Session.objects.filter(project=elsewhere)
+    assert list(filter_sessions(in_project, project=None, review="unreviewed").values_list("pk", flat=True)) == [
+        copy.pk
+    ]
+    assert not filter_sessions(in_project, project=None, review="approved").exists()
+    # A sign-off made here is the review state, even though the restored one says 2099.
+    rita = member("rita", elsewhere, Role.REVIEWER)
+    reviews.sign_off(reviewer=Actor(user=rita), session=copy, verdict="rejected", note="checked here")
+    first, second = reviews.sign_offs_of(session=copy)
+    assert (first.review.verdict, first.current, second.current) == ("rejected", True, False)
+    assert list(filter_sessions(in_project, project=None, review="rejected").values_list("pk", flat=True)) == [copy.pk]
+    client.force_login(rita)
+    page = client.get(reverse("sessions:player", args=[copy.pk])).content.decode()
+    assert f"restored from a bundle signed by {copy.bundle_origin['fingerprint']}" in page
+    api = client.get(f"/api/sessions/{copy.pk}/reviews").json()
+    assert [(r["verdict"], r["current"], bool(r["restored_from"])) for r in api] == [
+        ("rejected", True, False), ("approved", False, True)
+    ]  # fmt: skip

@@ -36,7 +36,13 @@ class ReviewOut(Schema):
     first_seq: int
     last_seq: int = Field(description="-1 for a session without events")
     covers: CoversOut
-    current: bool = Field(description="the session's newest sign-off: the review state the session list shows")
+    current: bool = Field(
+        description="the session's newest sign-off made here: the review state the session list shows"
+    )
+    restored_from: str = Field(
+        description="restored from an evidence bundle: the fingerprint of the key that signed it (what it says of "
+        "reviewer and time is the bundle's word; never `current`); empty for a sign-off made here"
+    )
     unchanged: bool = Field(
         description="the covered events still end in `chain_head`, and no verification since found one of them broken"
     )
@@ -66,6 +72,7 @@ def review_row(found: SignOff) -> dict[str, Any]:
         "last_seq": review.last_seq,
         "covers": found.coverage.to_dict(),
         "current": found.current,
+        "restored_from": review.restored_from,
         "unchanged": found.coverage.unchanged,
         "broken_seq": found.coverage.broken_seq,
     }

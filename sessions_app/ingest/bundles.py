@@ -97,7 +97,7 @@ def _restore(
     text = (lambda value: value) if redactor is None else redactor.text
     _finish(session, summary, bundle, text)
     _restore_comments(session, bundle.comments, text)
-    _restore_reviews(session, bundle.reviews, text)
+    _restore_reviews(session, bundle, text)
     return session
 
 
@@ -228,14 +228,19 @@ def _comment(session: Session, data: dict[str, Any], *, parent: Comment | None, 
     return comment
 
 
-def _restore_reviews(session: Session, reviews: list[dict[str, Any]], text: Callable[[str], str]) -> None:
+def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str]) -> None:
+    """The bundle's sign-offs, each marked with the key that signed the bundle (`restored_from`):
+    what they say of reviewer and time is the bundle's word, so none becomes the session's review
+    state here, and none is dated after the bundle was exported (nor in the future)."""
     verdicts = set(Review.Verdict.values)
-    for data in reviews:
+    latest = min(_when(bundle.manifest.get("exported_at")) or datetime.now(UTC), datetime.now(UTC))
+    for data in bundle.reviews:
         if data.get("verdict") not in verdicts:
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")
         Review.objects.create(
             session=session, reviewer=None, reviewer_name=str(data.get("reviewer") or "")[:150],
             verdict=data["verdict"], note=text(str(data.get("note") or "")), chain_head=str(data.get("chain_head") or ""),
             chain_valid=bool(data.get("chain_valid")), first_seq=int(data.get("first_seq") or 0),
-            last_seq=int(data.get("last_seq", -1)), created_at=_when(data.get("created_at")) or datetime.now(UTC),
+            last_seq=int(data.get("last_seq", -1)), created_at=min(_when(data.get("created_at")) or latest, latest),
+            restored_from=bundle.fingerprint[:64] or "bundle",
         )  # fmt: skip

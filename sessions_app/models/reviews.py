@@ -88,6 +88,10 @@ class Review(models.Model):
     first_seq = models.BigIntegerField()
     last_seq = models.BigIntegerField()  # -1 for a session without events
     created_at = models.DateTimeField(default=timezone.now)
+    # A sign-off restored from an evidence bundle: the fingerprint of the key that signed it
+    # ("" for one made here). Shown as such, and never the session's review state here: its
+    # reviewer, verdict and time are what another server's bundle says, not what was checked.
+    restored_from = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["session", "-created_at", "-id"]

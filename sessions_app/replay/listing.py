@@ -118,7 +118,8 @@ def filter_sessions(
 def _newest_verdict() -> Subquery:
     # A correlated subquery, one probe of the review_session_created index per row: the list
     # stays one query however many rows it shows, and filters on it in the same query.
-    newest = Review.objects.filter(session=OuterRef("pk")).order_by("-created_at", "-id")
+    # A sign-off restored from a bundle is another server's word: never the review state here.
+    newest = Review.objects.filter(session=OuterRef("pk"), restored_from="").order_by("-created_at", "-id")
     return Subquery(newest.values("verdict")[:1])
 
 
