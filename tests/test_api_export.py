@@ -7,7 +7,7 @@ import pytest
 from rlm_code.rlm.session_replay import load_session
 
 from sessions_app import replay
-from sessions_app.models import Event
+from sessions_app.models import Event, Session
 
 from .builders_replay import api, get_json, recorded_session  # noqa: F401  (fixture)
 
@@ -36,6 +36,19 @@ def test_original_export_is_the_uploaded_file(api, tmp_path):
     session, _, original = recorded_session(tmp_path, steps=3)
     content, _ = download(api, f"/api/sessions/{session.pk}/export?format=original")
     assert content == original.read_bytes()
+
+
+def test_a_download_keeps_a_name_outside_latin_1(api, make_session, client, django_user_model):
+    session = make_session(events=3)
+    Session.objects.filter(pk=session.pk).update(source_session_id="日本語 run")
+    _, headers = download(api, f"/api/sessions/{session.pk}/export?format=jsonl")
+    # RFC 6266's filename* (what Django's content_disposition_header writes), not a MIME word
+    # that browsers save as "download".
+    assert headers["Content-Disposition"] == "attachment; filename*=utf-8''%E6%97%A5%E6%9C%AC%E8%AA%9E_run.jsonl"
+    admin = django_user_model.objects.create_superuser("boss", password="x")
+    client.force_login(admin)
+    page = client.get(f"/sessions/{session.pk}/export/", {"format": "snapshot"})
+    assert page["Content-Disposition"] == "attachment; filename*=utf-8''%E6%97%A5%E6%9C%AC%E8%AA%9E_run.json"
 
 
 def test_export_format_must_be_known(api, make_session):

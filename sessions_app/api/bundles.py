@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.http import HttpRequest, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from ninja import Field, Router, Schema
 
 from .. import access, audit, bundles, signing
@@ -35,5 +36,5 @@ def bundle(request: HttpRequest, session_id: Id):
     response = StreamingHttpResponse(
         bundles.stream_bundle(session=session, exported_by=exported_by), content_type="application/zip"
     )
-    response["Content-Disposition"] = f'attachment; filename="{bundles.bundle_filename(session)}"'
+    response["Content-Disposition"] = content_disposition_header(True, bundles.bundle_filename(session))
     return response

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from django.http import HttpRequest, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from ninja import Field, Query, Router, Schema
 
 from .. import access, audit, verification
@@ -57,7 +58,7 @@ def export(request: HttpRequest, session_id: Id, query: Query[ExportQuery]):
     audit.record_on_session(request, "session.export", session, format=query.format)
     stream, content_type, filename = exports.export_download(session=session, format=query.format)
     response = StreamingHttpResponse(stream, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
 
 

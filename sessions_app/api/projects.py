@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
@@ -162,7 +163,7 @@ def audit_export(request: HttpRequest, slug: str):
     """The whole log as JSON lines, oldest first, with each entry's links."""
     project = access.project_for(request, slug, need=Role.REVIEWER)
     response = StreamingHttpResponse(audit.export_lines(project=project), content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="audit-{project.slug}.jsonl"'
+    response["Content-Disposition"] = content_disposition_header(True, f"audit-{project.slug}.jsonl")
     return response
 
 

@@ -5,6 +5,7 @@ always, as in the API)."""
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from .. import access, audit
@@ -25,5 +26,5 @@ def export(request: HttpRequest, session_id: int) -> HttpResponse:
     audit.record_on_session(request, "session.export", session, format=form.cleaned_data["format"])
     stream, content_type, filename = exports.export_download(session=session, format=form.cleaned_data["format"])
     response = StreamingHttpResponse(stream, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
