@@ -51,6 +51,24 @@ def test_a_download_keeps_a_name_outside_latin_1(api, make_session, client, djan
     assert page["Content-Disposition"] == "attachment; filename*=utf-8''%E6%97%A5%E6%9C%AC%E8%AA%9E_run.json"
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "snapshot", "original"])
+def test_a_live_session_stamped_up_to_year_9999_exports(api, fmt):
+    from datetime import UTC, datetime
+
+    from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
+    from sessions_app.ingest.writer import append_events, create_session
+    from sessions_app.models import Project
+
+    session = create_session(project=Project.get_default(), source_format="canonical", meta=SessionMeta(task="t"))
+    stamps = (datetime(2026, 2, 9, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))
+    append_events(session=session, events=[
+        CanonicalEvent(kind=Kind.NOTE, source_type="note", raw=f'{{"n": {n}}}', payload={"n": n}, timestamp=at)
+        for n, at in enumerate(stamps)
+    ])  # fmt: skip
+    content, _ = download(api, f"/api/sessions/{session.pk}/export?format={fmt}")
+    assert content
+
+
 def test_export_format_must_be_known(api, make_session):
     session = make_session(events=3)
     body = get_json(api, f"/api/sessions/{session.pk}/export?format=csv", 400)

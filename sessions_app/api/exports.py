@@ -55,8 +55,8 @@ def export(request: HttpRequest, session_id: Id, query: Query[ExportQuery]):
     """Stream the session as rlm-code native JSONL, a rlm-code snapshot JSON, or the original
     records exactly as received."""
     session = access.session_for(request, session_id)
-    audit.record_on_session(request, "session.export", session, format=query.format)
     stream, content_type, filename = exports.export_download(session=session, format=query.format)
+    audit.record_on_session(request, "session.export", session, format=query.format)
     response = StreamingHttpResponse(stream, content_type=content_type)
     response["Content-Disposition"] = content_disposition_header(True, filename)
     return response

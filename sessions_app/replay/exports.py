@@ -20,6 +20,7 @@ Deliberate choices in the native export (docs/api.md, "Exports"):
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -260,7 +261,10 @@ def _times(session: Session) -> tuple[datetime, datetime]:
     if session.started_at is not None and session.ended_at is not None:
         end = as_utc(session.ended_at)
     else:
-        end = start + timedelta(seconds=session.duration_seconds)
+        try:
+            end = start + timedelta(seconds=session.duration_seconds)
+        except OverflowError:  # recorded times up to year 9999 (a broken or hostile clock)
+            end = datetime.max.replace(tzinfo=UTC)
     return start, end
 
 
@@ -488,8 +492,12 @@ def _safe_filename(name: str, limit: int) -> str:
 
 def export_download(*, session: Session, format: str) -> tuple[Iterator[bytes], str, str]:
     """One export of the session (`format`: one of EXPORT_FORMATS) as its byte stream, content
-    type and download file name."""
+    type and download file name. The stream's first chunk is made here, in the caller's view:
+    what fails in making it is answered by the error handlers as any view's error is, not sent
+    as a bare 500 by the server once the streaming response has begun."""
     generate, content_type, extension = _DOWNLOADS[format]
     stem = _safe_filename(session.source_session_id or f"session-{session.pk}", 100)
     filename = (format == "original" and original_name(session)) or f"{stem}.{extension}"
-    return generate(session=session), content_type, _safe_filename(filename, 200)
+    stream = generate(session=session)
+    first = next(stream, b"")
+    return itertools.chain((first,), stream), content_type, _safe_filename(filename, 200)

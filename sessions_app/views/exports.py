@@ -23,8 +23,8 @@ def export(request: HttpRequest, session_id: int) -> HttpResponse:
         return HttpResponseBadRequest(
             "format: one of " + ", ".join(exports.EXPORT_FORMATS), content_type="text/plain; charset=utf-8"
         )
-    audit.record_on_session(request, "session.export", session, format=form.cleaned_data["format"])
     stream, content_type, filename = exports.export_download(session=session, format=form.cleaned_data["format"])
+    audit.record_on_session(request, "session.export", session, format=form.cleaned_data["format"])
     response = StreamingHttpResponse(stream, content_type=content_type)
     response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
