@@ -184,6 +184,12 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
             (f"/tours/{reviewed['tour'].pk}/", "#tour-stops li", "tour page"),
             ("/search/?q=ToolError", "#search-hits li", "search page"),
             ("/about/", "#public-key", "about page"),
+            # Tables of their own: a visually hidden header once widened the keys page (606 px),
+            # and a box that scrolls must take the keyboard's focus (axe's scrollable-region-focusable).
+            ("/account/keys/", "#keys", "API keys page"),
+            (f"/projects/{reviewed['project'].slug}/audit/", "#audit-entries tr[data-seq]", "audit page"),
+            (f"/projects/{reviewed['project'].slug}/", "#members", "project page"),
+            ("/imports/", "#import-table", "imports page"),
         ]
         for path, ready, name in pages:
             page.goto(path)
@@ -198,6 +204,10 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
             " return t && {client: t.clientWidth, scroll: t.scrollWidth, overflow: getComputedStyle(t).overflowX} })()"
         )
         assert box and box["client"] <= PHONE["width"] and box["overflow"] == "auto", box
+        # A date field takes the site's 3 px focus ring round the whole field.
+        page.locator("input[type=date]").first.focus()
+        ring = page.evaluate("getComputedStyle(document.activeElement).outlineWidth")
+        assert ring == "3px", ring
     finally:
         context.close()
 
