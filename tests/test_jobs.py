@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -22,7 +23,7 @@ from django.utils import timezone
 from django_q.models import OrmQ, Schedule, Success
 
 from sessions_app import jobs
-from sessions_app.ingest.uploads import UploadTooLarge, accept_upload
+from sessions_app.ingest.uploads import UploadRejected, UploadTooLarge, accept_upload
 from sessions_app.ingest.writer import set_checkpoint
 from sessions_app.models import Event, ImportJob, Session
 from sessions_app.worker_liveness import is_stalled, this_worker
@@ -98,6 +99,18 @@ def test_gzip_stating_a_decompressed_size_over_the_limit_is_refused_at_upload(pr
     assert "decompressed upload" in refused.value.message
     # A cut file's last 4 bytes are no size: the message says where its figure comes from.
     assert "the gzip file's last 4 bytes state" in refused.value.message and "gzip -t" in refused.value.message
+
+
+def test_a_cut_gzip_whose_trailer_states_more_than_deflate_can_make_is_called_cut(project, data_dir):
+    text = random.Random(16).randbytes(20_000).hex().encode()  # compresses little: 300 bytes are its start
+    cut = gzip.compress(text)[:300]  # its last 4 bytes are compressed data, read as a size: here an impossible one
+    stated = int.from_bytes(cut[-4:], "little")
+    assert stated > 1032 * len(cut)
+    with pytest.raises(UploadRejected) as refused:
+        accept_upload(uploaded_file=SimpleUploadedFile("cut.jsonl.gz", cut), project=project)
+    assert refused.value.status == 400 and refused.value.message.startswith("The gzip file is cut off or damaged")
+    assert f"state {stated:,} bytes" in refused.value.message and "of its 300" in refused.value.message
+    assert not ImportJob.objects.exists()
 
 
 def test_gzip_hiding_its_size_fails_the_job_once_decompressed_past_the_limit(project, data_dir, settings, tmp_path):

@@ -195,6 +195,10 @@ def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
     return target
 
 
+# zlib's documented bound: deflate makes at most 1,032 bytes of each compressed byte.
+DEFLATE_MAX_RATIO = 1032
+
+
 def _refuse_oversized_gzip(uploaded_file: UploadedFile) -> None:
     """A gzip file's last 4 bytes state its (last member's) size modulo 2**32. A stated size
     above the limit proves a whole file's content is larger (the true size is at least that),
@@ -209,6 +213,13 @@ def _refuse_oversized_gzip(uploaded_file: UploadedFile) -> None:
     uploaded_file.seek(-4, os.SEEK_END)
     stated = int.from_bytes(uploaded_file.read(4), "little")
     uploaded_file.seek(0)
+    size = uploaded_file.size or 0
+    if stated > DEFLATE_MAX_RATIO * size:
+        # More than deflate can make of these bytes: no intact gzip file states it.
+        raise UploadRejected(
+            f"The gzip file is cut off or damaged: its last 4 bytes state {stated:,} bytes, more than gzip can"
+            f" make of its {size:,} (at most {DEFLATE_MAX_RATIO:,} times). `gzip -t` checks the file."
+        )
     if stated > max_upload_bytes():
         raise UploadTooLarge(
             too_large_message(stated, what="decompressed upload")
