@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import shutil
+import zipfile
 from pathlib import Path
 
 import orjson
@@ -61,6 +62,18 @@ def test_format_is_detected_by_content_whatever_the_name(project, tmp_path, writ
 
     assert [o.format for o in outcomes] == [expected]
     assert outcomes[0].error is None and outcomes[0].steps > 0
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_zip_that_is_no_bundle_is_refused_as_such_not_read_as_lines(project, tmp_path, compression):
+    source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
+    packed = tmp_path / "runs.zip"
+    with zipfile.ZipFile(packed, "w", compression) as archive:
+        archive.write(source, "rlm_success.jsonl")
+    (outcome,) = import_file(path=packed, project=project)
+    assert outcome.session is None
+    assert outcome.error == f"runs.zip: {importing.NOT_A_BUNDLE}"
+    assert not Session.objects.exists()
 
 
 def test_explicit_format_overrides_detection(project, tmp_path):

@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import stat
+import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -127,6 +128,12 @@ def import_file(
         uploader = created_by or (job.created_by if job is not None else "")
         outcome = _import_bundle(path, project, uploader, display_name, progress.redactor)
         progress.finish([outcome], Problems(), FORMAT_NAME)
+        return [outcome]
+    if path.is_file() and zipfile.is_zipfile(path):
+        # A zip's stored members would otherwise be read as lines of text, its first and last
+        # records cut by the archive's own bytes.
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {NOT_A_BUNDLE}")
+        progress.finish([outcome], Problems(), "")
         return [outcome]
 
     source = Source(
@@ -356,6 +363,12 @@ def _is_pipe(path: Path) -> bool:
         return stat.S_ISFIFO(path.stat().st_mode)
     except OSError:
         return False
+
+
+NOT_A_BUNDLE = (
+    "a zip archive that is not a Replay evidence bundle (it has no manifest.json); "
+    "upload the session files it holds, or a .gz of one"
+)
 
 
 def _unreadable(path: Path) -> str:
