@@ -285,6 +285,19 @@ def test_entries_filter_by_actor_action_and_since(acme, reviewer, monkeypatch):
     assert seqs(actor="nobody") == []
 
 
+def test_dates_at_the_ends_of_time_filter_or_are_refused_naming_the_parameter(acme, reviewer, page, monkeypatch):
+    log(acme, action="member.add", actor="ada", at=datetime(2026, 3, 1, tzinfo=UTC), monkeypatch=monkeypatch)
+    api = "/api/projects/acme/audit"
+    refused = reviewer.get(api, {"since": "0001-01-01T00:00:00+14:00"})
+    assert refused.status_code == 400 and refused.json()["detail"].startswith("since: Value error, out of range")
+    until = reviewer.get(api, {"until": "9999-12-31T23:59:59-12:00"})
+    assert until.status_code == 400 and until.json()["detail"].startswith("until: Value error, out of range")
+    assert [e["seq"] for e in reviewer.get(api, {"since": "0001-01-01T00:00:00Z"}).json()["entries"]] == [0]
+    # The page: "until 9999-12-31" includes every day there is.
+    shown = page.get("/projects/acme/audit/", {"until": "9999-12-31", "since": "0001-01-01"})
+    assert shown.status_code == 200 and 'data-seq="0"' in shown.content.decode()
+
+
 def test_entries_page_by_next(acme, reviewer):
     for _ in range(5):
         log(acme)

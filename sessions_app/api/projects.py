@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, StreamingHttpResponse
@@ -11,6 +11,7 @@ from django.utils.http import content_disposition_header
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
+from pydantic import AfterValidator
 
 from .. import access, audit, teams
 from ..models import Project, Role
@@ -60,11 +61,22 @@ class AuditPageOut(Schema):
     next: int | None = Field(None, description="pass as `before` for older entries; null at the end")
 
 
+def _in_utc(value: datetime | None) -> datetime | None:
+    """A time the database can compare: in UTC, so a moment that has none (year 1 at +14:00)
+    is a 400 naming the parameter, not an overflow in the driver."""
+    if value is None or value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("out of range: no such moment in UTC") from None
+
+
 class AuditQuery(Schema):
     actor: str = Field("", max_length=200)
     action: str = Field("", max_length=40)
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Annotated[datetime | None, AfterValidator(_in_utc)] = None
+    until: Annotated[datetime | None, AfterValidator(_in_utc)] = None
     before: int | None = Field(None, ge=0, le=2**62, description="seq cursor: entries older than this")
     limit: int = Field(50, ge=1, le=500)
 

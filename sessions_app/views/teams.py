@@ -197,7 +197,10 @@ def _day_start(day: date | None, *, days_after: int = 0) -> datetime | None:
     """Midnight (in the site's time zone) of the day, or of a day after it: `until` includes its day."""
     if day is None:
         return None
-    return timezone.make_aware(datetime.combine(day + timedelta(days=days_after), time.min))
+    try:
+        return timezone.make_aware(datetime.combine(day + timedelta(days=days_after), time.min))
+    except OverflowError:  # "until 9999-12-31": every entry is before its end, no bound at all
+        return None
 
 
 @login_required
