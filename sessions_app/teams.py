@@ -114,6 +114,12 @@ def create_key(
         raise TeamError("name: a key needs a name")
     if not user.is_active:
         raise TeamError(f"user: {user.get_username()} is not active")
+    # Names tell a user's keys apart (in the list, in "Revoke the key ...?"); a page reloaded
+    # after "Create" would otherwise make a second key of the same name.
+    same = ApiKey.objects.active().filter(user=user, name=name[:200]).values_list("key_prefix", flat=True).first()
+    if same is not None:
+        raise TeamError(f"name: {user.get_username()} has an active key named {name[:200]!r} already ({same}…); "
+                        "revoke it or choose another name")  # fmt: skip
     api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only)
     audit.record(action="key.create", actor=actor, project=project, target=f"key:{api_key.key_prefix}",
                  detail={"name": api_key.name, "user": user.get_username(), "read_only": read_only}, ip=ip)  # fmt: skip

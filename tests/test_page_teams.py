@@ -326,6 +326,21 @@ def test_a_created_key_is_shown_once_and_stored_hashed(client, acme):
     assert AuditEntry.objects.of_project(acme).get().action == "key.create"
 
 
+def test_a_second_active_key_of_the_same_name_is_refused_so_a_reload_makes_none(client, acme):
+    me = member("kim", acme, Role.MAINTAINER)
+    client.force_login(me)
+    assert client.post(KEYS, {"name": "ci-agent"}).status_code == 200
+    again = client.post(KEYS, {"name": "ci-agent"})  # the browser's "resend the form?" after a reload
+    first = ApiKey.objects.get(user=me)
+    assert again.status_code == 400 and ApiKey.objects.filter(user=me).count() == 1
+    assert f"kim has an active key named &#x27;ci-agent&#x27; already ({first.key_prefix}…)" in again.content.decode()
+    # Revoking asks about that key by its prefix too; once revoked, the name is free again.
+    assert f"Revoke the key “ci-agent” ({first.key_prefix}…)?" in again.content.decode()
+    client.post(reverse("sessions:key_revoke", args=[first.pk]))
+    assert client.post(KEYS, {"name": "ci-agent"}).status_code == 200
+    assert ApiKey.objects.filter(user=me, name="ci-agent").count() == 2
+
+
 def test_a_key_cannot_name_a_project_i_am_not_in(client, acme, other):
     client.force_login(member("kim", acme, Role.VIEWER))
     response = client.post(KEYS, {"name": "sneaky", "project": "other"})
