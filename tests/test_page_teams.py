@@ -144,6 +144,27 @@ def test_admin_adds_changes_and_removes_a_member(admin, acme, django_user_model)
                        ("member.remove", "ada", "user:bob")]  # fmt: skip
 
 
+def test_each_change_of_members_is_said_once_on_the_page_it_goes_back_to(admin, acme, django_user_model):
+    django_user_model.objects.create_user(username="bob", password="x")
+
+    def notices(response) -> list[str]:
+        assert response.status_code == 302
+        html = admin.get(response["Location"]).content.decode()
+        return re.findall(r'<p class="notice" role="status" dir="auto">(.*?)</p>', html)
+
+    added = admin.post(_url("project_member", acme), {"username": "bob", "role": "reviewer"})
+    assert notices(added) == ["bob added as reviewer in Acme &lt;agents&gt;."]
+    changed = admin.post(_url("project_member", acme), {"username": "bob", "role": "maintainer", "change": "1"})
+    assert notices(changed) == ["bob is now maintainer in Acme &lt;agents&gt;."]
+    removed = admin.post(_url("project_member_remove", acme), {"username": "bob"})
+    assert notices(removed) == ["bob is no longer a member of Acme &lt;agents&gt;."]
+    assert "notice" not in admin.get(acme.get_absolute_url()).content.decode()  # said once
+    # An admin who leaves reads it on the projects page, where they land.
+    member("second", acme, Role.ADMIN)
+    left = admin.post(_url("project_member_remove", acme), {"username": "ada"})
+    assert left["Location"] == PROJECTS and notices(left) == ["ada is no longer a member of Acme &lt;agents&gt;."]
+
+
 def test_adding_someone_who_is_a_member_already_says_so_and_changes_nothing(admin, acme, django_user_model):
     django_user_model.objects.create_user(username="rev", password="x")
     admin.post(_url("project_member", acme), {"username": "rev", "role": "reviewer"})

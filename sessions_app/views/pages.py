@@ -11,6 +11,7 @@ from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import messages as django_messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -75,3 +76,18 @@ def player_link_suffix(state: dict[str, Any], *, changed_only: bool = False) -> 
     if not changed_only or state["pace"] != "steps":
         params.append(("pace", state["pace"]))
     return "&" + urlencode(params) if params else ""
+
+
+def take_messages(request: HttpRequest, *tags: str) -> dict[str, list[str]]:
+    """The queued messages (django.contrib.messages) tagged with one of `tags`, by tag, for the
+    page meant to say them once; any other stays queued for its own page. One pass: Django's
+    storage gives its messages again to a second one."""
+    storage = django_messages.get_messages(request)
+    taken: dict[str, list[str]] = {tag: [] for tag in tags}
+    for message in list(storage):
+        tag = next((tag for tag in message.extra_tags.split() if tag in taken), None)
+        if tag is None:
+            storage.add(message.level, message.message, message.extra_tags)
+        else:
+            taken[tag].append(str(message))
+    return taken

@@ -43,7 +43,7 @@ from ..replay.frames import Frame, frame_at, search_panel, step_seqs
 from ..replay.imports import session_import_problems
 from ..replay.listing import compare_candidates, list_sessions, recent_jobs
 from .comments import comment_panel, discussion, refused_comment
-from .pages import login_required, player_link_suffix, render_page, signed_in_or_shared, wants_partial
+from .pages import login_required, player_link_suffix, render_page, signed_in_or_shared, take_messages, wants_partial
 from .redactions import redaction_panel
 from .reviews import sign_off_panel
 from .sharing import may_share, visitor_page
@@ -145,20 +145,9 @@ _DELETED_TAG = "session-deleted"
 
 def _list_messages(request: HttpRequest) -> tuple[list[str], list[str]]:
     """What the sessions page says once: the errors of an upload sent without JavaScript
-    (_upload_answer) and the sessions deleted from their player (delete_session). Read in one
-    pass (Django's storage gives its messages again to a second one); any other message stays
-    queued for the page it was meant for."""
-    storage = django_messages.get_messages(request)
-    errors, notices = [], []
-    for message in list(storage):
-        tags = message.extra_tags.split()
-        if _UPLOAD_TAG in tags:
-            errors.append(str(message))
-        elif _DELETED_TAG in tags:
-            notices.append(str(message))
-        else:
-            storage.add(message.level, message.message, message.extra_tags)
-    return errors, notices
+    (_upload_answer) and the sessions deleted from their player (delete_session)."""
+    taken = take_messages(request, _UPLOAD_TAG, _DELETED_TAG)
+    return taken[_UPLOAD_TAG], taken[_DELETED_TAG]
 
 
 @login_required

@@ -15,6 +15,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib import messages as django_messages
 from django.db import transaction
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -28,7 +29,7 @@ from .. import access, audit, teams
 from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, ProjectSettingsForm, RemoveMemberForm
 from ..ingest.quotas import usage_of
 from ..models import ApiKey, Membership, Project, Role
-from .pages import login_required, render_page, wants_partial
+from .pages import login_required, render_page, take_messages, wants_partial
 
 AUDIT_PAGE = 50
 
@@ -65,9 +66,8 @@ def projects(request: HttpRequest) -> HttpResponse:
                     .values_list("project").annotate(n=Count("pk")))  # fmt: skip
     members = dict(Membership.objects.filter(project__in=ids).order_by().values_list("project").annotate(n=Count("pk")))
     rows = [{"project": p, "sessions": sessions.get(p.pk, 0), "members": members.get(p.pk, 0)} for p in mine]
-    return render(
-        request, "sessions_app/projects.html", {"rows": rows, "form": form}, status=400 if form.errors else 200
-    )
+    context = {"rows": rows, "form": form, "notices": take_messages(request, _TEAM_TAG)[_TEAM_TAG]}
+    return render(request, "sessions_app/projects.html", context, status=400 if form.errors else 200)
 
 
 @login_required
@@ -93,6 +93,7 @@ def _project_page(request: HttpRequest, project: Project, *, status: int = 200, 
         "settings_form": ProjectSettingsForm.of(project),
         "server_retention_days": settings.RETENTION_DAYS,
         "usage": usage_of(project=project) if project.role.includes(Role.ADMIN) else None,
+        "notices": take_messages(request, _TEAM_TAG)[_TEAM_TAG],
     } | forms_  # fmt: skip
     return render(request, "sessions_app/project.html", context, status=status)
 
@@ -104,14 +105,16 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
     project = access.project_for(request, slug, need=Role.ADMIN)
     form = MemberForm(request.POST)
     if form.is_valid():
+        username, role = form.cleaned_data["username"], Role(form.cleaned_data["role"])
         try:
-            teams.set_member(actor=access.actor_of(request), project=project, username=form.cleaned_data["username"],
-                             role=form.cleaned_data["role"], ip=audit.client_ip(request),
-                             add_only="change" not in request.POST)  # fmt: skip
+            added = teams.set_member(actor=access.actor_of(request), project=project, username=username,
+                                     role=role, ip=audit.client_ip(request),
+                                     add_only="change" not in request.POST)  # fmt: skip
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
-            return _back_to(request, project)
+            done = "added as" if added else "is now"
+            return _back_to(request, project, f"{username} {done} {role.label.lower()} in {project.name}.")
     if "change" in request.POST:
         return _refused_row(request, project, form)
     return _project_page(request, project, status=400, member_form=form)
@@ -123,13 +126,14 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     project = access.project_for(request, slug, need=Role.ADMIN)
     form = RemoveMemberForm(request.POST)
     if form.is_valid():
+        username = form.cleaned_data["username"]
         try:
-            teams.remove_member(actor=access.actor_of(request), project=project,
-                                username=form.cleaned_data["username"], ip=audit.client_ip(request))  # fmt: skip
+            teams.remove_member(actor=access.actor_of(request), project=project, username=username,
+                                ip=audit.client_ip(request))  # fmt: skip
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
-            return _back_to(request, project)
+            return _back_to(request, project, f"{username} is no longer a member of {project.name}.")
     return _refused_row(request, project, form)
 
 
@@ -139,8 +143,14 @@ def _refused_row(request: HttpRequest, project: Project, form: forms.Form) -> Ht
     return _project_page(request, project, status=400, row_errors={request.POST.get("username", ""): message})
 
 
-def _back_to(request: HttpRequest, project: Project) -> HttpResponse:
-    """After a change of members: the project, or the list when the caller left it."""
+# The messages a change of members leaves for the page it goes back to (project or list).
+_TEAM_TAG = "team"
+
+
+def _back_to(request: HttpRequest, project: Project, done: str) -> HttpResponse:
+    """After a change of members: the project, or the list when the caller left it, saying
+    what was done there once."""
+    django_messages.success(request, done, extra_tags=_TEAM_TAG)
     return redirect(project) if _still_sees(request, project) else redirect("sessions:projects")
 
 
