@@ -10,13 +10,20 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from .. import highlighting
+from .. import highlighting, signing
 from ..replay.display import UNPRICED, duration, duration_ms, kind_icon, offset, one_based, usd
 from ..replay.frames import clip_block, display_text
 
 register = template.Library()
 for _display in (kind_icon, duration, duration_ms, usd, offset, one_based):
     register.filter(_display)
+
+
+@register.filter
+def fingerprint(text: Any) -> str:
+    """A key's fingerprint grouped as the about page and `verify_bundle` write it (`3f9a 01bc …`),
+    so the two can be compared by eye."""
+    return signing.grouped(str(text or ""))
 
 
 @register.filter

@@ -41,7 +41,8 @@ class Command(BaseCommand):
             f"  chain: {bundle.events_checked} events, seq {chain['first_seq']}..{chain['last_seq']}, head {chain['head']}",
             f"  session: {session.get('id')} of project {session.get('project')!r}, {session.get('format')}, "
             f"task {str(session.get('task', ''))[:80]!r}",
-            f"  comments: {len(bundle.comments)} threads; sign-offs: {len(bundle.reviews)}",
+            f"  comments: {len(bundle.comments)} thread{'' if len(bundle.comments) == 1 else 's'}; "
+            f"sign-offs: {len(bundle.reviews)}",
             _redactions(bundle.redactions),
             f"  exported {bundle.manifest['exported_at']} by {bundle.manifest['exported_by']}",
         ]
