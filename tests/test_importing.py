@@ -546,3 +546,26 @@ def test_replace_of_a_file_with_more_sessions_than_a_statement_binds_values(proj
     assert len(first) == len(again) == 260
     assert not any(o.error or o.duplicate for o in first + again)
     assert set(Session.objects.values_list("pk", flat=True)) == {o.session.pk for o in again}
+
+
+DEMO = Path(__file__).resolve().parent.parent / "demo"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["rlm_success.jsonl", "flux0_support_chat.jsonl", "daycare_interrupted.jsonl", "rlm_trajectory_logger.jsonl"],
+)
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_first_record_longer_than_the_head_is_still_detected(tmp_path, name, gzipped):
+    from sessions_app.formats import HEAD_BYTES, Source, detect
+
+    original = DEMO / name
+    expected = detect(Source(path=original))
+    assert expected is not None
+    first, rest = original.read_bytes().split(b"\n", 1)
+    record = orjson.loads(first)
+    record["padding"] = "x" * (HEAD_BYTES + 16 * 1024)  # an 80 KB first record, as a long task makes
+    data = orjson.dumps(record) + b"\n" + rest
+    path = tmp_path / (name + (".gz" if gzipped else ""))
+    path.write_bytes(gzip.compress(data) if gzipped else data)
+    assert detect(Source(path=path)) == expected

@@ -41,6 +41,8 @@ from ..canonical import CanonicalEvent, ParsedSession, Problems
 BOM = b"\xef\xbb\xbf"
 GZIP_MAGIC = b"\x1f\x8b"
 HEAD_BYTES = 64 * 1024
+# Detection reads at least this many whole lines, however long (`Head.of`).
+HEAD_LINES = 3
 # A line (or a record of a JSON document) longer than this is a problem, never held whole in
 # memory; an import passes the server's REPLAY_MAX_RECORD_BYTES in its Source.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
@@ -385,6 +387,13 @@ class Head:
             return cls(source=source)
         with source.open() as stream:
             text = stream.read(HEAD_BYTES)
+            # A first record longer than the head (an 80 KB task) would leave detection no whole
+            # record: read on to the end of the first few lines, within the record limit.
+            while text.count(b"\n") < HEAD_LINES and len(text) < HEAD_BYTES + source.max_record_bytes:
+                more = stream.readline(HEAD_BYTES + source.max_record_bytes - len(text))
+                if not more:
+                    break
+                text += more
         if text.startswith(BOM):
             text = text[3:]
         records = []
