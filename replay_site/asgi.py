@@ -35,8 +35,9 @@ from sessions_app.mcp.http import McpEndpoint  # noqa: E402  (after Django is se
 mcp = McpEndpoint()
 tune_garbage_collector()
 
-# The routes whose views return an asynchronous stream under ASGI (sessions_app/api/live.py).
-STREAMS = re.compile(r"^/api/sessions/[^/]+/(?:stream|tail)/?$")
+# The routes whose views return an asynchronous stream under ASGI (sessions_app/api/live.py, and
+# the player's own tail in sessions_app/views/sessions.py).
+STREAMS = re.compile(r"^/(?:api/sessions/[^/]+/(?:stream|tail)|sessions/[^/]+/tail)/?$")
 MCP = re.compile(r"^/mcp(?:/|$)")
 
 

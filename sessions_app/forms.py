@@ -384,6 +384,12 @@ class ExportForm(forms.Form):
     format = forms.ChoiceField(choices=[(name, name) for name in EXPORT_FORMATS])
 
 
+class LiveTailForm(forms.Form):
+    """The player's live tail: the seq it starts after (else Last-Event-ID, else the start)."""
+
+    after = forms.IntegerField(required=False, min_value=-1, max_value=MAX_POSITION)
+
+
 # --- tours ------------------------------------------------------------------------------------
 # Lengths are the workflow's (sessions_app/tours.py), answered with its message naming the field.
 

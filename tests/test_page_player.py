@@ -363,7 +363,7 @@ def test_live_session_page_follows_the_tail(logged_in, db):
     session = build_session(conversation_events(turns=1), finish=False, source_session_id="live")
     html = logged_in.get(url(session)).content.decode()
     assert 'data-live="true"' in html
-    assert reverse("api:tail_session", args=[session.pk]) in html
+    assert reverse("sessions:tail", args=[session.pk]) in html
     assert frame_data(html)["seq"] == session.event_count - 1  # a live session opens at its newest event
     partial = logged_in.get(url(session), {"step": 1}, HTTP_HX_REQUEST="true").content.decode()
     assert 'id="scrubber-overview" class="scrubber-overview" hx-swap-oob="true"' in partial

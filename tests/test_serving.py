@@ -175,12 +175,12 @@ def test_streams_go_to_django_asgi_and_pages_to_the_thread_pool(asgi_app, monkey
 
     monkeypatch.setattr(asgi_app, "streams", asyncio.run(fake("streams")))
     monkeypatch.setattr(asgi_app, "pages", asyncio.run(fake("pages")))
-    for path in ("/api/sessions/4/stream", "/api/sessions/4/tail", "/sessions/4/", "/api/sessions/4/replay",
-                 "/api/sessions/4/stream/x"):  # fmt: skip
+    for path in ("/api/sessions/4/stream", "/api/sessions/4/tail", "/sessions/4/tail/", "/sessions/4/",
+                 "/api/sessions/4/replay", "/api/sessions/4/stream/x"):  # fmt: skip
         asyncio.run(asgi_app.application({"type": "http", "path": path}, None, None))
     assert seen == [("streams", "/api/sessions/4/stream"), ("streams", "/api/sessions/4/tail"),
-                    ("pages", "/sessions/4/"), ("pages", "/api/sessions/4/replay"),
-                    ("pages", "/api/sessions/4/stream/x")]  # fmt: skip
+                    ("streams", "/sessions/4/tail/"), ("pages", "/sessions/4/"),
+                    ("pages", "/api/sessions/4/replay"), ("pages", "/api/sessions/4/stream/x")]  # fmt: skip
 
 
 @pytest.mark.django_db(transaction=True)

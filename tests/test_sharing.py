@@ -467,3 +467,25 @@ def test_a_visitor_has_no_original_of_an_upload_that_held_other_sessions(acme, m
     alone_export = reverse("sessions:export", args=[alone.pk])
     assert f"{alone_export}?format=original" in visitor.get(_player(alone)).content.decode()
     assert b"".join(visitor.get(alone_export, {"format": "original"}).streaming_content) == alone_path.read_bytes()
+
+
+def test_a_visitor_of_a_live_session_follows_it_through_the_players_own_tail(acme, mia, settings):
+    settings.TAIL_MAX_SECONDS = 0.2
+    settings.TAIL_POLL_SECONDS = 0.02
+    live = create_session(project=acme, source_format="canonical", meta=SessionMeta(task="LIVE"))
+    append_events(session=live, events=synthetic_events(3))
+    _, token = _link(live, mia)
+    visitor = _visitor(token)
+    tail = reverse("sessions:tail", args=[live.pk])
+    assert f'data-tail-url="{tail}"' in visitor.get(_player(live)).content.decode()
+    assert visitor.get(f"/api/sessions/{live.pk}/tail").status_code == 401  # the API never reads links
+    response = visitor.get(tail, {"after": 0})
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/event-stream")
+    body = b"".join(response.streaming_content).decode()
+    assert "id: 1\n" in body and "id: 2\n" in body and "id: 0\n" not in body and '"reason":"max_duration"' in body
+    # Nothing else: another session's tail, a bad start, and none once the link is revoked.
+    other = _session(acme, "OTHER")
+    assert visitor.get(reverse("sessions:tail", args=[other.pk])).status_code == 404
+    assert visitor.get(tail, {"after": "x"}).status_code == 400
+    sharing.revoke_link(actor=Actor(user=mia), link=ShareLink.objects.get(session=live))
+    assert visitor.get(tail).status_code == 404

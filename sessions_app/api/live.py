@@ -7,13 +7,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel, Field
 
-from .. import access, audit, jobs
+from .. import access, audit, jobs, sse
 from ..canonical import SessionMeta
 from ..ingest import live as live_ingest
 from ..ingest.live import IngestError
@@ -230,30 +229,11 @@ def _project(request: HttpRequest, slug: str):
         raise BadRequest(400, str(exc))
 
 
-def _under_asgi(request: HttpRequest) -> bool:
-    """Whether an ASGI server serves this request (replay_site/asgi.py sends the streams to
-    Django's ASGI handler): a stream then waits without holding a thread. Under WSGI an
-    asynchronous stream would be read to its end before anything is sent."""
-    return isinstance(request, ASGIRequest)
-
-
-def _sse(frames) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
-    response["Cache-Control"] = "no-store"  # session data: no cache may keep it
-    response["X-Accel-Buffering"] = "no"  # nginx: pass frames through as they come
-    return response
-
-
 def _start_after(request: HttpRequest, after: int | None) -> int:
-    if after is not None:
-        return after
-    # EventSource reconnects with the id of the last frame it received.
-    last = request.headers.get("Last-Event-ID", "")
-    if not last.lstrip("-").isdigit():
-        return -1
-    if not -1 <= int(last) <= MAX_POSITION:
-        raise BadRequest(400, f"Last-Event-ID: {last} is no event's seq (from -1 to {MAX_POSITION})")
-    return int(last)
+    try:
+        return sse.resume_after(request, after)
+    except ValueError as exc:
+        raise BadRequest(400, str(exc)) from None
 
 
 # The 200 of a stream: Server-Sent Events, each frame an `event` name, the seq as its `id`, a
@@ -286,8 +266,8 @@ _EVENT_STREAM = {
 def stream_session(request: HttpRequest, session_id: Id, query: Query[StreamQuery]):
     """Server-Sent Events of the session at its recorded pace, one turn at a time."""
     session = access.session_for(request, session_id)
-    stream = streaming.paced_stream_async if _under_asgi(request) else streaming.paced_stream
-    return _sse(
+    stream = streaming.paced_stream_async if sse.under_asgi(request) else streaming.paced_stream
+    return sse.response(
         stream(
             session=session,
             after=_start_after(request, query.after),
@@ -308,8 +288,8 @@ def stream_session(request: HttpRequest, session_id: Id, query: Query[StreamQuer
 def tail_session(request: HttpRequest, session_id: Id, query: Query[TailQuery]):
     """Server-Sent Events of a live session's events as they are appended."""
     session = access.session_for(request, session_id)
-    stream = streaming.tail_stream_async if _under_asgi(request) else streaming.tail_stream
-    return _sse(
+    stream = streaming.tail_stream_async if sse.under_asgi(request) else streaming.tail_stream
+    return sse.response(
         stream(
             session=session,
             after=_start_after(request, query.after),

@@ -11,8 +11,9 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages as django_messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -21,13 +22,14 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from .. import access, audit, deletion, jobs, replay, verification
+from .. import access, audit, deletion, jobs, replay, sse, verification
 from ..canonical import ALL_KINDS
 from ..forms import (
     PACES,
     SPEEDS,
     CompareForm,
     ComparePickerForm,
+    LiveTailForm,
     PlayerForm,
     SearchForm,
     SessionFilterForm,
@@ -37,7 +39,7 @@ from ..forms import (
 from ..ingest.quotas import QuotaExceeded
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
 from ..models import Checkpoint, Project, Role, Session
-from ..replay import charts, timeline
+from ..replay import charts, streaming, timeline
 from ..replay.compare import diff_sessions
 from ..replay.frames import Frame, frame_at, search_panel, step_seqs
 from ..replay.imports import session_import_problems
@@ -350,6 +352,32 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     panel = render_to_string("sessions_app/player.html#sign-off-list",
                              {"session": session, "sign_offs_oob": True} | sign_off_panel(request, session), request)  # fmt: skip
     return HttpResponse(badge + panel)
+
+
+@signed_in_or_shared
+@require_GET
+def live_tail(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The player's live tail: the API's `/tail` stream (docs/ingest.md) behind the dashboard's
+    sign-in, so that a share link's visitor follows a live session too (the API never reads
+    share grants). It ends once the caller may no longer read the session."""
+    session = access.session_for(request, session_id)
+    query = LiveTailForm(request.GET)
+    if not query.is_valid():
+        return HttpResponseBadRequest(error_text(query), content_type="text/plain; charset=utf-8")
+    try:
+        after = sse.resume_after(request, query.cleaned_data["after"])
+    except ValueError as exc:
+        return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
+    stream = streaming.tail_stream_async if sse.under_asgi(request) else streaming.tail_stream
+    return sse.response(
+        stream(
+            session=session,
+            after=after,
+            poll_interval=settings.TAIL_POLL_SECONDS,
+            max_seconds=settings.TAIL_MAX_SECONDS,
+            may_go_on=lambda: access.still_reads(request, session.pk),
+        )  # fmt: skip
+    )
 
 
 # A link's visitor (no member, no account needed) may verify too, but not make the server re-hash

@@ -311,7 +311,7 @@ def test_live_session_follows_new_events_over_the_tail(watched, analyst, transac
     assert page.locator("#player").get_attribute("data-live") == "true"
     assert frame(page)["seq"] == turn_length() - 1
     deadline = time.monotonic() + 10
-    while not any("/tail?after=" in url for url in watch.requests):
+    while not any("/tail/?after=" in url for url in watch.requests):
         assert time.monotonic() < deadline, "the player never opened the tail stream"
         page.wait_for_timeout(50)
     _while_streaming(lambda: append_events(session=session, events=first_turn[turn_length() :]))
@@ -335,7 +335,7 @@ def test_live_player_follows_on_after_the_tail_reaches_its_time_limit(watched, a
     session = build_session(first_turn[: turn_length()], finish=False, source_session_id="long-live-run")
     log_in(page, f"/sessions/{session.pk}/")
     deadline = time.monotonic() + 10
-    while sum("/tail?after=" in url for url in watch.requests) < 2:
+    while sum("/tail/?after=" in url for url in watch.requests) < 2:
         assert time.monotonic() < deadline, "the player did not open the tail again after its time limit"
         page.wait_for_timeout(50)
     assert "ended" not in page.locator("#play-status").inner_text()

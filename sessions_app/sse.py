@@ -1,0 +1,40 @@
+"""Server-Sent Events over HTTP, for the API's streams (api/live.py) and the player's own tail
+(views/sessions.py): the response, whether an ASGI server serves it, and where a client that
+reconnects resumes. The frames themselves are replay/streaming.py's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, StreamingHttpResponse
+
+from .models.bounds import MAX_POSITION
+
+
+def under_asgi(request: HttpRequest) -> bool:
+    """Whether an ASGI server serves this request (replay_site/asgi.py sends the streams to
+    Django's ASGI handler): a stream then waits without holding a thread. Under WSGI an
+    asynchronous stream would be read to its end before anything is sent."""
+    return isinstance(request, ASGIRequest)
+
+
+def response(frames: Iterator[bytes] | AsyncIterator[bytes]) -> StreamingHttpResponse:
+    answer = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
+    answer["Cache-Control"] = "no-store"  # session data: no cache may keep it
+    answer["X-Accel-Buffering"] = "no"  # nginx: pass frames through as they come
+    return answer
+
+
+def resume_after(request: HttpRequest, after: int | None) -> int:
+    """The seq a stream starts after: `after` when given, else the id of the last frame an
+    EventSource received before it reconnected (-1: from the start). ValueError, naming the
+    header, for an id no event can have."""
+    if after is not None:
+        return after
+    last = request.headers.get("Last-Event-ID", "")
+    if not last.lstrip("-").isdigit():
+        return -1
+    if not -1 <= int(last) <= MAX_POSITION:
+        raise ValueError(f"Last-Event-ID: {last} is no event's seq (from -1 to {MAX_POSITION})")
+    return int(last)
