@@ -240,3 +240,24 @@ def test_nothing_is_deleted_when_its_audit_entry_cannot_be_written(acme, run, mi
     with pytest.raises(RuntimeError):
         mia.post(delete_url(run), {"confirm": "yes"})
     assert still_there(run, 12)
+
+
+def test_the_question_says_when_the_upload_also_gave_other_sessions(acme, mia, django_capture_on_commit_callbacks):
+    from pathlib import Path
+
+    from sessions_app.jobs import run_import
+
+    both = Path(__file__).resolve().parent / "fixtures" / "agentlens" / "two_sessions.ndjson"
+    owner = member("up", acme, Role.MAINTAINER)
+    api = Client(headers={"authorization": f"Bearer {key_of(owner, project=acme)}"})
+    with both.open("rb") as handle, django_capture_on_commit_callbacks(execute=False):
+        job = api.post("/api/imports", {"file": handle, "project": acme.slug}).json()["job"]
+    run_import(job_id=job)
+    first, second = Session.objects.filter(import_job_id=job).order_by("pk")
+    html = mia.post(delete_url(first), headers={"HX-Request": "true"}).content.decode()
+    question = " ".join(section(html, "session-delete-confirm").split())
+    assert "which 1 other session came from too: their original export and bundle give that file whole" in question
+    # Once it is the last of them, nothing to say: the file goes with it (after the grace period).
+    deletion.delete_session(actor=Actor(user=owner), session=second)
+    html = mia.post(delete_url(first), headers={"HX-Request": "true"}).content.decode()
+    assert "other session" not in section(html, "session-delete-confirm")

@@ -39,7 +39,7 @@ from ..forms import (
 from ..ingest.quotas import QuotaExceeded
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
 from ..models import Checkpoint, Project, Role, Session
-from ..replay import charts, streaming, timeline
+from ..replay import charts, exports, streaming, timeline
 from ..replay.compare import diff_sessions
 from ..replay.frames import Frame, frame_at, search_panel, step_seqs
 from ..replay.imports import session_import_problems
@@ -415,12 +415,21 @@ def delete_session(request: HttpRequest, session_id: int) -> HttpResponse:
 
 def _delete_question(request: HttpRequest, session: Session) -> HttpResponse:
     state = PlayerForm(request.POST).values()  # the shown step (#nav-step), for "Keep it"
-    asked = {"can_delete": True, "delete_asked": True, "delete_step": state["step"]}
+    asked = {"can_delete": True, "delete_asked": True, "delete_step": state["step"],
+             "upload_siblings": _upload_siblings(session)}  # fmt: skip
     if not request.htmx:
         return player_page(request, session, state, extra=asked)
     response = render(request, "sessions_app/includes/session_delete.html#session-delete", {"session": session} | asked)
     patch_vary_headers(response, ["HX-Request"])
     return response
+
+
+def _upload_siblings(session: Session) -> int:
+    """The other sessions imported from the same kept upload: the file, which holds this
+    session's records too, stays while they do (their original export and bundle give it)."""
+    if session.import_job_id is None or exports.original_file(session) is None:
+        return 0
+    return Session.objects.filter(import_job_id=session.import_job_id).exclude(pk=session.pk).count()
 
 
 def _session_name(session: Session) -> str:
