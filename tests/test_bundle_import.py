@@ -137,6 +137,14 @@ def test_a_bundle_uploads_like_any_file(bundle, elsewhere, client, django_captur
     assert kept.result[0]["events"] == restored.event_count
     page = client.get(f"/imports/{kept.pk}/").content.decode()
     assert "No session was stored" not in page and f"/sessions/{restored.pk}/" in page
+    # Listed as the original inside the bundle, its events counted once (on the bundle's row).
+    assert kept.carried_by == bundle.name and kept.events_done == 0
+    listing = client.get("/imports/").content.decode()
+    row = listing[listing.index(f'<tr data-job="{kept.pk}">') :]
+    row = row[: row.index("</tr>")]
+    assert f"(the original inside <bdi>{bundle.name}</bdi>)" in row and ">–</span></td>" in row
+    bundle_row = listing[listing.index(f'<tr data-job="{response.json()["job"]}">') :]
+    assert f'<td class="num">{restored.event_count}</td>' in bundle_row[: bundle_row.index("</tr>")]
 
 
 def test_the_command_line_imports_a_bundle(bundle, elsewhere):

@@ -42,7 +42,13 @@ def is_bundle(path: Path) -> bool:
 
 
 def import_bundle(
-    *, path: Path, project: Project, key: str | None = None, created_by: str = "", redactor: Redactor | None = None
+    *,
+    path: Path,
+    project: Project,
+    key: str | None = None,
+    created_by: str = "",
+    redactor: Redactor | None = None,
+    name: str = "",
 ) -> tuple[Session, Bundle, bool]:
     """Check the bundle and restore its session, comments and sign-offs in `project`: the
     session, the bundle, and whether it was there already (the same chain head in the project).
@@ -64,7 +70,7 @@ def import_bundle(
             kept = _keep_original(bundle, project, created_by, redactor)
             session = _restore(bundle, project, kept, redactor, created_by)
             if kept is not None:
-                _record_restored(kept, session)
+                _record_restored(kept, session, name or path.name)
     except BundleError:
         _forget(kept)
         raise
@@ -128,14 +134,15 @@ def _keep_original(bundle: Bundle, project: Project, created_by: str, redactor: 
     return job
 
 
-def _record_restored(kept: ImportJob, session: Session) -> None:
-    """The kept original's job names the session restored from the bundle, as an import's job
-    names what it stored: listed among the imports, it reads as what it is, not as an import
-    that stored nothing."""
+def _record_restored(kept: ImportJob, session: Session, bundle_name: str) -> None:
+    """The kept original's job names the session restored from the bundle and the bundle that
+    carried it (`carried_by`): listed among the imports, it reads as what it is, the original
+    inside that upload, not as an import that stored nothing nor as a second one."""
     ImportJob.objects.filter(pk=kept.pk).update(
-        sessions_done=1, events_done=session.event_count,
+        sessions_done=1, events_done=0,
         result=[{"path": kept.original_name, "session": session.pk, "format": FORMAT_NAME,
-                 "events": session.event_count, "steps": session.step_count, "duplicate": False}],
+                 "events": session.event_count, "steps": session.step_count, "duplicate": False,
+                 "carried_by": bundle_name[:500]}],
     )  # fmt: skip
 
 

@@ -270,7 +270,7 @@ def _import_bundle(
     """An evidence bundle from another Replay (ingest/bundles.py): all or nothing."""
     try:
         session, _bundle, duplicate = import_bundle(path=path, project=project, created_by=created_by,
-                                                    redactor=redactor)  # fmt: skip
+                                                    redactor=redactor, name=display_name)  # fmt: skip
     except BundleError as exc:
         return ImportOutcome(path=path, format=FORMAT_NAME, error=f"{display_name}: {exc}")
     return ImportOutcome(path=path, session=session, format=FORMAT_NAME, events=session.event_count,

@@ -397,6 +397,14 @@ class ImportJob(models.Model):
     def finished(self) -> bool:
         return self.status in {self.Status.DONE, self.Status.FAILED}
 
+    @property
+    def carried_by(self) -> str:
+        """For the original an evidence bundle carried, kept as its restored session's upload
+        (ingest/bundles.py): the bundle's file name, which the imports lists say instead of
+        counting the session's events a second time; "" for any other job."""
+        first = self.result[0] if isinstance(self.result, list) and self.result else None
+        return str(first.get("carried_by") or "") if isinstance(first, dict) else ""
+
 
 class IngestBatch(models.Model):
     """A batch appended through the API under a client idempotency key: a retry is a no-op."""
