@@ -86,9 +86,11 @@ def tour_page(request: HttpRequest, tour_id: int) -> HttpResponse:
 
 
 def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error: str = "", stop: int | None = None,
-                 form: TourForm | None = None) -> HttpResponse:  # fmt: skip
+                 form: TourForm | None = None, said: str = "", focus_stop: int | None = None) -> HttpResponse:  # fmt: skip
     """The tour page, or (an htmx post) its changed `region` ("tour-head" or "tour-stops"); a
-    refusal (`error`, about stop id `stop` when it is one's) is a 400 shown by its form."""
+    refusal (`error`, about stop id `stop` when it is one's) is a 400 shown by its form. `said`:
+    what a change of stops did, for a screen reader; `focus_stop`: the stop the keyboard goes to
+    when the control it was on is gone (replay.js)."""
     if region is not None and not error and not request.htmx:
         return redirect("sessions:tour", tour.pk)  # post/redirect/get
     context = {
@@ -97,6 +99,7 @@ def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error:
         # Seen through a share link (no role of one's own): the tour, not the project around it.
         "shared": access.share_grant_on(request, tour),
         "form": form or TourForm(initial={"title": tour.title, "description": tour.description}),
+        "stops_said": said, "focus_stop": focus_stop,
     }  # fmt: skip
     name = f"sessions_app/tour.html#{region}" if region is not None and request.htmx else "sessions_app/tour.html"
     response = render(request, name, context, status=400 if error else 200)
@@ -154,8 +157,9 @@ def stop_move(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
     if not form.is_valid():
         return _tour_answer(request, tour, region="tour-stops", error=error_text(form), stop=stop_id)
     by = -1 if form.cleaned_data["direction"] == "up" else 1
-    tours.move_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id, by=by, ip=audit.client_ip(request))
-    return _tour_answer(request, tour, region="tour-stops")
+    number = tours.move_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id, by=by,
+                             ip=audit.client_ip(request))  # fmt: skip
+    return _tour_answer(request, tour, region="tour-stops", said=f"The stop is now stop {number}.", focus_stop=stop_id)
 
 
 @login_required
@@ -163,7 +167,7 @@ def stop_move(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
 def stop_delete(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
     tours.remove_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id, ip=audit.client_ip(request))
-    return _tour_answer(request, tour, region="tour-stops")
+    return _tour_answer(request, tour, region="tour-stops", said="The stop was deleted.")
 
 
 # --- playing a tour ---------------------------------------------------------------------------

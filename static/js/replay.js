@@ -132,6 +132,17 @@
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("[data-dismiss-error]")) clearRequestError();
   });
+  // A tour's stops are replaced whole by a move, an edit or a delete: htmx keeps the focus on a
+  // control of the same id (each stop's buttons have their own), and where that control is gone
+  // (a stop moved to the top has no "Up") the moved stop itself takes it, not the page.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const section = event.detail.elt;
+    if (!section || section.id !== "tour-stops") return;
+    const stop = section.getAttribute("data-focus-stop");
+    if (!stop || (document.activeElement && document.activeElement !== document.body)) return;
+    const item = section.querySelector('[data-stop="' + stop + '"]');
+    if (item) item.focus();
+  });
   // A message kept until read (the upload panel's errors): its dismiss button hides it (the
   // page's own is a link to the list, for a browser without JavaScript: not followed here).
   document.addEventListener("click", function (event) {

@@ -93,7 +93,21 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     # The tour's page: move "The fix" up, so stops 1 and 2 are in the first run.
     page.click("#tour-panel a >> text=How it fixed the bug")
     page.wait_for_url(f"**/tours/{tour.pk}/")
-    page.click('button[aria-label="Move stop 3 up"]')
+    # By keyboard: the focus stays on the moved stop's own button, and the change is said.
+    page.focus('button[aria-label="Move stop 3 up"]')
+    page.keyboard.press("Enter")
+    wait_until(page, "() => document.querySelector('#stop-2 .stop-title').textContent === 'The fix'")
+    titles = page.locator("#tour-stops .stop-title").all_text_contents()
+    assert titles == ["It reads the file", "The fix", "Another run"]
+    moved = page.locator("#stop-2").get_attribute("data-stop")
+    assert page.evaluate("document.activeElement.id") == f"move-up-{moved}"
+    assert page.locator("#tour-stops [role=status]").text_content() == "The stop is now stop 2."
+    # Up once more: at the top it has no Up, so the keyboard goes to the stop itself, not the page.
+    page.keyboard.press("Enter")
+    wait_until(page, "() => document.querySelector('#stop-1 .stop-title').textContent === 'The fix'")
+    wait_until(page, f"() => document.activeElement.getAttribute('data-stop') === '{moved}'")
+    page.focus('button[aria-label="Move stop 1 down"]')
+    page.keyboard.press("Enter")
     wait_until(page, "() => document.querySelector('#stop-2 .stop-title').textContent === 'The fix'")
     titles = page.locator("#tour-stops .stop-title").all_text_contents()
     assert titles == ["It reads the file", "The fix", "Another run"]
@@ -109,6 +123,15 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     wait_for_seq(page, 2)
     panel = page.locator("#tour-narration")
     assert panel.locator(".tour-stop-count").text_content() == "Stop 1 of 3"
+    # The narration comes late in the page: the first Tab offers the way there.
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("Tab")
+    skip = page.evaluate("[document.activeElement.className, document.activeElement.textContent]")
+    assert skip == ["skip-link", "Skip to the tour's narration"], skip
+    page.keyboard.press("Enter")
+    wait_until(page, "() => document.activeElement.id === 'tour-narration'")
+    page.keyboard.press("Tab")  # on from the narration: its first link
+    assert page.evaluate("document.activeElement.closest('#tour-narration') !== null")
     assert panel.locator(".narration strong").text_content() == "what"
     assert_accessible(page, "player in tour mode")
 
@@ -167,11 +190,11 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
 
     # Stop 3 is in the other run: the next-stop link opens it there, at the pace chosen here.
     page.click("#tour-next")
-    page.wait_for_url(f"**/sessions/{second.pk}/?step=4&tour={tour.pk}&stop=3&speed=10&pace=steps")
+    page.wait_for_url(f"**/sessions/{second.pk}/?step=4&tour={tour.pk}&stop=3&speed=10")
     wait_for_seq(page, 4)
     assert page.locator("#speed").input_value() == "10"
     assert page.locator("#tour-narration .tour-stop-count").text_content() == "Stop 3 of 3"
     assert "The last stop." in page.locator("#tour-narration").text_content()
     assert page.locator("#tour-play-next").count() == 0
     page.click("#tour-prev")
-    page.wait_for_url(f"**/sessions/{first.pk}/?step=6&tour={tour.pk}&stop=2&speed=10&pace=steps")
+    page.wait_for_url(f"**/sessions/{first.pk}/?step=6&tour={tour.pk}&stop=2&speed=10")
