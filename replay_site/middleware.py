@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from django.core.handlers.wsgi import WSGIRequest
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -128,7 +129,8 @@ def refuse_oversized_bodies(
     """A request declaring a body larger than any the server takes (an upload at
     REPLAY_MAX_UPLOAD_MB with its multipart envelope) is answered 413 before anything reads it:
     Django's CSRF check reads a page's form (a whole multipart upload, spooled to disk) before
-    the view could refuse it, and DATA_UPLOAD_MAX_MEMORY_SIZE does not cover files."""
+    the view could refuse it, and DATA_UPLOAD_MAX_MEMORY_SIZE does not cover files. A chunked
+    body without a Content-Length, which Django's WSGI request would read as empty, is a 411."""
     from sessions_app.ingest.uploads import MULTIPART_ENVELOPE, max_upload_bytes, too_large_message
 
     def middleware(request: HttpRequest) -> HttpResponse:
@@ -137,18 +139,35 @@ def refuse_oversized_bodies(
         except ValueError:
             declared = 0
         if declared > max_upload_bytes() + MULTIPART_ENVELOPE:
-            message = too_large_message(declared, what="request body")
-            if request.path.startswith("/api/"):
-                response = JsonResponse({"detail": message, "errors": []}, status=413)
-            else:
-                response = HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
-            # Said here (CommonMiddleware, below, would): a client still sending its body can
-            # read the whole answer without waiting for a close that comes only after the body.
-            response["Content-Length"] = str(len(response.content))
-            return response
+            return _said_at_once(request, too_large_message(declared, what="request body"), status=413)
+        if _chunked_without_length(request):
+            # Django's WSGI request reads CONTENT_LENGTH bytes of a body, none without it: a
+            # chunked body would be taken for an empty one ("body: Field required").
+            return _said_at_once(
+                request, "send the body with a Content-Length (a chunked body is not read)", status=411
+            )
         return get_response(request)
 
     return middleware
+
+
+def _chunked_without_length(request: HttpRequest) -> bool:
+    return (
+        isinstance(request, WSGIRequest)  # Django's ASGI handler reads a chunked body whole
+        and "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+        and not request.META.get("CONTENT_LENGTH")
+    )
+
+
+def _said_at_once(request: HttpRequest, message: str, *, status: int) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": message, "errors": []}, status=status)
+    else:
+        response = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    # Said here (CommonMiddleware, below, would): a client still sending its body can read the
+    # whole answer without waiting for a close that comes only after the body.
+    response["Content-Length"] = str(len(response.content))
+    return response
 
 
 def method_not_allowed_page(

@@ -219,6 +219,20 @@ def test_a_body_past_the_upload_limit_is_413(api, make_session, settings):
     assert response.status_code == 413 and response.json()["detail"] == "the request body exceeds 0 MB"
 
 
+def test_a_chunked_body_without_a_length_is_411_not_read_as_empty(api, make_session, client):
+    session = make_session(events=3)
+    body = orjson.dumps({"name": "kept", "seq": 1})
+    chunked = {"HTTP_TRANSFER_ENCODING": "chunked", "CONTENT_LENGTH": ""}
+    response = api.post(f"/api/sessions/{session.pk}/checkpoints", body, content_type="application/json", **chunked)
+    assert response.status_code == 411
+    assert response.json()["detail"] == "send the body with a Content-Length (a chunked body is not read)"
+    page = client.post("/accounts/login/", b"username=a&password=b", content_type="application/x-www-form-urlencoded",
+                       **chunked)  # fmt: skip
+    assert page.status_code == 411 and page["Content-Type"].startswith("text/plain")
+    # With its length the same body is read.
+    assert api.post(f"/api/sessions/{session.pk}/checkpoints", body, content_type="application/json").status_code == 201
+
+
 @pytest.mark.parametrize(
     ("body", "content_type", "detail"),
     [
