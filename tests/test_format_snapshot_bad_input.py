@@ -306,3 +306,22 @@ def test_valid_snapshots_in_any_layout_read_exactly_as_json(tmp_path):
         text = "".join(parts).encode()
         assert json.loads(text) == doc
         assert _members(text, tmp_path) == (steps, {k: v for k, v in doc.items() if k != "steps"}, []), case
+
+
+def test_a_json_lines_file_given_as_a_snapshot_is_said_to_be_none_at_its_first_line():
+    problems = Problems()
+    native = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
+    sessions = list(rlm_snapshot.parse(Source(path=native), problems))
+    assert [list(s.events) for s in sessions] == [[]]
+    first = problems.to_list()[0]
+    assert (first["line"], first["field"]) == (1, "steps")
+    assert first["message"].startswith("not a SessionSnapshot: no steps array nor session_id (its members: event_type")
+
+
+def test_a_snapshot_without_steps_but_with_its_id_is_no_such_problem(tmp_path):
+    path = tmp_path / "empty.json"
+    path.write_bytes(orjson.dumps({"session_id": "s1", "steps": [], "task": "t"}))
+    problems = Problems()
+    for session in rlm_snapshot.parse(Source(path=path), problems):
+        list(session.events)
+    assert not [p for p in problems.to_list() if p["field"] == "steps"]

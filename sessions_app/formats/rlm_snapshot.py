@@ -237,11 +237,14 @@ def _parse_snapshot(
     document = JsonDocument(source, problems)
     walk = document.members(_STEPS)
     first_step: list[tuple[int, Any]] = []
+    first_line = 1
     # The members before the steps (all of them, in to_dict's order) fill the metadata first.
     for line, key, value, in_steps in walk:
         if in_steps:
             first_step.append((line, value))
             break
+        if not reader.header:
+            first_line = line
         reader.apply_header(key, value, line)
     if not reader.header and not first_step:
         walk.close()
@@ -264,6 +267,13 @@ def _parse_snapshot(
                 event = reader.step_event(line, value)
                 if event is not None:
                     yield event
+        if not first_step and _STEPS not in reader.header and "session_id" not in reader.header:
+            # Not a snapshot at all (a JSON lines file given this format, say): said on its first
+            # line, before what follows it is called text after the object.
+            members = ", ".join(list(reader.header)[:6])
+            problems.add(
+                first_line, _STEPS, f"not a SessionSnapshot: no steps array nor session_id (its members: {members})"
+            )
         after = document.after
         if after is not None:
             problems.add(
