@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import connection
@@ -181,7 +182,8 @@ def still_reads(request: HttpRequest, session_id: int) -> bool:
             store = getattr(request, "session", None)
             if store is None or not store.session_key or not store.exists(store.session_key):
                 return False  # signed out meanwhile
-            user = type(actor.user)._default_manager.filter(pk=actor.user.pk).first()
+            # request.user is a lazy wrapper: the model is asked of Django, not of its type.
+            user = get_user_model()._default_manager.filter(pk=actor.user.pk).first()
             if user is None:
                 return False
         fresh = Actor(user=user, grants=_share_grants(request))

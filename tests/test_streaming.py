@@ -400,13 +400,20 @@ def test_a_tail_ends_within_its_recheck_once_the_caller_may_no_longer_read(proje
     assert rest[-1][1] == {"reason": "access_revoked", "last_seq": 0}
 
 
-def test_a_tail_goes_on_while_its_caller_may_read(project, settings, monkeypatch):
+@pytest.mark.parametrize("how", ["key", "login cookie, the API's tail", "login cookie, the player's tail"])
+def test_a_tail_goes_on_while_its_caller_may_read(project, settings, monkeypatch, how):
     settings.TAIL_MAX_SECONDS = 0.3
     settings.TAIL_POLL_SECONDS = 0.01
     monkeypatch.setattr(streaming, "RECHECK_SECONDS", 0.02)
     session = timed_session(project, [(Kind.NOTE, 0)])
-    client = Client(headers={"authorization": f"Bearer {key_of(member('reader', project, Role.VIEWER))}"})
-    frames = frames_of(client.get(f"/api/sessions/{session.pk}/tail").streaming_content)
+    reader = member("reader", project, Role.VIEWER)
+    if how == "key":
+        client = Client(headers={"authorization": f"Bearer {key_of(reader)}"})
+    else:
+        client = Client()
+        client.force_login(reader)  # request.user is then Django's lazy wrapper of the user
+    url = f"/sessions/{session.pk}/tail/" if "player" in how else f"/api/sessions/{session.pk}/tail"
+    frames = frames_of(client.get(url).streaming_content)
     assert frames[-1][1]["reason"] == "max_duration"  # rechecked a dozen times, and went on
 
 
