@@ -344,12 +344,17 @@ def may_export_original(who: HttpRequest | Actor, session: Session) -> bool:
     """Whether the caller may have the session's original upload (`may_export` granted): a
     member may; a share link's visitor only when the upload gave this session alone, as its
     bytes would give the other sessions' records too (an appended file, an AgentLens export of
-    several sessions)."""
+    several sessions), and never one a restored bundle carried (what else it gave is unknown)."""
     actor = _as_actor(who)
     if role_on(actor, session) is not None or session.import_job_id is None:
         return True  # a member, or no upload: the session's own stored records
     result = ImportJob.objects.filter(pk=session.import_job_id).values_list("result", flat=True).first() or []
-    return all(isinstance(entry, dict) and entry.get("session") == session.pk for entry in result)
+    # The original an evidence bundle carried (`carried_by`) came from another server, which
+    # may have given other sessions from it: its job names only the one restored here.
+    return all(
+        isinstance(entry, dict) and entry.get("session") == session.pk and not entry.get("carried_by")
+        for entry in result
+    )
 
 
 def share_link_for(who: HttpRequest | Actor, link_id: int, *, need: Role = Role.MAINTAINER) -> ShareLink:

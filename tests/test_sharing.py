@@ -21,7 +21,18 @@ from sessions_app.access import Actor
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
 from sessions_app.jobs import run_import
-from sessions_app.models import AuditEntry, Checkpoint, Comment, Review, Role, Session, ShareLink, Tour, TourStop
+from sessions_app.models import (
+    AuditEntry,
+    Checkpoint,
+    Comment,
+    Project,
+    Review,
+    Role,
+    Session,
+    ShareLink,
+    Tour,
+    TourStop,
+)
 
 from .builders_teams import acme, key_of, member  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
@@ -489,3 +500,27 @@ def test_a_visitor_of_a_live_session_follows_it_through_the_players_own_tail(acm
     assert visitor.get(tail, {"after": "x"}).status_code == 400
     sharing.revoke_link(actor=Actor(user=mia), link=ShareLink.objects.get(session=live))
     assert visitor.get(tail).status_code == 404
+
+
+def test_a_visitor_has_no_original_that_a_restored_bundle_carried(
+    acme, mia, django_capture_on_commit_callbacks, tmp_path
+):
+    from sessions_app.bundles import stream_bundle
+    from sessions_app.ingest.importing import import_file
+
+    both = FIXTURES / "agentlens" / "two_sessions.ndjson"
+    first, _second = _uploaded(acme, mia, both, django_capture_on_commit_callbacks)
+    elsewhere = Project.objects.create(name="Elsewhere", slug="elsewhere")
+    keeper = member("kim", elsewhere, Role.MAINTAINER)
+    bundle = tmp_path / "first.replay-bundle.zip"
+    bundle.write_bytes(b"".join(stream_bundle(session=first, exported_by="mia")))
+    (outcome,) = import_file(path=bundle, project=elsewhere)
+    restored = outcome.session
+    _, token = _link(restored, keeper, allow_export=True)
+    visitor = _visitor(token)
+    export = reverse("sessions:export", args=[restored.pk])
+    assert f"{export}?format=original" not in visitor.get(_player(restored)).content.decode()
+    assert visitor.get(export, {"format": "original"}).status_code == 403
+    # Its members have it whole, as received where the bundle was made.
+    whole = b"".join(_signed_in(keeper).get(export, {"format": "original"}).streaming_content)
+    assert whole == both.read_bytes()
