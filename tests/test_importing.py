@@ -7,6 +7,7 @@ import gzip
 import io
 import shutil
 import zipfile
+import zlib
 from pathlib import Path
 
 import orjson
@@ -74,6 +75,22 @@ def test_a_zip_that_is_no_bundle_is_refused_as_such_not_read_as_lines(project, t
     assert outcome.session is None
     assert outcome.error == f"runs.zip: {importing.NOT_A_BUNDLE}"
     assert not Session.objects.exists()
+
+
+def test_a_gzip_whose_bytes_end_like_a_zip_is_still_read_as_gzip(project, tmp_path):
+    source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
+    packed = tmp_path / "run.jsonl.gz"
+    # A zip's end record (PK 5 6 and 18 bytes) inside a gzip file, as compressed bytes may hold
+    # it by chance: here, in the gzip header's comment (FCOMMENT), which gzip readers skip.
+    data = source.read_bytes()
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = deflate.compress(data) + deflate.flush()
+    header = b"\x1f\x8b\x08\x10" + bytes(4) + b"\x00\xff" + b"PK\x05\x06" + b"\x01" * 18 + b"\x00"
+    trailer = zlib.crc32(data).to_bytes(4, "little") + len(data).to_bytes(4, "little")
+    packed.write_bytes(header + body + trailer)
+    assert zipfile.is_zipfile(packed) and gzip.decompress(packed.read_bytes()) == data
+    (outcome,) = import_file(path=packed, project=project)
+    assert outcome.error is None and outcome.session is not None, outcome.error
 
 
 def test_explicit_format_overrides_detection(project, tmp_path):

@@ -129,7 +129,7 @@ def import_file(
         outcome = _import_bundle(path, project, uploader, display_name, progress.redactor)
         progress.finish([outcome], Problems(), FORMAT_NAME)
         return [outcome]
-    if path.is_file() and zipfile.is_zipfile(path):
+    if _starts_as_zip(path) and zipfile.is_zipfile(path):
         # A zip's stored members would otherwise be read as lines of text, its first and last
         # records cut by the archive's own bytes.
         outcome = ImportOutcome(path=path, error=f"{display_name}: {NOT_A_BUNDLE}")
@@ -369,6 +369,16 @@ NOT_A_BUNDLE = (
     "a zip archive that is not a Replay evidence bundle (it has no manifest.json); "
     "upload the session files it holds, or a .gz of one"
 )
+
+
+def _starts_as_zip(path: Path) -> bool:
+    """A zip's own first bytes (a member, or an empty archive's end record): is_zipfile alone
+    looks only for an end record in the last 64 KiB, which a gzip's compressed bytes may hold
+    by chance."""
+    if not path.is_file():
+        return False
+    with path.open("rb") as stream:
+        return stream.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
 
 
 def _unreadable(path: Path) -> str:
