@@ -16,6 +16,8 @@
   const STEP_WAIT_MAX_MS = 5000; // a step asked for longer ago than this no longer holds the presses back
   // Tour mode: the stop ({number, seq}) that "play to next stop" pauses at, while it plays.
   let tourStop = null;
+  // Set when "Play to next stop" leaves a stop: that frame's URL is pushed, not replaced (below).
+  let pushNextFrame = false;
 
   function $(id) { return document.getElementById(id); }
   function readJson(id) {
@@ -58,7 +60,10 @@
   function setPlaying(on, reason) {
     const was = player.playing;
     player.playing = on;
-    if (!on) tourStop = null;
+    if (!on) {
+      tourStop = null;
+      pushNextFrame = false; // a stop left by playing that never got its first frame: no push later
+    }
     if (on) player.frameAskedAt = performance.now();
     // While playing, a tour's "Back to the stop" would be about a stop being left behind on
     // purpose (playing to the next one, or on from this one): the page hides it meanwhile.
@@ -396,8 +401,9 @@
   document.addEventListener("pointercancel", function () { player.dragging = false; });
 
   // ---- live tail ----------------------------------------------------------------------------
-  // A live session's player follows new events: the API's SSE tail (same-origin, the login
-  // cookie authenticates it) tells us the newest seq; when "follow" is on we jump there.
+  // A live session's player follows new events: its tail (/sessions/<id>/tail/, the API's SSE
+  // stream behind the page's own sign-in or share link) tells us the newest seq; when "follow"
+  // is on we jump there.
   function startLive(resumeAfter) {
     const root = $("player");
     if (!root || root.getAttribute("data-live") !== "true" || player.source || !window.EventSource) return;
@@ -440,6 +446,13 @@
       if (data.reason === "max_duration") {
         const resume = typeof data.resume_after === "number" ? data.resume_after : player.liveLast;
         setTimeout(function () { if (onPlayer()) startLive(resume); }, 1000);
+        return;
+      }
+      if (data.reason === "access_revoked" || data.reason === "session_deleted") {
+        // The stream stopped for the viewer, not because the session ended: say which.
+        status(data.reason === "access_revoked"
+          ? "You can no longer follow this session (your access to it ended)."
+          : "This session was deleted.");
         return;
       }
       status("The session ended.");
@@ -529,12 +542,14 @@
     // Leaving the stop is a step in the browser's history, as its "Stop N →" link is: Back
     // returns to this stop, not to the page before the tour (the frames on the way replace
     // the new entry, as playback's frames always do).
-    pushNextFrame = true;
-    if (next.seq <= f.seq) { setPlaying(false); markStop(next.number); go(next.seq); return; }
+    if (next.seq <= f.seq) { setPlaying(false); markStop(next.number); pushNextFrame = true; go(next.seq); return; }
     tourStop = { number: next.number, seq: next.seq };
+    pushNextFrame = true;
     setPlaying(true);
   }
-  let pushNextFrame = false;
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (!event.detail.successful) pushNextFrame = false; // a failed frame moved nowhere
+  });
   document.addEventListener("htmx:beforeHistoryUpdate", function (event) {
     if (!pushNextFrame || !event.detail.history) return;
     pushNextFrame = false;
