@@ -27,7 +27,9 @@ class SessionOut(SessionIdentityOut):
 
 
 class SessionListRowOut(SessionOut):
-    reviewState: str | None = Field(description="the newest sign-off's verdict; null: unreviewed")
+    reviewState: str | None = Field(
+        description="the newest sign-off's verdict (made here, not restored from a bundle); null: unreviewed"
+    )
     reviewBroken: bool = Field(description="a verification after the newest sign-off found an event it covered changed")
 
 
@@ -75,7 +77,7 @@ class SessionListQuery(Schema):
     model: str | None = None
     q: str | None = Field(None, max_length=200, description="text in task, ids, agent, model, answer")
     review: Literal["approved", "changes_requested", "rejected", "unreviewed"] | None = Field(
-        None, description="the newest sign-off's verdict, or `unreviewed`"
+        None, description="the newest sign-off's verdict (made here, not restored from a bundle), or `unreviewed`"
     )
     limit: int = Field(50, ge=1, le=500)
     before: Id | None = Field(None, description="keyset cursor: sessions with a smaller id")
