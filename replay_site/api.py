@@ -132,8 +132,13 @@ _NOT_AN_OBJECT = frozenset({"get_attribute_error", "model_attributes_type"})
 
 def _message(error: dict) -> str:
     if error.get("type") in _NOT_AN_OBJECT:
-        return "the body must be a JSON object"
+        # The body itself, or an item of it (`stops.0`), as the location says.
+        return "the body must be a JSON object" if _at_root(error) else "must be a JSON object"
     return error.get("msg", "invalid value")
+
+
+def _at_root(error: dict) -> bool:
+    return _location(error.get("loc", ())) == "body"
 
 
 def validation_message(errors: list[dict]) -> str:
@@ -147,7 +152,7 @@ def validation_message(errors: list[dict]) -> str:
 @api.exception_handler(ValidationError)
 def bad_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = exc.errors
-    if any(e.get("type") in _NOT_AN_OBJECT for e in errors):  # the body is no object: say only that
+    if any(e.get("type") in _NOT_AN_OBJECT and _at_root(e) for e in errors):  # no object at all: say only that
         errors = [{"loc": ("body",), "type": "get_attribute_error"}]
     return api.create_response(
         request,

@@ -640,6 +640,13 @@ def test_a_misspelt_field_is_refused_naming_it_and_changes_nothing(admin):
         assert response.json()["detail"] == f"{field}: Extra inputs are not permitted"
     rules = RedactionRules.objects.get(project=project)
     assert rules.detectors == ["email"] and rules.custom == [{"label": "ticket", "pattern": "T-[0-9]+"}]
+    # What a GET answers (with its read-only updated_at and updated_by) may be sent back changed.
+    read = api.get("/api/projects/acme/redaction").json()
+    assert read["updated_by"] and read["updated_at"]
+    read["detectors"]["ipv4"] = True
+    sent = api.put("/api/projects/acme/redaction", orjson.dumps(read), content_type="application/json")
+    assert sent.status_code == 200, sent.content
+    assert RedactionRules.objects.get(project=project).detectors == ["email", "ipv4"]
 
 
 def test_a_maintainer_may_neither_read_nor_change_the_rules(admin):

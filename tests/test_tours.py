@@ -253,6 +253,27 @@ def positions(tour: Tour) -> list[tuple[int, int]]:
     return list(TourStop.objects.filter(tour=tour).order_by("position").values_list("position", "id"))
 
 
+def test_what_a_get_answers_may_be_sent_back_changed_but_a_misspelt_field_is_refused(mia, first, second):
+    made = new_tour(mia)
+    assert put_stops(mia, made["id"], three_stops(first, second)).status_code == 200
+    read = mia.get(f"/api/tours/{made['id']}").json()
+    stops = read["stops"]
+    stops[0]["title"] = "Renamed"
+    stops.reverse()
+    sent = put_stops(mia, made["id"], stops)  # the GET's own fields (position, player_url, ...) dropped
+    assert sent.status_code == 200, sent.content
+    assert [stop["title"] for stop in sent.json()] == ["The fix", "Another run fails", "Renamed"]
+    changed = send(mia, "PATCH", f"/api/tours/{made['id']}", read | {"title": "Renamed tour"})
+    assert changed.status_code == 200 and changed.json()["title"] == "Renamed tour"
+    misspelt = put_stops(mia, made["id"], [{**stops[0], "narattion": "typo"}])
+    assert (
+        misspelt.status_code == 400 and misspelt.json()["detail"] == "stops.0.narattion: Extra inputs are not permitted"
+    )
+    # An item that is no object is named where it is, not as the body.
+    item = put_stops(mia, made["id"], ["x"])
+    assert item.status_code == 400 and item.json()["detail"] == "stops.0: must be a JSON object"
+
+
 def test_add_stop_appends_or_inserts_keeping_positions_dense(built, first):
     actor, tour, ids = built
     appended = tours.add_stop(actor=actor, tour=tour, session=first, seq=11, title="The end")

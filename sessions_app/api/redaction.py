@@ -34,6 +34,7 @@ class RedactionRulesOut(Schema):
 
 
 class RedactionRulesIn(BodyIn):
+    read_only = frozenset({"updated_at", "updated_by"})
     detectors: dict[str, bool] = Field(
         default_factory=dict, description=f"detector name -> on; left out: off. Known: {', '.join(DETECTORS)}"
     )

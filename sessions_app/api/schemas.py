@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from ninja import Field, Schema
-from pydantic import AfterValidator
+from pydantic import AfterValidator, model_validator
 from pydantic import Field as Bounds
 
 from ..models.bounds import MAX_ID, MAX_POSITION
@@ -29,7 +29,18 @@ Position = Annotated[int, Bounds(ge=0, le=MAX_POSITION)]
 
 class BodyIn(Schema, extra="forbid"):
     """A request body of the team API: a field it does not know is refused, naming it, rather
-    than left out unseen (a misspelt `detecters` turned every redaction detector off)."""
+    than left out unseen (a misspelt `detecters` turned every redaction detector off). The
+    fields a GET of the same thing answers with and the body does not take (`read_only`) are
+    dropped, so what was read can be sent back changed."""
+
+    read_only: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_read_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.read_only:
+            return {name: value for name, value in data.items() if name not in cls.read_only}
+        return data
 
 
 class DetailOut(Schema):

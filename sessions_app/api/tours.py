@@ -31,11 +31,14 @@ class TourIn(BodyIn):
 
 
 class TourChangeIn(BodyIn):
+    read_only = frozenset({"id", "project", "description_html", "created_by", "created_at", "updated_at",
+                           "stop_count", "sessions", "play_url", "stops"})  # fmt: skip
     title: Text | None = Field(None, max_length=tours.MAX_TITLE, description="leave out to keep it")
     description: Text | None = Field(None, max_length=tours.MAX_TEXT, description="Markdown; leave out to keep it")
 
 
 class StopIn(BodyIn):
+    read_only = frozenset({"position", "number", "event_number", "narration_html", "player_url"})
     session: int = Field(..., ge=1, le=BIG, description="a session of the tour's project")
     seq: int = Field(..., le=BIG, description="the event the stop is at: 0-based, 0 <= seq < the session's eventCount")
     title: Text = Field(..., max_length=tours.MAX_TITLE)
