@@ -371,6 +371,15 @@ def test_a_streams_thread_closes_its_database_connection_when_the_stream_ends(tr
     assert seen == {"closed_stream": True, "close_called": True, "closed": True}
 
 
+def _reader(user, *, cookie: bool) -> Client:
+    """A client of `user`: signed in by the login cookie, or with a key of theirs."""
+    if not cookie:
+        return Client(headers={"authorization": f"Bearer {key_of(user)}"})
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 @pytest.mark.parametrize("how", ["key revoked", "member removed", "user deactivated", "signed out"])
 def test_a_tail_ends_within_its_recheck_once_the_caller_may_no_longer_read(project, settings, monkeypatch, how):
     settings.TAIL_MAX_SECONDS = 30
@@ -378,11 +387,7 @@ def test_a_tail_ends_within_its_recheck_once_the_caller_may_no_longer_read(proje
     monkeypatch.setattr(streaming, "RECHECK_SECONDS", 0.05)
     session = timed_session(project, [(Kind.NOTE, 0)])
     user = member("tailer", project, Role.VIEWER)
-    if how == "signed out":  # the player's own tail, by the login cookie
-        client = Client()
-        client.force_login(user)
-    else:
-        client = Client(headers={"authorization": f"Bearer {key_of(user)}"})
+    client = _reader(user, cookie=how == "signed out")  # signed out: the player's own tail, by the login cookie
     url = f"/sessions/{session.pk}/tail/" if how == "signed out" else f"/api/sessions/{session.pk}/tail"
     chunks = iter(client.get(url).streaming_content)
     assert frames_of([next(chunks)])[0][1]["seq"] == 0
@@ -407,12 +412,8 @@ def test_a_tail_goes_on_while_its_caller_may_read(project, settings, monkeypatch
     settings.TAIL_POLL_SECONDS = 0.01
     monkeypatch.setattr(streaming, "RECHECK_SECONDS", 0.02)
     session = timed_session(project, [(Kind.NOTE, 0)])
-    reader = member("reader", project, Role.VIEWER)
-    if how == "key":
-        client = Client(headers={"authorization": f"Bearer {key_of(reader)}"})
-    else:
-        client = Client()
-        client.force_login(reader)  # request.user is then Django's lazy wrapper of the user
+    # By the login cookie, request.user is Django's lazy wrapper of the user.
+    client = _reader(member("reader", project, Role.VIEWER), cookie=how != "key")
     url = f"/sessions/{session.pk}/tail/" if "player" in how else f"/api/sessions/{session.pk}/tail"
     frames = frames_of(client.get(url).streaming_content)
     assert frames[-1][1]["reason"] == "max_duration"  # rechecked a dozen times, and went on
