@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import CharField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import Http404, HttpRequest
+from django.utils.crypto import constant_time_compare
 
 from .models import ApiKey, ImportJob, Membership, Project, Role, Session, ShareLink, Tour, TourStop
 from .models.fixed_lookup import FixedLookup
@@ -179,11 +180,7 @@ def still_reads(request: HttpRequest, session_id: int) -> bool:
     else:
         user = None
         if actor.user is not None:
-            store = getattr(request, "session", None)
-            if store is None or not store.session_key or not store.exists(store.session_key):
-                return False  # signed out meanwhile
-            # request.user is a lazy wrapper: the model is asked of Django, not of its type.
-            user = get_user_model()._default_manager.filter(pk=actor.user.pk).first()
+            user = _still_signed_in(request, actor.user.pk)
             if user is None:
                 return False
         fresh = Actor(user=user, grants=_share_grants(request))
@@ -192,6 +189,23 @@ def still_reads(request: HttpRequest, session_id: int) -> bool:
     except (Http404, PermissionDenied):
         return False
     return True
+
+
+def _still_signed_in(request: HttpRequest, user_id: int) -> AbstractBaseUser | None:
+    """The user of the request's login, if it still holds as Django's own sign-in check would
+    find it: the login not ended nor expired, the password not changed since (the session's
+    auth hash)."""
+    store = getattr(request, "session", None)
+    if store is None or not store.session_key:
+        return None
+    stored = type(store)(store.session_key).load()  # {} when signed out or expired
+    # request.user is a lazy wrapper: the model is asked of Django, not of its type.
+    user = get_user_model()._default_manager.filter(pk=user_id).first()
+    if not stored or user is None or str(stored.get(SESSION_KEY)) != str(user_id):
+        return None
+    if not constant_time_compare(str(stored.get(HASH_SESSION_KEY, "")), user.get_session_auth_hash()):
+        return None
+    return user
 
 
 def _share_grants(request: HttpRequest) -> tuple[ShareGrant, ...]:

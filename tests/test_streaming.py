@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from django.contrib.sessions.models import Session as DjangoSession
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -380,15 +381,18 @@ def _reader(user, *, cookie: bool) -> Client:
     return client
 
 
-@pytest.mark.parametrize("how", ["key revoked", "member removed", "user deactivated", "signed out"])
+@pytest.mark.parametrize(
+    "how", ["key revoked", "member removed", "user deactivated", "signed out", "password changed", "login expired"]
+)
 def test_a_tail_ends_within_its_recheck_once_the_caller_may_no_longer_read(project, settings, monkeypatch, how):
     settings.TAIL_MAX_SECONDS = 30
     settings.TAIL_POLL_SECONDS = 0.01
     monkeypatch.setattr(streaming, "RECHECK_SECONDS", 0.05)
     session = timed_session(project, [(Kind.NOTE, 0)])
     user = member("tailer", project, Role.VIEWER)
-    client = _reader(user, cookie=how == "signed out")  # signed out: the player's own tail, by the login cookie
-    url = f"/sessions/{session.pk}/tail/" if how == "signed out" else f"/api/sessions/{session.pk}/tail"
+    cookie = how in ("signed out", "password changed", "login expired")  # the player's own tail, by the cookie
+    client = _reader(user, cookie=cookie)
+    url = f"/sessions/{session.pk}/tail/" if cookie else f"/api/sessions/{session.pk}/tail"
     chunks = iter(client.get(url).streaming_content)
     assert frames_of([next(chunks)])[0][1]["seq"] == 0
     if how == "key revoked":
@@ -397,6 +401,11 @@ def test_a_tail_ends_within_its_recheck_once_the_caller_may_no_longer_read(proje
         Membership.objects.filter(user=user, project=project).delete()
     elif how == "user deactivated":
         type(user).objects.filter(pk=user.pk).update(is_active=False)
+    elif how == "password changed":
+        user.set_password("a new one, elsewhere")
+        user.save()
+    elif how == "login expired":
+        DjangoSession.objects.update(expire_date=timezone.now() - timedelta(seconds=1))
     else:
         client.logout()
     append_events(session=session, events=[_note(5)])  # written after: never sent
