@@ -101,9 +101,10 @@ class ClientAndBusyErrors:
         return None
 
 
-def _plain_or_json(request: HttpRequest, detail: str, *, status: int) -> HttpResponse:
+def _plain_or_json(request: HttpRequest, detail: str, *, status: int, errors: list | None = None) -> HttpResponse:
+    """JSON under /api/ (with `errors`, the API's ErrorOut shape, when given), else a line of text."""
     if request.path.startswith("/api/"):
-        return JsonResponse({"detail": detail}, status=status)
+        return JsonResponse({"detail": detail} | ({} if errors is None else {"errors": errors}), status=status)
     return HttpResponse(detail, status=status, content_type="text/plain; charset=utf-8")
 
 
@@ -160,10 +161,7 @@ def _chunked_without_length(request: HttpRequest) -> bool:
 
 
 def _said_at_once(request: HttpRequest, message: str, *, status: int) -> HttpResponse:
-    if request.path.startswith("/api/"):
-        response = JsonResponse({"detail": message, "errors": []}, status=status)
-    else:
-        response = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    response = _plain_or_json(request, message, status=status, errors=[])
     # Said here (CommonMiddleware, below, would): a client still sending its body can read the
     # whole answer without waiting for a close that comes only after the body.
     response["Content-Length"] = str(len(response.content))

@@ -1,15 +1,20 @@
 """Server-Sent Events over HTTP, for the API's streams (api/live.py) and the player's own tail
-(views/sessions.py): the response, whether an ASGI server serves it, and where a client that
-reconnects resumes. The frames themselves are replay/streaming.py's."""
+(views/sessions.py): the response, whether an ASGI server serves it, where a client that
+reconnects resumes, and the live tail both answer with. The frames themselves are
+replay/streaming.py's."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 
+from . import access
+from .models import Session
 from .models.bounds import MAX_POSITION
+from .replay import streaming
 
 
 def under_asgi(request: HttpRequest) -> bool:
@@ -38,3 +43,19 @@ def resume_after(request: HttpRequest, after: int | None) -> int:
     if not -1 <= int(last) <= MAX_POSITION:
         raise ValueError(f"Last-Event-ID: {last} is no event's seq (from -1 to {MAX_POSITION})")
     return int(last)
+
+
+def tail(request: HttpRequest, session: Session, after: int) -> StreamingHttpResponse:
+    """A live session's events after seq `after` as they are appended (docs/ingest.md), for the
+    caller of `request`, who fetched `session` through access.py: the stream ends once they may
+    no longer read it (`access.still_reads`)."""
+    stream = streaming.tail_stream_async if under_asgi(request) else streaming.tail_stream
+    return response(
+        stream(
+            session=session,
+            after=after,
+            poll_interval=settings.TAIL_POLL_SECONDS,
+            max_seconds=settings.TAIL_MAX_SECONDS,
+            may_go_on=lambda: access.still_reads(request, session.pk),
+        )  # fmt: skip
+    )

@@ -288,13 +288,4 @@ def stream_session(request: HttpRequest, session_id: Id, query: Query[StreamQuer
 def tail_session(request: HttpRequest, session_id: Id, query: Query[TailQuery]):
     """Server-Sent Events of a live session's events as they are appended."""
     session = access.session_for(request, session_id)
-    stream = streaming.tail_stream_async if sse.under_asgi(request) else streaming.tail_stream
-    return sse.response(
-        stream(
-            session=session,
-            after=_start_after(request, query.after),
-            poll_interval=settings.TAIL_POLL_SECONDS,
-            max_seconds=settings.TAIL_MAX_SECONDS,
-            may_go_on=lambda: access.still_reads(request, session.pk),
-        )
-    )
+    return sse.tail(request, session, _start_after(request, query.after))

@@ -240,7 +240,8 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
     what they say of reviewer and time is the bundle's word, so none becomes the session's review
     state here, and none is dated after the bundle was exported (nor in the future)."""
     verdicts = set(Review.Verdict.values)
-    latest = min(_when(bundle.manifest.get("exported_at")) or datetime.now(UTC), datetime.now(UTC))
+    now = datetime.now(UTC)
+    latest = min(_when(bundle.manifest.get("exported_at")) or now, now)
     for data in bundle.reviews:
         if data.get("verdict") not in verdicts:
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")

@@ -11,7 +11,6 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib import messages as django_messages
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
@@ -39,7 +38,7 @@ from ..forms import (
 from ..ingest.quotas import QuotaExceeded
 from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
 from ..models import Checkpoint, Project, Role, Session
-from ..replay import charts, exports, streaming, timeline
+from ..replay import charts, exports, timeline
 from ..replay.compare import diff_sessions
 from ..replay.frames import Frame, frame_at, search_panel, step_seqs
 from ..replay.imports import session_import_problems
@@ -215,7 +214,7 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
         context |= comment_panel(request, session, frame.seq)
         if not partial:
             context |= refused_comment(request, session)
-    context |= tour_mode_context(request, session, context["keep"], player_link_suffix(state, changed_only=True))
+    context |= tour_mode_context(request, session, state, context["keep"])
     if not partial:
         team = shared is None
         context |= _player_page(session)
@@ -368,16 +367,7 @@ def live_tail(request: HttpRequest, session_id: int) -> HttpResponse:
         after = sse.resume_after(request, query.cleaned_data["after"])
     except ValueError as exc:
         return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
-    stream = streaming.tail_stream_async if sse.under_asgi(request) else streaming.tail_stream
-    return sse.response(
-        stream(
-            session=session,
-            after=after,
-            poll_interval=settings.TAIL_POLL_SECONDS,
-            max_seconds=settings.TAIL_MAX_SECONDS,
-            may_go_on=lambda: access.still_reads(request, session.pk),
-        )  # fmt: skip
-    )
+    return sse.tail(request, session, after)
 
 
 # A link's visitor (no member, no account needed) may verify too, but not make the server re-hash

@@ -187,15 +187,15 @@ def tour_play(request: HttpRequest, tour_id: int) -> HttpResponse:
     number = min(number, len(stops))
     session_id, seq = stops[number - 1]
     url = tours.stop_player_url(tour_id=tour.pk, session_id=session_id, seq=seq, number=number)
-    if any(name in request.GET for name in ("types", "speed", "pace")):
-        # From a stop's link in the player: the next session plays with the same kinds and pace.
-        url += player_link_suffix(PlayerForm(request.GET).values(), changed_only=True)
-    return redirect(url)
+    # From a stop's link in the player: the next session plays with the same kinds and pace.
+    return redirect(url + player_link_suffix(PlayerForm(request.GET).values(), changed_only=True))
 
 
-def tour_mode_context(request: HttpRequest, session: Session, keep: str, choices: str) -> dict[str, Any]:
+def tour_mode_context(request: HttpRequest, session: Session, state: dict[str, Any], keep: str) -> dict[str, Any]:
     """The player's tour mode (`?tour=<id>&stop=<N>`): the narration panel (its stop links
-    ending in the viewer's `choices`) and the parameters every step keeps (after `keep`). Two queries a frame (the tour, scoped; its stops), none without `tour`.
+    carrying the kinds, speed and pace the viewer changed in `state`, PlayerForm's values) and
+    the parameters every step keeps (after `keep`). Two queries a frame (the tour, scoped; its
+    stops), none without `tour`.
     A tour the caller may not see, or of another project, is no tour mode: the player as usual."""
     params = TourModeForm(request.GET).values()
     if params["tour"] is None:
@@ -206,6 +206,7 @@ def tour_mode_context(request: HttpRequest, session: Session, keep: str, choices
         return {}
     if tour.project_id != session.project_id:
         return {}
+    choices = player_link_suffix(state, changed_only=True)
     mode = tours.tour_mode(tour=tour, session=session, number=params["stop"] or 1, link_suffix=choices)
     if mode is None:
         return {}
