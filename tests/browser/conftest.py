@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.servers.basehttp import ThreadedWSGIServer
+from django.db import connection
 from django.test import testcases
 from playwright.sync_api import Browser, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
@@ -31,9 +32,10 @@ class OneRequestAtATime(ThreadedWSGIServer):
     one of them another's rows (an IndexError in Django's converters, a 500 in a fresh-clone
     run; Django's documentation warns of it). Streamed answers (the live player's event stream,
     static files) are made under the lock and sent without it, so a stream left open holds up
-    no other request."""
+    no other request. The lock is reentrant: the test's own queries take it too (below), and so
+    does a query a request makes while its thread holds it."""
 
-    lock = threading.Lock()
+    lock = threading.RLock()
 
     def set_app(self, application) -> None:
         def one_at_a_time(environ, start_response):
@@ -50,6 +52,23 @@ class OneRequestAtATime(ThreadedWSGIServer):
 
 
 testcases.LiveServerThread.server_class = OneRequestAtATime
+
+
+def one_query_at_a_time(execute, sql, params, many, context):
+    with OneRequestAtATime.lock:
+        return execute(sql, params, many, context)
+
+
+@pytest.fixture(autouse=True)
+def queries_wait_for_the_live_server():
+    """The test's own queries (a row it makes or checks between two clicks, the flush after it)
+    run on the connection the live server shares, so each waits for the request being answered
+    and never runs inside it: one that did met "database table is locked" in a local run. A
+    stream's queries after its first chunk take the lock one at a time the same way."""
+    with connection.execute_wrapper(one_query_at_a_time):
+        yield
+
+
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--no-first-run",
