@@ -281,8 +281,13 @@ def test_audit_pages_by_before_seq(client, acme):
     assert f'href="{page}?actor=bob&amp;before=70"' in first and "Newest" not in first
     second = client.get(page, {"actor": "bob", "before": 70}, HTTP_HX_REQUEST="true").content.decode()
     assert _seqs(second) == list(range(69, 19, -1)) and "before=20" in second and "Newest" in second
+    # "Newer" undoes "Older": one page up, with the same filters; from the second page that is the first.
+    assert f'rel="prev" href="{page}?actor=bob"' in second and 'rel="prev"' not in first
     last = client.get(page, {"before": 20}).content.decode()
     assert _seqs(last) == list(range(19, -1, -1)) and 'rel="next"' not in last
+    assert f'rel="prev" href="{page}?before=70"' in last
+    # A page below every entry leads up to the oldest full page.
+    assert f'rel="prev" href="{page}?before=50"' in client.get(page, {"before": 0}).content.decode()
 
 
 def test_reading_exporting_and_verifying_the_log_records_nothing(client, acme):

@@ -192,15 +192,24 @@ def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
 def _audit_context(request: HttpRequest, project: Project) -> dict[str, Any]:
     form = AuditFilterForm(request.GET)
     values = form.values()
-    found = audit.entries_of(
-        project=project, actor=values["actor"] or "", action=values["action"] or "",
-        since=_day_start(values["since"]), until=_day_start(values["until"], days_after=1), before=values["before"],
-    )  # fmt: skip
-    entries = list(found[: AUDIT_PAGE + 1])
+    filters = {
+        "project": project, "actor": values["actor"] or "", "action": values["action"] or "",
+        "since": _day_start(values["since"]), "until": _day_start(values["until"], days_after=1),
+    }  # fmt: skip
+    entries = list(audit.entries_of(**filters, before=values["before"])[: AUDIT_PAGE + 1])
     # Keyset pages: the next one holds the entries below the last seq shown.
     next_before = entries[AUDIT_PAGE - 1].seq if len(entries) > AUDIT_PAGE else None
+    is_first = values["before"] is None
+    newer_before = None
+    if not is_first:
+        # The page above: the page's length of entries above the first shown, with the same
+        # filters, so "Newer" undoes "Older". None when that page is the newest.
+        floor = entries[0].seq + 1 if entries else values["before"]
+        above = audit.entries_of(**filters).filter(seq__gte=floor).order_by("seq").values_list("seq", flat=True)
+        seqs = list(above[: AUDIT_PAGE + 1])
+        newer_before = seqs[AUDIT_PAGE] if len(seqs) > AUDIT_PAGE else None
     return {"project": project, "form": form, "entries": entries[:AUDIT_PAGE], "next_before": next_before,
-            "is_first": values["before"] is None}  # fmt: skip
+            "is_first": is_first, "newer_before": newer_before}  # fmt: skip
 
 
 def _day_start(day: date | None, *, days_after: int = 0) -> datetime | None:
