@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Value
+from django.db.models.functions import Lower
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -115,15 +117,28 @@ def create_key(
     if not user.is_active:
         raise TeamError(f"user: {user.get_username()} is not active")
     # Names tell a user's keys apart (in the list, in "Revoke the key ...?"); a page reloaded
-    # after "Create" would otherwise make a second key of the same name.
-    same = ApiKey.objects.active().filter(user=user, name=name[:200]).values_list("key_prefix", flat=True).first()
+    # after "Create" would otherwise make a second key of the same name. The database holds
+    # it (one_active_key_name_per_user); the look first names the key in the way.
+    same = _active_key_named(user, name[:200])
+    if same is None:
+        try:
+            with transaction.atomic():
+                api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only)
+        except IntegrityError:
+            same = _active_key_named(user, name[:200])  # made by a post at the same moment
+            if same is None:
+                raise
     if same is not None:
-        raise TeamError(f"name: {user.get_username()} has an active key named {name[:200]!r} already ({same}…); "
-                        "revoke it or choose another name")  # fmt: skip
-    api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only)
+        raise TeamError(f"name: {user.get_username()} has an active key named {same.name!r} already "
+                        f"({same.key_prefix}…); revoke it or choose another name")  # fmt: skip
     audit.record(action="key.create", actor=actor, project=project, target=f"key:{api_key.key_prefix}",
                  detail={"name": api_key.name, "user": user.get_username(), "read_only": read_only}, ip=ip)  # fmt: skip
     return api_key, key
+
+
+def _active_key_named(user, name: str) -> ApiKey | None:
+    # Folded by the database, as its constraint folds it (not as Python or iexact would).
+    return ApiKey.objects.active().alias(folded=Lower("name")).filter(user=user, folded=Lower(Value(name))).first()
 
 
 def revoke_key(*, actor: Actor | str, api_key: ApiKey, ip: str | None = None) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+
+from sessions_app.models import ApiKey as Current
 
 BEFORE = [("sessions_app", "0003_event_session_index_covered_by_seq")]
 AFTER = [("sessions_app", "0004_session_status_interrupted")]
@@ -186,3 +188,26 @@ def test_0024_counts_the_records_of_sessions_stored_before_0021_toward_the_quota
         assert counts[counted] == 777 and counts[empty] == 0
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0026_tells_apart_the_active_keys_of_one_name_then_holds_names_distinct():
+    apps = migrate([("sessions_app", "0025_review_restored_from")])
+    ApiKey = apps.get_model("sessions_app", "ApiKey")
+    User = apps.get_model("auth", "User")
+    kim, lee = User.objects.create(username="kim"), User.objects.create(username="lee")
+
+    def key(user, name: str, prefix: str, revoked: bool = False) -> int:
+        return ApiKey.objects.create(name=name, user=user, key_prefix=prefix, key_hash=prefix * 4,
+                                     revoked_at="2026-01-01T00:00Z" if revoked else None).pk  # fmt: skip
+
+    first, second, third = key(kim, "ci", "rpl_aaaa"), key(kim, "CI", "rpl_bbbb"), key(kim, "ci", "rpl_cccc")
+    revoked, others = key(kim, "ci", "rpl_dddd", revoked=True), key(lee, "ci", "rpl_eeee")
+    try:
+        apps = migrate([("sessions_app", "0026_one_active_key_name_per_user")])
+        names = dict(apps.get_model("sessions_app", "ApiKey").objects.values_list("pk", "name"))
+        assert names == {first: "ci", second: "CI (rpl_bbbb)", third: "ci (rpl_cccc)", revoked: "ci", others: "ci"}
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Current.objects.create(name="Ci", user_id=kim.pk, key_prefix="rpl_ffff", key_hash="f" * 64)

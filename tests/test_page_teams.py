@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from sessions_app import audit
+from sessions_app import audit, teams
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import create_session
 from sessions_app.models import ApiKey, AuditEntry, Membership, Project, Role
@@ -365,6 +365,28 @@ def test_a_second_active_key_of_the_same_name_is_refused_so_a_reload_makes_none(
     client.post(reverse("sessions:key_revoke", args=[first.pk]))
     assert client.post(KEYS, {"name": "ci-agent"}).status_code == 200
     assert ApiKey.objects.filter(user=me, name="ci-agent").count() == 2
+
+
+def test_key_names_are_distinct_whatever_their_case_and_when_two_posts_race(client, acme, monkeypatch):
+    me = member("kim", acme, Role.MAINTAINER)
+    client.force_login(me)
+    client.post(KEYS, {"name": "CI-Agent"})
+    first = ApiKey.objects.get(user=me)
+    again = client.post(KEYS, {"name": "ci-agent"})
+    assert again.status_code == 400 and ApiKey.objects.filter(user=me).count() == 1
+    assert f"kim has an active key named &#x27;CI-Agent&#x27; already ({first.key_prefix}…)" in again.content.decode()
+    # A post that looked before the other's key was stored meets the database's constraint,
+    # and is answered the same way (not a 500).
+    real, looks = teams._active_key_named, []
+
+    def looked_too_early(user, name):
+        looks.append(name)
+        return None if len(looks) == 1 else real(user, name)
+
+    monkeypatch.setattr(teams, "_active_key_named", looked_too_early)
+    raced = client.post(KEYS, {"name": "ci-AGENT"})
+    assert raced.status_code == 400 and ApiKey.objects.filter(user=me).count() == 1
+    assert f"active key named &#x27;CI-Agent&#x27; already ({first.key_prefix}…)" in raced.content.decode()
 
 
 def test_a_key_cannot_name_a_project_i_am_not_in(client, acme, other):

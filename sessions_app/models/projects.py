@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from django.conf import settings
 from django.db import DatabaseError, connection, models, transaction
+from django.db.models.functions import Lower
 from django.urls import reverse
 from django.utils import timezone
 
@@ -121,6 +122,13 @@ class ApiKey(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            # A user's active keys are told apart by name (the list, "Revoke the key ...?"),
+            # whatever its case; held by the database, so two "Create" posts at once make one.
+            models.UniqueConstraint(
+                Lower("name"), "user", condition=models.Q(revoked_at__isnull=True), name="one_active_key_name_per_user"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.key_prefix}…)"
