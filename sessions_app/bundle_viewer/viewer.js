@@ -46,6 +46,8 @@
     return node;
   }
   function user(text) { return el("bdi", null, text); }
+  // A key's fingerprint in fours, as verify_bundle and the player write it.
+  function grouped(fingerprint) { return String(fingerprint).replace(/(.{4})(?=.)/g, "$1 "); }
   // A stored time (ISO 8601, microseconds and offset, as the server writes it) shown to the
   // minute in UTC, "2026-11-27 03:21 UTC", with the full value in datetime and title.
   function when(iso) {
@@ -114,7 +116,7 @@
       ].join(" · ") + " · exported ",
       when(manifest.exported_at), " by ", user(manifest.exported_by),
     ]);
-    $("fingerprint").textContent = data.fingerprint.replace(/(.{4})(?=.)/g, "$1 ");
+    $("fingerprint").textContent = grouped(data.fingerprint);
     $("head").textContent = manifest.chain.head.slice(0, 16) + "…";
   }
 
@@ -311,6 +313,9 @@
         " · covers events #" + (review.first_seq + 1) + "–#" + (review.last_seq + 1) + " · head " + review.chain_head.slice(0, 16) + "…" + (review.chain_valid ? "" : " · chain was broken"),
       ]);
       if (review.note) line(item, [" · ", user(review.note)]);
+      // A sign-off this bundle's server restored from another bundle: its reviewer and time are
+      // what that bundle said, as the player marks it.
+      if (review.restored_from) line(item, [" · ", el("span", "restored", "restored from a bundle signed by " + grouped(review.restored_from))]);
       reviews.appendChild(item);
     });
     const marks = $("marks");

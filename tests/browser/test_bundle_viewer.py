@@ -122,7 +122,7 @@ ISO_WITH_FRACTION = re.compile(r"\d{2}:\d{2}:\d{2}\.\d")
 @pytest.fixture
 def talked_over(transactional_db, tmp_path) -> Path:
     """A bundle whose comments have one reply and two, one body and one note holding an unclosed
-    right-to-left override, and a sign-off."""
+    right-to-left override, a sign-off and one restored from another bundle."""
     copy = tmp_path / SOURCE.name
     copy.write_bytes(SOURCE.read_bytes())
     (outcome,) = import_local_file(path=copy, project=Project.get_default())
@@ -135,6 +135,8 @@ def talked_over(transactional_db, tmp_path) -> Path:
     Review.objects.create(session=session, reviewer_name="rita", verdict=Review.Verdict.APPROVED, note=RLO + "fine",
                           chain_head=session.head_hash or "0" * 64, chain_valid=True, first_seq=0,
                           last_seq=session.event_count - 1)  # fmt: skip
+    Review.objects.create(session=session, reviewer_name="vera", verdict=Review.Verdict.APPROVED, chain_valid=True,
+                          chain_head="0" * 64, first_seq=0, last_seq=1, restored_from="3f9a01bc" * 8)  # fmt: skip
     return _unpacked_index(session, tmp_path)
 
 
@@ -168,8 +170,13 @@ def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_
         assert items.nth(0).locator("bdi").nth(1).text_content() == "abc " + RLO + "def"
         before, after = page.evaluate(_LEFT_OF, [items.nth(0).element_handle(), "(+1 repl"])
         assert before < after, "the text after the comment was reversed"
-        review = page.locator("#reviews li")
-        assert review.locator("bdi").last.text_content() == RLO + "fine"
+        review, restored = page.locator("#reviews li").all()
+        assert review.locator("bdi").last.text_content() == RLO + "fine" and "restored" not in review.text_content()
+        # A sign-off its server restored from another bundle says so, with that bundle's signer.
+        assert (
+            restored.locator(".restored").text_content()
+            == "restored from a bundle signed by 3f9a 01bc " + "3f9a 01bc " * 6 + "3f9a 01bc"
+        )
         before, after = page.evaluate(_LEFT_OF, [review.element_handle(), "covers events"])
         assert before < after, "the sign-off's line was reversed"
         # Times to the minute in UTC, the stored value kept in <time datetime> (and its title).
