@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.forms.utils import pretty_name
 
@@ -322,6 +323,19 @@ class ProjectSettingsForm(forms.Form):
     quota_mb = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Storage quota (MB)")
     max_sessions = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1, label="Sessions quota")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The server's quotas are ceilings (any signed-in user may make a project and be its
+        admin, so a quota above them would undo the operator's): a project's own may be lower."""
+        super().__init__(*args, **kwargs)
+        if settings.QUOTA_STORED_BYTES is not None:
+            ceiling = settings.QUOTA_STORED_BYTES // MIB or 1
+            self.fields["quota_mb"].widget.attrs["max"] = ceiling
+            self.fields["quota_mb"].validators.append(_at_most(ceiling, "REPLAY_QUOTA_STORED_MB"))
+        if settings.QUOTA_SESSIONS is not None:
+            ceiling = settings.QUOTA_SESSIONS
+            self.fields["max_sessions"].widget.attrs["max"] = ceiling
+            self.fields["max_sessions"].validators.append(_at_most(ceiling, "REPLAY_QUOTA_SESSIONS"))
+
     @classmethod
     def of(cls, project: Project) -> ProjectSettingsForm:
         mb = project.max_stored_bytes
@@ -336,6 +350,14 @@ class ProjectSettingsForm(forms.Form):
 
 
 MIB = 1024 * 1024
+
+
+def _at_most(ceiling: int, setting: str):
+    def check(value: int | None) -> None:
+        if value is not None and value > ceiling:
+            raise ValidationError(f"at most {ceiling}: the server's quota ({setting}) is the ceiling")
+
+    return check
 
 
 class AuditFilterForm(QueryForm):

@@ -131,9 +131,32 @@ def test_the_servers_quotas_apply_to_projects_without_their_own(api, project, se
     settings.QUOTA_SESSIONS = 1
     assert post_json(api, "/api/sessions", {"task": "one"}).status_code == 201
     assert post_json(api, "/api/sessions", {"task": "two"}).status_code == 409
-    project.max_sessions = 5  # the project's own wins
+    # The server's is a ceiling: a project's own above it (set before the server's) counts as the server's.
+    project.max_sessions = 5
     project.save()
+    assert post_json(api, "/api/sessions", {"task": "two"}).status_code == 409
+    settings.QUOTA_SESSIONS = 3
     assert post_json(api, "/api/sessions", {"task": "two"}).status_code == 201
+    project.max_sessions = 2  # a project's own below it counts
+    project.save()
+    assert post_json(api, "/api/sessions", {"task": "three"}).status_code == 409
+
+
+def test_admins_cannot_set_a_quota_above_the_servers(client, project, settings):
+    """Any signed-in user may make a project and be its admin: the operator's quotas must hold."""
+    settings.QUOTA_STORED_BYTES, settings.QUOTA_SESSIONS = 100 * 1024 * 1024, 50
+    client.force_login(member("ada", project, Role.ADMIN))
+    url = reverse("sessions:project_settings", args=[project.slug])
+    refused = client.post(url, {"quota_mb": "101", "max_sessions": "51"})
+    html = refused.content.decode()
+    assert refused.status_code == 400 and html.count("the server&#x27;s quota") >= 2
+    assert "at most 100: the server&#x27;s quota (REPLAY_QUOTA_STORED_MB)" in html
+    assert "at most 50: the server&#x27;s quota (REPLAY_QUOTA_SESSIONS)" in html
+    project.refresh_from_db()
+    assert (project.max_stored_bytes, project.max_sessions) == (None, None)
+    assert client.post(url, {"quota_mb": "100", "max_sessions": "50"}).status_code == 302
+    page = client.get(project.get_absolute_url()).content.decode()
+    assert 'max="100"' in page and 'max="50"' in page
 
 
 def test_a_live_batch_past_the_storage_quota_is_a_413_before_its_body_is_read(api, project, monkeypatch):

@@ -1,8 +1,9 @@
 """Per-project quotas: the bytes a project's data takes, and how many sessions it holds.
 
-A project's admins set its own on the project page (Project.max_stored_bytes, max_sessions); a
-project without one follows the server's REPLAY_QUOTA_STORED_MB / REPLAY_QUOTA_SESSIONS, and
-with those unset has no limit. Stored bytes are what the project holds, each byte counted once:
+A project's admins set its own on the project page (Project.max_stored_bytes, max_sessions),
+at most the server's REPLAY_QUOTA_STORED_MB / REPLAY_QUOTA_SESSIONS where those are set (any
+signed-in user may make a project and be its admin); a project without one follows the server's,
+and with those unset has no limit. Stored bytes are what the project holds, each byte counted once:
 its sessions' source records (Session.record_bytes: the text of every event as received, from a
 file or live) and the uploads no session holds yet, at their size as uploaded, while their
 originals are kept (queued, running, or failed until the clean-up deletes them,
@@ -51,10 +52,16 @@ class Usage:
 
 
 def limits_of(project: Project) -> tuple[int | None, int | None]:
-    """The project's (stored bytes, sessions) quotas: its own, else the server's."""
-    stored = project.max_stored_bytes if project.max_stored_bytes is not None else settings.QUOTA_STORED_BYTES
-    sessions = project.max_sessions if project.max_sessions is not None else settings.QUOTA_SESSIONS
-    return stored, sessions
+    """The project's (stored bytes, sessions) quotas: the lower of its own and the server's, the
+    server's being a ceiling (one set before a lower server quota counts as the server's)."""
+    return (
+        _lower(project.max_stored_bytes, settings.QUOTA_STORED_BYTES),
+        _lower(project.max_sessions, settings.QUOTA_SESSIONS),
+    )
+
+
+def _lower(own: int | None, server: int | None) -> int | None:
+    return min((limit for limit in (own, server) if limit is not None), default=None)
 
 
 def usage_of(*, project: Project) -> Usage:
