@@ -254,6 +254,7 @@ def _comment(comment: Comment) -> dict[str, Any]:
         "edited_at": _at(comment.edited_at),
         "deleted_at": _at(comment.deleted_at),
         "body": "" if comment.deleted_at else comment.body,  # a deletion keeps its place only
+        "restored_from": comment.restored_from,
         "revisions": [
             {"body": r.body, "written_at": _at(r.written_at), "replaced_at": _at(r.replaced_at)}
             for r in comment.revisions.all()

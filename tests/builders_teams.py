@@ -3,6 +3,8 @@ recorded sessions to act on."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -44,8 +46,12 @@ def recorded(project: Project, name: str = "run-7", events: int = 12, **meta) ->
 
 
 def key_of(user, *, name: str = "tests", project: Project | None = None, read_only: bool = False) -> str:
-    """A new API key of `user`, optionally narrowed; the key itself."""
-    return ApiKey.create_key(name=name, user=user, project=project, read_only=read_only)[1]
+    """A new API key of `user`, optionally narrowed; the key itself. A name the user's active
+    keys hold already gets a number (a user's active key names are distinct, whatever the case)."""
+    held = {held.lower() for held in ApiKey.objects.active().filter(user=user).values_list("name", flat=True)}
+    numbered = (f"{name}-{i}" for i in itertools.count(2))
+    free = next(n for n in itertools.chain([name], numbered) if n.lower() not in held)
+    return ApiKey.create_key(name=free, user=user, project=project, read_only=read_only)[1]
 
 
 def maintainer_key(name: str = "tests", project: Project | None = None) -> str:

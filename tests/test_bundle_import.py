@@ -219,8 +219,9 @@ def test_session_metadata_cannot_claim_a_bundle_origin(client, elsewhere):
     assert "imported from a bundle signed by" not in page
 
 
-def _resigned(bundle: Path, tmp_path: Path, reviews: list[dict]) -> Path:
-    """The bundle with its reviews.json replaced, re-hashed and re-signed by a stranger's key."""
+def _resigned(bundle: Path, tmp_path: Path, **replaced: list[dict]) -> Path:
+    """The bundle with members replaced (`reviews=[...]`: reviews.json), re-hashed and re-signed
+    by a stranger's key."""
     import base64
 
     import orjson
@@ -229,9 +230,10 @@ def _resigned(bundle: Path, tmp_path: Path, reviews: list[dict]) -> Path:
 
     with zipfile.ZipFile(bundle) as archive:
         members = {n: archive.read(n) for n in archive.namelist()}
-    members["reviews.json"] = orjson.dumps(reviews)
     manifest = orjson.loads(members["manifest.json"])
-    manifest["files"]["reviews.json"] = hashlib.sha256(members["reviews.json"]).hexdigest()
+    for name, value in replaced.items():
+        members[f"{name}.json"] = orjson.dumps(value)
+        manifest["files"][f"{name}.json"] = hashlib.sha256(members[f"{name}.json"]).hexdigest()
     key = Ed25519PrivateKey.generate()
     manifest["public_key"] = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
     members["manifest.json"] = orjson.dumps(manifest)
@@ -259,7 +261,7 @@ def test_a_restored_sign_off_is_marked_dated_no_later_than_the_export_and_never_
               "chain_valid": True, "first_seq": 0, "last_seq": session.event_count - 1,
               "created_at": "2099-01-01T00:00:00+00:00"}  # fmt: skip
     session.delete()
-    (outcome,) = import_file(path=_resigned(bundle, tmp_path, [forged]), project=elsewhere)
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, reviews=[forged]), project=elsewhere)
     assert outcome.error is None, outcome.error
     copy = Session.objects.get(pk=outcome.session.pk)
     [restored] = Review.objects.filter(session=copy)
@@ -286,3 +288,48 @@ def test_a_restored_sign_off_is_marked_dated_no_later_than_the_export_and_never_
     assert [(r["verdict"], r["current"], bool(r["restored_from"])) for r in api] == [
         ("rejected", True, False), ("approved", False, True)
     ]  # fmt: skip
+
+
+def test_restored_comments_are_marked_dated_no_later_than_the_export_and_held_to_the_body_limit(
+    bundle, session, elsewhere, tmp_path, client
+):
+    """A bundle can be signed by anyone's key: its comments are that key's word, whatever author
+    they name, so they are shown as restored wherever comments are read."""
+    from datetime import UTC, datetime
+
+    from sessions_app.access import Actor
+    from sessions_app.comments import MAX_BODY
+    from sessions_app.mcp.discussion import get_comments
+
+    reply = {"id": 2, "author": "reviewer", "body": "+1 agreed", "created_at": "2099-01-02T00:00:00+00:00"}
+    forged = {"id": 1, "seq": 1, "author": "admin1", "body": "Reviewed with security: **approved**, ship it.",
+              "created_at": "2099-01-01T00:00:00+00:00", "replies": [reply]}  # fmt: skip
+    session.delete()
+    too_long = dict(forged, body="x" * (MAX_BODY + 1))
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, comments=[too_long]), project=elsewhere)
+    assert refused.session is None and "comments.json: comment 1: body has 10,001 characters" in refused.error
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, comments=[forged]), project=elsewhere)
+    assert outcome.error is None, outcome.error
+    copy = Session.objects.get(pk=outcome.session.pk)
+    fingerprint = copy.bundle_origin["fingerprint"]
+    stored = list(Comment.objects.filter(session=copy).order_by("pk"))
+    assert [(c.author_name, c.restored_from) for c in stored] == [("admin1", fingerprint), ("reviewer", fingerprint)]
+    assert all(c.created_at <= datetime.now(UTC) for c in stored)  # not 2099
+    viewer = member("vic", elsewhere, Role.VIEWER)
+    client.force_login(viewer)
+    page = client.get(f"/sessions/{copy.pk}/?step=1").content.decode()
+    mark = f'author and time are what the bundle says">restored from a bundle signed by {grouped(fingerprint)}<'
+    assert page.count(mark) == 2  # the thread's first comment and its reply
+    [thread] = client.get(f"/api/sessions/{copy.pk}/comments").json()
+    assert thread["restored_from"] == fingerprint and thread["replies"][0]["restored_from"] == fingerprint
+    said = get_comments(actor=Actor(user=viewer), session_id=str(copy.pk))
+    assert "by admin1 at" in said and f"(restored from a bundle signed by {fingerprint[:16]}…)" in said
+    # One written here is not marked, and a bundle of this session carries the marks on.
+    client.force_login(member("max", elsewhere, Role.MAINTAINER))
+    assert client.post(f"/api/sessions/{copy.pk}/comments", {"seq": 1, "body": "mine"},
+                       content_type="application/json").status_code == 201  # fmt: skip
+    assert Comment.objects.get(session=copy, body="mine").restored_from == ""
+    from sessions_app.bundles import comment_threads
+
+    marks = [(t["author"], t["restored_from"]) for t in comment_threads(copy)]
+    assert marks == [("admin1", fingerprint), ("max", "")]

@@ -211,3 +211,25 @@ def test_0026_tells_apart_the_active_keys_of_one_name_then_holds_names_distinct(
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     with pytest.raises(IntegrityError), transaction.atomic():
         Current.objects.create(name="Ci", user_id=kim.pk, key_prefix="rpl_ffff", key_hash="f" * 64)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0027_marks_the_comments_restored_before_it_and_only_those():
+    Session, Event, project = stored_before("0026_one_active_key_name_per_user")
+    apps = migrate([("sessions_app", "0026_one_active_key_name_per_user")])
+    Comment = apps.get_model("sessions_app", "Comment")
+    User = apps.get_model("auth", "User")
+    ada = User.objects.create(username="ada")
+    restored = Session.objects.create(
+        project=project, source_format="replay_bundle", bundle_origin={"fingerprint": "ab" * 32}
+    )
+    local = Session.objects.create(project=project, source_format="canonical")
+    from_bundle = Comment.objects.create(session_id=restored.pk, seq=0, author_name="rita", body="x").pk
+    written_here = Comment.objects.create(session_id=restored.pk, seq=0, author=ada, author_name="ada", body="y").pk
+    elsewhere = Comment.objects.create(session_id=local.pk, seq=0, author_name="gone", body="z").pk
+    try:
+        apps = migrate([("sessions_app", "0027_comment_restored_from")])
+        marks = dict(apps.get_model("sessions_app", "Comment").objects.values_list("pk", "restored_from"))
+        assert marks == {from_bundle: "ab" * 32, written_here: "", elsewhere: ""}
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

@@ -45,6 +45,10 @@ class CommentOut(Schema):
     edited_at: datetime | None
     deleted: bool
     permalink: str = Field(description="the player at this comment's moment: /sessions/{id}/?step=N#c-K")
+    restored_from: str = Field(
+        description="the fingerprint of the key that signed the bundle this comment was restored from "
+        "(its author and times are that bundle's word); empty for one written here"
+    )
 
 
 class ThreadOut(CommentOut):
@@ -59,6 +63,7 @@ def _comment_row(comment: Comment) -> dict[str, Any]:
         "id": comment.pk, "seq": comment.seq, "parent": comment.parent_id, "author": comment.author_name,
         "body": comment.body, "body_html": str(comment.body_html), "created_at": comment.created_at,
         "edited_at": comment.edited_at, "deleted": comment.deleted_at is not None, "permalink": comment.permalink,
+        "restored_from": comment.restored_from,
     }  # fmt: skip
 
 

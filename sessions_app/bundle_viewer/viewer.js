@@ -193,6 +193,8 @@
     node.id = "c-" + comment.id;
     const meta = line(el("div", "meta"), [user(comment.author), " · ", when(comment.created_at)]);
     if (comment.edited_at) line(meta, [" · edited ", when(comment.edited_at), " (" + plural(comment.revisions.length, "earlier version", "earlier versions") + " in comments.json)"]);
+    // Restored by the exporting server from another bundle: author and time are that bundle's word.
+    if (comment.restored_from) line(meta, [" · ", el("span", "restored", "restored from a bundle signed by " + grouped(comment.restored_from))]);
     node.appendChild(meta);
     // A block of its own, so its text is isolated from the lines around it.
     node.appendChild(comment.deleted_at ? line(el("div", "body"), ["(deleted ", when(comment.deleted_at), ")"]) : el("div", "body", comment.body));

@@ -20,6 +20,7 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 
 from ..bundle_reader import Bundle, BundleError, read_bundle
 from ..canonical import SessionMeta
+from ..comments import MAX_BODY
 from ..models import Comment, CommentRevision, ImportJob, Project, RedactionRules, Review, Session
 from ..redaction import Redactor
 from .uploads import keep_stream, settle_original
@@ -102,7 +103,7 @@ def _restore(
         raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
     text = (lambda value: value) if redactor is None else redactor.text
     _finish(session, summary, bundle, text)
-    _restore_comments(session, bundle.comments, text)
+    _restore_comments(session, bundle, text)
     _restore_reviews(session, bundle, text)
     return session
 
@@ -206,33 +207,61 @@ def _when(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _restore_comments(session: Session, threads: list[dict[str, Any]], text: Callable[[str], str]) -> None:
-    for thread in threads:
-        first = _comment(session, thread, parent=None, text=text)
+def _restore_comments(session: Session, bundle: Bundle, text: Callable[[str], str]) -> None:
+    """The bundle's threads, each comment marked with the key that signed the bundle
+    (`restored_from`): its author and times are the bundle's word, so it is shown as restored,
+    and none is dated after the bundle was exported (nor in the future)."""
+    latest = _latest(bundle)
+    for thread in bundle.comments:
+        first = _comment(session, thread, parent=None, text=text, bundle=bundle, latest=latest)
         if thread.get("resolved_at"):
-            first.resolved_at = _when(thread["resolved_at"])
+            first.resolved_at = _no_later(thread["resolved_at"], latest)
             first.resolved_by = str(thread.get("resolved_by") or "")[:150]
             first.save(update_fields=["resolved_at", "resolved_by"])
         for reply in thread.get("replies") or []:
-            _comment(session, reply, parent=first, text=text)
+            _comment(session, reply, parent=first, text=text, bundle=bundle, latest=latest)
 
 
-def _comment(session: Session, data: dict[str, Any], *, parent: Comment | None, text: Callable[[str], str]) -> Comment:
+def _comment(
+    session: Session, data: dict[str, Any], *, parent: Comment | None, text: Callable[[str], str], bundle: Bundle,
+    latest: datetime,
+) -> Comment:  # fmt: skip
     seq = int(data.get("seq", parent.seq if parent is not None else 0))
     if not 0 <= seq < max(session.event_count, 1):
         raise BundleError(f"comments.json: comment {data.get('id')} is on event {seq}, outside the session")
+    body = _body(data, f"comment {data.get('id')}")
+    created = _no_later(data.get("created_at"), latest) or latest
     comment = Comment.objects.create(
         session=session, seq=seq, parent=parent, author=None, author_name=str(data.get("author") or "")[:150],
-        body=text(str(data.get("body") or "")), created_at=_when(data.get("created_at")) or datetime.now(UTC),
-        edited_at=_when(data.get("edited_at")), deleted_at=_when(data.get("deleted_at")),
+        body=text(body), created_at=created, edited_at=_no_later(data.get("edited_at"), latest),
+        deleted_at=_no_later(data.get("deleted_at"), latest), restored_from=bundle.fingerprint[:64] or "bundle",
     )  # fmt: skip
     CommentRevision.objects.bulk_create(
-        CommentRevision(comment=comment, body=text(str(r.get("body") or "")),
-                        written_at=_when(r.get("written_at")) or comment.created_at,
-                        replaced_at=_when(r.get("replaced_at")) or comment.created_at)
-        for r in data.get("revisions") or []
+        CommentRevision(comment=comment, body=text(_body(r, f"comment {data.get('id')}'s revision {n}")),
+                        written_at=_no_later(r.get("written_at"), latest) or created,
+                        replaced_at=_no_later(r.get("replaced_at"), latest) or created)
+        for n, r in enumerate(data.get("revisions") or [], start=1)
     )  # fmt: skip
     return comment
+
+
+def _body(data: dict[str, Any], what: str) -> str:
+    """A restored body within what a comment here may hold (comments.MAX_BODY)."""
+    body = str(data.get("body") or "")
+    if len(body) > MAX_BODY:
+        raise BundleError(f"comments.json: {what}: body has {len(body):,} characters, at most {MAX_BODY:,}")
+    return body
+
+
+def _latest(bundle: Bundle) -> datetime:
+    """The latest moment a restored comment or sign-off may claim: the bundle's export, or now."""
+    now = datetime.now(UTC)
+    return min(_when(bundle.manifest.get("exported_at")) or now, now)
+
+
+def _no_later(value: Any, latest: datetime) -> datetime | None:
+    when = _when(value)
+    return None if when is None else min(when, latest)
 
 
 def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str]) -> None:
@@ -240,8 +269,7 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
     what they say of reviewer and time is the bundle's word, so none becomes the session's review
     state here, and none is dated after the bundle was exported (nor in the future)."""
     verdicts = set(Review.Verdict.values)
-    now = datetime.now(UTC)
-    latest = min(_when(bundle.manifest.get("exported_at")) or now, now)
+    latest = _latest(bundle)
     for data in bundle.reviews:
         if data.get("verdict") not in verdicts:
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")

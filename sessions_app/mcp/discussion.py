@@ -15,7 +15,9 @@ BODY_CHARS = 2000
 
 def _comment(comment: Comment, head: str, indent: str) -> list[str]:
     when = iso(comment.created_at) + (f", edited {iso(comment.edited_at)}" if comment.edited_at else "")
-    lines = [f"{head}comment {comment.pk} by {clip(comment.author_name or '(someone)', 100)} at {when}:"]
+    # A restored comment's author and time are a bundle's word: said, so a model does not take them as ours.
+    restored = f" (restored from a bundle signed by {comment.restored_from[:16]}…)" if comment.restored_from else ""
+    lines = [f"{head}comment {comment.pk} by {clip(comment.author_name or '(someone)', 100)} at {when}{restored}:"]
     if comment.deleted_at:
         return [*lines, f"{indent}(deleted)"]
     return [*lines, *(f"{indent}{line}" for line in clip_block(comment.body, BODY_CHARS).splitlines())]

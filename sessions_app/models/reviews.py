@@ -33,6 +33,9 @@ class Comment(models.Model):
     # Set on a thread's first comment: the whole thread is resolved.
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(max_length=150, blank=True)
+    # The fingerprint of the key that signed the bundle this comment was restored from ("" for
+    # one written here): its author and times are that bundle's word, shown as such.
+    restored_from = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["session", "seq", "created_at", "id"]
