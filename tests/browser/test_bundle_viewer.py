@@ -128,7 +128,8 @@ def talked_over(transactional_db, tmp_path) -> Path:
     (outcome,) = import_local_file(path=copy, project=Project.get_default())
     session = Session.objects.get(pk=outcome.session.pk)
     one = Comment.objects.create(session=session, seq=1, author_name="rita", body="abc " + RLO + "def")
-    Comment.objects.create(session=session, seq=1, parent=one, author_name="mia", body="Agreed.")
+    Comment.objects.create(session=session, seq=1, parent=one, author_name="mia", body="Agreed.",
+                           restored_from="3f9a01bc" * 8)  # fmt: skip
     two = Comment.objects.create(session=session, seq=2, author_name="mia", body="Two answers here.")
     for name in ("rita", "otto"):
         Comment.objects.create(session=session, seq=2, parent=two, author_name=name, body="Yes.")
@@ -188,6 +189,10 @@ def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_
         stamp = page.locator("#facts time")
         assert stamp.get_attribute("datetime") == stamp.get_attribute("title")
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?\+00:00", stamp.get_attribute("datetime"))
+        # A comment the exporting server had restored from another bundle says so.
+        marked = page.locator("#step-comments .comment").filter(has=page.locator(".restored"))
+        assert marked.count() == 1 and "Agreed." in marked.text_content()
+        assert "restored from a bundle signed by 3f9a 01bc" in marked.locator(".restored").text_content()
         meta = page.locator("#step-comments .comment .meta").first
         assert re.fullmatch(r"rita · \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", meta.text_content())
         assert re.search(r" · \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC · covers events", review.text_content())
