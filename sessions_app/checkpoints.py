@@ -1,5 +1,7 @@
 """Checkpoints people set on a session: naming an event, moving a name (only when asked to),
-renaming and deleting, each with its audit entry.
+renaming and deleting, each with its audit entry. The entries name the checkpoint by id and
+seq, never by its name: a name is text someone wrote, and the log, which is never rewritten,
+holds no such value (a later redaction could not take it out).
 
 The API (api/checkpoints.py) and the player's forms (views/sessions.py) call these workflows.
 Who may call them at all (maintainer and up) is the caller's `access.session_for`. Checkpoints
@@ -14,7 +16,7 @@ from django.db import IntegrityError, transaction
 from . import audit
 from .access import Actor, NotVisible
 from .canonical import without_nul
-from .ingest.writer import set_checkpoint
+from .ingest.writer import redactor_of, set_checkpoint
 from .models import Checkpoint, Session
 
 MAX_NAME = 200  # Checkpoint.name's length
@@ -32,13 +34,18 @@ class CheckpointExists(Exception):
         self.existing = existing
 
 
-def _clean_name(name: str) -> str:
+def _clean_name(name: str, session: Session | int) -> str:
+    """The name as it will be stored: the project's redaction rules applied first, so that the
+    existence check and a rename see what a save stores (two names with different addresses
+    are one once redacted, and a rename is held to the rules as a save is)."""
     name = without_nul(name or "").strip()
     if not name:
         raise CheckpointError("name: give the checkpoint a name")
     if len(name) > MAX_NAME:
         raise CheckpointError(f"name: at most {MAX_NAME} characters")
-    return name
+    project_id = session.project_id if isinstance(session, Session) else session
+    redactor = redactor_of(project_id, None)
+    return name if redactor is None else redactor.text(name)[:MAX_NAME]
 
 
 def checkpoint_in(*, session: Session, checkpoint_id: int) -> Checkpoint:
@@ -62,7 +69,7 @@ def save_checkpoint(
 ) -> Checkpoint:
     """Name event `seq`. A name already in use raises CheckpointExists (saying where it is)
     unless `replace`, which moves it: never a silent overwrite."""
-    name = _clean_name(name)
+    name = _clean_name(name, session)
     if not 0 <= seq < session.event_count:
         span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"
         raise CheckpointError(f"seq: session {session.pk} has no event at seq {seq} ({span})")
@@ -73,17 +80,17 @@ def save_checkpoint(
     target = f"session:{session.pk}"
     if existing is None:
         audit.record(action="checkpoint.create", actor=actor, project=session.project_id, target=target,
-                     detail={"name": saved.name, "seq": saved.seq}, ip=ip)  # fmt: skip
+                     detail={"checkpoint": saved.pk, "seq": saved.seq}, ip=ip)  # fmt: skip
     else:
         audit.record(action="checkpoint.change", actor=actor, project=session.project_id, target=target,
-                     detail={"name": saved.name, "seq": saved.seq, "from_seq": existing.seq}, ip=ip)  # fmt: skip
+                     detail={"checkpoint": saved.pk, "seq": saved.seq, "from_seq": existing.seq}, ip=ip)  # fmt: skip
     return saved
 
 
 def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: str | None = None) -> Checkpoint:
     """Give a checkpoint another name; a name another checkpoint holds raises CheckpointExists
     (rename or delete that one first)."""
-    name = _clean_name(name)
+    name = _clean_name(name, checkpoint.session.project_id)
     if name == checkpoint.name:
         return checkpoint
     taken = Checkpoint.objects.filter(session_id=checkpoint.session_id, name=name).exclude(pk=checkpoint.pk).first()
@@ -99,12 +106,13 @@ def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: st
         raise CheckpointExists(Checkpoint.objects.get(session_id=checkpoint.session_id, name=name))
     audit.record(action="checkpoint.change", actor=actor, project=checkpoint.session.project_id,
                  target=f"session:{checkpoint.session_id}",
-                 detail={"name": name, "from_name": old, "seq": checkpoint.seq}, ip=ip)  # fmt: skip
+                 detail={"checkpoint": checkpoint.pk, "seq": checkpoint.seq, "renamed": True}, ip=ip)  # fmt: skip
     return checkpoint
 
 
 def delete_checkpoint(*, actor: Actor, checkpoint: Checkpoint, ip: str | None = None) -> None:
+    checkpoint_id = checkpoint.pk  # None once deleted
     checkpoint.delete()
     audit.record(action="checkpoint.delete", actor=actor, project=checkpoint.session.project_id,
-                 target=f"session:{checkpoint.session_id}", detail={"name": checkpoint.name, "seq": checkpoint.seq},
+                 target=f"session:{checkpoint.session_id}", detail={"checkpoint": checkpoint_id, "seq": checkpoint.seq},
                  ip=ip)  # fmt: skip

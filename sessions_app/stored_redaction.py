@@ -407,13 +407,31 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
         (TourStop, TourStop.objects.filter(session=session), ("title", "narration")),
         (ShareLink, ShareLink.objects.filter(session=session), ("note",)),
     ):
-        for row in rows.only("pk", *names).iterator():
+        # Checkpoint names are unique in their session, and two may become one text once
+        # redacted ("ping ana@x.org", "ping bo@x.org"): the later ones are numbered apart.
+        names_held = set(rows.values_list("name", flat=True)) if model is Checkpoint else None
+        for row in rows.only("pk", *names).order_by("pk").iterator():
             changes: dict[str, Any] = {}
             for name in names:
                 _text(row, name, redactor, changes)
+            if names_held is not None and "name" in changes:
+                names_held.discard(row.name)
+                changes["name"] = _numbered_apart(changes["name"], names_held)
+                names_held.add(changes["name"])
             if changes:
                 model.objects.filter(pk=row.pk).update(**changes)
                 result.elsewhere[model._meta.model_name] += 1
+
+
+def _numbered_apart(name: str, held: set[str]) -> str:
+    """`name`, or `name (2)`, `name (3)` ... the first no other checkpoint of the session holds."""
+    if name not in held:
+        return name
+    limit = Checkpoint._meta.get_field("name").max_length
+    n = 2
+    while (numbered := f"{name[: limit - len(f' ({n})')]} ({n})") in held:
+        n += 1
+    return numbered
 
 
 def _redact_import_job(session: Session, redactor: Redactor, result: RedactionResult) -> None:

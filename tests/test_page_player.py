@@ -528,7 +528,11 @@ def test_saving_over_a_name_asks_before_replacing_it(logged_in, talk):
         AuditEntry.objects.filter(action__startswith="checkpoint.").order_by("seq").values_list("action", "detail")
     )
     assert [a for a, _ in actions] == ["checkpoint.create", "checkpoint.change"]
-    assert orjson.loads(actions[1][1]) == {"name": "here", "seq": 9, "from_seq": 3}
+    assert orjson.loads(actions[1][1]) == {
+        "checkpoint": Checkpoint.objects.get(name="here").pk,
+        "seq": 9,
+        "from_seq": 3,
+    }
 
 
 @pytest.mark.parametrize(
@@ -573,8 +577,8 @@ def test_a_checkpoint_is_renamed_and_deleted_from_the_panel(logged_in, talk):
         .values_list("action", "detail")
     ]
     assert entries == [
-        ("checkpoint.change", {"name": "before retry", "from_name": "first", "seq": 5}),
-        ("checkpoint.delete", {"name": "second", "seq": 7}),
+        ("checkpoint.change", {"checkpoint": kept.pk, "seq": 5, "renamed": True}),
+        ("checkpoint.delete", {"checkpoint": other.pk, "seq": 7}),
     ]
     # A plain post goes back to the player; another session's checkpoint is not found.
     assert logged_in.post(checkpoint_url(talk, kept.pk, "delete")).status_code == 302

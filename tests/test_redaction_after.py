@@ -27,6 +27,7 @@ from sessions_app.ingest.writer import set_checkpoint
 from sessions_app.mcp import discussion, finding, state, timeline
 from sessions_app.models import (
     AuditEntry,
+    Checkpoint,
     Event,
     ImportJob,
     OtlpSpan,
@@ -548,3 +549,47 @@ def _pages_holding(value: str, models) -> list[str]:
                 if value.encode() in bytes(cursor.fetchone()[0]):
                     found.append(f"{relation} block {block}")
     return found
+
+
+# --- checkpoint names: unique in their session, and redacted as saved --------------------------
+
+
+def test_checkpoint_names_that_become_one_once_redacted_are_numbered_apart(stored, maintainer, acme):  # noqa: F811
+    """Two names the same but for a value: the redaction used to fail on the unique name after
+    the events were rewritten, leaving the value in the kept original and no audit entry."""
+    set_checkpoint(session=stored, name=f"key {SECRET}", seq=1)
+    set_checkpoint(session=stored, name="key [REDACTED:apikey]", seq=2)
+    response = redact_by_api(maintainer, stored)
+    assert response.status_code == 200, response.content
+    names = sorted(Checkpoint.objects.filter(session=stored).values_list("name", flat=True))
+    assert names == ["key [REDACTED:apikey]", "key [REDACTED:apikey] (2)", "leak"]
+    assert rows_holding(SECRET) == [] and files_holding(SECRET, Path(settings.DATA_DIR)) == []
+    assert AuditEntry.objects.of_project(acme).filter(action="session.redact").count() == 1
+    # The rules job the same way: two addresses, one text once redacted.
+    set_checkpoint(session=stored, name="ping ana@example.org", seq=1)
+    set_checkpoint(session=stored, name="ping bo@example.org", seq=2)
+    RedactionRules.objects.create(project=acme, detectors=["email"])
+    job = RedactionJob.objects.get(pk=maintainer.post(f"/api/sessions/{stored.pk}/redactions/apply-rules").json()["id"])
+    jobs.run_redaction(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "done", job.error
+    pings = Checkpoint.objects.filter(session=stored, name__startswith="ping").order_by("seq")
+    assert list(pings.values_list("name", flat=True)) == ["ping [REDACTED:email]", "ping [REDACTED:email] (2)"]
+
+
+def test_with_rules_on_a_checkpoint_name_is_redacted_before_it_is_compared_and_when_renamed(stored, maintainer, acme):  # noqa: F811
+    RedactionRules.objects.create(project=acme, detectors=["email"])
+    url = f"/api/sessions/{stored.pk}/checkpoints"
+    made = maintainer.post(url, {"name": "ping alice@example.com", "seq": 0}, content_type="application/json")
+    assert made.status_code == 201 and made.json()["checkpoint"]["name"] == "ping [REDACTED:email]"
+    # Another address is the same name once redacted: asked about, not a silent move of the first.
+    again = maintainer.post(url, {"name": "ping bob@example.com", "seq": 3}, content_type="application/json")
+    assert again.status_code == 409 and Checkpoint.objects.get(session=stored, name__startswith="ping").seq == 0
+    # A rename is held to the rules as a save is.
+    mine = Checkpoint.objects.get(session=stored, name__startswith="ping")
+    renamed = maintainer.post(
+        f"/sessions/{stored.pk}/checkpoints/{mine.pk}/rename/", {"name": "call frank@example.com"}
+    )
+    assert renamed.status_code == 302
+    assert Checkpoint.objects.get(pk=mine.pk).name == "call [REDACTED:email]"
+    assert not AuditEntry.objects.filter(detail__contains="example.com").exists()
