@@ -117,7 +117,10 @@ class PlayerForm(QueryForm):
 
 
 class SearchForm(QueryForm):
-    q = forms.CharField(required=False, max_length=200, strip=True)
+    q = forms.CharField(
+        required=False, max_length=200, strip=True,
+        error_messages={"max_length": "at most %(limit_value)d characters (it has %(show_value)d)"},
+    )  # fmt: skip
     step = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION)
     kind = forms.ChoiceField(required=False, choices=[("", "any kind")] + [(k, k) for k in sorted(ALL_KINDS)])
     errors = forms.BooleanField(required=False)

@@ -347,6 +347,35 @@ def test_search_lists_matches_from_the_current_step(logged_in, talk):
     assert error_seqs == [turn_length() + 10, turn_length() + 11]
 
 
+def test_a_search_without_javascript_is_the_player_at_its_step_with_the_results(logged_in, talk):
+    """The search's address is a page of its own: the whole player at the step it searched from,
+    the results in their panel and the box holding what was asked."""
+    url = reverse("sessions:search", args=[talk.pk])
+    page = logged_in.get(url, {"q": "answer 2", "step": 5})
+    html = page.content.decode()
+    assert page.status_code == 200 and html.lstrip().startswith("<!doctype html>") and "<title>" in html
+    assert frame_data(html)["seq"] == 5 and "from #6" in html
+    assert 'name="q" id="search-q" maxlength="200" placeholder="text in events" value="answer 2"' in html
+    results = html.split('<section id="search-results"')[1].split("</section>")[0]
+    seqs = [int(seq) for seq in re.findall(r'data-seq="(\d+)"', results)]
+    assert seqs and all(seq >= 5 for seq in seqs)
+    # The form carries the step shown (each frame keeps it current), so a plain submit searches from there.
+    assert '<input type="hidden" name="step" id="search-step" value="5">' in html
+    frame = logged_in.get(url.replace("search/", ""), {"step": 9}, HTTP_HX_REQUEST="true").content.decode()
+    assert '<input type="hidden" name="step" id="search-step" value="9" hx-swap-oob="true">' in frame
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_a_search_too_long_is_a_400_that_says_so_in_the_panel(logged_in, talk, htmx):
+    """It used to be dropped silently, and with "errors only" gave a 500."""
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    response = logged_in.get(reverse("sessions:search", args=[talk.pk]), {"q": "x" * 201, "errors": "on"}, **headers)
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert '<p class="error" role="alert">Search: at most 200 characters (it has 201).</p>' in html
+    assert html.lstrip().startswith('<section id="search-results"' if htmx else "<!doctype html>")
+
+
 def test_verify_rehashes_and_reports_the_broken_seq(logged_in, talk):
     Event.objects.filter(session=talk, seq=4).update(raw='{"tampered": true}')
     response = logged_in.post(reverse("sessions:verify", args=[talk.pk]), HTTP_HX_REQUEST="true")

@@ -314,16 +314,23 @@ def _player_page(session: Session) -> dict[str, Any]:
 @signed_in_or_shared
 @require_GET
 def search(request: HttpRequest, session_id: int) -> HttpResponse:
-    """Events matching the search box, from the current step on."""
+    """Events matching the search box, from the shown step on: the results for htmx, else the
+    player at that step with them (a search's address is a page of its own)."""
     session = access.session_for(request, session_id)
-    query = SearchForm(request.GET).values()
+    form = SearchForm(request.GET)
+    query = form.values()
+    error = f"Search: {form.errors['q'][0]}." if "q" in form.errors else ""
     start = query["step"] or 0
     found = None
-    if query["q"] or query["errors"] or query["kind"]:
-        found = search_panel(replay.search(session=session, q=query["q"], kind=query["kind"] or None,
+    if not error and (query["q"] or query["errors"] or query["kind"]):
+        found = search_panel(replay.search(session=session, q=query["q"] or "", kind=query["kind"] or None,
                                            errors=query["errors"], from_seq=start, limit=20))  # fmt: skip
-    context = {"session": session, "search": found, "search_from": start}
-    response = render(request, "sessions_app/player.html#search-results", context)
+    context = {"search": found, "search_from": start, "search_error": error, "search_q": request.GET.get("q", ""),
+               "search_errors": query["errors"]}  # fmt: skip
+    status = 400 if error else 200
+    if not wants_partial(request):
+        return player_page(request, session, PlayerForm(request.GET).values(), extra=context, status=status)
+    response = render(request, "sessions_app/player.html#search-results", context | {"session": session}, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response
 
