@@ -89,6 +89,24 @@ def test_a_live_record_at_the_limit_is_stored_and_one_level_deeper_is_a_400(db):
     assert session.event_count == 0
 
 
+def test_a_record_at_the_limit_is_answered_by_every_read_that_carries_it(db):
+    """An answer puts a stored value a few levels further in than it was stored (a context's
+    events, a search's hits): orjson would not write it in one go, and these were 500s."""
+    response, session = post_live(MAX_DEPTH)
+    assert response.status_code < 300, response.content
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {maintainer_key('reader')}")
+    base = f"/api/sessions/{session.pk}"
+    for url in (
+        f"{base}/context?seq=0",
+        f"{base}/search?q=1",
+        f"{base}/replay",
+    ):
+        answer = client.get(url)
+        assert answer.status_code == 200, (url, answer.content[:200])
+        assert nested(MAX_DEPTH - 1) in answer.content, url  # the value itself, whole
+        orjson.loads(answer.content)  # and valid JSON around it
+
+
 # --- checkpoint form errors in the player ------------------------------------------------------
 
 # What the panel must never show: a posted field's name where a label belongs, the API's "seq",

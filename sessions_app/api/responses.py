@@ -27,9 +27,29 @@ def json_response(data: Any, status: int = 200, *, str_keys: bool = False) -> Ht
             return HttpResponse(orjson.dumps(data), status=status, content_type="application/json")
         except orjson.JSONEncodeError:
             pass
-    return HttpResponse(
-        orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS), status=status, content_type="application/json"
-    )
+    try:
+        body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError as error:
+        if "ecursion" not in str(error):
+            raise
+        body = orjson.dumps(_written_ahead(data), option=orjson.OPT_NON_STR_KEYS)
+    return HttpResponse(body, status=status, content_type="application/json")
+
+
+def _written_ahead(value: Any) -> Any:
+    """`value` with its deepest parts already written (orjson Fragments, which orjson splices in
+    without counting their depth). A stored value may be nested as deep as orjson writes
+    (formats.MAX_DEPTH); an answer puts it a few levels further in (a context's events, a
+    search's hits), past what orjson writes in one go. Each part is written whole where it can
+    be, so the recursion goes only as deep as the answer's own levels around the value."""
+    try:
+        return orjson.Fragment(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+    except orjson.JSONEncodeError as error:
+        if "ecursion" not in str(error):
+            raise
+    if type(value) is dict:
+        return {key: _written_ahead(item) for key, item in value.items()}
+    return [_written_ahead(item) for item in value]
 
 
 class BadRequest(Exception):
