@@ -18,13 +18,27 @@ from .responses import BadRequest
 
 
 def json_body(schema: type[BaseModel]) -> dict:
-    """OpenAPI for a JSON body we read ourselves."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": schema.model_json_schema()}},
-        }
-    }
+    """OpenAPI for a JSON body we read ourselves. pydantic refers to a nested model as
+    `#/$defs/Name`, which in the OpenAPI document points at its root, where no `$defs` is (an
+    unresolvable reference to schemathesis and generated clients): the models are inlined."""
+    found = schema.model_json_schema()
+    defs = found.pop("$defs", {})
+
+    def inlined(node: Any, seen: tuple[str, ...] = ()) -> Any:
+        if type(node) is list:
+            return [inlined(item, seen) for item in node]
+        if type(node) is not dict:
+            return node
+        ref = node.get("$ref")
+        if type(ref) is str and ref.startswith("#/$defs/"):
+            name = ref.removeprefix("#/$defs/")
+            if name in seen:  # a model holding itself could not be inlined: none of ours does
+                raise ValueError(f"{schema.__name__}: {name} refers to itself")
+            rest = {key: value for key, value in node.items() if key != "$ref"}
+            return inlined({**defs[name], **rest}, (*seen, name))
+        return {key: inlined(value, seen) for key, value in node.items()}
+
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inlined(found)}}}}
 
 
 def declared_length(request: HttpRequest) -> int:
