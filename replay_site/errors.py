@@ -29,8 +29,9 @@ def not_found_page(request: HttpRequest, exception: Exception) -> HttpResponse:
         # Most likely the page a link opened, since revoked or expired (said alike for a page no
         # link of theirs ever opened: whether it exists stays unsaid).
         reason += (
-            ". A share link opens its pages only while it is active: the one this browser holds "
-            "may have been revoked or have expired. Ask whoever sent it for a new one"
+            ". A share link opens only the pages it was made for, and only while it is active: "
+            "this page is not one of them, or the link this browser holds was revoked or has "
+            "expired. Ask whoever sent it for a new one."
         )
     return refusal(request, status=404, title="Not found", reason=reason)
 

@@ -189,7 +189,10 @@ def test_unpriced_events_are_marked_in_the_step_list_and_a_partly_priced_total_s
     assert "$0.0100" in row_of(response, 0) and "$0.0000" in row_of(response, 2)
     assert "· " in panel_of(response) and "cost unknown" not in panel_of(response)
     header = response[: response.index('id="scrubber"')]
-    assert re.search(r"\$0\.0100 <em class=\"unpriced\" title=\"1 events[^\"]*\">\+ unpriced</em>", header)
+    assert re.search(r"\$0\.0100 <em class=\"unpriced\" title=\"1 event used[^\"]*\">\+ unpriced</em>", header)
+    # The running cost says so too: it covers the priced events only (the walkthrough read it as the whole).
+    said = r"<dt>Cost so far</dt><dd>\$0\.0100 <em class=\"unpriced\" title=\"1 event of this session used tokens with no known price: not in this total\">priced events only</em>"
+    assert re.search(said, panel_of(response))
     listing = logged_in.get(reverse("sessions:list")).content.decode()
     row = listing[listing.index(f'data-session="{session.pk}"') :]
     assert "+ unpriced" in row[: row.index("</tr>")]

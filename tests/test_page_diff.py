@@ -35,6 +35,8 @@ def test_full_page_shows_divergence_deltas_and_aligned_steps(logged_in, pair):
     assert response.status_code == 200 and "<html" in html
     assert "First divergence at step 2</strong>: Different code" in html  # index 1, shown 1-based
     assert 'class="divergence-row" id="diff-step-1"' in html
+    # The agents' session ids are isolated: a right-to-left override in one reverses nothing after it.
+    assert f'<a href="{a.get_absolute_url()}"><bdi>run-a</bdi></a>' in html and "<bdi>run-b</bdi>" in html
     rows = re.findall(r'<tr class="[^"]*" id="diff-step-(\d+)"', html)
     assert [int(r) for r in rows] == [0, 1, 2, 3]  # B's extra step is aligned against nothing
     # Deltas are B - A.

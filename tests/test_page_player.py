@@ -383,7 +383,7 @@ def test_verify_rehashes_and_reports_the_broken_seq(logged_in, talk):
     assert b"broken at seq 4" in response.content
     assert b"broken at seq 4" in logged_in.get(url(talk)).content
     # The badge opens the event where it broke (seq 4, event #5 in the player's numbering).
-    badge = re.search(r'<a class="badge chain chain-broken" href="([^"]+)" title="([^"]+)">broken at seq 4</a>',
+    badge = re.search(r'<a class="badge chain chain-broken" href="([^"]+)" title="([^"]+)">broken at seq 4 \(event #5\)</a>',
                       response.content.decode())  # fmt: skip
     assert badge and badge.group(1) == f"{url(talk)}?step=4" and "first at event #5" in badge.group(2)
 

@@ -48,7 +48,7 @@ def test_full_page_lists_sessions_with_their_totals_and_chain_status(logged_in, 
     row = row[: row.index("</tr>")]
     assert f">{bad.step_count}<" in row and f">{bad.event_count}<" in row and f">{bad.tokens}<" in row
     assert f"${bad.cost_usd:.4f}" in row
-    assert f'href="{bad.get_absolute_url()}?step=7"' in row and ">broken at seq 7</a>" in row
+    assert f'href="{bad.get_absolute_url()}?step=7"' in row and ">broken at seq 7 (event #8)</a>" in row
     assert "verified" in html
     assert response["Vary"] and "HX-Request" in response["Vary"]
 

@@ -35,10 +35,9 @@ def session_cost(session: Any) -> str:
         return UNPRICED
     if session.unpriced_events:
         return format_html(
-            '{} <em class="unpriced" title="{} events used tokens with no known price: not in this total">'
-            "+ unpriced</em>",
+            '{} <em class="unpriced" title="{} used tokens with no known price: not in this total">+ unpriced</em>',
             usd(session.cost_usd),
-            session.unpriced_events,
+            f"{session.unpriced_events} event{'s' if session.unpriced_events != 1 else ''}",
         )
     return usd(session.cost_usd)
 

@@ -171,6 +171,8 @@ def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_
         assert items.nth(0).locator("bdi").nth(1).text_content() == "abc " + RLO + "def"
         before, after = page.evaluate(_LEFT_OF, [items.nth(0).element_handle(), "(+1 repl"])
         assert before < after, "the text after the comment was reversed"
+        # The payload scrolls by keyboard too (axe: scrollable-region-focusable).
+        assert page.locator("#payload").get_attribute("tabindex") == "0"
         review, restored = page.locator("#reviews li").all()
         assert review.locator("bdi").last.text_content() == RLO + "fine" and "restored" not in review.text_content()
         # A sign-off its server restored from another bundle says so, with that bundle's signer.
