@@ -194,12 +194,14 @@ def entries_of(
 
 
 def export_lines(*, project: Project) -> Iterator[bytes]:
-    """The project's whole log, oldest first, one JSON object a line, in keyset chunks."""
+    """The project's whole log, oldest first, one JSON object a line, in keyset chunks; each line
+    with all its link hashes (`prev_hash`, and the project's id), so the file is checked without
+    the server (docs/teams.md gives the recipe; tests/test_audit.py runs it)."""
     after = -1
     while True:
         chunk = list(AuditEntry.objects.of_project(project).filter(seq__gt=after).order_by("seq")[:CHUNK])
         for entry in chunk:
-            yield orjson.dumps(entry_dict(entry) | {"prev_hash": entry.prev_hash}) + b"\n"
+            yield orjson.dumps(entry_dict(entry) | {"prev_hash": entry.prev_hash, "project": entry.project_id}) + b"\n"
         if len(chunk) < CHUNK:
             return
         after = chunk[-1].seq

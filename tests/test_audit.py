@@ -5,7 +5,9 @@ verified: a changed or removed entry is found at its seq, and each project's log
 from __future__ import annotations
 
 import io
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import orjson
 import pytest
@@ -332,6 +334,28 @@ def export(client: Client, slug: str = "acme") -> list[dict]:
     response = client.get(f"/api/projects/{slug}/audit/export")
     assert response.status_code == 200
     return [orjson.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+
+
+def _recipe_from_the_docs() -> str:
+    """The offline check docs/teams.md gives, as written there."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "teams.md").read_text()
+    return re.search(r"it is checked without the server.*?```python\n(.*?)```", text, re.S).group(1)
+
+
+def test_the_export_is_checked_without_the_server_by_the_docs_recipe(acme, reviewer, tmp_path, monkeypatch):
+    """The walkthrough recomputed no hash from the documented formula: `at`, `detail` and the
+    project's id were hashed in forms the export did not give or say."""
+    audit.record(action="member.add", actor="bob", project=acme, target="user:zoë", ip="10.0.0.1",
+                 detail={"user": "zoë", "role": "viewer", "b": [1, 2.5]})  # fmt: skip
+    audit.record(action="session.export", actor="mia", project=acme, target="session:1")
+    lines = b"".join(reviewer.get("/api/projects/acme/audit/export").streaming_content)
+    (tmp_path / "audit-acme.jsonl").write_bytes(lines)
+    monkeypatch.chdir(tmp_path)
+    exec(_recipe_from_the_docs(), {})  # raises on the first line that does not hash
+    # One character changed anywhere is caught.
+    (tmp_path / "audit-acme.jsonl").write_bytes(lines.replace(b"viewer", b"admin!"))
+    with pytest.raises(AssertionError):
+        exec(_recipe_from_the_docs(), {})
 
 
 def test_the_jsonl_export_parses_and_chains_oldest_first(acme, reviewer):
