@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import ApiKey, Checkpoint, Event, ImportJob, IngestBatch, Project, Session, Snapshot
+from .models import ApiKey, AuditEntry, Checkpoint, Event, ImportJob, IngestBatch, Project, Session, Snapshot
 
 
 @admin.register(Project)
@@ -81,3 +81,25 @@ class IngestBatchAdmin(admin.ModelAdmin):
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ["name", "key_prefix", "user", "created_at", "last_used_at", "revoked_at"]
     readonly_fields = ["key_prefix", "key_hash", "created_at", "last_used_at"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The logs as they are, read only: the site's (sign-ins, keys without a project limit),
+    which no project page shows, and every project's. An edit would break the chain, and the
+    log is evidence, so the admin adds, changes and deletes nothing."""
+
+    list_display = ["log", "seq", "at", "actor", "action", "target", "ip", "key_prefix"]
+    list_filter = ["log", "action"]
+    search_fields = ["actor", "target"]
+    ordering = ["log", "-seq"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.forms.utils import pretty_name
 
 from . import sharing
-from .audit import ACTIONS
+from .audit import PROJECT_ACTIONS
 from .canonical import ALL_KINDS
 from .ingest.uploads import max_upload_bytes
 from .models import ImportJob, Project, Review, Role, Session
@@ -365,7 +365,7 @@ def _at_most(ceiling: int, setting: str):
 
 class AuditFilterForm(QueryForm):
     actor = forms.CharField(required=False, max_length=200, strip=True)
-    action = forms.ChoiceField(required=False, choices=[("", "any action"), *((a, a) for a in ACTIONS)])
+    action = forms.ChoiceField(required=False, choices=[("", "any action"), *((a, a) for a in PROJECT_ACTIONS)])
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
     before = forms.IntegerField(required=False, min_value=0, max_value=MAX_POSITION, widget=forms.HiddenInput)

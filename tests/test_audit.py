@@ -415,3 +415,26 @@ def test_two_projects_logs_are_separate_chains(acme, other):
     AuditEntry.objects.of_project(acme).filter(seq=0).update(actor="mallory")
     assert audit.verify_log(project=acme).first_broken_seq == 0
     assert audit.verify_log(project=other).valid  # the other chain does not depend on it
+
+
+def test_the_site_log_is_read_by_superusers_in_the_admin_and_not_offered_in_a_project_filter(acme, client):
+    """Sign-ins go to the site's log only: the walkthrough found no way to read it, and a
+    project's filter offering them (which never matched)."""
+    audit.record(action="auth.login", actor="ana", target="user:ana", ip="10.0.0.9")
+    client.force_login(member("rita", acme, Role.REVIEWER))
+    page = client.get(f"/projects/{acme.slug}/audit/").content.decode()
+    assert '<option value="member.add">' in page and "auth.login" not in page
+    assert client.get("/admin/sessions_app/auditentry/").status_code == 302  # not staff: the admin's sign-in
+    from django.contrib.auth import get_user_model
+
+    root = get_user_model().objects.create_superuser("root", "root@example.org", "pw-root-12345")
+    client.force_login(root)
+    listed = client.get("/admin/sessions_app/auditentry/", {"log__exact": "site"})
+    assert listed.status_code == 200 and "auth.login" in listed.content.decode()
+    entry = AuditEntry.objects.get(action="auth.login", actor="ana")
+    # Read only: no add, no change, no delete (an edit would break the chain).
+    assert client.get("/admin/sessions_app/auditentry/add/").status_code == 403
+    shown = client.get(f"/admin/sessions_app/auditentry/{entry.pk}/change/")
+    assert shown.status_code == 200 and 'name="_save"' not in shown.content.decode()
+    assert client.post(f"/admin/sessions_app/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert AuditEntry.objects.filter(pk=entry.pk).exists()
