@@ -376,6 +376,16 @@ def test_a_search_too_long_is_a_400_that_says_so_in_the_panel(logged_in, talk, h
     assert html.lstrip().startswith('<section id="search-results"' if htmx else "<!doctype html>")
 
 
+def test_verify_without_javascript_goes_back_to_the_player_as_it_was(logged_in, talk):
+    """The walkthrough's no-JS verify landed on event #1, its place lost."""
+    verify, player = reverse("sessions:verify", args=[talk.pk]), url(talk)
+    back = logged_in.post(verify, HTTP_REFERER=f"http://testserver{player}?step=9&types=tool_call&speed=2")
+    assert back.status_code == 302 and back["Location"] == f"{player}?step=9&types=tool_call&speed=2"
+    # Only to this session's player on this site: anything else opens the session at its start.
+    for referer in (f"http://elsewhere.example{player}?step=9", "http://testserver/sessions/?q=x", ""):
+        assert logged_in.post(verify, HTTP_REFERER=referer)["Location"] == player, referer
+
+
 def test_verify_rehashes_and_reports_the_broken_seq(logged_in, talk):
     Event.objects.filter(session=talk, seq=4).update(raw='{"tampered": true}')
     response = logged_in.post(reverse("sessions:verify", args=[talk.pk]), HTTP_HX_REQUEST="true")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from django.contrib import messages as django_messages
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -348,7 +348,7 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
             request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
         )
     if not request.htmx:
-        return redirect(session.get_absolute_url())
+        return redirect(_the_player_it_came_from(request, session))
     badge = render_to_string("sessions_app/player.html#chain-badge", {"session": session, "verification": result},
                              request)  # fmt: skip
     if visitor:
@@ -358,6 +358,17 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     panel = render_to_string("sessions_app/player.html#sign-off-list",
                              {"session": session, "sign_offs_oob": True} | sign_off_panel(request, session), request)  # fmt: skip
     return HttpResponse(badge + panel)
+
+
+def _the_player_it_came_from(request: HttpRequest, session: Session) -> str:
+    """Back to the player as it was (its step, kinds, speed) when the form was posted from it,
+    as the browser's same-origin Referer says; else to the session's start. A form posted
+    without JavaScript reloads the page, and used to lose the viewer's place."""
+    came_from = urlsplit(request.META.get("HTTP_REFERER", ""))
+    here = session.get_absolute_url()
+    if came_from.netloc == request.get_host() and came_from.path == here:
+        return f"{here}?{came_from.query}" if came_from.query else here
+    return here
 
 
 @signed_in_or_shared
