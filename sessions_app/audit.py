@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -153,6 +154,20 @@ def record_on_session(request: HttpRequest, action: str, session: Any, **detail:
     grant = actor.grant_on(session) if actor.user is None else None
     return record(action=action, actor=f"share:{grant.link_id}" if grant else actor, project=session.project_id,
                   target=f"session:{session.pk}", detail=detail, ip=client_ip(request))  # fmt: skip
+
+
+def record_file_import(*, actor: str, project: Project, path: Path, outcomes: list[Any]) -> AuditEntry | None:
+    """`session.import` for a file the server's operator imported (`manage.py import_sessions`,
+    `setup_demo`): the sessions it stored, so an auditor sees where they came from. A file that
+    stored none (each a duplicate, or unreadable) stored nothing to account for."""
+    stored = [o for o in outcomes if o.session is not None and not o.duplicate]
+    if not stored:
+        return None
+    jobs = {o.session.import_job_id for o in stored}
+    target = f"import:{jobs.pop()}" if len(jobs) == 1 and None not in jobs else f"session:{stored[0].session.pk}"
+    return record(action="session.import", actor=actor, project=project, target=target,
+                  detail={"file": path.name, "sessions": [o.session.pk for o in stored][:100],
+                          "events": sum(o.events for o in stored)})  # fmt: skip
 
 
 def record_upload(request: HttpRequest, job: Any) -> AuditEntry:

@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from sessions_app.canonical import Kind, Problems
 from sessions_app.ingest import importing
 from sessions_app.ingest.importing import import_file
-from sessions_app.models import Event, ImportJob, Project, Session
+from sessions_app.models import AuditEntry, Event, ImportJob, Project, Session
 
 from .builders_ingest import watch_job_progress
 from .builders_rlm import (
@@ -430,6 +430,13 @@ def test_command_json_prints_one_object_per_session(project, tmp_path):
     assert lines[2]["path"] == str(FIXTURES / "nothing.jsonl")
     assert "nothing importable" in lines[2]["error"] and "session" not in lines[2]
     assert len(lines) == 3
+    # The project's log says where the sessions came from; the file that stored none, nothing.
+    (entry,) = AuditEntry.objects.of_project(project).filter(action="session.import")
+    assert (entry.actor, entry.target) == ("manage.py", f"import:{sessions['one'].import_job_id}")
+    detail = orjson.loads(entry.detail)
+    assert detail["file"] == "appended.jsonl" and sorted(detail["sessions"]) == sorted(s.pk for s in sessions.values())
+    run_command(str(path))  # the same file again: duplicates, nothing new to account for
+    assert AuditEntry.objects.of_project(project).filter(action="session.import").count() == 1
 
 
 def test_command_lists_problems_and_exits_zero_for_damaged_files(project):

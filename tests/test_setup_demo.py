@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 from io import StringIO
 
+import orjson
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
-from sessions_app.models import Membership, Project, Role, Session
+from sessions_app.models import AuditEntry, Membership, Project, Role, Session
 
 pytestmark = pytest.mark.django_db
 
@@ -54,6 +55,15 @@ def test_the_demo_user_is_an_ordinary_maintainer_of_the_demo_project():
     (membership,) = Membership.objects.filter(user=user)
     assert (membership.project, membership.role) == (Project.get_default(), Role.MAINTAINER)
     assert Session.objects.filter(project=Project.get_default()).exists()
+    # The project's log says where its members and sessions came from (the walkthrough found none).
+    log = AuditEntry.objects.of_project(Project.get_default())
+    assert list(log.filter(action="member.add").values_list("actor", "target")) == [("manage.py", "user:demo")]
+    imports = list(log.filter(action="session.import"))
+    stored = set(Session.objects.filter(project=Project.get_default()).values_list("pk", flat=True))
+    assert {pk for entry in imports for pk in orjson.loads(entry.detail)["sessions"]} == stored
+    assert all(entry.actor == "manage.py" and entry.target.startswith("import:") for entry in imports)
+    setup_demo()  # a second run stores nothing new and says nothing more
+    assert log.filter(action__in=["member.add", "session.import"]).count() == 1 + len(imports)
 
 
 def test_the_demo_agentlens_session_carries_a_valid_source_chain():

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 from django.core.management.base import BaseCommand, CommandError
 
+from sessions_app import audit
 from sessions_app.formats import registry
 from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
@@ -38,6 +39,7 @@ class Command(BaseCommand):
             )  # fmt: skip
             # Verified by a worker (make run's qcluster); until then the badge says so.
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
+            audit.record_file_import(actor="manage.py", project=project, path=Path(name), outcomes=outcomes)
             for outcome in outcomes:
                 unreadable += outcome.unreadable
                 if options["json"]:

@@ -16,9 +16,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from sessions_app import audit, teams
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
-from sessions_app.models import Membership, Project, Role
+from sessions_app.models import Project, Role
 
 DEMO_USER = "demo"
 
@@ -37,7 +38,8 @@ class Command(BaseCommand):
         user.is_active, user.is_staff, user.is_superuser = True, False, False
         user.save()
         project = Project.get_default()
-        Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role.MAINTAINER})
+        # Through the workflow, so the project's log says who made the demo user a member.
+        teams.set_member(actor="manage.py", project=project, username=DEMO_USER, role=Role.MAINTAINER)
         # A new password is a fresh start: failed sign-ins with the old one no longer lock it.
         reset_sign_in_failures(username=DEMO_USER)
         # Earlier versions kept the password here; it no longer signs in.
@@ -50,6 +52,7 @@ class Command(BaseCommand):
                 continue
             outcomes = import_local_file(path=path, project=project, created_by="setup_demo")
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
+            audit.record_file_import(actor="manage.py", project=project, path=path, outcomes=outcomes)
             for outcome in outcomes:
                 if outcome.error:
                     self.stderr.write(f"demo: {path.name}: {outcome.error}")
