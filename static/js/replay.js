@@ -143,6 +143,37 @@
     const item = section.querySelector('[data-stop="' + stop + '"]');
     if (item) item.focus();
   });
+  // Every other swap that replaces the focused control (a verify, a sign-off, a comment's
+  // resolve, the audit log's pager: each answers with its panel whole) left the focus on the
+  // page itself, and a keyboard user at its top. htmx keeps the focus only on a control of the
+  // same id; failing that, it goes to the control of the same kind and words in the new panel
+  // (the form's action or the link's address too, when one matches), else to the panel.
+  let focusBeforeSwap = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const focused = document.activeElement;
+    const target = event.detail.target;
+    focusBeforeSwap = null;
+    if (!focused || focused === document.body || !target || !target.id || !target.contains(focused)) return;
+    focusBeforeSwap = {
+      area: target.id, tag: focused.tagName, words: focused.textContent.trim(),
+      where: focused.form ? focused.form.getAttribute("action") : focused.getAttribute("href"),
+    };
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    const was = focusBeforeSwap;
+    focusBeforeSwap = null;
+    if (!was || (document.activeElement && document.activeElement !== document.body)) return;
+    const area = document.getElementById(was.area);
+    if (!area) return;
+    const alike = Array.from(area.querySelectorAll(was.tag)).filter(function (node) {
+      return node.textContent.trim() === was.words && !node.disabled;
+    });
+    const same = alike.find(function (node) {
+      return (node.form ? node.form.getAttribute("action") : node.getAttribute("href")) === was.where;
+    }) || alike[0];
+    if (!same && !area.hasAttribute("tabindex")) area.setAttribute("tabindex", "-1");
+    (same || area).focus({ preventScroll: true });
+  });
   // A message kept until read (the upload panel's errors): its dismiss button hides it (the
   // page's own is a link to the list, for a browser without JavaScript: not followed here).
   document.addEventListener("click", function (event) {

@@ -224,3 +224,29 @@ def test_quick_arrow_presses_each_move_one_step(watched, analyst, talk):
     settle(page)
     page.wait_for_timeout(300)
     assert frame(page)["seq"] == seqs[1]
+
+
+ACTIVE = "(want) => { const el = document.activeElement; return el !== document.body && (el.textContent || '').trim() === want }"
+
+
+def test_a_control_a_swap_replaces_keeps_the_focus(watched, analyst, talk):
+    """The walkthrough's keyboard user lost the focus to the page after a verify or a page of
+    the audit log: each answers with its panel whole, the pressed control with it."""
+    from sessions_app import audit
+
+    page, _ = watched
+    log_in(page, f"/sessions/{talk.pk}/?step=0")
+    badge = page.locator("#chain-badge")
+    badge.get_by_role("button", name="verify").focus()
+    page.keyboard.press("Enter")
+    badge.locator(".chain-ok").wait_for()
+    wait_until(page, ACTIVE, "verify")
+    for n in range(120):  # three pages: the second has an Older link too
+        audit.record(action="session.export", actor="bob", project=talk.project, target=f"session:{n}")
+    page.goto(f"/projects/{talk.project.slug}/audit/")
+    page.get_by_role("link", name="Older").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url("**before=*")
+    wait_until(page, ACTIVE, "Older")
+    page.keyboard.press("Shift+Tab")  # from there, on by keyboard: Newer is just before it
+    assert page.evaluate(ACTIVE, "Newer")
