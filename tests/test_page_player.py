@@ -376,6 +376,23 @@ def test_a_search_too_long_is_a_400_that_says_so_in_the_panel(logged_in, talk, h
     assert html.lstrip().startswith('<section id="search-results"' if htmx else "<!doctype html>")
 
 
+def test_without_javascript_links_move_through_the_events_as_the_buttons_would(logged_in, talk):
+    """The player's buttons need JavaScript: a <noscript> row of links moves as they would,
+    keeping the viewer's kinds and speed (the walkthrough could only click rows)."""
+    first_error = turn_length() + 10
+    html = logged_in.get(url(talk), {"step": 5, "speed": "2"}).content.decode()
+    links = dict(
+        re.findall(
+            r'<a href="\?step=(\d+)&amp;speed=2&amp;pace=steps"(?: rel="\w+")?>([^<]+)</a>',
+            html.split('class="no-js-steps"')[1].split("</nav>")[0],
+        )
+    )
+    assert links == {"0": "|◀ first", "4": "◀ previous", "6": "next ▶", str(talk.event_count - 1): "last ▶|",
+                     str(first_error): "next error ⟶"}  # fmt: skip
+    at_end = logged_in.get(url(talk), {"step": talk.event_count - 1}).content.decode().split('class="no-js-steps"')[1]
+    assert "next ▶" not in at_end.split("</nav>")[0] and "⟵ previous error" in at_end.split("</nav>")[0]
+
+
 def test_verify_without_javascript_goes_back_to_the_player_as_it_was(logged_in, talk):
     """The walkthrough's no-JS verify landed on event #1, its place lost."""
     verify, player = reverse("sessions:verify", args=[talk.pk]), url(talk)
