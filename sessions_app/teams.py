@@ -5,6 +5,7 @@ audit entry."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Value
 from django.db.models.functions import Lower
@@ -12,7 +13,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from . import audit
-from .access import Actor
+from .access import Actor, project_to_write
 from .models import ApiKey, Membership, Project, Role
 
 
@@ -123,7 +124,8 @@ def create_key(
     if same is None:
         try:
             with transaction.atomic():
-                api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only)
+                api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only,
+                                                 default_project=_only_writable(user, project, read_only))  # fmt: skip
         except IntegrityError:
             same = _active_key_named(user, name[:200])  # made by a post at the same moment
             if same is None:
@@ -134,6 +136,17 @@ def create_key(
     audit.record(action="key.create", actor=actor, project=project, target=f"key:{api_key.key_prefix}",
                  detail={"name": api_key.name, "user": user.get_username(), "read_only": read_only}, ip=ip)  # fmt: skip
     return api_key, key
+
+
+def _only_writable(user, project: Project | None, read_only: bool) -> Project | None:
+    """Where a key of all the user's projects writes when a write names none (ApiKey.default_project):
+    the user's only writable project now, if there is exactly one."""
+    if project is not None or read_only:
+        return None
+    try:
+        return project_to_write(Actor(user=user), "")
+    except (ValueError, PermissionDenied):
+        return None
 
 
 def _active_key_named(user, name: str) -> ApiKey | None:

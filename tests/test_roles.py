@@ -289,3 +289,38 @@ def test_comparing_with_a_session_of_another_project_is_a_404(acme, other, ours,
         response = page.get(reverse("sessions:diff"), {"a": a, "b": b})
         assert response.status_code == 404 and b"OTHER-TASK" not in response.content
     assert page.get(reverse("sessions:diff"), {"a": ours.pk, "b": mine_too.pk}).status_code == 200
+
+
+def test_a_key_of_all_projects_keeps_writing_where_it_did_when_its_user_joins_another(acme, other):  # noqa: F811
+    """The sweep: anyone may make a project and add anyone to it, which made a victim's
+    project-less writes ambiguous (400s: an exporter's data lost). The key remembers its project."""
+    ana = member("ana", acme, Role.MAINTAINER)
+    api_key, key = teams.create_key(actor="tests", user=ana, name="exporter")
+    assert api_key.default_project == acme
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    def create() -> HttpResponse:
+        return client.post("/api/sessions", {"task": "t"}, content_type="application/json")
+
+    teams.set_member(actor="mallory", project=other, username="ana", role=Role.MAINTAINER)
+    made = create()
+    assert made.status_code == 201 and Session.objects.get(pk=made.json()["id"]).project == acme
+    # A key made now, with two projects to write to, asks as before.
+    _, second = teams.create_key(actor="tests", user=ana, name="second")
+    asked = Client(HTTP_AUTHORIZATION=f"Bearer {second}").post("/api/sessions", {}, content_type="application/json")
+    assert asked.status_code == 400 and "name one of your projects" in asked.json()["detail"]
+    # Where its user may no longer write, it says so rather than writing elsewhere.
+    Membership.objects.filter(user=ana, project=acme).update(role=Role.VIEWER)
+    refused = create()
+    assert (
+        refused.status_code == 400
+        and "this key writes to project 'acme' when none is named" in refused.json()["detail"]
+    )
+    assert Session.objects.filter(project=other).count() == 0
+    assert "writes to Acme when none is named" in _keys_page(ana)
+
+
+def _keys_page(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.get(reverse("sessions:keys")).content.decode()

@@ -113,6 +113,10 @@ class ApiKey(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys"
     )
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys")
+    # A key of all its user's projects writes here when a write names no project: the user's only
+    # writable project when the key was made, so a project the user joins later (or is added
+    # to by its admin) never turns the exporters using this key into 400s.
+    default_project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     read_only = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -139,12 +143,13 @@ class ApiKey(models.Model):
 
     @classmethod
     def create_key(
-        cls, *, name: str, user, project: Project | None = None, read_only: bool = False
-    ) -> tuple[ApiKey, str]:
+        cls, *, name: str, user, project: Project | None = None, read_only: bool = False,
+        default_project: Project | None = None,
+    ) -> tuple[ApiKey, str]:  # fmt: skip
         key = cls.PREFIX + secrets.token_urlsafe(32)
         api_key = cls.objects.create(
             name=name, key_prefix=key[:10], key_hash=cls.hash_key(key), user=user, project=project,
-            read_only=read_only,
+            read_only=read_only, default_project=default_project,
         )  # fmt: skip
         return api_key, key
 

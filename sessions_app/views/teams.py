@@ -263,7 +263,7 @@ def keys(request: HttpRequest) -> HttpResponse:
             _refused(form, exc)
         else:
             form = ApiKeyForm(projects=projects)
-    own = ApiKey.objects.filter(user=request.user).select_related("project").order_by("-created_at")
+    own = ApiKey.objects.filter(user=request.user).select_related("project", "default_project").order_by("-created_at")
     context = {"form": form, "keys": own, "created_key": created[0] if created else None,
                "new_key": created[1] if created else ""}  # fmt: skip
     response = render(request, "sessions_app/keys.html", context, status=400 if form.errors else 200)
