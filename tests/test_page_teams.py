@@ -268,6 +268,8 @@ def test_audit_filters_by_actor_action_and_days(client, acme):
     assert _seqs(client.get(page, {"action": "session.export"}).content.decode()) == [1, 0]
     assert _seqs(client.get(page, {"until": "2026-01-05"}).content.decode()) == [2, 0]
     assert _seqs(client.get(page, {"since": "2026-01-06", "actor": "bob"}).content.decode()) == [1]
+    inverted = client.get(page, {"since": "2026-01-07", "until": "2026-01-05"}).content.decode()
+    assert _seqs(inverted) == [] and "“From” is after “To”: no day is in between." in inverted
     # A value that does not parse falls back to no filter, as on every page.
     assert _seqs(client.get(page, {"action": "nope", "since": "soon"}).content.decode()) == [3, 2, 1, 0]
 
