@@ -206,8 +206,9 @@
       case "step-forward": setPlaying(false); return stepBy(1);
       case "start": setPlaying(false); return go(f.first);
       case "end": setPlaying(false); return go(f.last);
-      case "next-error": setPlaying(false); return go(f.next_error);
-      case "prev-error": setPlaying(false); return go(f.prev_error);
+      // Past the last error (or before the first) the button is disabled and e / E say so.
+      case "next-error": setPlaying(false); return f.next_error === null ? status("No later error.") : go(f.next_error);
+      case "prev-error": setPlaying(false); return f.prev_error === null ? status("No earlier error.") : go(f.prev_error);
     }
   }
 

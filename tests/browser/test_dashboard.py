@@ -232,6 +232,9 @@ def test_scrub_filter_jump_to_error_and_reload_the_deep_link(watched, analyst, t
     assert kinds[first_error] == "tool_error"
     page.keyboard.press("e")
     wait_for_seq(page, first_error + 1)  # the failed step
+    page.keyboard.press("e")  # there is no later one: said, and the player stays
+    wait_until(page, "document.getElementById('play-status').textContent === 'No later error.'")
+    assert frame(page)["seq"] == first_error + 1
     page.keyboard.press("E")
     wait_for_seq(page, first_error)
 
