@@ -413,6 +413,10 @@ def test_verify_rehashes_and_reports_the_broken_seq(logged_in, talk):
     badge = re.search(r'<a class="badge chain chain-broken" href="([^"]+)" title="([^"]+)">broken at seq 4 \(event #5\)</a>',
                       response.content.decode())  # fmt: skip
     assert badge and badge.group(1) == f"{url(talk)}?step=4" and "first at event #5" in badge.group(2)
+    # The downloads say a bundle made now will not verify (the walkthrough exported one unwarned).
+    assert (
+        "stored events changed (first at event #5): a bundle exported now" in logged_in.get(url(talk)).content.decode()
+    )
 
 
 def test_live_session_page_follows_the_tail(logged_in, db):
