@@ -20,7 +20,7 @@ from .. import access, audit, comments
 from ..forms import CommentEditForm, CommentForm, ResolveForm, error_text, labelled
 from ..models import Comment, Role, Session
 from ..replay import timeline
-from .pages import login_required
+from .pages import asked_first, login_required
 
 
 def comment_panel(request: HttpRequest, session: Session, seq: int) -> dict[str, Any]:
@@ -154,6 +154,9 @@ def edit(request: HttpRequest, session_id: int, comment_id: int) -> HttpResponse
 @require_POST
 def delete(request: HttpRequest, session_id: int, comment_id: int) -> HttpResponse:
     session, comment = _comment(request, session_id, comment_id)
+    if asked := asked_first(request, question="Delete this comment?", answer="Delete the comment",
+                            back=comments.permalink(comment)):  # fmt: skip
+        return asked
     comments.delete_comment(actor=access.actor_of(request), comment=comment, role=access.role_on(request, session),
                             ip=audit.client_ip(request))  # fmt: skip
     return _answer(request, session, seq=comment.seq, focus=comment.parent_id or comment.pk)

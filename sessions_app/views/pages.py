@@ -91,3 +91,18 @@ def take_messages(request: HttpRequest, *tags: str) -> dict[str, list[str]]:
         else:
             taken[tag].append(str(message))
     return taken
+
+
+# A destructive form's <noscript> field: present only when the browser runs no script, so only
+# then does the server ask (with script, hx-confirm or data-confirm asked before the post).
+ASK_FIRST = "ask_first"
+
+
+def asked_first(request: HttpRequest, *, question: str, answer: str, back: str) -> HttpResponse | None:
+    """The question page when a destructive form came from a browser without JavaScript, else
+    None (go on). Its form posts the same fields again, without ASK_FIRST: that post acts."""
+    if not request.POST.get(ASK_FIRST) or request.htmx:
+        return None
+    fields = [(name, value) for name, value in request.POST.items() if name not in (ASK_FIRST, "csrfmiddlewaretoken")]
+    context = {"question": question, "answer": answer, "back": back, "action": request.path, "fields": fields}
+    return render(request, "confirm.html", context)

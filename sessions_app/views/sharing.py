@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from .. import access, audit, sharing
 from ..forms import ShareLinkForm, error_text
 from ..models import Role, Session, ShareLink, Tour
-from .pages import login_required, wants_partial
+from .pages import asked_first, login_required, wants_partial
 
 # The exports a visitor's link may allow (the signed bundle carries the team's comments and
 # sign-offs, which a link does not share).
@@ -122,6 +122,11 @@ def tour_share_links(request: HttpRequest, tour_id: int) -> HttpResponse:
 @require_POST
 def revoke(request: HttpRequest, link_id: int) -> HttpResponse:
     link: ShareLink = access.share_link_for(request, link_id, need=Role.MAINTAINER)
+    back = reverse("sessions:share_links" if link.session_id else "sessions:tour_share_links",
+                   args=[link.session_id or link.tour_id])  # fmt: skip
+    question = "Revoke this share link? Whoever holds it can no longer open what it shares."
+    if asked := asked_first(request, question=question, answer="Revoke the link", back=back):
+        return asked
     sharing.revoke_link(actor=access.actor_of(request), link=link, ip=audit.client_ip(request))
     found = access.session_for(request, link.session_id) if link.session_id else access.tour_for(request, link.tour_id)
     if not wants_partial(request):  # without JavaScript: back to the links' own page

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.http import content_disposition_header
@@ -29,7 +30,7 @@ from .. import access, audit, teams
 from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, ProjectSettingsForm, RemoveMemberForm
 from ..ingest.quotas import usage_of
 from ..models import ApiKey, Membership, Project, Role
-from .pages import login_required, render_page, take_messages, wants_partial
+from .pages import asked_first, login_required, render_page, take_messages, wants_partial
 
 AUDIT_PAGE = 50
 
@@ -127,6 +128,9 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     form = RemoveMemberForm(request.POST)
     if form.is_valid():
         username = form.cleaned_data["username"]
+        if asked := asked_first(request, question=f"Remove {username} from {project.name}?", answer="Remove",
+                                back=project.get_absolute_url()):  # fmt: skip
+            return asked
         try:
             teams.remove_member(actor=access.actor_of(request), project=project, username=username,
                                 ip=audit.client_ip(request))  # fmt: skip
@@ -276,5 +280,8 @@ def keys(request: HttpRequest) -> HttpResponse:
 @require_POST
 def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     api_key = get_object_or_404(ApiKey, pk=key_id, user=request.user)
+    question = f"Revoke the key “{api_key.name}” ({api_key.key_prefix}…)? Programs using it stop working at once."
+    if asked := asked_first(request, question=question, answer="Revoke the key", back=reverse("sessions:keys")):
+        return asked
     teams.revoke_key(actor=access.actor_of(request), api_key=api_key, ip=audit.client_ip(request))
     return redirect("sessions:keys")

@@ -32,7 +32,7 @@ from ..forms import (
     labelled,
 )
 from ..models import Project, Role, Session, Tour, TourStop
-from .pages import login_required, player_link_suffix, signed_in_or_shared
+from .pages import asked_first, login_required, player_link_suffix, signed_in_or_shared
 
 
 def _can_edit(request: HttpRequest, found: Tour | Session | Project) -> bool:
@@ -128,6 +128,9 @@ def tour_edit(request: HttpRequest, tour_id: int) -> HttpResponse:
 @require_POST
 def tour_delete(request: HttpRequest, tour_id: int) -> HttpResponse:
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
+    if asked := asked_first(request, question=f"Delete the tour “{tour.title}” and its stops?", answer="Delete the tour",
+                            back=reverse("sessions:tour", args=[tour.pk])):  # fmt: skip
+        return asked
     tours.delete_tour(actor=access.actor_of(request), tour=tour, ip=audit.client_ip(request))
     learn_url = reverse("sessions:learn", args=[tour.project.slug])
     return HttpResponseClientRedirect(learn_url) if request.htmx else redirect(learn_url)
@@ -166,6 +169,9 @@ def stop_move(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
 @require_POST
 def stop_delete(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
+    if asked := asked_first(request, question=f"Delete this stop of the tour “{tour.title}”?", answer="Delete the stop",
+                            back=reverse("sessions:tour", args=[tour.pk])):  # fmt: skip
+        return asked
     tours.remove_stop(actor=access.actor_of(request), tour=tour, stop_id=stop_id, ip=audit.client_ip(request))
     return _tour_answer(request, tour, region="tour-stops", said="The stop was deleted.")
 

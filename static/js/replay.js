@@ -44,7 +44,15 @@
   document.addEventListener("submit", function (event) {
     const form = event.target;
     const question = form && form.getAttribute && form.getAttribute("data-confirm");
-    if (question && !window.confirm(question)) event.preventDefault();
+    if (!question) return;
+    if (!window.confirm(question)) {
+      event.preventDefault();
+      return;
+    }
+    // Asked here: the server's own question (for a browser without script, views/pages.py
+    // asked_first) is not asked again. Its <noscript> field is an element only where a panel
+    // was swapped in by htmx, which parses <noscript> as markup.
+    form.querySelectorAll('input[name="ask_first"]').forEach(function (input) { input.remove(); });
   });
 
   // A file past the upload limit is refused here, with its name, before its bytes are sent: the
