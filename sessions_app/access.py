@@ -403,19 +403,18 @@ def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER
 
 def project_to_write(who: HttpRequest | Actor, slug: str, *, need: Role = Role.MAINTAINER) -> Project:
     """The project an upload or a live session goes to: the one named, else the key's default
-    (ApiKey.default_project: the user's only writable project when the key was made), else the
-    caller's only project they may write to. A ValueError (a 400) says what to name instead."""
+    (ApiKey.default_project: chosen by its user when the key was made), else the caller's only
+    project they may write to. A ValueError (a 400) says what to name instead."""
     actor = _as_actor(who)
     if slug:
         return project_for(actor, slug, need=need)
     pinned = actor.key.default_project_id if actor.key is not None and actor.project_limit is None else None
     if pinned is not None:
-        project = Project.objects.filter(pk=pinned).first()
-        role = actor.role_in(pinned) if project is not None else None
+        project = Project.objects.get(pk=pinned)  # a deleted project clears the key's (SET_NULL)
+        role = actor.role_in(pinned)
         if role is None or not role.includes(need):
-            where = f"project {project.slug!r}" if project is not None else "a project deleted since"
-            raise ValueError(f"project: this key writes to {where} when none is named, where you may not "
-                             f"write now; name one of your projects")  # fmt: skip
+            raise ValueError(f"project: this key writes to project {project.slug!r} when none is named, where "
+                             f"you may not write now; name one of your projects")  # fmt: skip
         project.role = role
         return project
     writable = [p for p in projects_visible_to(actor) if p.role is not None and p.role.includes(need)]

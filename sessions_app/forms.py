@@ -375,11 +375,19 @@ class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=200, strip=True)
     project = forms.ChoiceField(required=False, label="Only for project")
     read_only = forms.BooleanField(required=False, label="Read-only")
+    # For a key of all projects: where a write that names no project goes. Chosen here, in view
+    # of the name, never taken from memberships alone (anyone may add anyone to a project).
+    writes_to = forms.ChoiceField(required=False, label="Writes naming no project go to")
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: the caller's (access.projects_visible_to); a key never reaches beyond them."""
         super().__init__(*args, **kwargs)
         self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+        writable = [p for p in projects if p.role is not None and p.role.includes(Role.MAINTAINER)]
+        self.fields["writes_to"].choices = [("", "none: each write names its project"),
+                                            *((p.slug, p.name) for p in writable)]  # fmt: skip
+        if len(writable) == 1:
+            self.fields["writes_to"].initial = writable[0].slug
 
 
 class CommentForm(forms.Form):

@@ -5,7 +5,6 @@ audit entry."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Value
 from django.db.models.functions import Lower
@@ -13,7 +12,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from . import audit
-from .access import Actor, project_to_write
+from .access import Actor
 from .models import ApiKey, Membership, Project, Role
 
 
@@ -109,14 +108,22 @@ def members_of(project: Project) -> list[Membership]:
 
 def create_key(
     *, actor: Actor | str, user, name: str, project: Project | None = None, read_only: bool = False,
-    ip: str | None = None,
+    ip: str | None = None, default_project: Project | None = None,
 ) -> tuple[ApiKey, str]:  # fmt: skip
-    """A new key of `user`; the key itself is returned once and never stored."""
+    """A new key of `user`; the key itself is returned once and never stored. `default_project`
+    (a key of all projects only): where its writes that name no project go, as its user chose;
+    they must be able to write there."""
     name = name.strip()
     if not name:
         raise TeamError("name: a key needs a name")
     if not user.is_active:
         raise TeamError(f"user: {user.get_username()} is not active")
+    if default_project is not None and (project is not None or read_only):
+        default_project = None  # a key of one project writes there; a read-only one writes nowhere
+    if default_project is not None:
+        role = Actor(user=user).role_in(default_project.pk)
+        if role is None or not role.includes(Role.MAINTAINER):
+            raise TeamError(f"writes_to: {user.get_username()} may not write to project {default_project.slug!r}")
     # Names tell a user's keys apart (in the list, in "Revoke the key ...?"); a page reloaded
     # after "Create" would otherwise make a second key of the same name. The database holds
     # it (one_active_key_name_per_user); the look first names the key in the way.
@@ -125,7 +132,7 @@ def create_key(
         try:
             with transaction.atomic():
                 api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only,
-                                                 default_project=_only_writable(user, project, read_only))  # fmt: skip
+                                                 default_project=default_project)  # fmt: skip
         except IntegrityError:
             same = _active_key_named(user, name[:200])  # made by a post at the same moment
             if same is None:
@@ -136,17 +143,6 @@ def create_key(
     audit.record(action="key.create", actor=actor, project=project, target=f"key:{api_key.key_prefix}",
                  detail={"name": api_key.name, "user": user.get_username(), "read_only": read_only}, ip=ip)  # fmt: skip
     return api_key, key
-
-
-def _only_writable(user, project: Project | None, read_only: bool) -> Project | None:
-    """Where a key of all the user's projects writes when a write names none (ApiKey.default_project):
-    the user's only writable project now, if there is exactly one."""
-    if project is not None or read_only:
-        return None
-    try:
-        return project_to_write(Actor(user=user), "")
-    except (ValueError, PermissionDenied):
-        return None
 
 
 def _active_key_named(user, name: str) -> ApiKey | None:

@@ -74,6 +74,20 @@ def test_project_and_read_only_limit_the_key():
     assert [(p.slug, p.role) for p in visible] == [("other", Role.VIEWER)]
 
 
+def test_writes_to_names_where_a_key_of_all_projects_writes_when_a_write_names_none():
+    other = Project.objects.create(name="Other", slug="other")
+    member("bob")
+    member("bob", other)
+    api_key = stored(last_line(create("exporter", "--user", "bob", "--writes-to", "other")[0]))
+    assert (api_key.project, api_key.default_project) == (None, other)
+    made = api(last_line(create("exporter-2", "--user", "bob", "--writes-to", "other")[0])).post(
+        "/api/sessions", {}, content_type="application/json"
+    )
+    assert made.status_code == 201 and made.json()["project"] == "other"
+    with pytest.raises(CommandError, match="no project with the slug 'nope'"):
+        create("x", "--user", "bob", "--writes-to", "nope")
+
+
 def test_user_is_required():
     with pytest.raises(CommandError, match="--user"):
         create("x")

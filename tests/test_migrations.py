@@ -233,33 +233,3 @@ def test_0027_marks_the_comments_restored_before_it_and_only_those():
         assert marks == {from_bundle: "ab" * 32, written_here: "", elsewhere: ""}
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
-
-
-@pytest.mark.django_db(transaction=True)
-def test_0028_pins_a_key_of_all_projects_to_its_users_only_writable_project():
-    apps = migrate([("sessions_app", "0027_comment_restored_from")])
-    ApiKey, Membership = apps.get_model("sessions_app", "ApiKey"), apps.get_model("sessions_app", "Membership")
-    Project, User = apps.get_model("sessions_app", "Project"), apps.get_model("auth", "User")
-    one, two = Project.objects.create(slug="one", name="One"), Project.objects.create(slug="two", name="Two")
-    solo, multi, watcher = (User.objects.create(username=n) for n in ("solo", "multi", "watcher"))
-    Membership.objects.create(user=solo, project=one, role="maintainer")
-    Membership.objects.create(user=solo, project=two, role="viewer")  # cannot write there
-    Membership.objects.create(user=multi, project=one, role="admin")
-    Membership.objects.create(user=multi, project=two, role="maintainer")
-    Membership.objects.create(user=watcher, project=one, role="reviewer")
-
-    def key(user, prefix: str, project=None) -> int:
-        return ApiKey.objects.create(name=prefix, user=user, key_prefix=prefix, key_hash=prefix * 8, project=project).pk
-
-    pinned, ambiguous, none, limited = (
-        key(solo, "rpl_a"),
-        key(multi, "rpl_b"),
-        key(watcher, "rpl_c"),
-        key(multi, "rpl_d", two),
-    )
-    try:
-        apps = migrate([("sessions_app", "0028_api_key_default_project")])
-        found = dict(apps.get_model("sessions_app", "ApiKey").objects.values_list("pk", "default_project__slug"))
-        assert found == {pinned: "one", ambiguous: None, none: None, limited: None}
-    finally:
-        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

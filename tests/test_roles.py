@@ -3,6 +3,8 @@ project may do, what a superuser sees, and how a key narrows (or loses) its user
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 from django.contrib.auth import get_user_model
@@ -291,36 +293,38 @@ def test_comparing_with_a_session_of_another_project_is_a_404(acme, other, ours,
     assert page.get(reverse("sessions:diff"), {"a": ours.pk, "b": mine_too.pk}).status_code == 200
 
 
-def test_a_key_of_all_projects_keeps_writing_where_it_did_when_its_user_joins_another(acme, other):  # noqa: F811
+def test_a_key_of_all_projects_writes_where_its_user_chose_whatever_they_join_later(acme, other):  # noqa: F811
     """The sweep: anyone may make a project and add anyone to it, which made a victim's
-    project-less writes ambiguous (400s: an exporter's data lost). The key remembers its project."""
+    project-less writes ambiguous (400s: an exporter's data lost). The key's user chooses, on the
+    keys page (pre-selected when they can write to one project only), where such writes go."""
     ana = member("ana", acme, Role.MAINTAINER)
-    api_key, key = teams.create_key(actor="tests", user=ana, name="exporter")
-    assert api_key.default_project == acme
+    page = Client()
+    page.force_login(ana)
+    form = page.get(reverse("sessions:keys")).content.decode()
+    assert '<option value="acme" selected>Acme</option>' in form.split('name="writes_to"')[1].split("</select>")[0]
+    made = page.post(reverse("sessions:keys"), {"name": "exporter", "writes_to": "acme"})
+    key = re.search(r'id="new-key-value">(rpl_[^<]+)<', made.content.decode()).group(1)
+    assert ApiKey.objects.get(name="exporter").default_project == acme
     client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
 
     def create() -> HttpResponse:
         return client.post("/api/sessions", {"task": "t"}, content_type="application/json")
 
     teams.set_member(actor="mallory", project=other, username="ana", role=Role.MAINTAINER)
-    made = create()
-    assert made.status_code == 201 and Session.objects.get(pk=made.json()["id"]).project == acme
-    # A key made now, with two projects to write to, asks as before.
+    created = create()
+    assert created.status_code == 201 and Session.objects.get(pk=created.json()["id"]).project == acme
+    # None chosen: with two projects to write to, a write must name one, as before.
     _, second = teams.create_key(actor="tests", user=ana, name="second")
     asked = Client(HTTP_AUTHORIZATION=f"Bearer {second}").post("/api/sessions", {}, content_type="application/json")
     assert asked.status_code == 400 and "name one of your projects" in asked.json()["detail"]
+    # A project the user may not write to cannot be chosen.
+    Membership.objects.filter(user=ana, project=other).update(role=Role.VIEWER)
+    with pytest.raises(teams.TeamError, match="writes_to: ana may not write to project 'other'"):
+        teams.create_key(actor="tests", user=ana, name="third", default_project=other)
     # Where its user may no longer write, it says so rather than writing elsewhere.
     Membership.objects.filter(user=ana, project=acme).update(role=Role.VIEWER)
     refused = create()
-    assert (
-        refused.status_code == 400
-        and "this key writes to project 'acme' when none is named" in refused.json()["detail"]
-    )
+    assert refused.status_code == 400
+    assert "this key writes to project 'acme' when none is named" in refused.json()["detail"]
     assert Session.objects.filter(project=other).count() == 0
-    assert "writes to Acme when none is named" in _keys_page(ana)
-
-
-def _keys_page(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.get(reverse("sessions:keys")).content.decode()
+    assert "writes to Acme when none is named" in page.get(reverse("sessions:keys")).content.decode()

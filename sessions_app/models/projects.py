@@ -113,9 +113,9 @@ class ApiKey(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys"
     )
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys")
-    # A key of all its user's projects writes here when a write names no project: the user's only
-    # writable project when the key was made, so a project the user joins later (or is added
-    # to by its admin) never turns the exporters using this key into 400s.
+    # A key of all its user's projects writes here when a write names no project, as its user
+    # chose when making it, so a project the user joins later (or is added to by its admin)
+    # never turns the exporters using this key into 400s.
     default_project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     read_only = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)

@@ -256,12 +256,13 @@ def keys(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST if request.method == "POST" else None, projects=projects)
     created = None
     if request.method == "POST" and form.is_valid():
-        slug = form.cleaned_data["project"]
+        slug, writes_to = form.cleaned_data["project"], form.cleaned_data["writes_to"]
         try:
             created = teams.create_key(
                 actor=access.actor_of(request), user=request.user, name=form.cleaned_data["name"],
                 project=access.project_for(request, slug) if slug else None,
                 read_only=form.cleaned_data["read_only"], ip=audit.client_ip(request),
+                default_project=access.project_for(request, writes_to) if writes_to and not slug else None,
             )  # fmt: skip
         except teams.TeamError as exc:
             _refused(form, exc)

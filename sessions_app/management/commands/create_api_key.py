@@ -21,8 +21,10 @@ class Command(BaseCommand):
         parser.add_argument("--user", required=True, help="username the key acts as (never with more rights)")
         parser.add_argument("--project", default="", help="slug of the one project the key may reach")
         parser.add_argument("--read-only", action="store_true", help="the key may only read")
+        parser.add_argument("--writes-to", default="", metavar="SLUG",
+                            help="a key of all projects: where writes that name no project go")  # fmt: skip
 
-    def handle(self, *args, name: str, user: str, project: str, read_only: bool, **options) -> None:
+    def handle(self, *args, name: str, user: str, project: str, read_only: bool, writes_to: str, **options) -> None:
         name = name.strip()
         if not name or len(name) > 200:
             raise CommandError("NAME must be 1 to 200 characters")
@@ -37,9 +39,14 @@ class Command(BaseCommand):
             limit = Project.objects.filter(slug=project).first()
             if limit is None:
                 raise CommandError(f"no project with the slug {project!r}")
+        default = None
+        if writes_to:
+            default = Project.objects.filter(slug=writes_to).first()
+            if default is None:
+                raise CommandError(f"no project with the slug {writes_to!r}")
         try:
             api_key, key = teams.create_key(
-                actor="manage.py", user=owner, name=name, project=limit, read_only=read_only
+                actor="manage.py", user=owner, name=name, project=limit, read_only=read_only, default_project=default
             )
         except teams.TeamError as error:
             raise CommandError(str(error))
