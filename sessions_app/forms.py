@@ -384,10 +384,10 @@ class ApiKeyForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
         writable = [p for p in projects if p.role is not None and p.role.includes(Role.MAINTAINER)]
+        # None chosen unless chosen: a user's only writable project may be one someone else made
+        # and added them to, and a key writing there for good would be theirs to read.
         self.fields["writes_to"].choices = [("", "none: each write names its project"),
                                             *((p.slug, p.name) for p in writable)]  # fmt: skip
-        if len(writable) == 1:
-            self.fields["writes_to"].initial = writable[0].slug
 
 
 class CommentForm(forms.Form):
