@@ -163,6 +163,7 @@ class ThreadSummary:
     replies: int
     created_at: datetime
     permalink: str
+    restored_from: str = ""  # the signer of the bundle it was restored from (Comment.restored_from)
     x: float = 0.0  # its place on the scrubber (0..1), set by the page that draws it
 
 
@@ -187,6 +188,7 @@ def thread_summaries(*, session: Session, limit: int = MAX_THREADS) -> list[Thre
             replies=c.reply_count,
             created_at=c.created_at,
             permalink=permalink(c),
+            restored_from=c.restored_from,
         )  # fmt: skip
         for c in rows
     ]

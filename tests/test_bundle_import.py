@@ -319,7 +319,11 @@ def test_restored_comments_are_marked_dated_no_later_than_the_export_and_held_to
     client.force_login(viewer)
     page = client.get(f"/sessions/{copy.pk}/?step=1").content.decode()
     mark = f'author and time are what the bundle says">restored from a bundle signed by {grouped(fingerprint)}<'
-    assert page.count(mark) == 2  # the thread's first comment and its reply
+    assert page.count(mark) == 3  # the thread's first comment and its reply, and the Discussion list
+    # And wherever the page lists the thread: the Discussion list and the scrubber's mark.
+    discussion = page[page.index('<section id="discussion"') :]
+    assert mark in discussion[: discussion.index("</section>")]
+    assert "<title>comment by admin1 (restored from a bundle) at #2</title>" in page
     [thread] = client.get(f"/api/sessions/{copy.pk}/comments").json()
     assert thread["restored_from"] == fingerprint and thread["replies"][0]["restored_from"] == fingerprint
     said = get_comments(actor=Actor(user=viewer), session_id=str(copy.pk))
