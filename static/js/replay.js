@@ -176,11 +176,16 @@
     const alike = Array.from(area.querySelectorAll(was.tag)).filter(function (node) {
       return node.textContent.trim() === was.words && !node.disabled;
     });
+    // The same form (its action) or link; a link of the same words only where its address is
+    // what changed (a pager's Older), never another object's button (another thread's resolve).
     const same = alike.find(function (node) {
       return (node.form ? node.form.getAttribute("action") : node.getAttribute("href")) === was.where;
-    }) || alike[0];
-    if (!same && !area.hasAttribute("tabindex")) area.setAttribute("tabindex", "-1");
-    (same || area).focus({ preventScroll: true });
+    }) || (was.tag === "A" ? alike[0] : null);
+    if (same) same.focus({ preventScroll: true });
+    if (document.activeElement === same && same) return;
+    // Nothing like it, or it cannot take the focus (inside a closed <details>): the panel does.
+    if (!area.hasAttribute("tabindex")) area.setAttribute("tabindex", "-1");
+    area.focus({ preventScroll: true });
   });
   // A message kept until read (the upload panel's errors): its dismiss button hides it (the
   // page's own is a link to the list, for a browser without JavaScript: not followed here).
