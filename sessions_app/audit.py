@@ -156,18 +156,23 @@ def record_on_session(request: HttpRequest, action: str, session: Any, **detail:
                   target=f"session:{session.pk}", detail=detail, ip=client_ip(request))  # fmt: skip
 
 
-def record_file_import(*, actor: str, project: Project, path: Path, outcomes: list[Any]) -> AuditEntry | None:
-    """`session.import` for a file the server's operator imported (`manage.py import_sessions`,
-    `setup_demo`): the sessions it stored, so an auditor sees where they came from. A file that
-    stored none (each a duplicate, or unreadable) stored nothing to account for."""
-    stored = [o for o in outcomes if o.session is not None and not o.duplicate]
-    if not stored:
-        return None
-    jobs = {o.session.import_job_id for o in stored}
-    target = f"import:{jobs.pop()}" if len(jobs) == 1 and None not in jobs else f"session:{stored[0].session.pk}"
-    return record(action="session.import", actor=actor, project=project, target=target,
-                  detail={"file": path.name, "sessions": [o.session.pk for o in stored][:100],
-                          "events": sum(o.events for o in stored)})  # fmt: skip
+def record_file_import(*, actor: str, project: Project, outcomes: list[Any]) -> list[AuditEntry]:
+    """`session.import` for each file the server's operator imported (`manage.py import_sessions`
+    of a file or a folder, `setup_demo`): the sessions it stored, so an auditor sees where they
+    came from. A file that stored none (each a duplicate, or unreadable) stored nothing to
+    account for."""
+    by_file: dict[Path, list[Any]] = {}
+    for outcome in outcomes:
+        if outcome.session is not None and not outcome.duplicate:
+            by_file.setdefault(outcome.path, []).append(outcome)
+    entries = []
+    for path, stored in by_file.items():
+        jobs = {o.session.import_job_id for o in stored}
+        target = f"import:{jobs.pop()}" if len(jobs) == 1 and None not in jobs else f"session:{stored[0].session.pk}"
+        detail = {"file": path.name, "session_count": len(stored), "sessions": [o.session.pk for o in stored][:100],
+                  "events": sum(o.events for o in stored)}  # fmt: skip
+        entries.append(record(action="session.import", actor=actor, project=project, target=target, detail=detail))
+    return entries
 
 
 def record_upload(request: HttpRequest, job: Any) -> AuditEntry:

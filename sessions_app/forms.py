@@ -341,8 +341,16 @@ class ProjectSettingsForm(forms.Form):
 
     @classmethod
     def of(cls, project: Project) -> ProjectSettingsForm:
+        """The project's settings as they hold: a quota of its own above a server ceiling lowered
+        since counts as the ceiling (ingest/quotas.py), so it is shown as that, and saving the
+        form keeps what holds instead of being refused for a value no one typed."""
         mb = project.max_stored_bytes
-        return cls(initial={"retention_days": project.retention_days, "max_sessions": project.max_sessions,
+        if mb is not None and settings.QUOTA_STORED_BYTES is not None:
+            mb = min(mb, settings.QUOTA_STORED_BYTES)
+        sessions = project.max_sessions
+        if sessions is not None and settings.QUOTA_SESSIONS is not None:
+            sessions = min(sessions, settings.QUOTA_SESSIONS)
+        return cls(initial={"retention_days": project.retention_days, "max_sessions": sessions,
                             "quota_mb": None if mb is None else -(-mb // MIB)})  # fmt: skip
 
     def project_fields(self) -> dict[str, int | None]:

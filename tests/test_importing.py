@@ -435,8 +435,19 @@ def test_command_json_prints_one_object_per_session(project, tmp_path):
     assert (entry.actor, entry.target) == ("manage.py", f"import:{sessions['one'].import_job_id}")
     detail = orjson.loads(entry.detail)
     assert detail["file"] == "appended.jsonl" and sorted(detail["sessions"]) == sorted(s.pk for s in sessions.values())
+    assert detail["session_count"] == 2
     run_command(str(path))  # the same file again: duplicates, nothing new to account for
     assert AuditEntry.objects.of_project(project).filter(action="session.import").count() == 1
+    # A folder: one entry a file, each naming its file.
+    folder = tmp_path / "more"
+    folder.mkdir()
+    record_full_session(folder / "a.jsonl", run_id="three", steps=1)
+    record_full_session(folder / "b.jsonl", run_id="four", steps=1)
+    run_command(str(folder))
+    files = [
+        orjson.loads(e.detail)["file"] for e in AuditEntry.objects.of_project(project).filter(action="session.import")
+    ]
+    assert sorted(files) == ["a.jsonl", "appended.jsonl", "b.jsonl"]
 
 
 def test_command_lists_problems_and_exits_zero_for_damaged_files(project):

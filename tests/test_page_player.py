@@ -398,6 +398,9 @@ def test_verify_without_javascript_goes_back_to_the_player_as_it_was(logged_in, 
     verify, player = reverse("sessions:verify", args=[talk.pk]), url(talk)
     back = logged_in.post(verify, HTTP_REFERER=f"http://testserver{player}?step=9&types=tool_call&speed=2")
     assert back.status_code == 302 and back["Location"] == f"{player}?step=9&types=tool_call&speed=2"
+    # From a search's page (the player with its results): the player at that step.
+    searched = logged_in.post(verify, HTTP_REFERER=f"http://testserver{player}search/?step=7&q=answer&errors=on")
+    assert searched["Location"] == f"{player}?step=7"
     # Only to this session's player on this site: anything else opens the session at its start.
     for referer in (f"http://elsewhere.example{player}?step=9", "http://testserver/sessions/?q=x", ""):
         assert logged_in.post(verify, HTTP_REFERER=referer)["Location"] == player, referer

@@ -113,3 +113,13 @@ def test_the_password_file_of_earlier_versions_is_removed(no_demo_files, setting
     stale.write_text("old-demo-password\n")
     setup_demo()
     assert not stale.exists()
+
+
+def test_a_demo_user_made_the_projects_last_admin_keeps_that_role_and_the_run_goes_on(no_demo_files):
+    """The workflow refuses to demote a project's last admin: said on stderr, not a traceback."""
+    setup_demo()
+    Membership.objects.filter(user=demo_user()).update(role=Role.ADMIN)
+    err = StringIO()
+    call_command("setup_demo", stdout=StringIO(), stderr=err)
+    assert "demo: kept demo's role: role: demo is the project's last admin" in err.getvalue()
+    assert Membership.objects.get(user=demo_user()).role == Role.ADMIN

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from django.contrib import messages as django_messages
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -366,9 +366,14 @@ def _the_player_it_came_from(request: HttpRequest, session: Session) -> str:
     without JavaScript reloads the page, and used to lose the viewer's place."""
     came_from = urlsplit(request.META.get("HTTP_REFERER", ""))
     here = session.get_absolute_url()
-    if came_from.netloc == request.get_host() and came_from.path == here:
-        return f"{here}?{came_from.query}" if came_from.query else here
-    return here
+    if came_from.netloc != request.get_host() or came_from.path not in (
+        here,
+        reverse("sessions:search", args=[session.pk]),
+    ):
+        return here
+    # From a search's page (the player with results): the player at its step, the search left.
+    state = [(name, value) for name, value in parse_qsl(came_from.query) if name not in ("q", "errors", "kind")]
+    return f"{here}?{urlencode(state)}" if state else here
 
 
 @signed_in_or_shared

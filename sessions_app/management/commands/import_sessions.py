@@ -39,7 +39,7 @@ class Command(BaseCommand):
             )  # fmt: skip
             # Verified by a worker (make run's qcluster); until then the badge says so.
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
-            audit.record_file_import(actor="manage.py", project=project, path=Path(name), outcomes=outcomes)
+            audit.record_file_import(actor="manage.py", project=project, outcomes=outcomes)
             for outcome in outcomes:
                 unreadable += outcome.unreadable
                 if options["json"]:

@@ -38,8 +38,13 @@ class Command(BaseCommand):
         user.is_active, user.is_staff, user.is_superuser = True, False, False
         user.save()
         project = Project.get_default()
-        # Through the workflow, so the project's log says who made the demo user a member.
-        teams.set_member(actor="manage.py", project=project, username=DEMO_USER, role=Role.MAINTAINER)
+        # Through the workflow, so the project's log says who made the demo user a member. A demo
+        # user made the project's last admin since keeps that role (the workflow refuses to
+        # demote the last admin): said, not a traceback.
+        try:
+            teams.set_member(actor="manage.py", project=project, username=DEMO_USER, role=Role.MAINTAINER)
+        except teams.TeamError as error:
+            self.stderr.write(f"demo: kept {DEMO_USER}'s role: {error}")
         # A new password is a fresh start: failed sign-ins with the old one no longer lock it.
         reset_sign_in_failures(username=DEMO_USER)
         # Earlier versions kept the password here; it no longer signs in.
@@ -52,7 +57,7 @@ class Command(BaseCommand):
                 continue
             outcomes = import_local_file(path=path, project=project, created_by="setup_demo")
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
-            audit.record_file_import(actor="manage.py", project=project, path=path, outcomes=outcomes)
+            audit.record_file_import(actor="manage.py", project=project, outcomes=outcomes)
             for outcome in outcomes:
                 if outcome.error:
                     self.stderr.write(f"demo: {path.name}: {outcome.error}")
