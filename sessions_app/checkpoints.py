@@ -48,6 +48,20 @@ def _clean_name(name: str, session: Session | int) -> str:
     return name if redactor is None else redactor.text(name)[:MAX_NAME]
 
 
+def checkpoint_named(*, session: Session, name: str) -> Checkpoint | None:
+    """The session's checkpoint of that name, as stored, or as the name a client saved it under
+    (with redaction rules on, the name stored is the redacted one)."""
+    found = Checkpoint.objects.filter(session=session, name=name).first()
+    if found is None:
+        try:
+            stored = _clean_name(name, session)
+        except CheckpointError:
+            return None
+        if stored != name:
+            found = Checkpoint.objects.filter(session=session, name=stored).first()
+    return found
+
+
 def checkpoint_in(*, session: Session, checkpoint_id: int) -> Checkpoint:
     """One checkpoint of the session (another session's id is a 404)."""
     found = Checkpoint.objects.filter(session=session, pk=checkpoint_id).first()

@@ -480,6 +480,9 @@ def test_command_replace_and_project(project, tmp_path):
     second = Session.objects.get()
     assert second.pk != first.pk and second.project.slug == "team-a"
     assert orjson.loads(out)["session"] == second.pk
+    # The new project's log starts with who made it, then the imports it holds.
+    actions = list(AuditEntry.objects.of_project(second.project).order_by("seq").values_list("actor", "action"))
+    assert actions[:2] == [("manage.py", "project.create"), ("manage.py", "session.import")]
 
 
 def test_command_format_option_overrides_detection(project, tmp_path):

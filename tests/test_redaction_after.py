@@ -582,6 +582,9 @@ def test_with_rules_on_a_checkpoint_name_is_redacted_before_it_is_compared_and_w
     url = f"/api/sessions/{stored.pk}/checkpoints"
     made = maintainer.post(url, {"name": "ping alice@example.com", "seq": 0}, content_type="application/json")
     assert made.status_code == 201 and made.json()["checkpoint"]["name"] == "ping [REDACTED:email]"
+    # Read and deleted by the name the client saved it under too, as well as by the one stored.
+    assert maintainer.get(f"{url}/ping alice@example.com").json()["checkpoint"]["name"] == "ping [REDACTED:email]"
+    assert maintainer.get(f"{url}/ping [REDACTED:email]").status_code == 200
     # Another address is the same name once redacted: asked about, not a silent move of the first.
     again = maintainer.post(url, {"name": "ping bob@example.com", "seq": 3}, content_type="application/json")
     assert again.status_code == 409 and Checkpoint.objects.get(session=stored, name__startswith="ping").seq == 0

@@ -98,7 +98,7 @@ def create_checkpoint(request: HttpRequest, session_id: Id, body: CheckpointIn):
 def get_checkpoint(request: HttpRequest, session_id: Id, name: str):
     """A checkpoint with the full state at its position."""
     session = access.session_for(request, session_id)
-    checkpoint = session.checkpoints.filter(name=name).first()
+    checkpoint = checkpoints.checkpoint_named(session=session, name=name)
     if checkpoint is None:
         raise HttpError(404, f"session {session_id} has no checkpoint named {name!r}")
     return json_response(_checkpoint_state(session, checkpoint))
@@ -111,7 +111,7 @@ def get_checkpoint(request: HttpRequest, session_id: Id, name: str):
 )
 def delete_checkpoint(request: HttpRequest, session_id: Id, name: str):
     session = access.session_for(request, session_id, need=Role.MAINTAINER)
-    checkpoint = session.checkpoints.filter(name=name).first()
+    checkpoint = checkpoints.checkpoint_named(session=session, name=name)
     if checkpoint is None:
         raise HttpError(404, f"session {session_id} has no checkpoint named {name!r}")
     checkpoints.delete_checkpoint(actor=access.actor_of(request), checkpoint=checkpoint, ip=audit.client_ip(request))

@@ -47,7 +47,7 @@ def _written_ahead(value: Any) -> Any:
     except orjson.JSONEncodeError as error:
         if "ecursion" not in str(error):
             raise
-    if type(value) is dict:
+    if isinstance(value, dict):
         return {key: _written_ahead(item) for key, item in value.items()}
     return [_written_ahead(item) for item in value]
 

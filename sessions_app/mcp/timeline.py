@@ -108,7 +108,8 @@ def header(session: Session, note: str = "") -> list[str]:
     lines.append(f"Duration: {duration(session.duration_seconds * 1000.0)}")
     cost = f"Total Cost: {usd(session.cost_usd)}"
     if session.unpriced_events:
-        cost += f" ({number(session.unpriced_events)} events used tokens at no known price: not counted)"
+        some = "1 event" if session.unpriced_events == 1 else f"{number(session.unpriced_events)} events"
+        cost += f" ({some} used tokens at no known price: not counted)"
     lines.append(cost)
     counts = event_counts(session)
     lines.append("Events: " + (", ".join(f"{name}: {count}" for name, count in counts.items()) or "none"))

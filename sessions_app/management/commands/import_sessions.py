@@ -56,6 +56,9 @@ class Command(BaseCommand):
         project, created = Project.objects.get_or_create(slug=slug, defaults={"name": slug})
         if created:
             self.stderr.write(f"created project {slug!r}")
+            # Its log starts with who made it, before the imports it then holds.
+            audit.record(action="project.create", actor="manage.py", project=project, target=f"project:{slug}",
+                         detail={"name": slug})  # fmt: skip
         return project
 
     def _print(self, outcome: ImportOutcome, *, with_problems: bool) -> None:
