@@ -140,8 +140,11 @@ def create_key(
     if same is not None:
         raise TeamError(f"name: {user.get_username()} has an active key named {same.name!r} already "
                         f"({same.key_prefix}…); revoke it or choose another name")  # fmt: skip
-    audit.record(action="key.create", actor=actor, project=project, target=f"key:{api_key.key_prefix}",
-                 detail={"name": api_key.name, "user": user.get_username(), "read_only": read_only}, ip=ip)  # fmt: skip
+    detail = {"name": api_key.name, "user": user.get_username(), "read_only": read_only}
+    if default_project is not None:
+        detail["writes_to"] = default_project.slug
+    audit.record(action="key.create", actor=actor, project=project, target=f"key:{api_key.key_prefix}", detail=detail,
+                 ip=ip)  # fmt: skip
     return api_key, key
 
 

@@ -17,7 +17,7 @@ from sessions_app import teams
 from sessions_app.access import Actor
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
-from sessions_app.models import ApiKey, Checkpoint, ImportJob, Membership, Project, Role, Session
+from sessions_app.models import ApiKey, AuditEntry, Checkpoint, ImportJob, Membership, Project, Role, Session
 
 from .builders_teams import UPLOAD, acme, key_of, member, other  # noqa: F401  (fixtures)
 from .conftest import synthetic_events
@@ -306,6 +306,8 @@ def test_a_key_of_all_projects_writes_where_its_user_chose_whatever_they_join_la
     made = page.post(reverse("sessions:keys"), {"name": "exporter", "writes_to": "acme"})
     key = re.search(r'id="new-key-value">(rpl_[^<]+)<', made.content.decode()).group(1)
     assert ApiKey.objects.get(name="exporter").default_project == acme
+    made_entry = AuditEntry.objects.filter(action="key.create").latest("pk")
+    assert orjson.loads(made_entry.detail)["writes_to"] == "acme"  # the site's log says where it writes
     client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
 
     def create() -> HttpResponse:
