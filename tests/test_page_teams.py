@@ -288,6 +288,9 @@ def test_audit_pages_by_before_seq(client, acme):
     last = client.get(page, {"before": 20}).content.decode()
     assert _seqs(last) == list(range(19, -1, -1)) and 'rel="next"' not in last
     assert f'rel="prev" href="{page}?before=70"' in last
+    # A `before` above every entry is the newest page: nothing newer to link to.
+    top = client.get(page, {"before": 500}).content.decode()
+    assert _seqs(top) == list(range(119, 69, -1)) and "Newest" not in top and 'rel="prev"' not in top
     # A page below every entry leads up to the oldest full page.
     assert f'rel="prev" href="{page}?before=50"' in client.get(page, {"before": 0}).content.decode()
 

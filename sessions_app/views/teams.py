@@ -212,6 +212,7 @@ def _audit_context(request: HttpRequest, project: Project) -> dict[str, Any]:
         above = audit.entries_of(**filters).filter(seq__gte=floor).order_by("seq").values_list("seq", flat=True)
         seqs = list(above[: AUDIT_PAGE + 1])
         newer_before = seqs[AUDIT_PAGE] if len(seqs) > AUDIT_PAGE else None
+        is_first = not seqs  # a `before` above every entry: this is the newest page
     return {"project": project, "form": form, "entries": entries[:AUDIT_PAGE], "next_before": next_before,
             "is_first": is_first, "newer_before": newer_before}  # fmt: skip
 
