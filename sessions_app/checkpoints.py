@@ -90,7 +90,7 @@ def save_checkpoint(
     existing = Checkpoint.objects.filter(session=session, name=name).first()
     if existing is not None and not replace:
         raise CheckpointExists(existing)
-    saved = set_checkpoint(session=session, name=name, seq=seq, created_by=actor.name, note=note)
+    saved = set_checkpoint(session=session, name=name, seq=seq, created_by=actor.name, note=note, name_redacted=True)
     target = f"session:{session.pk}"
     if existing is None:
         audit.record(action="checkpoint.create", actor=actor, project=session.project_id, target=target,

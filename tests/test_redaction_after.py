@@ -596,3 +596,15 @@ def test_with_rules_on_a_checkpoint_name_is_redacted_before_it_is_compared_and_w
     assert renamed.status_code == 302
     assert Checkpoint.objects.get(pk=mine.pk).name == "call [REDACTED:email]"
     assert not AuditEntry.objects.filter(detail__contains="example.com").exists()
+
+
+def test_a_saved_checkpoint_name_goes_through_the_rules_once(stored, maintainer, acme):  # noqa: F811
+    """The workflow compares the redacted name, then the writer stored the rules' result of it
+    again: a rule matching a placeholder made the stored name another than the one compared."""
+    RedactionRules.objects.create(project=acme, detectors=["email"], custom=[{"label": "word", "pattern": "REDACTED"}])
+    url = f"/api/sessions/{stored.pk}/checkpoints"
+    made = maintainer.post(url, {"name": "ping ana@example.com", "seq": 0}, content_type="application/json")
+    assert made.status_code == 201, made.content
+    name = made.json()["checkpoint"]["name"]
+    assert name == Checkpoint.objects.get(session=stored, seq=0, name__startswith="ping").name
+    assert "example.com" not in name and name.count("[") == 1, name  # one pass: no placeholder inside another

@@ -674,8 +674,13 @@ def _copy_fields(source: Session, target: Session) -> None:
         setattr(target, f.attname, getattr(source, f.attname))
 
 
-def set_checkpoint(*, session: Session, name: str, seq: int, created_by: str = "", note: str = "") -> Checkpoint:
-    """Name a position of a session (a user's checkpoint); an existing name moves."""
+def set_checkpoint(
+    *, session: Session, name: str, seq: int, created_by: str = "", note: str = "", name_redacted: bool = False
+) -> Checkpoint:
+    """Name a position of a session (a user's checkpoint); an existing name moves. The name goes
+    through the project's rules unless the caller already did so (`name_redacted`: the
+    workflow compares the stored form before saving, checkpoints._clean_name), and is cut to
+    the column's 200 characters after them (a placeholder may be longer than what it replaced)."""
     step_pos = (
         Event.objects.filter(session=session, seq__lte=seq)
         .order_by("-seq")
@@ -685,7 +690,7 @@ def set_checkpoint(*, session: Session, name: str, seq: int, created_by: str = "
     text = _text_redactor(redactor_of(session.project_id, None))
     checkpoint, _ = Checkpoint.objects.update_or_create(
         session=session,
-        name=text(without_nul(name)),
+        name=(name if name_redacted else text(without_nul(name)))[:200],
         defaults={
             "seq": seq,
             "step_pos": (step_pos - 1) if step_pos else None,
