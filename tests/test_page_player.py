@@ -389,6 +389,8 @@ def test_without_javascript_links_move_through_the_events_as_the_buttons_would(l
     )
     assert links == {"0": "|◀ first", "4": "◀ previous", "6": "next ▶", str(talk.event_count - 1): "last ▶|",
                      str(first_error): "next error ⟶"}  # fmt: skip
+    # The moment's link, which the copy button cannot copy without JavaScript, is a link there.
+    assert re.search(r'<noscript><a href="[^"]*\?step=5[^"]*">link to this moment</a></noscript>', html)
     at_end = logged_in.get(url(talk), {"step": talk.event_count - 1}).content.decode().split('class="no-js-steps"')[1]
     assert "next ▶" not in at_end.split("</nav>")[0] and "⟵ previous error" in at_end.split("</nav>")[0]
 
