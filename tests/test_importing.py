@@ -264,6 +264,15 @@ def test_file_with_nothing_importable_fails_with_one_message(project):
     assert Session.objects.count() == 0
 
 
+def test_a_file_named_gz_that_is_not_gzip_says_so(project, tmp_path):
+    path = tmp_path / "run.jsonl.gz"
+    path.write_bytes((FIXTURES / "nothing.jsonl").read_bytes())
+    (outcome,) = import_file(path=path, project=project)
+    assert outcome.error == (
+        "run.jsonl.gz: not a recognised session format (nothing importable); it is named .gz but is not gzip-compressed"
+    )
+
+
 def test_known_format_with_only_bad_lines_fails_with_one_message_naming_the_first_problem(project):
     outcomes = import_file(path=FIXTURES / "nothing.jsonl", project=project, format="rlm_native")
 

@@ -50,6 +50,12 @@ PROBLEMS_KEPT = 1000
 UNRECOGNISED = "not a recognised session format (nothing importable)"
 
 
+def _named_gzip_note(display_name: str) -> str:
+    """A file named .gz that reached detection was not gzip (a gzip's bytes are read through
+    its decompression): said, since its name promised otherwise (the walkthrough's case)."""
+    return "; it is named .gz but is not gzip-compressed" if display_name.lower().endswith(".gz") else ""
+
+
 @dataclass
 class ImportOutcome:
     """One resulting session of a file, or a file that produced none (`error`)."""
@@ -148,10 +154,7 @@ def import_file(
     if fmt is None:
         if path.is_dir():
             return _import_folder(path, project, format, replace, created_by)
-        outcome = ImportOutcome(
-            path=path,
-            error=f"{display_name}: {UNRECOGNISED}",
-        )
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name)}")
         progress.finish([outcome], Problems(), "")
         return [outcome]
 
