@@ -34,7 +34,7 @@ class CheckpointExists(Exception):
         self.existing = existing
 
 
-def _clean_name(name: str, session: Session | int) -> str:
+def _clean_name(name: str, project_id: int) -> str:
     """The name as it will be stored: the project's redaction rules applied first, so that the
     existence check and a rename see what a save stores (two names with different addresses
     are one once redacted, and a rename is held to the rules as a save is)."""
@@ -43,7 +43,6 @@ def _clean_name(name: str, session: Session | int) -> str:
         raise CheckpointError("name: give the checkpoint a name")
     if len(name) > MAX_NAME:
         raise CheckpointError(f"name: at most {MAX_NAME} characters")
-    project_id = session.project_id if isinstance(session, Session) else session
     redactor = redactor_of(project_id, None)
     return name if redactor is None else redactor.text(name)[:MAX_NAME]
 
@@ -54,7 +53,7 @@ def checkpoint_named(*, session: Session, name: str) -> Checkpoint | None:
     found = Checkpoint.objects.filter(session=session, name=name).first()
     if found is None:
         try:
-            stored = _clean_name(name, session)
+            stored = _clean_name(name, session.project_id)
         except CheckpointError:
             return None
         if stored != name:
@@ -83,7 +82,7 @@ def save_checkpoint(
 ) -> Checkpoint:
     """Name event `seq`. A name already in use raises CheckpointExists (saying where it is)
     unless `replace`, which moves it: never a silent overwrite."""
-    name = _clean_name(name, session)
+    name = _clean_name(name, session.project_id)
     if not 0 <= seq < session.event_count:
         span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"
         raise CheckpointError(f"seq: session {session.pk} has no event at seq {seq} ({span})")

@@ -330,26 +330,22 @@ class ProjectSettingsForm(forms.Form):
         """The server's quotas are ceilings (any signed-in user may make a project and be its
         admin, so a quota above them would undo the operator's): a project's own may be lower."""
         super().__init__(*args, **kwargs)
-        if settings.QUOTA_STORED_BYTES is not None:
-            ceiling = settings.QUOTA_STORED_BYTES // MIB or 1
-            self.fields["quota_mb"].widget.attrs["max"] = ceiling
-            self.fields["quota_mb"].validators.append(_at_most(ceiling, "REPLAY_QUOTA_STORED_MB"))
-        if settings.QUOTA_SESSIONS is not None:
-            ceiling = settings.QUOTA_SESSIONS
-            self.fields["max_sessions"].widget.attrs["max"] = ceiling
-            self.fields["max_sessions"].validators.append(_at_most(ceiling, "REPLAY_QUOTA_SESSIONS"))
+        for name, server, unit, setting in (
+            ("quota_mb", settings.QUOTA_STORED_BYTES, MIB, "REPLAY_QUOTA_STORED_MB"),
+            ("max_sessions", settings.QUOTA_SESSIONS, 1, "REPLAY_QUOTA_SESSIONS"),
+        ):
+            if server is not None:
+                ceiling = server // unit or 1
+                self.fields[name].widget.attrs["max"] = ceiling
+                self.fields[name].validators.append(_at_most(ceiling, setting))
 
     @classmethod
     def of(cls, project: Project) -> ProjectSettingsForm:
         """The project's settings as they hold: a quota of its own above a server ceiling lowered
         since counts as the ceiling (ingest/quotas.py), so it is shown as that, and saving the
         form keeps what holds instead of being refused for a value no one typed."""
-        mb = project.max_stored_bytes
-        if mb is not None and settings.QUOTA_STORED_BYTES is not None:
-            mb = min(mb, settings.QUOTA_STORED_BYTES)
-        sessions = project.max_sessions
-        if sessions is not None and settings.QUOTA_SESSIONS is not None:
-            sessions = min(sessions, settings.QUOTA_SESSIONS)
+        mb = _capped(project.max_stored_bytes, settings.QUOTA_STORED_BYTES)
+        sessions = _capped(project.max_sessions, settings.QUOTA_SESSIONS)
         return cls(initial={"retention_days": project.retention_days, "max_sessions": sessions,
                             "quota_mb": None if mb is None else -(-mb // MIB)})  # fmt: skip
 
@@ -361,6 +357,11 @@ class ProjectSettingsForm(forms.Form):
 
 
 MIB = 1024 * 1024
+
+
+def _capped(own: int | None, ceiling: int | None) -> int | None:
+    """A project's own quota as it holds under the server's (None: no quota of its own)."""
+    return own if own is None or ceiling is None else min(own, ceiling)
 
 
 def _at_most(ceiling: int, setting: str):

@@ -263,7 +263,7 @@ def keys(request: HttpRequest) -> HttpResponse:
                 actor=access.actor_of(request), user=request.user, name=form.cleaned_data["name"],
                 project=access.project_for(request, slug) if slug else None,
                 read_only=form.cleaned_data["read_only"], ip=audit.client_ip(request),
-                default_project=access.project_for(request, writes_to) if writes_to and not slug else None,
+                default_project=access.project_for(request, writes_to) if writes_to else None,
             )  # fmt: skip
         except teams.TeamError as exc:
             _refused(form, exc)
