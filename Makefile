@@ -74,7 +74,6 @@ demo: migrate
 # allowed. `manage.py serve` supervises granian's web processes and the job cluster, and stops
 # them all on Ctrl-C or SIGTERM.
 run: demo
-	$(PY) manage.py schedule_jobs
 	$(PY) manage.py collectstatic --noinput -v 0
 	@echo "Starting Replay on http://$(HOST):$(PORT)/ (web + worker); Ctrl-C stops both."
 	REPLAY_DEMO=1 $(PY) manage.py serve --host $(HOST) --port $(PORT)

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -102,7 +103,7 @@ def served(tmp_path, migrated):
                 log.seek(0)
                 pytest.fail(f"serve did not start: {log.read().decode(errors='replace')[-2000:]}")
             time.sleep(0.3)
-    yield process, base, log
+    yield process, base, log, database
     if process.poll() is None:
         # Stopped as an operator stops it, so its web processes and workers go with it (a SIGKILL
         # of the supervisor alone left them running after the suite); anything left, killed.
@@ -118,7 +119,7 @@ def served(tmp_path, migrated):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_serve_answers_then_stops_web_and_workers_within_10s_with_status_0(served, sig):
-    process, base, log = served
+    process, base, log, database = served
     assert _get(base + "/accounts/login/")[0] == 200
     status, css = _get(base + "/static/css/replay.css")
     assert status == 200 and b"{" in css
@@ -130,6 +131,10 @@ def test_serve_answers_then_stops_web_and_workers_within_10s_with_status_0(serve
         pytest.fail("an anonymous POST was accepted")
     except urllib.error.HTTPError as exc:
         assert exc.code == 401, exc.read()
+    # The schedules are made on start: without them no worker ever runs the watchdog (healthz 503).
+    with sqlite3.connect(database) as conn:
+        names = {name for (name,) in conn.execute("SELECT name FROM django_q_schedule")}
+    assert names == {"replay-import-watchdog", "replay-otlp-settle", "replay-retention-cleanup"}, names
     family = _descendants(process.pid)
     commands = {Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _alive(family)}
     assert any(b"granian" in c for c in commands) and any(b"qcluster" in c for c in commands), commands

@@ -1,6 +1,7 @@
 """`manage.py schedule_jobs`: create or repair the django-q2 schedules (the daily retention
-clean-up, the import watchdog each minute). Idempotent; `make run` calls it before starting the
-worker."""
+clean-up; the import watchdog and the settling of OpenTelemetry traces, each minute).
+Idempotent; `manage.py serve` does the same on every start, so this is for deployments that run
+the workers without it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sessions_app.jobs import schedule_jobs
 
 
 class Command(BaseCommand):
-    help = "Create (or repair) the daily retention clean-up and the import watchdog schedules."
+    help = "Create (or repair) the schedules: the daily retention clean-up, the import watchdog and the trace settling."
 
     def handle(self, *args, **options) -> None:
         for schedule in schedule_jobs():

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from replay_site.serving import serve
+from sessions_app.jobs import schedule_jobs
 
 
 class Command(BaseCommand):
@@ -18,6 +20,12 @@ class Command(BaseCommand):
         parser.add_argument("--job-workers", type=int, default=settings.Q_CLUSTER["workers"])
 
     def handle(self, *args, **options) -> None:
+        # The schedules first (idempotent): without them no worker runs the watchdog, so /healthz
+        # answers 503 for ever, and nothing is cleaned up or settled (docs/deployment.md).
+        try:
+            schedule_jobs()
+        except DatabaseError as exc:
+            raise CommandError(f"the database is not ready ({exc}): run `manage.py migrate` first") from None
         code = serve(host=options["host"], port=options["port"], web_processes=options["web_processes"],
                      job_workers=options["job_workers"])  # fmt: skip
         if code:
