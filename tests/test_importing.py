@@ -481,7 +481,11 @@ def test_command_fails_only_when_a_file_cannot_be_read(project, tmp_path):
 def test_command_replace_and_project(project, tmp_path):
     path = tmp_path / "ok.jsonl"
     record_full_session(path, steps=1)
-    run_command(str(path), "--project", "team-a")
+    # A slug no project has is refused (a typo would hide the sessions), unless asked to create it.
+    with pytest.raises(CommandError, match="no project with the slug 'team-a'"):
+        run_command(str(path), "--project", "team-a")
+    assert not Session.objects.exists()
+    run_command(str(path), "--project", "team-a", "--new-project")
     first = Session.objects.get()
 
     out, _ = run_command(str(path), "--project", "team-a", "--replace", "--json")

@@ -25,11 +25,13 @@ class Command(BaseCommand):
         parser.add_argument("paths", nargs="+", metavar="PATH")
         parser.add_argument("--format", choices=sorted(registry()), help="skip detection")
         parser.add_argument("--project", help="project slug (default: the default project)")
+        parser.add_argument("--new-project", action="store_true",
+                            help="create the --project if no project has that slug (it starts with no members)")  # fmt: skip
         parser.add_argument("--replace", action="store_true", help="re-import sessions already stored")
         parser.add_argument("--json", action="store_true", help="one JSON object a line per result")
 
     def handle(self, *args, **options) -> None:
-        project = self._project(options["project"])
+        project = self._project(options["project"], create=options["new_project"])
         unreadable = 0
         reported: set[Path] = set()
         for name in options["paths"]:
@@ -50,12 +52,19 @@ class Command(BaseCommand):
         if unreadable:
             raise CommandError(f"{unreadable} file(s) could not be read", returncode=1)
 
-    def _project(self, slug: str | None) -> Project:
+    def _project(self, slug: str | None, *, create: bool) -> Project:
         if not slug:
             return Project.get_default()
+        if not create:
+            # Refused rather than made: a mistyped slug would store the sessions in a project no
+            # one is a member of, which only superusers see.
+            project = Project.objects.filter(slug=slug).first()
+            if project is None:
+                raise CommandError(f"--project: no project with the slug {slug!r} (--new-project creates it)")
+            return project
         project, created = Project.objects.get_or_create(slug=slug, defaults={"name": slug})
         if created:
-            self.stderr.write(f"created project {slug!r}")
+            self.stderr.write(f"created project {slug!r}; it has no members yet (manage.py create_user --project)")
             # Its log starts with who made it, before the imports it then holds.
             audit.record(action="project.create", actor="manage.py", project=project, target=f"project:{slug}",
                          detail={"name": slug})  # fmt: skip
