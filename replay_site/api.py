@@ -38,7 +38,7 @@ logger = logging.getLogger("replay.api")
 
 
 class OrjsonRenderer(BaseRenderer):
-    # The stdlib json module is 3-5x slower on replay pages (../shared/PERFORMANCE.md).
+    # The stdlib json module is 3-5x slower on replay pages (docs/benchmarks.md).
     media_type = "application/json"
 
     def render(self, request, data, *, response_status):

@@ -2,7 +2,7 @@
 
 Replay's pages and JSON API are synchronous Django views. Under Django's ASGI handler every
 synchronous view of a process runs on one shared thread, so a process would serve one page at a
-time (PERFORMANCE.md measured it). So requests go two ways:
+time (docs/benchmarks.md). So requests go three ways:
 
 - the Server-Sent Event streams go to Django's ASGI handler, where they wait for their next
   event without holding a thread (sessions_app/replay/streaming.py);

@@ -49,8 +49,9 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def commands(*, host: str, port: int, web_processes: int, job_workers: int) -> list[list[str]]:
-    """The web server's and the job cluster's command lines."""
+def commands(*, host: str, port: int, web_processes: int) -> list[list[str]]:
+    """The web server's and the job cluster's command lines (the cluster's workers are counted in
+    its environment, REPLAY_Q_WORKERS)."""
     web = [
         sys.executable, "-m", "granian", "--interface", "asgi", "--host", host, "--port", str(port),
         "--workers", str(web_processes), "--no-ws", "--log-level", "warning",
@@ -70,7 +71,7 @@ def serve(*, host: str, port: int, web_processes: int, job_workers: int) -> int:
     previous = {sig: signal.signal(sig, ask_to_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     children = [
         subprocess.Popen(command, env=env, start_new_session=True)
-        for command in commands(host=host, port=port, web_processes=web_processes, job_workers=job_workers)
+        for command in commands(host=host, port=port, web_processes=web_processes)
     ]
     try:
         while not stopping and all(child.poll() is None for child in children):

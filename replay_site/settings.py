@@ -395,12 +395,14 @@ if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # django-q2: the ORM broker by default, so one machine needs nothing else.
+JOB_TIMEOUT = int(env_number("REPLAY_JOB_TIMEOUT", 3600, minimum=10))
 Q_CLUSTER = {
     "name": "replay",
     "orm": "default",
     "workers": int(env_number("REPLAY_Q_WORKERS", 1, minimum=1)),
-    "timeout": int(env_number("REPLAY_JOB_TIMEOUT", 3600, minimum=10)),
-    "retry": int(env_number("REPLAY_JOB_TIMEOUT", 3600, minimum=10)) + 60,
+    "timeout": JOB_TIMEOUT,
+    # Delivered again only after the timeout has surely stopped it (a worker that died).
+    "retry": JOB_TIMEOUT + 60,
     "max_attempts": 3,
     "catch_up": False,
     "poll": 0.5,

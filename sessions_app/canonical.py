@@ -1,6 +1,6 @@
 """The canonical event vocabulary every input format is turned into (docs/formats.md).
 
-A format module yields `ParsedSession`s whose `events` are `CanonicalEvent`s; `ingest.py` writes
+A format module yields `ParsedSession`s whose `events` are `CanonicalEvent`s; `ingest/writer.py` writes
 them. Nothing here touches the database.
 """
 

@@ -87,6 +87,12 @@ class KindListField(forms.Field):
         return kinds
 
 
+def project_choices(projects: list[Project]) -> list[tuple[str, str]]:
+    """A project select's choices: any of the caller's projects (access.projects_visible_to, the
+    only ones it can pick), or one of them."""
+    return [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+
+
 class QueryForm(forms.Form):
     """A form over request.GET whose invalid fields fall back to their initial value."""
 
@@ -187,7 +193,7 @@ class ImportFilterForm(QueryForm):
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+        self.fields["project"].choices = project_choices(projects)
 
     def values(self) -> dict[str, Any]:
         out = super().values()
@@ -211,7 +217,7 @@ class EventSearchForm(QueryForm):
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+        self.fields["project"].choices = project_choices(projects)
 
     def values(self) -> dict[str, Any]:
         out = super().values()
@@ -252,7 +258,7 @@ class SessionFilterForm(QueryForm):
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: the caller's (access.projects_visible_to), the only ones it can pick."""
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+        self.fields["project"].choices = project_choices(projects)
         self.fields["format"].choices = [("", "any format"), *format_choices()]
 
     def values(self) -> dict[str, Any]:
@@ -391,7 +397,7 @@ class ApiKeyForm(forms.Form):
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: the caller's (access.projects_visible_to); a key never reaches beyond them."""
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [("", "all my projects"), *((p.slug, p.name) for p in projects)]
+        self.fields["project"].choices = project_choices(projects)
         writable = [p for p in projects if p.role is not None and p.role.includes(Role.MAINTAINER)]
         # None chosen unless chosen: a user's only writable project may be one someone else made
         # and added them to, and a key writing there for good would be theirs to read.

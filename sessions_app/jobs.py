@@ -249,16 +249,6 @@ def _fail(job: ImportJob, message: str) -> None:
     _mark(job, status=ImportJob.Status.FAILED, error=message, finished_at=timezone.now())
 
 
-def enqueue_cleanup(*, days: float | None = None, include_checkpointed: bool = False) -> str:
-    return async_task(
-        "sessions_app.jobs.run_cleanup",
-        days=days,
-        include_checkpointed=include_checkpointed,
-        task_name="retention-cleanup",
-        group="cleanup",
-    )
-
-
 def run_cleanup(*, days: float | None = None, include_checkpointed: bool = False, dry_run: bool = False) -> dict:
     """Delete each project's expired sessions: its own retention_days, else `days` (default
     REPLAY_RETENTION_DAYS; unset keeps the sessions of projects without their own); then the

@@ -2,58 +2,21 @@
 
 `sign_off()` verifies the session first and stores, with the verdict, the chain head it
 verified and the seqs it covered; only a rejection may sign off a broken chain. A live session
-may grow afterwards: `coverage()` says how much of the session a sign-off covers now ("covers
-events 1–N of M") and whether the events it covered are still the ones it signed: the stored
-event at its last seq still has the hash it signed, and no verification since found an event
-inside its range broken. (An edit of a stored field leaves the stored hashes as they were, so
-the hash alone cannot show it; the verification that re-derives every event does.)
+may grow afterwards: what a sign-off covers now is read by replay/sign_offs.py.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from django.db import transaction
 
 from . import audit
 from .access import Actor
-from .models import Event, Review, Session
-from .models.planning import planned_for_values
+from .models import Review, Session
 from .verification import verify_session
 
 
 class SignOffRefused(ValueError):
     """A sign-off the chain does not allow: approving or requesting changes on a broken one."""
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """What a sign-off covers of its session now, counted from 1 for people."""
-
-    first: int  # the first event it covered (1)
-    last: int  # the last event it covered (N); 0 when the session had no events
-    of: int  # the events the session has now (M)
-    unchanged: bool  # the covered events still end in the head it signed, and none was found broken
-    # The first event inside the range a verification after the sign-off found broken (a seq),
-    # or -1 when it found the session's stored totals broken rather than an event; None: none.
-    broken_seq: int | None = None
-
-    @property
-    def grew(self) -> bool:
-        """Events were appended after the sign-off: they are outside it."""
-        return self.of > self.last
-
-    def to_dict(self) -> dict[str, int]:
-        return {"from": self.first, "to": self.last, "of": self.of}
-
-
-@dataclass(frozen=True)
-class SignOff:
-    """A review with its coverage now, as the player and the API show it."""
-
-    review: Review
-    coverage: Coverage
-    current: bool  # the session's newest sign-off: its review state
 
 
 def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "", ip: str | None = None) -> Review:
@@ -105,61 +68,3 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
             ip=ip,
         )
     return review
-
-
-def coverage(review: Review, *, session: Session, hash_at_last: str | None) -> Coverage:
-    """The review's coverage of `session` as it is now (its event count and its latest
-    verification), whose event at the review's last seq has the hash `hash_at_last` (None: that
-    event is gone)."""
-    broken = _broken_inside(review, session)
-    unchanged = (review.last_seq < 0 or hash_at_last == review.chain_head) and broken is None
-    return Coverage(
-        first=review.first_seq + 1, last=review.last_seq + 1, of=session.event_count, unchanged=unchanged,
-        broken_seq=broken,
-    )  # fmt: skip
-
-
-def _broken_inside(review: Review, session: Session) -> int | None:
-    """Where the session's latest verification found the signed range broken. Only for a
-    sign-off made on a chain that held (a rejection of a broken chain signed it broken), and
-    only a verification after it: one before it was the sign-off's own, or older."""
-    if not review.chain_valid or session.chain_valid is not False or review.last_seq < 0:
-        return None
-    if session.chain_checked_at is None or session.chain_checked_at < review.created_at:
-        return None
-    if session.chain_broken_seq is None:
-        return -1  # the stored totals, not one event: the whole range is in question
-    return session.chain_broken_seq if session.chain_broken_seq <= review.last_seq else None
-
-
-def newest_broken(sessions: list[Session]) -> set[int]:
-    """The ids of `sessions` whose newest sign-off a verification after it found broken inside
-    the range it signed (the player's warning on that sign-off), for a list of them: one query,
-    and none unless one of them has a broken chain and a sign-off (`review_state`)."""
-    candidates = {s.pk: s for s in sessions if s.chain_valid is False and getattr(s, "review_state", None)}
-    if not candidates:
-        return set()
-    newest: dict[int, Review] = {}
-    made_here = Review.objects.filter(session__in=list(candidates), restored_from="")
-    for review in made_here.order_by("session_id", "-created_at", "-id"):
-        newest.setdefault(review.session_id, review)
-    return {pk for pk, review in newest.items() if _broken_inside(review, candidates[pk]) is not None}
-
-
-def sign_offs_of(*, session: Session) -> list[SignOff]:
-    """The session's sign-offs, newest first, each with its coverage now. Two queries whatever
-    their number: the reviews, and the stored hashes at their last seqs."""
-    reviews = list(Review.objects.filter(session=session).order_by("-created_at", "-id"))
-    if not reviews:
-        return []
-    # The row as it is now: its count and its latest verification (the caller's may be older).
-    now = Session.objects.only("event_count", "chain_valid", "chain_broken_seq", "chain_checked_at").get(pk=session.pk)
-    last_seqs = {r.last_seq for r in reviews if r.last_seq >= 0}
-    with planned_for_values():  # a list of seqs: models/planning.py says why
-        hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).order_by().values_list("seq", "hash"))
-    # The current one: the newest made here (a restored one is shown, never the review state).
-    current = next((r for r in reviews if not r.restored_from), None)
-    return [
-        SignOff(review=r, coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq)), current=r is current)
-        for r in reviews
-    ]

@@ -83,7 +83,6 @@ _READ = ("seq", "salt", "redacted", *CONTENT_FIELDS)
 # small ones rewritten whole (VACUUM FULL), which leaves no byte of an old row in their files.
 LARGE_MODELS = (Event, Snapshot, OtlpSpan)
 SMALL_MODELS = (Session, Comment, CommentRevision, Review, Checkpoint, TourStop, ShareLink, ImportJob)
-TOUCHED_MODELS = (*LARGE_MODELS, *SMALL_MODELS)
 
 
 class RedactionRefused(ValueError):

@@ -5,6 +5,7 @@ audit entry."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Value
 from django.db.models.functions import Lower
@@ -107,7 +108,7 @@ def members_of(project: Project) -> list[Membership]:
 
 
 def create_key(
-    *, actor: Actor | str, user, name: str, project: Project | None = None, read_only: bool = False,
+    *, actor: Actor | str, user: AbstractBaseUser, name: str, project: Project | None = None, read_only: bool = False,
     ip: str | None = None, default_project: Project | None = None,
 ) -> tuple[ApiKey, str]:  # fmt: skip
     """A new key of `user`; the key itself is returned once and never stored. `default_project`

@@ -7,7 +7,7 @@ Two checks, one pass over the events in seq order (keyset chunks, memory flat):
    content field, of a link, a gap or a moved event is found at its seq.
 2. Everything derived (step positions, pairing, fail streaks, running totals, counts by kind,
    state keyframes, the session's totals) is derived again from the recorded fields by the
-   writer's own code (event_rows.EventRows.add_stored) and compared with what is stored.
+   writer's own code (ingest/rows.py, EventRows.add_stored) and compared with what is stored.
 
 The result is stored on the session (chain_valid, chain_broken_seq, chain_checked_at,
 chain_checked_count): the badge says *verified at <time>* only after this ran.

@@ -76,7 +76,7 @@ def redact(session_id: int, secret: str, seq: int) -> None:
 
     from sessions_app import stored_redaction
     from sessions_app.models import Event, Session
-    from sessions_app.reviews import sign_offs_of
+    from sessions_app.replay.sign_offs import sign_offs_of
     from sessions_app.verification import verify_session
 
     session = Session.objects.get(pk=session_id)

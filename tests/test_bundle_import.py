@@ -255,6 +255,7 @@ def test_a_restored_sign_off_is_marked_dated_no_later_than_the_export_and_never_
     from sessions_app import reviews
     from sessions_app.access import Actor
     from sessions_app.replay.listing import filter_sessions
+    from sessions_app.replay.sign_offs import sign_offs_of
 
     head = session.head_hash
     forged = {"id": 1, "reviewer": "adm", "verdict": "approved", "note": "all good", "chain_head": head,
@@ -268,7 +269,7 @@ def test_a_restored_sign_off_is_marked_dated_no_later_than_the_export_and_never_
     assert restored.restored_from == copy.bundle_origin["fingerprint"] and restored.reviewer_name == "adm"
     assert restored.created_at <= datetime.now(UTC)  # not 2099: no later than the bundle's export
     # Shown as restored, and not the session's review state: the list counts it unreviewed.
-    [shown] = reviews.sign_offs_of(session=copy)
+    [shown] = sign_offs_of(session=copy)
     assert not shown.current
     in_project = Session.objects.filter(project=elsewhere)
     assert list(filter_sessions(in_project, project=None, review="unreviewed").values_list("pk", flat=True)) == [
@@ -278,7 +279,7 @@ def test_a_restored_sign_off_is_marked_dated_no_later_than_the_export_and_never_
     # A sign-off made here is the review state, even though the restored one says 2099.
     rita = member("rita", elsewhere, Role.REVIEWER)
     reviews.sign_off(reviewer=Actor(user=rita), session=copy, verdict="rejected", note="checked here")
-    first, second = reviews.sign_offs_of(session=copy)
+    first, second = sign_offs_of(session=copy)
     assert (first.review.verdict, first.current, second.current) == ("rejected", True, False)
     assert list(filter_sessions(in_project, project=None, review="rejected").values_list("pk", flat=True)) == [copy.pk]
     client.force_login(rita)

@@ -474,13 +474,6 @@ def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(wor
     assert sum(1 for entry in job.result if entry.get("duplicate")) == survived
 
 
-def test_enqueue_cleanup_queues_run_cleanup_with_its_options(db):
-    jobs.enqueue_cleanup(days=12, include_checkpointed=True)
-    (task,) = [t.task for t in OrmQ.objects.all()]
-    assert task["func"] == "sessions_app.jobs.run_cleanup"
-    assert task["kwargs"] == {"days": 12, "include_checkpointed": True}
-
-
 def test_sessions_are_verified_several_to_a_job_and_each_once(
     make_session, monkeypatch, django_capture_on_commit_callbacks
 ):

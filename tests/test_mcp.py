@@ -251,7 +251,7 @@ def test_over_streamable_http_with_an_api_key(world, tmp_path):
     database = WorkerDatabase(tmp_path)
     database.push()
     port = _free_port()
-    web = serving.commands(host="127.0.0.1", port=port, web_processes=1, job_workers=0)[0]
+    web = serving.commands(host="127.0.0.1", port=port, web_processes=1)[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_Q")}
     env.update(DATABASE_URL=database.url, REPLAY_DEMO="1", REPLAY_DATA_DIR=str(tmp_path / "data"))
     log = tmp_path / "granian.log"

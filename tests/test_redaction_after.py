@@ -40,7 +40,8 @@ from sessions_app.models import (
     Tour,
     TourStop,
 )
-from sessions_app.reviews import sign_off, sign_offs_of
+from sessions_app.replay.sign_offs import sign_offs_of
+from sessions_app.reviews import sign_off
 from sessions_app.stored_redaction import RedactionRefused, redact_text
 from sessions_app.verification import verify_session
 

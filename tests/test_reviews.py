@@ -18,6 +18,7 @@ from sessions_app.api.sessions import SessionListOut
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
 from sessions_app.models import AuditEntry, Event, Review, Role, Session
+from sessions_app.replay import sign_offs
 from sessions_app.verification import verify_session
 
 from .builders_teams import acme, key_of, member, other  # noqa: F401  (fixtures)
@@ -94,7 +95,7 @@ def test_sign_off_covers_what_was_verified_not_what_a_live_writer_appended_meanw
     monkeypatch.setattr(reviews, "verify_session", verify_then_append)
     review = reviews.sign_off(session=live, reviewer=Actor(user=rita), verdict="approved")
     assert (review.last_seq, review.chain_head) == (5, Event.objects.get(session=live, seq=5).hash)
-    [found] = reviews.sign_offs_of(session=live)
+    [found] = sign_offs.sign_offs_of(session=live)
     assert found.coverage.to_dict() == {"from": 1, "to": 6, "of": 10} and found.coverage.unchanged
 
 
@@ -121,7 +122,7 @@ def test_an_unknown_verdict_is_refused(session, rita):
 def test_a_sign_off_whose_covered_events_changed_since_says_so(session, rita):
     reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
     Event.objects.filter(session=session, seq=9).update(hash="0" * 64)
-    [found] = reviews.sign_offs_of(session=session)
+    [found] = sign_offs.sign_offs_of(session=session)
     assert not found.coverage.unchanged and not found.coverage.grew
 
 
@@ -131,10 +132,10 @@ def test_an_edited_field_a_later_verification_finds_inside_a_sign_off_flags_it(s
     # A recorded field edited in the database: the stored hashes stay as they were, so until a
     # verification re-derives the events the sign-off cannot know.
     Event.objects.filter(session=session, seq=2).update(tokens=(recorded or 0) + 1000)
-    [found] = reviews.sign_offs_of(session=session)
+    [found] = sign_offs.sign_offs_of(session=session)
     assert found.coverage.unchanged and found.coverage.broken_seq is None
     assert verify_session(session=session).first_broken_seq == 2
-    [found] = reviews.sign_offs_of(session=session)
+    [found] = sign_offs.sign_offs_of(session=session)
     assert not found.coverage.unchanged and found.coverage.broken_seq == 2
     [row] = _client(vic).get(f"/api/sessions/{session.pk}/reviews").json()
     assert (row["unchanged"], row["broken_seq"], row["chain_valid"]) == (False, 2, True)
@@ -152,7 +153,7 @@ def test_an_edited_field_a_later_verification_finds_inside_a_sign_off_flags_it(s
     # Put back and verified again: the sign-off stands again.
     Event.objects.filter(session=session, seq=2).update(tokens=recorded)
     assert verify_session(session=session).valid
-    [found] = reviews.sign_offs_of(session=session)
+    [found] = sign_offs.sign_offs_of(session=session)
     assert found.coverage.unchanged and found.coverage.broken_seq is None
 
 
@@ -162,7 +163,7 @@ def test_a_break_after_the_signed_range_leaves_the_sign_off_standing(acme, rita)
     append_events(session=live, events=synthetic_events(3, start=5))
     _tamper(live, seq=6)  # an event appended after the sign-off: outside what it covers
     assert verify_session(session=live).first_broken_seq == 6
-    [found] = reviews.sign_offs_of(session=live)
+    [found] = sign_offs.sign_offs_of(session=live)
     assert found.coverage.unchanged and found.coverage.broken_seq is None and found.coverage.grew
 
 
@@ -170,7 +171,7 @@ def test_a_rejection_signed_on_a_broken_chain_is_not_flagged_again(session, rita
     _tamper(session)
     reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected")
     verify_session(session=session)
-    [found] = reviews.sign_offs_of(session=session)
+    [found] = sign_offs.sign_offs_of(session=session)
     assert found.coverage.broken_seq is None and not found.review.chain_valid
 
 

@@ -11,7 +11,8 @@ from ninja.errors import HttpError
 
 from .. import access, audit
 from ..models import Review, Role
-from ..reviews import SignOff, SignOffRefused, sign_off, sign_offs_of
+from ..replay.sign_offs import SignOff, sign_offs_of
+from ..reviews import SignOffRefused, sign_off
 from .responses import json_response
 from .schemas import NOT_FOUND, BodyIn, DetailOut, Id, Text
 

@@ -1,4 +1,4 @@
-"""AgentLens events (agentkitai/agentlens; ../shared/FORMATS.md section 2).
+"""AgentLens events (agentkitai/agentlens; docs/formats.md, "AgentLens").
 
 An event: `{id, timestamp, sessionId, agentId, eventType, severity, payload, metadata, prevHash,
 hash}`. A file holds them as JSON lines, a JSON array, or the `{"events": [...]}` body of
@@ -644,7 +644,7 @@ def _token_total(usage: dict[str, Any], field: str, line: int | None, problems: 
 
 def _cost_tokens(payload: dict[str, Any], line: int | None, problems: Problems) -> int | None:
     """cost_tracked tokens: flat inputTokens/outputTokens/totalTokens, or a `tokens` number or
-    object (../shared/FORMATS.md writes `tokens`)."""
+    object (the format's description we started from writes `tokens`)."""
     if "tokens" in payload:
         tokens = payload["tokens"]
         if isinstance(tokens, dict):

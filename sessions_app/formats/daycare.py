@@ -1,4 +1,4 @@
-"""daycare agent histories (ex3ndr/daycare; ../shared/FORMATS.md section 4, seed 001).
+"""daycare agent histories (ex3ndr/daycare; docs/formats.md, "daycare").
 
 One record a line (or the `{"records": [...]}` body of daycare's history API): `{type, at (epoch
 ms), ...}`. One file is one agent history, so one session, named after the file.

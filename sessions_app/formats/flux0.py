@@ -1,4 +1,4 @@
-"""flux0 recordings (flux0-ai/flux0; ../shared/FORMATS.md section 3, seed 004).
+"""flux0 recordings (flux0-ai/flux0; docs/formats.md, "flux0").
 
 A record: `{id, recording_id, offset, kind, created_at, payload}`, kind `header` (offset 0,
 `{source_session_id}`), `chunk` (`{correlation_id, event_id, seq, patches, metadata}`) or

@@ -1,4 +1,4 @@
-"""rlm-code native session JSONL: what `SessionRecorder` writes (../shared/FORMATS.md 1a).
+"""rlm-code native session JSONL: what `SessionRecorder` writes (docs/formats.md, "Native session JSONL").
 
 One record a line: `{"event_type", "timestamp", "step", "data", "run_id"?, "depth"?,
 "parent_id"?, "duration_ms"?}`. A step is assembled from step_start/step_action/step_result and
@@ -63,7 +63,6 @@ KINDS = {
 _STEP_END_KEPT_ELSEWHERE = frozenset(STEP_DEFAULTS) | {"variables", "memory_notes"}
 _TEXT_FIELDS = ("action_type", "action_code", "action_rationale", "output", "error")
 _MISSING = object()
-_INF = math.inf
 
 
 def sniff(head: Head) -> bool:

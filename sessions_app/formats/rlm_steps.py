@@ -1,4 +1,4 @@
-"""rlm-code runner's legacy step JSONL (../shared/FORMATS.md 1c).
+"""rlm-code runner's legacy step JSONL (docs/formats.md, "Legacy step JSONL").
 
 `{"type": "step", run_id, environment, framework, task, timestamp, step, action {action, code,
 reasoning?}, observation {...}, reward, usage {prompt_tokens, completion_tokens, total_calls},

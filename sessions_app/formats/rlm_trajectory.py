@@ -1,4 +1,4 @@
-"""rlm-code legacy trajectory JSONL, in both dialects (../shared/FORMATS.md 1b).
+"""rlm-code legacy trajectory JSONL, in both dialects (docs/formats.md, "Legacy trajectory JSONL").
 
 The documented dialect: `{"event_type", "iteration", "timestamp", "run_id", "data"}` with
 run_start/run_end, iteration_start, iteration_code/iteration_reasoning (data.action),

@@ -3,7 +3,7 @@
 For each event: its seq, the running totals after it, its pairing with the call it answers, its
 fail streak, its hash-chain link, and a state keyframe every few hundred events while the
 agent's variables or memory change (see models.Event). This is pure computation, free of Django
-and of the database (ingest.py writes the rows).
+and of the database (writer.py writes the rows).
 """
 
 from __future__ import annotations
@@ -85,7 +85,6 @@ _REDACTED = _INDEX["redacted"]
 _PAYLOAD = _INDEX["payload"]
 _RAW = _INDEX["raw"]
 _STEP_STATE = _INDEX["step_state"]
-_STATE_CHANGE = _INDEX["state_change"]
 _HASH = _INDEX["hash"]
 _PREV_HASH = _INDEX["prev_hash"]
 _KIND_COUNTS = _INDEX["kind_counts"]

@@ -227,7 +227,7 @@ def _drop_not_genai(traces: dict[str, OtlpTrace], by_trace: dict[str, dict[str, 
 
 def _insert_spans(rows: list[tuple]) -> None:
     """The new spans of a request: on PostgreSQL one COPY (`copy_rows`), on SQLite one
-    executemany (Django's bulk_create is several times slower, ../shared/PERFORMANCE.md).
+    executemany (Django's bulk_create is several times slower, docs/benchmarks.md).
 
     No span here is stored already: the request holds the project's lock, under which every
     request of the project stages (so none stores a span of its traces meanwhile), and

@@ -1,10 +1,10 @@
 """Writes: create sessions, append canonical events (seq, running totals, pairing, hash chain,
 state keyframes), finish sessions, set checkpoints.
 
-Everything a page later needs is computed once, as events stream in, by event_rows.EventRows
+Everything a page later needs is computed once, as events stream in, by rows.EventRows
 (see models.Event). The rows go to the database through `_row_writer`, each backend's raw
 bulk path (SQLite `executemany`, PostgreSQL `COPY`): Django's `bulk_create` is ten times slower
-for this (../shared/PERFORMANCE.md). `copy_rows` is the same COPY for OTLP's staged spans
+for this (docs/benchmarks.md). `copy_rows` is the same COPY for OTLP's staged spans
 (ingest/traces.py). The ORM is used everywhere else.
 """
 

@@ -1,5 +1,5 @@
 """compare_sessions: two sessions' first divergence and deltas (replay/compare.py, rlm-code's
-comparison, ../shared/FORMATS.md 1e), the steps around the divergence, and the totals every
+comparison, docs/api.md, "GET /api/compare"), the steps around the divergence, and the totals every
 session has (cost, events, errors), for sessions that record no agent steps."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """replay_session and find_errors: a session as AgentLens's formatted timeline (its
-`agentlens_replay` tool, ../shared/seeds/002), and its errors with the events around them.
+`agentlens_replay` tool, docs/mcp.md), and its errors with the events around them.
 
 The timeline's header is the session row's totals (no query); its steps are one replay page
 (replay.replay_page), whose contexts carry each step's running cost and error count. Where

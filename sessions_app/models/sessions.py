@@ -133,7 +133,8 @@ class Session(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
-            # The sessions page: newest first within a project.
+            # The sessions page sorted by import time ("-created"/"created"; the default sort by
+            # start time has session_project_start_time), and retention's candidates.
             models.Index(fields=["project", "-created_at"], name="session_project_created"),
             # Import de-duplication: same source id + same content in a project.
             models.Index(

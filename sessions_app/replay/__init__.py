@@ -1,7 +1,7 @@
 """The read side:  step state at N, context at N, pages of steps and events, search.
 
 Every function here answers from a bounded number of indexed reads, whatever the session's
-length or the position asked for (../shared/PERFORMANCE.md):
+length or the position asked for (docs/benchmarks.md):
 
 - a page of events is one keyset range read on `(session, seq)` (a filtered page finds its first
   and last seq by a k-ary search over the running `kind_counts` stored on each event);

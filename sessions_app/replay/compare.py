@@ -1,7 +1,7 @@
 """Two sessions -> first divergence, deltas, and an aligned list of step pairs.
 
 The comparison itself is pure functions over step dicts (rlm-code's `compare_sessions`
-semantics, ../shared/FORMATS.md 1e); `diff_sessions` feeds them both step lists read in parallel
+semantics, docs/api.md, "GET /api/compare"); `diff_sessions` feeds them both step lists read in parallel
 pages of `step_state` text, so two 20,000-step sessions never sit in memory whole and the walk
 stops at the first divergence.
 """

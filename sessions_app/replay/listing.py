@@ -1,5 +1,5 @@
 """The sessions page's query: filters, sort and keyset pages (never OFFSET: a page deep in a
-long list costs the same as the first, ../shared/PERFORMANCE.md)."""
+long list costs the same as the first, docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ..models import ImportJob, Project, Review, Session, SessionQuerySet
-from ..reviews import newest_broken
+from .sign_offs import newest_broken
 
 PER_PAGE = 50
 # The review filter's value for a session without a sign-off (the others are verdicts).

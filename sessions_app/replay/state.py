@@ -55,7 +55,12 @@ SNAPSHOT_TABLE = Snapshot._meta.db_table
 
 def _state_union(session_id: int, target_sql: str, target_params: list[Any]) -> tuple[str, list[Any]]:
     """One statement giving the state at the seq `target_sql` evaluates to: the latest keyframe
-    at or before it (part 1) and the changes to apply on top (part 2, see _change_window).
+    at or before it (part 1) and the changes to apply on top (part 2).
+
+    Ingest writes a keyframe at the first event at least KEYFRAME_EVERY after the previous one
+    once the state has changed (ingest/rows.py, EventRows.add), so when the latest keyframe at or
+    before the target is K, any change after K lies before K + KEYFRAME_EVERY. Reading the
+    changes over that window only is what keeps the cost flat even where the state never changes.
 
     One round trip instead of two; the target and the keyframe are common table expressions so
     each is looked up (and planned) once. The JSON is decoded by orjson, not by JSONField.
@@ -96,17 +101,6 @@ def _decoded(value: Any, default: Any) -> Any:
             # JSONField writes with the json module, which may write a bare NaN.
             value = json.loads(value)
     return value if isinstance(value, type(default)) else default
-
-
-def _change_window(keyframe_seq: int, seq: int) -> int:
-    """Last seq that can hold a change to apply on top of `keyframe_seq` to get the state at `seq`.
-
-    Ingest writes a keyframe at the first event at least KEYFRAME_EVERY after the previous one
-    once the state has changed (event_rows.EventRows.add), so when the latest keyframe at or
-    before `seq` is K, any change after K lies before K + KEYFRAME_EVERY. Reading the changes
-    over that window only is what keeps the cost flat even where the state never changes.
-    """
-    return min(seq, keyframe_seq + KEYFRAME_EVERY)
 
 
 def _state_at(session: Session, seq: int) -> _State:

@@ -12,7 +12,8 @@ from django.views.decorators.http import require_POST
 from .. import access, audit
 from ..forms import SignOffForm
 from ..models import Role, Session
-from ..reviews import SignOffRefused, sign_off, sign_offs_of
+from ..replay.sign_offs import sign_offs_of
+from ..reviews import SignOffRefused, sign_off
 from .pages import login_required
 
 
