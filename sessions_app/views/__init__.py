@@ -1,2 +1,2 @@
-"""The dashboard's pages, one module per subject: sessions (list, player, diff), teams (projects,
+"""The dashboard's pages, one module per subject: sessions (list, player), diff, teams (projects,
 members, keys, audit)."""
