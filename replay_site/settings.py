@@ -351,6 +351,10 @@ TAIL_MAX_SECONDS = env_number("REPLAY_TAIL_MAX_SECONDS", 300, minimum=1)
 # comes (another service's, unsampled), after the second figure.
 OTLP_SETTLE_SECONDS = env_number("REPLAY_OTLP_SETTLE_SECONDS", 10)
 OTLP_ORPHAN_SECONDS = env_number("REPLAY_OTLP_ORPHAN_SECONDS", 300)
+# The largest export request, gzip undone. Parsing holds up to ~30 times its size (a request of
+# empty attributes: 15 MiB took 430 MiB), so it is far below the API's body limit; an exporter's
+# batch of 512 GenAI spans is usually well under 1 MiB.
+OTLP_MAX_BYTES = int(env_number("REPLAY_OTLP_MAX_MB", 8, minimum=1) * 1024 * 1024)
 
 # Warning thresholds of the replay context (see docs/api.md, "Warnings").
 WARN_STEP_COST_USD = env_number("REPLAY_WARN_STEP_COST_USD", 0.50)

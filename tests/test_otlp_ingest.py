@@ -392,6 +392,8 @@ def test_without_a_key_401_another_content_type_415_a_read_only_key_403(project,
     anonymous = Client().post("/v1/traces", body, content_type=PROTOBUF)
     assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"] == "Bearer"
     assert _status(anonymous).code == 16
+    # Without a key, nothing else is said first (not even that the content type is wrong).
+    assert Client().post("/v1/traces", b"{}", content_type="text/plain").status_code == 401
     wrong = Client().post("/v1/traces", body, content_type=PROTOBUF, headers={"authorization": "Bearer rpl_nope"})
     assert wrong.status_code == 401
     reader = key_of(member("agent-viewer", project, Role.VIEWER), project=project)
@@ -1058,3 +1060,52 @@ def test_a_straggler_under_a_span_written_before_its_parent_came_lands_beside_th
     assert top.events.filter(source_type="execute_tool").count() == 2  # Y, beside X
     assert child.events.filter(source_type="chat").count() == 2  # T, inside the sub-agent
     assert not child.events.filter(source_type="execute_tool").exists()
+
+
+def _bloated_span() -> Span:
+    """A chat span past every limit: attributes, events and their attributes, and values inside
+    one attribute (an array of arrays), each a few more than kept."""
+    bloated = span("e000000000000001", AGENT, "chat m", 100, 200, gen_ai__operation__name="chat")
+    extra = otlp.ITEMS_LIMIT + 5 - len(bloated.attributes)
+    bloated.attributes.extend(KeyValue(key=f"x.{n}", value=AnyValue(int_value=n)) for n in range(extra))
+    nested = AnyValue()
+    for _ in range(3):  # 3 arrays of VALUES_LIMIT / 2 values: 3 + 1.5 * VALUES_LIMIT values in all
+        inner = nested.array_value.values.add()
+        inner.array_value.values.extend(AnyValue(int_value=1) for _ in range(otlp.VALUES_LIMIT // 2))
+    bloated.attributes.insert(0, KeyValue(key="nested", value=nested))
+    for n in range(otlp.ITEMS_LIMIT + 3):
+        bloated.events.add(name=f"e{n}", time_unix_nano=T0 + 150_000_000)
+    bloated.events[0].attributes.extend(KeyValue(key=f"a{n}", value=AnyValue(int_value=n))
+                                        for n in range(otlp.ITEMS_LIMIT + 2))  # fmt: skip
+    return bloated
+
+
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_a_span_past_the_limits_keeps_what_an_sdk_would_and_its_excess_costs_nothing(api, project, encoding):
+    # The limits OpenTelemetry's SDKs set on what they send, set on what we read: a request of a
+    # few megabytes could hold millions of empty attributes, each converted (20 s a request).
+    message = request(SPANS["agent"], _bloated_span())
+    if encoding == "json":
+        response = post(api, orjson.dumps(_otlp_json(message)), content_type="application/json")
+    else:
+        response = post(api, message.SerializeToString())
+    assert response.status_code == 200, response.content
+    record = orjson.loads(OtlpSpan.objects.get(span_id="e000000000000001").record)
+    assert len(record["attributes"]) == otlp.ITEMS_LIMIT
+    assert record["attributes"]["gen_ai.operation.name"] == "chat"
+    nested = record["attributes"]["nested"]
+    assert len(nested) == 3 and sum(len(inner) for inner in nested) == otlp.VALUES_LIMIT - 3
+    assert len(record["events"]) == otlp.ITEMS_LIMIT and len(record["events"][0]["attributes"]) == otlp.ITEMS_LIMIT
+
+
+def test_an_export_past_the_otlp_size_limit_is_a_413_before_or_after_gzip(api, project, settings):
+    body = request(SPANS["agent"], SPANS["chat1"]).SerializeToString()
+    settings.OTLP_MAX_BYTES = len(body) - 1
+    for sent, headers in ((body, {}), (gzip.compress(body), {"content_encoding": "gzip"})):
+        response = post(api, sent, **headers)
+        assert response.status_code == 413 and response["Content-Type"] == PROTOBUF
+        status = _status(response)
+        assert status.code == 8 and "REPLAY_OTLP_MAX_MB" in status.message and "smaller batches" in status.message
+    assert not OtlpSpan.objects.exists()
+    settings.OTLP_MAX_BYTES = len(body)
+    assert post(api, gzip.compress(body), content_encoding="gzip").status_code == 200

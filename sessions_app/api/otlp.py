@@ -52,11 +52,11 @@ class Refused(Exception):
 def export_traces(request: HttpRequest) -> HttpResponse:
     json = request.content_type == JSON
     try:
+        request.auth = _api_key(request)  # first: a caller without a key learns nothing else
         if request.content_type not in (PROTOBUF, JSON):
             raise Refused(
                 415, _INVALID_ARGUMENT, f"Content-Type must be {PROTOBUF} or {JSON}, got {request.content_type!r}"
             )
-        request.auth = _api_key(request)
         # A key of one project writes there; a key of several names one in X-Replay-Project.
         project = access.project_to_write(request, request.headers.get("X-Replay-Project", "").strip())
         # The project's storage quota, on the declared size, before the body is read (as live batches).
@@ -122,11 +122,17 @@ def _api_key(request: HttpRequest) -> ApiKey:
 
 def _body(request: HttpRequest) -> bytes:
     """The request's body, gzip undone, within the size the server takes (before and after)."""
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    limit = settings.OTLP_MAX_BYTES
+    too_big = Refused(413, _RESOURCE_EXHAUSTED, f"the request body exceeds {limit / 1024 / 1024:g} MiB "
+                                                "(REPLAY_OTLP_MAX_MB); export smaller batches")  # fmt: skip
+    if declared_length(request) > limit:
+        raise too_big  # not read at all
     try:
         body = request.body
-    except RequestDataTooBig:
-        raise Refused(413, _RESOURCE_EXHAUSTED, f"the request body exceeds {limit // 1024 // 1024} MiB")
+    except RequestDataTooBig:  # past the server's own limit, which no Content-Length declared
+        raise too_big
+    if len(body) > limit:
+        raise too_big
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
@@ -138,7 +144,8 @@ def _body(request: HttpRequest) -> bytes:
     except zlib.error as exc:
         raise Refused(400, _INVALID_ARGUMENT, f"the body is not valid gzip: {exc}")
     if len(inflated) > limit:
-        raise Refused(413, _RESOURCE_EXHAUSTED, f"the decompressed body exceeds {limit // 1024 // 1024} MiB")
+        raise Refused(413, _RESOURCE_EXHAUSTED, f"the body exceeds {limit / 1024 / 1024:g} MiB once decompressed "
+                                                "(REPLAY_OTLP_MAX_MB); export smaller batches")  # fmt: skip
     if not inflater.eof:
         raise Refused(400, _INVALID_ARGUMENT, "the gzip body is truncated")
     return inflated

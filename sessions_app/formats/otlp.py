@@ -21,6 +21,7 @@ import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from operator import itemgetter
 from typing import Any
 
@@ -53,6 +54,13 @@ CREATE_AGENT_OPERATION = "create_agent"
 _RESOURCE_PREFIXES = ("service.", "gen_ai.")
 # A recorded text kept whole in the payload; stack traces are clipped to this.
 STACKTRACE_LIMIT = 8000
+# What one span may carry, as OpenTelemetry's SDKs limit it (their defaults are 128): the
+# attributes of a span, of an event and of the resource, and a span's events and links, are
+# kept up to ITEMS_LIMIT each; the values inside one attribute (arrays and key-value lists, at
+# every level) up to VALUES_LIMIT in all; the rest is dropped, as an SDK drops it. A request of
+# a few megabytes can hold millions of empty attributes, each of which cost a conversion.
+ITEMS_LIMIT = 1000
+VALUES_LIMIT = 10_000
 
 
 class NotOtlp(ValueError):
@@ -73,6 +81,7 @@ def read_request(body: bytes, *, json: bool) -> ExportTraceServiceRequest:
         if not isinstance(document, dict):
             raise NotOtlp(f"the body must be a JSON object (ExportTraceServiceRequest), got {type(document).__name__}")
         _ids_as_base64(document)
+        _within_limits(document)
         try:
             # Unknown fields are ignored, as OTLP/JSON receivers must (enum values come as integers).
             json_format.ParseDict(document, request, ignore_unknown_fields=True)
@@ -96,6 +105,53 @@ def _ids_as_base64(document: dict[str, Any]) -> None:
                 _hex_fields(span, where, ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"))
                 for k, link in enumerate(_list(span, "links", "links")):
                     _hex_fields(link, f"{where}.links[{k}]", ("traceId", "trace_id", "spanId", "span_id"))
+
+
+def _within_limits(document: dict[str, Any]) -> None:
+    """The OTLP/JSON document cut to the limits span_records keeps (ITEMS_LIMIT, VALUES_LIMIT)
+    before protobuf's ParseDict reads it, which is pure Python and the slowest step by far."""
+    for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+        _cut_attributes(resource_spans.get("resource"))
+        for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
+            for span in _list(scope_spans, "spans", "spans"):
+                _cut_attributes(span)
+                for name in ("events", "links"):
+                    items = _cut(span, name)
+                    for item in items:
+                        _cut_attributes(item)
+
+
+def _cut(container: Any, name: str) -> list[Any]:
+    """container[name] cut to ITEMS_LIMIT (in place), or [] when it is no list."""
+    if not isinstance(container, dict) or not isinstance(container.get(name), list):
+        return []
+    items = container[name]
+    if len(items) > ITEMS_LIMIT:
+        items = container[name] = items[:ITEMS_LIMIT]
+    return items
+
+
+def _cut_attributes(container: Any) -> None:
+    for pair in _cut(container, "attributes"):
+        if isinstance(pair, dict):
+            _cut_value(pair.get("value"), [VALUES_LIMIT])
+
+
+def _cut_value(value: Any, budget: list[int]) -> None:
+    """An AnyValue's arrays and key-value lists cut to what is left of `budget` (one count for a
+    whole attribute, at every level)."""
+    if not isinstance(value, dict):
+        return
+    for name, nested in (("arrayValue", "values"), ("array_value", "values"), ("kvlistValue", "values"),
+                         ("kvlist_value", "values")):  # fmt: skip
+        inner = value.get(name)
+        if not isinstance(inner, dict) or not isinstance(inner.get(nested), list):
+            continue
+        items = inner[nested][: max(budget[0], 0)]
+        inner[nested] = items
+        budget[0] -= len(items)
+        for item in items:
+            _cut_value(item.get("value") if name.startswith("kvlist") and isinstance(item, dict) else item, budget)
 
 
 def _list(container: Any, camel: str, snake: str) -> list[Any]:
@@ -146,7 +202,7 @@ def span_records(request: ExportTraceServiceRequest) -> Iterator[dict[str, Any]]
     for resource_spans in request.resource_spans:
         resource = {
             kv.key: _value(kv.value)
-            for kv in resource_spans.resource.attributes
+            for kv in islice(resource_spans.resource.attributes, ITEMS_LIMIT)
             if kv.key.startswith(_RESOURCE_PREFIXES)
         }
         for scope_spans in resource_spans.scope_spans:
@@ -168,17 +224,19 @@ def span_records(request: ExportTraceServiceRequest) -> Iterator[dict[str, Any]]
                 if span.events:
                     record["events"] = [
                         {"name": e.name, "time": e.time_unix_nano, "attributes": _attributes(e.attributes)}
-                        for e in span.events
+                        for e in islice(span.events, ITEMS_LIMIT)
                     ]
                 yield record
 
 
 def _attributes(pairs: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in pairs}
+    """The first ITEMS_LIMIT attributes (a protobuf list is read lazily: the rest costs nothing)."""
+    return {kv.key: _value(kv.value) for kv in islice(pairs, ITEMS_LIMIT)}
 
 
-def _value(value: Any) -> Any:
-    """An AnyValue as a JSON value (bytes as base64 text)."""
+def _value(value: Any, budget: list[int] | None = None) -> Any:
+    """An AnyValue as a JSON value (bytes as base64 text); arrays and key-value lists hold up to
+    VALUES_LIMIT values in all, at every level (`budget`, shared by one attribute's levels)."""
     which = value.WhichOneof("value")
     if which == "string_value":
         return value.string_value
@@ -189,10 +247,16 @@ def _value(value: Any) -> Any:
     if which == "double_value":
         number = value.double_value
         return number if number == number and abs(number) != float("inf") else None  # no NaN in JSON
-    if which == "array_value":
-        return [_value(item) for item in value.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: _value(kv.value) for kv in value.kvlist_value.values}
+    if which == "array_value" or which == "kvlist_value":
+        if budget is None:
+            budget = [VALUES_LIMIT]
+        if which == "array_value":
+            items = list(islice(value.array_value.values, max(budget[0], 0)))
+            budget[0] -= len(items)
+            return [_value(item, budget) for item in items]
+        pairs = list(islice(value.kvlist_value.values, max(budget[0], 0)))
+        budget[0] -= len(pairs)
+        return {kv.key: _value(kv.value, budget) for kv in pairs}
     if which == "bytes_value":
         return base64.b64encode(value.bytes_value).decode()
     return None
