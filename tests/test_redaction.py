@@ -210,6 +210,25 @@ def _by_live_api(project, user, tmp_path, samples, django_capture_on_commit_call
     return [Session.objects.get(pk=sid)]
 
 
+def _by_live_stream_texts(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
+    """A live session created bare, whose stream says its task, ids and the rest itself (the
+    session_start record): those fill the session's own texts, which were stored unredacted."""
+    api = Client(headers={"authorization": f"Bearer {key_of(user, project=project)}"})
+    created = api.post("/api/sessions", orjson.dumps({"project": project.slug}), content_type="application/json")
+    assert created.status_code == 201, created.content
+    sid = created.json()["id"]
+    start = orjson.loads(_lines(samples, "s").splitlines()[0])
+    every = " | ".join(samples.values())
+    start["payload"] |= {"run_id": f"run {every}", "agent_id": f"agent {every}", "environment": f"env {every}",
+                         "model": f"model {every}"}  # fmt: skip
+    appended = api.post(f"/api/sessions/{sid}/events", orjson.dumps({"events": [start]}),
+                        content_type="application/json")  # fmt: skip
+    assert appended.status_code == 200, appended.content
+    stored = Session.objects.get(pk=sid)
+    assert stored.task.startswith("task s with") and stored.source_session_id  # filled from the stream
+    return [stored]
+
+
 def _by_bundle(project, user, tmp_path, samples, django_capture_on_commit_callbacks) -> list[Session]:
     """A bundle exported from a project without rules, imported into this one. The source
     session is then deleted with SQLite's secure_delete on (its freed pages zeroed) and its kept
@@ -305,7 +324,8 @@ def _by_otlp(project, user, tmp_path, samples, django_capture_on_commit_callback
 
 
 PATHS = {
-    "upload": _by_upload, "command": _by_command, "live_api": _by_live_api, "bundle": _by_bundle,
+    "upload": _by_upload, "command": _by_command, "live_api": _by_live_api,
+    "live_stream_texts": _by_live_stream_texts, "bundle": _by_bundle,
     "agentlens_api": _by_agentlens_api, "otlp": _by_otlp,
 }  # fmt: skip
 

@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 from django.db import IntegrityError, transaction
 
-from ..canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta
+from ..canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta, without_nul
 from ..formats import MAX_DEPTH
 from ..models import IngestBatch, Project, Session
 from .quotas import check_new_session
-from .writer import AppendResult, append_events, create_session, finish_session, set_checkpoint
+from .writer import AppendResult, append_events, create_session, finish_session, redactor_of, set_checkpoint
 
 # Formats an agent can stream, and the module holding each one's Converter.
 LIVE_FORMATS = {
@@ -407,15 +407,18 @@ def _convert(converter, name: str, records: list[Any]) -> tuple[list[CanonicalEv
 
 def _note_format_and_meta(session: Session, name: str, meta: SessionMeta) -> None:
     """What the stream itself says (rlm-code's session_start task/model ...) fills the session's
-    empty fields; values given when the session was created win."""
+    empty fields, through the project's redaction rules as every write; values given when the
+    session was created win."""
     changed = []
     if session.source_format == UNDECIDED_FORMAT:
         session.source_format = name
         changed.append("source_format")
+    redactor = redactor_of(session.project_id, None)
     for name_ in _META_FIELDS:
         value = getattr(meta, name_, "")
         if value and not getattr(session, name_):
-            setattr(session, name_, value if name_ == "task" else value[:200])
+            value = without_nul(value if name_ == "task" else value[:200])
+            setattr(session, name_, value if redactor is None else redactor.text(value))
             changed.append(name_)
     if changed:
         session.save(update_fields=changed)
