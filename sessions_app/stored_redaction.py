@@ -150,7 +150,14 @@ def redact_text(
     if not 0 <= seq < session.event_count:
         raise RedactionRefused("seq", f"the session has events 0 to {session.event_count - 1}")
     redactor = literal_redactor(wanted, label)
-    result = _redact_session(session, redactor, by=_name(actor), candidates=_stored_forms(wanted), found_first=True)
+    if not _event_holds(session, seq, redactor):
+        # Checked before anything is rewritten: a selection is made in an event's content, and a
+        # text that is only elsewhere (someone's comment or sign-off note) must not be rewritten
+        # through it, in words the maintainer chose as the label.
+        raise RedactionRefused(
+            "text", f"not found in the stored content of event #{seq + 1} (select text inside one of its strings)"
+        )
+    result = _redact_session(session, redactor, by=_name(actor), candidates=_stored_forms(wanted))
     _audit(session, result, actor=actor, ip=ip, how="selection", selected_at=seq)
     return result
 
@@ -256,11 +263,7 @@ def _redact_session(
     by: str,
     candidates: list[str] | None,
     on_progress: Callable[[int, int], None] | None = None,
-    found_first: bool = False,
 ) -> RedactionResult:
-    """With `found_first`, refuse (RedactionRefused) when the value is in none of the rows, before
-    the kept original is touched: a selection names content, and a text that is only in the
-    source's recorded fields (a kind, a tool name) is not that."""
     result = RedactionResult()
     at = datetime.now(UTC).isoformat()
     with secure_delete():
@@ -274,10 +277,6 @@ def _redact_session(
             _redact_team_work(session, redactor, result)
             _redact_import_job(locked, redactor, result)
             _redact_staged_spans(session, redactor, result)
-        if found_first and not result.changed:
-            raise RedactionRefused(
-                "text", "not found in this session's stored content as one value (select text inside one string)"
-            )
         result.original = _redact_original(session, redactor, must_be_gone=candidates)
         if deleted := _delete_bundle_uploads(session):
             result.elsewhere["bundle_upload"] = deleted
@@ -329,6 +328,17 @@ def _candidate_sql(forms: list[str] | None) -> tuple[str, list[str]]:
     find = "instr({column}, %s) > 0" if connection.vendor == "sqlite" else "strpos({column}, %s) > 0"
     tests = [find.format(column=column) for form in forms for column in CONTENT_FIELDS]
     return f" AND ({' OR '.join(tests)})", [form for form in forms for _ in CONTENT_FIELDS]
+
+
+def _event_holds(session: Session, seq: int, redactor: Redactor) -> bool:
+    """Whether the rules change any content field of the event at `seq` (nothing is written)."""
+    contents = Event.objects.filter(session=session, seq=seq).values_list(*CONTENT_FIELDS).first() or ()
+    for name, text in zip(CONTENT_FIELDS, contents):
+        if text is not None:
+            redactor.counts = Counter()
+            if (redactor.record_text(text) if name == "raw" else redactor.json_text(text)) != text:
+                return True
+    return False
 
 
 def _redact_event(

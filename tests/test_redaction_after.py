@@ -28,6 +28,7 @@ from sessions_app.mcp import discussion, finding, state, timeline
 from sessions_app.models import (
     AuditEntry,
     Checkpoint,
+    Comment,
     Event,
     ImportJob,
     OtlpSpan,
@@ -35,6 +36,7 @@ from sessions_app.models import (
     Project,
     RedactionJob,
     RedactionRules,
+    Review,
     Role,
     Session,
     Tour,
@@ -414,6 +416,24 @@ def test_bad_input_is_a_400_naming_the_field_and_changes_nothing(stored, maintai
     response = redact_by_api(maintainer, stored, text=text, seq=seq, label=label)
     assert response.status_code == 400 and response.json()["detail"].startswith(f"{field}:"), response.content
     assert rows_holding(SECRET) and not AuditEntry.objects.filter(action="session.redact").exists()
+
+
+def test_a_value_not_in_the_selected_events_content_is_refused_and_no_comment_or_note_is_rewritten(stored, mia):
+    # Only in a comment and a sign-off's note: a maintainer could otherwise rewrite others' words
+    # through a "selection", in a label of their own choosing (security sweep).
+    actor = Actor(user=mia)
+    comments.create_comment(actor=actor, session=stored, seq=3, body="the agent dropped the production table")
+    before = (list(Comment.objects.order_by("pk").values_list("body", flat=True)),
+              list(Review.objects.values_list("note", flat=True)), rows_holding(SECRET))  # fmt: skip
+    elsewhere = next(seq for seq in range(stored.event_count) if seq not in (*SECRET_SEQS, STEP_SEQ, CHANGE_SEQ))
+    # The second: a value of the session, but not of the event it was said to be selected in.
+    for text, seq in (("production table", 3), (SECRET, elsewhere)):
+        with pytest.raises(RedactionRefused) as refused:
+            redact_text(session=stored, seq=seq, text=text, label="fine", actor="mia")
+        assert refused.value.field == "text" and f"event #{seq + 1}" in refused.value.message
+    after = (list(Comment.objects.order_by("pk").values_list("body", flat=True)),
+             list(Review.objects.values_list("note", flat=True)), rows_holding(SECRET))  # fmt: skip
+    assert after == before and not AuditEntry.objects.filter(action="session.redact").exists()
 
 
 def test_recorded_fields_are_not_content_and_a_value_only_there_is_refused(stored):
