@@ -722,3 +722,27 @@ def test_agent_written_text_is_isolated_from_its_surroundings(logged_in, db):
     found = logged_in.get(reverse("sessions:search", args=[session.pk]), {"q": "hi", "step": 0},
                           HTTP_HX_REQUEST="true").content.decode()  # fmt: skip
     assert "<bdi>" in found
+
+
+def test_a_payload_too_large_to_show_is_a_stand_in_in_the_player_and_contexts_and_whole_in_the_api(
+    logged_in, settings, monkeypatch
+):
+    # One event of 23 MB took 2 GiB and 6 s to show, for every viewer (security sweep): past
+    # DECODED_PAYLOAD_LIMIT a payload is not decoded for showing, only spliced whole by the API.
+    from sessions_app.replay import rows
+
+    monkeypatch.setattr(rows, "DECODED_PAYLOAD_LIMIT", 5_000)
+    huge = {"blob": [[] for _ in range(2_000)], "marker": "HUGE-PAYLOAD-END"}
+    session = build_session([_event(0, Kind.USER_MESSAGE, payload={"text": "hi"}),
+                             _event(1, Kind.TOOL_RESPONSE, payload=huge, tool="t"),
+                             _event(2, Kind.USER_MESSAGE, payload={"text": "bye"})])  # fmt: skip
+    html = logged_in.get(url(session), {"step": 1}).content.decode()
+    panel = context_panel(html)
+    assert "too large to show here" in panel and "HUGE-PAYLOAD-END" not in html
+    assert f"{len(orjson.dumps(huge)):,} characters" in panel
+    context = logged_in.get(f"/api/sessions/{session.pk}/context", {"seq": 1}).json()
+    assert "notShown" in context["event"]["payload"]
+    page = logged_in.get(f"/api/sessions/{session.pk}/replay", {"offset": 1, "limit": 1}).json()
+    assert page["steps"][0]["event"]["payload"] == huge
+    # A payload within the limit shows as it always did.
+    assert "bye" in context_panel(logged_in.get(url(session), {"step": 2}).content.decode())

@@ -18,6 +18,11 @@ from ..models import Event
 EVENT_TABLE = Event._meta.db_table
 HISTORY_LIMIT = 50  # llmHistory / toolResults / pendingApprovals, as AgentLens caps them
 MAX_PAGE = 5000
+# A payload decoded for the dashboard, a context or MCP (never for the API's pages, which splice
+# the stored text): past this many characters it is left undecoded and a stand-in says so. One
+# event of 23 MB (up to the API's body limit) took 2 GiB and 6 s to show in the player, for
+# every viewer of it (security sweep); the API's replay page still returns it whole.
+DECODED_PAYLOAD_LIMIT = 1_000_000
 SEARCH_FANOUT = 32  # probes per query of the filtered-offset search
 LLM_KINDS = (Kind.LLM_CALL, Kind.LLM_RESPONSE)
 TOOL_RESULT_KINDS = (Kind.TOOL_RESPONSE, Kind.TOOL_ERROR)
@@ -204,8 +209,17 @@ def event_dict(row: Row, *, splice: bool = False) -> dict[str, Any]:
         "costUnpriced": bool(row.cost_unpriced),
         "tokens": row.tokens,
         "isError": bool(row.is_error),
-        "payload": _json(row.payload, splice=splice, default={}),
+        "payload": _payload(row.payload, splice=splice),
     }
+
+
+def _payload(text: str | None, *, splice: bool) -> Any:
+    if text is not None and not splice and len(text) > DECODED_PAYLOAD_LIMIT:
+        return {
+            "notShown": f"a payload of {len(text):,} characters, too large to show here; the API's replay "
+            "page (GET /api/sessions/{id}/replay) and the exports return it whole"
+        }
+    return _json(text, splice=splice, default={})
 
 
 def _paired_dict(seq: int, kind: str, source_type: str, ts: Any, is_error: Any) -> dict[str, Any]:
