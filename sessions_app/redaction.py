@@ -327,6 +327,14 @@ def check_custom_rule(pattern: Any, field: str) -> None:
 # The redactor
 
 
+class LineTooLong(ValueError):
+    """A line of a file too long to redact within bounded memory."""
+
+    def __init__(self, number: int, limit: int) -> None:
+        super().__init__(f"line {number} is over {limit:,} bytes (REPLAY_MAX_RECORD_BYTES), too long to redact")
+        self.number = number
+
+
 class Redactor:
     """A project's rules, compiled: the scan (an RE2 Set of every rule's screen) and the exact
     patterns, plus `counts`, the redactions made so far by label.
@@ -426,12 +434,18 @@ class Redactor:
         redacted = self.value(value)
         return text if redacted is value else orjson.dumps(redacted, option=orjson.OPT_NON_STR_KEYS).decode()
 
-    def lines(self, source: IO[bytes]) -> Iterator[bytes]:
+    def lines(self, source: IO[bytes], *, max_line: int) -> Iterator[bytes]:
         """A file (an upload's original) redacted line by line, each line as it was unless it
         held something: a JSON line is decoded and written again; in any other line (a line of
         a pretty-printed document) each JSON string literal is decoded, redacted and written
-        again, and a line without literals is redacted as text."""
-        for raw_line in source:
+        again, and a line without literals is redacted as text. A line over `max_line` bytes
+        (the import's REPLAY_MAX_RECORD_BYTES) raises LineTooLong, read no further: decoding it
+        whole took several times its size (a 477 MiB line, 2 GiB)."""
+        number = 0
+        while raw_line := source.readline(max_line + 1):
+            number += 1
+            if len(raw_line) > max_line and raw_line[-1:] != b"\n":
+                raise LineTooLong(number, max_line)
             body = raw_line.rstrip(b"\r\n")
             end = raw_line[len(body) :]
             text = body.decode("utf-8", "surrogateescape")

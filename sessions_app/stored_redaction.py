@@ -67,7 +67,7 @@ from .models import (
     Snapshot,
     TourStop,
 )
-from .redaction import Redactor, RuleError, check_label
+from .redaction import LineTooLong, Redactor, RuleError, check_label
 from .replay.exports import original_file
 
 logger = logging.getLogger(__name__)
@@ -511,10 +511,16 @@ def _redact_original(session: Session, redactor: Redactor, *, must_be_gone: list
         return "deleted"
     target = path.with_name(f"{path.name.split('.', 1)[0]}-redacted-{int(time.time() * 1000)}{_plain_suffix(path)}")
     redactor.counts = Counter()
-    with Source(path=path).open() as source, target.open("xb") as out:
-        os.chmod(target, 0o640)
-        for line in redactor.lines(source):
-            out.write(line)
+    try:
+        with Source(path=path).open() as source, target.open("xb") as out:
+            os.chmod(target, 0o640)
+            for line in redactor.lines(source, max_line=settings.MAX_RECORD_BYTES):
+                out.write(line)
+    except LineTooLong:  # cannot be redacted in bounded memory: not kept as received either
+        wipe_file(target)
+        ImportJob.objects.filter(pk=job.pk).update(stored_path="", original_deleted_at=timezone.now())
+        wipe_file(path)
+        return "deleted"
     if must_be_gone and _file_holds(target, must_be_gone):
         wipe_file(target)
         ImportJob.objects.filter(pk=job.pk).update(stored_path="", original_deleted_at=timezone.now())

@@ -535,6 +535,34 @@ def test_a_kept_original_is_kept_redacted(admin, data_dir, tmp_path, samples, dj
     assert b"".join(original.streaming_content) == kept
 
 
+def test_a_kept_original_with_a_line_too_long_to_redact_is_deleted_and_says_so(admin, data_dir, tmp_path, settings):
+    # Redacting it meant decoding it whole: a 477 MiB line took 2 GiB (security sweep). It was
+    # skipped by the import as over REPLAY_MAX_RECORD_BYTES; the kept copy cannot hold it as
+    # received either, so the original goes, and the import's problems say why.
+    project, user = admin
+    _rules(project, ["email"], keep_originals=True)
+    settings.MAX_RECORD_BYTES = 2048
+    lines = _lines({"email": "ana@example.org"}).splitlines()
+    long_line = orjson.dumps({"kind": "user_message", "payload": {"text": "ana@example.org " + "a" * 5000}})
+    source = tmp_path / "long.jsonl"
+    source.write_bytes(b"\n".join([lines[0], long_line, *lines[1:]]) + b"\n")
+    (outcome,) = import_local_file(path=source, project=project)
+    assert outcome.error is None and outcome.session.event_count == len(lines)
+    job = ImportJob.objects.get(pk=outcome.session.import_job_id)
+    problems = [p for p in job.problems if p["field"] == "original"]
+    assert problems == [{"line": 2, "field": "original", "message":
+                         "line 2 is over 2,048 bytes (REPLAY_MAX_RECORD_BYTES), too long to redact: "
+                         "the kept original was deleted"}]  # fmt: skip
+    assert not Path(job.stored_path).exists()
+    assert not _found(_data_folder_bytes(data_dir), "ana@example.org")
+    # Lines within the limit, a long one among them, are redacted as before.
+    settings.MAX_RECORD_BYTES = 16 * 1024 * 1024
+    source.write_bytes(b"\n".join([lines[0], long_line, *lines[1:]]) + b"\n")
+    (again,) = import_local_file(path=source, project=project, replace=True)
+    kept = Path(ImportJob.objects.get(pk=again.session.import_job_id).stored_path).read_bytes()
+    assert b"[REDACTED:email]" in kept and not _found(kept, "ana@example.org") and b"a" * 5000 in kept
+
+
 def test_live_events_keep_no_source_record_when_originals_are_not_kept(
     admin, data_dir, tmp_path, samples, django_capture_on_commit_callbacks
 ):

@@ -180,10 +180,21 @@ def test_a_value_selected_as_shown_in_json_is_found_in_its_decoded_string(stored
     assert orjson.loads(Event.objects.get(session=stored, seq=7).payload) == {"note": "[REDACTED:note] line"}
 
 
+def test_an_original_with_a_line_too_long_to_rewrite_is_deleted(stored, settings):
+    # Its lines are redacted one by one, each decoded whole: past the import's record limit a line
+    # is not (a 477 MiB line took 2 GiB), and the original is not kept as received either.
+    kept = Path(stored.import_job.stored_path)
+    assert max(len(line) for line in kept.read_bytes().splitlines()) > 40
+    settings.MAX_RECORD_BYTES = 40
+    result = redact_text(session=stored, seq=3, text=SECRET, label="apikey", actor="mia")
+    assert result.original == "deleted" and not kept.exists() and result.seqs
+    assert files_holding(SECRET, Path(settings.DATA_DIR)) == []
+
+
 def test_an_original_a_rewrite_cannot_rid_of_the_value_is_deleted(stored, monkeypatch):
     kept = Path(stored.import_job.stored_path)
     # A rewrite that leaves a spelling of the value (a text file's record spanning lines, say).
-    monkeypatch.setattr("sessions_app.redaction.Redactor.lines", lambda self, source: iter(source))
+    monkeypatch.setattr("sessions_app.redaction.Redactor.lines", lambda self, source, max_line: iter(source))
     result = redact_text(session=stored, seq=3, text=SECRET, label="apikey", actor="mia")
     assert result.original == "deleted" and not kept.exists()
     assert files_holding(SECRET, Path(settings.DATA_DIR)) == []

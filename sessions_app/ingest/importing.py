@@ -519,7 +519,9 @@ class _JobProgress:
             path = Path(job.stored_path)
             # A bundle's zip is not redacted line by line: the original its session carries is
             # kept (or not) by the bundle's import, under the same rules.
-            settle_original(path=path, redactor=self.redactor, line_by_line=not is_bundle(path))
+            too_long = settle_original(path=path, redactor=self.redactor, line_by_line=not is_bundle(path))
+            if too_long is not None:
+                problems.add(too_long.number, "original", f"{too_long}: the kept original was deleted")
         stored = [o for o in outcomes if o.error is None]
         job.detected_format = fmt or job.detected_format
         job.problems = problems.to_list()

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from ..formats import GZIP_MAGIC, Source, registry
 from ..models import ImportJob, Project
-from ..redaction import Redactor
+from ..redaction import LineTooLong, Redactor
 from .quotas import check_upload
 
 logger = logging.getLogger(__name__)
@@ -254,25 +254,31 @@ def decompressed_size_within_limit(path: Path) -> tuple[bool, int]:
     return True, total
 
 
-def settle_original(*, path: Path, redactor: Redactor, line_by_line: bool = True) -> None:
+def settle_original(*, path: Path, redactor: Redactor, line_by_line: bool = True) -> LineTooLong | None:
     """What becomes of a kept file once its import is done, under the project's redaction rules
     (`redactor`): not kept (the default), it is deleted; kept, it is replaced by a copy redacted
     line by line (gzip undone: redaction.Redactor.lines), so the original export and a bundle
     give the redacted text. A file that cannot be redacted line by line (`line_by_line=False`,
-    an evidence bundle's zip) or read through is deleted rather than kept as received."""
+    an evidence bundle's zip), read through, or holds a line too long to redact (returned, for
+    the import's problems) is deleted rather than kept as received."""
     if not path.is_file():
-        return
+        return None
     if not redactor.keep_originals or not line_by_line:
         path.unlink(missing_ok=True)
-        return
+        return None
     redacted = path.with_name(path.name + ".redacting")
     try:
         with Source(path=path).open() as source, redacted.open("wb") as out:
-            for line in redactor.lines(source):
+            for line in redactor.lines(source, max_line=settings.MAX_RECORD_BYTES):
                 out.write(line)
         os.chmod(redacted, 0o640)
         redacted.replace(path)
+    except LineTooLong as too_long:
+        redacted.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        return too_long
     except (OSError, EOFError, zlib.error):
         logger.warning("could not redact the kept original %s; deleted instead", path.name, exc_info=True)
         redacted.unlink(missing_ok=True)
         path.unlink(missing_ok=True)
+    return None
