@@ -21,6 +21,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+import orjson
 import pytest
 from django.contrib.auth import get_user_model
 from mcp import Client, StdioServerParameters
@@ -223,8 +224,8 @@ def run(client: Client, check) -> None:
 # --- over streamable HTTP, served as in production ---------------------------------------------
 
 
-def _post(url: str, headers: dict[str, str]) -> tuple[int, Message, bytes]:
-    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+def _post(url: str, headers: dict[str, str], body: bytes = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+          ) -> tuple[int, Message, bytes]:  # fmt: skip
     request = urllib.request.Request(url, data=body, method="POST", headers={
         "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})  # fmt: skip
     try:
@@ -266,6 +267,17 @@ def test_over_streamable_http_with_an_api_key(world, tmp_path):
         assert _post(url, {"Authorization": "Bearer rpl_not-a-key"})[0] == 401
         assert _post(url, {"Authorization": f"Basic {world.key}"})[0] == 401
         assert _post(url, {"Authorization": f"Bearer {world.key}", "Host": "evil.example"})[0] == 400
+        # The SDK's answers carry what Django's middleware gives every other answer (it is not
+        # in their way): never cached, never sniffed, never framed.
+        initialize = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})  # fmt: skip
+        status, answered, body = _post(url, {"Authorization": f"Bearer {world.key}"}, initialize)
+        assert status == 200 and b"serverInfo" in body, body[:300]
+        for refused_or_answered in (headers, answered):
+            assert refused_or_answered.get("Cache-Control") == "no-store"
+            assert refused_or_answered.get("X-Content-Type-Options") == "nosniff"
+            assert refused_or_answered.get("X-Frame-Options") == "DENY"
+            assert "frame-ancestors 'none'" in refused_or_answered.get("Content-Security-Policy", "")
 
         def connect(**options) -> Client:
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {world.key}"}, timeout=60)

@@ -56,14 +56,39 @@ def _host_allowed(scope) -> bool:
     return bool(domain) and validate_host(domain, allowed)
 
 
+# What every other answer of the server carries (Django's middleware, which /mcp bypasses):
+# session data is never cached, never sniffed as another type, never framed.
+_SECURITY_HEADERS = (
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+)
+_SECURITY_NAMES = frozenset(name for name, _ in _SECURITY_HEADERS)
+
+
+def _secured(send):
+    """`send` with the security headers set on the response's start (replacing the SDK's own)."""
+
+    async def secured_send(message) -> None:
+        if message["type"] == "http.response.start":
+            kept = [
+                (name, value) for name, value in message.get("headers") or () if name.lower() not in _SECURITY_NAMES
+            ]
+            message = {**message, "headers": [*kept, *_SECURITY_HEADERS]}
+        await send(message)
+
+    return secured_send
+
+
 async def _refuse(send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
     body = orjson.dumps({"detail": detail})
-    await send(
+    await _secured(send)(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                        (b"cache-control", b"no-store"), *headers],
+                        *headers],
         }
     )  # fmt: skip
     await send({"type": "http.response.body", "body": body})
@@ -113,4 +138,4 @@ class McpEndpoint:
         if not self.started:
             await _refuse(send, 503, "the MCP endpoint starts with the server's ASGI lifespan, which did not run")
             return
-        await self.app({**scope, SCOPE_ACTOR: Actor(user=key.user, key=key)}, receive, send)
+        await self.app({**scope, SCOPE_ACTOR: Actor(user=key.user, key=key)}, receive, _secured(send))
