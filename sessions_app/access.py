@@ -292,10 +292,13 @@ def _lookup(model: type[Session | ShareLink | ImportJob | Tour], *, with_role: b
     )
 
 
-def _object_for(actor: Actor, model: type[Session | ShareLink | ImportJob | Tour], pk: int, what: str, need: Role):
+def _object_for(
+    actor: Actor, model: type[Session | ShareLink | ImportJob | Tour], pk: int, what: str, need: Role,
+    *, shared: bool = True,
+):  # fmt: skip
     """The object `pk` of `model` if the actor's role in its project is at least `need`.
     Without a role there, a share grant naming exactly this object makes the actor its viewer,
-    never more."""
+    never more (unless not `shared`: the team's own work, which no link shares)."""
     if actor.user is None and not actor.grants:
         raise NotVisible(f"{what} not found")
     # As _with_role: a superuser's role comes from narrow(), an anonymous visitor has none.
@@ -305,15 +308,17 @@ def _object_for(actor: Actor, model: type[Session | ShareLink | ImportJob | Tour
     if found is None:
         raise NotVisible(f"{what} not found")
     effective = actor.narrow(found.project_id, getattr(found, "member_role", None))
-    if effective is None and actor.grant_on(found) is not None:
+    if effective is None and shared and actor.grant_on(found) is not None:
         effective = Role.VIEWER
     _require(effective, need=need, what=what)
     return found
 
 
-def session_for(who: HttpRequest | Actor, session_id: int, *, need: Role = Role.VIEWER) -> Session:
-    """The session, if the caller's role in its project is at least `need`."""
-    return _object_for(_as_actor(who), Session, session_id, f"session {session_id}", need)
+def session_for(who: HttpRequest | Actor, session_id: int, *, need: Role = Role.VIEWER, shared: bool = True) -> Session:
+    """The session, if the caller's role in its project is at least `need`. Not `shared`: for
+    the team's work on it (who redacted what, ...), which a share link's visitor, signed in or
+    not, never reads: a 404 then, as for any session outside the caller's projects."""
+    return _object_for(_as_actor(who), Session, session_id, f"session {session_id}", need, shared=shared)
 
 
 def role_on(who: HttpRequest | Actor, found: Session | ImportJob | Tour) -> Role | None:

@@ -257,6 +257,8 @@ def test_a_signed_in_outsider_with_a_link_is_its_viewer_on_pages_and_nothing_mor
     assert outsider.post(reverse("sessions:checkpoint", args=[shown.pk]), {"name": "x", "step": 1}).status_code == 403
     assert outsider.post(reverse("sessions:sign_off", args=[shown.pk]), {"verdict": "approved"}).status_code == 403
     assert outsider.post(reverse("sessions:share_links", args=[shown.pk])).status_code == 403
+    # Who redacted what is the team's work too: a 404 as outside the project (security sweep).
+    assert outsider.get(reverse("sessions:redactions", args=[shown.pk])).status_code == 404
     # The API reads no share grant, with the login cookie or not.
     assert outsider.get(f"/api/sessions/{shown.pk}").status_code == 404
     assert not Comment.objects.exists() and not Checkpoint.objects.exists()

@@ -36,8 +36,9 @@ def redaction_panel(request: HttpRequest, session: Session, seq: int) -> dict[st
 @login_required
 @require_GET
 def redactions(request: HttpRequest, session_id: int) -> HttpResponse:
-    """The list of removals, and the newest rules runs (it polls itself while one runs)."""
-    session = access.session_for(request, session_id)
+    """The list of removals, and the newest rules runs (it polls itself while one runs): the
+    team's work, which a share link does not open."""
+    session = access.session_for(request, session_id, shared=False)
     return _list(request, session)
 
 
