@@ -183,10 +183,17 @@
     set("next-error", f.next_error === null);
   }
 
+  // The current row is scrolled into view inside the list only: the page stays where the reader
+  // put it. (scrollIntoView scrolls every ancestor too: on a phone, where the list is one part
+  // of a long page, each step scrolled the page to the row and the step's context out of sight.)
   function scrollCurrentIntoView() {
     const list = $("step-list");
     const row = list && list.querySelector('[aria-current="step"]');
-    if (row && row.scrollIntoView) row.scrollIntoView({ block: "nearest" });
+    if (!row) return;
+    const box = list.getBoundingClientRect();
+    const at = row.getBoundingClientRect();
+    if (at.top < box.top) list.scrollTop -= box.top - at.top;
+    else if (at.bottom > box.bottom) list.scrollTop += Math.min(at.bottom - box.bottom, at.top - box.top);
   }
 
   function humanMs(ms) {

@@ -24,6 +24,7 @@ from ..builders_replay import import_one, record_variant
 from ..builders_teams import member
 from .a11y import accessibility_problems, assert_accessible
 from .conftest import PASSWORD, Watch
+from .test_dashboard import wait_for_seq
 
 pytestmark = pytest.mark.browser
 
@@ -197,6 +198,28 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= PHONE["width"], f"the {name} is {width}px wide at 390 px: {too_wide(page, PHONE['width'])}"
             assert_accessible(page, f"{name} at 390 px")
+        # Stepping keeps the page where the reader put it: the current row is scrolled into view
+        # inside the step list only (each step used to scroll the page to the row, and the
+        # step's context out of sight; a walkthrough at 390 px).
+        page.goto(f"/sessions/{reviewed['talk'].pk}/?step=5")
+        page.wait_for_selector("#step-list [aria-current=step]")
+        page.evaluate("window.scrollTo(0, 0)")
+        for expected in (6, 7, 8):
+            page.locator("#step-forward").tap()
+            wait_for_seq(page, expected)
+        assert page.evaluate("window.scrollY") == 0
+        inside = page.evaluate(
+            "(() => { const l = document.getElementById('step-list').getBoundingClientRect();"
+            " const r = document.querySelector('#step-list [aria-current=step]').getBoundingClientRect();"
+            " return r.top >= l.top - 1 && r.bottom <= l.bottom + 1 })()"
+        )
+        assert inside, "the current row is not in view inside the step list"
+        # A tour's newcomer first sees the stop's narration, not the page scrolled past it.
+        page.goto(f"/tours/{reviewed['tour'].pk}/play/?stop=1")
+        page.wait_for_selector("#tour-narration")
+        page.wait_for_timeout(300)
+        narration = page.evaluate("document.getElementById('tour-narration').getBoundingClientRect().top")
+        assert page.evaluate("window.scrollY") == 0 and 0 <= narration < PHONE["height"], narration
         # The list's table scrolls inside its own box, which is no wider than the screen.
         page.goto("/sessions/")
         box = page.evaluate(
