@@ -198,6 +198,11 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
         ({"events": [{"kind": "note", "payload": {}, "depth": 2**63}]}, "events[0].depth"),
         ({"events": [{"kind": "note", "payload": {}, "step": 2**63}]}, "events[0].step"),
         ({"events": [{"kind": "llm_response", "payload": {}, "tokens": 2**63}]}, "events[0].tokens"),
+        # A misspelt StepState field was dropped without a word, and the step showed empty.
+        (
+            {"events": [{"kind": "step_end", "payload": {}, "step_state": {"step": 1, "action_typ": "code"}}]},
+            "events[0].step_state: unknown StepState field 'action_typ'; the fields are action_code,",
+        ),
     ],
 )
 def test_malformed_batches_are_400_never_500(api, project, body, field):

@@ -36,12 +36,15 @@ from ..canonical import (
 )
 from . import Head, Source, read_records, source_stem
 from .fields import in_utc_range
+from .step_state import STEP_DEFAULTS
 
 NAME = "canonical"
 
 # Keys that only Replay's canonical events carry together; other formats' records never do.
 _SIGNATURE_KEYS = frozenset({"kind", "payload"})
 _FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
+# rlm-code's StepState fields (its variables and memory notes too, which state changes carry).
+_STEP_FIELDS = frozenset({*STEP_DEFAULTS, "variables", "memory_notes"})
 
 
 class StateChangeIn(BaseModel):
@@ -90,6 +93,18 @@ class CanonicalEventIn(BaseModel):
         # Stored in UTC: "0001-01-01T00:00+14:00" parses but has no UTC instant.
         if value is not None and value.tzinfo is not None and not in_utc_range(value):
             raise ValueError("timestamp outside the years 1-9999 in UTC")
+        return value
+
+    @field_validator("step_state")
+    @classmethod
+    def _known_step_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # As the event's own fields: a misspelt StepState field ("action_typ") was dropped
+        # without a word, and the step showed empty (a walkthrough's first live session).
+        unknown = sorted(set(value or ()) - _STEP_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"unknown StepState field {unknown[0]!r}; the fields are {', '.join(sorted(_STEP_FIELDS))}"
+            )
         return value
 
     @field_validator("kind")
