@@ -88,6 +88,8 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
             page.keyboard.press("ArrowRight")
         assert page.locator("#event-title").text_content().startswith("Event #4 ")
         assert page.locator("#comments-title").text_content() == "Comments at #4"
+        # The current row's comment mark keeps its contrast on the current row's background.
+        assert_accessible(page, "offline bundle viewer at an event with comments")
         thread = page.locator("#step-comments .thread")
         assert thread.count() == 1
         assert "Look at this step " + HOSTILE in thread.text_content()  # shown as text
