@@ -173,7 +173,15 @@
     scheduleNext();
   }
 
+  // Each button's counterpart, which takes the focus when the button it was on turns disabled
+  // (the last event reached, no later error): a disabled button drops the focus to the page.
+  const COUNTERPART = {
+    "step-back": "step-forward", "step-forward": "step-back", start: "end", end: "start",
+    "prev-error": "next-error", "next-error": "prev-error",
+  };
+
   function updateControls(f) {
+    const focused = document.activeElement;  // before a button it was on turns disabled
     const set = function (id, disabled) { const el = $(id); if (el) el.disabled = disabled; };
     set("step-back", f.prev === null);
     set("step-forward", f.next === null);
@@ -181,6 +189,11 @@
     set("end", f.seq === f.last);
     set("prev-error", f.prev_error === null);
     set("next-error", f.next_error === null);
+    if (focused && focused.disabled && COUNTERPART[focused.id]) {
+      const other = $(COUNTERPART[focused.id]);
+      const next = other && !other.disabled ? other : $("scrubber");
+      if (next) next.focus();
+    }
   }
 
   // The current row is scrolled into view inside the list only: the page stays where the reader

@@ -147,6 +147,18 @@ def test_a_keyboard_user_drives_the_player_without_surprises(watched, analyst, t
     page.locator("#checkpoints li", has_text="No checkpoints yet.").wait_for()
     assert not Checkpoint.objects.filter(session=talk).exists()
     assert page.locator("#scrubber-overview path.checkpoint-mark").count() == 0
+
+    # A button that turns disabled under the focus (the last event reached) hands it to its
+    # counterpart, never to the page (walkthrough: the next Tab jumped into the step list).
+    page.locator("#scrubber").focus()
+    page.keyboard.press("End")
+    page.keyboard.press("ArrowLeft")
+    wait_for_seq(page, talk.event_count - 2)
+    page.locator("#step-forward").focus()
+    page.keyboard.press("Enter")
+    wait_for_seq(page, talk.event_count - 1)
+    wait_until(page, "document.activeElement.id === 'step-back'")
+    assert page.locator("#step-forward").is_disabled()
     watch.assert_clean()
 
 
