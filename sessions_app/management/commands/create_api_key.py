@@ -56,6 +56,7 @@ class Command(BaseCommand):
             f"Created API key {api_key.name!r} ({api_key.key_prefix}…) of {owner.get_username()}"
             f"{' (' + ', '.join(limits) + ')' if limits else ''}. It is stored hashed and shown only now; "
             "send it as 'Authorization: Bearer <key>'. Revoke it with `manage.py revoke_api_key "
-            f"{api_key.key_prefix}`."
+            f"{api_key.key_prefix}`.",
+            style_func=self.style.SUCCESS,  # on stderr (stdout holds the key alone), not in red
         )
         self.stdout.write(key)

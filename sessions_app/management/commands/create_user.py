@@ -59,6 +59,9 @@ class Command(BaseCommand):
         self.stderr.write(
             f"Created user {username!r}{where}. Their password is shown only now; they change it on "
             # reverse(), not a literal: a literal once named /account/password/, a 404
-            f"{reverse('password_change')} (or `manage.py changepassword`)."
+            f"{reverse('password_change')} (or `manage.py changepassword`).",
+            # On stderr so that stdout holds the password alone; in the success colour, not the
+            # error colour Django gives stderr on a terminal.
+            style_func=self.style.SUCCESS,
         )
         self.stdout.write(password)
