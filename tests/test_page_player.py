@@ -130,6 +130,9 @@ def test_a_session_without_events_still_opens(logged_in, db):
         response = logged_in.get(url(session), **headers)
         assert response.status_code == 200
         assert "has no events yet" in response.content.decode()
+    page = logged_in.get(url(session)).content.decode()
+    # Nothing to count yet: not "Event #1 of 0", nor a success rate of no steps.
+    assert "No events yet" in page and "of 0" not in page and "0.00%" not in page
 
 
 def test_unknown_session_is_404(logged_in, talk):

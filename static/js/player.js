@@ -371,7 +371,8 @@
     if (track) {
       track.setAttribute("aria-valuenow", String(seq));
       // Event numbers are shown 1-based (#1 is seq 0), as the server renders them.
-      track.setAttribute("aria-valuetext", "event " + (seq + 1) + (f ? " of " + f.count : ""));
+      const text = f && f.count === 0 ? "no events yet" : "event " + (seq + 1) + (f ? " of " + f.count : "");
+      track.setAttribute("aria-valuetext", text);
     }
   }
   function pointerSeq(event) {
