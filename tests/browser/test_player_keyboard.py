@@ -57,6 +57,13 @@ def test_a_keyboard_user_drives_the_player_without_surprises(watched, analyst, t
     log_in(page, f"/sessions/{talk.pk}/?step=0")
     page.wait_for_selector("#step-list")
 
+    # The first Tab offers a way past the top bar and the downloads to the timeline.
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to the player"
+    page.keyboard.press("Enter")
+    wait_until(page, "document.activeElement.id === 'scrubber'")
+
     # Space on a focused checkbox ticks the checkbox (the filter applies) and plays nothing.
     box = page.locator('#filters input[value="llm_response"]')
     box.focus()
