@@ -173,14 +173,16 @@
     if (!was || (document.activeElement && document.activeElement !== document.body)) return;
     const area = document.getElementById(was.area);
     if (!area) return;
-    const alike = Array.from(area.querySelectorAll(was.tag)).filter(function (node) {
-      return node.textContent.trim() === was.words && !node.disabled;
-    });
-    // The same form (its action) or link; a link of the same words only where its address is
-    // what changed (a pager's Older), never another object's button (another thread's resolve).
-    const same = alike.find(function (node) {
-      return (node.form ? node.form.getAttribute("action") : node.getAttribute("href")) === was.where;
-    }) || (was.tag === "A" ? alike[0] : null);
+    const where = function (node) { return node.form ? node.form.getAttribute("action") : node.getAttribute("href"); };
+    const usable = Array.from(area.querySelectorAll(was.tag)).filter(function (node) { return !node.disabled; });
+    const alike = usable.filter(function (node) { return node.textContent.trim() === was.words; });
+    // The same form (its action) or link, in the same words; else the one control of that form
+    // whose words changed (a thread's resolve, now its reopen); a link of the same words only
+    // where its address is what changed (a pager's Older), never another object's button
+    // (another thread's resolve).
+    const sameForm = was.where ? usable.filter(function (node) { return where(node) === was.where; }) : [];
+    const same = alike.find(function (node) { return where(node) === was.where; })
+      || (sameForm.length === 1 ? sameForm[0] : null) || (was.tag === "A" ? alike[0] : null);
     if (same) same.focus({ preventScroll: true });
     if (document.activeElement === same && same) return;
     // Nothing like it, or it cannot take the focus (inside a closed <details>): the panel does.

@@ -260,6 +260,21 @@ def test_a_control_a_swap_replaces_keeps_the_focus(watched, analyst, talk):
     page.keyboard.press("Enter")
     badge.locator(".chain-ok").wait_for()
     wait_until(page, ACTIVE, "verify")
+    # A thread's resolve answers with the threads whole, where it is now "reopen": the focus goes
+    # to that one control of the same form, and back again (a walkthrough found it on the panel).
+    from sessions_app import comments
+    from sessions_app.access import Actor
+
+    comments.create_comment(actor=Actor(user=analyst), session=talk, seq=0, body="first look")
+    page.reload()
+    page.locator("#comment-threads article.thread").wait_for()
+    page.locator("#comment-threads").get_by_role("button", name="resolve").focus()
+    page.keyboard.press("Enter")
+    page.locator("#comment-threads article.thread.resolved").wait_for()
+    wait_until(page, ACTIVE, "reopen")
+    page.keyboard.press("Enter")
+    page.locator("#comment-threads article.thread:not(.resolved)").wait_for()
+    wait_until(page, ACTIVE, "resolve")
     for n in range(120):  # three pages: the second has an Older link too
         audit.record(action="session.export", actor="bob", project=talk.project, target=f"session:{n}")
     page.goto(f"/projects/{talk.project.slug}/audit/")
