@@ -27,7 +27,7 @@ from .models import AuditEntry, AuditLog, Project, log_name
 # One dotted name per action (docs/teams.md), so filters and exports stay stable.
 ACTIONS = (
     "auth.login", "auth.login_failed", "auth.logout",
-    "session.import", "session.create_live", "session.delete", "session.export", "session.verify", "session.redact",
+    "session.import", "session.create_live", "session.end", "session.delete", "session.export", "session.verify", "session.redact",
     "checkpoint.create", "checkpoint.delete",
     "member.add", "member.change", "member.remove",
     "key.create", "key.revoke",

@@ -27,6 +27,8 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
     if verdict not in Review.Verdict.values:
         raise SignOffRefused(f"verdict: one of {', '.join(Review.Verdict.values)}")
     checked = verify_session(session=session)
+    if checked.events == 0:  # it would read "covers 1-0 of 0"
+        raise SignOffRefused("the session has no events yet: there is nothing to sign off")
     if not checked.valid and verdict != Review.Verdict.REJECTED:
         where = (
             f"at seq {checked.first_broken_seq}"

@@ -118,6 +118,14 @@ def test_a_live_session_is_session_create_live(acme, api, mia_key):
     entry = only(acme, "session.create_live")
     assert who(entry) == ("mia", f"session:{response.json()['id']}", IP, mia_key[:10])
     assert detail(entry) == {"source_session_id": "agent-7"}
+    # Ending it is recorded once (a retry of the same end is no second entry), without the answer.
+    sid = response.json()["id"]
+    for _ in range(2):
+        ended = post_json(api, f"/api/sessions/{sid}/end", {"status": "completed", "final_answer": "I DEPLOYED"})
+        assert ended.status_code == 200, ended.content
+    entry = only(acme, "session.end")
+    assert who(entry) == ("mia", f"session:{sid}", IP, mia_key[:10])
+    assert detail(entry) == {"status": "completed", "final_answer": True}
 
 
 def test_deleting_a_session_is_session_delete_with_its_event_count(acme, ours, api, mia_key):

@@ -114,7 +114,10 @@ def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session
     assert (review.verdict, review.chain_valid, review.last_seq) == ("rejected", False, 9)
 
 
-def test_an_unknown_verdict_is_refused(session, rita):
+def test_an_unknown_verdict_or_a_session_without_events_is_refused(session, rita):
+    empty = create_session(project=session.project, source_format="canonical", meta=SessionMeta())
+    with pytest.raises(reviews.SignOffRefused, match="no events yet: there is nothing to sign off"):
+        reviews.sign_off(session=empty, reviewer=Actor(user=rita), verdict="approved")
     with pytest.raises(reviews.SignOffRefused, match="verdict: one of approved, changes_requested, rejected"):
         reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="fine")
 

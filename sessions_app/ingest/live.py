@@ -437,15 +437,16 @@ def _write_checkpoints(
         )  # fmt: skip
 
 
-def end_live_session(*, session_id: int, status: str, final_answer: str | None = None) -> Session:
-    """Close a live session as completed or failed. Ending it again with the same status is a
-    no-op (a client retrying after a lost response); a different status is refused (409)."""
+def end_live_session(*, session_id: int, status: str, final_answer: str | None = None) -> tuple[Session, bool]:
+    """Close a live session as completed or failed; (the session, whether this call ended it).
+    Ending it again with the same status is a no-op (a client retrying after a lost response);
+    a different status is refused (409)."""
     if status not in (Session.Status.COMPLETED, Session.Status.FAILED):
         raise IngestError(f"status must be completed or failed, got {status!r}")
     with transaction.atomic():
         session = Session.objects.select_for_update().get(pk=session_id)
         if session.status == status:
-            return session
+            return session, False
         if session.status != Session.Status.LIVE:
             raise SessionNotLive(f"session {session.pk} is already {session.status}")
-        return finish_session(session=session, status=status, final_answer=final_answer)
+        return finish_session(session=session, status=status, final_answer=final_answer), True
