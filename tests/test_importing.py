@@ -271,6 +271,10 @@ def test_a_file_named_gz_that_is_not_gzip_says_so(project, tmp_path):
     assert outcome.error == (
         "run.jsonl.gz: not a recognised session format (nothing importable); it is named .gz but is not gzip-compressed"
     )
+    # A real gzip of nothing importable (blank lines) is not told it is no gzip (security sweep).
+    path.write_bytes(gzip.compress(b"\n\n\n"))
+    (outcome,) = import_file(path=path, project=project)
+    assert outcome.error.endswith("; it is gzip-compressed, and what it holds is no session"), outcome.error
 
 
 def test_known_format_with_only_bad_lines_fails_with_one_message_naming_the_first_problem(project):

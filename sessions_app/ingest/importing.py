@@ -24,7 +24,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
-from ..formats import Source, detect, registry
+from ..formats import GZIP_MAGIC, Source, detect, registry
 from ..models import ImportJob, Project, RedactionRules, Session
 from ..originals import note_orphans
 from ..redaction import Redactor
@@ -50,10 +50,19 @@ PROBLEMS_KEPT = 1000
 UNRECOGNISED = "not a recognised session format (nothing importable)"
 
 
-def _named_gzip_note(display_name: str) -> str:
-    """A file named .gz that reached detection was not gzip (a gzip's bytes are read through
-    its decompression): said, since its name promised otherwise (the walkthrough's case)."""
-    return "; it is named .gz but is not gzip-compressed" if display_name.lower().endswith(".gz") else ""
+def _named_gzip_note(display_name: str, path: Path) -> str:
+    """A file named .gz that is not gzip: said, since its name promised otherwise (the
+    walkthrough's case). A real gzip that holds nothing importable (only blank lines) is not
+    told it is no gzip."""
+    if not display_name.lower().endswith(".gz"):
+        return ""
+    try:
+        with path.open("rb") as raw:
+            if raw.read(2) == GZIP_MAGIC:
+                return "; it is gzip-compressed, and what it holds is no session"
+    except OSError:
+        return ""
+    return "; it is named .gz but is not gzip-compressed"
 
 
 @dataclass
@@ -154,7 +163,7 @@ def import_file(
     if fmt is None:
         if path.is_dir():
             return _import_folder(path, project, format, replace, created_by)
-        outcome = ImportOutcome(path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name)}")
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name, path)}")
         progress.finish([outcome], Problems(), "")
         return [outcome]
 
