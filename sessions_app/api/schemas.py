@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Annotated, Any, ClassVar, Literal
 
 from ninja import Field, Schema
-from pydantic import AfterValidator, model_validator
+from pydantic import AfterValidator, ValidationInfo, field_validator, model_validator
 from pydantic import Field as Bounds
 
 from ..models.bounds import MAX_ID, MAX_POSITION
@@ -41,6 +43,25 @@ class BodyIn(Schema, extra="forbid"):
         if isinstance(data, dict) and cls.read_only:
             return {name: value for name, value in data.items() if name not in cls.read_only}
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true as 1 for a number: `{"expires_in_days": true}` made a link of one
+        # day, `{"seq": true}` would name event #2 (security sweep).
+        if isinstance(value, bool) and _numbers_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, got {str(value).lower()}")
+        return value
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """Whether a field's type takes numbers (int or float, optional or bounded) and nothing else."""
+    if typing.get_origin(annotation) is Annotated:
+        return _numbers_only(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return bool(kinds) and all(_numbers_only(arg) for arg in kinds)
+    return annotation in (int, float)
 
 
 class DetailOut(Schema):

@@ -163,7 +163,9 @@ def import_file(
     if fmt is None:
         if path.is_dir():
             return _import_folder(path, project, format, replace, created_by)
-        outcome = ImportOutcome(path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name, path)}")
+        outcome = ImportOutcome(
+            path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name, path)}"
+        )
         progress.finish([outcome], Problems(), "")
         return [outcome]
 
