@@ -42,6 +42,7 @@ urlpatterns = [
     ),
     path("sessions/<int:session_id>/verify/", views.verify, name="verify"),
     path("sessions/<int:session_id>/tail/", views.live_tail, name="tail"),
+    path("sessions/<int:session_id>/chain-badge/", views.chain_badge, name="chain_badge"),
     path("sessions/<int:session_id>/delete/", views.delete_session, name="delete"),
     path("sessions/<int:session_id>/redactions/", redactions.redactions, name="redactions"),
     path("sessions/<int:session_id>/redact/", redactions.redact, name="redact"),

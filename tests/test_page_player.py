@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from sessions_app.canonical import Kind
 from sessions_app.ingest.importing import import_file
@@ -749,3 +750,21 @@ def test_a_payload_too_large_to_show_is_a_stand_in_in_the_player_and_contexts_an
     assert page["steps"][0]["event"]["payload"] == huge
     # A payload within the limit shows as it always did.
     assert "bye" in context_panel(logged_in.get(url(session), {"step": 2}).content.decode())
+
+
+def test_the_chain_badge_of_a_session_that_just_ended_asks_again_until_it_is_verified(logged_in, talk):
+    from sessions_app.verification import verify_session
+
+    badge_url = reverse("sessions:chain_badge", args=[talk.pk])
+    # Just ended (finished, its row written now), not verified yet: the badge polls itself.
+    badge = logged_in.get(badge_url).content.decode()
+    assert "not verified yet" in badge and 'hx-trigger="every 3s"' in badge and f'hx-get="{badge_url}"' in badge
+    assert 'hx-trigger="every 3s"' in logged_in.get(url(talk)).content.decode()
+    verify_session(session=talk)
+    badge = logged_in.get(badge_url).content.decode()
+    assert "verified at" in badge and "hx-trigger" not in badge
+    # Ended long ago and never verified (a worker down): no polling for ever.
+    Session.objects.filter(pk=talk.pk).update(chain_checked_at=None, chain_valid=None,
+                                              updated_at=timezone.now() - timedelta(minutes=10))  # fmt: skip
+    badge = logged_in.get(badge_url).content.decode()
+    assert "not verified yet" in badge and "hx-trigger" not in badge

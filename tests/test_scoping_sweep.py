@@ -96,6 +96,7 @@ ROLE_NEEDED = {
     ("GET", "/api/sessions/{session_id}/stream"): Role.VIEWER,
     ("GET", "/api/sessions/{session_id}/tail"): Role.VIEWER,
     ("GET", "/sessions/{session_id}/tail/"): Role.VIEWER,
+    ("GET", "/sessions/{session_id}/chain-badge/"): Role.VIEWER,
     ("POST", "/api/imports"): Role.MAINTAINER,
     ("GET", "/api/imports/{job_id}"): Role.VIEWER,
     ("GET", "/api/projects/{slug}/members"): Role.VIEWER,
@@ -448,6 +449,7 @@ VISITOR_OPENS = {
     ("GET", "/sessions/{session_id}/search/"): 200,
     ("GET", "/sessions/{session_id}/charts/"): 200,
     ("GET", "/sessions/{session_id}/tail/"): 200,  # the player's own tail (the recording, as it grows)
+    ("GET", "/sessions/{session_id}/chain-badge/"): 200,  # the badge a visitor's player shows
     ("POST", "/sessions/{session_id}/verify/"): 302,
     ("GET", "/sessions/{session_id}/export/"): 403,
 }

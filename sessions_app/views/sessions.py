@@ -305,7 +305,33 @@ def _player_page(session: Session) -> dict[str, Any]:
         "speeds": [(s, f"{s}×") for s in SPEEDS],
         "paces": PACES,
         "categories": timeline.CATEGORY_NAMES,
+        "badge_polls": _verification_due(session),
     }
+
+
+# A session that ended is verified by a worker within seconds (jobs.enqueue_verify_after_commit):
+# its open player's chain badge asks again every few seconds for this long, then leaves it to a
+# reload (a worker that is down would otherwise be polled for ever).
+BADGE_POLL_SECONDS = 120
+
+
+def _verification_due(session: Session) -> bool:
+    """Whether the session ended lately and no verification has run on it yet."""
+    return (
+        session.status != Session.Status.LIVE
+        and session.chain_state == "unverified"
+        and (timezone.now() - session.updated_at).total_seconds() < BADGE_POLL_SECONDS
+    )
+
+
+@signed_in_or_shared
+@require_GET
+def chain_badge(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The chain badge as it is now: what the player asks for once a live session has ended,
+    and again (the badge polls itself) until the verification that follows the end has run."""
+    session = access.session_for(request, session_id)
+    context = {"session": session, "badge_polls": _verification_due(session)}
+    return render(request, "sessions_app/player.html#chain-badge", context)
 
 
 @signed_in_or_shared

@@ -478,6 +478,11 @@
         return;
       }
       status("The session ended.");
+      // A worker verifies it now: the badge is asked for again, and keeps asking until then.
+      const chain = $("chain-badge");
+      if (chain && chain.getAttribute("data-badge-url") && window.htmx) {
+        htmx.ajax("GET", chain.getAttribute("data-badge-url"), { target: "#chain-badge", swap: "outerHTML" });
+      }
       // The header's badges said "Live": the end frame names the status the session ended in.
       const ended = data.status;
       const badge = $("session-status");

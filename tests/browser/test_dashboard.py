@@ -18,6 +18,7 @@ from playwright.sync_api import Page
 
 from sessions_app.ingest.writer import append_events, finish_session
 from sessions_app.models import Event, Session
+from sessions_app.verification import verify_session
 
 from ..builders_dashboard import XSS_IMG, XSS_SCRIPT, build_session, conversation_events, hostile_events, turn_length
 from ..builders_replay import import_one, record_variant
@@ -327,6 +328,13 @@ def test_live_session_follows_new_events_over_the_tail(watched, analyst, transac
     wait_until(page, "document.getElementById('session-status').textContent === 'Completed'")
     assert "status-completed" in page.locator("#session-status").get_attribute("class")
     assert page.locator("#live-badge").count() == 0
+    # The chain badge asks again until the verification that follows the end has run (a worker's,
+    # run here by the test): it said "not verified yet" until a reload (walkthrough).
+    wait_until(page, "document.getElementById('chain-badge').hasAttribute('hx-trigger')")
+    assert "not verified yet" in page.locator("#chain-badge").inner_text()
+    _while_streaming(lambda: verify_session(session=Session.objects.get(pk=session.pk)))
+    wait_until(page, "document.getElementById('chain-badge').textContent.includes('verified at')", timeout=20)
+    assert not page.locator("#chain-badge").get_attribute("hx-trigger")  # and stops asking
     page.goto("/sessions/")  # leaving closes the stream
     watch.assert_clean()
 
