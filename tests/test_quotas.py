@@ -4,6 +4,7 @@ over a real socket; the project page sets the quotas and shows what the project 
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import re
 import socket
@@ -17,6 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions_app import jobs
+from sessions_app.formats import size_text
 from sessions_app.ingest.importing import import_file
 from sessions_app.ingest.quotas import usage_of
 from sessions_app.models import AuditEntry, ImportJob, Project, Role, Session
@@ -81,6 +83,22 @@ def test_an_upload_past_the_storage_quota_is_a_413_before_its_body_is_read(api, 
         detail = response.json()["detail"]
         assert "storage quota" in detail and "project default" in detail and "40.0 KiB" in detail
     assert unread_body == [] and not ImportJob.objects.exists() and kept_files(settings) == []
+
+
+def test_a_gzip_upload_is_checked_at_the_size_it_holds_not_its_compressed_one(maintainer, project, settings, tmp_path):
+    # 100 KiB of records in a few KiB of gzip passed a 40 KiB quota, then stored the 100 KiB
+    # (security sweep: 52 MiB held of a 30 MiB quota).
+    project.max_stored_bytes = 40 * KIB
+    project.save()
+    plain = write_canonical_file(tmp_path / "run.jsonl", events=400)
+    packed = tmp_path / "run.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert packed.stat().st_size < 20 * KIB < 40 * KIB < plain.stat().st_size
+    api = Client(headers={"authorization": f"Bearer {key_of(maintainer)}"})
+    response = upload(api, packed, project="default")
+    assert response.status_code == 413, response.content
+    assert f"({size_text(plain.stat().st_size)})" in response.json()["detail"]
+    assert not ImportJob.objects.exists() and kept_files(settings) == []
 
 
 def test_an_upload_naming_its_project_only_in_the_form_is_refused_before_anything_is_stored(

@@ -11,7 +11,7 @@ sessions_app/originals.py).
 
 Every check runs before any work starts: an upload is refused on its declared size before its
 body is read when the project is known from the URL (the API's `?project=`), else before it is
-stored; a live batch on its Content-Length before its body is parsed; a live session before it
+stored (a gzip at the size its last bytes state it holds, as its sessions will); a live batch on its Content-Length before its body is parsed; a live session before it
 is created. Too many bytes is a 413, too many sessions a 409 (docs/api.md). The checks count
 what is stored when they run: two requests at the same moment may both pass, each staying within
 the quota on its own.
