@@ -81,8 +81,8 @@ def read_request(body: bytes, *, json: bool) -> ExportTraceServiceRequest:
         if not isinstance(document, dict):
             raise NotOtlp(f"the body must be a JSON object (ExportTraceServiceRequest), got {type(document).__name__}")
         _ids_as_base64(document)
-        _within_limits(document)
         try:
+            _within_limits(document)
             # Unknown fields are ignored, as OTLP/JSON receivers must (enum values come as integers).
             json_format.ParseDict(document, request, ignore_unknown_fields=True)
         except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
