@@ -150,14 +150,16 @@ def redact_text(
     if not 0 <= seq < session.event_count:
         raise RedactionRefused("seq", f"the session has events 0 to {session.event_count - 1}")
     redactor = literal_redactor(wanted, label)
-    if not _event_holds(session, seq, redactor):
-        # Checked before anything is rewritten: a selection is made in an event's content, and a
-        # text that is only elsewhere (someone's comment or sign-off note) must not be rewritten
-        # through it, in words the maintainer chose as the label.
+    candidates = _stored_forms(wanted)
+    if not _events_hold(session, redactor, candidates):
+        # Checked before anything is rewritten: a selection is made in what the player shows of
+        # the events (the context panel: this event, the history, the step, the variables ...),
+        # and a text that is only elsewhere (someone's comment or sign-off note) must not be
+        # rewritten through it, in words the maintainer chose as the label.
         raise RedactionRefused(
-            "text", f"not found in the stored content of event #{seq + 1} (select text inside one of its strings)"
+            "text", "not found in the session's events as (part of) one string (select text inside one string)"
         )
-    result = _redact_session(session, redactor, by=_name(actor), candidates=_stored_forms(wanted))
+    result = _redact_session(session, redactor, by=_name(actor), candidates=candidates)
     _audit(session, result, actor=actor, ip=ip, how="selection", selected_at=seq)
     return result
 
@@ -330,14 +332,24 @@ def _candidate_sql(forms: list[str] | None) -> tuple[str, list[str]]:
     return f" AND ({' OR '.join(tests)})", [form for form in forms for _ in CONTENT_FIELDS]
 
 
-def _event_holds(session: Session, seq: int, redactor: Redactor) -> bool:
-    """Whether the rules change any content field of the event at `seq` (nothing is written)."""
-    contents = Event.objects.filter(session=session, seq=seq).values_list(*CONTENT_FIELDS).first() or ()
-    for name, text in zip(CONTENT_FIELDS, contents):
-        if text is not None:
-            redactor.counts = Counter()
-            if (redactor.record_text(text) if name == "raw" else redactor.json_text(text)) != text:
-                return True
+def _events_hold(session: Session, redactor: Redactor, candidates: list[str]) -> bool:
+    """Whether the rules change a content field of any of the session's events (nothing is
+    written): the events the database finds holding a candidate text, decoded one at a time up
+    to the first that does."""
+    where, extra = _candidate_sql(candidates)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(CONTENT_FIELDS)} FROM {_TABLE} WHERE session_id = %s{where} ORDER BY seq",
+            [session.pk, *extra],
+        )
+        while rows := cursor.fetchmany(100):
+            for contents in rows:
+                for name, text in zip(CONTENT_FIELDS, contents):
+                    if text is None:
+                        continue
+                    redactor.counts = Counter()
+                    if (redactor.record_text(text) if name == "raw" else redactor.json_text(text)) != text:
+                        return True
     return False
 
 
