@@ -289,7 +289,7 @@ def test_a_declared_body_past_the_upload_limit_is_answered_413_at_once_unread(li
 
 @pytest.mark.parametrize("path", ["/api/imports", "/sessions/upload/"])
 def test_the_production_server_answers_the_413_at_once_too(served, path):
-    _, base, _ = served
+    _, base, _, _ = served
     host, port = base.removeprefix("http://").split(":")
     answer, body, seconds = _ask(host, int(port), path)  # 10 GiB, past REPLAY_MAX_UPLOAD_MB's 1024
     assert answer.status == 413 and b"REPLAY_MAX_UPLOAD_MB" in body and seconds < 5

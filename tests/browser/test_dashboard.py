@@ -401,6 +401,9 @@ def test_diff_view_shows_the_divergence_and_scrubs_both_sides(watched, analyst, 
     deltas = page.locator("table.deltas").inner_text()
     assert re.search(r"Steps\s+8\s+9\s+1", deltas)
 
+    # The page's scripts (htmx among them, deferred) have run: an input before then is heard by
+    # no one, and on a loaded CI machine the selector above can be seen while the page parses.
+    page.wait_for_load_state("load")
     page.locator("#diff-offset").fill("5")
     wait_until(page, "document.querySelector('#diff-rows tbody tr').id === 'diff-step-5'")
     assert query(page)["offset"] == ["5"]
