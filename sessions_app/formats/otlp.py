@@ -61,6 +61,14 @@ STACKTRACE_LIMIT = 8000
 # a few megabytes can hold millions of empty attributes, each of which cost a conversion.
 ITEMS_LIMIT = 1000
 VALUES_LIMIT = 10_000
+# Spans a request may hold, and resources and scopes (an SDK's batch is 512 spans of one of
+# each; a collector's, a few thousand): past it, export smaller batches (a 413). Each span,
+# empty or not, is staged as a row.
+SPANS_LIMIT = 10_000
+
+
+class TooManySpans(Exception):
+    """A request past SPANS_LIMIT: the exporter's batches should be smaller."""
 
 
 class NotOtlp(ValueError):
@@ -80,6 +88,7 @@ def read_request(body: bytes, *, json: bool) -> ExportTraceServiceRequest:
             raise NotOtlp(f"the body is not JSON: {exc}") from None
         if not isinstance(document, dict):
             raise NotOtlp(f"the body must be a JSON object (ExportTraceServiceRequest), got {type(document).__name__}")
+        _count_spans(document)  # before anything walks them
         _ids_as_base64(document)
         try:
             _within_limits(document)
@@ -92,6 +101,7 @@ def read_request(body: bytes, *, json: bool) -> ExportTraceServiceRequest:
             request.ParseFromString(body)
         except (DecodeError, RecursionError) as exc:
             raise NotOtlp(f"not a protobuf ExportTraceServiceRequest: {exc}") from None
+        _count_spans(request)
     _check_ids(request)
     return request
 
@@ -107,12 +117,43 @@ def _ids_as_base64(document: dict[str, Any]) -> None:
                     _hex_fields(link, f"{where}.links[{k}]", ("traceId", "trace_id", "spanId", "span_id"))
 
 
+def _count_spans(request: dict[str, Any] | ExportTraceServiceRequest) -> None:
+    """TooManySpans past SPANS_LIMIT spans, or resources and scopes (lengths only: stops at the
+    limit, so a request of millions of empty ones costs no more than one of the limit)."""
+    json = isinstance(request, dict)
+
+    def scopes_of(resource: Any) -> Any:
+        return _list(resource, "scopeSpans", "scope_spans") if json else resource.scope_spans
+
+    def spans_of(scope: Any) -> Any:
+        return _list(scope, "spans", "spans") if json else scope.spans
+
+    resources = _list(request, "resourceSpans", "resource_spans") if json else request.resource_spans
+    containers = len(resources)
+    spans = 0
+    for resource in islice(resources, SPANS_LIMIT + 1):
+        scopes = scopes_of(resource)
+        containers += len(scopes)
+        if containers > SPANS_LIMIT:
+            break
+        for scope in islice(scopes, SPANS_LIMIT + 1):
+            spans += len(spans_of(scope))
+            if spans > SPANS_LIMIT:
+                break
+        if spans > SPANS_LIMIT:
+            break
+    if containers > SPANS_LIMIT or spans > SPANS_LIMIT:
+        raise TooManySpans(f"more than {SPANS_LIMIT:,} spans (or resources and scopes) in one request; "
+                           "export smaller batches")  # fmt: skip
+
+
 def _within_limits(document: dict[str, Any]) -> None:
     """The OTLP/JSON document cut to the limits span_records keeps (ITEMS_LIMIT, VALUES_LIMIT)
     before protobuf's ParseDict reads it, which is pure Python and the slowest step by far."""
     for resource_spans in _list(document, "resourceSpans", "resource_spans"):
         _cut_attributes(resource_spans.get("resource"))
         for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
+            _cut_attributes(scope_spans.get("scope"))
             for span in _list(scope_spans, "spans", "spans"):
                 _cut_attributes(span)
                 for name in ("events", "links"):
