@@ -22,6 +22,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task
 
+from .ingest.quotas import QuotaExceeded, check_bytes
 from .ingest.uploads import decompressed_size_within_limit, too_large_message
 from .models import ImportJob, RedactionJob, Session
 from .originals import delete_expired_originals
@@ -92,6 +93,14 @@ def _import(job: ImportJob) -> None:
         within, size = decompressed_size_within_limit(path)
         if not within:
             _fail(job, too_large_message(size, what="decompressed upload"))
+            return
+        # What a gzip holds is what its sessions will store: the quota was checked on what its
+        # last member states, which a file of several members can understate (review). The
+        # upload itself is counted already, at its size on disk.
+        try:
+            check_bytes(project=job.project, size=size - path.stat().st_size, what="gzip's content past its own size")
+        except QuotaExceeded as exc:
+            _fail(job, exc.message)
             return
         outcomes = list(
             import_file(

@@ -99,6 +99,16 @@ def test_a_gzip_upload_is_checked_at_the_size_it_holds_not_its_compressed_one(ma
     assert response.status_code == 413, response.content
     assert f"({size_text(plain.stat().st_size)})" in response.json()["detail"]
     assert not ImportJob.objects.exists() and kept_files(settings) == []
+    # A gzip of several members states only its last one's size (an empty one: 0): its import
+    # checks what it holds before storing anything (review).
+    packed.write_bytes(gzip.compress(plain.read_bytes()) + gzip.compress(b""))
+    response = upload(api, packed, project="default")
+    assert response.status_code == 202, response.content
+    job = ImportJob.objects.get()
+    jobs.run_import(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.FAILED and "storage quota" in job.error, job.error
+    assert not Session.objects.exists()
 
 
 def test_an_upload_naming_its_project_only_in_the_form_is_refused_before_anything_is_stored(
