@@ -750,6 +750,14 @@ def test_a_payload_too_large_to_show_is_a_stand_in_in_the_player_and_contexts_an
     assert page["steps"][0]["event"]["payload"] == huge
     # A payload within the limit shows as it always did.
     assert "bye" in context_panel(logged_in.get(url(session), {"step": 2}).content.decode())
+    # The player's other panels read payloads of other events (the conversation so far): the
+    # same stand-in there, never the payload decoded (review).
+    said = {"text": "HUGE-MESSAGE-START " + "y" * 6_000}
+    talkative = build_session([_event(0, Kind.USER_MESSAGE, payload=said),
+                               _event(1, Kind.USER_MESSAGE, payload={"text": "and then"})])  # fmt: skip
+    later = logged_in.get(url(talkative), {"step": 1}).content.decode()
+    said_there = later[later.index('aria-label="Conversation so far"') :]
+    assert "too large to show here" in said_there and "HUGE-MESSAGE-START" not in later
 
 
 def test_the_chain_badge_of_a_session_that_just_ended_asks_again_until_it_is_verified(logged_in, talk):

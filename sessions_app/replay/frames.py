@@ -22,7 +22,7 @@ from ..models import Event, Session
 from ..models.planning import planned_for_values
 from .display import duration_ms, kind_icon, offset, usd
 from .navigation import window_dict, window_rows
-from .rows import as_utc
+from .rows import as_utc, decoded_payload
 
 BEFORE = 8  # events shown before the current one
 AFTER = 16  # and after it
@@ -532,7 +532,7 @@ def run_python_block(*, session: Session, seq: int, context: dict[str, Any]) -> 
     by_seq: dict[int, dict[str, Any]] = {}
     print_output: list[Any] = []
     for inner_seq, kind, tool, payload_text, pair_seq, duration, is_error in inner:
-        payload = orjson.loads(payload_text) if payload_text else {}
+        payload = decoded_payload(payload_text)
         if kind == Kind.TOOL_CALL:
             call = {"seq": inner_seq, "tool": tool, "args": payload.get("toolArgs", payload.get("arguments")),
                     "result": None, "result_seq": None, "is_error": False, "duration_ms": duration}  # fmt: skip
@@ -589,7 +589,7 @@ def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
         }
     children = []
     for spawn_seq, child_id, pair_id, depth, payload_text, result_seq, cost0, tokens0 in spawns:
-        payload = orjson.loads(payload_text) if payload_text else {}
+        payload = decoded_payload(payload_text)
         end = ends.get(result_seq) if result_seq is not None and result_seq <= seq else None
         children.append({
             "seq": spawn_seq, "child_id": child_id or pair_id, "depth": depth,
@@ -638,7 +638,7 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
             "seq": s,
             "kind": kind,
             "user": kind == Kind.USER_MESSAGE,
-            "text": clip_block(message_text(orjson.loads(p)), 4000),
+            "text": clip_block(message_text(decoded_payload(p)), 4000),
         }
         for s, kind, p in found
     ]
@@ -652,7 +652,7 @@ def conversation(*, session: Session, seq: int, kinds: dict[str, int]) -> tuple[
             .order_by("seq")
             .values_list("payload")[:TYPING_CHUNKS]
         ):
-            payload = orjson.loads(payload_text)
+            payload = decoded_payload(payload_text)
             for patch in payload.get("patches") or []:
                 if isinstance(patch, dict) and patch.get("path") == "/-" and isinstance(patch.get("value"), str):
                     pieces.append(patch["value"])
@@ -676,7 +676,7 @@ def _apply_rewrites(session: Session, messages: list[dict[str, Any]], seq: int) 
         .values_list("payload", flat=True)[:REWRITES]
     )
     for payload_text in rewrites:
-        payload = orjson.loads(payload_text)
+        payload = decoded_payload(payload_text)
         target = shown.get((payload.get("rewrites") or {}).get("seq"))
         if target is not None and isinstance(payload.get("text"), str):
             target["text"] = clip_block(payload["text"], 4000)

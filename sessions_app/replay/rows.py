@@ -209,17 +209,21 @@ def event_dict(row: Row, *, splice: bool = False) -> dict[str, Any]:
         "costUnpriced": bool(row.cost_unpriced),
         "tokens": row.tokens,
         "isError": bool(row.is_error),
-        "payload": _payload(row.payload, splice=splice),
+        "payload": orjson.Fragment(row.payload or "{}") if splice else decoded_payload(row.payload),
     }
 
 
-def _payload(text: str | None, *, splice: bool) -> Any:
-    if text is not None and not splice and len(text) > DECODED_PAYLOAD_LIMIT:
+def decoded_payload(text: str | None) -> Any:
+    """A stored payload decoded to be shown, or past DECODED_PAYLOAD_LIMIT a stand-in saying so
+    (every reader that shows payloads goes through this)."""
+    if text is not None and len(text) > DECODED_PAYLOAD_LIMIT:
+        # `text`, which every panel and preview shows of a message, says what happened.
         return {
-            "notShown": f"a payload of {len(text):,} characters, too large to show here; the API's replay "
-            "page (GET /api/sessions/{id}/replay) and the exports return it whole"
+            "notShown": len(text),
+            "text": f"a payload of {len(text):,} characters, too large to show here; the API's replay "
+            "page (GET /api/sessions/{id}/replay) and the exports return it whole",
         }
-    return _json(text, splice=splice, default={})
+    return orjson.loads(text) if text else {}
 
 
 def _paired_dict(seq: int, kind: str, source_type: str, ts: Any, is_error: Any) -> dict[str, Any]:
