@@ -797,3 +797,19 @@ def test_the_api_test_box_answers_the_redacted_sample(admin):
         "text": "call [REDACTED:phone] about [REDACTED:ticket]",
         "redactions": {"phone": 1, "ticket": 1},
     }
+
+
+def test_a_sessions_short_texts_are_redacted_before_they_are_cut(admin):
+    # Cut first, a secret across the 200th character kept its first part ("ana@exam"), and a
+    # placeholder longer than what it replaced could pass the column's size (review).
+    from sessions_app.canonical import SessionMeta
+    from sessions_app.ingest.writer import create_session
+
+    project, _ = admin
+    _rules(project, ["email"])
+    near_the_end = "a" * 190 + " ana@example.org"
+    session = create_session(project=project, source_format="canonical",
+                             meta=SessionMeta(agent_id=near_the_end, model="m " + "x@y.io " * 40))  # fmt: skip
+    stored = Session.objects.get(pk=session.pk)
+    assert "ana@exam" not in stored.agent_id and stored.agent_id.startswith("a" * 190 + " [REDACTED")
+    assert len(stored.agent_id) <= 200 and len(stored.model) <= 200 and "@" not in stored.model

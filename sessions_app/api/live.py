@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
+from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Query, Router, Schema, Status
@@ -210,18 +211,22 @@ def end_session(request: HttpRequest, session_id: Id):
     access.session_for(request, session_id, need=Role.MAINTAINER)
     try:
         data = read_body(request, EndIn)
-        session, ended = live_ingest.end_live_session(
-            session_id=session_id, status=data.status, final_answer=data.final_answer
-        )
+        # The end and its audit entry in one transaction: a retry of an end that was stored is a
+        # no-op, so an entry written after it could be missed for good.
+        with transaction.atomic():
+            session, ended = live_ingest.end_live_session(
+                session_id=session_id, status=data.status, final_answer=data.final_answer
+            )
+            if ended:
+                # Who closed it, and how: its final answer is content (never in the log, which
+                # no redaction rewrites), so only whether one was given.
+                audit.record_request(request, action="session.end", project=session.project_id,
+                                     target=f"session:{session.pk}",
+                                     detail={"status": session.status, "final_answer": bool(data.final_answer)})  # fmt: skip
     except Session.DoesNotExist:
         return not_found("session", session_id)
     except (BadRequest, IngestError) as exc:
         return error(exc)
-    if ended:
-        # Who closed it, and how: its final answer is content (never in the log, which is never
-        # rewritten by a redaction), so only whether one was given.
-        audit.record_request(request, action="session.end", project=session.project_id, target=f"session:{session.pk}",
-                             detail={"status": session.status, "final_answer": bool(data.final_answer)})  # fmt: skip
     jobs.enqueue_verify_after_commit(session_ids=[session.pk])  # "verified when they end"
     return Status(200, session)
 

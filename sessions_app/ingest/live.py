@@ -22,7 +22,16 @@ from ..canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionM
 from ..formats import MAX_DEPTH
 from ..models import IngestBatch, Project, Session
 from .quotas import check_new_session
-from .writer import AppendResult, append_events, create_session, finish_session, redactor_of, set_checkpoint
+from .writer import (
+    AppendResult,
+    append_events,
+    create_session,
+    finish_session,
+    redactor_of,
+    set_checkpoint,
+    short_text,
+    text_redactor,
+)
 
 # Formats an agent can stream, and the module holding each one's Converter.
 LIVE_FORMATS = {
@@ -413,12 +422,11 @@ def _note_format_and_meta(session: Session, name: str, meta: SessionMeta) -> Non
     if session.source_format == UNDECIDED_FORMAT:
         session.source_format = name
         changed.append("source_format")
-    redactor = redactor_of(session.project_id, None)
+    redact = text_redactor(redactor_of(session.project_id, None))
     for name_ in _META_FIELDS:
         value = getattr(meta, name_, "")
         if value and not getattr(session, name_):
-            value = without_nul(value if name_ == "task" else value[:200])
-            setattr(session, name_, value if redactor is None else redactor.text(value))
+            setattr(session, name_, redact(without_nul(value)) if name_ == "task" else short_text(redact, value))
             changed.append(name_)
     if changed:
         session.save(update_fields=changed)

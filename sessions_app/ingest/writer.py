@@ -353,16 +353,16 @@ def create_sessions(*, project: Project, source_format: str, metas: list[Session
 def _new_session(
     project: Project, source_format: str, meta: SessionMeta, status: str, import_job, redactor: Redactor | None
 ) -> Session:
-    text = _text_redactor(redactor)
+    text = text_redactor(redactor)
     return Session(
         project=project,
         source_format=source_format,
-        source_session_id=text(without_nul(meta.source_session_id[:200])),
-        run_id=text(without_nul(meta.run_id[:200])),
-        agent_id=text(without_nul(meta.agent_id[:200])),
+        source_session_id=short_text(text, meta.source_session_id),
+        run_id=short_text(text, meta.run_id),
+        agent_id=short_text(text, meta.agent_id),
         task=text(without_nul(meta.task)),
-        environment=text(without_nul(meta.environment[:200])),
-        model=text(without_nul(meta.model[:200])),
+        environment=short_text(text, meta.environment),
+        model=short_text(text, meta.model),
         status=status,
         started_at=meta.started_at,
         metadata=_redacted_value(redactor, json_without_nul(meta.metadata)),
@@ -370,8 +370,15 @@ def _new_session(
     )
 
 
-def _text_redactor(redactor: Redactor | None) -> Callable[[str], str]:
+def text_redactor(redactor: Redactor | None) -> Callable[[str], str]:
     return (lambda text: text) if redactor is None else redactor.text
+
+
+def short_text(redact: Callable[[str], str], value: str, limit: int = 200) -> str:
+    """A session's short text (its ids, environment, model: 200-character columns) redacted,
+    then cut: cut first, a secret across the cut would keep its first part unredacted, and a
+    placeholder longer than what it replaced could pass the column's size."""
+    return redact(without_nul(value))[:limit]
 
 
 def _redacted_value(redactor: Redactor | None, value: Any) -> Any:
@@ -601,7 +608,7 @@ def _close(
     if meta is not None:
         _apply_meta(locked, meta, redactor)
     if final_answer is not None:
-        locked.final_answer = _text_redactor(redactor)(without_nul(final_answer))
+        locked.final_answer = text_redactor(redactor)(without_nul(final_answer))
     if status is not None:
         locked.status = status
         locked.completed = status == Session.Status.COMPLETED or locked.completed
@@ -618,11 +625,11 @@ def _close(
 
 
 def _apply_meta(session: Session, meta: SessionMeta, redactor: Redactor | None) -> None:
-    text = _text_redactor(redactor)
+    text = text_redactor(redactor)
     for name in ("source_session_id", "run_id", "agent_id", "environment", "model"):
         value = getattr(meta, name)
         if value and not getattr(session, name):
-            setattr(session, name, text(without_nul(value[:200])))
+            setattr(session, name, short_text(text, value))
     if meta.task and not session.task:
         session.task = text(without_nul(meta.task))
     if meta.started_at and session.started_at is None:
@@ -647,7 +654,7 @@ def merge_session_metadata(*, session: Session, metadata: dict[str, Any]) -> Non
 
 
 def _write_checkpoints(session: Session, specs: list[CheckpointSpec], redactor: Redactor | None) -> None:
-    text = _text_redactor(redactor)
+    text = text_redactor(redactor)
     for spec in specs:
         seq = spec.seq
         if seq is None and spec.step_pos is not None:
@@ -687,7 +694,7 @@ def set_checkpoint(
         .values_list("steps_total", flat=True)
         .first()
     )
-    text = _text_redactor(redactor_of(session.project_id, None))
+    text = text_redactor(redactor_of(session.project_id, None))
     checkpoint, _ = Checkpoint.objects.update_or_create(
         session=session,
         name=(name if name_redacted else text(without_nul(name)))[:200],
