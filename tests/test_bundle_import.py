@@ -338,3 +338,18 @@ def test_restored_comments_are_marked_dated_no_later_than_the_export_and_held_to
 
     marks = [(t["author"], t["restored_from"]) for t in comment_threads(copy)]
     assert marks == [("admin1", fingerprint), ("max", "")]
+
+
+def test_a_carried_original_too_long_to_redact_is_not_kept_and_its_job_says_why(bundle, session, elsewhere, settings):
+    from pathlib import Path
+
+    from sessions_app.models import RedactionRules
+
+    RedactionRules.objects.create(project=elsewhere, detectors=["email"], custom=[], keep_originals=True)
+    settings.MAX_RECORD_BYTES = 40  # below the carried original's lines
+    session.delete()
+    (outcome,) = import_file(path=bundle, project=elsewhere)
+    assert outcome.error is None
+    kept = ImportJob.objects.filter(project=elsewhere, problem_count=1).get()
+    assert kept.problems[0]["field"] == "original" and "too long to redact" in kept.problems[0]["message"]
+    assert not Path(kept.stored_path).exists()

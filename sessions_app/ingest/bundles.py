@@ -131,7 +131,14 @@ def _keep_original(bundle: Bundle, project: Project, created_by: str, redactor: 
         _forget(job)  # the caller never gets the job to forget: its row goes with the transaction
         raise
     if redactor is not None:
-        settle_original(path=Path(job.stored_path), redactor=redactor)
+        too_long = settle_original(path=Path(job.stored_path), redactor=redactor)
+        if too_long is not None:  # deleted rather than kept unredacted: its job says why
+            problem = {
+                "line": too_long.number,
+                "field": "original",
+                "message": f"{too_long}: the kept original was deleted",
+            }
+            ImportJob.objects.filter(pk=job.pk).update(problems=[problem], problem_count=1)
     return job
 
 
