@@ -442,11 +442,11 @@ class Redactor:
         (the import's REPLAY_MAX_RECORD_BYTES) raises LineTooLong, read no further: decoding it
         whole took several times its size (a 477 MiB line, 2 GiB)."""
         number = 0
-        while raw_line := source.readline(max_line + 1):
+        while raw_line := source.readline(max_line + 2):  # room for its "\r\n"
             number += 1
-            if len(raw_line) > max_line and raw_line[-1:] != b"\n":
-                raise LineTooLong(number, max_line)
             body = raw_line.rstrip(b"\r\n")
+            if len(body) > max_line:
+                raise LineTooLong(number, max_line)
             end = raw_line[len(body) :]
             text = body.decode("utf-8", "surrogateescape")
             if not self._scan.Match(text):

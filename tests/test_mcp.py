@@ -278,6 +278,8 @@ def test_over_streamable_http_with_an_api_key(world, tmp_path):
             assert refused_or_answered.get("X-Content-Type-Options") == "nosniff"
             assert refused_or_answered.get("X-Frame-Options") == "DENY"
             assert "frame-ancestors 'none'" in refused_or_answered.get("Content-Security-Policy", "")
+            assert refused_or_answered.get("Referrer-Policy") == "same-origin"
+            assert refused_or_answered.get("Cross-Origin-Opener-Policy") == "same-origin"
 
         def connect(**options) -> Client:
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {world.key}"}, timeout=60)

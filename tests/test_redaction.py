@@ -813,3 +813,17 @@ def test_a_sessions_short_texts_are_redacted_before_they_are_cut(admin):
     stored = Session.objects.get(pk=session.pk)
     assert "ana@exam" not in stored.agent_id and stored.agent_id.startswith("a" * 190 + " [REDACTED")
     assert len(stored.agent_id) <= 200 and len(stored.model) <= 200 and "@" not in stored.model
+
+
+def test_lines_up_to_the_limit_are_redacted_whatever_their_line_ending_and_one_past_it_is_refused():
+    import io
+
+    from sessions_app.redaction import LineTooLong
+
+    redactor = Redactor.from_rules(["email"])
+    body = b'{"m": "ana@example.org ' + b"x" * 20 + b'"}'
+    for ending in (b"\n", b"\r\n", b""):
+        out = b"".join(redactor.lines(io.BytesIO(body + ending), max_line=len(body)))
+        assert b"[REDACTED:email]" in out and out.endswith(ending), ending
+        with pytest.raises(LineTooLong, match="line 1 is over"):
+            list(redactor.lines(io.BytesIO(body + ending), max_line=len(body) - 1))

@@ -62,6 +62,8 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         # The project's storage quota, on the declared size, before the body is read (as live batches).
         check_bytes(project=project, size=declared_length(request), what="export")
         body = _body(request)  # (read before the pause: a slow client's upload takes its time)
+        if len(body) > declared_length(request):  # gzip undone: the quota on what it holds
+            check_bytes(project=project, size=len(body), what="export")
         # The cyclic collector paused as in a settling (writer.collector_paused): a request of
         # 512 spans makes some hundred thousand short-lived objects, which it kept rescanning
         # (0.4 s of bench/otlp_bench.py's 100,000 spans).

@@ -56,26 +56,35 @@ def _host_allowed(scope) -> bool:
     return bool(domain) and validate_host(domain, allowed)
 
 
-# What every other answer of the server carries (Django's middleware, which /mcp bypasses):
-# session data is never cached, never sniffed as another type, never framed.
-_SECURITY_HEADERS = (
-    (b"cache-control", b"no-store"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
-)
-_SECURITY_NAMES = frozenset(name for name, _ in _SECURITY_HEADERS)
+def _security_headers() -> tuple[tuple[bytes, bytes], ...]:
+    """What Django's middleware gives every other answer of the server (/mcp bypasses it):
+    session data is never cached, never sniffed as another type, never framed; the referrer
+    and opener policies, and HSTS where the deployment turned it on."""
+    headers = [
+        (b"cache-control", b"no-store"),
+        (b"x-content-type-options", b"nosniff"),
+        (b"x-frame-options", b"DENY"),
+        (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+        (b"referrer-policy", settings.SECURE_REFERRER_POLICY.encode()),
+        (b"cross-origin-opener-policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY.encode()),
+    ]
+    if settings.SECURE_HSTS_SECONDS:
+        hsts = f"max-age={settings.SECURE_HSTS_SECONDS}"
+        hsts += "; includeSubDomains" if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS else ""
+        hsts += "; preload" if settings.SECURE_HSTS_PRELOAD else ""
+        headers.append((b"strict-transport-security", hsts.encode()))
+    return tuple(headers)
 
 
 def _secured(send):
     """`send` with the security headers set on the response's start (replacing the SDK's own)."""
+    security = _security_headers()
+    names = frozenset(name for name, _ in security)
 
     async def secured_send(message) -> None:
         if message["type"] == "http.response.start":
-            kept = [
-                (name, value) for name, value in message.get("headers") or () if name.lower() not in _SECURITY_NAMES
-            ]
-            message = {**message, "headers": [*kept, *_SECURITY_HEADERS]}
+            kept = [(name, value) for name, value in message.get("headers") or () if name.lower() not in names]
+            message = {**message, "headers": [*kept, *security]}
         await send(message)
 
     return secured_send
