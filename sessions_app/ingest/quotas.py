@@ -11,10 +11,12 @@ sessions_app/originals.py).
 
 Every check runs before any work starts: an upload is refused on its declared size before its
 body is read when the project is known from the URL (the API's `?project=`), else before it is
-stored (a gzip at the size its last bytes state it holds, as its sessions will); a live batch on its Content-Length before its body is parsed; a live session before it
-is created. Too many bytes is a 413, too many sessions a 409 (docs/api.md). The checks count
-what is stored when they run: two requests at the same moment may both pass, each staying within
-the quota on its own.
+stored (a gzip at the size its last bytes state it holds, as its sessions will, and again by its
+import job at the size it decompresses to); a live batch on its Content-Length before its body
+is parsed (an OTLP export again once decompressed); a live session before it is created. Too
+many bytes is a 413, too many sessions a 409 (docs/api.md). The checks count what is stored when
+they run: two requests at the same moment may both pass, each staying within the quota on its
+own.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def accept_upload(
     stated = _refuse_oversized_gzip(uploaded_file)
     # A gzip is stored as what it holds (its sessions' records): its stated size, a floor for
     # that, is what the quota is checked against (a 100 KiB gzip of 28 MiB passed a quota
-    # with 6 MiB left, security sweep). QuotaExceeded: 413 past the bytes, 409 the sessions.
+    # with 6 MiB left, security sweep; jobs._import checks the whole once decompressed).
+    # QuotaExceeded: 413 past the bytes, 409 the sessions.
     check_upload(project=project, size=max(size, stated))
 
     original_name = display_name(uploaded_file.name or "upload")
@@ -208,7 +209,8 @@ def _refuse_oversized_gzip(uploaded_file: UploadedFile) -> int:
     so it is refused at once, without inflating a possible bomb; smaller claims prove nothing
     and the import checks while decompressing. A cut or damaged file's last 4 bytes are not its
     size: the message says where the figure comes from, and how to check the file. Returns the
-    stated size (0 for a file that is no gzip): at least what it holds, below 4 GiB."""
+    stated size (0 for a file that is no gzip): what its last member holds (below 4 GiB), so a
+    floor for what the file holds; the import job checks the whole."""
     uploaded_file.seek(0)
     magic = uploaded_file.read(2)
     if magic != GZIP_MAGIC or (uploaded_file.size or 0) < 18:
