@@ -758,6 +758,15 @@ def test_a_payload_too_large_to_show_is_a_stand_in_in_the_player_and_contexts_an
     later = logged_in.get(url(talkative), {"step": 1}).content.decode()
     said_there = later[later.index('aria-label="Conversation so far"') :]
     assert "too large to show here" in said_there and "HUGE-MESSAGE-START" not in later
+    # Short but made of many objects and arrays (the shape that costs most decoded): the same.
+    from sessions_app.formats import fields
+
+    monkeypatch.setattr(rows, "DECODED_PAYLOAD_LIMIT", 10**9)
+    monkeypatch.setattr(fields, "DECODED_CONTAINERS_LIMIT", 1_000)
+    context = logged_in.get(f"/api/sessions/{session.pk}/context", {"seq": 1}).json()
+    assert context["event"]["payload"]["notShown"] == len(orjson.dumps(huge))  # 2,000 arrays
+    context = logged_in.get(f"/api/sessions/{session.pk}/context", {"seq": 2}).json()
+    assert context["event"]["payload"] == {"text": "bye"}
 
 
 def test_the_chain_badge_of_a_session_that_just_ended_asks_again_until_it_is_verified(logged_in, talk):

@@ -77,6 +77,19 @@ def payload_object(value: Any, line: int | None, problems: Problems) -> dict[str
     return value
 
 
+# JSON text decoded to be read (shown, or searched for messages) holds at most this many
+# objects and arrays: decoded, each costs some hundred bytes, so 990,000 characters of "[]," made
+# 18 MB and forty of them nearly a gigabyte for one page (security sweep). Text costs no more
+# decoded than as it is, and is never what makes a value pass this.
+DECODED_CONTAINERS_LIMIT = 20_000
+
+
+def too_many_containers(json_text: str) -> bool:
+    """Whether decoding the JSON text would make more than DECODED_CONTAINERS_LIMIT objects and
+    arrays (a bound from above: brackets inside strings are counted too; two C-speed counts)."""
+    return json_text.count("{") + json_text.count("[") > DECODED_CONTAINERS_LIMIT
+
+
 def clip(value: str, limit: int) -> str:
     return value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
 

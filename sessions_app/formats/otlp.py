@@ -36,7 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ..canonical import INT64_MAX, CanonicalEvent, Kind, without_nul
-from .fields import clip, text
+from .fields import clip, text, too_many_containers
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
 NAME = "otlp"
@@ -862,7 +862,7 @@ def _exception(record: dict[str, Any]) -> dict[str, Any]:
 def _json_value(value: Any) -> Any:
     """An attribute that holds JSON text (most SDKs write structured values that way) as its
     value; any other value as it is."""
-    if isinstance(value, str) and value[:1] in ("[", "{"):
+    if isinstance(value, str) and value[:1] in ("[", "{") and not too_many_containers(value):
         try:
             return orjson.loads(value)
         except orjson.JSONDecodeError:

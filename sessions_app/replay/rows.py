@@ -13,15 +13,17 @@ from django.utils.dateparse import parse_datetime
 
 from ..canonical import Kind
 from ..formats import agentlens
+from ..formats.fields import too_many_containers
 from ..models import Event
 
 EVENT_TABLE = Event._meta.db_table
 HISTORY_LIMIT = 50  # llmHistory / toolResults / pendingApprovals, as AgentLens caps them
 MAX_PAGE = 5000
 # A payload decoded for the dashboard, a context or MCP (never for the API's pages, which splice
-# the stored text): past this many characters it is left undecoded and a stand-in says so. One
-# event of 23 MB (up to the API's body limit) took 2 GiB and 6 s to show in the player, for
-# every viewer of it (security sweep); the API's replay page still returns it whole.
+# the stored text): past this many characters, or past formats.fields.DECODED_CONTAINERS_LIMIT
+# objects and arrays, it is left undecoded and a stand-in says so. One event of 23 MB (up to the
+# API's body limit) took 2 GiB and 6 s to show in the player, for every viewer of it, and forty
+# of 990,000 characters of "[]," 860 MB (security sweep); the API's replay page returns it whole.
 DECODED_PAYLOAD_LIMIT = 1_000_000
 SEARCH_FANOUT = 32  # probes per query of the filtered-offset search
 LLM_KINDS = (Kind.LLM_CALL, Kind.LLM_RESPONSE)
@@ -216,7 +218,7 @@ def event_dict(row: Row, *, splice: bool = False) -> dict[str, Any]:
 def decoded_payload(text: str | None) -> Any:
     """A stored payload decoded to be shown, or past DECODED_PAYLOAD_LIMIT a stand-in saying so
     (every reader that shows payloads goes through this)."""
-    if text is not None and len(text) > DECODED_PAYLOAD_LIMIT:
+    if text is not None and (len(text) > DECODED_PAYLOAD_LIMIT or too_many_containers(text)):
         # `text`, which every panel and preview shows of a message, says what happened.
         return {
             "notShown": len(text),
