@@ -82,7 +82,7 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _failure(Refused(404, _NOT_FOUND, f"X-Replay-Project: {exc}"), json)
     except QuotaExceeded as exc:
         return _failure(Refused(exc.status, _RESOURCE_EXHAUSTED, exc.message), json)
-    except otlp.TooManySpans as exc:
+    except otlp.RequestTooLarge as exc:
         return _failure(Refused(413, _RESOURCE_EXHAUSTED, str(exc)), json)
     except (ValueError, otlp.NotOtlp) as exc:  # NotOtlp, or a key of several projects (which to name)
         return _failure(Refused(400, _INVALID_ARGUMENT, str(exc)), json)
