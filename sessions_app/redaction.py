@@ -420,6 +420,11 @@ class Redactor:
         redacted = self.value(value)
         return text if redacted is value else orjson.dumps(redacted, option=orjson.OPT_NON_STR_KEYS).decode()
 
+    def content_text(self, field: str, text: str) -> str:
+        """An event's stored content field (chain.CONTENT_FIELDS) redacted: the source record
+        ("raw") as record_text, the JSON columns as json_text."""
+        return self.record_text(text) if field == "raw" else self.json_text(text)
+
     def record_text(self, text: str) -> str:
         """A source record's text (an event's raw column): a JSON document is decoded, so only
         its strings change and it stays valid JSON; any other text is redacted as text."""

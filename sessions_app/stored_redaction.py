@@ -348,7 +348,7 @@ def _events_hold(session: Session, redactor: Redactor, candidates: list[str]) ->
                     if text is None:
                         continue
                     redactor.counts = Counter()
-                    if (redactor.record_text(text) if name == "raw" else redactor.json_text(text)) != text:
+                    if redactor.content_text(name, text) != text:
                         return True
     return False
 
@@ -366,7 +366,7 @@ def _redact_event(
             continue
         found = Counter()
         redactor.counts = found
-        redacted_text = redactor.record_text(text) if name == "raw" else redactor.json_text(text)
+        redacted_text = redactor.content_text(name, text)
         if redacted_text == text:
             continue
         salt, redacted = redact_field(

@@ -92,7 +92,7 @@ def read_request(body: bytes, *, json: bool) -> ExportTraceServiceRequest:
             raise NotOtlp(f"the body is not JSON: {exc}") from None
         if not isinstance(document, dict):
             raise NotOtlp(f"the body must be a JSON object (ExportTraceServiceRequest), got {type(document).__name__}")
-        _count_spans(document)  # before anything walks them
+        _check_size(document)  # before anything walks them
         _ids_as_base64(document)
         try:
             _within_limits(document)
@@ -105,7 +105,7 @@ def read_request(body: bytes, *, json: bool) -> ExportTraceServiceRequest:
             request.ParseFromString(body)
         except (DecodeError, RecursionError) as exc:
             raise NotOtlp(f"not a protobuf ExportTraceServiceRequest: {exc}") from None
-        _count_spans(request)
+        _check_size(request)
     _check_ids(request)
     return request
 
@@ -121,27 +121,37 @@ def _ids_as_base64(document: dict[str, Any]) -> None:
                     _hex_fields(link, f"{where}.links[{k}]", ("traceId", "trace_id", "spanId", "span_id"))
 
 
-def _count_spans(request: dict[str, Any] | ExportTraceServiceRequest) -> None:
+def _check_size(request: dict[str, Any] | ExportTraceServiceRequest) -> None:
+    """RequestTooLarge past the request's limits (SPANS_LIMIT, ITEMS_PER_REQUEST), for an
+    OTLP/JSON document before protobuf reads it and for a parsed protobuf request alike."""
+    json = isinstance(request, dict)
+    _count_spans(request, json)
+    _count_items(request, json)
+
+
+def _children(node: Any, camel: str, snake: str, json: bool) -> Any:
+    """A repeated field of a request's part: a list of the JSON document, or the message's own."""
+    return _list(node, camel, snake) if json else getattr(node, snake)
+
+
+def _part(node: Any, name: str, json: bool) -> Any:
+    """The resource of a ResourceSpans, the scope of a ScopeSpans."""
+    return (node.get(name) if isinstance(node, dict) else None) if json else getattr(node, name)
+
+
+def _count_spans(request: dict[str, Any] | ExportTraceServiceRequest, json: bool) -> None:
     """RequestTooLarge past SPANS_LIMIT spans, or resources and scopes (lengths only: stops at the
     limit, so a request of millions of empty ones costs no more than one of the limit)."""
-    json = isinstance(request, dict)
-
-    def scopes_of(resource: Any) -> Any:
-        return _list(resource, "scopeSpans", "scope_spans") if json else resource.scope_spans
-
-    def spans_of(scope: Any) -> Any:
-        return _list(scope, "spans", "spans") if json else scope.spans
-
-    resources = _list(request, "resourceSpans", "resource_spans") if json else request.resource_spans
+    resources = _children(request, "resourceSpans", "resource_spans", json)
     containers = len(resources)
     spans = 0
     for resource in islice(resources, SPANS_LIMIT + 1):
-        scopes = scopes_of(resource)
+        scopes = _children(resource, "scopeSpans", "scope_spans", json)
         containers += len(scopes)
         if containers > SPANS_LIMIT:
             break
         for scope in islice(scopes, SPANS_LIMIT + 1):
-            spans += len(spans_of(scope))
+            spans += len(_children(scope, "spans", "spans", json))
             if spans > SPANS_LIMIT:
                 break
         if spans > SPANS_LIMIT:
@@ -149,28 +159,21 @@ def _count_spans(request: dict[str, Any] | ExportTraceServiceRequest) -> None:
     if containers > SPANS_LIMIT or spans > SPANS_LIMIT:
         raise RequestTooLarge(f"more than {SPANS_LIMIT:,} spans (or resources and scopes) in one request; "
                               "export smaller batches")  # fmt: skip
-    _count_items(request, json)
 
 
 def _count_items(request: dict[str, Any] | ExportTraceServiceRequest, json: bool) -> None:
     """RequestTooLarge past ITEMS_PER_REQUEST attributes, events and links in all (lengths, and
     the events' and links' own attributes, read only while the count is within the limit)."""
-
-    def items(node: Any, camel: str, snake: str) -> Any:
-        return _list(node, camel, snake) if json else getattr(node, snake)
-
-    def part(node: Any, name: str) -> Any:  # the resource of a ResourceSpans, the scope of a ScopeSpans
-        return (node.get(name) if isinstance(node, dict) else None) if json else getattr(node, name)
-
     count = 0
     nested: list[Any] = []
-    for resource in items(request, "resourceSpans", "resource_spans"):
-        count += len(items(part(resource, "resource"), "attributes", "attributes"))
-        for scope in items(resource, "scopeSpans", "scope_spans"):
-            count += len(items(part(scope, "scope"), "attributes", "attributes"))
-            for span in items(scope, "spans", "spans"):
-                events, links = items(span, "events", "events"), items(span, "links", "links")
-                count += len(items(span, "attributes", "attributes")) + len(events) + len(links)
+    for resource in _children(request, "resourceSpans", "resource_spans", json):
+        count += len(_children(_part(resource, "resource", json), "attributes", "attributes", json))
+        for scope in _children(resource, "scopeSpans", "scope_spans", json):
+            count += len(_children(_part(scope, "scope", json), "attributes", "attributes", json))
+            for span in _children(scope, "spans", "spans", json):
+                events = _children(span, "events", "events", json)
+                links = _children(span, "links", "links", json)
+                count += len(_children(span, "attributes", "attributes", json)) + len(events) + len(links)
                 if count > ITEMS_PER_REQUEST:
                     break
                 nested.append(events)
@@ -179,7 +182,7 @@ def _count_items(request: dict[str, Any] | ExportTraceServiceRequest, json: bool
         for item in group:
             if count > ITEMS_PER_REQUEST:
                 break
-            count += len(items(item, "attributes", "attributes"))
+            count += len(_children(item, "attributes", "attributes", json))
     if count > ITEMS_PER_REQUEST:
         raise RequestTooLarge(f"more than {ITEMS_PER_REQUEST:,} attributes, events and links in one request; "
                               "export smaller batches")  # fmt: skip

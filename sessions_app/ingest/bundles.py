@@ -24,7 +24,7 @@ from ..comments import MAX_BODY
 from ..models import Comment, CommentRevision, ImportJob, Project, RedactionRules, Review, Session
 from ..redaction import Redactor
 from .uploads import keep_stream, settle_original
-from .writer import append_stored_events, create_session
+from .writer import append_stored_events, create_session, text_redactor
 
 __all__ = ["BundleError", "import_bundle", "is_bundle"]
 
@@ -101,7 +101,7 @@ def _restore(
     if session.head_hash != head:
         # read_bundle checked every link, so only a writer change could get here.
         raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
-    text = (lambda value: value) if redactor is None else redactor.text
+    text = text_redactor(redactor)
     _finish(session, summary, bundle, text)
     _restore_comments(session, bundle, text)
     _restore_reviews(session, bundle, text)

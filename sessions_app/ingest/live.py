@@ -422,12 +422,15 @@ def _note_format_and_meta(session: Session, name: str, meta: SessionMeta) -> Non
     if session.source_format == UNDECIDED_FORMAT:
         session.source_format = name
         changed.append("source_format")
-    redact = text_redactor(redactor_of(session.project_id, None))
-    for name_ in _META_FIELDS:
-        value = getattr(meta, name_, "")
-        if value and not getattr(session, name_):
-            setattr(session, name_, redact(without_nul(value)) if name_ == "task" else short_text(redact, value))
-            changed.append(name_)
+    filled = [
+        (name_, value) for name_ in _META_FIELDS if (value := getattr(meta, name_, "")) and not getattr(session, name_)
+    ]
+    # The rules are read only when a field is filled (a stream's first batch, nearly always), not
+    # on every batch.
+    redact = text_redactor(redactor_of(session.project_id, None)) if filled else None
+    for name_, value in filled:
+        setattr(session, name_, redact(without_nul(value)) if name_ == "task" else short_text(redact, value))
+        changed.append(name_)
     if changed:
         session.save(update_fields=changed)
 

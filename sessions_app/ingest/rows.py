@@ -367,7 +367,7 @@ class EventRows:
             if text is None:
                 continue
             before = redactor.counts.copy()
-            new_text = redactor.record_text(text) if name == "raw" else redactor.json_text(text)
+            new_text = redactor.content_text(name, text)
             if new_text == text:
                 continue
             labels = sorted((redactor.counts - before).keys())

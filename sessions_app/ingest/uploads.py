@@ -93,7 +93,7 @@ def accept_upload(
         raise UploadTooLarge(too_large_message(size))
     if size == 0:
         raise UploadRejected("The uploaded file is empty.")
-    stated = _refuse_oversized_gzip(uploaded_file)
+    stated = _checked_gzip_size(uploaded_file)
     # A gzip is stored as what it holds (its sessions' records): its stated size, a floor for
     # that, is what the quota is checked against (a 100 KiB gzip of 28 MiB passed a quota
     # with 6 MiB left, security sweep; jobs._import checks the whole once decompressed).
@@ -203,7 +203,7 @@ def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
 DEFLATE_MAX_RATIO = 1032
 
 
-def _refuse_oversized_gzip(uploaded_file: UploadedFile) -> int:
+def _checked_gzip_size(uploaded_file: UploadedFile) -> int:
     """A gzip file's last 4 bytes state its (last member's) size modulo 2**32. A stated size
     above the limit proves a whole file's content is larger (the true size is at least that),
     so it is refused at once, without inflating a possible bomb; smaller claims prove nothing
