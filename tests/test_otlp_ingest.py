@@ -568,6 +568,24 @@ def test_an_export_past_the_projects_storage_quota_is_a_413_status_and_stages_no
     assert not Session.objects.exists()
 
 
+def test_spans_waiting_to_settle_and_the_events_they_settle_into_count_toward_the_storage_quota(api, project):
+    from sessions_app.ingest.quotas import stored_bytes
+
+    body = request(*(s for n in range(1, 4) for s in _conversation_spans(n, "x" * 2000))).SerializeToString()
+    assert post(api, body).status_code == 200
+    staged = stored_bytes(project)
+    waiting = sum(len(r) for r in OtlpSpan.objects.filter(record__isnull=False).values_list("record", flat=True))
+    assert staged >= waiting > 6000  # the three prompts, at least
+    settle_now()
+    assert not OtlpSpan.objects.filter(record__isnull=False).exists()
+    assert stored_bytes(project) >= waiting  # now its sessions' records
+    # A quota the staged and settled bytes filled refuses the next export.
+    project.max_stored_bytes = stored_bytes(project) + len(body) // 2
+    project.save(update_fields=["max_stored_bytes"])
+    assert post(api, request(*_conversation_spans(9, "y" * 2000)).SerializeToString()).status_code == 200
+    assert post(api, request(*_conversation_spans(10, "z" * 2000)).SerializeToString()).status_code == 413
+
+
 def test_settling_sessions_reads_their_rows_traces_and_spans_once_for_the_transaction(api, project):
     # Its events are appended and the session finished in one writer call, with the row the
     # settling locked: it was selected and saved by the append and again by finish_session, and

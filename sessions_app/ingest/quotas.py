@@ -5,9 +5,10 @@ at most the server's REPLAY_QUOTA_STORED_MB / REPLAY_QUOTA_SESSIONS where those 
 signed-in user may make a project and be its admin); a project without one follows the server's,
 and with those unset has no limit. Stored bytes are what the project holds, each byte counted once:
 its sessions' source records (Session.record_bytes: the text of every event as received, from a
-file or live) and the uploads no session holds yet, at their size as uploaded, while their
+file or live), the uploads no session holds yet, at their size as uploaded, while their
 originals are kept (queued, running, or failed until the clean-up deletes them,
-sessions_app/originals.py).
+sessions_app/originals.py), and the OpenTelemetry spans waiting to be written as events (their
+records' text).
 
 Every check runs before any work starts: an upload is refused on its declared size before its
 body is read when the project is known from the URL (the API's `?project=`), else before it is
@@ -25,9 +26,10 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import Sum
+from django.db.models.functions import Length
 
 from ..formats import size_text
-from ..models import ImportJob, Project, Session
+from ..models import ImportJob, OtlpSpan, Project, Session
 
 
 class QuotaExceeded(Exception):
@@ -80,7 +82,12 @@ def stored_bytes(project: Project) -> int:
         .aggregate(n=Sum("bytes_total"))
     )
     held = Session.objects.filter(project=project).aggregate(n=Sum("record_bytes"))
-    return (pending["n"] or 0) + (held["n"] or 0)
+    # OpenTelemetry spans received but not yet written as events (ingest/traces.py): settling
+    # runs later, so without them any number of exports would pass the quota meanwhile.
+    staged = OtlpSpan.objects.filter(trace__project=project, trace__pending=True, record__isnull=False).aggregate(
+        n=Sum(Length("record"))
+    )
+    return (pending["n"] or 0) + (held["n"] or 0) + (staged["n"] or 0)
 
 
 def check_bytes(*, project: Project, size: int, what: str = "upload") -> None:
