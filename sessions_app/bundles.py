@@ -255,6 +255,8 @@ def _comment(comment: Comment) -> dict[str, Any]:
         "deleted_at": _at(comment.deleted_at),
         "body": "" if comment.deleted_at else comment.body,  # a deletion keeps its place only
         "restored_from": comment.restored_from,
+        "redacted_at": _at(comment.redacted_at),
+        "redacted_by": comment.redacted_by,
         "revisions": [
             {"body": r.body, "written_at": _at(r.written_at), "replaced_at": _at(r.replaced_at)}
             for r in comment.revisions.all()
@@ -298,6 +300,8 @@ def sign_offs(session: Session) -> list[dict[str, Any]]:
             "last_seq": review.last_seq,
             "created_at": _at(review.created_at),
             "restored_from": review.restored_from,
+            "redacted_at": _at(review.redacted_at),
+            "redacted_by": review.redacted_by,
         }
         for review in Review.objects.filter(session=session).order_by("created_at", "id")
     ]

@@ -276,7 +276,7 @@ def _redact_session(
             locked = Session.objects.select_for_update().get(pk=session.pk)
             _redact_session_row(locked, redactor, result)
             _redact_snapshots(session, redactor, result)
-            _redact_team_work(session, redactor, result)
+            _redact_team_work(session, redactor, result, by=by, at=datetime.fromisoformat(at))
             _redact_import_job(locked, redactor, result)
             _redact_staged_spans(session, redactor, result)
         result.original = _redact_original(session, redactor, must_be_gone=candidates)
@@ -419,7 +419,10 @@ def _redact_snapshots(session: Session, redactor: Redactor, result: RedactionRes
             result.elsewhere["snapshots"] += 1
 
 
-def _redact_team_work(session: Session, redactor: Redactor, result: RedactionResult) -> None:
+def _redact_team_work(session: Session, redactor: Redactor, result: RedactionResult, *, by: str, at: datetime) -> None:
+    # A comment or sign-off note the redaction changed is marked with who changed it and when:
+    # its author did not write the placeholder (a comment's earlier revision marks the comment).
+    marked: dict[type[Model], set[int]] = {Comment: set(), CommentRevision: set(), Review: set()}
     for model, rows, names in (
         (Comment, Comment.objects.filter(session=session), ("body",)),
         (CommentRevision, CommentRevision.objects.filter(comment__session=session), ("body",)),
@@ -442,6 +445,13 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
             if changes:
                 model.objects.filter(pk=row.pk).update(**changes)
                 result.elsewhere[model._meta.model_name] += 1
+                if model in marked:
+                    marked[model].add(row.pk)
+    revised = CommentRevision.objects.filter(pk__in=marked.pop(CommentRevision)).values_list("comment_id", flat=True)
+    marked[Comment].update(revised)
+    for model, pks in marked.items():
+        if pks:
+            model.objects.filter(pk__in=pks).update(redacted_by=by[:150], redacted_at=at)
 
 
 def _numbered_apart(name: str, held: set[str]) -> str:

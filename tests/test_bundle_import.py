@@ -353,3 +353,41 @@ def test_a_carried_original_too_long_to_redact_is_not_kept_and_its_job_says_why(
     kept = ImportJob.objects.filter(project=elsewhere, problem_count=1).get()
     assert kept.problems[0]["field"] == "original" and "too long to redact" in kept.problems[0]["message"]
     assert not Path(kept.stored_path).exists()
+
+
+def test_a_restored_comment_or_note_keeps_the_bundles_redaction_mark_or_names_whose_import_redacted_it(
+    bundle, session, elsewhere, tmp_path
+):
+    from datetime import UTC, datetime
+
+    from sessions_app.models import RedactionRules
+
+    RedactionRules.objects.create(project=elsewhere, detectors=["email"], custom=[], keep_originals=True)
+    marked = {"redacted_by": "ada", "redacted_at": "2099-01-01T00:00:00+00:00"}  # after the export: held to it
+    threads = [
+        {"id": 1, "seq": 1, "author": "rita", "body": "ask [REDACTED:apikey]", **marked,
+         "replies": [{"id": 2, "author": "otto", "body": "mail bo@example.org", "revisions": []}]},
+        {"id": 3, "seq": 1, "author": "mia", "body": "now fine",
+         "revisions": [{"body": "was ana@example.org", "written_at": "2026-01-01T00:00:00+00:00"}]},
+        {"id": 4, "seq": 1, "author": "vic", "body": "plain"},
+    ]  # fmt: skip
+    reviews = [
+        {"reviewer": "rita", "verdict": "approved", "note": "ok", "chain_head": "0" * 64, "chain_valid": True,
+         "first_seq": 0, "last_seq": 1, **marked},
+        {"reviewer": "otto", "verdict": "approved", "note": "told cy@example.org", "chain_head": "0" * 64,
+         "chain_valid": True, "first_seq": 0, "last_seq": 1},
+    ]  # fmt: skip
+    session.delete()
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, comments=threads, reviews=reviews), project=elsewhere,
+                             created_by="max")  # fmt: skip
+    assert outcome.error is None, outcome.error
+    stored = Comment.objects.filter(session=outcome.session).order_by("pk")
+    # The bundle's mark, dated no later than its export; this import's rules, the importer and now.
+    assert [(c.author_name, c.redacted_by) for c in stored] == [("rita", "ada"), ("otto", "max"), ("mia", "max"),
+                                                               ("vic", "")]  # fmt: skip
+    first, reply, revised, plain = stored
+    assert first.redacted_at < datetime.now(UTC) and plain.redacted_at is None
+    assert "[REDACTED:email]" in reply.body and revised.body == "now fine"
+    assert "[REDACTED:email]" in revised.revisions.get().body
+    notes = Review.objects.filter(session=outcome.session).order_by("pk")
+    assert [(r.reviewer_name, r.redacted_by) for r in notes] == [("rita", "ada"), ("otto", "max")]

@@ -93,7 +93,8 @@ def test_threads_list_in_seq_order_with_their_replies_oldest_first(ours, rita, r
     assert thread["replies"][0] | {"created_at": None} == {
         "id": reply["id"], "seq": 3, "parent": first["id"], "author": "rob", "body": "it retried",
         "body_html": "<p>it retried</p>\n", "created_at": None, "edited_at": None, "deleted": False,
-        "permalink": f"/sessions/{ours.pk}/?step=3#c-{reply['id']}", "restored_from": "",
+        "permalink": f"/sessions/{ours.pk}/?step=3#c-{reply['id']}", "restored_from": "", "redacted_at": None,
+        "redacted_by": "",
     }  # fmt: skip
     assert thread["resolved"] is False and thread["replies"][0]["created_at"]
 

@@ -299,6 +299,44 @@ def test_a_sign_off_made_before_the_redaction_stays_valid(stored, maintainer):
     assert "the events it covered changed" not in page
 
 
+def test_comments_and_notes_a_redaction_changed_say_who_changed_them_and_when(stored, maintainer, viewer, mia, other,
+                                                                              tmp_path):  # fmt: skip
+    # Their authors did not write the placeholders: every place that shows them says so.
+    untouched = comments.create_comment(actor=Actor(user=mia), session=stored, seq=3, body="nothing secret here")
+    assert not Comment.objects.filter(redacted_at__isnull=False).exists()
+    assert redact_by_api(maintainer, stored).status_code == 200
+    first, edited, plain = Comment.objects.filter(session=stored).order_by("pk")
+    assert plain.pk == untouched.pk and (plain.redacted_by, plain.redacted_at) == ("", None)
+    assert first.redacted_by == "mia" and first.redacted_at is not None and PLACEHOLDER in first.body
+    # The second's body never held the value, its earlier revision did: the comment is marked.
+    assert edited.body == "it was revoked" and edited.redacted_by == "mia" and edited.redacted_at == first.redacted_at
+    review = Review.objects.get(session=stored)
+    assert review.redacted_by == "mia" and review.redacted_at == first.redacted_at
+    base = f"/api/sessions/{stored.pk}"
+    threads = viewer.get(f"{base}/comments").json()
+    marks = [(c["body"][:9], c["redacted_by"], c["redacted_at"] is not None) for c in threads]
+    assert marks == [("Is `[REDA", "mia", True), ("it was re", "mia", True), ("nothing s", "", False)]
+    [signed] = viewer.get(f"{base}/reviews").json()
+    assert signed["redacted_by"] == "mia" and signed["redacted_at"].startswith(str(review.redacted_at.year))
+    page = viewer.get(f"/sessions/{stored.pk}/?step=3").content.decode()
+    assert page.count("changed by a redaction by mia, <time") == 3  # two comments and the note
+    assert "note changed by a redaction by mia" in page
+    actor = Actor(user=member("vic", stored.project, Role.VIEWER))
+    said = discussion.get_comments(actor=actor, session_id=str(stored.pk))
+    assert said.count("(changed by a redaction by mia at ") == 2
+    # A bundle carries the marks, and a copy restored from it keeps them (the bundle's word).
+    path = tmp_path / "marked.zip"
+    path.write_bytes(body_of(viewer.get(f"{base}/bundle")))
+    listed = orjson.loads(zipfile.ZipFile(path).read("comments.json"))
+    assert [(c["redacted_by"], bool(c["redacted_at"])) for c in listed] == [
+        ("mia", True), ("mia", True), ("", False)
+    ]  # fmt: skip
+    copy, _bundle, _existing = import_bundle(path=path, project=other)
+    restored = Comment.objects.filter(session=copy).order_by("pk")
+    assert [c.redacted_by for c in restored] == ["mia", "mia", ""]
+    assert Review.objects.get(session=copy).redacted_by == "mia"
+
+
 def test_bundles_carry_the_redactions_and_verify_bundle_checks_them(stored, maintainer, viewer, tmp_path, other):
     redact_by_api(maintainer, stored)
     path = tmp_path / "bundle.zip"

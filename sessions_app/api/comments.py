@@ -49,6 +49,11 @@ class CommentOut(Schema):
         description="the fingerprint of the key that signed the bundle this comment was restored from "
         "(its author and times are that bundle's word); empty for one written here"
     )
+    redacted_at: datetime | None = Field(
+        description="when a redaction last replaced words in the body or an earlier revision (null: never); "
+        "the author did not write its placeholders"
+    )
+    redacted_by: str = Field(description="who ran that redaction (empty: none)")
 
 
 class ThreadOut(CommentOut):
@@ -63,7 +68,8 @@ def _comment_row(comment: Comment) -> dict[str, Any]:
         "id": comment.pk, "seq": comment.seq, "parent": comment.parent_id, "author": comment.author_name,
         "body": comment.body, "body_html": str(comment.body_html), "created_at": comment.created_at,
         "edited_at": comment.edited_at, "deleted": comment.deleted_at is not None, "permalink": comment.permalink,
-        "restored_from": comment.restored_from,
+        "restored_from": comment.restored_from, "redacted_at": comment.redacted_at,
+        "redacted_by": comment.redacted_by,
     }  # fmt: skip
 
 

@@ -44,6 +44,10 @@ class ReviewOut(Schema):
         description="restored from an evidence bundle: the fingerprint of the key that signed it (what it says of "
         "reviewer and time is the bundle's word; never `current`); empty for a sign-off made here"
     )
+    redacted_at: datetime | None = Field(
+        description="when a redaction last replaced words in the note (null: never); the reviewer signed the words before"
+    )
+    redacted_by: str = Field(description="who ran that redaction (empty: none)")
     unchanged: bool = Field(
         description="the covered events still end in `chain_head`, and no verification since found one of them broken"
     )
@@ -74,6 +78,8 @@ def review_row(found: SignOff) -> dict[str, Any]:
         "covers": found.coverage.to_dict(),
         "current": found.current,
         "restored_from": review.restored_from,
+        "redacted_at": review.redacted_at.isoformat() if review.redacted_at else None,
+        "redacted_by": review.redacted_by,
         "unchanged": found.coverage.unchanged,
         "broken_seq": found.coverage.broken_seq,
     }

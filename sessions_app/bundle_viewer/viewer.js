@@ -195,6 +195,8 @@
     if (comment.edited_at) line(meta, [" · edited ", when(comment.edited_at), " (" + plural(comment.revisions.length, "earlier version", "earlier versions") + " in comments.json)"]);
     // Restored by the exporting server from another bundle: author and time are that bundle's word.
     if (comment.restored_from) line(meta, [" · ", el("span", "restored", "restored from a bundle signed by " + grouped(comment.restored_from))]);
+    // Its author did not write the [REDACTED:…] placeholders: said, with who put them there.
+    if (comment.redacted_at) line(meta, [" · ", el("span", "redacted", "changed by a redaction by "), user(comment.redacted_by), " ", when(comment.redacted_at)]);
     node.appendChild(meta);
     // A block of its own, so its text is isolated from the lines around it.
     node.appendChild(comment.deleted_at ? line(el("div", "body"), ["(deleted ", when(comment.deleted_at), ")"]) : el("div", "body", comment.body));
@@ -318,6 +320,7 @@
       // A sign-off this bundle's server restored from another bundle: its reviewer and time are
       // what that bundle said, as the player marks it.
       if (review.restored_from) line(item, [" · ", el("span", "restored", "restored from a bundle signed by " + grouped(review.restored_from))]);
+      if (review.redacted_at) line(item, [" · ", el("span", "redacted", "note changed by a redaction by "), user(review.redacted_by), " ", when(review.redacted_at)]);
       reviews.appendChild(item);
     });
     const marks = $("marks");

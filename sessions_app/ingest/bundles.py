@@ -103,8 +103,9 @@ def _restore(
         raise BundleError(f"events.jsonl: the chain rebuilt to {session.head_hash}, not the manifest's head")
     text = text_redactor(redactor)
     _finish(session, summary, bundle, text)
-    _restore_comments(session, bundle, text)
-    _restore_reviews(session, bundle, text)
+    by = created_by or "bundle import"
+    _restore_comments(session, bundle, text, by)
+    _restore_reviews(session, bundle, text, by)
     return session
 
 
@@ -214,42 +215,54 @@ def _when(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _restore_comments(session: Session, bundle: Bundle, text: Callable[[str], str]) -> None:
+def _restore_comments(session: Session, bundle: Bundle, text: Callable[[str], str], by: str) -> None:
     """The bundle's threads, each comment marked with the key that signed the bundle
     (`restored_from`): its author and times are the bundle's word, so it is shown as restored,
     and none is dated after the bundle was exported (nor in the future)."""
     latest = _latest(bundle)
     for thread in bundle.comments:
-        first = _comment(session, thread, parent=None, text=text, bundle=bundle, latest=latest)
+        first = _comment(session, thread, parent=None, text=text, bundle=bundle, latest=latest, by=by)
         if thread.get("resolved_at"):
             first.resolved_at = _no_later(thread["resolved_at"], latest)
             first.resolved_by = str(thread.get("resolved_by") or "")[:150]
             first.save(update_fields=["resolved_at", "resolved_by"])
         for reply in thread.get("replies") or []:
-            _comment(session, reply, parent=first, text=text, bundle=bundle, latest=latest)
+            _comment(session, reply, parent=first, text=text, bundle=bundle, latest=latest, by=by)
 
 
 def _comment(
     session: Session, data: dict[str, Any], *, parent: Comment | None, text: Callable[[str], str], bundle: Bundle,
-    latest: datetime,
+    latest: datetime, by: str,
 ) -> Comment:  # fmt: skip
     seq = int(data.get("seq", parent.seq if parent is not None else 0))
     if not 0 <= seq < max(session.event_count, 1):
         raise BundleError(f"comments.json: comment {data.get('id')} is on event {seq}, outside the session")
-    body = _body(data, f"comment {data.get('id')}")
+    written = [_body(data, f"comment {data.get('id')}")] + [
+        _body(r, f"comment {data.get('id')}'s revision {n}") for n, r in enumerate(data.get("revisions") or [], start=1)
+    ]
+    body, *earlier = kept = [text(one) for one in written]
     created = _no_later(data.get("created_at"), latest) or latest
     comment = Comment.objects.create(
         session=session, seq=seq, parent=parent, author=None, author_name=str(data.get("author") or "")[:150],
-        body=text(body), created_at=created, edited_at=_no_later(data.get("edited_at"), latest),
+        body=body, created_at=created, edited_at=_no_later(data.get("edited_at"), latest),
         deleted_at=_no_later(data.get("deleted_at"), latest), restored_from=bundle.fingerprint[:64] or "bundle",
+        **_redaction_mark(data, changed_here=kept != written, by=by, latest=latest),
     )  # fmt: skip
     CommentRevision.objects.bulk_create(
-        CommentRevision(comment=comment, body=text(_body(r, f"comment {data.get('id')}'s revision {n}")),
-                        written_at=_no_later(r.get("written_at"), latest) or created,
+        CommentRevision(comment=comment, body=revision, written_at=_no_later(r.get("written_at"), latest) or created,
                         replaced_at=_no_later(r.get("replaced_at"), latest) or created)
-        for n, r in enumerate(data.get("revisions") or [], start=1)
+        for revision, r in zip(earlier, data.get("revisions") or [])
     )  # fmt: skip
     return comment
+
+
+def _redaction_mark(data: dict[str, Any], *, changed_here: bool, by: str, latest: datetime) -> dict[str, Any]:
+    """Who last replaced words in a restored comment or note: this import, when the project's
+    rules changed it now; else what the bundle says (its word, dated no later than its export)."""
+    if changed_here:
+        return {"redacted_by": by[:150], "redacted_at": datetime.now(UTC)}
+    at = _no_later(data.get("redacted_at"), latest)
+    return {"redacted_by": str(data.get("redacted_by") or "")[:150] if at else "", "redacted_at": at}
 
 
 def _body(data: dict[str, Any], what: str) -> str:
@@ -271,7 +284,7 @@ def _no_later(value: Any, latest: datetime) -> datetime | None:
     return None if when is None else min(when, latest)
 
 
-def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str]) -> None:
+def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str], by: str) -> None:
     """The bundle's sign-offs, each marked with the key that signed the bundle (`restored_from`):
     what they say of reviewer and time is the bundle's word, so none becomes the session's review
     state here, and none is dated after the bundle was exported (nor in the future)."""
@@ -280,10 +293,13 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
     for data in bundle.reviews:
         if data.get("verdict") not in verdicts:
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")
+        note = str(data.get("note") or "")
+        kept = text(note)
         Review.objects.create(
             session=session, reviewer=None, reviewer_name=str(data.get("reviewer") or "")[:150],
-            verdict=data["verdict"], note=text(str(data.get("note") or "")), chain_head=str(data.get("chain_head") or ""),
+            verdict=data["verdict"], note=kept, chain_head=str(data.get("chain_head") or ""),
             chain_valid=bool(data.get("chain_valid")), first_seq=int(data.get("first_seq") or 0),
             last_seq=int(data.get("last_seq", -1)), created_at=min(_when(data.get("created_at")) or latest, latest),
             restored_from=bundle.fingerprint[:64] or "bundle",
+            **_redaction_mark(data, changed_here=kept != note, by=by, latest=latest),
         )  # fmt: skip

@@ -17,7 +17,15 @@ def _comment(comment: Comment, head: str, indent: str) -> list[str]:
     when = iso(comment.created_at) + (f", edited {iso(comment.edited_at)}" if comment.edited_at else "")
     # A restored comment's author and time are a bundle's word: said, so a model does not take them as ours.
     restored = f" (restored from a bundle signed by {comment.restored_from[:16]}…)" if comment.restored_from else ""
-    lines = [f"{head}comment {comment.pk} by {clip(comment.author_name or '(someone)', 100)} at {when}{restored}:"]
+    # Placeholders a redaction put in: its author did not write them.
+    redacted = (
+        f" (changed by a redaction by {clip(comment.redacted_by or '(someone)', 100)} at {iso(comment.redacted_at)})"
+        if comment.redacted_at
+        else ""
+    )
+    lines = [
+        f"{head}comment {comment.pk} by {clip(comment.author_name or '(someone)', 100)} at {when}{restored}{redacted}:"
+    ]
     if comment.deleted_at:
         return [*lines, f"{indent}(deleted)"]
     return [*lines, *(f"{indent}{line}" for line in clip_block(comment.body, BODY_CHARS).splitlines())]

@@ -36,6 +36,10 @@ class Comment(models.Model):
     # The fingerprint of the key that signed the bundle this comment was restored from ("" for
     # one written here): its author and times are that bundle's word, shown as such.
     restored_from = models.CharField(max_length=64, blank=True, default="")
+    # Set when a redaction replaced words in the body (or in an earlier revision): the author did
+    # not write the placeholder, so the comment says who changed it and when.
+    redacted_at = models.DateTimeField(null=True, blank=True)
+    redacted_by = models.CharField(max_length=150, blank=True, default="")
 
     class Meta:
         ordering = ["session", "seq", "created_at", "id"]
@@ -95,6 +99,9 @@ class Review(models.Model):
     # ("" for one made here). Shown as such, and never the session's review state here: its
     # reviewer, verdict and time are what another server's bundle says, not what was checked.
     restored_from = models.CharField(max_length=64, blank=True, default="")
+    # Set when a redaction replaced words in the note: the reviewer signed other words.
+    redacted_at = models.DateTimeField(null=True, blank=True)
+    redacted_by = models.CharField(max_length=150, blank=True, default="")
 
     class Meta:
         ordering = ["session", "-created_at", "-id"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -132,14 +133,17 @@ def talked_over(transactional_db, tmp_path) -> Path:
     one = Comment.objects.create(session=session, seq=1, author_name="rita", body="abc " + RLO + "def")
     Comment.objects.create(session=session, seq=1, parent=one, author_name="mia", body="Agreed.",
                            restored_from="3f9a01bc" * 8)  # fmt: skip
-    two = Comment.objects.create(session=session, seq=2, author_name="mia", body="Two answers here.")
+    two = Comment.objects.create(session=session, seq=2, author_name="mia", body="Two answers here.",
+                                 redacted_by=RLO + "ada", redacted_at=datetime(2026, 11, 2, 9, 30, tzinfo=UTC))  # fmt: skip
     for name in ("rita", "otto"):
         Comment.objects.create(session=session, seq=2, parent=two, author_name=name, body="Yes.")
     Review.objects.create(session=session, reviewer_name="rita", verdict=Review.Verdict.APPROVED, note=RLO + "fine",
                           chain_head=session.head_hash or "0" * 64, chain_valid=True, first_seq=0,
                           last_seq=session.event_count - 1)  # fmt: skip
     Review.objects.create(session=session, reviewer_name="vera", verdict=Review.Verdict.APPROVED, chain_valid=True,
-                          chain_head="0" * 64, first_seq=0, last_seq=1, restored_from="3f9a01bc" * 8)  # fmt: skip
+                          chain_head="0" * 64, first_seq=0, last_seq=1, restored_from="3f9a01bc" * 8,
+                          note="key [REDACTED:apikey]", redacted_by="ada",
+                          redacted_at=datetime(2026, 11, 2, 9, 30, tzinfo=UTC))  # fmt: skip
     return _unpacked_index(session, tmp_path)
 
 
@@ -177,6 +181,9 @@ def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_
         assert page.locator("#payload").get_attribute("tabindex") == "0"
         review, restored = page.locator("#reviews li").all()
         assert review.locator("bdi").last.text_content() == RLO + "fine" and "restored" not in review.text_content()
+        assert "redaction" not in review.text_content()
+        # A note a redaction changed says who changed it, and when (to the minute, in UTC).
+        assert "note changed by a redaction by ada 2026-11-02 09:30 UTC" in restored.text_content()
         # A sign-off its server restored from another bundle says so, with that bundle's signer.
         assert (
             restored.locator(".restored").text_content()
@@ -197,9 +204,18 @@ def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_
         marked = page.locator("#step-comments .comment").filter(has=page.locator(".restored"))
         assert marked.count() == 1 and "Agreed." in marked.text_content()
         assert "restored from a bundle signed by 3f9a 01bc" in marked.locator(".restored").text_content()
+        assert "redaction" not in page.locator("#step-comments").text_content()
         meta = page.locator("#step-comments .comment .meta").first
         assert re.fullmatch(r"rita · \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", meta.text_content())
         assert re.search(r" · \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC · covers events", review.text_content())
+        # So does a comment, its redactor's name isolated like any user's text.
+        page.keyboard.press("ArrowRight")
+        changed = page.locator("#step-comments .comment").filter(has=page.locator(".redacted"))
+        assert changed.count() == 1 and "Two answers here." in changed.text_content()
+        assert changed.locator(".meta bdi").nth(1).text_content() == RLO + "ada"
+        assert (
+            "changed by a redaction by " + RLO + "ada 2026-11-02 09:30 UTC" in changed.locator(".meta").text_content()
+        )
     finally:
         context.close()
     assert errors == [], errors
