@@ -124,6 +124,10 @@ class Actor:
 
 
 ANONYMOUS = Actor(user=None)
+# Not read for a session a caller opens: the writer's saved state (its variables and memory, as
+# large as an agent made them) is for the next append, which reads the row again locked. Loaded
+# on first use where a reader needs it.
+SESSION_DEFERRED = ("ingest_state",)
 
 # Where a browser keeps the share links it opened (ids, newest last): its Django session, so
 # nothing a visitor holds names a link, and signing out forgets them.
@@ -289,6 +293,7 @@ def _lookup(model: type[Session | ShareLink | ImportJob | Tour], *, with_role: b
         where=f"{{table}}.{connection.ops.quote_name(model._meta.pk.column)} = %s",
         related=("project",),
         annotations={"member_role": _member_role_sql("{table}", "project_id")} if with_role else {},
+        deferred=SESSION_DEFERRED if model is Session else (),
     )
 
 
@@ -464,7 +469,7 @@ def _visible(queryset: QuerySet, actor: Actor, project_field: str = "project") -
 
 def sessions_visible_to(who: HttpRequest | Actor) -> QuerySet[Session]:
     """Every session the caller may open: the base of every session list, picker and count."""
-    return _visible(Session.objects.all(), _as_actor(who))
+    return _visible(Session.objects.defer(*SESSION_DEFERRED), _as_actor(who))
 
 
 def jobs_visible_to(who: HttpRequest | Actor) -> QuerySet[ImportJob]:

@@ -329,3 +329,57 @@ def test_a_bundle_manifest_says_whether_its_session_had_prices(db, rlm_session):
 
     totals = session_summary(rlm_session, rlm_session.event_count)["totals"]
     assert (totals["priced_events"], totals["unpriced_events"]) == (0, 0)
+
+
+# 8. A large state is cut when the frame is built, not held whole while the page renders
+
+
+def test_large_variables_and_notes_are_cut_when_the_frame_is_built_and_the_writers_state_is_not_read(logged_in, user):
+    from sessions_app.access import Actor, session_for
+    from sessions_app.replay.frames import SHOWN_VALUE_CHARS, ClippedValue, frame_at
+
+    big = "v" * 200_000
+    change = StateChange(variables={"big": big, "word": "2"}, memory=[big, {"n": 1}])
+    session = build_session([_event(0, Kind.NOTE), _event(1, Kind.NOTE, state_change=change), _event(2, Kind.NOTE)])
+    frame = frame_at(session=session, seq=2, kinds=[])
+    # The frame holds the panel's text of each value, cut: a page's template context is a
+    # reference cycle, and a whole 6 MB variable in it stayed until a garbage collection ran.
+    assert [(name, type(value)) for name, value in frame.variables] == [("big", ClippedValue), ("word", ClippedValue)]
+    assert all(len(value.text) < SHOWN_VALUE_CHARS + 40 for _name, value in frame.variables)
+    assert frame.variables[0][1].text.endswith(f"… ({len(big) + 2} characters)")  # its JSON: quoted
+    assert frame.variables[1][1] == ClippedValue('"2"', is_json=True)  # a string variable stays a string
+    assert [(note.is_json, len(note.text) < SHOWN_VALUE_CHARS + 40) for note in frame.memory] == [
+        (False, True), (True, True)
+    ]  # fmt: skip
+    shown = panel_of(page(logged_in, session, 2))
+    assert f"… ({len(big)} characters)" in shown and f"… ({len(big) + 2} characters)" in plain(shown)
+    assert '<bdi class="tok-str">"2"</bdi>' in shown and big[:2000] not in shown
+    # The writer's saved state (as large as the variables) is not read for a session a caller opens.
+    opened = session_for(Actor(user=user), session.pk)
+    assert "ingest_state" in opened.get_deferred_fields()
+    assert opened.ingest_state["variables"]["big"] == big  # read when asked for
+
+
+def test_a_player_page_leaves_no_stack_frame_in_reference_cycles(logged_in, tmp_path):
+    # A FieldError Django caught and kept while resolving "problems__0" (the import's first
+    # problems, read for an imported session) held every frame of the request, the decoded step
+    # among them, until a garbage collection: 35 MB a view of a session with large variables.
+    import gc
+
+    from sessions_app.ingest.importing import import_local_file
+
+    copy = tmp_path / "uploaded.ndjson"
+    copy.write_bytes((FIXTURES / "agentlens" / "two_sessions.ndjson").read_bytes())
+    uploaded = import_local_file(path=copy, project=Project.get_default())[0].session
+    assert uploaded.import_job_id is not None
+    page(logged_in, uploaded, 1)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        page(logged_in, uploaded, 2)
+        gc.collect()
+        kept = [o.f_code.co_name for o in gc.garbage if type(o).__name__ == "frame"]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert kept == []

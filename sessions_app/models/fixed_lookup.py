@@ -39,14 +39,14 @@ class _Plan:
 
 
 class FixedLookup:
-    """`SELECT` one `model` row, its `related` foreign keys' rows and `annotations` (name ->
-    SQL, each a scalar subquery; `{table}` in it is the model's quoted table) `WHERE` `where`
-    (SQL with `%s` placeholders and `{table}`). `get` takes the annotations' parameters, then
-    the WHERE's."""
+    """`SELECT` one `model` row (but its `deferred` fields, loaded when first read, as `defer`
+    leaves them), its `related` foreign keys' rows and `annotations` (name -> SQL, each a scalar
+    subquery; `{table}` in it is the model's quoted table) `WHERE` `where` (SQL with `%s`
+    placeholders and `{table}`). `get` takes the annotations' parameters, then the WHERE's."""
 
     def __init__(self, model: type[Model], *, where: str, related: tuple[str, ...] = (),
-                 annotations: dict[str, str] | None = None) -> None:  # fmt: skip
-        self.model, self.where, self.related = model, where, related
+                 annotations: dict[str, str] | None = None, deferred: tuple[str, ...] = ()) -> None:  # fmt: skip
+        self.model, self.where, self.related, self.deferred = model, where, related, frozenset(deferred)
         self.annotations = annotations or {}
         self._plans: dict[tuple[str, str], _Plan] = {}
 
@@ -97,8 +97,9 @@ class FixedLookup:
         joins: list[str] = []
 
         def select(model: type[Model], alias: str, field: Any = None) -> None:
-            # Every concrete field in their order: from_db takes them positionally.
-            fields = model._meta.concrete_fields
+            # Every concrete field in their order (from_db takes them positionally, and marks
+            # those left out deferred).
+            fields = [f for f in model._meta.concrete_fields if field is not None or f.name not in self.deferred]
             start = len(columns)
             converters = []
             for i, f in enumerate(fields):

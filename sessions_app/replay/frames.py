@@ -60,6 +60,30 @@ class Shown:
         return getattr(self, name)
 
 
+@dataclass(frozen=True)
+class ClippedValue:
+    """A variable's or memory note's value as the panel shows it: its text (a value that is not
+    text: its indented JSON), already cut at SHOWN_VALUE_CHARS. Built with the frame so that the
+    value itself, as large as an agent made it, is not held while the page renders (a rendered
+    template's context is a reference cycle: it stays until a garbage collection)."""
+
+    text: str
+    is_json: bool
+
+    @classmethod
+    def of(cls, value: Any, *, text_as_is: bool = False) -> ClippedValue:
+        """A variable's value (always JSON: its type shows, "2" is not 2), or with `text_as_is`
+        a note's (text as it is, anything else JSON)."""
+        if text_as_is and isinstance(value, str):
+            return cls(clip_block(value), is_json=False)
+        return cls(clip_block(json_display_text(value)), is_json=True)
+
+
+def json_display_text(value: Any) -> str:
+    """A decoded value as indented JSON (a key or value JSON has no form for: as text)."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
+
+
 @dataclass
 class RowGroup(Shown):
     """A run of streamed chunks folded into one row of the step list."""
@@ -222,9 +246,9 @@ class Frame(Shown):
     children: list[dict[str, Any]] = field(default_factory=list)
     conversation: list[dict[str, Any]] = field(default_factory=list)
     typing: str = ""  # the agent's reply so far, rebuilt from this turn's streamed chunks
-    variables: list[tuple[str, Any]] = field(default_factory=list)  # (name, value), clipped when shown
+    variables: list[tuple[str, ClippedValue]] = field(default_factory=list)  # (name, value)
     variables_hidden: int = 0
-    memory: list[Any] = field(default_factory=list)  # the notes, empty ones left out
+    memory: list[ClippedValue] = field(default_factory=list)  # the notes, empty ones left out
     memory_hidden: int = 0
     hidden_kind: str | None = None  # the shown event's kind, when the step list's filter hides it
 
@@ -475,10 +499,10 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
     if context is not None:
         variables = context.get("variables") or {}
         names = list(variables)[-SHOWN_VARIABLES:]
-        frame.variables = [(str(name), variables[name]) for name in names]
+        frame.variables = [(str(name), ClippedValue.of(variables[name])) for name in names]
         frame.variables_hidden = len(variables) - len(names)
         notes = [note for note in context.get("memoryNotes") or [] if not _is_blank(note)]
-        frame.memory = notes[-SHOWN_NOTES:]
+        frame.memory = [ClippedValue.of(note, text_as_is=True) for note in notes[-SHOWN_NOTES:]]
         frame.memory_hidden = len(notes) - len(frame.memory)
         if session.source_format == "daycare":
             frame.block = run_python_block(session=session, seq=seq, context=context)

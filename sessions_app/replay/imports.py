@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTransform
 
 from ..models import ImportJob, Project, Session
 
@@ -111,9 +112,12 @@ def session_import_problems(*, jobs: QuerySet[ImportJob], session: Session) -> d
     import stored; None when that import had no problem. `jobs`: access.jobs_visible_to."""
     if session.import_job_id is None:
         return None
-    firsts = [f"problems__{n}" for n in range(PLAYER_PROBLEMS)]
+    # Key transforms built here rather than named "problems__0": resolving such a name, Django
+    # catches its own FieldError and keeps it, a reference cycle that held the whole request's
+    # frames (the player's decoded step among them) until the next garbage collection.
+    firsts = {f"problem_{n}": KeyTransform(str(n), "problems") for n in range(PLAYER_PROBLEMS)}
     found = jobs.filter(pk=session.import_job_id, problem_count__gt=0).values(
-        "pk", "original_name", "problem_count", *firsts
+        "pk", "original_name", "problem_count", **firsts
     )
     row = found.first()
     if row is None:

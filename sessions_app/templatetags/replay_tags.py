@@ -5,14 +5,13 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-import orjson
 from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import highlighting, signing
 from ..replay.display import UNPRICED, duration, duration_ms, kind_icon, offset, one_based, usd
-from ..replay.frames import clip_block, display_text
+from ..replay.frames import ClippedValue, clip_block, display_text, json_display_text
 
 register = template.Library()
 for _display in (kind_icon, duration, duration_ms, usd, offset, one_based):
@@ -51,7 +50,7 @@ def python(code: Any) -> SafeString:
 
 
 def _json_text(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
+    return json_display_text(value)
 
 
 @register.filter
@@ -66,6 +65,8 @@ def json_block(value: Any, css: str = "value") -> SafeString:
     JSON, never a Python repr; past SHOWN_VALUE_CHARS it is cut and says so (the snapshot export
     has it all). JSON reads left to right; its strings are isolated by the highlighter. `css` is
     a class the template names (never data); up to 150 of these render a step: no format_html."""
+    if isinstance(value, ClippedValue):  # the frame's: made JSON and cut already
+        return mark_safe(f'<pre class="{css} json" dir="ltr">{highlighting.highlight_json(value.text)}</pre>')
     return mark_safe(
         f'<pre class="{css} json" dir="ltr">{highlighting.highlight_json(clip_block(_json_text(value)))}</pre>'
     )
@@ -75,6 +76,10 @@ def json_block(value: Any, css: str = "value") -> SafeString:
 def value_block(value: Any, css: str = "value") -> SafeString:
     """A value as a <pre>: text as it is (escaped, its direction its own), anything else as
     json_block."""
+    if isinstance(value, ClippedValue):
+        if value.is_json:
+            return json_block(value, css)
+        return mark_safe(f'<pre class="{css}" dir="auto">{escape(value.text)}</pre>')
     if isinstance(value, str):
         return mark_safe(f'<pre class="{css}" dir="auto">{escape(clip_block(value))}</pre>')
     return json_block(value, css)
