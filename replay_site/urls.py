@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from sessions_app.api.otlp import export_traces
+from sessions_app.signin import PasswordChangeView
 
 from .api import api
 from .health import healthz
@@ -11,7 +12,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # A member's own password (accounts made by `manage.py create_user` start with a printed one).
-    path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    # Its current password is checked as a sign-in is, under the same lockout (signin.py).
+    path("accounts/password/", PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),

@@ -7,7 +7,9 @@ whatever view a later change adds, each calling `authenticate()` and `login()` i
 
 Failed sign-ins are throttled by django-axes per username and address (settings.AXES_*): after
 REPLAY_LOGIN_FAILURE_LIMIT failures in a row even the right password is refused until the
-cool-off ends, and `locked_out` answers with a page saying when to try again.
+cool-off ends, and `locked_out` answers with a page saying when to try again. Changing one's
+password checks the current one the same way (`PasswordChangeView`): a stolen session cookie
+must not be a way to guess the password without limit or record.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from axes.backends import AxesStandaloneBackend
 from axes.exceptions import AxesBackendPermissionDenied
 from axes.helpers import get_client_username, get_cool_off, get_failure_limit
 from axes.models import AccessAttempt
-from django.contrib.auth import get_user_model
+from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth import forms as auth_forms
+from django.contrib.auth import views as auth_views
+from django.core.exceptions import ValidationError
 from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -98,3 +103,27 @@ def locked_out(request: HttpRequest, original_response: HttpResponse | None, cre
         "minutes": minutes,
     }
     return render(request, "registration/locked_out.html", context, status=429)
+
+
+class PasswordChangeForm(auth_forms.PasswordChangeForm):
+    """Django's form, the current password checked by `authenticate()` instead of by the user
+    row: through django-axes (the failures count toward the sign-in lockout of this username
+    and address, and a locked-out one is refused even the right password) and recorded as
+    `auth.login_failed` like a failed sign-in."""
+
+    def __init__(self, user: Any, *args: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+        super().__init__(user, *args, **kwargs)
+        self.request = request
+
+    def clean_old_password(self) -> str:
+        old_password = self.cleaned_data["old_password"]
+        if authenticate(self.request, username=self.user.get_username(), password=old_password) is None:
+            raise ValidationError(self.error_messages["password_incorrect"], code="password_incorrect")
+        return old_password
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    form_class = PasswordChangeForm
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return super().get_form_kwargs() | {"request": self.request}

@@ -229,3 +229,24 @@ def test_a_password_like_the_username_is_rejected_and_a_long_random_one_accepted
     with pytest.raises(ValidationError, match="too similar"):
         password_validation.validate_password("margaret.hamilton1", user=user)
     password_validation.validate_password(PASSWORD, user=user)
+
+
+def test_guessing_the_current_password_to_change_it_is_locked_out_and_recorded_as_a_sign_in_is():
+    # A stolen session cookie must not let anyone try passwords without limit or record.
+    member("ana")
+    client = Client()
+    assert sign_in(client, "ana", PASSWORD).status_code == 302
+    new = "a long new passphrase 42"
+
+    def change(old: str) -> int:
+        return client.post("/accounts/password/", {"old_password": old, "new_password1": new,
+                                                   "new_password2": new}).status_code  # fmt: skip
+
+    assert [change(WRONG) for _ in range(5)] == [200, 200, 200, 200, 429]
+    assert change(PASSWORD) == 429  # the right one too, until the cool-off ends
+    failed = site_entries("auth.login_failed")
+    assert [orjson.loads(e.detail)["username"] for e in failed] == ["ana"] * 6
+    assert orjson.loads(failed[-1].detail).get("locked_out") is True
+    rewind_failures(settings.AXES_COOLOFF_TIME + timedelta(seconds=1))
+    assert change(PASSWORD) == 302  # and the password changed
+    assert sign_in(Client(), "ana", new).status_code == 302
