@@ -391,3 +391,27 @@ def test_a_restored_comment_or_note_keeps_the_bundles_redaction_mark_or_names_wh
     assert "[REDACTED:email]" in revised.revisions.get().body
     notes = Review.objects.filter(session=outcome.session).order_by("pk")
     assert [(r.reviewer_name, r.redacted_by) for r in notes] == [("rita", "ada"), ("otto", "max")]
+
+
+@pytest.mark.parametrize(
+    "first, last",
+    [(0, 1_000_000_000), (-1, 1), (2, 1), ("0", 1), (0, None)],
+    ids=["past", "before", "reversed", "text", "none"],
+)
+def test_a_restored_sign_off_covering_events_the_session_lacks_refuses_the_bundle(
+    bundle, session, elsewhere, tmp_path, first, last
+):
+    # Its cover would read "events 1-1000000001 of 38": a bundle refused whole, as for a comment.
+    held = session.event_count
+    review = {"id": 7, "reviewer": "rita", "verdict": "approved", "chain_head": "0" * 64, "chain_valid": True,
+              "first_seq": first, "last_seq": last}  # fmt: skip
+    session.delete()
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, reviews=[review]), project=elsewhere)
+    assert refused.session is None
+    assert f"reviews.json: sign-off 7 covers seqs {first!r} to {last!r}, outside the session's 0 to {held - 1}" in (
+        refused.error
+    )
+    assert not Session.objects.filter(project=elsewhere).exists() and not Review.objects.exists()
+    whole = dict(review, first_seq=0, last_seq=held - 1)
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, reviews=[whole]), project=elsewhere)
+    assert outcome.error is None and Review.objects.get().last_seq == held - 1

@@ -287,19 +287,28 @@ def _no_later(value: Any, latest: datetime) -> datetime | None:
 def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str], by: str) -> None:
     """The bundle's sign-offs, each marked with the key that signed the bundle (`restored_from`):
     what they say of reviewer and time is the bundle's word, so none becomes the session's review
-    state here, and none is dated after the bundle was exported (nor in the future)."""
+    state here, and none is dated after the bundle was exported (nor in the future). One that
+    covers events the session does not have refuses the bundle, as a comment outside it does."""
     verdicts = set(Review.Verdict.values)
     latest = _latest(bundle)
     for data in bundle.reviews:
         if data.get("verdict") not in verdicts:
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")
+        first, last = data.get("first_seq", 0), data.get("last_seq", -1)
+        held = session.event_count
+        if type(first) is not int or type(last) is not int or not (
+            0 <= first <= last < held if held else (first, last) == (0, -1)
+        ):
+            raise BundleError(
+                f"reviews.json: sign-off {data.get('id')} covers seqs {first!r} to {last!r}, "
+                f"outside the session's {'0 to ' + str(held - 1) if held else 'no events'}"
+            )
         note = str(data.get("note") or "")
         kept = text(note)
         Review.objects.create(
             session=session, reviewer=None, reviewer_name=str(data.get("reviewer") or "")[:150],
             verdict=data["verdict"], note=kept, chain_head=str(data.get("chain_head") or ""),
-            chain_valid=bool(data.get("chain_valid")), first_seq=int(data.get("first_seq") or 0),
-            last_seq=int(data.get("last_seq", -1)), created_at=min(_when(data.get("created_at")) or latest, latest),
+            chain_valid=bool(data.get("chain_valid")), first_seq=first, last_seq=last, created_at=min(_when(data.get("created_at")) or latest, latest),
             restored_from=bundle.fingerprint[:64] or "bundle",
             **_redaction_mark(data, changed_here=kept != note, by=by, latest=latest),
         )  # fmt: skip
