@@ -33,7 +33,7 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
         raise SignOffRefused("the session has no events yet: there is nothing to sign off")
     if not checked.valid and verdict != Review.Verdict.REJECTED:
         where = (
-            f"at seq {checked.first_broken_seq}"
+            f"at seq {checked.first_broken_seq} (event #{checked.first_broken_seq + 1})"
             if checked.first_broken_seq is not None
             else "in the session's stored totals"
         )

@@ -780,6 +780,17 @@ def test_the_chain_badge_of_a_session_that_just_ended_asks_again_until_it_is_ver
     verify_session(session=talk)
     badge = logged_in.get(badge_url).content.decode()
     assert "verified at" in badge and "hx-trigger" not in badge
+    # To the second and in UTC, so that a verification run again in the same minute shows; while
+    # one runs (seconds for 100,000 events) its button is disabled and the form says so.
+    checked = Session.objects.get(pk=talk.pk).chain_checked_at
+    assert f'verified at <time datetime="{checked.isoformat()}">{checked:%Y-%m-%d %H:%M:%S} UTC</time>' in badge
+    verify_form = re.search(r'<form [^>]*hx-post="/sessions/\d+/verify/"[^>]*>.*?</form>', badge, re.S).group(0)
+    assert 'hx-disabled-elt="find button"' in verify_form
+    assert '<span class="busy-note" role="status">verifying every event…</span>' in verify_form
+    page = logged_in.get(url(talk)).content.decode()
+    sign_off_form = page[page.index('<form id="sign-off-form"') :]
+    sign_off_form = sign_off_form[: sign_off_form.index("</form>")]
+    assert 'hx-disabled-elt="find button"' in sign_off_form and 'class="busy-note" role="status"' in sign_off_form
     # Ended long ago and never verified (a worker down): no polling for ever.
     Session.objects.filter(pk=talk.pk).update(chain_checked_at=None, chain_valid=None,
                                               updated_at=timezone.now() - timedelta(minutes=10))  # fmt: skip

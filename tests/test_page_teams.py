@@ -325,6 +325,11 @@ def test_verify_reports_an_intact_log_then_a_tampered_entry(client, acme):
     AuditEntry.objects.of_project(acme).filter(seq=2).update(detail='{"i":99}')
     html = client.post(_url("audit_verify", acme)).content.decode()
     assert "<html" in html and "broken at entry 2: its stored values do not hash to its link" in html
+    # Its row is marked (the edited text looks like any other), and the verdict links to it.
+    assert 'href="#entry-2"' in html
+    assert re.findall(r'<tr id="entry-(\d+)" data-seq="\d+"( class="broken-entry")?>', html) == [
+        ("3", ""), ("2", ' class="broken-entry"'), ("1", ""), ("0", "")
+    ]  # fmt: skip
 
 
 # --- API keys ---------------------------------------------------------------------------------

@@ -102,7 +102,9 @@ def test_sign_off_covers_what_was_verified_not_what_a_live_writer_appended_meanw
 @pytest.mark.parametrize("verdict", ["approved", "changes_requested"])
 def test_a_sign_off_on_a_tampered_chain_is_refused_naming_the_broken_seq(session, rita, verdict):
     _tamper(session)
-    with pytest.raises(reviews.SignOffRefused, match=f"broken at seq {TAMPERED}: it can only be rejected"):
+    with pytest.raises(
+        reviews.SignOffRefused, match=f"broken at seq {TAMPERED} \\(event #{TAMPERED + 1}\\): it can only be rejected"
+    ):
         reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict=verdict)
     assert not Review.objects.exists()
     assert not AuditEntry.objects.filter(action="review.create").exists()
@@ -210,7 +212,7 @@ def test_post_on_a_tampered_chain_is_409_unless_it_rejects(session, rita):
     refused = _post(client, session, "approved")
     assert refused.status_code == 409
     assert refused.json()["detail"] == (
-        f"the session's chain is broken at seq {TAMPERED}: it can only be rejected, not approved"
+        f"the session's chain is broken at seq {TAMPERED} (event #{TAMPERED + 1}): it can only be rejected, not approved"
     )
     rejected = _post(client, session, "rejected", "tampered")
     assert rejected.status_code == 201 and rejected.json()["chain_valid"] is False

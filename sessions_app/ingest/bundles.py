@@ -296,8 +296,10 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")
         first, last = data.get("first_seq", 0), data.get("last_seq", -1)
         held = session.event_count
-        if type(first) is not int or type(last) is not int or not (
-            0 <= first <= last < held if held else (first, last) == (0, -1)
+        if (
+            type(first) is not int
+            or type(last) is not int
+            or not (0 <= first <= last < held if held else (first, last) == (0, -1))
         ):
             raise BundleError(
                 f"reviews.json: sign-off {data.get('id')} covers seqs {first!r} to {last!r}, "

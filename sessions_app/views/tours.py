@@ -149,7 +149,10 @@ def stop_edit(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
                               ip=audit.client_ip(request))  # fmt: skip
         except tours.TourError as exc:
             error = str(exc)
-    return _tour_answer(request, tour, region="tour-stops", error=error, stop=stop_id)
+    if error:
+        return _tour_answer(request, tour, region="tour-stops", error=error, stop=stop_id)
+    # Its form closes with the answer: the keyboard goes to the stop itself, and a screen reader hears it.
+    return _tour_answer(request, tour, region="tour-stops", said="The stop was saved.", focus_stop=stop_id)
 
 
 @login_required

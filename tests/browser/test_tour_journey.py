@@ -111,6 +111,14 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     wait_until(page, "() => document.querySelector('#stop-2 .stop-title').textContent === 'The fix'")
     titles = page.locator("#tour-stops .stop-title").all_text_contents()
     assert titles == ["It reads the file", "The fix", "Another run"]
+    # Editing a stop by keyboard: its form closes, the change is said, the stop keeps the focus.
+    page.locator("#stop-2 .stop-edit summary").click()
+    page.fill(f"#stop-title-{moved}", "The fix, explained")
+    page.focus(f"#save-stop-{moved}")
+    page.keyboard.press("Enter")
+    wait_until(page, "() => document.querySelector('#stop-2 .stop-title').textContent === 'The fix, explained'")
+    wait_until(page, f"() => document.activeElement.getAttribute('data-stop') === '{moved}'")
+    assert page.locator("#tour-stops [role=status]").text_content() == "The stop was saved."
     assert_accessible(page, "tour page")
 
     # The Learn page lists it; play it from stop 1.
@@ -168,7 +176,7 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     assert page.locator("#play-status").text_content() == "Paused at stop 2."
     away_shown = page.evaluate("window.awayShown")
     assert away_shown and not any(away_shown), away_shown
-    assert panel.locator(".tour-stop-title").text_content() == "The fix"
+    assert panel.locator(".tour-stop-title").text_content() == "The fix, explained"
     assert panel.locator(".narration strong").text_content() == "works"
     # The panel came anew with every frame; the keyboard is still on its button (of stop 2 now:
     # htmx focuses the new element of the focused one's id).
