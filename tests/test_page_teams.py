@@ -46,7 +46,7 @@ def _url(name: str, project: Project) -> str:
 
 
 def _seqs(html: str) -> list[int]:
-    return [int(seq) for seq in re.findall(r'<tr data-seq="(\d+)">', html)]
+    return [int(seq) for seq in re.findall(r'<tr id="entry-\d+" data-seq="(\d+)">', html)]
 
 
 # --- the projects page ------------------------------------------------------------------------
