@@ -18,6 +18,7 @@ from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, UnreadablePostError
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.openapi.docs import Swagger
@@ -112,6 +113,8 @@ api = ReplayAPI(
     urls_namespace="api",
     # No validator badge: it would ask validator.swagger.io, which the CSP (rightly) refuses.
     docs=VendoredSwagger(settings={"validatorUrl": None}),
+    # The schema and its page are read, never written: ninja serves them to any method.
+    docs_decorator=require_GET,
 )
 
 

@@ -340,7 +340,7 @@ def _request(client: Client, method: str, route: str, t: Theirs, headers: dict[s
     query = _query(route, t)
     if method == "GET":
         response = client.get(url, query, headers=headers)
-    elif route in ("/api/imports", "/sessions/upload/"):
+    elif method == "POST" and route in ("/api/imports", "/sessions/upload/"):
         upload = SimpleUploadedFile("sweep.jsonl", b'{"kind": "user_message", "payload": {}}\n')
         field = "file" if route.startswith("/api/") else "files"
         response = client.post(url, {field: upload, "project": "theirs"}, headers=headers)
@@ -348,21 +348,38 @@ def _request(client: Client, method: str, route: str, t: Theirs, headers: dict[s
         data = orjson.dumps(_body(method, route)) if method != "DELETE" else None
         url += f"?{urlencode(query)}" if query else ""  # POST /api/events names its project there
         response = client.generic(method, url, data or b"", content_type="application/json", headers=headers)
-    else:
+    elif method == "POST":
         response = client.post(url, _body(method, route), headers=headers)
+    else:  # PUT, PATCH, DELETE on a page: a view that takes them must be walked too
+        response = client.generic(method, url, urlencode(_body(method, route)),
+                                  content_type="application/x-www-form-urlencoded", headers=headers)  # fmt: skip
     return response
 
 
+# Every route is tried with each: one that does not take a method answers 405 before any
+# lookup, and is skipped. Not the schema's list for the API: an operation left out of it
+# (include_in_schema=False) on a documented path is walked all the same.
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
 def _endpoints(client: Client) -> list[tuple[str, str]]:
-    """Every (method, route): API operations from the schema, pages by trying GET and POST."""
+    """Every (method, route) of every URL the resolver has (pages and API alike)."""
     operations = _operations(client)
     schema_routes = {route for _, route in operations}
-    api_routes = {r for r in _walk(get_resolver().url_patterns) if r.startswith("/api/")}
+    routes = set(_walk(get_resolver().url_patterns))
+    api_routes = {r for r in routes if r.startswith("/api/")}
     # Every API URL is in the schema (or is the schema and its docs): none escapes the walk.
     assert api_routes - schema_routes <= {"/api/openapi.json", "/api/docs", "/api/"}, api_routes - schema_routes
-    pages = [(m, r) for r in sorted(_pages()) for m in ("GET", "POST")]
-    walked = sorted(operations) + pages + [("GET", "/api/openapi.json"), ("GET", "/api/docs")]
+    walked = [(m, r) for r in sorted(routes - {"/api/"}) for m in METHODS]
     return [endpoint for endpoint in walked if endpoint not in NOT_WALKED]
+
+
+def _answered(statuses: dict[tuple[str, str], int]) -> None:
+    """Each route answered some method: one that answers 405 to all of them takes a method the
+    walk does not try, which is then never checked."""
+    routes = {route for _, route in statuses} - {route for _, route in NOT_WALKED}
+    silent = sorted(r for r in routes if all(statuses.get((m, r)) == 405 for m in METHODS if (m, r) in statuses))
+    assert not silent, f"these routes answered 405 to every method tried ({', '.join(METHODS)}): {silent}"
 
 
 # Signing out ends the walking persona's session; it names nothing (tests/test_signin.py).
@@ -394,11 +411,13 @@ def _outsiders(db) -> list[tuple[str, Client, dict[str, str]]]:
 def test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never_its_data(theirs, db):
     walked = 0
     for who, client, headers in _outsiders(db):
+        statuses: dict[tuple[str, str], int] = {}
         for method, route in _endpoints(client):
             on_page = not route.startswith("/api/")
             if headers and on_page and method != "GET":
                 continue  # a key opens only the API; its bearer is nobody on a page (below)
             status, body = _call(client, method, route, theirs, headers)
+            statuses[method, route] = status
             leaked = [m for m in MARKERS if m in body]
             assert not leaked, f"{who}: {method} {route} answered {status} with {leaked}"
             if headers and on_page:
@@ -415,6 +434,8 @@ def test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never
                 )
             else:
                 assert status == 404, f"{who}: {method} {route} answered {status}, not 404"
+        if not headers:
+            _answered(statuses)
     assert walked > 150  # every persona walked every endpoint, not a handful
 
 
@@ -553,6 +574,39 @@ def test_the_sweep_finds_a_new_endpoint_an_unscoped_one_and_a_leak(theirs, db, u
         sweep(theirs, db)
     unscoped_endpoint["task"] = True
     with pytest.raises(AssertionError, match=r"unscoped/ answered 200 with \['THEIRS-SECRET-TASK'\]"):
+        sweep(theirs, db)
+
+
+@pytest.fixture
+def delete_only_endpoint():
+    """A page taking only DELETE that deletes any session: a walk trying GET and POST alone
+    never called it (each answered 405)."""
+    from django.http import HttpResponse
+    from django.urls import clear_url_caches, path
+    from django.views.decorators.http import require_http_methods
+
+    import replay_site.urls as root
+    from sessions_app.models import Session
+
+    @require_http_methods(["DELETE"])
+    def zap(request, session_id: int):
+        Session.objects.filter(pk=session_id).delete()
+        return HttpResponse("gone")
+
+    saved = list(root.urlpatterns)
+    root.urlpatterns.insert(0, path("sessions/<int:session_id>/zap/", zap))
+    clear_url_caches()
+    yield
+    root.urlpatterns[:] = saved
+    clear_url_caches()
+
+
+def test_the_sweep_walks_every_method_a_route_takes(theirs, db, delete_only_endpoint, monkeypatch):
+    sweep = test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never_its_data
+    with pytest.raises(AssertionError, match="DELETE /sessions/{session_id}/zap/ is new"):
+        sweep(theirs, db)
+    monkeypatch.setitem(ROLE_NEEDED, ("DELETE", "/sessions/{session_id}/zap/"), Role.MAINTAINER)
+    with pytest.raises(AssertionError, match="DELETE /sessions/{session_id}/zap/ answered 200, not 404"):
         sweep(theirs, db)
 
 
