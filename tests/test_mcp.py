@@ -390,17 +390,32 @@ def test_a_source_id_of_several_runs_opens_the_newest_and_names_the_others(world
     run(as_viewer(world), check)
 
 
-def test_every_tool_says_not_found_for_another_projects_session(world):
+# The arguments naming a session or a project; every tool the server lists is walked with another
+# project's object in each of its own (the caller's in the others), so a new tool that reads one
+# without sessions_app/access.py fails here without being named.
+SESSION_ARGUMENTS = {"sessionId", "sessionA", "sessionB"}
+# What a tool needs besides (a required argument of another kind).
+OTHER_ARGUMENTS = {"step_state": {"event": 1}, "search_events": {"text": "smoke"}}
+
+
+def test_every_tool_says_not_found_for_another_projects_session_or_project(world):
     async def check(client: Client) -> None:
-        for name in (str(world.theirs.pk), str(world.secret.pk), "secret_run"):
-            for tool, arguments in (
-                ("replay_session", {}), ("find_errors", {}), ("step_state", {"event": 1}), ("get_comments", {}),
-                ("compare_sessions", {"sessionA": "run_base"}),
-            ):  # fmt: skip
-                key = "sessionB" if tool == "compare_sessions" else "sessionId"
-                message = await refused(client, tool, **arguments, **{key: name})
-                assert message.endswith(f"session {name!r} not found"), message
-        assert "project 'other' not found" in await refused(client, "search_events", text="smoke", project="other")
+        walked = []
+        for tool in (await client.list_tools()).tools:
+            taken = set(tool.input_schema.get("properties", {}))
+            slots = sorted(taken & (SESSION_ARGUMENTS | {"project"}))
+            assert slots, f"{tool.name} names no session or project: say here how it is scoped"
+            ours = {slot: "run_base" for slot in taken & SESSION_ARGUMENTS}
+            for slot in slots:
+                for name in (str(world.theirs.pk), str(world.secret.pk), "secret_run") if slot != "project" else (
+                    "other",
+                ):  # fmt: skip
+                    arguments = OTHER_ARGUMENTS.get(tool.name, {}) | ours | {slot: name}
+                    message = await refused(client, tool.name, **arguments)
+                    what = "project" if slot == "project" else "session"
+                    assert message.endswith(f"{what} {name!r} not found"), (tool.name, slot, message)
+                walked.append((tool.name, slot))
+        assert {tool for tool, _ in walked} == TOOLS and len(walked) == 8  # compare_sessions: two
 
     run(as_viewer(world), check)
 
