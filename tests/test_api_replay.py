@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import orjson
 import pytest
 
 from sessions_app import replay
+from sessions_app.canonical import Kind
 from sessions_app.ingest.writer import finish_session
-from sessions_app.models import Event
+from sessions_app.models import Event, Session
 
+from .builders_dashboard import _event, build_session, conversation_events
 from .builders_replay import api, get_json, recorded_session  # noqa: F401  (fixture)
 
 
@@ -89,6 +93,26 @@ def test_summary_has_rlm_codes_keys_and_our_totals(api, tmp_path, db):
     assert body["session_id"] == "run_full" and body["total_steps"] == 4
     assert body["totalEvents"] == recorded.event_count and body["llmCalls"] == 4
     assert body["format"] == "rlm_native" and body["models"] == ["gpt-4o-mini"]
+    # Our own totals, counted again here from the stored events rather than from the session's
+    # running totals the summary reads: for this session, and for one with prices, tools and a
+    # failed tool call besides a failed step (rlm-code's recorder prices nothing, calls no tool).
+    talk = conversation_events(turns=3, replies=2)
+    failed_call = _event(len(talk), Kind.LLM_RESPONSE, pair_id="late", tool="gpt-4o", is_error=True, cost_usd=0.02)
+    priced = build_session([*talk, failed_call], source_session_id="priced")
+    for session in (recorded, priced):
+        body = get_json(api, f"/api/sessions/{session.pk}/summary")
+        events = Event.objects.filter(session=session)
+        kinds = Counter(events.values_list("kind", flat=True))
+        assert (body["totalEvents"], body["llmCalls"], body["toolCalls"]) == (
+            events.count(), kinds["llm_call"], kinds["tool_call"]
+        )  # fmt: skip
+        assert body["errorEvents"] == events.filter(is_error=True).count()
+        assert body["totalCost"] == pytest.approx(sum(c for c in events.values_list("cost_usd", flat=True) if c))
+        assert body["total_tokens"] == sum(t for t in events.values_list("tokens", flat=True) if t)
+        tools = events.filter(kind="tool_call").exclude(tool="").values_list("tool", flat=True)
+        assert body["tools"] == sorted(set(tools))
+        assert body["status"] == str(Session.objects.get(pk=session.pk).status)
+    assert body["totalCost"] > 0 and body["toolCalls"] > 0 and body["errorEvents"] != body["error_count"]
 
 
 def test_steps_page_and_single_step(api, session):

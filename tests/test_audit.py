@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
+from django.db import models
 from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
@@ -381,14 +382,42 @@ def test_the_jsonl_export_parses_and_chains_oldest_first(acme, reviewer):
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("field, value", [("detail", '{"role": "admin"}'), ("actor", "mallory")])
-def test_a_tampered_entry_is_found_at_its_seq(acme, reviewer, field, value):
+# Every stored column of an entry, from the model's own list (a new one cannot be left out), but
+# its row id (the database's, shown nowhere).
+AUDIT_COLUMNS = [f.name for f in AuditEntry._meta.concrete_fields if not f.primary_key]
+
+
+def _forged(entry: AuditEntry, name: str) -> object:
+    field = AuditEntry._meta.get_field(name)
+    value = getattr(entry, field.attname)
+    if isinstance(field, models.DateTimeField):
+        return value - timedelta(days=1)
+    if isinstance(field, models.ForeignKey):
+        return Project.objects.create(name="Elsewhere", slug="elsewhere").pk
+    if isinstance(field, models.BigIntegerField):
+        return value + 100
+    if name == "detail":
+        return '{"role": "admin"}'
+    return ("f" * 64 if name.endswith("hash") else "mallory")[: field.max_length]
+
+
+@pytest.mark.parametrize("field", AUDIT_COLUMNS)
+def test_a_tampered_entry_is_found_at_its_seq(acme, reviewer, field):
     for _ in range(4):
         log(acme, action="member.add")
-    AuditEntry.objects.of_project(acme).filter(seq=2).update(**{field: value})
+    entry = AuditEntry.objects.of_project(acme).get(seq=2)
+    value = _forged(entry, field)
+    assert value != getattr(entry, AuditEntry._meta.get_field(field).attname)
+    AuditEntry.objects.filter(pk=entry.pk).update(**{AuditEntry._meta.get_field(field).attname: value})
     found = audit.verify_log(project=acme)
     assert (found.valid, found.first_broken_seq) == (False, 2)
-    assert "do not hash" in found.why
+    # Moved out of its place (another log, another seq), its link changed, or its values.
+    expected = {
+        "log": "seq 2 is missing",
+        "seq": "seq 2 is missing",
+        "prev_hash": "is not the hash of the entry before",
+    }
+    assert expected.get(field, "stored values do not hash to its link") in found.why
     body = reviewer.get("/api/projects/acme/audit/verify").json()
     assert (body["valid"], body["firstBrokenSeq"]) == (False, 2)
 

@@ -90,6 +90,30 @@ def test_project_retention_keeps_checkpointed_and_still_live_sessions(acme, sett
     assert left(checkpointed, live) == {live.pk}
 
 
+def test_a_live_session_no_longer_written_to_is_deleted_and_the_cutoff_is_strict(acme, settings):
+    settings.RETENTION_DAYS = None
+    acme.retention_days = 5
+    acme.save()
+    now = timezone.now()
+    abandoned, written, at_cutoff = (create_session(project=acme, source_format="canonical", meta=SessionMeta())
+                                     for _ in range(3))  # fmt: skip
+    # Left live nine days ago, never ended: nothing is still coming, so it goes as any other.
+    Session.objects.filter(pk=abandoned.pk).update(
+        created_at=now - timedelta(days=9), updated_at=now - timedelta(days=6)
+    )
+    Session.objects.filter(pk=written.pk).update(created_at=now - timedelta(days=9), updated_at=now - timedelta(days=1))
+    assert retention.expired_sessions(project=acme, cutoff=now - timedelta(days=5), include_checkpointed=False).filter(
+        pk__in=[abandoned.pk, written.pk, at_cutoff.pk]
+    ).count() == 1  # fmt: skip
+    cutoff = now - timedelta(days=5)
+    Session.objects.filter(pk=at_cutoff.pk).update(status=Session.Status.COMPLETED, created_at=cutoff)
+    found = retention.expired_sessions(project=acme, cutoff=cutoff, include_checkpointed=False)
+    assert set(found.values_list("pk", flat=True)) == {abandoned.pk}  # created exactly at the cutoff: kept
+    Session.objects.filter(pk=at_cutoff.pk).update(created_at=now - timedelta(days=4))  # the run's cutoff is later
+    assert jobs.run_cleanup()["sessions"] == 1
+    assert left(abandoned, written, at_cutoff) == {written.pk, at_cutoff.pk}
+
+
 def test_deletes_run_in_chunks_and_take_the_events_along(acme, settings, monkeypatch):
     monkeypatch.setattr(retention, "DELETE_CHUNK", 2)
     settings.RETENTION_DAYS = None

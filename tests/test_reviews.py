@@ -162,6 +162,22 @@ def test_an_edited_field_a_later_verification_finds_inside_a_sign_off_flags_it(s
     assert found.coverage.unchanged and found.coverage.broken_seq is None
 
 
+def test_edited_session_totals_a_later_verification_finds_put_the_whole_sign_off_in_question(session, rita, vic):
+    reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+    # Before the sign-off: the verification it ran itself (or an older one) says nothing of it.
+    Session.objects.filter(pk=session.pk).update(chain_valid=False, chain_broken_seq=None)
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.broken_seq is None
+    Session.objects.filter(pk=session.pk).update(cost_usd=99.0)  # no one event: the totals
+    result = verify_session(session=session)
+    assert not result.valid and result.first_broken_seq is None
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.broken_seq == -1
+    [row] = _client(vic).get(f"/api/sessions/{session.pk}/reviews").json()
+    assert (row["broken_seq"], row["unchanged"]) == (-1, False)
+    assert "the session's totals no longer verify" in _player(_client(vic), session)
+
+
 def test_a_break_after_the_signed_range_leaves_the_sign_off_standing(acme, rita):
     live = _session(acme, 5, live=True)
     reviews.sign_off(session=live, reviewer=Actor(user=rita), verdict="approved")

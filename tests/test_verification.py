@@ -13,6 +13,7 @@ from django.db import connection, models
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app.chain import CONTENT_FIELDS, commit, salt_of
+from sessions_app.ingest.rows import SESSION_STATE
 from sessions_app.models import Event, Session, Snapshot
 from sessions_app.verification import verify_session
 
@@ -140,12 +141,32 @@ def test_an_edited_keyframe_is_found_at_its_seq(two_sessions):
     assert verify_session(session=session).first_broken_seq == keyframe.seq
 
 
-def test_edited_session_totals_are_reported(two_sessions):
+# Every total the writer stores on the session, from its own list (a new one cannot be left out),
+# but the head (checked link by link) and the reward (a source's stated total overrides the sum).
+EDITABLE_TOTALS = sorted(set(SESSION_STATE) - {"head_hash", "reward"})
+
+
+def _edited(column: str, value: object) -> object:
+    field = Session._meta.get_field(column)
+    if isinstance(field, models.JSONField):
+        return {"forged": 1} if isinstance(value, dict) else ["forged"]
+    return value + (7.5 if isinstance(field, models.FloatField) else 7)
+
+
+@pytest.mark.parametrize("column", EDITABLE_TOTALS)
+def test_each_edited_session_total_is_reported(two_sessions, column):
     session, _ = two_sessions
-    Session.objects.filter(pk=session.pk).update(cost_usd=99.0)
+    stored = Session.objects.filter(pk=session.pk).values_list(column, flat=True).get()
+    Session.objects.filter(pk=session.pk).update(**{column: _edited(column, stored)})
     result = verify_session(session=session)
-    assert result.valid is False and result.first_broken_seq is None
-    assert any(f["field"] == "session.cost_usd" for f in result.findings)
+    assert result.valid is False and Session.objects.get(pk=session.pk).chain_state == "broken"
+    if column == "event_count":  # read first: the events it says the session has are missing
+        assert (
+            result.first_broken_seq == stored
+            and result.findings[0]["why"] == f"events {stored}..{stored + 6} are missing"
+        )
+    else:
+        assert result.first_broken_seq is None and [f["field"] for f in result.findings] == [f"session.{column}"]
 
 
 def test_a_content_value_replaced_by_its_commitment_still_verifies_the_link(two_sessions):
