@@ -335,9 +335,12 @@ def _text(response) -> str:
     return body.decode("utf-8", "replace")
 
 
-def _request(client: Client, method: str, route: str, t: Theirs, headers: dict[str, str]):
-    url = route.format(**_path_values(t))
-    query = _query(route, t)
+def _request(client: Client, method: str, route: str, t: Theirs, headers: dict[str, str], *,
+             own_session: int | None = None, query: dict[str, object] | None = None):  # fmt: skip
+    """The request the walk makes; `own_session`: the caller's own session in the path instead
+    of theirs, `query`: other query parameters (the mixed walk's)."""
+    url = route.format(**(_path_values(t) | ({"session_id": own_session} if own_session else {})))
+    query = _query(route, t) if query is None else query
     if method == "GET":
         response = client.get(url, query, headers=headers)
     elif method == "POST" and route in ("/api/imports", "/sessions/upload/"):
@@ -437,6 +440,42 @@ def test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never
         if not headers:
             _answered(statuses)
     assert walked > 150  # every persona walked every endpoint, not a handful
+
+
+def _session_slots(route: str, t: Theirs) -> list[str]:
+    """Where the walk's request for `route` names a session: "path" and query parameters."""
+    slots = ["path"] if "{session_id}" in route else []
+    return slots + [name for name, value in _query(route, t).items() if value in (t.a, t.b)]
+
+
+def test_outsiders_naming_their_own_session_beside_another_projects_get_404(theirs, db):
+    """An endpoint naming two sessions (a comparison) looks each up through access.py: every
+    slot is tried with another project's session while the others hold the caller's own."""
+    outsiders = _outsiders(db)  # made first: it makes their project, "ours"
+    own = create_session(project=Project.objects.get(slug="ours"), source_format="canonical",
+                         meta=SessionMeta(task="ours"))  # fmt: skip
+    append_events(session=own, events=[CanonicalEvent(kind=Kind.USER_MESSAGE, source_type="user", raw=None,
+                                                      payload={"text": "ours"}, timestamp=T0, line=1)])  # fmt: skip
+    finish_session(session=own)
+    mixed = set()
+    for who, client, headers in outsiders[1:]:  # members of "ours" (a person, a key)
+        for method, route in _endpoints(client):
+            slots = _session_slots(route, theirs)
+            if len(slots) < 2 or (headers and not route.startswith("/api/")):
+                continue
+            for theirs_in in slots:
+                query = {name: (value if name == theirs_in else own.pk) if name in slots else value
+                         for name, value in _query(route, theirs).items()}  # fmt: skip
+                response = _request(client, method, route, theirs, headers, query=query,
+                                    own_session=None if theirs_in == "path" else own.pk)  # fmt: skip
+                if response.status_code == 405:
+                    continue
+                body = _text(response)
+                where = f"{who}: {method} {route} with theirs in {theirs_in}"
+                assert not [m for m in MARKERS if m in body], f"{where} answered with their data"
+                assert response.status_code == 404, f"{where} answered {response.status_code}, not 404"
+                mixed.add((method, route))
+    assert {route for _, route in mixed} >= {"/api/compare", "/compare/"}
 
 
 def test_the_projects_viewer_gets_403_where_a_higher_role_is_needed_and_an_answer_elsewhere(theirs, db):
