@@ -13,6 +13,7 @@ import html
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 import nh3
 from django.core.exceptions import PermissionDenied
@@ -22,6 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 
 from . import audit
 from .access import Actor, NotVisible
@@ -78,7 +80,16 @@ class Thread:
 def _markdown() -> MarkdownIt:
     # Raw HTML is escaped (html: False), links are never made from bare text (linkify is off in
     # the commonmark preset); markdown-it already refuses javascript:, vbscript: and data: links.
-    return MarkdownIt("commonmark", {"html": False}).disable("image")
+    # An image is written as a link to it: a page never loads anything from outside the server.
+    md = MarkdownIt("commonmark", {"html": False})
+    md.add_render_rule("image", _image_as_link)
+    return md
+
+
+def _image_as_link(renderer: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    token = tokens[idx]
+    alt = renderer.renderInlineAsText(token.children or [], options, env) or token.attrGet("src") or ""
+    return f'<a href="{escapeHtml(token.attrGet("src") or "")}">{escapeHtml(alt)}</a>'
 
 
 def render_markdown(body: str) -> SafeString:

@@ -598,3 +598,17 @@ def test_workflows_refuse_someone_elses_edit_without_a_request(ours, acme):
     with pytest.raises(PermissionDenied):
         comments.delete_comment(actor=Actor(user=other_user), comment=made, role=Role.MAINTAINER)
     comments.delete_comment(actor=Actor(user=other_user), comment=made, role=Role.ADMIN)
+
+
+@pytest.mark.parametrize(
+    "body, shown",
+    [
+        ("![pic](https://example.com/x.png)", '<p><a href="https://example.com/x.png" rel="noopener nofollow">pic</a></p>'),
+        ("![](https://example.com/x.png)", '<p><a href="https://example.com/x.png" rel="noopener nofollow">https://example.com/x.png</a></p>'),
+        ('see ![a <b> "q"](/x.png) end', '<p>see <a href="/x.png" rel="noopener nofollow">a &lt;b&gt; "q"</a> end</p>'),
+        ("![x](data:image/png;base64,AAAA)", '<p><a rel="noopener nofollow">x</a></p>'),
+    ],
+)  # fmt: skip
+def test_an_image_shows_as_a_link_to_it_and_nothing_is_loaded(body, shown):
+    # Not an <img> (a page loads nothing from outside the server), and no stray "!" before it.
+    assert str(comments.render_markdown(body)).strip() == shown
