@@ -99,9 +99,12 @@
 
   // --- header ------------------------------------------------------------------------------
   function showHeader() {
-    const title = session.task ? session.task.slice(0, 140) : "session " + session.id;
+    // Named as the dashboard names it (its source's id), its task beside: the server's row id
+    // means nothing to whoever opens the bundle.
+    const title = (session.source_session_id || "session " + session.id).slice(0, 140);
     $("title").textContent = title;
     document.title = title + " · Replay bundle";
+    if (session.task) line($("facts"), ["task ", user(session.task.slice(0, 300)), " · "]);
     const c = session.counts || {};
     const t = session.totals || {};
     line($("facts"), [

@@ -81,6 +81,10 @@ def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocke
         page.locator("#position").filter(has_text=f"event 1 of {session.event_count}").wait_for()
         assert page.locator("#event-title").text_content().startswith("Event #1 ")
         assert "+ unpriced (1 event with no known price)" in page.locator("#facts").text_content()
+        # Named as the dashboard names it, its task beside.
+        assert session.source_session_id and page.locator("#title").text_content() == session.source_session_id
+        assert page.title() == f"{session.source_session_id} · Replay bundle"
+        assert page.locator("#facts").text_content().startswith(f"task {session.task[:300]} · project ")
         assert page.locator("#step-comments").text_content() == "No comments on this event."
         assert page.locator("#comments-title").text_content() == "Comments at #1"  # as the player says it
         assert_accessible(page, "offline bundle viewer")
