@@ -94,10 +94,20 @@ def project_choices(projects: list[Project]) -> list[tuple[str, str]]:
 
 
 class QueryForm(forms.Form):
-    """A form over request.GET whose invalid fields fall back to their initial value."""
+    """A form over request.GET whose invalid fields fall back to their initial value. Those are
+    in `ignored` (name: the value given, cut) and no longer in the form's data: the page says
+    what it ignored rather than showing it in a field that would claim it applied."""
+
+    ignored: dict[str, str]
 
     def values(self) -> dict[str, Any]:
         self.is_valid()
+        self.ignored = {name: str(self.data.get(name, ""))[:40] for name in self.errors if name in self.data}
+        if self.ignored:
+            data = self.data.copy()
+            for name in self.ignored:
+                data.pop(name)
+            self.data = data
         out: dict[str, Any] = {}
         for name, field in self.fields.items():
             if name in self.cleaned_data:
@@ -118,7 +128,7 @@ class PlayerForm(QueryForm):
         out["speed"] = out["speed"] or "1"
         out["pace"] = out["pace"] or "steps"
         # A step given but refused ("abc", -1): the player says so beside the event it shows.
-        out["step_refused"] = str(self.data.get("step"))[:40] if "step" in self.errors else None
+        out["step_refused"] = self.ignored.get("step")
         return out
 
 
