@@ -183,6 +183,12 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     assert page.evaluate("document.activeElement.id") == "tour-play-next"
     assert page.locator("#tour-play-next").text_content() == "▶ Play to next stop"
     assert re.search(rf"[?&]tour={tour.pk}(&|$)", page.url) and re.search(r"[?&]stop=2(&|$)", page.url)
+    # On a phone: the narration, then the events it plays, then the sidebar (not between them).
+    page.set_viewport_size({"width": 390, "height": 844})
+    tops = page.evaluate("""() => ['#tour-narration', '#step-list', '#context-panel', 'aside.sidebar']
+        .map((where) => document.querySelector(where).getBoundingClientRect().top)""")
+    assert tops == sorted(tops), tops
+    page.set_viewport_size({"width": 1440, "height": 1000})
     assert re.search(r"[?&]step=6(&|$)", page.url)
     page.wait_for_timeout(600)  # paused: it stays at the stop
     assert frame(page)["seq"] == 6
