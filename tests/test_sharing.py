@@ -121,9 +121,11 @@ def test_a_link_lasts_seven_days_unless_told_and_from_one_to_ninety(shown, mia):
     link = ShareLink.objects.get(pk=body["id"])
     assert timedelta(days=7) <= link.expires_at - before < timedelta(days=7, minutes=1)
     assert (body["allow_export"], body["state"], body["use_count"]) == (False, "active", 0)
-    for days in (0, 91, -3, True):  # true is no number (pydantic read it as 1)
+    for days in (0, 91, -3, True, "7"):  # true and "7" are no numbers (pydantic read them as 1 and 7)
         refused = _api_create(client, f"/api/sessions/{shown.pk}/share-links", expires_in_days=days)
         assert refused.status_code == 400 and "expires_in_days" in refused.json()["detail"], days
+        if isinstance(days, bool | str):
+            assert refused.json()["detail"].endswith(f"expected a number, got {'true' if days is True else 'a string'}")
     assert _api_create(client, f"/api/sessions/{shown.pk}/share-links", expires_in_days=90).status_code == 201
     long_note = _api_create(client, f"/api/sessions/{shown.pk}/share-links", note="x" * 501)
     assert long_note.status_code == 400 and long_note.json()["detail"].startswith("note:")

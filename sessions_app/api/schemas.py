@@ -46,11 +46,13 @@ class BodyIn(Schema, extra="forbid"):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+    def _only_a_number_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
         # pydantic reads true as 1 for a number: `{"expires_in_days": true}` made a link of one
-        # day, `{"seq": true}` would name event #2 (security sweep).
-        if isinstance(value, bool) and _numbers_only(cls.model_fields[info.field_name].annotation):
-            raise ValueError(f"expected a number, got {str(value).lower()}")
+        # day, `{"seq": true}` would name event #2 (security sweep); and "7" as 7, which a
+        # client then believes the API takes.
+        if isinstance(value, bool | str) and _numbers_only(cls.model_fields[info.field_name].annotation):
+            got = str(value).lower() if isinstance(value, bool) else "a string"
+            raise ValueError(f"expected a number, got {got}")
         return value
 
 
