@@ -256,6 +256,14 @@ def test_get_lists_sign_offs_newest_first_with_coverage_after_appended_events(ac
         "changes_requested", False, {"from": 1, "to": 5, "of": 8},
     )  # fmt: skip
     assert older["unchanged"] and older["chain_head"] == Event.objects.get(session=live, seq=4).hash
+    # The session list: approved, and nothing after it yet; the agent goes on, and two events are unsigned.
+    [row] = _client(vic).get("/api/sessions", {"project": acme.slug}).json()["sessions"]
+    assert (row["reviewState"], row["reviewUnsigned"]) == ("approved", 0)
+    append_events(session=live, events=synthetic_events(2, start=8))
+    [row] = _client(vic).get("/api/sessions", {"project": acme.slug, "review": "approved"}).json()["sessions"]
+    assert (row["reviewState"], row["reviewUnsigned"]) == ("approved", 2)
+    page = _client(vic).get("/sessions/", {"project": acme.slug}).content.decode()
+    assert "its last 2 events are outside it\">+2 unsigned</span>" in page
 
 
 def test_a_viewer_may_read_sign_offs_but_not_sign_off(session, vic):

@@ -31,6 +31,9 @@ class SessionListRowOut(SessionOut):
         description="the newest sign-off's verdict (made here, not restored from a bundle); null: unreviewed"
     )
     reviewBroken: bool = Field(description="a verification after the newest sign-off found an event it covered changed")
+    reviewUnsigned: int = Field(
+        description="the events after the newest sign-off's range (a live session that grew since): 0 when none"
+    )
 
 
 class SessionListOut(Schema):
@@ -110,7 +113,9 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
     return {
         "total": page.total,
         "sessions": [
-            _session_row(s) | {"reviewState": s.review_state, "reviewBroken": s.review_broken} for s in page.sessions
+            _session_row(s)
+            | {"reviewState": s.review_state, "reviewBroken": s.review_broken, "reviewUnsigned": s.review_unsigned}
+            for s in page.sessions
         ],
         "next": page.sessions[-1].pk if page.next_cursor else None,
     }

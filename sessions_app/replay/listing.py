@@ -115,12 +115,12 @@ def filter_sessions(
     return sessions
 
 
-def _newest_verdict() -> Subquery:
+def _newest_verdict(column: str = "verdict") -> Subquery:
     # A correlated subquery, one probe of the review_session_created index per row: the list
     # stays one query however many rows it shows, and filters on it in the same query.
     # A sign-off restored from a bundle is another server's word: never the review state here.
     newest = Review.objects.filter(session=OuterRef("pk"), restored_from="").order_by("-created_at", "-id")
-    return Subquery(newest.values("verdict")[:1])
+    return Subquery(newest.values(column)[:1])
 
 
 def list_sessions(
@@ -155,7 +155,8 @@ def list_sessions(
     # The file and the uploader of each row are its import job's, through the session's foreign
     # key: one job a session at most, so the join adds no row (a session re-imported keeps the
     # job that stored it; the jobs that found it already stored only name it in their result).
-    sessions = sessions.annotate(source_file=F("import_job__original_name"), uploader=F("import_job__created_by"))
+    sessions = sessions.annotate(source_file=F("import_job__original_name"), uploader=F("import_job__created_by"),
+                                 review_last_seq=_newest_verdict("last_seq"))  # fmt: skip
     rows = list(sessions.select_related("project").order_by(*order)[: per_page + 1])
     more = len(rows) > per_page
     rows = rows[:per_page]
@@ -163,6 +164,12 @@ def list_sessions(
     broken = newest_broken(rows)
     for row in rows:
         row.review_broken = row.pk in broken
+        # A live session that grew after its newest sign-off: the events after it are unsigned.
+        row.review_unsigned = (
+            max(0, row.event_count - 1 - row.review_last_seq)
+            if row.review_state and row.review_last_seq is not None
+            else 0
+        )
     if backwards:
         rows.reverse()
         has_next, has_previous = True, more
