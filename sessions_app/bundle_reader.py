@@ -21,6 +21,7 @@ What it returns gives an importer everything: the manifest, the session's summar
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
@@ -143,6 +144,9 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
             # Python reads a name's last copy, an unzip tool may show the first: what was checked
             # would not be what a reader opens.
             raise BundleError(f"{twice[0]}: in the bundle more than once")
+        for name in sorted(names):
+            if why := _unsafe_name(name):
+                raise BundleError(f"{name!r}: {why}")
         for needed in SIGNED_BY_MANIFEST:
             if needed not in names:
                 raise BundleError(f"{needed}: missing from the bundle")
@@ -164,6 +168,21 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
         signature_valid=True, files_valid=True, chain_valid=True, events_checked=events, comments=comments,
         reviews=reviews, redactions=redactions,
     )  # fmt: skip
+
+
+def _unsafe_name(name: str) -> str:
+    """Why a member's name is none a bundle holds ("" when it is): Replay writes its files at the
+    top and the original as `original/<its file name>`. Nothing is ever written out under a
+    member's name, but an unzip tool would: a name climbing out of its folder, or hiding
+    characters, is refused rather than carried on."""
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or ".." in parts or "." in parts or "" in parts:
+        return "not a plain path inside the bundle"
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "original"):
+        return "a folder no bundle has (only original/ holds a file)"
+    if any(unicodedata.category(ch) == "Cc" for ch in name):
+        return "a control character in its name"
+    return ""
 
 
 def _manifest(data: bytes) -> dict[str, Any]:

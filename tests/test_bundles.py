@@ -344,6 +344,28 @@ def test_a_bundle_holding_a_name_twice_is_refused(bundle, tmp_path):
     assert refused(target, server_key()) == "bundle NOT OK: index.html: in the bundle more than once"
 
 
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("original/../../../tmp/evil.jsonl", "not a plain path inside the bundle"),
+        ("/etc/evil", "not a plain path inside the bundle"),
+        ("original\\..\\evil", "not a plain path inside the bundle"),
+        ("original//evil", "not a plain path inside the bundle"),
+        ("notes/evil.txt", "a folder no bundle has (only original/ holds a file)"),
+        ("original/a/b.jsonl", "a folder no bundle has (only original/ holds a file)"),
+        ("original/bell\x07.jsonl", "a control character in its name"),
+    ],
+)  # fmt: skip
+def test_a_member_an_unzip_tool_would_write_outside_its_folder_is_refused(bundle, tmp_path, name, why):
+    # Nothing writes a member out under its name here; an auditor's unzip tool would.
+    target = tmp_path / "named.zip"
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(target, "w") as out:
+        for member in source.namelist():
+            out.writestr(member, source.read(member))
+        out.writestr(zipfile.ZipInfo(name), b"x")
+    assert refused(target, server_key()) == f"bundle NOT OK: {name!r}: {why}"
+
+
 def test_a_folder_given_instead_of_the_zip_is_said_to_be_a_folder(tmp_path):
     unpacked = tmp_path / "unpacked"
     unpacked.mkdir()
