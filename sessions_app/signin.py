@@ -122,8 +122,13 @@ class PasswordChangeForm(auth_forms.PasswordChangeForm):
         return old_password
 
 
+# Django's form views take PUT as POST; a browser's form sends only GET and POST.
+FORM_METHODS = ["get", "post", "head", "options"]
+
+
 class PasswordChangeView(auth_views.PasswordChangeView):
     form_class = PasswordChangeForm
+    http_method_names = FORM_METHODS
 
     def get_form_kwargs(self) -> dict[str, Any]:
         return super().get_form_kwargs() | {"request": self.request}

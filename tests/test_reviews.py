@@ -263,7 +263,7 @@ def test_get_lists_sign_offs_newest_first_with_coverage_after_appended_events(ac
     [row] = _client(vic).get("/api/sessions", {"project": acme.slug, "review": "approved"}).json()["sessions"]
     assert (row["reviewState"], row["reviewUnsigned"]) == ("approved", 2)
     page = _client(vic).get("/sessions/", {"project": acme.slug}).content.decode()
-    assert "its last 2 events are outside it\">+2 unsigned</span>" in page
+    assert 'its last 2 events are outside it">+2 unsigned</span>' in page
 
 
 def test_a_viewer_may_read_sign_offs_but_not_sign_off(session, vic):

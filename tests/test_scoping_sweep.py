@@ -56,6 +56,7 @@ NAMES_NO_OBJECT = {
     ("GET", "/imports/"), ("GET", "/search/"),
     # One's own password (a wrong old password is a form error).
     ("GET", "/accounts/password/"), ("POST", "/accounts/password/"), ("GET", "/accounts/password/done/"),
+    ("GET", "/admin/password_change/"), ("POST", "/admin/password_change/"),  # the same page, where the admin links
     # OTLP/HTTP export: it writes only to the key's own project (tests/test_otlp_ingest.py).
     ("POST", "/v1/traces"),
 }  # fmt: skip

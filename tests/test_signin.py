@@ -231,16 +231,19 @@ def test_a_password_like_the_username_is_rejected_and_a_long_random_one_accepted
     password_validation.validate_password(PASSWORD, user=user)
 
 
-def test_guessing_the_current_password_to_change_it_is_locked_out_and_recorded_as_a_sign_in_is():
-    # A stolen session cookie must not let anyone try passwords without limit or record.
-    member("ana")
+@pytest.mark.parametrize("page", ["/accounts/password/", "/admin/password_change/"])
+def test_guessing_the_current_password_to_change_it_is_locked_out_and_recorded_as_a_sign_in_is(page):
+    # A stolen session cookie must not let anyone try passwords without limit or record, on our
+    # page or on the admin's (a staff member's).
+    user = member("ana")
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
     client = Client()
     assert sign_in(client, "ana", PASSWORD).status_code == 302
     new = "a long new passphrase 42"
 
     def change(old: str) -> int:
-        return client.post("/accounts/password/", {"old_password": old, "new_password1": new,
-                                                   "new_password2": new}).status_code  # fmt: skip
+        return client.post(page, {"old_password": old, "new_password1": new, "new_password2": new}).status_code
 
     assert [change(WRONG) for _ in range(5)] == [200, 200, 200, 200, 429]
     assert change(PASSWORD) == 429  # the right one too, until the cool-off ends
