@@ -144,8 +144,8 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
             # Python reads a name's last copy, an unzip tool may show the first: what was checked
             # would not be what a reader opens.
             raise BundleError(f"{twice[0]}: in the bundle more than once")
-        for name in sorted(names):
-            if why := _unsafe_name(name):
+        for name in sorted({info.filename for info in archive.infolist()}):
+            if why := _unsafe_name(name.removesuffix("/") if name.endswith("/") and name != "/" else name):
                 raise BundleError(f"{name!r}: {why}")
         for needed in SIGNED_BY_MANIFEST:
             if needed not in names:
@@ -178,7 +178,7 @@ def _unsafe_name(name: str) -> str:
     parts = name.split("/")
     if name.startswith("/") or "\\" in name or ".." in parts or "." in parts or "" in parts:
         return "not a plain path inside the bundle"
-    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "original"):
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "original"):  # (a folder: "original" alone)
         return "a folder no bundle has (only original/ holds a file)"
     if any(unicodedata.category(ch) == "Cc" for ch in name):
         return "a control character in its name"

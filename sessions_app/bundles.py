@@ -88,9 +88,11 @@ def stream_bundle(*, session: Session, exported_by: str) -> Iterator[bytes]:
         )
         name = original_name(session)
         if name is not None:
-            member = "original/" + (name.replace("\\", "/").rsplit("/", 1)[-1] or "original")
+            member = original_member(name)
             files[member] = yield from _member(bundle, sink, member, export_original(session=session))
-        comments, reviews = comment_threads(session), sign_offs(session)
+        # Of the events bundled: a comment or a sign-off made on a live session meanwhile, on an
+        # event past `count`, is not (the bundle would not restore).
+        comments, reviews = comment_threads(session, count), sign_offs(session, count)
         files["comments.json"] = yield from _member(
             bundle, sink, "comments.json", [orjson.dumps(comments, option=_PRETTY)]
         )
@@ -266,9 +268,20 @@ def _comment(comment: Comment) -> dict[str, Any]:
     }
 
 
-def comment_threads(session: Session) -> list[dict[str, Any]]:
-    """comments.json: threads in seq order, each with its replies oldest first."""
-    found = Comment.objects.filter(session=session).order_by("seq", "created_at", "id").prefetch_related("revisions")
+def original_member(name: str) -> str:
+    """The bundle's member holding an original upload named `name`: its file name alone, in
+    `original/` (bundle_reader refuses any other path, as an unzip tool would follow it)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return "original/" + (base if base not in ("", ".", "..") else "original")
+
+
+def comment_threads(session: Session, count: int | None = None) -> list[dict[str, Any]]:
+    """comments.json: threads in seq order, each with its replies oldest first (on the first
+    `count` events, when given)."""
+    found = Comment.objects.filter(session=session)
+    if count is not None:
+        found = found.filter(seq__lt=count)
+    found = found.order_by("seq", "created_at", "id").prefetch_related("revisions")
     threads: dict[int, dict[str, Any]] = {}
     replies: list[Comment] = []
     for comment in found:
@@ -286,8 +299,12 @@ def comment_threads(session: Session) -> list[dict[str, Any]]:
     return list(threads.values())
 
 
-def sign_offs(session: Session) -> list[dict[str, Any]]:
-    """reviews.json: sign-offs, oldest first, each bound to the head and seqs it verified."""
+def sign_offs(session: Session, count: int | None = None) -> list[dict[str, Any]]:
+    """reviews.json: sign-offs, oldest first, each bound to the head and seqs it verified (of
+    the first `count` events, when given)."""
+    found = Review.objects.filter(session=session)
+    if count is not None:
+        found = found.filter(last_seq__lt=count)
     return [
         {
             "id": review.pk,
@@ -303,5 +320,5 @@ def sign_offs(session: Session) -> list[dict[str, Any]]:
             "redacted_at": _at(review.redacted_at),
             "redacted_by": review.redacted_by,
         }
-        for review in Review.objects.filter(session=session).order_by("created_at", "id")
+        for review in found.order_by("created_at", "id")
     ]

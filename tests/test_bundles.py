@@ -25,8 +25,9 @@ from django.test import Client
 
 from sessions_app import signing
 from sessions_app.bundle_reader import BundleError, read_bundle
+from sessions_app.ingest.bundles import import_bundle
 from sessions_app.ingest.importing import import_local_file
-from sessions_app.models import AuditEntry, Comment, CommentRevision, Event, Review, Role, Session
+from sessions_app.models import AuditEntry, Comment, CommentRevision, Event, Project, Review, Role, Session
 
 from .builders_teams import acme, member  # noqa: F401  (fixtures)
 
@@ -421,3 +422,42 @@ def test_the_public_key_is_in_the_api_and_on_the_about_page(viewer):
     assert key.public_key in page and signing.grouped(key.fingerprint) in page and "verify_bundle" in page
     assert Client().get("/api/signing-key").status_code == 401
     assert Client().get("/about/").status_code == 302
+
+
+def test_a_comment_or_sign_off_past_the_events_bundled_is_left_out_and_the_bundle_restores(
+    viewer, session, tmp_path, acme
+):
+    # A live session grows while its bundle is written; what was said of its later events is not
+    # in it (its import refuses a sign-off or comment outside the session).
+    held = session.event_count
+    Review.objects.create(session=session, reviewer_name="late", verdict="approved", chain_head="0" * 64,
+                          chain_valid=True, first_seq=0, last_seq=held)  # fmt: skip
+    Comment.objects.create(session=session, seq=held, author_name="late", body="on an event not bundled yet")
+    path = export(viewer, session, tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        reviews = orjson.loads(archive.read("reviews.json"))
+        threads = orjson.loads(archive.read("comments.json"))
+    assert [r["reviewer"] for r in reviews] and "late" not in [r["reviewer"] for r in reviews]
+    assert threads and "late" not in [t["author"] for t in threads]
+    other = Project.objects.create(name="Other", slug="other")
+    copy, _bundle, _existing = import_bundle(path=path, project=other)
+    assert Review.objects.filter(session=copy).count() == len(reviews)
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/..", "x\\..", "", "run.jsonl", "dir/run.jsonl"])
+def test_the_member_an_original_is_bundled_as_is_one_the_reader_takes(name):
+    from sessions_app.bundle_reader import _unsafe_name
+    from sessions_app.bundles import original_member
+
+    member = original_member(name)
+    assert member.startswith("original/") and _unsafe_name(member) == ""
+    assert member == ("original/run.jsonl" if name.endswith("run.jsonl") else "original/original")
+
+
+def test_a_folder_entry_climbing_out_of_the_bundle_is_refused(bundle, tmp_path):
+    target = tmp_path / "folder.zip"
+    with zipfile.ZipFile(bundle) as source, zipfile.ZipFile(target, "w") as out:
+        for member in source.namelist():
+            out.writestr(member, source.read(member))
+        out.writestr(zipfile.ZipInfo("../outside/"), b"")
+    assert refused(target, server_key()) == "bundle NOT OK: '../outside/': not a plain path inside the bundle"

@@ -157,8 +157,19 @@
   // same id; failing that, it goes to the control of the same kind and words in the new panel
   // (the form's action or the link's address too, when one matches), else to the panel.
   let focusBeforeSwap = null;
+  // Where the focus was when the request left: a control disabled while it runs
+  // (hx-disabled-elt, a verification's seconds) has dropped it to the page by the swap.
+  // Kept by the element that made the request (a poll elsewhere must not overwrite it).
+  const focusAtRequest = new WeakMap();
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (document.activeElement && document.activeElement !== document.body) {
+      focusAtRequest.set(event.detail.elt, document.activeElement);
+    }
+  });
   document.addEventListener("htmx:beforeSwap", function (event) {
-    const focused = document.activeElement;
+    const active = document.activeElement;
+    const asker = event.detail.requestConfig ? event.detail.requestConfig.elt : event.detail.elt;  // the form, not the target
+    const focused = active && active !== document.body ? active : focusAtRequest.get(asker);
     const target = event.detail.target;
     focusBeforeSwap = null;
     if (!focused || focused === document.body || !target || !target.id || !target.contains(focused)) return;
