@@ -22,6 +22,7 @@ from axes.backends import AxesStandaloneBackend
 from axes.exceptions import AxesBackendPermissionDenied
 from axes.helpers import get_client_username, get_cool_off, get_failure_limit
 from axes.models import AccessAttempt
+from axes.utils import reset as axes_reset
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth import forms as auth_forms
 from django.contrib.auth import views as auth_views
@@ -65,7 +66,12 @@ def record_login_failed(sender: Any, *, credentials: dict[str, Any], request: Ht
     detail: dict[str, Any] = {"username": username}
     if getattr(request, "sign_in_refused", False):
         detail["locked_out"] = True
-    audit.record(action="auth.login_failed", actor=ANONYMOUS, target=f"user:{username}", detail=detail,
+    actor = ANONYMOUS
+    if getattr(request, "changing_password", False):
+        # A signed-in session guessing its own password: who, and that it was there.
+        detail["on"] = "password change"
+        actor = Actor(user=request.user)
+    audit.record(action="auth.login_failed", actor=actor, target=f"user:{username}", detail=detail,
                  ip=audit.client_ip(request))  # fmt: skip
 
 
@@ -117,8 +123,14 @@ class PasswordChangeForm(auth_forms.PasswordChangeForm):
 
     def clean_old_password(self) -> str:
         old_password = self.cleaned_data["old_password"]
-        if authenticate(self.request, username=self.user.get_username(), password=old_password) is None:
+        username = self.user.get_username()
+        if self.request is not None:
+            self.request.changing_password = True  # said in the audit entry of a failure
+        if authenticate(self.request, username=username, password=old_password) is None:
             raise ValidationError(self.error_messages["password_incorrect"], code="password_incorrect")
+        # The right password clears the failures before it, as a sign-in does (axes resets on
+        # user_logged_in, which a password change never sends): a typo later is not a lockout.
+        axes_reset(ip=audit.client_ip(self.request), username=username)
         return old_password
 
 

@@ -250,6 +250,23 @@ def test_guessing_the_current_password_to_change_it_is_locked_out_and_recorded_a
     failed = site_entries("auth.login_failed")
     assert [orjson.loads(e.detail)["username"] for e in failed] == ["ana"] * 6
     assert orjson.loads(failed[-1].detail).get("locked_out") is True
+    # Said as a signed-in session's guesses, on the password change, not a sign-in's.
+    assert {(e.actor, orjson.loads(e.detail)["on"]) for e in failed} == {("ana", "password change")}
     rewind_failures(settings.AXES_COOLOFF_TIME + timedelta(seconds=1))
     assert change(PASSWORD) == 302  # and the password changed
     assert sign_in(Client(), "ana", new).status_code == 302
+
+
+def test_the_right_current_password_clears_the_failures_before_it():
+    # As a sign-in does: four typos, then the change, then one typo signing in is no lockout.
+    member("ana")
+    client = Client()
+    assert sign_in(client, "ana", PASSWORD).status_code == 302
+    new = "a long new passphrase 42"
+    for _ in range(4):
+        client.post("/accounts/password/", {"old_password": WRONG, "new_password1": new, "new_password2": new})
+    changed = client.post("/accounts/password/", {"old_password": PASSWORD, "new_password1": new, "new_password2": new})
+    assert changed.status_code == 302
+    fresh = Client()
+    assert fail(fresh, "ana", 1) == [200]
+    assert sign_in(fresh, "ana", new).status_code == 302
