@@ -21,7 +21,6 @@ What it returns gives an importer everything: the manifest, the session's summar
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from .chain import (
     removals,
     stored_commitments,
 )
+from .lookalikes import MAX_FILE_NAME_BYTES, hiding_characters, safe_file_name
 
 FORMAT = "replay-bundle/1"
 # The two members the manifest cannot list (it is what they sign), and the files it must.
@@ -180,8 +180,12 @@ def _unsafe_name(name: str) -> str:
         return "not a plain path inside the bundle"
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "original"):  # (a folder: "original" alone)
         return "a folder no bundle has (only original/ holds a file)"
-    if any(unicodedata.category(ch) == "Cc" for ch in name):
-        return "a control character in its name"
+    if hidden := hiding_characters(name):
+        return f"characters that hide or turn what a reader sees ({hidden})"
+    if any(len(part.encode()) > MAX_FILE_NAME_BYTES for part in parts):
+        return f"a name over {MAX_FILE_NAME_BYTES} bytes"
+    if any(safe_file_name(part) != part for part in parts):
+        return "a character a tool may read as part of a path (a colon, or a slash or dot that is not one)"
     return ""
 
 

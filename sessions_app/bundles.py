@@ -36,6 +36,7 @@ from django.utils import timezone
 from . import signing
 from .bundle_reader import FORMAT
 from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, parse_redacted, recorded_values, removals
+from .lookalikes import safe_file_name
 from .models import Comment, Review, Session
 from .replay.exports import event_chunks, export_original, original_name
 from .replay.rows import _iso
@@ -270,9 +271,8 @@ def _comment(comment: Comment) -> dict[str, Any]:
 
 def original_member(name: str) -> str:
     """The bundle's member holding an original upload named `name`: its file name alone, in
-    `original/` (bundle_reader refuses any other path, as an unzip tool would follow it)."""
-    base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    return "original/" + (base if base not in ("", ".", "..") else "original")
+    `original/`, as any tool writes it where it says (bundle_reader refuses any other)."""
+    return "original/" + safe_file_name(name.replace("\\", "/").rsplit("/", 1)[-1])
 
 
 def comment_threads(session: Session, count: int | None = None) -> list[dict[str, Any]]:

@@ -4,8 +4,6 @@ audit entry."""
 
 from __future__ import annotations
 
-import unicodedata
-
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -16,6 +14,7 @@ from django.utils.text import slugify
 
 from . import audit
 from .access import Actor
+from .lookalikes import hiding_characters
 from .models import ApiKey, Membership, Project, Role
 
 
@@ -29,7 +28,7 @@ def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = 
     slug = slug.strip() or slugify(name)
     if not name:
         raise TeamError("name: a project needs a name")
-    if hidden := _invisible(name):
+    if hidden := hiding_characters(name):
         raise TeamError(
             f"name: no invisible or direction-changing characters ({hidden}): a list would show another name"
         )
@@ -48,19 +47,6 @@ def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = 
     audit.record(action="project.create", actor=actor, project=project, target=f"project:{slug}",
                  detail={"name": project.name}, ip=ip)  # fmt: skip
     return project
-
-
-# Format characters a name needs none of: direction marks, embeddings, overrides and isolates,
-# zero-width spaces and joiners of words. (The zero-width joiner and non-joiner stay: Persian
-# and Indic names, and emoji sequences, are written with them.)
-_HIDING = frozenset("\u200b\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff")
-
-
-def _invisible(text: str) -> str:
-    """The code points of `text` that hide or turn what a reader sees (control characters,
-    `_HIDING`), as U+XXXX, or "" when there is none."""
-    found = sorted({ch for ch in text if ch in _HIDING or unicodedata.category(ch) == "Cc"})
-    return ", ".join(f"U+{ord(ch):04X}" for ch in found)
 
 
 def set_member(

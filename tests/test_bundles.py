@@ -345,6 +345,9 @@ def test_a_bundle_holding_a_name_twice_is_refused(bundle, tmp_path):
     assert refused(target, server_key()) == "bundle NOT OK: index.html: in the bundle more than once"
 
 
+PATH_LIKE = "a character a tool may read as part of a path (a colon, or a slash or dot that is not one)"
+
+
 @pytest.mark.parametrize(
     "name, why",
     [
@@ -354,7 +357,12 @@ def test_a_bundle_holding_a_name_twice_is_refused(bundle, tmp_path):
         ("original//evil", "not a plain path inside the bundle"),
         ("notes/evil.txt", "a folder no bundle has (only original/ holds a file)"),
         ("original/a/b.jsonl", "a folder no bundle has (only original/ holds a file)"),
-        ("original/bell\x07.jsonl", "a control character in its name"),
+        ("original/bell\x07.jsonl", "characters that hide or turn what a reader sees (U+0007)"),
+        ("original/report\u202egpj.exe", "characters that hide or turn what a reader sees (U+202E)"),
+        ("original/a\u200bb.jsonl", "characters that hide or turn what a reader sees (U+200B)"),
+        ("original/..\uff0f..\uff0fevil.jsonl", PATH_LIKE),
+        ("original/a.jsonl:stream", PATH_LIKE),
+        ("original/" + "x" * 256, "a name over 255 bytes"),
     ],
 )  # fmt: skip
 def test_a_member_an_unzip_tool_would_write_outside_its_folder_is_refused(bundle, tmp_path, name, why):
@@ -444,14 +452,20 @@ def test_a_comment_or_sign_off_past_the_events_bundled_is_left_out_and_the_bundl
     assert Review.objects.filter(session=copy).count() == len(reviews)
 
 
-@pytest.mark.parametrize("name", ["..", ".", "a/..", "x\\..", "", "run.jsonl", "dir/run.jsonl"])
-def test_the_member_an_original_is_bundled_as_is_one_the_reader_takes(name):
+@pytest.mark.parametrize(
+    "name, member",
+    [
+        ("..", "original"), (".", "original"), ("a/..", "original"), ("x\\..", "original"), ("", "original"),
+        ("run.jsonl", "run.jsonl"), ("dir/run.jsonl", "run.jsonl"), ("report\u202egpj.exe", "report_gpj.exe"),
+        ("a:b\uff0fc.jsonl", "a_b_c.jsonl"), ("x" * 300, "x" * 255), ("é" * 200, "é" * 127),
+        ("می\u200cخواهم.jsonl", "می\u200cخواهم.jsonl"),
+    ],
+)  # fmt: skip
+def test_the_member_an_original_is_bundled_as_is_one_the_reader_takes(name, member):
     from sessions_app.bundle_reader import _unsafe_name
     from sessions_app.bundles import original_member
 
-    member = original_member(name)
-    assert member.startswith("original/") and _unsafe_name(member) == ""
-    assert member == ("original/run.jsonl" if name.endswith("run.jsonl") else "original/original")
+    assert original_member(name) == f"original/{member}" and _unsafe_name(f"original/{member}") == ""
 
 
 def test_a_folder_entry_climbing_out_of_the_bundle_is_refused(bundle, tmp_path):

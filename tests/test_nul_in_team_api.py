@@ -37,7 +37,9 @@ def test_nul_in_bodies_and_paths_is_refused_before_the_database(admin, make_sess
     assert admin.get("/api/projects/a%00b/members").status_code == 404
 
 
-@pytest.mark.parametrize("hidden", ["\u202e", "\u200b", "\u2066", "\ufeff", "\x07"])
+@pytest.mark.parametrize(
+    "hidden", ["\u202e", "\u200b", "\u2066", "\ufeff", "\x07", "\u061c", "\u00ad", "\u3164", "\u2028", "\U000e0041"]
+)
 def test_a_project_name_hiding_or_turning_what_a_reader_sees_is_refused(admin, client, hidden):
     # "Acme‮lanretni" reads as another name in every list; a zero-width space makes a twin.
     name = f"Acme{hidden}internal"

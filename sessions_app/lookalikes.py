@@ -1,0 +1,44 @@
+"""Characters that hide, or turn, what a reader sees: refused in names people pick one another's
+things by (a project's name), and in the file names an evidence bundle carries.
+
+A project named "Acme" plus a zero-width space, or with a right-to-left override, reads in every
+list as another project; a bundle member named with a fullwidth slash is written by some unzip
+tools as a folder. Pure functions (bundle_reader.py, which needs no database, uses them).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+# Format characters a name needs: the zero-width joiner and non-joiner (Persian and Indic names,
+# emoji sequences are written with them). Every other format character (direction marks,
+# embeddings, overrides and isolates, zero-width spaces, the soft hyphen, invisible operators,
+# tag characters ...) is refused, with line and paragraph separators, control characters and the
+# blank "letters" (Hangul fillers, the blank Braille pattern).
+_NEEDED_FORMAT = frozenset("\u200c\u200d")
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# In a file name: what a file system or an unzip tool may read as a folder or a stream.
+_PATH_LIKE = frozenset(":\uff0f\uff3c\u2215\u2044\u29f8\uff0e")
+MAX_FILE_NAME_BYTES = 255  # a file name's limit on the common file systems
+
+
+def _hides(ch: str) -> bool:
+    category = unicodedata.category(ch)
+    if category == "Cf":
+        return ch not in _NEEDED_FORMAT
+    return category in ("Cc", "Zl", "Zp") or ch in _BLANK_LETTERS
+
+
+def hiding_characters(text: str) -> str:
+    """The code points of `text` that hide or turn what a reader sees, as "U+XXXX, ..." (sorted),
+    or "" when there is none."""
+    return ", ".join(f"U+{ord(ch):04X}" for ch in sorted({ch for ch in text if _hides(ch)}))
+
+
+def safe_file_name(name: str) -> str:
+    """`name` as a file name any tool writes where it says: hiding and path-like characters
+    replaced by "_", cut to MAX_FILE_NAME_BYTES, never "", "." or ".."."""
+    cleaned = "".join("_" if _hides(ch) or ch in _PATH_LIKE or ch in "/\\" else ch for ch in name)
+    while len(cleaned.encode()) > MAX_FILE_NAME_BYTES:
+        cleaned = cleaned[:-1]
+    return cleaned if cleaned.strip(". ") else "original"
