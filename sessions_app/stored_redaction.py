@@ -52,6 +52,7 @@ from .chain import CONTENT_FIELDS, parse_redacted, redact_field, removals, with_
 from .formats import Source
 from .ingest.bundles import FORMAT_NAME as BUNDLE_FORMAT
 from .ingest.bundles import is_bundle
+from .ingest.traces import recount_staged
 from .models import (
     Checkpoint,
     Comment,
@@ -59,6 +60,7 @@ from .models import (
     Event,
     ImportJob,
     OtlpSpan,
+    OtlpTrace,
     RedactionJob,
     RedactionRules,
     Review,
@@ -483,12 +485,16 @@ def _redact_import_job(session: Session, redactor: Redactor, result: RedactionRe
 def _redact_staged_spans(session: Session, redactor: Redactor, result: RedactionResult) -> None:
     """OpenTelemetry spans of the session's traces still waiting to be written as its events
     (ingest/traces.py; a written span keeps no record)."""
-    waiting = OtlpSpan.objects.filter(trace__session=session, record__isnull=False).only("pk", "record")
+    waiting = OtlpSpan.objects.filter(trace__session=session, record__isnull=False).only("pk", "record", "trace_id")
+    changed: set[int] = set()
     for span in waiting.iterator():
         record = redactor.json_text(span.record)
         if record != span.record:
             OtlpSpan.objects.filter(pk=span.pk).update(record=record)
             result.elsewhere["otlp_span"] += 1
+            changed.add(span.trace_id)
+    if changed:
+        recount_staged(OtlpTrace.objects.filter(pk__in=changed))  # a placeholder's length is not the value's
 
 
 def _text(row: Model, name: str, redactor: Redactor, changes: dict[str, Any]) -> None:

@@ -576,8 +576,11 @@ def test_spans_waiting_to_settle_and_the_events_they_settle_into_count_toward_th
     staged = stored_bytes(project)
     waiting = sum(len(r) for r in OtlpSpan.objects.filter(record__isnull=False).values_list("record", flat=True))
     assert staged >= waiting > 6000  # the three prompts, at least
+    # Counted by their traces as staged (no record is read per export), and none once settled.
+    assert sum(OtlpTrace.objects.filter(pending=True).values_list("staged_chars", flat=True)) == waiting
     settle_now()
     assert not OtlpSpan.objects.filter(record__isnull=False).exists()
+    assert set(OtlpTrace.objects.values_list("staged_chars", flat=True)) == {0}
     assert stored_bytes(project) >= waiting  # now its sessions' records
     # A quota the staged and settled bytes filled refuses the next export.
     project.max_stored_bytes = stored_bytes(project) + len(body) // 2

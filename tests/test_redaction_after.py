@@ -169,6 +169,9 @@ def test_a_redacted_value_is_gone_from_every_row_and_file_and_becomes_its_placeh
     stored.refresh_from_db()
     assert stored.task == f"Call the API with {PLACEHOLDER}"
     assert stored.ingest_state["variables"]["api_key"] == PLACEHOLDER
+    # The staged span's trace counts its record as it is now (the storage quota reads that count).
+    span = OtlpSpan.objects.get(trace__session=stored)
+    assert PLACEHOLDER in span.record and span.trace.staged_chars == len(span.record)
 
 
 def test_a_value_selected_as_shown_in_json_is_found_in_its_decoded_string(stored, maintainer):

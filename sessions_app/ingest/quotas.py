@@ -26,10 +26,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import Sum
-from django.db.models.functions import Length
 
 from ..formats import size_text
-from ..models import ImportJob, OtlpSpan, Project, Session
+from ..models import ImportJob, OtlpTrace, Project, Session
 
 
 class QuotaExceeded(Exception):
@@ -83,10 +82,9 @@ def stored_bytes(project: Project) -> int:
     )
     held = Session.objects.filter(project=project).aggregate(n=Sum("record_bytes"))
     # OpenTelemetry spans received but not yet written as events (ingest/traces.py): settling
-    # runs later, so without them any number of exports would pass the quota meanwhile.
-    staged = OtlpSpan.objects.filter(trace__project=project, trace__pending=True, record__isnull=False).aggregate(
-        n=Sum(Length("record"))
-    )
+    # runs later, so without them any number of exports would pass the quota meanwhile. Their
+    # traces keep the count (one row a trace, not the records read).
+    staged = OtlpTrace.objects.filter(project=project, pending=True).aggregate(n=Sum("staged_chars"))
     return (pending["n"] or 0) + (held["n"] or 0) + (staged["n"] or 0)
 
 

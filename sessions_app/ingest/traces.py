@@ -35,7 +35,8 @@ from typing import Any
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import Case, F, Max, Q, Value, When
+from django.db.models import Case, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce, Length
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -156,15 +157,16 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
         # A staged span is stored too: the project's redaction rules apply to it now, not only to
         # the events it later becomes (docs/redaction.md).
         rows = []
+        added: dict[int, int] = {}  # the characters staged of each trace (the quota counts them)
         for trace_id, spans in by_trace.items():
             trace = traces[trace_id]
             for record in spans.values():
                 if trace.settled_at is not None:
                     record["late"] = True
-                rows.append((
-                    trace.pk, record["spanId"], record["parentSpanId"], otlp.operation_of(record), record["start"],
-                    orjson.dumps(_staged(record, redactor)).decode(),
-                ))  # fmt: skip
+                text = orjson.dumps(_staged(record, redactor)).decode()
+                added[trace.pk] = added.get(trace.pk, 0) + len(text)
+                rows.append((trace.pk, record["spanId"], record["parentSpanId"], otlp.operation_of(record),
+                             record["start"], text))  # fmt: skip
         _insert_spans(rows)
         result.stored = len(rows)
         rooted = {traces[t].pk for t, spans in by_trace.items() if any(not r["parentSpanId"] for r in spans.values())}
@@ -177,13 +179,29 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
                 if root_here
                 else {}
             )
-            OtlpTrace.objects.filter(pk__in=part).update(pending=True, last_received_at=now, **seen)
+            staged = F("staged_chars") + Case(*(When(pk=pk, then=Value(added[pk])) for pk in part), default=Value(0))
+            OtlpTrace.objects.filter(pk__in=part).update(
+                pending=True, last_received_at=now, staged_chars=staged, **seen
+            )
         # A conversation that had finished goes on: live again until the new spans settle.
         for part in _chunked(list({traces[t].session_id for t in by_trace})):
             Session.objects.filter(pk__in=part).exclude(status=Session.Status.LIVE).update(
                 status=Session.Status.LIVE, ended_at=None, completed=False
             )
     return result
+
+
+def recount_staged(traces: QuerySet[OtlpTrace]) -> None:
+    """Count again the characters of these traces' waiting spans (after their records changed:
+    a redaction)."""
+    waiting = (
+        OtlpSpan.objects.filter(trace=OuterRef("pk"), record__isnull=False)
+        .order_by()
+        .values("trace")
+        .annotate(n=Sum(Length("record")))
+        .values("n")
+    )
+    traces.update(staged_chars=Coalesce(Subquery(waiting), 0))
 
 
 # What a span says (its name, attributes, events, status and resource), as against the ids and
@@ -512,7 +530,9 @@ def _settle_chunk(
         # The settled sessions' traces wait no more: one statement for the transaction.
         # (Under the project's lock: no request has staged a span of them meanwhile.)
         if settled:
-            OtlpTrace.objects.filter(session_id__in=settled, pending=True).update(pending=False, settled_at=now)
+            OtlpTrace.objects.filter(session_id__in=settled, pending=True).update(
+                pending=False, settled_at=now, staged_chars=0
+            )
 
 
 def _waiting_spans(

@@ -30,6 +30,9 @@ class OtlpTrace(models.Model):
     root_seen = models.BooleanField(default=False)  # its root span (no parent) has arrived
     last_received_at = models.DateTimeField(default=timezone.now)
     settled_at = models.DateTimeField(null=True, blank=True)  # when its spans were last written
+    # The characters of its spans' records waiting to be written (0 once settled): what the
+    # project's storage quota counts of them, read per export without reading the records.
+    staged_chars = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
