@@ -415,3 +415,14 @@ def test_a_restored_sign_off_covering_events_the_session_lacks_refuses_the_bundl
     whole = dict(review, first_seq=0, last_seq=held - 1)
     (outcome,) = import_file(path=_resigned(bundle, tmp_path, reviews=[whole]), project=elsewhere)
     assert outcome.error is None and Review.objects.get().last_seq == held - 1
+
+
+@pytest.mark.parametrize("seq", [1.9, True, "3", -1, 2**64 - 1], ids=["float", "bool", "text", "negative", "huge"])
+def test_a_restored_comment_on_no_event_of_the_session_refuses_the_bundle(bundle, session, elsewhere, tmp_path, seq):
+    # 1.9 or true would have been taken as event #2, as the API refuses them.
+    comment = {"id": 9, "seq": seq, "author": "rita", "body": "here"}
+    session.delete()
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, comments=[comment]), project=elsewhere)
+    shown = repr(seq) if len(repr(seq)) <= 40 else repr(seq)[:40] + "…"
+    assert refused.session is None
+    assert f"comments.json: comment 9 is on event {shown}, outside the session" in refused.error

@@ -234,9 +234,9 @@ def _comment(
     session: Session, data: dict[str, Any], *, parent: Comment | None, text: Callable[[str], str], bundle: Bundle,
     latest: datetime, by: str,
 ) -> Comment:  # fmt: skip
-    seq = int(data.get("seq", parent.seq if parent is not None else 0))
-    if not 0 <= seq < max(session.event_count, 1):
-        raise BundleError(f"comments.json: comment {data.get('id')} is on event {seq}, outside the session")
+    seq = data.get("seq", parent.seq if parent is not None else 0)
+    if type(seq) is not int or not 0 <= seq < max(session.event_count, 1):  # not 1.9, true or "3"
+        raise BundleError(f"comments.json: comment {data.get('id')} is on event {_shown(seq)}, outside the session")
     written = [_body(data, f"comment {data.get('id')}")] + [
         _body(r, f"comment {data.get('id')}'s revision {n}") for n, r in enumerate(data.get("revisions") or [], start=1)
     ]
@@ -263,6 +263,12 @@ def _redaction_mark(data: dict[str, Any], *, changed_here: bool, by: str, latest
         return {"redacted_by": by[:150], "redacted_at": datetime.now(UTC)}
     at = _no_later(data.get("redacted_at"), latest)
     return {"redacted_by": str(data.get("redacted_by") or "")[:150] if at else "", "redacted_at": at}
+
+
+def _shown(value: Any) -> str:
+    """A bundle's value in a message: as written, cut (a 300-digit number says nothing more)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _body(data: dict[str, Any], what: str) -> str:
@@ -302,8 +308,8 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
             or not (0 <= first <= last < held if held else (first, last) == (0, -1))
         ):
             raise BundleError(
-                f"reviews.json: sign-off {data.get('id')} covers seqs {first!r} to {last!r}, "
-                f"outside the session's {'0 to ' + str(held - 1) if held else 'no events'}"
+                f"reviews.json: sign-off {data.get('id')} covers seqs {_shown(first)} to {_shown(last)}, "
+                + (f"outside the session's 0 to {held - 1}" if held else "but the session has no events")
             )
         note = str(data.get("note") or "")
         kept = text(note)
