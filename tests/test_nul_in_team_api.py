@@ -54,3 +54,31 @@ def test_a_project_name_hiding_or_turning_what_a_reader_sees_is_refused(admin, c
     # Names written with a zero-width non-joiner (Persian, Indic scripts) are names.
     fine = admin.post("/api/projects", {"name": "می\u200cخواهم", "slug": "fa"}, content_type="application/json")
     assert fine.status_code == 201, fine.content
+
+
+def test_a_body_takes_json_types_as_declared_naming_the_field(admin, make_session, acme):
+    # pydantic's lax mode read "yes" and 1 as true ({"allow_export": "yes"} allowed exports),
+    # 3.0 as 3 and "7" as 7: each is refused, naming the field, and the right type is taken.
+    from sessions_app.models import Session
+
+    session = make_session(events=5)
+    Session.objects.filter(pk=session.pk).update(project=acme)
+    links = f"/api/sessions/{session.pk}/share-links"
+
+    def post(path: str, body: dict):
+        return admin.post(path, body, content_type="application/json")
+
+    for field, value, said in (
+        ("allow_export", "yes", "expected true or false, got a string"),
+        ("allow_export", 1, "expected true or false, got 1"),
+        ("expires_in_days", 3.0, "expected an integer, got 3.0"),
+        ("expires_in_days", "7", "expected a number, got a string"),
+    ):
+        answer = post(links, {field: value})
+        assert answer.status_code == 400 and answer.json()["detail"] == f"{field}: Value error, {said}", answer.content
+    assert post(links, {"allow_export": True, "expires_in_days": 3}).status_code == 201
+    switches = post("/api/projects/acme/redaction/try", {"detectors": {"email": "yes"}, "text": "a@example.org"})
+    assert switches.status_code == 400
+    assert switches.json()["detail"] == "detectors: Value error, email: expected true or false, got a string"
+    comment = post(f"/api/sessions/{session.pk}/comments", {"seq": 1.0, "body": "x"})
+    assert comment.status_code == 400 and comment.json()["detail"] == "seq: Value error, expected an integer, got 1.0"

@@ -46,24 +46,46 @@ class BodyIn(Schema, extra="forbid"):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _only_a_number_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        # pydantic reads true as 1 for a number: `{"expires_in_days": true}` made a link of one
-        # day, `{"seq": true}` would name event #2 (security sweep); and "7" as 7, which a
-        # client then believes the API takes.
-        if isinstance(value, bool | str) and _numbers_only(cls.model_fields[info.field_name].annotation):
-            got = str(value).lower() if isinstance(value, bool) else "a string"
-            raise ValueError(f"expected a number, got {got}")
+    def _json_types_as_declared(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads true as 1 for a number: `{"expires_in_days": true}` made a
+        # link of one day, `{"seq": true}` would name event #2 (security sweep); "7" as 7 and 3.0
+        # as 3, which a client then believes the API takes; and "yes" or 1 as true
+        # (`{"allow_export": "yes"}` allowed exports).
+        annotation = cls.model_fields[info.field_name].annotation
+        if typing.get_origin(annotation) is dict and isinstance(value, dict):
+            # A map of switches ({"email": true}): each value as its field would be.
+            values = _kinds(typing.get_args(annotation)[1])
+            for key, item in value.items():
+                if values == {bool} and not isinstance(item, bool):
+                    raise ValueError(f"{key}: expected true or false, got {_json_name(item)}")
+            return value
+        kinds = _kinds(annotation)
+        if value is None or not kinds:
+            return value
+        if kinds <= {int, float} and isinstance(value, bool | str):
+            raise ValueError(f"expected a number, got {_json_name(value)}")
+        if kinds == {int} and isinstance(value, float):
+            raise ValueError(f"expected an integer, got {value!r}")
+        if kinds == {bool} and not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {_json_name(value)}")
         return value
 
 
-def _numbers_only(annotation: Any) -> bool:
-    """Whether a field's type takes numbers (int or float, optional or bounded) and nothing else."""
+def _kinds(annotation: Any) -> frozenset[type]:
+    """The scalar types a field takes (int, float, bool; optional or bounded), or none when it
+    takes anything else too (a text, a list, a model)."""
     if typing.get_origin(annotation) is Annotated:
-        return _numbers_only(typing.get_args(annotation)[0])
+        return _kinds(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kinds = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        return bool(kinds) and all(_numbers_only(arg) for arg in kinds)
-    return annotation in (int, float)
+        found = [_kinds(arg) for arg in typing.get_args(annotation) if arg is not type(None)]
+        return frozenset().union(*found) if found and all(found) else frozenset()
+    return frozenset({annotation}) if annotation in (int, float, bool) else frozenset()
+
+
+def _json_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "a string" if isinstance(value, str) else repr(value)
 
 
 class DetailOut(Schema):
