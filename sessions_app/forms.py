@@ -101,13 +101,14 @@ class QueryForm(forms.Form):
     ignored: dict[str, str]
 
     def values(self) -> dict[str, Any]:
-        self.is_valid()
-        self.ignored = {name: str(self.data.get(name, ""))[:40] for name in self.errors if name in self.data}
-        if self.ignored:
-            data = self.data.copy()
-            for name in self.ignored:
-                data.pop(name)
-            self.data = data
+        if not hasattr(self, "ignored"):  # once: then the data no longer holds them
+            self.is_valid()
+            self.ignored = {name: str(self.data.get(name, ""))[:40] for name in self.errors if name in self.data}
+            if self.ignored:
+                data = self.data.copy()
+                for name in self.ignored:
+                    data.pop(name)
+                self.data = data
         out: dict[str, Any] = {}
         for name, field in self.fields.items():
             if name in self.cleaned_data:

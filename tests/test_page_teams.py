@@ -274,7 +274,10 @@ def test_audit_filters_by_actor_action_and_days(client, acme):
     # left empty rather than showing what was not applied.
     ignored = client.get(page, {"action": "nope", "since": "soon", "actor": "bob"}).content.decode()
     assert _seqs(ignored) == [1, 0]
-    assert "Ignored, not a valid value: <code>action=nope</code>, <code>since=soon</code>." in ignored
+    assert (
+        "Ignored, not a valid value: <code><bdi>action=nope</bdi></code>, <code><bdi>since=soon</bdi></code>."
+        in ignored
+    )
     assert 'name="since" value=' not in ignored and 'name="actor" value="bob"' in ignored
 
 
@@ -436,3 +439,11 @@ def test_anonymous_visitors_go_to_the_login_page(client, acme):
 def test_the_nav_links_to_projects_and_keys(admin):
     html = admin.get(PROJECTS).content.decode()
     assert f'href="{PROJECTS}"' in html and f'href="{KEYS}"' in html
+
+
+def test_each_filter_page_says_what_it_ignored(client, acme):
+    signed_in(client, "rita", acme, Role.REVIEWER)
+    for url, bad in (("/sessions/", "start=xx"), ("/imports/", "status=nope"), ("/search/", "project=\u202enowhere")):
+        name, value = bad.split("=")
+        page = client.get(url, {name: value}).content.decode()
+        assert f"Ignored, not a valid value: <code><bdi>{name}={value}</bdi></code>." in page, url
