@@ -200,6 +200,16 @@
     if (!area.hasAttribute("tabindex")) area.setAttribute("tabindex", "-1");
     area.focus({ preventScroll: true });
   });
+  // The audit log's verification, answered alone (htmx): the row of the entry it found broken,
+  // when the page lists it, is marked as the full page marks it (audit.html's broken-entry).
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const answer = event.detail.elt;
+    if (!answer || answer.id !== "log-verification") return;
+    document.querySelectorAll("tr.broken-entry").forEach(function (row) { row.classList.remove("broken-entry"); });
+    const link = answer.querySelector('a[href^="#entry-"]');
+    const row = link && document.getElementById(link.getAttribute("href").slice(1));
+    if (row) row.classList.add("broken-entry");
+  });
   // A message kept until read (the upload panel's errors): its dismiss button hides it (the
   // page's own is a link to the list, for a browser without JavaScript: not followed here).
   document.addEventListener("click", function (event) {

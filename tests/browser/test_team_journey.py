@@ -83,3 +83,13 @@ def test_admin_adds_a_member_who_sees_only_that_project_and_the_audit_log_shows_
     page.click("#audit-verify-form button")
     page.locator("#log-verification .badge.ok").wait_for()
     assert "log intact" in page.locator("#log-verification").text_content()
+    # Someone edits that entry in the database: the verification (htmx) names it and its row is marked.
+    from sessions_app.models import AuditEntry
+
+    edited = AuditEntry.objects.of_project(Project.objects.get(slug="red")).get(action="member.add")
+    AuditEntry.objects.filter(pk=edited.pk).update(detail='{"role": "admin"}')
+    page.click("#audit-verify-form button")
+    page.locator("#log-verification .badge.fail").wait_for()
+    assert page.locator("tr.broken-entry").get_attribute("id") == f"entry-{edited.seq}"
+    page.click("#log-verification a.badge.fail")
+    page.wait_for_url(f"**#entry-{edited.seq}")
