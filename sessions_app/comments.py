@@ -89,6 +89,10 @@ def _markdown() -> MarkdownIt:
 def _image_as_link(renderer: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
     token = tokens[idx]
     alt = renderer.renderInlineAsText(token.children or [], options, env) or token.attrGet("src") or ""
+    # Inside a link already (a badge: [![alt](image)](target)): its words, as a link may not hold one.
+    depth = sum(1 if t.type == "link_open" else -1 if t.type == "link_close" else 0 for t in tokens[:idx])
+    if depth > 0:
+        return escapeHtml(alt)
     return f'<a href="{escapeHtml(token.attrGet("src") or "")}">{escapeHtml(alt)}</a>'
 
 

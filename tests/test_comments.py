@@ -607,6 +607,8 @@ def test_workflows_refuse_someone_elses_edit_without_a_request(ours, acme):
         ("![](https://example.com/x.png)", '<p><a href="https://example.com/x.png" rel="noopener nofollow">https://example.com/x.png</a></p>'),
         ('see ![a <b> "q"](/x.png) end', '<p>see <a href="/x.png" rel="noopener nofollow">a &lt;b&gt; "q"</a> end</p>'),
         ("![x](data:image/png;base64,AAAA)", '<p><a rel="noopener nofollow">x</a></p>'),
+        # A badge: the image's words inside the one link, to its target.
+        ("[![build](https://ci/x.svg)](https://ci/run/1)", '<p><a href="https://ci/run/1" rel="noopener nofollow">build</a></p>'),
     ],
 )  # fmt: skip
 def test_an_image_shows_as_a_link_to_it_and_nothing_is_loaded(body, shown):

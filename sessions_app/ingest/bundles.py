@@ -316,7 +316,7 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
         Review.objects.create(
             session=session, reviewer=None, reviewer_name=str(data.get("reviewer") or "")[:150],
             verdict=data["verdict"], note=kept, chain_head=str(data.get("chain_head") or ""),
-            chain_valid=bool(data.get("chain_valid")), first_seq=first, last_seq=last, created_at=min(_when(data.get("created_at")) or latest, latest),
-            restored_from=bundle.fingerprint[:64] or "bundle",
+            chain_valid=bool(data.get("chain_valid")), first_seq=first, last_seq=last,
+            created_at=min(_when(data.get("created_at")) or latest, latest), restored_from=bundle.fingerprint[:64] or "bundle",
             **_redaction_mark(data, changed_here=kept != note, by=by, latest=latest),
         )  # fmt: skip

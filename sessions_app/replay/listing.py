@@ -91,7 +91,7 @@ def filter_sessions(
     for the page and the API alike; `project` is a Project or a slug, `model` matches the
     session's model or any model it used, `review` the newest sign-off's verdict (or
     `unreviewed`). Each session comes with that verdict as `review_state` (None: unreviewed)."""
-    sessions = sessions.in_project(project).matching(q).annotate(review_state=_newest_verdict())
+    sessions = sessions.in_project(project).matching(q).annotate(review_state=_newest_sign_off())
     if format:
         sessions = sessions.filter(source_format=format)
     if status:
@@ -115,7 +115,8 @@ def filter_sessions(
     return sessions
 
 
-def _newest_verdict(column: str = "verdict") -> Subquery:
+def _newest_sign_off(column: str = "verdict") -> Subquery:
+    """A column of the session's newest sign-off made here (its verdict, the last seq it covers)."""
     # A correlated subquery, one probe of the review_session_created index per row: the list
     # stays one query however many rows it shows, and filters on it in the same query.
     # A sign-off restored from a bundle is another server's word: never the review state here.
@@ -156,7 +157,7 @@ def list_sessions(
     # key: one job a session at most, so the join adds no row (a session re-imported keeps the
     # job that stored it; the jobs that found it already stored only name it in their result).
     sessions = sessions.annotate(source_file=F("import_job__original_name"), uploader=F("import_job__created_by"),
-                                 review_last_seq=_newest_verdict("last_seq"))  # fmt: skip
+                                 review_last_seq=_newest_sign_off("last_seq"))  # fmt: skip
     rows = list(sessions.select_related("project").order_by(*order)[: per_page + 1])
     more = len(rows) > per_page
     rows = rows[:per_page]

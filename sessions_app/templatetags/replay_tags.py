@@ -49,14 +49,10 @@ def python(code: Any) -> SafeString:
     return pretty_json(code)
 
 
-def _json_text(value: Any) -> str:
-    return json_display_text(value)
-
-
 @register.filter
 def pretty_json(value: Any) -> SafeString:
     """A decoded JSON value, indented and highlighted (escaped inside)."""
-    return highlighting.highlight_json(_json_text(value))
+    return highlighting.highlight_json(json_display_text(value))
 
 
 @register.filter
@@ -68,7 +64,7 @@ def json_block(value: Any, css: str = "value") -> SafeString:
     if isinstance(value, ClippedValue):  # the frame's: made JSON and cut already
         return mark_safe(f'<pre class="{css} json" dir="ltr">{highlighting.highlight_json(value.text)}</pre>')
     return mark_safe(
-        f'<pre class="{css} json" dir="ltr">{highlighting.highlight_json(clip_block(_json_text(value)))}</pre>'
+        f'<pre class="{css} json" dir="ltr">{highlighting.highlight_json(clip_block(json_display_text(value)))}</pre>'
     )
 
 
