@@ -459,7 +459,11 @@ def test_comment_at_a_step_marks_the_scrubber_and_its_permalink_reopens_it(watch
     assert closest[0] >= 25, closest
     permalink = page.locator("#discussion a", has_text="event #8")  # seq 7, as people count
     assert permalink.count() == 1
-    # Stepping away leaves the thread behind; the permalink brings the player back to it.
+    # The click left the keyboard on the form's control, as a key press would (replay.js):
+    # Escape hands it back to the player. Stepping away leaves the thread behind; the permalink
+    # brings the player back to it.
+    assert page.evaluate("document.activeElement.closest('#comment-threads') !== null")
+    page.keyboard.press("Escape")
     page.keyboard.press("End")
     wait_for_seq(page, talk.event_count - 1)
     assert page.locator("#comment-threads article.thread").count() == 0
