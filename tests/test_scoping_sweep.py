@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
@@ -586,9 +588,7 @@ def unscoped_endpoint():
     """A page added without asking access.py. It says whether a session exists, or (when
     `shows["task"]` is set) shows any session's task to anyone."""
     from django.http import JsonResponse
-    from django.urls import clear_url_caches, path
 
-    import replay_site.urls as root
     from sessions_app.models import Session
 
     shows = {"task": False}
@@ -597,12 +597,25 @@ def unscoped_endpoint():
         session = Session.objects.get(pk=session_id)
         return JsonResponse({"task": session.task} if shows["task"] else {"exists": True})
 
+    with _route_added("sessions/<int:session_id>/unscoped/", unscoped):
+        yield shows
+
+
+@contextmanager
+def _route_added(route: str, view) -> Iterator[None]:
+    """The site's URLs with one more page (a new endpoint a change might add), for a while."""
+    from django.urls import clear_url_caches, path
+
+    import replay_site.urls as root
+
     saved = list(root.urlpatterns)
-    root.urlpatterns.insert(0, path("sessions/<int:session_id>/unscoped/", unscoped))
+    root.urlpatterns.insert(0, path(route, view))
     clear_url_caches()
-    yield shows
-    root.urlpatterns[:] = saved
-    clear_url_caches()
+    try:
+        yield
+    finally:
+        root.urlpatterns[:] = saved
+        clear_url_caches()
 
 
 def test_the_sweep_finds_a_new_endpoint_an_unscoped_one_and_a_leak(theirs, db, unscoped_endpoint, monkeypatch):
@@ -622,10 +635,8 @@ def delete_only_endpoint():
     """A page taking only DELETE that deletes any session: a walk trying GET and POST alone
     never called it (each answered 405)."""
     from django.http import HttpResponse
-    from django.urls import clear_url_caches, path
     from django.views.decorators.http import require_http_methods
 
-    import replay_site.urls as root
     from sessions_app.models import Session
 
     @require_http_methods(["DELETE"])
@@ -633,12 +644,8 @@ def delete_only_endpoint():
         Session.objects.filter(pk=session_id).delete()
         return HttpResponse("gone")
 
-    saved = list(root.urlpatterns)
-    root.urlpatterns.insert(0, path("sessions/<int:session_id>/zap/", zap))
-    clear_url_caches()
-    yield
-    root.urlpatterns[:] = saved
-    clear_url_caches()
+    with _route_added("sessions/<int:session_id>/zap/", zap):
+        yield
 
 
 def test_the_sweep_walks_every_method_a_route_takes(theirs, db, delete_only_endpoint, monkeypatch):

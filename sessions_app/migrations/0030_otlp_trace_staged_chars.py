@@ -6,7 +6,8 @@ from django.db.models.functions import Coalesce, Length
 
 
 def count_waiting_records(apps, schema_editor):
-    """Spans staged before this migration: their traces' counts, from their records."""
+    """Spans staged before this migration: their traces' counts, from their records (as
+    ingest/traces.recount_staged does; a migration keeps its own copy, as the code may change)."""
     OtlpTrace = apps.get_model("sessions_app", "OtlpTrace")
     OtlpSpan = apps.get_model("sessions_app", "OtlpSpan")
     waiting = (
