@@ -145,7 +145,7 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
             # would not be what a reader opens.
             raise BundleError(f"{twice[0]}: in the bundle more than once")
         for name in sorted({info.filename for info in archive.infolist()}):
-            if why := _unsafe_name(name.removesuffix("/") if name.endswith("/") and name != "/" else name):
+            if why := _unsafe_name(name.removesuffix("/")):  # a folder's entry ends in "/"
                 raise BundleError(f"{name!r}: {why}")
         for needed in SIGNED_BY_MANIFEST:
             if needed not in names:

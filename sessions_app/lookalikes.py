@@ -39,6 +39,6 @@ def safe_file_name(name: str) -> str:
     """`name` as a file name any tool writes where it says: hiding and path-like characters
     replaced by "_", cut to MAX_FILE_NAME_BYTES, never "", "." or ".."."""
     cleaned = "".join("_" if _hides(ch) or ch in _PATH_LIKE or ch in "/\\" else ch for ch in name)
-    while len(cleaned.encode()) > MAX_FILE_NAME_BYTES:
-        cleaned = cleaned[:-1]
+    # Cut in bytes, a character cut in two dropped whole.
+    cleaned = cleaned.encode()[:MAX_FILE_NAME_BYTES].decode("utf-8", "ignore")
     return cleaned if cleaned.strip(". ") else "original"
