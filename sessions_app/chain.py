@@ -26,14 +26,24 @@ An event's link is
 - Everything else a page shows (step position, pairing, fail streak, running totals, counts by
   kind, keyframes) is derived from these in seq order, and verification derives it again and
   compares (sessions_app/verification.py).
+
+A session's own fields a page shows (its task, final answer, status, times, ids, model,
+metadata: HEADER_FIELDS) change while a live session runs, so they cannot be linked into the
+chain's start. Each writer that stores them also stores their *seal* (`Session.header_seal`), a
+digest per field (`header_seal`), and verification reports each field whose value no longer
+gives its digest (`header_changes`): an edit of the task in the database is found and named, as
+an edit of an event is.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -272,3 +282,74 @@ def removals(seq: int, form: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _is_hex64(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and _HEX64.issuperset(value)
+
+
+# A session's own fields that pages show, sealed by every writer that stores them. Not `parent`:
+# the database itself empties it when the parent session is deleted (the child stands alone).
+HEADER_FIELDS = (
+    "project_id", "source_format", "source_session_id", "run_id", "agent_id", "task", "environment",
+    "model", "status", "completed", "started_at", "ended_at", "final_answer", "reward", "metadata",
+    "bundle_origin", "created_at",
+)  # fmt: skip
+_HEADER_FLOATS = frozenset({"reward"})
+_HEADER_BOOLS = frozenset({"completed"})
+_HEADER_JSON = frozenset({"metadata", "bundle_origin"})
+
+
+def header_seal(values: Mapping[str, Any]) -> str:
+    """The seal of a session's HEADER_FIELDS `values` (as a model instance or the database holds
+    them): JSON {field: digest of its value}, one digest a field so that verification can name
+    the field that changed. Plain digests, no salt: the values themselves are stored beside them,
+    and a redaction seals the redacted values again."""
+    return orjson.dumps({name: _header_digest(name, values[name]) for name in HEADER_FIELDS}).decode()
+
+
+def header_changes(seal: Any, values: Mapping[str, Any]) -> list[str]:
+    """The HEADER_FIELDS whose value no longer gives the digest `seal` holds for it (every field,
+    if the seal is missing or cannot be read)."""
+    try:
+        digests = orjson.loads(seal) if isinstance(seal, str) and seal else None
+    except orjson.JSONDecodeError:
+        digests = None
+    if not isinstance(digests, dict):
+        return list(HEADER_FIELDS)
+    return [name for name in HEADER_FIELDS if digests.get(name) != _header_digest(name, values[name])]
+
+
+def _header_digest(name: str, value: Any) -> str:
+    if name in _HEADER_JSON:
+        value = _json_form(value)
+    elif name in _HEADER_FLOATS:
+        # SQLite stores a NaN as NULL; both databases give an integer back as a float.
+        value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+    elif name in _HEADER_BOOLS:
+        value = bool(value)
+    elif isinstance(value, datetime):
+        value = ts_text(value)
+    text = json.dumps([name, value], ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+    return _sha256(text.encode("ascii")).hexdigest()[:32]
+
+
+def _json_form(value: Any) -> Any:
+    """A JSON column's value as either database gives it back, its scalars tagged ("s" text,
+    "n" number) so that no text can stand for a number: PostgreSQL's jsonb keeps numbers as
+    decimals, so 1e+20 comes back as the integer 100000000000000000000 and -0.0 as 0.0, where
+    SQLite gives back what was written. An integral number is its decimal digits either way,
+    any other its shortest repr."""
+    return _tagged(json.loads(json.dumps(value)))  # as a JSON column stores it: string keys, lists
+
+
+def _tagged(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return "s" + value
+    if isinstance(value, int):
+        return f"n{value}"
+    if isinstance(value, float):
+        if not (math.isfinite(value) and value.is_integer()):
+            return f"n{value!r}"
+        return "n0" if value == 0 else f"n{Decimal(repr(value)).to_integral_value():f}"
+    if isinstance(value, dict):
+        return {key: _tagged(item) for key, item in value.items()}
+    return [_tagged(item) for item in value]

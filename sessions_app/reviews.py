@@ -35,7 +35,9 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
         where = (
             f"at seq {checked.first_broken_seq} (event #{checked.first_broken_seq + 1})"
             if checked.first_broken_seq is not None
-            else "in the session's stored totals"
+            else "in the session's own fields ("
+            + ", ".join(sorted({f["field"].removeprefix("session.") for f in checked.findings if f["seq"] is None}))
+            + ")"
         )
         raise SignOffRefused(
             f"the session's chain is broken {where}: it can only be rejected, not {Review.Verdict(verdict).label.lower()}"

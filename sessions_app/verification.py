@@ -8,6 +8,9 @@ Two checks, one pass over the events in seq order (keyset chunks, memory flat):
 2. Everything derived (step positions, pairing, fail streaks, running totals, counts by kind,
    state keyframes, the session's totals) is derived again from the recorded fields by the
    writer's own code (ingest/rows.py, EventRows.add_stored) and compared with what is stored.
+3. The session's own fields a page shows (task, final answer, status, times, ids, metadata) must
+   still give the digests their writer sealed them with (chain.header_seal): an edit is named
+   by its field.
 
 The result is stored on the session (chain_valid, chain_broken_seq, chain_checked_at,
 chain_checked_count): the badge says *verified at <time>* only after this ran.
@@ -25,8 +28,10 @@ from django.utils import timezone
 from .chain import (
     CONTENT_FIELDS,
     GENESIS_HASH,
+    HEADER_FIELDS,
     RECORDED_FIELDS,
     edited_after_redaction,
+    header_changes,
     link_hash,
     parse_redacted,
     recorded_values,
@@ -139,6 +144,7 @@ def verify_session(*, session: Session, chunk: int = CHUNK, record: bool = True)
             findings.add(seq, "pair_seq", "paired with an event that does not answer it")
     _compare_keyframes(session, keyframes, findings, count)
     _compare_totals(session, rows.state, findings)
+    _compare_header(session, findings)
     return _record(session, findings, next_seq, head, store=record)
 
 
@@ -263,6 +269,20 @@ def _compare_totals(session: Session, state: WriterState, findings: _Findings) -
     for column, attribute in _SESSION_TOTALS.items():
         if not _same(column, getattr(state, attribute), fresh[column]):
             findings.add(None, f"session.{column}", f"stored {fresh[column]!r}, derived {getattr(state, attribute)!r}")
+
+
+_SEAL = Session.header_seal.field.name
+
+
+def _compare_header(session: Session, findings: _Findings) -> None:
+    stored = Session.objects.filter(pk=session.pk).values("header_seal", *HEADER_FIELDS).get()
+    if not stored["header_seal"]:
+        findings.add(None, f"session.{_SEAL}", "the session's own fields were stored without a seal")
+        return
+    for name in header_changes(stored["header_seal"], stored):
+        findings.add(
+            None, f"session.{name.removesuffix('_id')}", "changed since it was written: not what its writer sealed"
+        )
 
 
 def _record(session: Session, findings: _Findings, checked: int, head: str, *, store: bool) -> Verification:

@@ -233,3 +233,23 @@ def test_0027_marks_the_comments_restored_before_it_and_only_those():
         assert marks == {from_bundle: "ab" * 32, written_here: "", elsewhere: ""}
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0031_seals_the_sessions_stored_before_it_as_they_are():
+    from sessions_app.models import Session as CurrentSession
+    from sessions_app.verification import verify_session
+
+    Session, _Event, project = stored_before("0030_otlp_trace_staged_chars")
+    stored = Session.objects.create(
+        project=project, source_format="canonical", task="stored before", status="completed", completed=True,
+        final_answer="42", metadata={"big": 1e20, "team": "red"}, reward=1,
+    ).pk  # fmt: skip
+    try:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+        session = CurrentSession.objects.get(pk=stored)
+        assert session.header_seal and verify_session(session=session).valid
+        CurrentSession.objects.filter(pk=stored).update(final_answer="43")  # from here on, an edit is found
+        assert [f["field"] for f in verify_session(session=session).findings] == ["session.final_answer"]
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

@@ -110,6 +110,19 @@ def test_a_sign_off_on_a_tampered_chain_is_refused_naming_the_broken_seq(session
     assert not AuditEntry.objects.filter(action="review.create").exists()
 
 
+def test_a_sign_off_after_an_edit_of_the_task_and_answer_is_refused_naming_them(session, rita):
+    Session.objects.filter(pk=session.pk).update(task="a harmless task", final_answer="all fine")
+    with pytest.raises(
+        reviews.SignOffRefused,
+        match=r"broken in the session's own fields \(final_answer, task\): it can only be rejected",
+    ):
+        reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+    assert not Review.objects.exists()
+    page = Client()
+    page.force_login(rita)
+    assert "broken: session fields differ" in page.get(f"/sessions/{session.pk}/").content.decode()
+
+
 def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session, rita):
     _tamper(session)
     review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected", note="edited log")
@@ -175,7 +188,7 @@ def test_edited_session_totals_a_later_verification_finds_put_the_whole_sign_off
     assert found.coverage.broken_seq == -1
     [row] = _client(vic).get(f"/api/sessions/{session.pk}/reviews").json()
     assert (row["broken_seq"], row["unchanged"]) == (-1, False)
-    assert "the session's totals no longer verify" in _player(_client(vic), session)
+    assert "the session's own fields no longer verify" in _player(_client(vic), session)
 
 
 def test_a_break_after_the_signed_range_leaves_the_sign_off_standing(acme, rita):

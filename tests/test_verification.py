@@ -11,10 +11,11 @@ import pytest
 from django.conf import settings
 from django.db import connection, models
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from sessions_app.chain import CONTENT_FIELDS, commit, salt_of
+from sessions_app.chain import CONTENT_FIELDS, HEADER_FIELDS, commit, salt_of
 from sessions_app.ingest.rows import SESSION_STATE
-from sessions_app.models import Event, Session, Snapshot
+from sessions_app.models import Event, Project, Session, Snapshot
 from sessions_app.verification import verify_session
 
 pytestmark = pytest.mark.django_db
@@ -167,6 +168,84 @@ def test_each_edited_session_total_is_reported(two_sessions, column):
         )
     else:
         assert result.first_broken_seq is None and [f["field"] for f in result.findings] == [f"session.{column}"]
+
+
+def _header_edit(name: str, value: object, other: Project) -> object:
+    """A different value, of the column's own type, for one of the session's sealed fields."""
+    if name == "project_id":
+        return other.pk
+    field = Session._meta.get_field(name)
+    if isinstance(field, models.JSONField):
+        return {**(value or {}), "forged": 1}
+    if isinstance(field, models.BooleanField):
+        return not value
+    if isinstance(field, models.DateTimeField):
+        return value + timedelta(seconds=1) if value is not None else timezone.now()
+    if isinstance(field, models.FloatField):
+        return value + 0.5
+    if name == "status":
+        return "failed" if value != "failed" else "completed"
+    return (value + "x")[-(field.max_length or 10_000) :]
+
+
+@pytest.mark.parametrize("name", HEADER_FIELDS)
+def test_editing_any_sealed_field_of_the_session_is_reported_by_its_name(make_session, name):
+    from sessions_app.ingest.writer import finish_session
+
+    session = make_session(events=12, task="find the bug", model="m-1", metadata={"team": "red", "n": 1e20})
+    finish_session(session=session, final_answer="it was the cache")
+    assert verify_session(session=session).valid  # as the writer left it
+    other = Project.objects.create(name="Elsewhere", slug="elsewhere")
+    stored = Session.objects.filter(pk=session.pk).values_list(name, flat=True).get()
+    Session.objects.filter(pk=session.pk).update(**{name: _header_edit(name, stored, other)})
+
+    result = verify_session(session=session)
+
+    assert result.valid is False and result.first_broken_seq is None
+    assert [f["field"] for f in result.findings] == [f"session.{name.removesuffix('_id')}"], result.findings
+    assert Session.objects.get(pk=session.pk).chain_state == "broken"
+
+
+def test_a_session_stored_without_a_seal_is_not_verified(make_session):
+    session = make_session(events=3)
+    Session.objects.filter(pk=session.pk).update(header_seal="")
+    result = verify_session(session=session)
+    assert result.valid is False and [f["field"] for f in result.findings] == ["session.header_seal"]
+
+
+# The session's columns that no seal or derivation covers, and why nothing a page shows is lost.
+NOT_SEALED = {
+    "id": "its storage address",
+    "chain_valid": "verification's own result", "chain_broken_seq": "verification's own result",
+    "chain_checked_at": "verification's own result", "chain_checked_count": "verification's own result",
+    "header_seal": "the seal itself",
+    "source_digest": "the import's de-duplication key, never shown",
+    "ingest_state": "the writer's saved state; what it gives is derived again from the events",
+    "import_job_id": "a link the database empties when its job is deleted",
+    "parent_id": "a link the database empties when the parent is deleted; the parent's event names the child",
+    "record_bytes": "what the quota counts, never shown as the session's",
+    "idempotency_digest": "a retry's key, never shown",
+    "updated_at": "bookkeeping of the last write",
+}  # fmt: skip
+
+
+def test_every_session_field_is_sealed_derived_or_declared_not_shown():
+    columns = {f.attname for f in Session._meta.concrete_fields}
+    assert columns - set(HEADER_FIELDS) - set(SESSION_STATE) - set(NOT_SEALED) == set()
+    assert set(HEADER_FIELDS).isdisjoint(NOT_SEALED) and set(SESSION_STATE).isdisjoint(NOT_SEALED)
+
+
+def test_numbers_a_database_keeps_otherwise_in_metadata_still_verify(make_session):
+    """jsonb gives 1e+20 back as an integer and -0.0 as 0.0; the seal is of what either gives."""
+    metadata = {"big": 1e20, "neg": -0.0, "tiny": 1.5e-7, "huge": 10**30, "pi": 3.141592653589793,
+                "odd": 1.2345678901234568e25, "nested": {"b": 1, "a": [1.0, "1", None, True]}}  # fmt: skip
+    # Sealed as created, from the values written (an append would seal them as read back).
+    session = make_session(events=0, metadata=metadata)
+    assert verify_session(session=session).valid, verify_session(session=session).findings
+    Session.objects.filter(pk=session.pk).update(
+        metadata={**metadata, "nested": {"b": "1", "a": [1.0, "1", None, True]}}
+    )
+    assert [f["field"] for f in verify_session(session=session).findings] == ["session.metadata"]
 
 
 def test_a_content_value_replaced_by_its_commitment_still_verifies_the_link(two_sessions):

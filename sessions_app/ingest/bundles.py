@@ -203,6 +203,7 @@ def _finish(session: Session, summary: dict[str, Any], bundle: Bundle, text: Cal
     if fields["status"] == Session.Status.LIVE:  # nothing will append to an imported copy
         fields["status"] = Session.Status.INTERRUPTED
     Session.objects.filter(pk=session.pk).update(**fields)
+    Session.objects.filter(pk=session.pk).reseal()
 
 
 def _when(value: Any) -> datetime | None:

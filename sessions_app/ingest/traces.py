@@ -185,9 +185,10 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
             )
         # A conversation that had finished goes on: live again until the new spans settle.
         for part in _chunked(list({traces[t].session_id for t in by_trace})):
-            Session.objects.filter(pk__in=part).exclude(status=Session.Status.LIVE).update(
-                status=Session.Status.LIVE, ended_at=None, completed=False
-            )
+            finished = Session.objects.filter(pk__in=part).exclude(status=Session.Status.LIVE)
+            reopened = Session.objects.filter(pk__in=list(finished.values_list("pk", flat=True)))
+            if reopened.update(status=Session.Status.LIVE, ended_at=None, completed=False):
+                reopened.reseal()
     return result
 
 

@@ -354,7 +354,7 @@ def _new_session(
     project: Project, source_format: str, meta: SessionMeta, status: str, import_job, redactor: Redactor | None
 ) -> Session:
     text = text_redactor(redactor)
-    return Session(
+    session = Session(
         project=project,
         source_format=source_format,
         source_session_id=short_text(text, meta.source_session_id),
@@ -368,6 +368,8 @@ def _new_session(
         metadata=_redacted_value(redactor, json_without_nul(meta.metadata)),
         import_job=import_job,
     )
+    session.seal_header()
+    return session
 
 
 def text_redactor(redactor: Redactor | None) -> Callable[[str], str]:
@@ -495,6 +497,8 @@ def _save_all_locked(sessions: list[Session]) -> None:
     if not sessions:
         return
     db = transaction.get_connection()  # the connection itself: each use of the proxy is a look-up
+    for session in sessions:
+        session.seal_header()  # the whole row is written as this instance holds it
     runs = [
         [*(field.get_db_prep_save(field.pre_save(session, False), db) for field in _session_columns()), session.pk]
         for session in sessions
@@ -557,6 +561,7 @@ def finish_session(
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(pk=session.pk)
         _close(locked, redactor, meta=meta, status=status, final_answer=final_answer)
+        locked.seal_header()
         locked.save()
         if meta is not None:
             _write_checkpoints(locked, meta.checkpoints, redactor)
@@ -651,6 +656,7 @@ def merge_session_metadata(*, session: Session, metadata: dict[str, Any]) -> Non
     redacted = _redacted_value(redactor_of(session.project_id, None), json_without_nul(metadata))
     session.metadata = {**(session.metadata or {}), **redacted}
     session.save(update_fields=["metadata"])
+    Session.objects.filter(pk=session.pk).reseal()
 
 
 def _write_checkpoints(session: Session, specs: list[CheckpointSpec], redactor: Redactor | None) -> None:

@@ -10,13 +10,13 @@ spliced into responses with orjson.Fragment, never decoded by Django's JSONField
 
 from __future__ import annotations
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
-from ..chain import GENESIS_HASH
+from ..chain import GENESIS_HASH, HEADER_FIELDS, header_seal
 from .projects import Project
 
 
@@ -27,6 +27,15 @@ class SessionQuerySet(models.QuerySet):
         if isinstance(project, Project):
             return self.filter(project=project)
         return self.filter(project__slug=project)
+
+    def reseal(self) -> None:
+        """Seal again the header fields of these sessions as the database now holds them: after a
+        writer changed them by an UPDATE rather than from a whole row it holds. Run it in the
+        writer's transaction, after its UPDATE; the rows are locked while they are read and sealed,
+        so a whole-row write in between cannot leave a seal of values it replaced."""
+        with transaction.atomic():
+            for pk, *values in self.order_by().select_for_update().values_list("pk", *HEADER_FIELDS):
+                Session.objects.filter(pk=pk).update(header_seal=header_seal(dict(zip(HEADER_FIELDS, values))))
 
     def with_start_time(self) -> SessionQuerySet:
         """Each session with `start_time`: when it ran (its first event's time), or, for one
@@ -102,6 +111,9 @@ class Session(models.Model):
     chain_broken_seq = models.BigIntegerField(null=True, blank=True)
     chain_checked_at = models.DateTimeField(null=True, blank=True)
     chain_checked_count = models.BigIntegerField(null=True, blank=True)  # events it covered
+    # The digests of the fields above that a page shows (chain.HEADER_FIELDS), stored by every
+    # writer with them (`seal_header`, `reseal`): verification names a field edited since.
+    header_seal = models.TextField(blank=True, default="")
 
     # SHA-256 of the records an import read, in order: the same content imported again is
     # recognised by it (the chain's head differs, its salts being random).
@@ -155,6 +167,11 @@ class Session(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("sessions:player", args=[self.pk])
+
+    def seal_header(self) -> None:
+        """Seal the header fields as this instance holds them, before a writer saves the whole row
+        (or inserts it)."""
+        self.header_seal = header_seal({name: getattr(self, name) for name in HEADER_FIELDS})
 
     @property
     def duration_seconds(self) -> float:
