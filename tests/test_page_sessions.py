@@ -48,8 +48,11 @@ def test_full_page_lists_sessions_with_their_totals_and_chain_status(logged_in, 
     row = row[: row.index("</tr>")]
     assert f">{bad.step_count}<" in row and f">{bad.event_count}<" in row and f">{bad.tokens}<" in row
     assert f"${bad.cost_usd:.4f}" in row
-    assert f'href="{bad.get_absolute_url()}?step=7"' in row and ">broken at seq 7 (event #8)</a>" in row
-    assert "verified" in html
+    # Compact in the list: the seq and the time are in its title.
+    assert f'href="{bad.get_absolute_url()}?step=7"' in row and ">broken at #8</a>" in row
+    assert "first at event #8: open it" in row
+    ok_row = html[html.index(f'<tr data-session="{ok.pk}">') :]
+    assert re.search(r'title="verified at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: [^"]*">verified</span>', ok_row)
     assert response["Vary"] and "HX-Request" in response["Vary"]
 
 

@@ -235,6 +235,42 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
         context.close()
 
 
+def test_the_list_and_a_player_of_long_names_fit_a_desktop(browser, live_server, reviewed):
+    """At 1280 px the list's columns all show (the import panel goes after the list, a link at
+    its top leads there), and a sender's long unbroken model and tool names wrap in the player
+    instead of widening the page (a security sweep's session: 3354 px wide)."""
+    events = conversation_events(turns=1)
+    for event in events:
+        event.tool = "T" * 200
+    long = build_session(events, source_session_id="long-names", model="m" * 190)
+    desktop = {"width": 1280, "height": 800}
+    context = browser.new_context(viewport=desktop, base_url=live_server.url)
+    page = context.new_page()
+    try:
+        sign_in(page, "ada", "/sessions/")
+        page.wait_for_selector("#session-table")
+        box = page.evaluate(
+            "(() => { const t = document.querySelector('#session-table .table-scroll');"
+            " return {client: t.clientWidth, scroll: t.scrollWidth} })()"
+        )
+        assert box["scroll"] <= box["client"], (box, page.evaluate("[...document.querySelectorAll('table.sessions thead th')].map(t => t.textContent.trim() + ':' + Math.round(t.getBoundingClientRect().width)).join(' ')"))
+        order = page.evaluate(
+            "[document.querySelector('.session-browser'), document.querySelector('.upload-panel')]"
+            ".map(e => e.getBoundingClientRect().top)"
+        )
+        assert order[0] < order[1], order
+        page.get_by_role("link", name="Import sessions").click()
+        assert page.url.endswith("#upload-title")
+        page.goto(f"/sessions/{long.pk}/?step=2")
+        page.wait_for_selector("#step-list [aria-current=step]")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= desktop["width"], f"the player is {width}px wide: {too_wide(page, desktop['width'])}"
+        panel = page.evaluate("(() => { const p = document.querySelector('.context-panel'); return [p.scrollWidth, p.clientWidth] })()")
+        assert panel[0] <= panel[1], panel
+    finally:
+        context.close()
+
+
 def test_a_refusal_swaps_in_and_a_failed_request_shows_the_page_alert(watched, reviewed):
     page, watch = watched
     talk: Session = reviewed["talk"]
