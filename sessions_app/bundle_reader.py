@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+import ijson
 import orjson
 
 from . import signing
@@ -51,9 +53,12 @@ SIGNED_BY_MANIFEST = ("manifest.json", "manifest.sig")
 REQUIRED_FILES = ("events.jsonl", "comments.json", "reviews.json", "index.html")
 _READ = 1 << 20
 # What a member may hold uncompressed before it is read (its declared size, which zipfile never
-# reads past): a small zip must not inflate into gigabytes of memory.
-MEMBER_CAPS = {"manifest.json": 1 << 20, "manifest.sig": 4096, "comments.json": 64 << 20, "reviews.json": 64 << 20,
+# reads past): a small zip must not inflate into gigabytes of memory. The lists are read an entry
+# at a time (ijson) and hold at most MAX_ENTRIES: a megabyte of `{},` is a third of a million
+# objects, some 40 times its size in memory.
+MEMBER_CAPS = {"manifest.json": 1 << 20, "manifest.sig": 4096, "comments.json": 64 << 20, "reviews.json": 16 << 20,
                "redactions.json": 256 << 20}  # fmt: skip
+MAX_ENTRIES = {"comments.json": 100_000, "reviews.json": 10_000}
 LINE_CAP = 64 << 20  # one line of events.jsonl
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _TEXT_LIMITS = {"kind": 32, "source_type": 64, "agent_id": 200, "parent_id": 200, "child_id": 200, "tool": 200,
@@ -125,10 +130,20 @@ class Bundle:
                 yield orjson.loads(line)
 
 
-def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
+def read_bundle(path: str | Path, *, key: str | None = None, max_bytes: int | None = None) -> Bundle:
     """Check the bundle at `path` (see the module docstring) and open it for reading.
-    `key`: the public key (base64 of its raw 32 bytes) it must be signed by."""
+    `key`: the public key (base64 of its raw 32 bytes) it must be signed by. `max_bytes`: what
+    its files may hold uncompressed in all (a server's upload limit): checked before any is read,
+    so a small zip cannot make it read, hash or write out more."""
     path = Path(path)
+    try:
+        return _read_bundle(path, key, max_bytes)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+        # A member whose bytes do not match its entry (a size it lied about, a damaged stream).
+        raise BundleError(f"{path.name}: a damaged zip member ({error})") from None
+
+
+def _read_bundle(path: Path, key: str | None, max_bytes: int | None) -> Bundle:
     if path.is_dir():
         raise BundleError(f"{path.name or path}: a folder, not a bundle: give the bundle's .zip file itself")
     try:
@@ -154,6 +169,12 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
             cap = MEMBER_CAPS.get(info.filename)
             if cap is not None and info.file_size > cap:
                 raise BundleError(f"{info.filename}: {info.file_size:,} bytes uncompressed, more than {cap:,}")
+        total = sum(info.file_size for info in archive.infolist())
+        if max_bytes is not None and total > max_bytes:
+            raise BundleError(
+                f"{path.name}: its files hold {total:,} bytes uncompressed, more than this server's limit of "
+                f"{max_bytes:,} (REPLAY_MAX_UPLOAD_MB)"
+            )
         manifest_bytes = archive.read("manifest.json")
         signature = archive.read("manifest.sig").decode("ascii", "replace")
         manifest = _manifest(manifest_bytes)
@@ -161,8 +182,8 @@ def read_bundle(path: str | Path, *, key: str | None = None) -> Bundle:
         _check_files(archive, manifest, names)
         events, removed = _check_chain(archive, manifest)
         redactions = _check_redactions(archive, names, removed)
-        comments = _json_member(archive, "comments.json")
-        reviews = _json_member(archive, "reviews.json")
+        comments = _json_list(archive, "comments.json")
+        reviews = _json_list(archive, "reviews.json")
     return Bundle(
         path=path, manifest=manifest, public_key=public_key, fingerprint=fingerprint, pinned=key is not None,
         signature_valid=True, files_valid=True, chain_valid=True, events_checked=events, comments=comments,
@@ -322,23 +343,28 @@ def _check_redactions(
             seq, name, _label = min(removed)
             raise BundleError(f"redactions.json: missing, but events.jsonl's event {seq} has its {name} removed")
         return []
-    listed = _json_member(archive, "redactions.json")
-    if not isinstance(listed, list):
-        raise BundleError("redactions.json: not a list")
+    # Each entry checked as it is read, so what is held is never more than the events name.
+    listed: list[dict[str, Any]] = []
     entries: set[tuple[int, str, str]] = set()
-    for index, entry in enumerate(listed):
+    for index, entry in enumerate(_list_items(archive, "redactions.json")):
         if not isinstance(entry, dict) or not _is_int(entry.get("seq")) or not isinstance(entry.get("field"), str) \
                 or not isinstance(entry.get("label"), str):  # fmt: skip
             raise BundleError(f"redactions.json: entry {index} is not a seq, field and label")
-        entries.add((entry["seq"], entry["field"], entry["label"]))
+        found = (entry["seq"], entry["field"], entry["label"])
+        if found in entries:
+            raise BundleError("redactions.json: lists a removal twice")
+        if found not in removed:
+            raise BundleError(
+                f"redactions.json: lists the removal of {found[2]!r} from event {found[0]}'s {found[1]}, "
+                "unlike events.jsonl"
+            )
+        entries.add(found)
+        listed.append(entry)
     if entries != removed:
-        seq, name, label = min(entries ^ removed)
-        where = "lists" if (seq, name, label) in entries else "does not list"
+        seq, name, label = min(removed - entries)
         raise BundleError(
-            f"redactions.json: {where} the removal of {label!r} from event {seq}'s {name}, unlike events.jsonl"
+            f"redactions.json: does not list the removal of {label!r} from event {seq}'s {name}, unlike events.jsonl"
         )
-    if len(listed) != len(entries):
-        raise BundleError("redactions.json: lists a removal twice")
     return listed
 
 
@@ -407,8 +433,29 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _json_member(archive: zipfile.ZipFile, name: str) -> Any:
-    try:
-        return orjson.loads(archive.read(name))
-    except (KeyError, orjson.JSONDecodeError) as error:
-        raise BundleError(f"{name}: not readable JSON ({error})") from None
+def _json_list(archive: zipfile.ZipFile, name: str) -> list[Any]:
+    """A member holding a JSON list, at most MAX_ENTRIES[name] entries."""
+    most = MAX_ENTRIES[name]
+    items: list[Any] = []
+    for item in _list_items(archive, name):
+        if len(items) == most:
+            raise BundleError(f"{name}: more than {most:,} entries")
+        items.append(item)
+    return items
+
+
+def _list_items(archive: zipfile.ZipFile, name: str) -> Iterator[Any]:
+    """The entries of a member holding a JSON list, one at a time (ijson), never the whole."""
+    with archive.open(name) as stream:
+        try:
+            yield from ijson.items(_a_list(ijson.parse(stream, use_float=True), name), "item")
+        except ijson.JSONError as error:
+            raise BundleError(f"{name}: not readable JSON ({str(error).splitlines()[0]})") from None
+
+
+def _a_list(events: Iterator[tuple[str, str, Any]], name: str) -> Iterator[tuple[str, str, Any]]:
+    first = next(events, None)
+    if first is None or first[:2] != ("", "start_array"):
+        raise BundleError(f"{name}: not a list")
+    yield first
+    yield from events

@@ -204,6 +204,8 @@ def redact_field(
 
 
 _HEX64 = frozenset("0123456789abcdef")
+# Labels a removed value may carry: one a rule or redaction that removed it (a handful).
+MAX_LABELS = 1000
 
 
 def parse_redacted(text: Any) -> dict[str, Any]:
@@ -234,6 +236,8 @@ def parse_redacted(text: Any) -> dict[str, Any]:
         labels = entry.get("labels")
         if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
             raise ValueError(f"fields.{name}: labels are not a list of texts")
+        if len(labels) > MAX_LABELS:  # each a removal listed: a bundle's line must not make millions
+            raise ValueError(f"fields.{name}: more than {MAX_LABELS:,} labels")
         for key in ("by", "at"):
             if not isinstance(entry.get(key, ""), str):
                 raise ValueError(f"fields.{name}.{key}: not a text")

@@ -75,6 +75,11 @@ def test_the_player_says_which_key_signed_the_bundle_a_session_came_from(bundle,
     fingerprint = outcome.session.bundle_origin["fingerprint"]
     # Grouped as the about page and verify_bundle write it, to compare by eye.
     assert f"imported from a bundle signed by {grouped(fingerprint)}</span>" in page
+    # The list says where it came from, its original kept (a file) or not (the bundle itself).
+    assert "sent live through the API" not in client.get("/sessions/").content.decode()
+    Session.objects.filter(pk=outcome.session.pk).update(import_job=None)  # as with no original kept
+    listed = client.get("/sessions/").content.decode()
+    assert "restored from an evidence bundle" in listed and "sent live through the API" not in listed
 
 
 def test_the_same_bundle_imported_twice_is_one_session(bundle, elsewhere):
@@ -219,9 +224,9 @@ def test_session_metadata_cannot_claim_a_bundle_origin(client, elsewhere):
     assert "imported from a bundle signed by" not in page
 
 
-def _resigned(bundle: Path, tmp_path: Path, **replaced: list[dict]) -> Path:
-    """The bundle with members replaced (`reviews=[...]`: reviews.json), re-hashed and re-signed
-    by a stranger's key."""
+def _resigned(bundle: Path, tmp_path: Path, files: dict[str, bytes] | None = None, **replaced: list[dict]) -> Path:
+    """The bundle with members replaced (`reviews=[...]`: reviews.json; `files`: any member by its
+    name, as bytes), re-hashed and re-signed by a stranger's key."""
     import base64
 
     import orjson
@@ -231,18 +236,73 @@ def _resigned(bundle: Path, tmp_path: Path, **replaced: list[dict]) -> Path:
     with zipfile.ZipFile(bundle) as archive:
         members = {n: archive.read(n) for n in archive.namelist()}
     manifest = orjson.loads(members["manifest.json"])
-    for name, value in replaced.items():
-        members[f"{name}.json"] = orjson.dumps(value)
-        manifest["files"][f"{name}.json"] = hashlib.sha256(members[f"{name}.json"]).hexdigest()
+    files = {**(files or {}), **{f"{name}.json": orjson.dumps(value) for name, value in replaced.items()}}
+    for name, data in files.items():
+        members[name] = data
+        manifest["files"][name] = hashlib.sha256(data).hexdigest()
     key = Ed25519PrivateKey.generate()
     manifest["public_key"] = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
     members["manifest.json"] = orjson.dumps(manifest)
     members["manifest.sig"] = base64.b64encode(key.sign(members["manifest.json"]))
     path = tmp_path / "resigned.zip"
-    with zipfile.ZipFile(path, "w") as archive:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in members.items():
             archive.writestr(name, data)
     return path
+
+
+def _kept_files() -> set[Path]:
+    return set(Path(settings.DATA_DIR).rglob("*"))
+
+
+def test_a_bundle_holding_more_than_the_upload_limit_uncompressed_is_refused_before_it_is_read(
+    bundle, elsewhere, tmp_path, settings
+):
+    with zipfile.ZipFile(bundle) as archive:
+        [original] = [name for name in archive.namelist() if name.startswith("original/")]
+        padded = archive.read(original) + b" " * (3 << 20)  # a few kilobytes zipped
+    forged = _resigned(bundle, tmp_path, files={original: padded})
+    assert forged.stat().st_size < 1 << 20
+    settings.MAX_UPLOAD_MB = 2
+    before = _kept_files()
+    (refused,) = import_file(path=forged, project=elsewhere)
+    assert "more than this server's limit of 2,097,152 (REPLAY_MAX_UPLOAD_MB)" in refused.error
+    assert not Session.objects.filter(project=elsewhere).exists() and _kept_files() == before
+    settings.MAX_UPLOAD_MB = 8  # within it, the same bundle is restored
+    (outcome,) = import_file(path=forged, project=elsewhere)
+    assert outcome.error is None and outcome.session is not None
+
+
+def test_a_bundle_is_held_to_the_projects_quotas_at_its_events_size_not_the_zips(bundle, session, elsewhere):
+    events_size = zipfile.ZipFile(bundle).getinfo("events.jsonl").file_size
+    Session.objects.create(project=elsewhere, source_format="canonical")
+    Project.objects.filter(pk=elsewhere.pk).update(max_sessions=1)
+    (refused,) = import_file(path=bundle, project=Project.objects.get(pk=elsewhere.pk))
+    assert "The bundle's session would exceed project elsewhere's quota of 1 sessions" in refused.error
+    Project.objects.filter(pk=elsewhere.pk).update(max_sessions=None, max_stored_bytes=events_size - 1)
+    (refused,) = import_file(path=bundle, project=Project.objects.get(pk=elsewhere.pk))
+    assert "The bundle's events" in refused.error and "exceeds project elsewhere's storage quota" in refused.error
+    assert Session.objects.filter(project=elsewhere).count() == 1
+    Project.objects.filter(pk=elsewhere.pk).update(max_stored_bytes=events_size + 10_000)
+    (outcome,) = import_file(path=bundle, project=Project.objects.get(pk=elsewhere.pk))
+    assert outcome.error is None and outcome.session.event_count == session.event_count
+
+
+def test_a_bundles_lists_are_read_an_entry_at_a_time_and_held_to_a_count(bundle, elsewhere, tmp_path, monkeypatch):
+    from sessions_app import bundle_reader
+
+    monkeypatch.setitem(bundle_reader.MAX_ENTRIES, "comments.json", 3)
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, comments=[{}] * 4), project=elsewhere)
+    assert "comments.json: more than 3 entries" in refused.error
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, files={"reviews.json": b'{"a": []}'}), project=elsewhere)
+    assert "reviews.json: not a list" in refused.error
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, files={"reviews.json": b"[{}, "}), project=elsewhere)
+    assert "reviews.json: not readable JSON (" in refused.error and "\n" not in refused.error
+    # A redactions.json entry no event names is refused as soon as it is read.
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, redactions=[{"seq": 1, "field": "payload",
+                                                                           "label": "x"}] * 3), project=elsewhere)  # fmt: skip
+    assert "redactions.json: lists the removal of 'x' from event 1's payload, unlike events.jsonl" in refused.error
+    assert not Session.objects.filter(project=elsewhere).exists()
 
 
 def test_a_restored_sign_off_is_marked_dated_no_later_than_the_export_and_never_the_review_state(

@@ -23,7 +23,8 @@ from ..canonical import SessionMeta
 from ..comments import MAX_BODY
 from ..models import Comment, CommentRevision, ImportJob, Project, RedactionRules, Review, Session
 from ..redaction import Redactor
-from .uploads import keep_stream, settle_original
+from .quotas import QuotaExceeded, check_bytes, check_new_session
+from .uploads import keep_stream, max_upload_bytes, settle_original
 from .writer import append_stored_events, create_session, text_redactor
 
 __all__ = ["BundleError", "import_bundle", "is_bundle"]
@@ -58,13 +59,14 @@ def import_bundle(
     The project's redaction rules (`redactor`, else the project's own) apply to everything
     restored; a redacted event keeps its commitment in place of the value, so the chain still
     comes out as the bundle's (chain.redact_field)."""
-    bundle = read_bundle(path, key=key)
+    bundle = read_bundle(path, key=key, max_bytes=max_upload_bytes())
     if redactor is None:
         redactor = RedactionRules.redactor_for(project.pk)
     head = bundle.chain["head"]
     existing = Session.objects.filter(project=project, source_digest=head).order_by("pk").first()
     if existing is not None:
         return existing, bundle, True
+    _check_quotas(bundle, project)
     kept: ImportJob | None = None
     try:
         with transaction.atomic():
@@ -87,6 +89,20 @@ def import_bundle(
         raise BundleError(f"the bundle's comments or sign-offs are not as Replay writes them ({exc})") from None
     session.refresh_from_db()
     return session, bundle, False
+
+
+def _check_quotas(bundle: Bundle, project: Project) -> None:
+    """The project's quotas, as for any import: room for one more session, and for the events at
+    their size in the bundle (more than the records they count for once stored: an upper bound,
+    known before anything is written). The upload was admitted at the zip's size, which may be a
+    thousandth of that."""
+    with zipfile.ZipFile(bundle.path) as archive:
+        size = archive.getinfo("events.jsonl").file_size
+    try:
+        check_new_session(project=project, what="The bundle's session")
+        check_bytes(project=project, size=size, what="bundle's events")
+    except QuotaExceeded as refused:
+        raise BundleError(refused.message) from None
 
 
 def _restore(
