@@ -94,11 +94,13 @@ def step_duration(event: dict[str, Any]) -> float | None:
 
 def header(session: Session, note: str = "") -> list[str]:
     """The timeline's header: the session row's own totals (no query)."""
-    lines = [f"📼 Session Replay: {session.source_session_id or session.pk}", ""]
+    # Each on its own line and cut as everywhere else: a sender's id holding line breaks would
+    # otherwise add lines of its own ("Status: ...") that a model reads as the header's.
+    lines = [f"📼 Session Replay: {clip(session.source_session_id, 120) or session.pk}", ""]
     if note:
         lines += [note, ""]
-    lines.append(f"Replay ID: {session.pk} (project {session.project.slug}, format {session.source_format})")
-    lines.append(f"Agent: {session.agent_id or '-'}")
+    lines.append(f"Replay ID: {session.pk} (project {session.project.slug}, format {clip(session.source_format, 120)})")
+    lines.append(f"Agent: {clip(session.agent_id, 120) or '-'}")
     if session.task:
         lines.append(f"Task: {clip(session.task, 200)}")
     lines.append(f"Status: {session.status}")
@@ -112,7 +114,7 @@ def header(session: Session, note: str = "") -> list[str]:
         cost += f" ({some} used tokens at no known price: not counted)"
     lines.append(cost)
     counts = event_counts(session)
-    lines.append("Events: " + (", ".join(f"{name}: {count}" for name, count in counts.items()) or "none"))
+    lines.append("Events: " + (", ".join(f"{clip(name, 60)}: {count}" for name, count in counts.items()) or "none"))
     lines.append(f"Errors: {number(session.error_count)} error events, {number(session.step_error_count)} failed steps")
     if session.step_count:
         lines.append(f"Agent steps: {number(session.step_count)} (step_state and compare_sessions use them)")
