@@ -17,6 +17,7 @@ from . import audit
 from .access import Actor, NotVisible
 from .canonical import without_nul
 from .ingest.writer import redactor_of, set_checkpoint
+from .lookalikes import hidden_in_name
 from .models import Checkpoint, Session
 
 MAX_NAME = 200  # Checkpoint.name's length
@@ -43,6 +44,8 @@ def _clean_name(name: str, project_id: int) -> str:
         raise CheckpointError("name: give the checkpoint a name")
     if len(name) > MAX_NAME:
         raise CheckpointError(f"name: at most {MAX_NAME} characters")
+    if why := hidden_in_name("name", name):
+        raise CheckpointError(why)
     redactor = redactor_of(project_id, None)
     return name if redactor is None else redactor.text(name)[:MAX_NAME]
 

@@ -1,5 +1,6 @@
 """Characters that hide, or turn, what a reader sees: refused in names people pick one another's
-things by (a project's name), and in the file names an evidence bundle carries.
+things by (a project's, an API key's, a tour's or a checkpoint's name), and in the file names an
+evidence bundle carries.
 
 A project named "Acme" plus a zero-width space, or with a right-to-left override, reads in every
 list as another project; a bundle member named with a fullwidth slash is written by some unzip
@@ -33,6 +34,18 @@ def hiding_characters(text: str) -> str:
     """The code points of `text` that hide or turn what a reader sees, as "U+XXXX, ..." (sorted),
     or "" when there is none."""
     return ", ".join(f"U+{ord(ch):04X}" for ch in sorted({ch for ch in text if _hides(ch)}))
+
+
+def hidden_in_name(field: str, name: str) -> str:
+    """Why `name` is refused as a name (a refusal naming `field`), or "" when it is not: two names
+    told apart only by an invisible character, or turned by a direction override, read as one
+    another in every list and in a "Revoke the key …?" prompt."""
+    hidden = hiding_characters(name)
+    return (
+        f"{field}: no invisible or direction-changing characters ({hidden}): a list would show another name"
+        if hidden
+        else ""
+    )
 
 
 def safe_file_name(name: str) -> str:

@@ -14,7 +14,7 @@ from django.utils.text import slugify
 
 from . import audit
 from .access import Actor
-from .lookalikes import hiding_characters
+from .lookalikes import hidden_in_name
 from .models import ApiKey, Membership, Project, Role
 
 
@@ -28,10 +28,8 @@ def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = 
     slug = slug.strip() or slugify(name)
     if not name:
         raise TeamError("name: a project needs a name")
-    if hidden := hiding_characters(name):
-        raise TeamError(
-            f"name: no invisible or direction-changing characters ({hidden}): a list would show another name"
-        )
+    if why := hidden_in_name("name", name):
+        raise TeamError(why)
     if not slug or slugify(slug) != slug:
         raise TeamError("slug: use lowercase letters, digits, hyphens and underscores")
     if Project.objects.filter(slug=slug).exists():
@@ -122,6 +120,8 @@ def create_key(
     name = name.strip()
     if not name:
         raise TeamError("name: a key needs a name")
+    if why := hidden_in_name("name", name):
+        raise TeamError(why)
     if not user.is_active:
         raise TeamError(f"user: {user.get_username()} is not active")
     if default_project is not None and (project is not None or read_only):

@@ -26,6 +26,7 @@ from django.utils.safestring import SafeString
 from . import audit
 from .access import Actor, NotVisible, sessions_visible_to
 from .comments import render_markdown
+from .lookalikes import hidden_in_name
 from .models import Project, Session, Tour, TourStop
 
 MAX_TITLE = 200  # the models' CharField
@@ -119,6 +120,8 @@ def _clean_title(title: str, *, what: str = "title") -> str:
     title = " ".join(title.split())
     if not title:
         raise TourError(f"{what}: give it a title")
+    if why := hidden_in_name(what, title):
+        raise TourError(why)
     if len(title) > MAX_TITLE:
         raise TourError(f"{what}: at most {MAX_TITLE} characters (this one has {len(title)})")
     return title

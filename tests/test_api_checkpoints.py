@@ -86,3 +86,15 @@ def test_checkpoints_recorded_by_rlm_code_are_listed(api, tmp_path, db):
     assert [c["name"] for c in listed] == ["before_refactor"]
     state = get_json(api, f"/api/sessions/{session.pk}/checkpoints/before_refactor")
     assert state["stepState"]["step"] == 2
+
+
+def test_a_name_with_a_slash_is_addressable_and_one_that_hides_characters_is_refused(api, session):
+    assert post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": "a/b", "seq": 3}).status_code == 201
+    assert get_json(api, f"/api/sessions/{session.pk}/checkpoints/a/b")["checkpoint"]["name"] == "a/b"
+    assert get_json(api, f"/api/sessions/{session.pk}/checkpoints/a%2Fb")["checkpoint"]["seq"] == 3
+    assert api.delete(f"/api/sessions/{session.pk}/checkpoints/a/b").status_code == 204
+    for name, shown in (("before\u200b", "U+200B"), ("\u202eretry", "U+202E")):
+        refused = post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": name, "seq": 3})
+        assert refused.status_code == 400
+        assert orjson.loads(refused.content)["detail"].startswith(f"name: no invisible or direction-changing characters ({shown})")
+    assert not Checkpoint.objects.filter(session=session).exists()

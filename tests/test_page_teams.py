@@ -406,6 +406,17 @@ def test_key_names_are_distinct_whatever_their_case_and_when_two_posts_race(clie
     assert f"active key named &#x27;CI-Agent&#x27; already ({first.key_prefix}…)" in raced.content.decode()
 
 
+def test_a_key_name_told_apart_only_by_an_invisible_character_is_refused(client, acme):
+    me = member("kim", acme, Role.MAINTAINER)
+    client.force_login(me)
+    client.post(KEYS, {"name": "k-maint1"})
+    for name, shown in (("k-maint1\u200b", "U+200B"), ("k\u2060-maint1", "U+2060"), ("\u202ek-maint1", "U+202E")):
+        refused = client.post(KEYS, {"name": name})
+        assert refused.status_code == 400
+        assert f"no invisible or direction-changing characters ({shown})" in refused.content.decode()
+    assert list(ApiKey.objects.filter(user=me).values_list("name", flat=True)) == ["k-maint1"]
+
+
 def test_a_key_cannot_name_a_project_i_am_not_in(client, acme, other):
     client.force_login(member("kim", acme, Role.VIEWER))
     response = client.post(KEYS, {"name": "sneaky", "project": "other"})

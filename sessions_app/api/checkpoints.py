@@ -93,7 +93,9 @@ def create_checkpoint(request: HttpRequest, session_id: Id, body: CheckpointIn):
 
 
 @router.get(
-    "/sessions/{session_id}/checkpoints/{name}", response={200: CheckpointStateOut, **NOT_FOUND}, url_name="checkpoint"
+    "/sessions/{session_id}/checkpoints/{path:name}",
+    response={200: CheckpointStateOut, **NOT_FOUND},
+    url_name="checkpoint",
 )
 def get_checkpoint(request: HttpRequest, session_id: Id, name: str):
     """A checkpoint with the full state at its position."""
@@ -105,7 +107,7 @@ def get_checkpoint(request: HttpRequest, session_id: Id, name: str):
 
 
 @router.delete(
-    "/sessions/{session_id}/checkpoints/{name}",
+    "/sessions/{session_id}/checkpoints/{path:name}",
     response={204: None, **NOT_FOUND, **DENIED},
     url_name="delete_checkpoint",
 )
