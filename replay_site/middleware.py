@@ -175,10 +175,13 @@ def method_not_allowed_page(
     becomes a small page saying that the address is a form button's, with a way back: a link
     followed or typed into the address bar otherwise shows the browser's own error page. The
     status and its Allow header stay. Any other method (a post to a page that only shows) and
-    the machine endpoints (the API, OTLP, MCP) keep their own answers."""
+    the machine endpoints (OTLP, MCP) keep their own answers; the API's is JSON with a `detail`,
+    as its every error is (docs/api.md)."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         response = get_response(request)
+        if response.status_code == 405 and request.path.startswith("/api/"):
+            return _api_method_not_allowed(request, response)
         if (
             response.status_code != 405
             or request.method not in ("GET", "HEAD")
@@ -194,6 +197,19 @@ def method_not_allowed_page(
         return page
 
     return middleware
+
+
+def _api_method_not_allowed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    allowed = response.get("Allow", "")
+    answer = JsonResponse(
+        {"detail": f"{request.method} is not allowed at {request.path}" + (f"; use {allowed}" if allowed else "")},
+        status=405,
+    )
+    if allowed:
+        answer["Allow"] = allowed
+    return answer
 
 
 # Addresses for programs, not browsers: their 405s stay as their frameworks answer them.

@@ -263,6 +263,19 @@ def test_urls_under_api_naming_no_operation_are_json_404_and_pages_keep_html(api
     assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
 
 
+def test_a_method_an_operation_does_not_take_is_a_json_405_naming_the_ones_it_does(api, make_session):
+    session = make_session(events=3)
+    for method, url in (("patch", f"/api/sessions/{session.pk}"), ("put", "/api/imports"),
+                        ("get", "/api/share-links/1")):  # fmt: skip
+        for client in (api, Client()):  # with a key, and with none
+            response = getattr(client, method)(url)
+            assert response.status_code == 405 and response["Content-Type"] == "application/json", (method, url)
+            allowed = response["Allow"]
+            assert allowed and response.json() == {
+                "detail": f"{method.upper()} is not allowed at {url}; use {allowed}"
+            }
+
+
 def _without_duplicated_keys(pairs: list[tuple[str, object]]) -> dict:
     keys = [key for key, _ in pairs]
     assert len(keys) == len(set(keys)), keys  # JSON.parse keeps the last, YAML parsers refuse
