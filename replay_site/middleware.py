@@ -204,7 +204,8 @@ def _api_method_not_allowed(request: HttpRequest, response: HttpResponse) -> Htt
         return response
     allowed = response.get("Allow", "")
     answer = JsonResponse(
-        {"detail": f"{request.method} is not allowed at {request.path}" + (f"; use {allowed}" if allowed else "")},
+        # Not the path: it may name another project's member or object, which a refusal never echoes.
+        {"detail": f"{request.method} is not allowed here" + (f"; use {allowed}" if allowed else "")},
         status=405,
     )
     if allowed:

@@ -271,9 +271,7 @@ def test_a_method_an_operation_does_not_take_is_a_json_405_naming_the_ones_it_do
             response = getattr(client, method)(url)
             assert response.status_code == 405 and response["Content-Type"] == "application/json", (method, url)
             allowed = response["Allow"]
-            assert allowed and response.json() == {
-                "detail": f"{method.upper()} is not allowed at {url}; use {allowed}"
-            }
+            assert allowed and response.json() == {"detail": f"{method.upper()} is not allowed here; use {allowed}"}
 
 
 def _without_duplicated_keys(pairs: list[tuple[str, object]]) -> dict:
