@@ -1,10 +1,12 @@
 """The kept originals of uploads (under REPLAY_DATA_DIR), deleted once nothing needs them.
 
-An original is kept while its import may still read it and while a session it gave exists (the
-original export and evidence bundles give its bytes). It is deleted REPLAY_ORIGINALS_GRACE_DAYS
-after its job failed (`finished_at`) or lost its last session (`orphaned_at`: set by the session
+An original is kept while its import may still read it and while every session it gave exists
+(the original export and evidence bundles give its bytes). It is deleted REPLAY_ORIGINALS_GRACE_DAYS
+after its job failed (`finished_at`) or lost a session (`orphaned_at`: set by the session
 deletions, `note_orphans`, and by the clean-up itself for a job it finds without sessions), so a
-failed upload can still be looked at and a deletion regretted for that long. A job keeps its row
+failed upload can still be looked at and a deletion regretted for that long. An original that
+lost one of several sessions holds that session's records too: from then on it is given to no
+one (replay/exports.original_file), its other sessions keep their events. A job keeps its row
 (the imports page lists it) with `original_deleted_at` set. Called by the daily clean-up job
 (jobs.run_cleanup) and by `manage.py cleanup_sessions`, after retention has run.
 """
@@ -47,22 +49,24 @@ def _without_sessions(jobs: QuerySet) -> QuerySet:
 
 
 def note_orphans(*, job_ids: Iterable[int | None], now: datetime | None = None) -> int:
-    """After sessions were deleted: mark the finished jobs among `job_ids` none of whose
-    sessions remain, so their originals go after the grace period."""
+    """After sessions were deleted: mark the finished jobs among `job_ids` (each lost a session),
+    so their originals are given no more and go after the grace period, whether or not other
+    sessions of theirs remain: the file holds the deleted session's records."""
     ids = {pk for pk in job_ids if pk is not None}
     if not ids:
         return 0
     jobs = ImportJob.objects.filter(pk__in=ids, status__in=_FINISHED, orphaned_at__isnull=True)
-    return _without_sessions(jobs).update(orphaned_at=now or timezone.now())
+    return jobs.update(orphaned_at=now or timezone.now())
 
 
 def expired_originals(*, cutoff: datetime) -> QuerySet:
-    """The jobs whose kept original is due: finished, no session of theirs left, and failed or
-    orphaned before `cutoff`."""
+    """The jobs whose kept original is due: finished, and orphaned (it lost a session) before
+    `cutoff`, or failed before it with no session of theirs left."""
     kept = ImportJob.objects.filter(status__in=_FINISHED, original_deleted_at__isnull=True)
-    due = Q(orphaned_at__lt=cutoff) | Q(orphaned_at__isnull=True, status=ImportJob.Status.FAILED,
-                                        finished_at__lt=cutoff)  # fmt: skip
-    return _without_sessions(kept.filter(due))
+    failed = _without_sessions(
+        kept.filter(orphaned_at__isnull=True, status=ImportJob.Status.FAILED, finished_at__lt=cutoff)
+    )
+    return kept.filter(Q(orphaned_at__lt=cutoff) | Q(pk__in=failed.values("pk")))
 
 
 def delete_expired_originals(

@@ -70,7 +70,7 @@ from .models import (
     TourStop,
 )
 from .redaction import LineTooLong, Redactor, RuleError, check_label
-from .replay.exports import original_file
+from .replay.exports import kept_file
 
 logger = logging.getLogger(__name__)
 
@@ -526,7 +526,7 @@ def _redact_original(session: Session, redactor: Redactor, *, must_be_gone: list
     A file holding several sessions changes for all of them: the value goes everywhere. With
     `must_be_gone` (a selected value's spellings), a rewritten file still holding one (a value
     spanning lines of a text file) is deleted instead."""
-    path = original_file(session)
+    path = kept_file(session)  # given or not (a deleted sibling's): the value must leave the disk
     if path is None:
         return ""
     if not _in_data_dir(path):

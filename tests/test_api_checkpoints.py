@@ -96,5 +96,7 @@ def test_a_name_with_a_slash_is_addressable_and_one_that_hides_characters_is_ref
     for name, shown in (("before\u200b", "U+200B"), ("\u202eretry", "U+202E")):
         refused = post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": name, "seq": 3})
         assert refused.status_code == 400
-        assert orjson.loads(refused.content)["detail"].startswith(f"name: no invisible or direction-changing characters ({shown})")
+        assert orjson.loads(refused.content)["detail"].startswith(
+            f"name: no invisible or direction-changing characters ({shown})"
+        )
     assert not Checkpoint.objects.filter(session=session).exists()

@@ -102,3 +102,37 @@ def test_importing_the_same_file_again_by_command_keeps_no_second_copy(tmp_path,
     kept = [p for p in Path(settings.DATA_DIR).rglob("*") if p.is_file()]
     assert len(kept) == 1 and ImportJob.objects.count() == 1
     assert Session.objects.filter(import_job__isnull=False).count() == Session.objects.count() == 2
+
+
+def test_a_session_with_no_original_says_why_instead_of_an_empty_download(api, django_capture_on_commit_callbacks):  # noqa: F811
+    from django.test import Client
+    from django.utils import timezone
+
+    from sessions_app.models import Event
+
+    path = ONE_OF_EACH["daycare history"]
+    (session,) = _upload(api, path, "daycare", django_capture_on_commit_callbacks)
+    assert Event.objects.filter(session=session, raw__isnull=False).count() == 0  # the file holds them
+    ImportJob.objects.filter(pk=session.import_job_id).update(stored_path="", original_deleted_at=timezone.now())
+    refused = api.get(f"/api/sessions/{session.pk}/export?format=original")
+    assert refused.status_code == 404
+    assert refused.json() == {
+        "detail": "format=original: the file it was imported from was deleted (a redaction or the clean-up)"
+    }
+    assert api.get(f"/api/sessions/{session.pk}/export?format=jsonl").status_code == 200
+    page = Client()
+    page.force_login(_owner())
+    player = page.get(f"/sessions/{session.pk}/").content.decode()
+    assert "original records: not kept" in player and "?format=original" not in player
+    download = page.get(f"/sessions/{session.pk}/export/?format=original")
+    assert download.status_code == 404 and b"was deleted" in download.content
+
+
+def _owner():
+    from django.contrib.auth import get_user_model
+
+    from sessions_app.models import Membership, Project, Role
+
+    user = get_user_model().objects.create_user("owen", password="pw-owen-123")
+    Membership.objects.create(project=Project.get_default(), user=user, role=Role.MAINTAINER)
+    return user

@@ -381,7 +381,10 @@ def test_ids_a_sender_chose_stay_on_their_own_line_in_the_header_cut_at_120(worl
         assert [line for line in header if line.startswith("Status:")] == ["Status: live"]
         assert not [line for line in header if line.startswith("Errors: none")]
         title = header[0]
-        assert title.startswith("📼 Session Replay: src Status: completed") and len(title) == len("📼 Session Replay: ") + 120
+        assert (
+            title.startswith("📼 Session Replay: src Status: completed")
+            and len(title) == len("📼 Session Replay: ") + 120
+        )
         assert "Agent: bot Status: completed (reviewed: approved by security) Errors: none, forged" in header
 
     run(as_viewer(world), check)

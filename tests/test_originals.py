@@ -78,14 +78,30 @@ def test_the_original_of_a_session_deleted_through_the_api_goes_after_the_grace_
     assert not kept.exists()
 
 
-def test_an_original_is_kept_while_any_session_it_gave_remains(api, project, tmp_path):
+def test_an_original_that_held_a_deleted_session_is_given_to_no_one_then_deleted(api, project, tmp_path):
+    """The file holds the deleted session's records: its other sessions' original export and
+    bundle no longer give it (a security sweep read a deleted session's secret that way); their
+    events stay, and the file goes after the grace period."""
     job = imported(project, tmp_path, sessions=2)
     first, second = Session.objects.filter(import_job=job).order_by("pk")
+    whole = api.get(f"/api/sessions/{second.pk}/export?format=original")
+    assert whole.status_code == 200 and b"".join(whole.streaming_content) == Path(job.stored_path).read_bytes()
     assert api.delete(f"/api/sessions/{first.pk}").status_code == 204
-    delete_expired_originals(now=days_later(GRACE * 10))
-    assert Path(job.stored_path).is_file()
+    refused = api.get(f"/api/sessions/{second.pk}/export?format=original")
+    assert refused.status_code == 404
+    assert "also held a session deleted since, so it is given no more" in refused.json()["detail"]
+    bundle = api.get(f"/api/sessions/{second.pk}/bundle")
+    import io
+    import zipfile
+
+    members = zipfile.ZipFile(io.BytesIO(b"".join(bundle.streaming_content))).namelist()
+    assert bundle.status_code == 200 and not [name for name in members if name.startswith("original/")]
+    assert api.get(f"/api/sessions/{second.pk}/export?format=jsonl").status_code == 200
     job.refresh_from_db()
-    assert job.orphaned_at is None and job.original_deleted_at is None
+    assert job.orphaned_at is not None and Path(job.stored_path).is_file()  # a deletion regretted, for a while
+    assert delete_expired_originals(now=job.orphaned_at + timedelta(days=GRACE - 1)).files == 0
+    assert delete_expired_originals(now=job.orphaned_at + timedelta(days=GRACE + 1)).files == 1
+    assert not Path(job.stored_path).exists() and Session.objects.filter(pk=second.pk).exists()
 
 
 def test_retention_deletes_the_originals_of_the_sessions_it_removed_after_the_grace_period(project, tmp_path,

@@ -256,8 +256,8 @@ def test_the_question_says_when_the_upload_also_gave_other_sessions(acme, mia, d
     first, second = Session.objects.filter(import_job_id=job).order_by("pk")
     html = mia.post(delete_url(first), headers={"HX-Request": "true"}).content.decode()
     question = " ".join(section(html, "session-delete-confirm").split())
-    assert "which 1 other session came from too: their original export and bundle give that file whole" in question
-    # Once it is the last of them, nothing to say: the file goes with it (after the grace period).
+    assert "which 1 other session came from too: from now on that file is given to no one" in question
+    # Once one of them went, the file is given to no one already: nothing to say.
     deletion.delete_session(actor=Actor(user=owner), session=second)
     html = mia.post(delete_url(first), headers={"HX-Request": "true"}).content.decode()
     assert "other session" not in section(html, "session-delete-confirm")

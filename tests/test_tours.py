@@ -294,7 +294,9 @@ def test_add_stop_names_the_new_stops_field_alone(built, first, theirs):
         tours.add_stop(actor=actor, tour=tour, session=first, seq=1, title="\u202e")
     with pytest.raises(tours.TourError, match=r"^title: no invisible .* \(U\+200B\)"):
         tours.create_tour(actor=actor, project=tour.project, title="Walk\u200bthrough")
-    assert tours.create_tour(actor=actor, project=tour.project, title="\u0645\u0650\u200c\u0647\u0631").title  # ZWNJ: a Persian word
+    assert tours.create_tour(
+        actor=actor, project=tour.project, title="\u0645\u0650\u200c\u0647\u0631"
+    ).title  # ZWNJ: a Persian word
     with pytest.raises(tours.TourError, match="^tour: tour .* another project"):
         tours.add_stop(actor=actor, tour=tour, session=theirs, seq=0, title="elsewhere")
     with pytest.raises(tours.TourError, match="^position: a new stop goes at 0 to 3"):

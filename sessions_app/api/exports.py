@@ -7,6 +7,7 @@ from typing import Literal
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 from ninja import Field, Query, Router, Schema
+from ninja.errors import HttpError
 
 from .. import access, audit, verification
 from ..replay import exports
@@ -55,7 +56,10 @@ def export(request: HttpRequest, session_id: Id, query: Query[ExportQuery]):
     """Stream the session as rlm-code native JSONL, a rlm-code snapshot JSON, or the original
     records exactly as received."""
     session = access.session_for(request, session_id)
-    stream, content_type, filename = exports.export_download(session=session, format=query.format)
+    try:
+        stream, content_type, filename = exports.export_download(session=session, format=query.format)
+    except exports.NothingToExport as nothing:
+        raise HttpError(404, str(nothing)) from None
     audit.record_on_session(request, "session.export", session, format=query.format)
     response = StreamingHttpResponse(stream, content_type=content_type)
     response["Content-Disposition"] = content_disposition_header(True, filename)

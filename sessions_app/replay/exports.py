@@ -74,13 +74,42 @@ def event_chunks(session: Session, columns: str, count: int) -> Iterator[list[tu
 # Original records
 
 
-def original_file(session: Session) -> Path | None:
-    """The kept file the session was imported from, if it is still there."""
+def kept_file(session: Session) -> Path | None:
+    """The kept file the session was imported from, if it is still on disk."""
     job = session.import_job
     if job is None or not job.stored_path:
         return None
     path = Path(job.stored_path)
     return path if path.is_file() else None
+
+
+def original_file(session: Session) -> Path | None:
+    """The kept file, while it may be given: not once a session it also held was deleted
+    (originals.note_orphans), whose records it holds; it is deleted after the grace period."""
+    job = session.import_job
+    if job is not None and job.orphaned_at is not None:
+        return None
+    return kept_file(session)
+
+
+def original_missing(session: Session) -> str:
+    """Why the session has no original records to give ("" when it has them): neither a kept
+    file nor the records stored on its events."""
+    if original_file(session) is not None or _first_raw(session) is not None:
+        return ""
+    job = session.import_job
+    if job is not None and job.orphaned_at is not None:
+        return ("the file it was imported from also held a session deleted since, so it is given no more "
+                "(its events stay: export them as rlm-code JSONL)")  # fmt: skip
+    if job is not None and job.original_deleted_at is not None:
+        return "the file it was imported from was deleted (a redaction or the clean-up)"
+    return "no original records are kept for it (the project's redaction rules keep none, or it came from a bundle without one)"
+
+
+def _first_raw(session: Session) -> str | None:
+    # A session's events keep their records or none do (an import that kept its file, or rules
+    # that keep no originals, store none): the first one tells.
+    return Event.objects.filter(session=session, seq=0).values_list("raw", flat=True).first()
 
 
 def original_name(session: Session) -> str | None:
@@ -490,11 +519,18 @@ def _safe_filename(name: str, limit: int) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:limit]
 
 
+class NothingToExport(LookupError):
+    """An export the session has nothing for (no original records kept): a 404 naming why, not
+    an empty file."""
+
+
 def export_download(*, session: Session, format: str) -> tuple[Iterator[bytes], str, str]:
     """One export of the session (`format`: one of EXPORT_FORMATS) as its byte stream, content
     type and download file name. The stream's first chunk is made here, in the caller's view:
     what fails in making it is answered by the error handlers as any view's error is, not sent
     as a bare 500 by the server once the streaming response has begun."""
+    if format == "original" and (missing := original_missing(session)):
+        raise NothingToExport(f"format=original: {missing}")
     generate, content_type, extension = _DOWNLOADS[format]
     stem = _safe_filename(session.source_session_id or f"session-{session.pk}", 100)
     filename = (format == "original" and original_name(session)) or f"{stem}.{extension}"

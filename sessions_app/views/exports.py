@@ -4,7 +4,7 @@ always, as in the API)."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
@@ -23,7 +23,10 @@ def export(request: HttpRequest, session_id: int) -> HttpResponse:
         return HttpResponseBadRequest(
             "format: one of " + ", ".join(exports.EXPORT_FORMATS), content_type="text/plain; charset=utf-8"
         )
-    stream, content_type, filename = exports.export_download(session=session, format=form.cleaned_data["format"])
+    try:
+        stream, content_type, filename = exports.export_download(session=session, format=form.cleaned_data["format"])
+    except exports.NothingToExport as nothing:
+        return HttpResponseNotFound(str(nothing), content_type="text/plain; charset=utf-8")
     audit.record_on_session(request, "session.export", session, format=form.cleaned_data["format"])
     response = StreamingHttpResponse(stream, content_type=content_type)
     response["Content-Disposition"] = content_disposition_header(True, filename)

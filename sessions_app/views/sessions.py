@@ -299,7 +299,12 @@ def _player_page(session: Session) -> dict[str, Any]:
         "exports": [
             {"url": f"{export_url}?format=jsonl", "label": "rlm-code JSONL"},
             {"url": f"{export_url}?format=snapshot", "label": "snapshot JSON"},
-            {"url": f"{export_url}?format=original", "label": "original records"},
+            # Said, not offered, when there is nothing: an empty download explained nothing.
+            {
+                "url": f"{export_url}?format=original",
+                "label": "original records",
+                "missing": exports.original_missing(session),
+            },
             {"url": reverse("api:bundle", args=[session.pk]), "label": "evidence bundle (signed .zip)"},
         ],
         "speeds": [(s, f"{s}×") for s in SPEEDS],
@@ -461,8 +466,8 @@ def _delete_question(request: HttpRequest, session: Session) -> HttpResponse:
 
 
 def _upload_siblings(session: Session) -> int:
-    """The other sessions imported from the same kept upload: the file, which holds this
-    session's records too, stays while they do (their original export and bundle give it)."""
+    """The other sessions imported from the same kept upload, while it is given: the file, which
+    holds this session's records too, is given to them no more once this one goes."""
     if session.import_job_id is None or exports.original_file(session) is None:
         return 0
     return Session.objects.filter(import_job_id=session.import_job_id).exclude(pk=session.pk).count()

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from .. import access, audit, sharing
 from ..forms import ShareLinkForm, error_text
 from ..models import Role, Session, ShareLink, Tour
+from ..replay import exports
 from .pages import asked_first, login_required, wants_partial
 
 # The exports a visitor's link may allow (the signed bundle carries the team's comments and
@@ -45,7 +46,8 @@ def visitor_page(request: HttpRequest, session: Session) -> dict[str, Any]:
         return {"exports": []}
     url = reverse("sessions:export", args=[session.pk])
     offered = [(name, label) for name, label in VISITOR_EXPORTS
-               if name != "original" or access.may_export_original(request, session)]  # fmt: skip
+               if name != "original"
+               or (access.may_export_original(request, session) and not exports.original_missing(session))]  # fmt: skip
     return {"exports": [{"url": f"{url}?format={name}", "label": label} for name, label in offered]}
 
 

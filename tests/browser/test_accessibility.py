@@ -253,7 +253,12 @@ def test_the_list_and_a_player_of_long_names_fit_a_desktop(browser, live_server,
             "(() => { const t = document.querySelector('#session-table .table-scroll');"
             " return {client: t.clientWidth, scroll: t.scrollWidth} })()"
         )
-        assert box["scroll"] <= box["client"], (box, page.evaluate("[...document.querySelectorAll('table.sessions thead th')].map(t => t.textContent.trim() + ':' + Math.round(t.getBoundingClientRect().width)).join(' ')"))
+        assert box["scroll"] <= box["client"], (
+            box,
+            page.evaluate(
+                "[...document.querySelectorAll('table.sessions thead th')].map(t => t.textContent.trim() + ':' + Math.round(t.getBoundingClientRect().width)).join(' ')"
+            ),
+        )
         order = page.evaluate(
             "[document.querySelector('.session-browser'), document.querySelector('.upload-panel')]"
             ".map(e => e.getBoundingClientRect().top)"
@@ -265,7 +270,9 @@ def test_the_list_and_a_player_of_long_names_fit_a_desktop(browser, live_server,
         page.wait_for_selector("#step-list [aria-current=step]")
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= desktop["width"], f"the player is {width}px wide: {too_wide(page, desktop['width'])}"
-        panel = page.evaluate("(() => { const p = document.querySelector('.context-panel'); return [p.scrollWidth, p.clientWidth] })()")
+        panel = page.evaluate(
+            "(() => { const p = document.querySelector('.context-panel'); return [p.scrollWidth, p.clientWidth] })()"
+        )
         assert panel[0] <= panel[1], panel
     finally:
         context.close()
