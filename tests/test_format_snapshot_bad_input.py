@@ -215,6 +215,8 @@ def test_any_one_damaged_line_keeps_every_step_before_it(snapshot, tmp_path):
             assert steps[:whole_before] == [1, 2, 3][:whole_before], (i, how, steps)
             ending = [p for p in problems.items if p.field == "line"]
             assert len(ending) <= 1, (i, how, problems.to_list())
+            if how == "no quote":  # never valid JSON: the error must be reported, not only bounded
+                assert len(ending) == 1, (i, how, problems.to_list())
             for problem in ending:
                 if problem.message.startswith("file ends"):
                     assert problem.line == len("\n".join(text).rstrip().split("\n")), (i, how, problem)

@@ -11,7 +11,7 @@ from django.test import Client
 from sessions_app.models import Event, IngestBatch, Session
 
 from .builders_ingest import canonical_records
-from .builders_teams import maintainer_key
+from .builders_teams import acme, maintainer_key  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -67,6 +67,19 @@ def test_a_batch_stored_before_digests_were_kept_still_answers_its_retry(api, se
     IngestBatch.objects.update(body_digest="")
     retry = post(api, url, {"events": list(canonical_records(3)), "idempotency_key": "old"})
     assert retry.status_code == 200 and retry.json()["replayed"] is True
+
+
+def test_a_key_names_a_session_in_its_own_project_only(api, project, acme):
+    """Two projects' agents may pick the same key: each gets a session of its own project, never
+    the other's (its id would let it read and append there)."""
+    body = {"task": "deploy", "idempotency_key": "s-1"}
+    first = post(api, "/api/sessions", body)
+    theirs = Client(headers={"authorization": f"Bearer {maintainer_key('acme-agent', acme)}"})
+    second = post(theirs, "/api/sessions", {**body, "project": acme.slug})
+    assert (first.status_code, second.status_code) == (201, 201), second.content
+    assert first.json()["id"] != second.json()["id"]
+    assert Session.objects.get(pk=second.json()["id"]).project_id == acme.pk
+    assert Session.objects.get(pk=first.json()["id"]).project_id == project.pk
 
 
 def test_a_session_created_again_with_its_key_is_the_same_session_and_another_request_a_409(api, project):

@@ -120,6 +120,31 @@ def test_native_session_matches_rlm_summary_and_every_step(project, tmp_path):
     assert_steps_match(session, replayer)
 
 
+def test_a_total_reward_the_session_end_states_wins_over_the_steps_sum_as_in_rlm_code(project, tmp_path):
+    """FORMATS.md: session_end's total_reward overrides the running total. Every recorded file
+    states the same total as its steps add up to, so the override is shown on an edited one."""
+    from django.conf import settings
+
+    lines = (Path(settings.BASE_DIR) / "demo" / "rlm_success.jsonl").read_bytes().splitlines()
+    edited = []
+    for line in lines:
+        record = json.loads(line)
+        if record.get("event_type") == "session_end":
+            record["data"]["total_reward"] = 9.0
+        edited.append(json.dumps(record).encode())
+    path = tmp_path / "stated.jsonl"
+    path.write_bytes(b"\n".join(edited) + b"\n")
+    replayer = load_session(path)
+    assert replayer.get_summary()["total_reward"] == 9.0  # the reference's own reading
+
+    session = import_one(path, project)
+
+    assert session.reward == 9.0
+    last = Event.objects.filter(session=session).order_by("-seq").values_list("reward_total", flat=True).first()
+    assert last != 9.0  # the steps alone add up to something else: the stated total won
+    assert_summary_matches(session, replayer, tokens_divisor=2)
+
+
 def test_native_keeps_variables_and_memory_that_rlm_drops(project, tmp_path):
     path = tmp_path / "full.jsonl"
     recorder = record_full_session(path)

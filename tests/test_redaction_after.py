@@ -685,3 +685,31 @@ def test_a_saved_checkpoint_name_goes_through_the_rules_once(stored, maintainer,
     name = made.json()["checkpoint"]["name"]
     assert name == Checkpoint.objects.get(session=stored, seq=0, name__startswith="ping").name
     assert "example.com" not in name and name.count("[") == 1, name  # one pass: no placeholder inside another
+
+
+def test_a_selection_is_held_to_its_length_limits_whichever_way_it_comes():
+    """The page's form and MCP reach stored_redaction without the API's own schema limits."""
+    from sessions_app.stored_redaction import MAX_TEXT, MIN_TEXT, RedactionRefused, selection_forms
+
+    assert selection_forms("x" * MAX_TEXT)[0] == "x" * MAX_TEXT
+    with pytest.raises(RedactionRefused, match=f"select at most {MAX_TEXT:,} characters"):
+        selection_forms("x" * (MAX_TEXT + 1))
+    with pytest.raises(RedactionRefused, match=f"select at least {MIN_TEXT} characters"):
+        selection_forms("x" * (MIN_TEXT - 1))
+
+
+def test_a_wiped_file_leaves_zeros_where_its_bytes_were_before_it_is_unlinked(tmp_path):
+    """docs/redaction.md: the old file is overwritten with zeros and flushed before it is unlinked.
+    A second name for the same file (a hard link) still reads its blocks afterwards."""
+    import os
+
+    from sessions_app.stored_redaction import wipe_file
+
+    kept = tmp_path / "original.jsonl"
+    kept.write_bytes(b'{"secret": "TOPSECRET"}\n' * 100_000)  # more than one chunk of zeros
+    witness = tmp_path / "witness"
+    os.link(kept, witness)
+    wipe_file(kept)
+    assert not kept.exists()
+    left = witness.read_bytes()
+    assert len(left) == 2_400_000 and left == bytes(len(left))

@@ -55,6 +55,31 @@ def test_a_slow_call_warns_when_its_answer_arrives(settings):
     assert warning["value"] == 45_000 and "search answered after 45000 ms" in warning["message"]
 
 
+def test_an_answer_without_its_call_is_slow_by_its_own_duration(settings):
+    """docs/api.md: latency is the pair's, else the event's own durationMs (a response whose
+    call was never recorded)."""
+    settings.WARN_LATENCY_MS = 30_000
+    session = session_of(
+        [
+            event(Kind.TOOL_RESPONSE, 0, pair_id="orphan", tool="search", duration_ms=45_000),
+            event(Kind.TOOL_RESPONSE, 10, pair_id="quick", tool="search", duration_ms=20),
+        ]
+    )
+    assert warnings_by_seq(session) == {0: ["latency"], 1: []}
+    assert replay.context_at(session=session, seq=0)["warnings"][0]["value"] == 45_000
+
+
+def test_a_sub_agent_that_never_answered_warns_once_the_session_ended():
+    session = session_of(
+        [
+            event(Kind.CHILD_SPAWN, 0, pair_id="kid-1", child_id="kid-1"),
+            event(Kind.CHILD_SPAWN, 10, pair_id="kid-2", child_id="kid-2"),
+            event(Kind.CHILD_RESULT, 20, pair_id="kid-2", child_id="kid-2"),
+        ]
+    )
+    assert warnings_by_seq(session) == {0: ["unanswered"], 1: [], 2: []}
+
+
 def test_a_call_that_never_got_an_answer_warns_once_the_session_ended():
     session = session_of(
         [

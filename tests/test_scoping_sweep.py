@@ -15,6 +15,8 @@ object of a project (a list, a form, making a project), its place in NAMES_NO_OB
 
 from __future__ import annotations
 
+from collections import Counter
+
 import dataclasses
 import re
 from collections.abc import Iterator
@@ -501,6 +503,26 @@ def test_the_projects_viewer_gets_403_where_a_higher_role_is_needed_and_an_answe
         else:
             assert status == 403, f"viewer: {method} {route} needs {needed.label} but answered {status}"
     assert checked == len(ROLE_NEEDED)  # every declared operation exists and was walked
+
+
+def test_a_member_one_role_below_what_an_operation_needs_gets_403(theirs, db):
+    """The viewer's walk above cannot tell a reviewer's operation from a maintainer's: a member
+    one role below each declared role is refused (403) by every operation needing it. Refusals
+    change nothing, so one walk serves every role."""
+    below = {Role.MAINTAINER: Role.REVIEWER, Role.ADMIN: Role.MAINTAINER}
+    clients = {}
+    for role in below.values():
+        client = Client()
+        client.force_login(member(f"theirs-{role.value}", theirs.project, role))
+        clients[role] = client
+    checked = Counter()
+    for (method, route), needed in ROLE_NEEDED.items():
+        if needed not in below:
+            continue
+        status, _ = _call(clients[below[needed]], method, route, theirs, {})
+        assert status == 403, f"{below[needed].label}: {method} {route} needs {needed.label} but answered {status}"
+        checked[needed] += 1
+    assert checked[Role.MAINTAINER] > 10 and checked[Role.ADMIN] > 5, checked
 
 
 # --- a share link's visitor -----------------------------------------------------------------
