@@ -15,10 +15,9 @@ object of a project (a list, a form, making a project), its place in NAMES_NO_OB
 
 from __future__ import annotations
 
-from collections import Counter
-
 import dataclasses
 import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
