@@ -49,10 +49,10 @@ def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = 
 
 def set_member(
     *, actor: Actor, project: Project, username: str, role: str, ip: str | None = None, add_only: bool = False
-) -> bool:
-    """Give a user a role in the project; True when the user was added, False when their role
-    changed (or stayed). The last admin cannot be demoted. `add_only` (the page's Add form):
-    a member already is refused, naming their role, rather than changed without a word."""
+) -> str:
+    """Give a user a role in the project: "added", "changed", or "unchanged" (the role they had;
+    nothing recorded). The last admin cannot be demoted. `add_only` (the page's Add form): a
+    member already is refused, naming their role, rather than changed without a word."""
     if role not in Role.values:
         raise TeamError(f"role: one of {', '.join(Role.values)}")
     user = (
@@ -76,14 +76,14 @@ def set_member(
             current.role = role
             current.save(update_fields=["role", "updated_at"])
         else:
-            return False
+            return "unchanged"
     if current is None:
         audit.record(action="member.add", actor=actor, project=project, target=f"user:{username}",
                      detail={"role": role}, ip=ip)  # fmt: skip
-        return True
+        return "added"
     audit.record(action="member.change", actor=actor, project=project, target=f"user:{username}",
                  detail={"from": old, "role": role}, ip=ip)  # fmt: skip
-    return False
+    return "changed"
 
 
 def remove_member(*, actor: Actor, project: Project, username: str, ip: str | None = None) -> None:

@@ -103,6 +103,10 @@ def test_the_imports_page_filters_by_project_and_status_and_shows_only_the_calle
     html = logged_in.get(IMPORTS).content.decode()
     assert sorted(_jobs(html)) == sorted([done.pk, failed.pk, second.pk]) and "not-mine.jsonl" not in html
     assert _jobs(logged_in.get(IMPORTS, {"status": "failed"}).content.decode()) == [failed.pk]
+    # A job that failed as a whole has no problems by line: its count says it failed, not "0".
+    failed_row = html[html.index(f'data-job="{failed.pk}"') :].split("</tr>")[0]
+    done_row = html[html.index(f'data-job="{done.pk}"') :].split("</tr>")[0]
+    assert ">failed</a></td>" in failed_row and '<td class="num">0</td>' in done_row
     assert _jobs(logged_in.get(IMPORTS, {"project": "second"}).content.decode()) == [second.pk]
     # Another team's slug is no choice of the form: the filter falls back to all of mine.
     assert sorted(_jobs(logged_in.get(IMPORTS, {"project": "other"}).content.decode())) == sorted(

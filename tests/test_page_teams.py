@@ -156,6 +156,11 @@ def test_each_change_of_members_is_said_once_on_the_page_it_goes_back_to(admin, 
     assert notices(added) == ["bob added as reviewer in Acme &lt;agents&gt;."]
     changed = admin.post(_url("project_member", acme), {"username": "bob", "role": "maintainer", "change": "1"})
     assert notices(changed) == ["bob is now maintainer in Acme &lt;agents&gt;."]
+    # The role they have already: said as such, and nothing recorded.
+    entries = AuditEntry.objects.count()
+    same = admin.post(_url("project_member", acme), {"username": "bob", "role": "maintainer", "change": "1"})
+    assert notices(same) == ["bob is already maintainer in Acme &lt;agents&gt;."]
+    assert AuditEntry.objects.count() == entries
     removed = admin.post(_url("project_member_remove", acme), {"username": "bob"})
     assert notices(removed) == ["bob is no longer a member of Acme &lt;agents&gt;."]
     assert "notice" not in admin.get(acme.get_absolute_url()).content.decode()  # said once
@@ -331,7 +336,7 @@ def test_verify_reports_an_intact_log_then_a_tampered_entry(client, acme):
     assert html.lstrip().startswith('<output id="log-verification"') and "log intact: 4 entries" in html
     AuditEntry.objects.of_project(acme).filter(seq=2).update(detail='{"i":99}')
     html = client.post(_url("audit_verify", acme)).content.decode()
-    assert "<html" in html and "broken at entry 2: its stored values do not hash to its link" in html
+    assert "<html" in html and "broken at entry #3: its stored values do not hash to its link" in html
     # Its row is marked (the edited text looks like any other), and the verdict links to it.
     assert 'href="#entry-2"' in html
     assert re.findall(r'<tr id="entry-(\d+)" data-seq="\d+"( class="broken-entry")?>', html) == [

@@ -760,7 +760,12 @@ def test_saving_the_rules_does_not_need_a_sample_and_testing_does(admin):
     assert not re.search(r"<(input|textarea|select)[^>]*\srequired[\s>]", page[page.index('id="redaction-form"') :])
     assert client.post("/projects/acme/redaction/", {"detectors": ["email"]}).status_code == 302
     missing = client.post("/projects/acme/redaction/try/", {"detectors": ["email"]}, headers={"HX-Request": "true"})
-    assert missing.status_code == 400 and "sample: This field is required." in missing.content.decode()
+    assert missing.status_code == 400 and "Sample text: This field is required." in missing.content.decode()
+    # A save refused for a bad rule keeps the sample typed below it (a walkthrough lost it).
+    refused = client.post("/projects/acme/redaction/", {"custom": "bad = (?<=x)y", "sample": "mail ada@example.org"})
+    assert refused.status_code == 400
+    kept = re.search(r"<textarea[^>]*name=\"sample\"[^>]*>(.*?)</textarea>", refused.content.decode(), re.S).group(1)
+    assert kept.strip() == "mail ada@example.org"
 
 
 def test_the_test_box_shows_what_a_sample_becomes_escaped_and_stores_nothing(admin):

@@ -38,7 +38,9 @@ def rules(request: HttpRequest, slug: str) -> HttpResponse:
             _refused(form, exc)
         else:
             return redirect("sessions:redaction", slug=project.slug)
-    return _page(request, project, form, status=400)
+    # The sample shares the form: kept as typed, for a Test once the rules are mended.
+    sample = RedactionTryForm(initial={"sample": request.POST.get("sample", "")})
+    return _page(request, project, form, try_form=sample, status=400)
 
 
 @login_required

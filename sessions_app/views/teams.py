@@ -114,7 +114,7 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
-            done = "added as" if added else "is now"
+            done = {"added": "added as", "changed": "is now", "unchanged": "is already"}[added]
             return _back_to(request, project, f"{username} {done} {role.label.lower()} in {project.name}.")
     if "change" in request.POST:
         return _refused_row(request, project, form)
