@@ -78,3 +78,13 @@ def test_htmx_asked_already_so_its_post_acts_at_once(world, acme, ours):  # noqa
     page, action, fields, question, done = _cases(world, acme, ours)[0]
     response = client.post(action, {**fields, "ask_first": "1"}, HTTP_HX_REQUEST="true")
     assert response.status_code == 200 and question not in response.content.decode() and done()
+
+
+def test_removing_oneself_is_asked_as_leaving_the_project(world, acme):  # noqa: F811
+    client, ada, *_ = world
+    action = reverse("sessions:project_member_remove", args=[acme.slug])
+    page = client.get(acme.get_absolute_url()).content.decode()
+    assert f'data-confirm="Leave {acme.name}? You lose access to its sessions until an admin adds you again."' in page
+    asked = client.post(action, {"username": ada.get_username(), "ask_first": "1"}).content.decode()
+    assert f"Leave {acme.name}? You lose access to its sessions" in asked
+    assert Membership.objects.filter(user=ada, project=acme).exists()

@@ -128,8 +128,12 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     form = RemoveMemberForm(request.POST)
     if form.is_valid():
         username = form.cleaned_data["username"]
-        if asked := asked_first(request, question=f"Remove {username} from {project.name}?", answer="Remove",
-                                back=project.get_absolute_url()):  # fmt: skip
+        question = (
+            f"Leave {project.name}? You lose access to its sessions until an admin adds you again."
+            if username == request.user.get_username()
+            else f"Remove {username} from {project.name}?"
+        )
+        if asked := asked_first(request, question=question, answer="Remove", back=project.get_absolute_url()):
             return asked
         try:
             teams.remove_member(actor=access.actor_of(request), project=project, username=username,
