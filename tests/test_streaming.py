@@ -334,23 +334,22 @@ def test_a_status_recorded_with_an_empty_id_is_streamed_with_a_fresh_one(api, pr
 def test_a_streams_thread_closes_its_database_connection_when_the_stream_ends(transactional_db):
     # An ASGI stream's reads run on a thread that ends with the request; Django would keep its
     # connection open at the request's end (CONN_MAX_AGE), to be freed only by the collector.
+    # A stream closed from another thread (the event loop finalising an abandoned stream in
+    # whichever request's context is current) must leave that thread's connection alone.
     import threading
 
     from django.db import connection
 
-    from sessions_app.replay.streaming import _close_steps
+    from sessions_app.replay.streaming import _Driven
 
-    seen: dict[str, object] = {}
-
-    def steps():
+    def steps(seen):
         try:
             yield b"data: 1\n\n"
+            yield b"data: 2\n\n"
         finally:
             seen["closed_stream"] = True
 
-    def run() -> None:
-        stream = steps()
-        next(stream)
+    def spied(seen):
         connection.ensure_connection()
         close = connection.close
 
@@ -359,17 +358,42 @@ def test_a_streams_thread_closes_its_database_connection_when_the_stream_ends(tr
             close()
 
         connection.close = spied_close
+
+    def in_thread(target) -> None:
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join(timeout=30)
+
+    same: dict[str, object] = {}
+
+    def run_and_close_here() -> None:
+        driven = _Driven(steps(same))
+        assert driven.advance() == b"data: 1\n\n"
+        spied(same)
         try:
-            _close_steps(stream)
+            driven.close()
         finally:
             del connection.close
         # SQLite's in-memory test database ignores close(); a real one is closed.
-        seen["closed"] = connection.connection is None or connection.settings_dict["NAME"].startswith("file:memory")
+        same["closed"] = connection.connection is None or connection.settings_dict["NAME"].startswith("file:memory")
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(timeout=30)
-    assert seen == {"closed_stream": True, "close_called": True, "closed": True}
+    in_thread(run_and_close_here)
+    assert same == {"closed_stream": True, "close_called": True, "closed": True}
+
+    other: dict[str, object] = {}
+    holder: list[_Driven] = []
+    in_thread(lambda: holder.append(_Driven(steps(other))) or holder[0].advance())
+
+    def close_from_another_request() -> None:
+        spied(other)
+        try:
+            holder[0].close()
+        finally:
+            del connection.close
+        other["still_open"] = connection.connection is not None
+
+    in_thread(close_from_another_request)
+    assert other == {"closed_stream": True, "still_open": True}
 
 
 def _reader(user, *, cookie: bool) -> Client:

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 
 from ..canonical import Kind
 from ..models import Event, Session
@@ -158,32 +158,46 @@ def _run(steps: Iterator[_Step], sleep: Callable[[float], None]) -> Iterator[byt
 _DONE = object()
 
 
-def _advance(steps: Iterator[_Step]) -> object:
-    return next(steps, _DONE)
+class _Driven:
+    """A stream driven from the event loop, remembering the database connection its reads used
+    (the request thread's own), so that only that one is closed when it ends."""
+
+    def __init__(self, steps: Iterator[_Step]) -> None:
+        self.steps = steps
+        self.used: Any = None
+
+    def advance(self) -> object:
+        self.used = connections[DEFAULT_DB_ALIAS]  # this thread's connection object
+        return next(self.steps, _DONE)
+
+    def close(self) -> None:
+        """End the stream and close the connection its reads used: the request's thread ends
+        with the request, and Django keeps a connection younger than CONN_MAX_AGE open at a
+        request's end (a persistent one is for the web threads, which live on). An unfinished
+        stream may be closed later, from whatever request's thread is current then (the event
+        loop finalises an abandoned async generator in the context of the moment): closing *that*
+        thread's connection broke another request in the middle ("Cannot operate on a closed
+        database", a security sweep's burst of tails closed early)."""
+        try:
+            self.steps.close()
+        finally:
+            if self.used is not None and self.used is connections[DEFAULT_DB_ALIAS]:
+                connection.close()
 
 
 async def _run_async(steps: Iterator[_Step], sleep: Callable[[float], Awaitable[None]]) -> AsyncIterator[bytes]:
     """The ASGI driver: each step of the stream (its reads) runs in the request's thread, the
     waits between them in the event loop, holding no thread."""
-    advance = sync_to_async(_advance)  # thread-sensitive: one thread per request, in turn
+    driven = _Driven(steps)
+    advance = sync_to_async(driven.advance)  # thread-sensitive: one thread per request, in turn
     try:
-        while (step := await advance(steps)) is not _DONE:
+        while (step := await advance()) is not _DONE:
             if isinstance(step, Sleep):
                 await sleep(step.seconds)
             else:
                 yield step
     finally:
-        await sync_to_async(_close_steps)(steps)
-
-
-def _close_steps(steps: Iterator[_Step]) -> None:
-    """End the stream and close the database connection of its thread: the thread ends with the
-    request, and Django keeps a connection younger than CONN_MAX_AGE open at a request's end (a
-    persistent one is for the web threads, which live on)."""
-    try:
-        steps.close()
-    finally:
-        connection.close()
+        await sync_to_async(driven.close)()
 
 
 def paced_stream(
