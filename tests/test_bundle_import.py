@@ -485,4 +485,7 @@ def test_a_restored_comment_on_no_event_of_the_session_refuses_the_bundle(bundle
     (refused,) = import_file(path=_resigned(bundle, tmp_path, comments=[comment]), project=elsewhere)
     shown = repr(seq) if len(repr(seq)) <= 40 else repr(seq)[:40] + "…"
     assert refused.session is None
-    assert f"comments.json: comment 9 is on event {shown}, outside the session" in refused.error
+    if seq == 2**64 - 1:  # past any 64-bit integer: the streaming reader refuses it as it reads it
+        assert "comments.json: not readable JSON (parse error: integer overflow)" in refused.error
+    else:
+        assert f"comments.json: comment 9 is on event {shown}, outside the session" in refused.error

@@ -381,7 +381,7 @@ def test_what_the_agent_wrote_is_isolated_in_the_list(logged_in, db):
     row = logged_in.get(LIST).content.decode()
     assert "<bdi>\u202erun</bdi></a>" in row
     assert '<div class="muted task" dir="auto">\u05e9\u05dc\u05d5\u05dd task</div>' in row
-    assert "<td><bdi>\u05de model</bdi></td>" in row
+    assert '<td class="model"><bdi>\u05de model</bdi></td>' in row
 
 
 def test_an_upload_sent_without_javascript_shows_its_errors_once_on_the_sessions_page(logged_in, monkeypatch):

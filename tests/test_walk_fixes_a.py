@@ -197,7 +197,8 @@ def test_only_a_browser_opening_a_pages_address_gets_the_405_page(logged_in):
 def test_the_apis_405_keeps_its_own_answer(logged_in):
     response = logged_in.delete("/api/projects")
     assert response.status_code == 405 and set(response["Allow"].split(", ")) == {"GET", "POST"}
-    assert response.content == b"Method not allowed"  # django-ninja's answer, not the page
+    # The API's own JSON refusal (docs/api.md: every error is JSON), not the pages' 405 page.
+    assert response.json()["detail"].startswith("DELETE is not allowed here; use ")
 
 
 # 5. A wrong-format upload's message --------------------------------------------------------------
