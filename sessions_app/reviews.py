@@ -12,7 +12,7 @@ from django.db import transaction
 from . import audit
 from .access import Actor
 from .models import Review, Session
-from .verification import verify_session
+from .verification import VerificationRunning, verify_once
 
 
 class SignOffRefused(ValueError):
@@ -26,7 +26,10 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
     is not a rejection; a rejection of a broken chain is stored with chain_valid False."""
     if verdict not in Review.Verdict.values:
         raise SignOffRefused(f"verdict: one of {', '.join(Review.Verdict.values)}")
-    checked = verify_session(session=session)
+    try:
+        checked = verify_once(session=session)
+    except VerificationRunning as running:
+        raise SignOffRefused(f"{running}; sign off once it has ended") from None
     # Nothing recorded (it would read "covers 1-0 of 0"). Both counts: events deleted from a
     # session's rows leave its own count, and that session can be rejected.
     if checked.events == 0 and session.event_count == 0:

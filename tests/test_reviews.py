@@ -87,12 +87,12 @@ def test_sign_off_stores_the_verified_head_and_the_range_it_covered(session, rit
 def test_sign_off_covers_what_was_verified_not_what_a_live_writer_appended_meanwhile(acme, rita, monkeypatch):
     live = _session(acme, 6, live=True)
 
-    def verify_then_append(*, session):
-        checked = verify_session(session=session)
+    def verify_then_append(*, session, record=True):
+        checked = verify_session(session=session, record=record)
         append_events(session=session, events=synthetic_events(4, start=6))  # a live batch lands meanwhile
         return checked
 
-    monkeypatch.setattr(reviews, "verify_session", verify_then_append)
+    monkeypatch.setattr(reviews, "verify_once", verify_then_append)
     review = reviews.sign_off(session=live, reviewer=Actor(user=rita), verdict="approved")
     assert (review.last_seq, review.chain_head) == (5, Event.objects.get(session=live, seq=5).hash)
     [found] = sign_offs.sign_offs_of(session=live)

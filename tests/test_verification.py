@@ -10,6 +10,7 @@ import orjson
 import pytest
 from django.conf import settings
 from django.db import connection, models
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -320,3 +321,46 @@ def test_an_edited_token_count_is_found_at_its_event_and_counted_at_each_total_i
     assert {f["seq"] for f in after} == set(range(edited.seq + 1, session.event_count))
     assert {f["field"] for f in after} == {"tokens_total"}
     assert result.broken_events == session.event_count - edited.seq
+
+
+def test_one_verification_at_a_time_for_what_someone_asks_and_a_stale_run_is_taken_over(make_session, client):
+    """A verify reads every event again: a second one asked for while the first runs (a member's
+    button, the API, a sign-off) is told so rather than started (a member could otherwise start
+    any number). A run left by a process that died is taken over after RUN_GIVEN_UP_AFTER."""
+    from sessions_app import reviews
+    from sessions_app.access import Actor
+    from sessions_app.models import AuditEntry, Role, VerificationRun
+    from sessions_app.verification import RUN_GIVEN_UP_AFTER, VerificationRunning, one_at_a_time, verify_once
+
+    from .builders_teams import key_of, member
+
+    session = make_session(events=20)
+    rita = member("rita", Project.get_default(), Role.REVIEWER)
+    api = Client(headers={"authorization": f"Bearer {key_of(rita)}"})
+    client.force_login(rita)
+    with one_at_a_time(session):
+        for method in ("get", "post"):
+            busy = getattr(api, method)(f"/api/sessions/{session.pk}/verify")
+            assert busy.status_code == 409 and "already running" in busy.json()["detail"], method
+        page = client.post(f"/sessions/{session.pk}/verify/", headers={"HX-Request": "true"})
+        assert page.status_code == 200 and "a verification of this session is already running" in page.content.decode()
+        with pytest.raises(reviews.SignOffRefused, match="already running .*; sign off once it has ended"):
+            reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+        assert not AuditEntry.objects.filter(action="session.verify").exists()
+    assert not VerificationRun.objects.exists()  # released when the block ends
+    assert api.post(f"/api/sessions/{session.pk}/verify").json()["chainValid"] is True
+
+    # Released when the verification fails too.
+    with pytest.raises(RuntimeError), one_at_a_time(session):
+        raise RuntimeError("a bug")
+    assert not VerificationRun.objects.exists()
+
+    VerificationRun.objects.create(
+        session=session, started_at=timezone.now() - RUN_GIVEN_UP_AFTER - timedelta(seconds=1)
+    )
+    assert verify_once(session=session).valid and not VerificationRun.objects.exists()
+    VerificationRun.objects.create(
+        session=session, started_at=timezone.now() - RUN_GIVEN_UP_AFTER + timedelta(seconds=30)
+    )
+    with pytest.raises(VerificationRunning):
+        verify_once(session=session)

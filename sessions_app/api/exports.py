@@ -72,7 +72,10 @@ def verify(request: HttpRequest, session_id: Id):
     content, and every derived value (pairing, running totals, keyframes) derived again. A read:
     nothing is stored (POST stores the result and records it in the audit log)."""
     session = access.session_for(request, session_id)
-    return verification.verify_session(session=session, record=False).to_dict()
+    try:
+        return verification.verify_once(session=session, record=False).to_dict()
+    except verification.VerificationRunning as running:
+        raise HttpError(409, str(running)) from None
 
 
 @router.post("/sessions/{session_id}/verify", response={200: VerifyOut, **NOT_FOUND})
@@ -80,7 +83,10 @@ def verify_and_record(request: HttpRequest, session_id: Id):
     """Verify as GET does, then store the result on the session (the chain badge, the list's
     chainValid) and record a `session.verify` audit entry. Any member may."""
     session = access.session_for(request, session_id)
-    result = verification.verify_session(session=session)
+    try:
+        result = verification.verify_once(session=session)
+    except verification.VerificationRunning as running:
+        raise HttpError(409, str(running)) from None
     audit.record_on_session(
         request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
     )

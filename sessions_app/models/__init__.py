@@ -18,12 +18,13 @@ from .sessions import (
     Session,
     SessionQuerySet,
     Snapshot,
+    VerificationRun,
 )
 from .traces import OtlpConversation, OtlpSpan, OtlpTrace
 
 __all__ = [
     "KEYFRAME_EVERY", "SITE_LOG", "ApiKey", "AuditEntry", "AuditLog", "Checkpoint", "Comment", "CommentRevision",
     "Event", "ImportJob", "Review", "ShareLink", "Tour", "TourStop",
-    "IngestBatch", "Membership", "OtlpConversation", "OtlpSpan", "OtlpTrace", "Project", "ReceivedEvent", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot",
+    "IngestBatch", "Membership", "OtlpConversation", "OtlpSpan", "OtlpTrace", "Project", "ReceivedEvent", "Role", "RowIdField", "Session", "SessionQuerySet", "Snapshot", "VerificationRun",
     "log_name", "RedactionJob", "RedactionRules",
 ]  # fmt: skip

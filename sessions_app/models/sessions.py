@@ -304,6 +304,15 @@ class Event(models.Model):
 # A state keyframe (full variables + memory) at most every this many events while the state
 # changes, so the state at any event is one keyframe plus at most this many rows away: the
 # writer keeps the promise (ingest/rows.py), the readers rely on it (replay/state.py).
+class VerificationRun(models.Model):
+    """A verification someone asked for, while it runs: one a session at a time
+    (verification.one_at_a_time), as each reads every event of the session again (5-6 s of a
+    process at 100,000 events) and a member could otherwise start any number at once."""
+
+    session = models.OneToOneField(Session, on_delete=models.DB_CASCADE, related_name="verification_run")
+    started_at = models.DateTimeField()
+
+
 KEYFRAME_EVERY = 256
 
 

@@ -369,16 +369,21 @@ def verify(request: HttpRequest, session_id: int) -> HttpResponse:
     """Verify the stored session now and show the chain badge's new state."""
     session = access.session_for(request, session_id)
     visitor = access.share_grant_on(request, session) is not None
-    result = None
+    result, running = None, None
     if not (visitor and _verified_lately(session)):
-        result = verification.verify_session(session=session)
-        audit.record_on_session(
-            request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
-        )
+        try:
+            result = verification.verify_once(session=session)
+        except verification.VerificationRunning as already:
+            running = already  # its result shows when it ends (the badge asks again)
+        else:
+            audit.record_on_session(
+                request, "session.verify", session, valid=result.valid, first_broken_seq=result.first_broken_seq
+            )
     if not request.htmx:
         return redirect(_the_player_it_came_from(request, session))
-    badge = render_to_string("sessions_app/player.html#chain-badge", {"session": session, "verification": result},
-                             request)  # fmt: skip
+    badge = render_to_string("sessions_app/player.html#chain-badge",
+                             {"session": session, "verification": result, "running": running,
+                              "badge_polls": running is not None}, request)  # fmt: skip
     if visitor:
         return HttpResponse(badge)  # a link's visitor sees no sign-offs
     # The sign-offs' list, out of band: a break the verification found inside one is said there at
