@@ -364,3 +364,16 @@ def test_one_verification_at_a_time_for_what_someone_asks_and_a_stale_run_is_tak
     )
     with pytest.raises(VerificationRunning):
         verify_once(session=session)
+
+
+def test_the_admin_shows_a_session_but_cannot_change_its_sealed_fields(make_session, client):
+    from django.contrib.auth import get_user_model
+
+    session = make_session(events=3, task="the real task")
+    root = get_user_model().objects.create_superuser("root", "root@example.org", "pw-root-12345")
+    client.force_login(root)
+    shown = client.get(f"/admin/sessions_app/session/{session.pk}/change/")
+    assert shown.status_code == 200 and 'name="_save"' not in shown.content.decode()
+    changed = client.post(f"/admin/sessions_app/session/{session.pk}/change/", {"task": "another task"})
+    assert changed.status_code == 403
+    assert Session.objects.get(pk=session.pk).task == "the real task" and verify_session(session=session).valid
