@@ -59,7 +59,15 @@ _READ = 1 << 20
 MEMBER_CAPS = {"manifest.json": 1 << 20, "manifest.sig": 4096, "comments.json": 64 << 20, "reviews.json": 16 << 20,
                "redactions.json": 256 << 20}  # fmt: skip
 MAX_ENTRIES = {"comments.json": 100_000, "reviews.json": 10_000}
+# Objects and lists in all (a comment is one, with its revisions a few more; a redaction entry
+# one), and how deep: Replay writes them three deep.
+MAX_CONTAINERS = {"comments.json": 600_000, "reviews.json": 20_000}
+MAX_DEPTH = 16
 LINE_CAP = 64 << 20  # one line of events.jsonl
+# Removals (a removed value's labels, one per rule or redaction that removed it): on one event,
+# and in all. A session redacted in every event's payload and record lists two an event.
+MAX_REMOVALS_AN_EVENT = 100
+MAX_REMOVALS = 1_000_000
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _TEXT_LIMITS = {"kind": 32, "source_type": 64, "agent_id": 200, "parent_id": 200, "child_id": 200, "tool": 200,
                 "pair_id": 200}  # fmt: skip
@@ -138,9 +146,29 @@ def read_bundle(path: str | Path, *, key: str | None = None, max_bytes: int | No
     path = Path(path)
     try:
         return _read_bundle(path, key, max_bytes)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as error:
-        # A member whose bytes do not match its entry (a size it lied about, a damaged stream).
-        raise BundleError(f"{path.name}: a damaged zip member ({error})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as error:
+        # A member whose bytes do not match its entry (a size it lied about, a damaged stream), an
+        # unknown compression method, an encrypted member: none Replay writes.
+        raise BundleError(f"a damaged or unreadable zip member ({error})") from None
+
+
+# What a bundle's members may hold uncompressed, as multiples of the server's upload limit: its
+# original at most one upload, the rest (events.jsonl, about three times the source it came
+# from, the offline viewer, the lists) at most four, so a session imported here round-trips.
+_OTHERS_PER_UPLOAD = 4
+
+
+def _check_sizes(archive: zipfile.ZipFile, max_bytes: int) -> None:
+    """Before any member is read: what they declare (zipfile never reads past it) within limits."""
+    original = sum(i.file_size for i in archive.infolist() if i.filename.startswith("original/"))
+    others = sum(i.file_size for i in archive.infolist() if not i.filename.startswith("original/"))
+    if original > max_bytes:
+        raise BundleError(f"original/: {original:,} bytes uncompressed, more than this server's upload limit of "
+                          f"{max_bytes:,} (REPLAY_MAX_UPLOAD_MB)")  # fmt: skip
+    if others > _OTHERS_PER_UPLOAD * max_bytes:
+        raise BundleError(f"its files hold {others:,} bytes uncompressed besides the original, more than "
+                          f"{_OTHERS_PER_UPLOAD} times this server's upload limit of {max_bytes:,} "
+                          "(REPLAY_MAX_UPLOAD_MB)")  # fmt: skip
 
 
 def _read_bundle(path: Path, key: str | None, max_bytes: int | None) -> Bundle:
@@ -154,6 +182,8 @@ def _read_bundle(path: Path, key: str | None, max_bytes: int | None) -> Bundle:
         # A folder's own entry ("original/", as `zip -r` writes one for each folder) holds no
         # bytes and is no file of the bundle: a re-zipped untouched bundle still verifies.
         listed = Counter(info.filename for info in archive.infolist() if not (info.is_dir() and info.file_size == 0))
+        if folders := sorted(info.filename for info in archive.infolist() if info.is_dir() and info.file_size):
+            raise BundleError(f"{folders[0]!r}: a folder's entry holding bytes (an unzip tool shows a folder)")
         names = set(listed)
         if twice := sorted(name for name, count in listed.items() if count > 1):
             # Python reads a name's last copy, an unzip tool may show the first: what was checked
@@ -169,12 +199,8 @@ def _read_bundle(path: Path, key: str | None, max_bytes: int | None) -> Bundle:
             cap = MEMBER_CAPS.get(info.filename)
             if cap is not None and info.file_size > cap:
                 raise BundleError(f"{info.filename}: {info.file_size:,} bytes uncompressed, more than {cap:,}")
-        total = sum(info.file_size for info in archive.infolist())
-        if max_bytes is not None and total > max_bytes:
-            raise BundleError(
-                f"{path.name}: its files hold {total:,} bytes uncompressed, more than this server's limit of "
-                f"{max_bytes:,} (REPLAY_MAX_UPLOAD_MB)"
-            )
+        if max_bytes is not None:
+            _check_sizes(archive, max_bytes)
         manifest_bytes = archive.read("manifest.json")
         signature = archive.read("manifest.sig").decode("ascii", "replace")
         manifest = _manifest(manifest_bytes)
@@ -289,6 +315,8 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
             if len(line) > LINE_CAP:
                 raise BundleError(f"events.jsonl line {line_number}: longer than {LINE_CAP:,} bytes")
             try:
+                if line.count(b"{") + line.count(b"[") > _BRACES_CHEAP and _nested(line):
+                    raise BundleError(f"events.jsonl line {line_number}: not an event line (values nested in it)")
                 event = orjson.loads(line)
                 seq = event["seq"]
                 recorded = recorded_values([event[name] for name in RECORDED_FIELDS])
@@ -297,7 +325,7 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                 # A bundle of events with removed values (chain.redact_field) carries their
                 # commitments in `redacted`; bundles written before it have no such field.
                 commits = stored_commitments(salt, event.get("redacted"), contents)
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            except (orjson.JSONDecodeError, ijson.JSONError, KeyError, TypeError, ValueError) as error:
                 raise BundleError(f"events.jsonl line {line_number}: not an event line ({error!r})") from None
             where = f"events.jsonl line {line_number} (seq {seq})"
             if event.get("redacted") is not None:
@@ -305,7 +333,12 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                     form = parse_redacted(event["redacted"])
                 except ValueError as error:
                     raise BundleError(f"{where}: field redacted: not a record of removed values ({error})") from None
-                removed.update((entry["seq"], entry["field"], entry["label"]) for entry in removals(seq, form))
+                found = removals(seq, form)
+                if len(found) > MAX_REMOVALS_AN_EVENT or len(removed) + len(found) > MAX_REMOVALS:
+                    # Each kept until redactions.json is checked: labels by the thousand on
+                    # every line of a small zip had taken gigabytes (a retest).
+                    raise BundleError(f"{where}: field redacted: more removals than a bundle may list")
+                removed.update((entry["seq"], entry["field"], entry["label"]) for entry in found)
                 edited = edited_after_redaction(form, contents)
                 if edited:
                     raise BundleError(f"{where}: field {edited[0]}: the text its redaction left was changed since")
@@ -332,6 +365,23 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
     return line_number, removed
 
 
+# An event line is one flat object: its content is JSON *text*. Counting brackets is a bound (they
+# may stand in strings too); past it, a parse that builds nothing counts what is really nested
+# before orjson builds it: 63 MiB of `[{},...]` on one line had taken 2 GB (a retest).
+_BRACES_CHEAP = 10_000
+_LINE_CONTAINERS = 16
+
+
+def _nested(line: bytes) -> bool:
+    containers = 0
+    for kind, _value in ijson.basic_parse(line):
+        if kind in ("start_map", "start_array"):
+            containers += 1
+            if containers > _LINE_CONTAINERS:
+                return True
+    return False
+
+
 def _check_redactions(
     archive: zipfile.ZipFile, names: set[str], removed: set[tuple[int, str, str]]
 ) -> list[dict[str, Any]]:
@@ -346,7 +396,7 @@ def _check_redactions(
     # Each entry checked as it is read, so what is held is never more than the events name.
     listed: list[dict[str, Any]] = []
     entries: set[tuple[int, str, str]] = set()
-    for index, entry in enumerate(_list_items(archive, "redactions.json")):
+    for index, entry in enumerate(_list_items(archive, "redactions.json", 2 * len(removed) + 10)):
         if not isinstance(entry, dict) or not _is_int(entry.get("seq")) or not isinstance(entry.get("field"), str) \
                 or not isinstance(entry.get("label"), str):  # fmt: skip
             raise BundleError(f"redactions.json: entry {index} is not a seq, field and label")
@@ -444,18 +494,35 @@ def _json_list(archive: zipfile.ZipFile, name: str) -> list[Any]:
     return items
 
 
-def _list_items(archive: zipfile.ZipFile, name: str) -> Iterator[Any]:
+def _list_items(archive: zipfile.ZipFile, name: str, most_containers: int | None = None) -> Iterator[Any]:
     """The entries of a member holding a JSON list, one at a time (ijson), never the whole."""
+    most = MAX_CONTAINERS[name] if most_containers is None else most_containers
     with archive.open(name) as stream:
         try:
-            yield from ijson.items(_a_list(ijson.parse(stream, use_float=True), name), "item")
+            yield from ijson.items(_a_list(ijson.parse(stream, use_float=True), name, most), "item")
         except ijson.JSONError as error:
             raise BundleError(f"{name}: not readable JSON ({str(error).splitlines()[0]})") from None
 
 
-def _a_list(events: Iterator[tuple[str, str, Any]], name: str) -> Iterator[tuple[str, str, Any]]:
+def _a_list(events: Iterator[tuple[str, str, Any]], name: str, most: int) -> Iterator[tuple[str, str, Any]]:
+    """The parse events of a list, refused as soon as it nests deeper than MAX_DEPTH (each event
+    carries its path, so a deep one costs memory by the square of its depth: 400 KB of "[" took
+    20 GB, a retest) or holds more than `most` objects and lists in all (one entry of a million
+    `{}` is one entry)."""
     first = next(events, None)
     if first is None or first[:2] != ("", "start_array"):
         raise BundleError(f"{name}: not a list")
     yield first
-    yield from events
+    depth, containers = 1, 1
+    for event in events:
+        kind = event[1]
+        if kind in ("start_map", "start_array"):
+            depth += 1
+            containers += 1
+            if depth > MAX_DEPTH:
+                raise BundleError(f"{name}: nested deeper than {MAX_DEPTH}")
+            if containers > most:
+                raise BundleError(f"{name}: more than {most:,} objects and lists")
+        elif kind in ("end_map", "end_array"):
+            depth -= 1
+        yield event

@@ -46,6 +46,9 @@ def _clean_name(name: str, project_id: int) -> str:
         raise CheckpointError(f"name: at most {MAX_NAME} characters")
     if why := hidden_in_name("name", name):
         raise CheckpointError(why)
+    if any(part in (".", "..") for part in name.split("/")):
+        # Browsers and HTTP clients resolve them away before the request is sent.
+        raise CheckpointError("name: '.' and '..' cannot be part of a checkpoint's address; name it otherwise")
     redactor = redactor_of(project_id, None)
     return name if redactor is None else redactor.text(name)[:MAX_NAME]
 

@@ -29,8 +29,9 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
         events = locked.values_list("event_count", flat=True).first()
         if events is None:  # deleted by someone else since the caller looked it up
             raise NotVisible(f"session {session_id} not found")
+        holding = originals.jobs_holding(locked)
         session.delete()
-        originals.note_orphans(job_ids=[session.import_job_id])
+        originals.note_orphans(job_ids=holding)
         audit.record(action="session.delete", actor=actor, project=session.project_id,
                      target=f"session:{session_id}",
                      detail={"events": events, "source_session_id": session.source_session_id}, ip=ip)  # fmt: skip

@@ -307,6 +307,8 @@ class UploadForm(forms.Form):
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         """`projects`: those the caller may upload to (maintainer or admin)."""
+        # Its own ids: the sessions list's filters, on the same page, have a project too.
+        kwargs.setdefault("auto_id", "upload_%s")
         super().__init__(*args, **kwargs)
         self.fields["project"].widget = forms.Select(choices=[(p.slug, p.name) for p in projects])
         self.fields["format"].choices = [("", "detect from content"), *format_choices()]

@@ -53,6 +53,9 @@ def run_import(*, job_id: int) -> None:
         logger.warning("import job %s no longer exists", job_id)
         return
     interrupted = job.status == ImportJob.Status.RUNNING  # taken before by a worker now gone
+    if interrupted and job.attempts >= MAX_ATTEMPTS and is_stalled(job):
+        _give_up(job)
+        return
     if not _claim(job):
         return  # finished, or a live worker runs it (a re-delivery, or the watchdog's requeue)
     if interrupted:
@@ -63,6 +66,18 @@ def run_import(*, job_id: int) -> None:
         )  # fmt: skip
     with heartbeat(job_id=job.pk, attempt=job.attempts):
         _import(job)
+
+
+# Attempts of an import whose worker stopped under it: one that stops every worker it is given (out
+# of memory, a crash) fails after these, instead of taking down worker after worker (a retest).
+MAX_ATTEMPTS = 3
+
+
+def _give_up(job: ImportJob) -> None:
+    discard_partial_sessions(job=job)
+    logger.warning("import job %s: its worker stopped %s times; not tried again", job.pk, job.attempts)
+    _fail(job, f"The import stopped its worker {job.attempts} times (out of memory, or a crash) and is not tried "
+               "again; the file may be larger or stranger than this server takes.")  # fmt: skip
 
 
 def _claim(job: ImportJob) -> bool:
@@ -284,12 +299,18 @@ def requeue_stalled_imports() -> dict:
     (worker_liveness.is_stalled). The re-run takes the job over (`_claim`) and stores each
     event once. Its own run is the workers' heartbeat that /healthz reports."""
     requeued = []
+    given_up = []
     for job in ImportJob.objects.filter(status=ImportJob.Status.RUNNING):
-        if is_stalled(job):
-            logger.warning("import job %s: its worker %s is gone; queued again", job.pk, job.worker or "(unknown)")
-            enqueue_import(job_id=job.pk)
-            requeued.append(job.pk)
-    return {"requeued": requeued}
+        if not is_stalled(job):
+            continue
+        if job.attempts >= MAX_ATTEMPTS:
+            _give_up(job)
+            given_up.append(job.pk)
+            continue
+        logger.warning("import job %s: its worker %s is gone; queued again", job.pk, job.worker or "(unknown)")
+        enqueue_import(job_id=job.pk)
+        requeued.append(job.pk)
+    return {"requeued": requeued, "given_up": given_up}
 
 
 def run_settle_traces() -> dict:

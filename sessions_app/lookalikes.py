@@ -18,6 +18,13 @@ import unicodedata
 # blank "letters" (Hangul fillers, the blank Braille pattern).
 _NEEDED_FORMAT = frozenset("\u200c\u200d")
 _BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# Marks Unicode ignores by default (they show nothing): the combining grapheme joiner, Khmer's
+# inherent vowels, Mongolian variation selectors, the variation selectors (and their supplement).
+_IGNORED_MARKS = frozenset(
+    "\u034f\u17b4\u17b5\u180b\u180c\u180d\u180f"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
 # In a file name: what a file system or an unzip tool may read as a folder or a stream.
 _PATH_LIKE = frozenset(":\uff0f\uff3c\u2215\u2044\u29f8\uff0e")
 MAX_FILE_NAME_BYTES = 255  # a file name's limit on the common file systems
@@ -27,13 +34,18 @@ def _hides(ch: str) -> bool:
     category = unicodedata.category(ch)
     if category == "Cf":
         return ch not in _NEEDED_FORMAT
-    return category in ("Cc", "Zl", "Zp") or ch in _BLANK_LETTERS
+    if category == "Zs":  # a space other than the space: "a b" with a no-break space reads as "a b"
+        return ch != " "
+    return category in ("Cc", "Zl", "Zp") or ch in _BLANK_LETTERS or ch in _IGNORED_MARKS
 
 
 def hiding_characters(text: str) -> str:
     """The code points of `text` that hide or turn what a reader sees, as "U+XXXX, ..." (sorted),
-    or "" when there is none."""
-    return ", ".join(f"U+{ord(ch):04X}" for ch in sorted({ch for ch in text if _hides(ch)}))
+    or "" when there is none. A joiner (ZWJ, ZWNJ) joins two letters: at either end it joins
+    nothing, and hides."""
+    found = {ch for ch in text if _hides(ch)}
+    found.update(ch for ch in (text[:1], text[-1:]) if ch in _NEEDED_FORMAT)
+    return ", ".join(f"U+{ord(ch):04X}" for ch in sorted(found))
 
 
 def hidden_in_name(field: str, name: str) -> str:

@@ -48,15 +48,32 @@ def _without_sessions(jobs: QuerySet) -> QuerySet:
     return jobs.exclude(Exists(Session.objects.filter(import_job=OuterRef("pk"))))
 
 
+def jobs_holding(sessions: QuerySet) -> set[int]:
+    """The uploads whose files hold these sessions' records, read before they are deleted: each
+    one's own, and every other upload of its project that recognised it as a duplicate (the same
+    records in another file: a retest read a deleted session there)."""
+    rows = list(sessions.order_by().values_list("pk", "import_job_id", "project_id"))
+    held = {job for _, job, _ in rows if job is not None}
+    pks = {pk for pk, _, _ in rows}
+    for job, result in (
+        ImportJob.objects.filter(project__in={project for _, _, project in rows}, original_deleted_at__isnull=True)
+        .exclude(pk__in=held)
+        .values_list("pk", "result")
+        .iterator()
+    ):
+        if isinstance(result, list) and any(isinstance(e, dict) and e.get("session") in pks for e in result):
+            held.add(job)
+    return held
+
+
 def note_orphans(*, job_ids: Iterable[int | None], now: datetime | None = None) -> int:
-    """After sessions were deleted: mark the finished jobs among `job_ids` (each lost a session),
-    so their originals are given no more and go after the grace period, whether or not other
-    sessions of theirs remain: the file holds the deleted session's records."""
+    """After sessions were deleted: mark the jobs among `job_ids` (each held a deleted session's
+    records: `jobs_holding`), so their originals are given no more and go after the grace period,
+    whether or not other sessions of theirs remain, and whether or not their import still runs."""
     ids = {pk for pk in job_ids if pk is not None}
     if not ids:
         return 0
-    jobs = ImportJob.objects.filter(pk__in=ids, status__in=_FINISHED, orphaned_at__isnull=True)
-    return jobs.update(orphaned_at=now or timezone.now())
+    return ImportJob.objects.filter(pk__in=ids, orphaned_at__isnull=True).update(orphaned_at=now or timezone.now())
 
 
 def expired_originals(*, cutoff: datetime) -> QuerySet:

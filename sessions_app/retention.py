@@ -21,7 +21,7 @@ from django.utils import timezone
 from . import audit
 from .models import Checkpoint, Project, Session
 from .models.planning import planned_for_values
-from .originals import note_orphans
+from .originals import jobs_holding, note_orphans
 
 # Sessions deleted per transaction: the events go with them (DB_CASCADE), so a chunk can be
 # millions of rows; small chunks keep each transaction and its locks short.
@@ -126,7 +126,7 @@ def _clean_project(project: Project, outcome: ProjectCleanup, *, include_checkpo
             with transaction.atomic():
                 chunk = Session.objects.filter(pk__in=ids)
                 events = chunk.aggregate(events=Sum("event_count"))["events"] or 0
-                jobs = set(chunk.values_list("import_job", flat=True))
+                jobs = jobs_holding(chunk)
                 outcome.sessions += chunk.delete()[1].get(Session._meta.label, 0)
                 outcome.events += events
                 note_orphans(job_ids=jobs)  # their originals go after the grace period

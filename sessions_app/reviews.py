@@ -7,6 +7,8 @@ may grow afterwards: what a sign-off covers now is read by replay/sign_offs.py.
 
 from __future__ import annotations
 
+import hashlib
+
 from django.db import transaction
 
 from . import audit
@@ -48,6 +50,9 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
     # The range is what the verification read (its count and head were read together), not the
     # session's count now: a live writer may have appended while it ran, and those events were
     # not checked, so they are not signed.
+    # The session's own fields as they were verified, read with nothing between: what the sign-off
+    # pins as the event chain's head pins the events.
+    seal = Session.objects.filter(pk=session.pk).values_list("header_seal", flat=True).get()
     with transaction.atomic():
         review = Review.objects.create(
             session=session,
@@ -59,6 +64,7 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
             chain_valid=checked.valid,
             first_seq=0,
             last_seq=checked.events - 1,
+            header_seal=seal,
         )
         # The note is the reviewer's own words: it stays in the review, not in the audit log.
         audit.record(
@@ -73,6 +79,8 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
                 "last_seq": review.last_seq,
                 "chain_head": review.chain_head,
                 "chain_valid": review.chain_valid,
+                # In the log's own chain: a later rewrite of the sign-off's copy shows there.
+                "header_seal": hashlib.sha256(seal.encode()).hexdigest(),
             },
             ip=ip,
         )

@@ -406,7 +406,7 @@ def _redact_session_row(session: Session, redactor: Redactor, result: RedactionR
         changes["ingest_state"] = new_state
     if changes:
         Session.objects.filter(pk=session.pk).update(**changes)
-        Session.objects.filter(pk=session.pk).reseal()
+        Session.objects.filter(pk=session.pk).reseal(changes)
         result.elsewhere["session"] += 1
 
 

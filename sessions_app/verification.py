@@ -317,6 +317,7 @@ def _compare_totals(session: Session, state: WriterState, findings: _Findings) -
 
 
 _SEAL = Session.header_seal.field.name
+_LINK_COLUMNS = {f.attname for f in Session._meta.concrete_fields if f.is_relation}
 
 
 def _compare_header(session: Session, findings: _Findings) -> None:
@@ -325,9 +326,9 @@ def _compare_header(session: Session, findings: _Findings) -> None:
         findings.add(None, f"session.{_SEAL}", "the session's own fields were stored without a seal")
         return
     for name in header_changes(stored["header_seal"], stored):
-        findings.add(
-            None, f"session.{name.removesuffix('_id')}", "changed since it was written: not what its writer sealed"
-        )
+        # A link by the field's own name (project, import_job, parent); an id text as itself.
+        shown = name.removesuffix("_id") if name in _LINK_COLUMNS else name
+        findings.add(None, f"session.{shown}", "changed since it was written: not what its writer sealed")
 
 
 def _record(session: Session, findings: _Findings, checked: int, head: str, *, store: bool) -> Verification:

@@ -99,4 +99,7 @@ def test_a_name_with_a_slash_is_addressable_and_one_that_hides_characters_is_ref
         assert orjson.loads(refused.content)["detail"].startswith(
             f"name: no invisible or direction-changing characters ({shown})"
         )
+    for name in ("..", "a/..", "./b"):
+        refused = post(api, f"/api/sessions/{session.pk}/checkpoints", {"name": name, "seq": 3})
+        assert refused.status_code == 400 and "'.' and '..' cannot be part" in orjson.loads(refused.content)["detail"]
     assert not Checkpoint.objects.filter(session=session).exists()

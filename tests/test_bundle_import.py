@@ -7,6 +7,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
+import orjson
 import pytest
 from django.conf import settings
 from django.core.management import call_command
@@ -266,22 +267,34 @@ def test_a_bundle_holding_more_than_the_upload_limit_uncompressed_is_refused_bef
     settings.MAX_UPLOAD_MB = 2
     before = _kept_files()
     (refused,) = import_file(path=forged, project=elsewhere)
-    assert "more than this server's limit of 2,097,152 (REPLAY_MAX_UPLOAD_MB)" in refused.error
+    assert "original/: 3,1" in refused.error and "more than this server's upload limit of 2,097,152" in refused.error
+    assert refused.error.count(forged.name) == 1  # named once, by the importer
     assert not Session.objects.filter(project=elsewhere).exists() and _kept_files() == before
+    # The rest may hold four uploads' worth (events.jsonl is about three times its source).
+    events = b"\n" * (9 << 20)
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, files={"index.html": events}), project=elsewhere)
+    assert "besides the original, more than 4 times this server's upload limit" in refused.error
     settings.MAX_UPLOAD_MB = 8  # within it, the same bundle is restored
     (outcome,) = import_file(path=forged, project=elsewhere)
     assert outcome.error is None and outcome.session is not None
 
 
 def test_a_bundle_is_held_to_the_projects_quotas_at_its_events_size_not_the_zips(bundle, session, elsewhere):
-    events_size = zipfile.ZipFile(bundle).getinfo("events.jsonl").file_size
+    members = zipfile.ZipFile(bundle).infolist()
+    events_size = sum(
+        i.file_size for i in members if i.filename == "events.jsonl" or i.filename.startswith("original/")
+    )
+    assert events_size > zipfile.ZipFile(bundle).getinfo("events.jsonl").file_size  # its original counts too
     Session.objects.create(project=elsewhere, source_format="canonical")
     Project.objects.filter(pk=elsewhere.pk).update(max_sessions=1)
     (refused,) = import_file(path=bundle, project=Project.objects.get(pk=elsewhere.pk))
     assert "The bundle's session would exceed project elsewhere's quota of 1 sessions" in refused.error
     Project.objects.filter(pk=elsewhere.pk).update(max_sessions=None, max_stored_bytes=events_size - 1)
     (refused,) = import_file(path=bundle, project=Project.objects.get(pk=elsewhere.pk))
-    assert "The bundle's events" in refused.error and "exceeds project elsewhere's storage quota" in refused.error
+    assert (
+        "The bundle's events and original" in refused.error
+        and "exceeds project elsewhere's storage quota" in refused.error
+    )
     assert Session.objects.filter(project=elsewhere).count() == 1
     Project.objects.filter(pk=elsewhere.pk).update(max_stored_bytes=events_size + 10_000)
     (outcome,) = import_file(path=bundle, project=Project.objects.get(pk=elsewhere.pk))
@@ -489,3 +502,38 @@ def test_a_restored_comment_on_no_event_of_the_session_refuses_the_bundle(bundle
         assert "comments.json: not readable JSON (parse error: integer overflow)" in refused.error
     else:
         assert f"comments.json: comment 9 is on event {shown}, outside the session" in refused.error
+
+
+def test_a_bundles_lists_and_lines_are_held_to_their_depth_and_size_as_they_are_read(bundle, elsewhere, tmp_path):
+    """What a retest built in small zips: a value nested 200,000 deep (20 GB), one entry of a
+    million objects, one events.jsonl line of them, labels by the thousand on every line."""
+    deep = "[" * 100 + "]" * 100
+    cases = {
+        "nested": ({"comments.json": orjson.dumps([{"id": 1, "seq": 0, "author": "a", "body": "b"}])[:-2]
+                    + b', "x": ' + deep.encode() + b"}]"}, "comments.json: nested deeper than 16"),
+        "objects": ({"reviews.json": b"[[" + b",".join([b"{}"] * 30_000) + b"]]"},
+                    "reviews.json: more than 20,000 objects and lists"),
+    }  # fmt: skip
+    for name, (files, said) in cases.items():
+        (refused,) = import_file(path=_resigned(bundle, tmp_path, files=files), project=elsewhere)
+        assert refused.error and said in refused.error, (name, refused.error)
+    with zipfile.ZipFile(bundle) as archive:
+        lines = archive.read("events.jsonl").splitlines()
+    nested_line = lines[0][:-1] + b', "x": [' + b",".join([b"{}"] * 20_000) + b"]}"
+    events = b"\n".join([nested_line, *lines[1:]]) + b"\n"
+    (refused,) = import_file(path=_resigned(bundle, tmp_path, files={"events.jsonl": events}), project=elsewhere)
+    assert "events.jsonl line 1: not an event line (values nested in it)" in refused.error
+    assert not Session.objects.filter(project=elsewhere).exists()
+
+
+def test_a_failed_restore_leaves_no_kept_original_behind(bundle, elsewhere, tmp_path, monkeypatch):
+    from sessions_app.ingest import bundles as restoring
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")  # none of the errors a bundle's own content makes
+
+    monkeypatch.setattr(restoring, "_restore_reviews", broken)
+    before = _kept_files()
+    with pytest.raises(KeyError):
+        import_bundle(path=bundle, project=elsewhere)
+    assert _kept_files() == before and not ImportJob.objects.filter(project=elsewhere).exists()

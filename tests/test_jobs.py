@@ -171,13 +171,36 @@ def test_rerun_after_an_interruption_discards_half_written_sessions(project, dat
     ]  # fmt: skip
 
 
+def test_an_import_that_stopped_its_worker_three_times_fails_instead_of_stopping_more(
+    project, data_dir, tmp_path, make_session
+):
+    """A file that kills every worker it is given (out of memory) would otherwise be queued again
+    each minute forever (a retest's bundle took down worker after worker)."""
+    source = write_canonical_file(tmp_path / "one.jsonl", events=10)
+    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    ImportJob.objects.filter(pk=job.pk).update(status="running", started_at=timezone.now(), attempts=2)
+    assert jobs.requeue_stalled_imports() == {"requeued": [job.pk], "given_up": []}  # its worker is gone: again
+    ImportJob.objects.filter(pk=job.pk).update(attempts=jobs.MAX_ATTEMPTS)
+    partial = make_session(events=5, source_session_id="file-session-0")
+    Session.objects.filter(pk=partial.pk).update(import_job=job)
+    assert jobs.requeue_stalled_imports() == {"requeued": [], "given_up": [job.pk]}
+    job.refresh_from_db()
+    assert job.status == "failed" and "stopped its worker 3 times" in job.error
+    assert not Session.objects.filter(pk=partial.pk).exists()  # what the last attempt left half-written
+    # The task the broker may still deliver does nothing more.
+    ImportJob.objects.filter(pk=job.pk).update(status="running", error="")
+    jobs.run_import(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "failed" and job.attempts == jobs.MAX_ATTEMPTS and Session.objects.count() == 0
+
+
 def test_a_job_whose_worker_lives_is_neither_requeued_nor_taken_by_a_second_worker(project, data_dir, tmp_path):
     source = write_canonical_file(tmp_path / "one.jsonl", events=10)
     job = accept_upload(uploaded_file=upload_of(source), project=project)
     # This very process is the worker running it.
     ImportJob.objects.filter(pk=job.pk).update(status="running", worker=this_worker(), attempts=1,
                                                started_at=timezone.now())  # fmt: skip
-    assert jobs.requeue_stalled_imports() == {"requeued": []}
+    assert jobs.requeue_stalled_imports() == {"requeued": [], "given_up": []}
     jobs.run_import(job_id=job.pk)  # a re-delivery while the first worker still runs it
     job.refresh_from_db()
     assert job.status == "running" and job.attempts == 1 and Session.objects.count() == 0
@@ -456,7 +479,7 @@ def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(wor
     wait_for(lambda: is_stalled(ImportJob.objects.get(pk=job.pk)), timeout=30, what="the killed worker to be gone",
              log=log)  # fmt: skip
     OrmQ.objects.all().delete()  # the dead worker's task (the broker would redeliver it in an hour)
-    assert jobs.requeue_stalled_imports() == {"requeued": [job.pk]}
+    assert jobs.requeue_stalled_imports() == {"requeued": [job.pk], "given_up": []}
     (task,) = [t.task for t in OrmQ.objects.all()]
     assert task["func"] == "sessions_app.jobs.run_import" and task["kwargs"] == {"job_id": job.pk}
     jobs.run_import(**task["kwargs"])  # what the next worker does with it

@@ -253,3 +253,14 @@ def test_0031_seals_the_sessions_stored_before_it_as_they_are():
         assert [f["field"] for f in verify_session(session=session).findings] == ["session.final_answer"]
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+def test_every_sealed_session_field_has_a_migration_that_sealed_the_sessions_stored_before_it():
+    """A field added to chain.HEADER_FIELDS reads as edited in every session stored before, unless a
+    migration added its digest to their seals: the fields those migrations seal are the fields."""
+    import importlib
+
+    from sessions_app.chain import HEADER_FIELDS
+
+    sealed = importlib.import_module("sessions_app.migrations.0031_session_header_seal").SEALED
+    assert tuple(HEADER_FIELDS) == sealed

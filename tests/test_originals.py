@@ -157,3 +157,24 @@ def test_the_command_and_a_dry_run_say_what_goes(project, tmp_path, capsys, sett
     assert "Would delete 1 kept original(s)" in capsys.readouterr().out and Path(job.stored_path).is_file()
     call_command("cleanup_sessions")
     assert "Deleted 1 kept original(s)" in capsys.readouterr().out and not Path(job.stored_path).exists()
+
+
+def test_a_deleted_sessions_records_are_given_from_no_upload_that_holds_them(api, project, tmp_path):
+    """Another upload that held the same session (recognised as a duplicate), and an upload whose
+    import still ran when the session was deleted, hold its records too (a retest read them)."""
+    alone = imported(project, tmp_path, "one.jsonl", sessions=1)
+    both = imported(project, tmp_path, "two.jsonl", sessions=2)
+    (first,) = Session.objects.filter(import_job=alone)
+    (second,) = Session.objects.filter(import_job=both)  # its first session was the one above
+    assert any(e.get("duplicate") and e.get("session") == first.pk for e in both.result)
+    assert api.get(f"/api/sessions/{second.pk}/export?format=original").status_code == 200
+    assert api.delete(f"/api/sessions/{first.pk}").status_code == 204
+    assert api.get(f"/api/sessions/{second.pk}/export?format=original").status_code == 404
+
+    running = imported(project, tmp_path, "three.jsonl", sessions=3)
+    ImportJob.objects.filter(pk=running.pk).update(status=ImportJob.Status.RUNNING)
+    (gone,) = Session.objects.filter(import_job=running, source_session_id="file-session-2")
+    assert api.delete(f"/api/sessions/{gone.pk}").status_code == 204
+    ImportJob.objects.filter(pk=running.pk).update(status=ImportJob.Status.DONE)  # the import ends after it
+    kept = Session.objects.filter(import_job=running).first()
+    assert api.get(f"/api/sessions/{kept.pk}/export?format=original").status_code == 404

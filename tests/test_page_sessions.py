@@ -43,6 +43,10 @@ def test_full_page_lists_sessions_with_their_totals_and_chain_status(logged_in, 
     html = response.content.decode()
     assert response.status_code == 200
     assert "<html" in html and 'id="upload-form"' in html and 'id="session-filters"' in html
+    ids = re.findall(r'\sid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})  # the filters' and upload's own
+    # The list comes first in the page, as a reader and the keyboard meet it.
+    assert html.index('class="session-browser"') < html.index('class="upload-panel"')
     assert set(_ids(html)) == {ok.pk, bad.pk}
     row = html[html.index(f'<tr data-session="{bad.pk}">') :]
     row = row[: row.index("</tr>")]

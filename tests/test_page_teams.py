@@ -415,7 +415,9 @@ def test_a_key_name_told_apart_only_by_an_invisible_character_is_refused(client,
     me = member("kim", acme, Role.MAINTAINER)
     client.force_login(me)
     client.post(KEYS, {"name": "k-maint1"})
-    for name, shown in (("k-maint1\u200b", "U+200B"), ("k\u2060-maint1", "U+2060"), ("\u202ek-maint1", "U+202E")):
+    for name, shown in (("k-maint1\u200b", "U+200B"), ("k\u2060-maint1", "U+2060"), ("\u202ek-maint1", "U+202E"),
+                        ("k-maint1\ufe0f", "U+FE0F"), ("k-maint1\u034f", "U+034F"), ("k\u00a0maint1", "U+00A0"),
+                        ("k-maint1\u180b", "U+180B"), ("k-maint1\u200d", "U+200D")):  # fmt: skip
         refused = client.post(KEYS, {"name": name})
         assert refused.status_code == 400
         assert f"no invisible or direction-changing characters ({shown})" in refused.content.decode()

@@ -91,7 +91,7 @@ def stored(acme, mia, tmp_path) -> Session:  # noqa: F811
     session = outcome.session
     # As a writer stores a task: with its seal (verify would otherwise report the edit).
     Session.objects.filter(pk=session.pk).update(task=f"Call the API with {SECRET}")
-    Session.objects.filter(pk=session.pk).reseal()
+    Session.objects.filter(pk=session.pk).reseal(["task"])
     actor = Actor(user=mia)
     comments.create_comment(actor=actor, session=session, seq=3, body=f"Is `{SECRET}` live?")
     reply = comments.create_comment(actor=actor, session=session, seq=3, body=f"yes: {SECRET}",

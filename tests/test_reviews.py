@@ -4,6 +4,7 @@ the session list's review filter (page and API) and in the player's panel."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import orjson
@@ -123,6 +124,30 @@ def test_a_sign_off_after_an_edit_of_the_task_and_answer_is_refused_naming_them(
     assert "broken: session fields differ" in page.get(f"/sessions/{session.pk}/").content.decode()
 
 
+def test_a_sign_off_pins_the_session_fields_it_signed_even_against_a_rebuilt_seal(session, rita):
+    """Whoever edits the task in the database can make its seal again (a plain digest): the
+    sign-off's copy of the seal, and its digest in the audit log's own chain, still say the task
+    changed since it was signed (a retest forged exactly that)."""
+    from sessions_app.chain import HEADER_FIELDS, header_seal
+
+    review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+    assert review.header_seal == Session.objects.get(pk=session.pk).header_seal
+    entry = AuditEntry.objects.get(action="review.create")
+    assert orjson.loads(entry.detail)["header_seal"] == hashlib.sha256(review.header_seal.encode()).hexdigest()
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.fields_changed == ()
+
+    Session.objects.filter(pk=session.pk).update(task="a forged task")
+    forged = Session.objects.filter(pk=session.pk).values(*HEADER_FIELDS).get()
+    Session.objects.filter(pk=session.pk).update(header_seal=header_seal(forged))  # the seal made again
+    assert verify_session(session=session).valid  # nothing left in the row itself to tell
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.fields_changed == ("task",) and found.coverage.unchanged  # the events are as signed
+    client = _client(rita)
+    assert client.get(_reviews_url(session)).json()[0]["fields_changed"] == ["task"]
+    assert "task changed since</span>" in _player(client, session)
+
+
 def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session, rita):
     _tamper(session)
     review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected", note="edited log")
@@ -218,6 +243,7 @@ def test_review_create_is_in_the_audit_log_with_its_range_and_head_but_not_its_n
     assert orjson.loads(entry.detail) == {
         "review": review.pk, "verdict": "approved", "first_seq": 0, "last_seq": 9,
         "chain_head": review.chain_head, "chain_valid": True,
+        "header_seal": hashlib.sha256(review.header_seal.encode()).hexdigest(),
     }  # fmt: skip
     assert "PRIVATE-NOTE" not in entry.detail
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from sessions_app.chain import CONTENT_FIELDS, HEADER_FIELDS, commit, salt_of
 from sessions_app.ingest.rows import SESSION_STATE
-from sessions_app.models import Event, Project, Session, Snapshot
+from sessions_app.models import Event, ImportJob, Project, Session, Snapshot
 from sessions_app.verification import verify_session
 
 pytestmark = pytest.mark.django_db
@@ -175,6 +175,10 @@ def _header_edit(name: str, value: object, other: Project) -> object:
     """A different value, of the column's own type, for one of the session's sealed fields."""
     if name == "project_id":
         return other.pk
+    if name == "import_job_id":  # pointed at another upload: its file would be served as the original
+        return ImportJob.objects.create(project=other, original_name="someone-else.jsonl").pk
+    if name == "parent_id":
+        return Session.objects.create(project=other, source_format="canonical").pk
     field = Session._meta.get_field(name)
     if isinstance(field, models.JSONField):
         return {**(value or {}), "forged": 1}
@@ -203,8 +207,37 @@ def test_editing_any_sealed_field_of_the_session_is_reported_by_its_name(make_se
     result = verify_session(session=session)
 
     assert result.valid is False and result.first_broken_seq is None
-    assert [f["field"] for f in result.findings] == [f"session.{name.removesuffix('_id')}"], result.findings
+    links = {"project_id": "project", "import_job_id": "import_job", "parent_id": "parent"}
+    assert [f["field"] for f in result.findings] == [f"session.{links.get(name, name)}"], result.findings
     assert Session.objects.get(pk=session.pk).chain_state == "broken"
+
+
+def test_a_link_the_database_empties_is_no_edit_and_an_earlier_edit_survives_a_later_write(make_session):
+    """Deleting a session's upload job or parent session empties the link (the database's own
+    SET NULL): that is no edit. A writer seals only what it sets: an edit made in the database
+    before an append, a finish or a redaction is still found after it (a review found the next
+    write sealing the forged value)."""
+    from sessions_app.ingest.writer import append_events, finish_session, merge_session_metadata
+
+    from .conftest import synthetic_events
+
+    session = make_session(events=4, task="the real task")
+    job = ImportJob.objects.create(project=session.project, original_name="run.jsonl")
+    parent = make_session(events=1)
+    Session.objects.filter(pk=session.pk).update(import_job=job, parent=parent)
+    Session.objects.filter(pk=session.pk).reseal(["import_job_id", "parent_id"])
+    assert verify_session(session=session).valid
+    job.delete()
+    parent.delete()
+    assert Session.objects.filter(pk=session.pk, import_job=None, parent=None).exists()
+    assert verify_session(session=session).valid
+
+    Session.objects.filter(pk=session.pk).update(task="a forged task")
+    append_events(session=session, events=synthetic_events(3, start=4))
+    merge_session_metadata(session=Session.objects.get(pk=session.pk), metadata={"later": True})
+    finish_session(session=session, final_answer="done")
+    found = verify_session(session=session)
+    assert [f["field"] for f in found.findings] == ["session.task"], found.findings
 
 
 def test_a_session_stored_without_a_seal_is_not_verified(make_session):
@@ -222,8 +255,6 @@ NOT_SEALED = {
     "header_seal": "the seal itself",
     "source_digest": "the import's de-duplication key, never shown",
     "ingest_state": "the writer's saved state; what it gives is derived again from the events",
-    "import_job_id": "a link the database empties when its job is deleted",
-    "parent_id": "a link the database empties when the parent is deleted; the parent's event names the child",
     "record_bytes": "what the quota counts, never shown as the session's",
     "idempotency_digest": "a retry's key, never shown",
     "updated_at": "bookkeeping of the last write",

@@ -55,6 +55,10 @@ class ReviewOut(Schema):
         description="the first covered event (a seq) a verification after the sign-off found broken; -1: the "
         "session's stored totals were; null: none"
     )
+    fields_changed: list[str] = Field(
+        description="the session's own fields (task, final_answer, status, ...) changed since the sign-off, by a "
+        "writer or an edit; empty for a restored sign-off"
+    )
 
 
 class ReviewIn(BodyIn):
@@ -81,6 +85,7 @@ def review_row(found: SignOff) -> dict[str, Any]:
         "redacted_at": review.redacted_at.isoformat() if review.redacted_at else None,
         "redacted_by": review.redacted_by,
         "unchanged": found.coverage.unchanged,
+        "fields_changed": list(found.coverage.fields_changed),
         "broken_seq": found.coverage.broken_seq,
     }
 

@@ -82,11 +82,16 @@ def import_bundle(
         # API, the job's own error), never blamed on the bundle.
         _forget(kept)
         raise
-    except (ValueError, TypeError, AttributeError, OverflowError, DatabaseError) as exc:
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError, DatabaseError) as exc:
         # comments.json / reviews.json of the wrong shape: signed by whoever made the bundle,
         # so input like any other; nothing is stored.
         _forget(kept)
         raise BundleError(f"the bundle's comments or sign-offs are not as Replay writes them ({exc})") from None
+    except BaseException:
+        # Anything else (a bug, the worker stopped): the kept copy goes with the rolled-back row,
+        # or it would stay on disk with no job to count, redact or delete it (a retest).
+        _forget(kept)
+        raise
     session.refresh_from_db()
     return session, bundle, False
 
@@ -94,13 +99,19 @@ def import_bundle(
 def _check_quotas(bundle: Bundle, project: Project) -> None:
     """The project's quotas, as for any import: room for one more session, and for the events at
     their size in the bundle (more than the records they count for once stored: an upper bound,
-    known before anything is written). The upload was admitted at the zip's size, which may be a
-    thousandth of that."""
+    known before anything is written) with its original. The upload was admitted at the zip's
+    size, which may be a thousandth of that."""
     with zipfile.ZipFile(bundle.path) as archive:
-        size = archive.getinfo("events.jsonl").file_size
+        # With the original it carries, kept as an upload is (a 50 MB original had been kept in
+        # a project of 1 MB, a retest).
+        size = sum(
+            i.file_size
+            for i in archive.infolist()
+            if i.filename == "events.jsonl" or i.filename.startswith("original/")
+        )
     try:
         check_new_session(project=project, what="The bundle's session")
-        check_bytes(project=project, size=size, what="bundle's events")
+        check_bytes(project=project, size=size, what="bundle's events and original")
     except QuotaExceeded as refused:
         raise BundleError(refused.message) from None
 
@@ -219,7 +230,7 @@ def _finish(session: Session, summary: dict[str, Any], bundle: Bundle, text: Cal
     if fields["status"] == Session.Status.LIVE:  # nothing will append to an imported copy
         fields["status"] = Session.Status.INTERRUPTED
     Session.objects.filter(pk=session.pk).update(**fields)
-    Session.objects.filter(pk=session.pk).reseal()
+    Session.objects.filter(pk=session.pk).reseal(fields)
 
 
 def _when(value: Any) -> datetime | None:

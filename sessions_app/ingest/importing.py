@@ -26,7 +26,7 @@ from django.utils import timezone
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
 from ..formats import GZIP_MAGIC, Source, detect, registry
 from ..models import ImportJob, Project, RedactionRules, Session
-from ..originals import note_orphans
+from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
 from .quotas import sessions_left
@@ -312,7 +312,7 @@ def _replace(session_ids: Iterable[int]) -> None:
     after the grace period (originals.py)."""
     for part in batched(session_ids, min(2000, (connection.features.max_query_params or 2000) // 2)):
         replaced = Session.objects.filter(pk__in=part)
-        jobs = set(replaced.values_list("import_job", flat=True))
+        jobs = jobs_holding(replaced)
         replaced.delete()
         note_orphans(job_ids=jobs)
 

@@ -433,7 +433,7 @@ def _note_format_and_meta(session: Session, name: str, meta: SessionMeta) -> Non
         changed.append(name_)
     if changed:
         session.save(update_fields=changed)
-        Session.objects.filter(pk=session.pk).reseal()
+        Session.objects.filter(pk=session.pk).reseal(changed)
 
 
 def _write_checkpoints(

@@ -188,7 +188,7 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
             finished = Session.objects.filter(pk__in=part).exclude(status=Session.Status.LIVE)
             reopened = Session.objects.filter(pk__in=list(finished.values_list("pk", flat=True)))
             if reopened.update(status=Session.Status.LIVE, ended_at=None, completed=False):
-                reopened.reseal()
+                reopened.reseal(["status", "ended_at", "completed"])
     return result
 
 
@@ -729,6 +729,7 @@ class _Placement:
             ),
         )  # fmt: skip
         Session.objects.filter(pk=child.pk).update(parent=parent)
+        Session.objects.filter(pk=child.pk).reseal(["parent_id"])
         child.parent_id = parent.pk  # the id, not the row: no chain of rows, however deep
         self._sessions[child.pk] = child
         self._nesting[child.pk] = nesting

@@ -656,7 +656,7 @@ def merge_session_metadata(*, session: Session, metadata: dict[str, Any]) -> Non
     redacted = _redacted_value(redactor_of(session.project_id, None), json_without_nul(metadata))
     session.metadata = {**(session.metadata or {}), **redacted}
     session.save(update_fields=["metadata"])
-    Session.objects.filter(pk=session.pk).reseal()
+    Session.objects.filter(pk=session.pk).reseal(["metadata"])
 
 
 def _write_checkpoints(session: Session, specs: list[CheckpointSpec], redactor: Redactor | None) -> None:

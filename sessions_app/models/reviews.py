@@ -102,6 +102,10 @@ class Review(models.Model):
     # Set when a redaction replaced words in the note: the reviewer signed other words.
     redacted_at = models.DateTimeField(null=True, blank=True)
     redacted_by = models.CharField(max_length=150, blank=True, default="")
+    # The session's own fields as signed (Session.header_seal when the verification held): a
+    # field whose digest differs later changed since the sign-off, however its seal was made
+    # again. "" for a restored sign-off or one made before migration 0033.
+    header_seal = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["session", "-created_at", "-id"]

@@ -10,13 +10,17 @@ spliced into responses with orjson.Fragment, never decoded by Django's JSONField
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable
+from typing import Any
+
 from django.db import models, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
-from ..chain import GENESIS_HASH, HEADER_FIELDS, header_seal
+from ..chain import GENESIS_HASH, HEADER_FIELDS, header_digests, header_seal
 from .projects import Project
 
 
@@ -28,14 +32,19 @@ class SessionQuerySet(models.QuerySet):
             return self.filter(project=project)
         return self.filter(project__slug=project)
 
-    def reseal(self) -> None:
-        """Seal again the header fields of these sessions as the database now holds them: after a
-        writer changed them by an UPDATE rather than from a whole row it holds. Run it in the
-        writer's transaction, after its UPDATE; the rows are locked while they are read and sealed,
-        so a whole-row write in between cannot leave a seal of values it replaced."""
+    def reseal(self, fields: Iterable[str]) -> None:
+        """Seal again `fields` of these sessions as the database now holds them, after a writer
+        set them by an UPDATE rather than from a whole row it holds; every other field keeps the
+        digest it had (so an edit made in the database is still found). Run it in the writer's
+        transaction, after its UPDATE; the rows are locked while they are read and sealed, so a
+        whole-row write in between cannot leave a seal of values it replaced."""
+        fields = set(fields)
         with transaction.atomic():
-            for pk, *values in self.order_by().select_for_update().values_list("pk", *HEADER_FIELDS):
-                Session.objects.filter(pk=pk).update(header_seal=header_seal(dict(zip(HEADER_FIELDS, values))))
+            rows = self.order_by().select_for_update().values_list("pk", "header_seal", *HEADER_FIELDS)
+            for pk, seal, *values in rows:
+                kept = {name: digest for name, digest in header_digests(seal).items() if name not in fields}
+                sealed = header_seal(dict(zip(HEADER_FIELDS, values)), keep=kept)
+                Session.objects.filter(pk=pk).update(header_seal=sealed)
 
     def with_start_time(self) -> SessionQuerySet:
         """Each session with `start_time`: when it ran (its first event's time), or, for one
@@ -57,6 +66,7 @@ class SessionQuerySet(models.QuerySet):
 
 
 _START_TIME = Coalesce("started_at", "created_at")
+_ABSENT = object()
 
 
 class Session(models.Model):
@@ -113,7 +123,7 @@ class Session(models.Model):
     chain_checked_count = models.BigIntegerField(null=True, blank=True)  # events it covered
     # The digests of the fields above that a page shows (chain.HEADER_FIELDS), stored by every
     # writer with them (`seal_header`, `reseal`): verification names a field edited since.
-    header_seal = models.TextField(blank=True, default="")
+    header_seal = models.TextField(blank=True, default="", db_default="")
 
     # SHA-256 of the records an import read, in order: the same content imported again is
     # recognised by it (the chain's head differs, its salts being random).
@@ -168,10 +178,28 @@ class Session(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("sessions:player", args=[self.pk])
 
+    @classmethod
+    def from_db(cls, db, field_names, values):  # noqa: ANN001, ANN206 (Django's signature)
+        instance = super().from_db(db, field_names, values)
+        # The header as loaded: what `seal_header` tells a writer's own changes from (the JSON
+        # ones copied: a writer may change them in place).
+        instance._loaded_header = {
+            name: copy.deepcopy(value) if isinstance(value, dict | list) else value
+            for name in HEADER_FIELDS
+            if (value := instance.__dict__.get(name, _ABSENT)) is not _ABSENT
+        }
+        return instance
+
     def seal_header(self) -> None:
-        """Seal the header fields as this instance holds them, before a writer saves the whole row
-        (or inserts it)."""
-        self.header_seal = header_seal({name: getattr(self, name) for name in HEADER_FIELDS})
+        """Seal the header fields this instance changed since it was loaded (every field of a new
+        one), before a writer saves the whole row or inserts it; the others keep their digests,
+        so an edit made in the database before this write is still found."""
+        values = {name: getattr(self, name) for name in HEADER_FIELDS}
+        loaded: dict[str, Any] = getattr(self, "_loaded_header", {})
+        old = header_digests(self.header_seal) if loaded else {}
+        kept = {name: digest for name, digest in old.items() if name in loaded and loaded[name] == values[name]}
+        self.header_seal = header_seal(values, keep=kept)
+        self._loaded_header = copy.deepcopy(values)  # as saved next: a second save keeps these digests
 
     @property
     def duration_seconds(self) -> float:

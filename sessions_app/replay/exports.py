@@ -103,6 +103,8 @@ def original_missing(session: Session) -> str:
                 "(its events stay: export them as rlm-code JSONL)")  # fmt: skip
     if job is not None and job.original_deleted_at is not None:
         return "the file it was imported from was deleted (a redaction or the clean-up)"
+    if job is not None and job.stored_path:
+        return "the file it was imported from is missing from the server's data folder"
     return "no original records are kept for it (the project's redaction rules keep none, or it came from a bundle without one)"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..chain import HEADER_FIELDS, header_digests
 from ..models import Event, Review, Session
 from ..models.planning import planned_for_values
 
@@ -24,6 +25,9 @@ class Coverage:
     # The first event inside the range a verification after the sign-off found broken (a seq),
     # or -1 when it found the session's stored totals broken rather than an event; None: none.
     broken_seq: int | None = None
+    # The session's own fields (task, answer, status, ...) whose digest is not what the sign-off
+    # signed: changed since, by a writer (a live session ending) or by an edit.
+    fields_changed: tuple[str, ...] = ()
 
     @property
     def grew(self) -> bool:
@@ -51,8 +55,15 @@ def coverage(review: Review, *, session: Session, hash_at_last: str | None) -> C
     unchanged = (review.last_seq < 0 or hash_at_last == review.chain_head) and broken is None
     return Coverage(
         first=review.first_seq + 1, last=review.last_seq + 1, of=session.event_count, unchanged=unchanged,
-        broken_seq=broken,
+        broken_seq=broken, fields_changed=_fields_changed(review, session),
     )  # fmt: skip
+
+
+def _fields_changed(review: Review, session: Session) -> tuple[str, ...]:
+    if not review.header_seal:
+        return ()
+    signed, now = header_digests(review.header_seal), header_digests(session.header_seal)
+    return tuple(name.removesuffix("_id") for name in HEADER_FIELDS if name in signed and signed[name] != now.get(name))
 
 
 def _broken_inside(review: Review, session: Session) -> int | None:
@@ -89,7 +100,9 @@ def sign_offs_of(*, session: Session) -> list[SignOff]:
     if not reviews:
         return []
     # The row as it is now: its count and its latest verification (the caller's may be older).
-    now = Session.objects.only("event_count", "chain_valid", "chain_broken_seq", "chain_checked_at").get(pk=session.pk)
+    now = Session.objects.only("event_count", "chain_valid", "chain_broken_seq", "chain_checked_at", "header_seal").get(
+        pk=session.pk
+    )
     last_seqs = {r.last_seq for r in reviews if r.last_seq >= 0}
     with planned_for_values():  # a list of seqs: models/planning.py says why
         hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).order_by().values_list("seq", "hash"))

@@ -27,7 +27,7 @@ def test_files_picked_or_dropped_wait_for_upload_and_go_to_the_project_chosen_af
     log_in(page)
 
     # The choices come first on the page, the files after them, then the button.
-    order = page.evaluate("""() => ['#id_project', '#id_format', '#upload-form input[type=file]',
+    order = page.evaluate("""() => ['#upload_project', '#upload_format', '#upload-form input[type=file]',
         '#upload-form button[type=submit]'].map((s) => document.querySelector(s))
         .every((el, i, all) => i === 0 || (all[i - 1].compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING))""")
     assert order
@@ -50,13 +50,13 @@ def test_files_picked_or_dropped_wait_for_upload_and_go_to_the_project_chosen_af
     assert not ImportJob.objects.exists()
 
     page.set_input_files("#upload-form input[type=file]", str(run))
-    page.select_option("#id_project", "zeta")
+    page.select_option("#upload_project", "zeta")
     page.click("#upload-form button[type=submit]")
     page.locator(".job >> text=run.jsonl").wait_for()
     assert [job.project.slug for job in ImportJob.objects.select_related("project")] == ["zeta"]
     # The files are cleared for the next upload; the project chosen stays.
     assert page.evaluate("document.querySelector('#upload-form input[type=file]').files.length") == 0
-    assert page.input_value("#id_project") == "zeta"
+    assert page.input_value("#upload_project") == "zeta"
 
 
 def test_the_sessions_page_fits_a_1280_px_window_and_the_wide_table_scrolls_in_its_box(watched, analyst):
