@@ -18,6 +18,7 @@ chain_checked_count): the badge says *verified at <time>* only after this ran.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -146,9 +147,34 @@ def one_at_a_time(session: Session) -> Iterator[None]:
 
 
 def verify_once(*, session: Session, record: bool = True) -> Verification:
-    """`verify_session` for someone who asked (VerificationRunning while another runs)."""
-    with one_at_a_time(session):
-        return verify_session(session=session, record=record)
+    """`verify_session` for someone who asked (VerificationRunning while another runs). A read
+    (`record=False`, the API's GET) writes nothing, its place held in this process only: it is
+    refused while a recorded one runs anywhere, or another read of the session runs here."""
+    if record:
+        with one_at_a_time(session):
+            return verify_session(session=session, record=record)
+    running = VerificationRun.objects.filter(session=session).values_list("started_at", flat=True).first()
+    if running is not None and timezone.now() - running < RUN_GIVEN_UP_AFTER:
+        raise VerificationRunning(running)
+    with _reading_here(session.pk):
+        return verify_session(session=session, record=False)
+
+
+_reads_here: dict[int, Any] = {}  # session pk -> when a read verification of it started here
+_reads_lock = threading.Lock()
+
+
+@contextmanager
+def _reading_here(session_pk: int) -> Iterator[None]:
+    with _reads_lock:
+        if session_pk in _reads_here:
+            raise VerificationRunning(_reads_here[session_pk])
+        _reads_here[session_pk] = timezone.now()
+    try:
+        yield
+    finally:
+        with _reads_lock:
+            _reads_here.pop(session_pk, None)
 
 
 def verify_session(*, session: Session, chunk: int = CHUNK, record: bool = True) -> Verification:

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from ..canonical import Kind
 from ..formats import Source
-from ..models import Event, Session
+from ..models import Event, RedactionRules, Session
 from .rows import as_utc
 from .state import iter_step_states, state_at
 from .summary import get_summary
@@ -101,11 +101,14 @@ def original_missing(session: Session) -> str:
     if job is not None and job.orphaned_at is not None:
         return ("the file it was imported from also held a session deleted since, so it is given no more "
                 "(its events stay: export them as rlm-code JSONL)")  # fmt: skip
+    rules = RedactionRules.redactor_for(session.project_id)
+    if rules is not None and not rules.keep_originals:
+        return "no original records are kept for it: the project's redaction rules keep none"
     if job is not None and job.original_deleted_at is not None:
         return "the file it was imported from was deleted (a redaction or the clean-up)"
     if job is not None and job.stored_path:
         return "the file it was imported from is missing from the server's data folder"
-    return "no original records are kept for it (the project's redaction rules keep none, or it came from a bundle without one)"
+    return "no original records are kept for it (it came from a bundle that carried none)"
 
 
 def _first_raw(session: Session) -> str | None:
