@@ -386,6 +386,13 @@ def test_one_verification_at_a_time_for_what_someone_asks_and_a_stale_run_is_tak
         raise RuntimeError("a bug")
     assert not VerificationRun.objects.exists()
 
+    # A read (the API's GET) writes nothing: its place is held in this process only.
+    from sessions_app.verification import _reading_here
+
+    with _reading_here(session.pk):
+        assert api.get(f"/api/sessions/{session.pk}/verify").status_code == 409
+    assert api.get(f"/api/sessions/{session.pk}/verify").status_code == 200 and not VerificationRun.objects.exists()
+
     VerificationRun.objects.create(
         session=session, started_at=timezone.now() - RUN_GIVEN_UP_AFTER - timedelta(seconds=1)
     )
