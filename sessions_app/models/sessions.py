@@ -329,9 +329,6 @@ class Event(models.Model):
         return f"{self.session_id}#{self.seq} {self.kind}"
 
 
-# A state keyframe (full variables + memory) at most every this many events while the state
-# changes, so the state at any event is one keyframe plus at most this many rows away: the
-# writer keeps the promise (ingest/rows.py), the readers rely on it (replay/state.py).
 class VerificationRun(models.Model):
     """A verification someone asked for, while it runs: one a session at a time
     (verification.one_at_a_time), as each reads every event of the session again (5-6 s of a
@@ -341,6 +338,9 @@ class VerificationRun(models.Model):
     started_at = models.DateTimeField()
 
 
+# A state keyframe (full variables + memory) at most every this many events while the state
+# changes, so the state at any event is one keyframe plus at most this many rows away: the
+# writer keeps the promise (ingest/rows.py), the readers rely on it (replay/state.py).
 KEYFRAME_EVERY = 256
 
 
