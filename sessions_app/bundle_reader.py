@@ -140,9 +140,9 @@ class Bundle:
 
 def read_bundle(path: str | Path, *, key: str | None = None, max_bytes: int | None = None) -> Bundle:
     """Check the bundle at `path` (see the module docstring) and open it for reading.
-    `key`: the public key (base64 of its raw 32 bytes) it must be signed by. `max_bytes`: what
-    its files may hold uncompressed in all (a server's upload limit): checked before any is read,
-    so a small zip cannot make it read, hash or write out more."""
+    `key`: the public key (base64 of its raw 32 bytes) it must be signed by. `max_bytes`: a
+    server's upload limit, which the members' uncompressed sizes must fit (`_check_sizes`) before
+    any is read, so a small zip cannot make it read, hash or write out more."""
     path = Path(path)
     try:
         return _read_bundle(path, key, max_bytes)
