@@ -295,6 +295,14 @@ HEADER_FIELDS = (
 # Links the database itself empties (its job deleted, the parent session deleted: the child stands
 # alone): empty is their sealed value or that.
 _HEADER_LINKS = frozenset({"import_job_id", "parent_id"})
+
+
+def header_field_name(name: str) -> str:
+    """How findings and sign-offs name a header field: a link by its relation (project,
+    import_job, parent), any other as itself (source_session_id stays source_session_id)."""
+    return name.removesuffix("_id") if name == "project_id" or name in _HEADER_LINKS else name
+
+
 _HEADER_FLOATS = frozenset({"reward"})
 _HEADER_BOOLS = frozenset({"completed"})
 _HEADER_JSON = frozenset({"metadata", "bundle_origin"})

@@ -36,6 +36,7 @@ from .chain import (
     RECORDED_FIELDS,
     edited_after_redaction,
     header_changes,
+    header_field_name,
     link_hash,
     parse_redacted,
     recorded_values,
@@ -343,7 +344,6 @@ def _compare_totals(session: Session, state: WriterState, findings: _Findings) -
 
 
 _SEAL = Session.header_seal.field.name
-_LINK_COLUMNS = {f.attname for f in Session._meta.concrete_fields if f.is_relation}
 
 
 def _compare_header(session: Session, findings: _Findings) -> None:
@@ -352,9 +352,9 @@ def _compare_header(session: Session, findings: _Findings) -> None:
         findings.add(None, f"session.{_SEAL}", "the session's own fields were stored without a seal")
         return
     for name in header_changes(stored["header_seal"], stored):
-        # A link by the field's own name (project, import_job, parent); an id text as itself.
-        shown = name.removesuffix("_id") if name in _LINK_COLUMNS else name
-        findings.add(None, f"session.{shown}", "changed since it was written: not what its writer sealed")
+        findings.add(
+            None, f"session.{header_field_name(name)}", "changed since it was written: not what its writer sealed"
+        )
 
 
 def _record(session: Session, findings: _Findings, checked: int, head: str, *, store: bool) -> Verification:

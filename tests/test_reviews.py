@@ -146,6 +146,10 @@ def test_a_sign_off_pins_the_session_fields_it_signed_even_against_a_rebuilt_sea
     client = _client(rita)
     assert client.get(_reviews_url(session)).json()[0]["fields_changed"] == ["task"]
     assert "task changed since</span>" in _player(client, session)
+    # An id is named as itself, a link by its relation (as verify names them).
+    Session.objects.filter(pk=session.pk).update(agent_id="another agent")
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.fields_changed == ("agent_id", "task")
 
 
 def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session, rita):

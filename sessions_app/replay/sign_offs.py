@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..chain import HEADER_FIELDS, header_digests
+from ..chain import HEADER_FIELDS, header_digest, header_digests, header_field_name
 from ..models import Event, Review, Session
 from ..models.planning import planned_for_values
 
@@ -60,10 +60,15 @@ def coverage(review: Review, *, session: Session, hash_at_last: str | None) -> C
 
 
 def _fields_changed(review: Review, session: Session) -> tuple[str, ...]:
+    """The fields whose value now is not the one signed: by their digests, the signed ones kept
+    with the sign-off, so an edit shows whether or not the session's own seal was made again."""
     if not review.header_seal:
         return ()
-    signed, now = header_digests(review.header_seal), header_digests(session.header_seal)
-    return tuple(name.removesuffix("_id") for name in HEADER_FIELDS if name in signed and signed[name] != now.get(name))
+    signed = header_digests(review.header_seal)
+    return tuple(
+        header_field_name(name) for name in HEADER_FIELDS
+        if name in signed and signed[name] != header_digest(name, getattr(session, name))
+    )  # fmt: skip
 
 
 def _broken_inside(review: Review, session: Session) -> int | None:
@@ -100,9 +105,9 @@ def sign_offs_of(*, session: Session) -> list[SignOff]:
     if not reviews:
         return []
     # The row as it is now: its count and its latest verification (the caller's may be older).
-    now = Session.objects.only("event_count", "chain_valid", "chain_broken_seq", "chain_checked_at", "header_seal").get(
-        pk=session.pk
-    )
+    now = Session.objects.only(
+        "event_count", "chain_valid", "chain_broken_seq", "chain_checked_at", *HEADER_FIELDS
+    ).get(pk=session.pk)
     last_seqs = {r.last_seq for r in reviews if r.last_seq >= 0}
     with planned_for_values():  # a list of seqs: models/planning.py says why
         hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).order_by().values_list("seq", "hash"))
