@@ -63,9 +63,9 @@ SORT_LABELS = {
 
 
 def format_choices() -> list[tuple[str, str]]:
-    from .formats import registry
+    from .formats import known_formats
 
-    return [(name, name) for name in registry()]
+    return [(name, name) for name in known_formats()]
 
 
 class KindListField(forms.Field):

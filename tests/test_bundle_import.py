@@ -159,6 +159,29 @@ def test_the_command_line_imports_a_bundle(bundle, elsewhere):
     assert copy.bundle_origin["exported_by"] == "vera" and Comment.objects.filter(session=copy).count() == 2
 
 
+def test_the_bundle_is_a_format_one_may_choose_and_a_wrong_choice_is_one_clear_error(
+    bundle, elsewhere, client, tmp_path
+):
+    # Offered wherever a format is chosen: the upload form, the API and the command line.
+    client.force_login(member("max", elsewhere, Role.MAINTAINER))
+    page = client.get("/sessions/").content.decode()
+    select = page[page.index('id="upload_format"') :]
+    assert '<option value="replay_bundle">' in select[: select.index("</select>")]
+    with bundle.open("rb") as handle:
+        response = client.post("/api/imports", {"file": handle, "project": "elsewhere", "format": "replay_bundle"})
+    assert response.status_code == 202, response.content
+    call_command("import_sessions", str(bundle), "--project", "elsewhere", "--format", "replay_bundle")
+    assert Session.objects.filter(project=elsewhere).count() == 1
+
+    # Chosen for a file that is none, it says so and stores nothing.
+    plain = tmp_path / "plain.jsonl"
+    plain.write_bytes(SOURCE.read_bytes())
+    [outcome] = import_file(path=plain, project=elsewhere, format="replay_bundle")
+    assert outcome.session is None
+    assert outcome.error.startswith("plain.jsonl: format replay_bundle was chosen, but the file is not")
+    assert Session.objects.filter(project=elsewhere).count() == 1
+
+
 def test_a_bundle_whose_signer_wrote_hostile_rows_is_refused_whole(bundle, elsewhere, tmp_path):
     """The signer of a bundle can re-hash anything: its lines are checked like any input."""
     import base64

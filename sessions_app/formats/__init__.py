@@ -427,6 +427,17 @@ def registry() -> dict[str, Any]:
     return {name: format_module(name) for name in _MODULES}
 
 
+# A Replay evidence bundle (ingest/bundles.py) is no format module: it restores a session
+# rather than converting records, and is recognised before any format. Its name is here so that
+# every list of what an import takes names it too.
+BUNDLE_FORMAT = "replay_bundle"
+
+
+def known_formats() -> list[str]:
+    """Every name an import may be given: the format modules' and the evidence bundle's."""
+    return [*registry(), BUNDLE_FORMAT]
+
+
 def detect(source: Source) -> str | None:
     head = Head.of(source)
     for name, module in registry().items():

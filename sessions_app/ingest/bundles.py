@@ -21,6 +21,7 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 from ..bundle_reader import Bundle, BundleError, read_bundle
 from ..canonical import SessionMeta
 from ..comments import MAX_BODY
+from ..formats import BUNDLE_FORMAT
 from ..models import Comment, CommentRevision, ImportJob, Project, RedactionRules, Review, Session
 from ..redaction import Redactor
 from .quotas import QuotaExceeded, check_bytes, check_new_session
@@ -29,7 +30,7 @@ from .writer import append_stored_events, create_session, text_redactor
 
 __all__ = ["BundleError", "import_bundle", "is_bundle"]
 
-FORMAT_NAME = "replay_bundle"
+FORMAT_NAME = BUNDLE_FORMAT
 
 
 def is_bundle(path: Path) -> bool:

@@ -150,6 +150,10 @@ def import_file(
         outcome = ImportOutcome(path=path, error=f"{display_name}: {NOT_A_BUNDLE}")
         progress.finish([outcome], Problems(), "")
         return [outcome]
+    if format == FORMAT_NAME:
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {CHOSEN_NOT_A_BUNDLE}")
+        progress.finish([outcome], Problems(), "")
+        return [outcome]
 
     source = Source(
         path=path, display_name=display_name, on_bytes=progress.bytes_read, max_record_bytes=settings.MAX_RECORD_BYTES
@@ -379,6 +383,10 @@ def _is_pipe(path: Path) -> bool:
         return False
 
 
+CHOSEN_NOT_A_BUNDLE = (
+    "format replay_bundle was chosen, but the file is not a Replay evidence bundle (a zip "
+    "archive holding a manifest.json); choose its format, or let Replay detect it"
+)
 NOT_A_BUNDLE = (
     "a zip archive that is not a Replay evidence bundle (it has no manifest.json); "
     "upload the session files it holds, or a .gz of one"

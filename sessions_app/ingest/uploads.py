@@ -19,7 +19,7 @@ from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
 from django.utils import timezone
 
-from ..formats import GZIP_MAGIC, Source, registry
+from ..formats import GZIP_MAGIC, Source, known_formats
 from ..models import ImportJob, Project
 from ..redaction import LineTooLong, Redactor
 from .quotas import check_upload
@@ -85,8 +85,8 @@ def accept_upload(
     The stored name is generated (never derived from the client's file name); the client's
     name is kept on the job for display only.
     """
-    if format and format not in registry():
-        known = ", ".join(sorted(registry()))
+    if format and format not in known_formats():
+        known = ", ".join(sorted(known_formats()))
         raise UploadRejected(f"Unknown format {format!r}; known formats: {known}.")
     size = uploaded_file.size or 0
     if size > max_upload_bytes():

@@ -179,8 +179,9 @@ class Session(models.Model):
         return reverse("sessions:player", args=[self.pk])
 
     @classmethod
-    def from_db(cls, db, field_names, values):  # noqa: ANN001, ANN206 (Django's signature)
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db, field_names, values, **options):  # noqa: ANN001, ANN003, ANN206 (Django's signature)
+        # `options`: what Django passes besides (6.1 adds fetch_mode), passed on as given.
+        instance = super().from_db(db, field_names, values, **options)
         # The header as loaded: what `seal_header` tells a writer's own changes from (the JSON
         # ones copied: a writer may change them in place).
         instance._loaded_header = {

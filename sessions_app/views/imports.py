@@ -10,9 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from .. import access
-from ..formats import registry
+from ..formats import known_formats
 from ..forms import ImportFilterForm, ProblemPageForm
-from ..ingest.bundles import FORMAT_NAME as BUNDLE_FORMAT
 from ..ingest.importing import UNRECOGNISED
 from ..models import ImportJob
 from ..replay.imports import job_problems, list_jobs
@@ -47,4 +46,4 @@ def _known_formats(job: ImportJob) -> list[str]:
     empty for any other job."""
     if job.status != ImportJob.Status.FAILED or not job.error.endswith(UNRECOGNISED):
         return []
-    return [*registry(), BUNDLE_FORMAT]
+    return known_formats()

@@ -12,7 +12,7 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app import audit
-from sessions_app.formats import registry
+from sessions_app.formats import known_formats
 from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
@@ -23,7 +23,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("paths", nargs="+", metavar="PATH")
-        parser.add_argument("--format", choices=sorted(registry()), help="skip detection")
+        parser.add_argument("--format", choices=sorted(known_formats()), help="skip detection")
         parser.add_argument("--project", help="project slug (default: the default project)")
         parser.add_argument("--new-project", action="store_true",
                             help="create the --project if no project has that slug (it starts with no members)")  # fmt: skip
