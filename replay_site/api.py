@@ -7,6 +7,7 @@ under /api/ that names no operation), 413 for a body too large, 503 with Retry-A
 database is busy, and, only as a last resort for a bug, a logged 500 without a traceback.
 """
 
+import json
 import logging
 from typing import Any
 
@@ -23,6 +24,7 @@ from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.openapi.docs import Swagger
 from ninja.operation import Operation
+from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 
 from replay_site.middleware import (
@@ -44,6 +46,19 @@ class OrjsonRenderer(BaseRenderer):
 
     def render(self, request, data, *, response_status):
         return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+class JsonParser(Parser):
+    def parse_body(self, request: HttpRequest) -> Any:
+        body = request.body
+        if b"\\u" in body:
+            # The stdlib reads an escaped half of a UTF-16 pair ("\ud800") as a lone surrogate,
+            # which neither database driver encodes: a 500 at the first text column it reached.
+            # orjson refuses it, naming the line and column; only an escape can carry one.
+            orjson.loads(body)
+        # The stdlib's numbers, though: orjson reads an integer past 64 bits as a float, and the
+        # 400 should name the field whose bound it passed (api/schemas.Id), not the body.
+        return json.loads(body)
 
 
 class ReplayAPI(NinjaAPI):
@@ -110,6 +125,7 @@ api = ReplayAPI(
     version="1.0",
     description="Replay recorded LLM-agent sessions: any step, with its full context, a page at a time.",
     renderer=OrjsonRenderer(),
+    parser=JsonParser(),
     urls_namespace="api",
     # No validator badge: it would ask validator.swagger.io, which the CSP (rightly) refuses.
     docs=VendoredSwagger(settings={"validatorUrl": None}),

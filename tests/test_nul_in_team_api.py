@@ -37,6 +37,31 @@ def test_nul_in_bodies_and_paths_is_refused_before_the_database(admin, make_sess
     assert admin.get("/api/projects/a%00b/members").status_code == 404
 
 
+def test_half_a_utf16_pair_in_a_body_is_refused_naming_where_and_a_whole_pair_is_text(admin, make_session, acme):
+    # JSON may escape each half of a UTF-16 pair; one half alone is no text either database
+    # stores (it was a 500 in a comment, its edit and a share link's note).
+    from sessions_app.models import Comment, Session
+
+    session = make_session(events=3)
+    Session.objects.filter(pk=session.pk).update(project=acme)
+    raw = {"content_type": "application/json"}
+    sent = [
+        admin.post(f"/api/sessions/{session.pk}/comments", b'{"seq": 1, "body": "a\\ud800b"}', **raw),
+        admin.post(f"/api/sessions/{session.pk}/share-links", b'{"note": "\\udfff"}', **raw),
+        admin.post(f"/api/sessions/{session.pk}/reviews", b'{"verdict": "approved", "note": "x\\uD83D"}', **raw),
+    ]
+    for response in sent:
+        assert response.status_code == 400, response.content
+        assert response.json()["detail"].startswith("the body is not valid JSON: "), response.content
+        assert "surrogate" in response.json()["detail"] and "line 1 column" in response.json()["detail"]
+    whole = admin.post(f"/api/sessions/{session.pk}/comments", b'{"seq": 1, "body": "\\ud83d\\ude00 ok"}', **raw)
+    assert whole.status_code == 201, whole.content
+    assert Comment.objects.get(session=session).body == "\U0001f600 ok"
+    comment = whole.json()["id"]
+    edit = admin.patch(f"/api/sessions/{session.pk}/comments/{comment}", b'{"body": "\\ud800"}', **raw)
+    assert edit.status_code == 400 and Comment.objects.get(pk=comment).body == "\U0001f600 ok"
+
+
 @pytest.mark.parametrize(
     "hidden", ["\u202e", "\u200b", "\u2066", "\ufeff", "\x07", "\u061c", "\u00ad", "\u3164", "\u2028", "\U000e0041"]
 )
