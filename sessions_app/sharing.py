@@ -69,20 +69,40 @@ def create_link(
 
 def links_of(*, session: Session | None = None, tour: Tour | None = None) -> list[ShareLink]:
     """The links to a session or a tour, newest first (revoked and expired ones included)."""
-    found = ShareLink.objects.filter(session=session) if session is not None else ShareLink.objects.filter(tour=tour)
+    links = ShareLink.objects.with_maker_allowed()
+    found = links.filter(session=session) if session is not None else links.filter(tour=tour)
     return list(found.order_by("-created_at", "-id")[:MAX_LISTED])
 
 
-def revoke_link(*, actor: Actor, link: ShareLink, ip: str | None = None) -> ShareLink:
+def open_links_of(project_id: int) -> list[ShareLink]:
+    """The project's links that open something now, newest first (the project page lists them
+    for its maintainers, who would otherwise find them session by session)."""
+    links = ShareLink.objects.active().filter(project_id=project_id).select_related("session", "tour")
+    return list(links.order_by("-created_at", "-id")[:MAX_LISTED])
+
+
+def revoke_link(*, actor: Actor, link: ShareLink, ip: str | None = None, why: str = "") -> ShareLink:
     """Stop the link opening anything, from its visitors' next request on. Revoking a revoked
-    link changes nothing."""
+    link changes nothing. `why`: said in the audit entry when the revocation is no one's choice
+    of this link (its maker left the project)."""
     if link.revoked_at is not None:
         return link
     link.revoked_at, link.revoked_by = timezone.now(), actor.name
     link.save(update_fields=["revoked_at", "revoked_by"])
+    detail = {"link": link.pk, "why": why} if why else {"link": link.pk}
     audit.record(action="share_link.revoke", actor=actor, project=link.project_id, target=link.target,
-                 detail={"link": link.pk}, ip=ip)  # fmt: skip
+                 detail=detail, ip=ip)  # fmt: skip
     return link
+
+
+def revoke_links_made_by(*, actor: Actor, project_id: int, user_id: int, why: str, ip: str | None = None) -> int:
+    """Revoke the links a user made in a project they may no longer share in (removed, or given
+    a role below maintainer), each recorded as revoked and why; how many there were. They would
+    open nothing anyway (`ShareLink.objects.active()`); revoked, the lists and the audit log say
+    so, and a role given back later does not reopen them."""
+    links = ShareLink.objects.filter(project_id=project_id, created_by_id=user_id, revoked_at__isnull=True)
+    revoked = [revoke_link(actor=actor, link=link, ip=ip, why=why) for link in links]
+    return len(revoked)
 
 
 def open_link(*, token: str, ip: str | None = None) -> ShareLink | None:

@@ -16,6 +16,8 @@ from . import audit
 from .access import Actor
 from .lookalikes import hidden_in_name
 from .models import ApiKey, Membership, Project, Role
+from .models.onboarding import SHARING_ROLES
+from .sharing import revoke_links_made_by
 
 
 class TeamError(ValueError):
@@ -83,6 +85,9 @@ def set_member(
         return "added"
     audit.record(action="member.change", actor=actor, project=project, target=f"user:{username}",
                  detail={"from": old, "role": role}, ip=ip)  # fmt: skip
+    if role not in SHARING_ROLES:
+        revoke_links_made_by(actor=actor, project_id=project.pk, user_id=user.pk, ip=ip,
+                             why=f"its maker {username} is now {Role(role).label.lower()}")  # fmt: skip
     return "changed"
 
 
@@ -100,6 +105,8 @@ def remove_member(*, actor: Actor, project: Project, username: str, ip: str | No
         member.delete()
     audit.record(action="member.remove", actor=actor, project=project, target=f"user:{username}",
                  detail={"role": role}, ip=ip)  # fmt: skip
+    revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
+                         why=f"its maker {username} left the project")  # fmt: skip
 
 
 def _admins(project: Project) -> int:

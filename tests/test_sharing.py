@@ -302,6 +302,68 @@ def test_revoking_closes_the_link_and_its_visitors_at_once(shown, mia):
     assert listed[0]["state"] == "revoked" and listed[0]["revoked_at"]
 
 
+@pytest.mark.parametrize("change", ["removed", "viewer", "reviewer", "deactivated", "deleted"])
+def test_a_link_opens_nothing_once_its_maker_may_no_longer_share(shown, mia, acme, change):
+    # A leaving maintainer's 90-day exporting link kept opening the session to anyone holding it.
+    link, token = _link(shown, mia, allow_export=True)
+    early = _visitor(token)
+    ada = member("ada", acme, Role.ADMIN)
+    admin = Actor(user=ada)
+    from sessions_app import teams
+
+    if change == "removed":
+        teams.remove_member(actor=admin, project=acme, username="mia")
+    elif change in ("viewer", "reviewer"):
+        assert teams.set_member(actor=admin, project=acme, username="mia", role=change) == "changed"
+    elif change == "deactivated":
+        type(mia).objects.filter(pk=mia.pk).update(is_active=False)
+    else:
+        mia.delete()
+    assert Client().get(f"/s/{token}").status_code == 404
+    assert early.get(_player(shown)).status_code == 404
+    assert early.get(reverse("sessions:export", args=[shown.pk]) + "?format=original").status_code == 404
+    listed = _signed_in(ada).get(f"/api/sessions/{shown.pk}/share-links").json()
+    link.refresh_from_db()
+    if change in ("removed", "viewer", "reviewer"):
+        # Revoked by the team change, and the audit log says why; a role given back later does
+        # not reopen it.
+        assert listed[0]["state"] == "revoked" and link.revoked_by == "ada"
+        [entry] = AuditEntry.objects.filter(action="share_link.revoke")
+        detail = orjson.loads(entry.detail)
+        assert entry.actor == "ada" and detail["link"] == link.pk
+        assert detail["why"] == (
+            "its maker mia left the project" if change == "removed" else f"its maker mia is now {change}"
+        )
+        teams.set_member(actor=admin, project=acme, username="mia", role="maintainer")
+        assert Client().get(f"/s/{token}").status_code == 404
+    else:
+        assert listed[0]["state"] == "maker left" and link.revoked_at is None
+    assert sharing.open_links_of(acme.pk) == []
+
+
+def test_a_maintainers_new_role_above_sharing_keeps_their_links_and_the_project_lists_them(shown, mia, acme):
+    link, token = _link(shown, mia, note="for the auditors")
+    other, _ = _link(shown, mia)
+    sharing.revoke_link(actor=Actor(user=mia), link=other)
+    ada = member("ada", acme, Role.ADMIN)
+    from sessions_app import teams
+
+    assert teams.set_member(actor=Actor(user=ada), project=acme, username="mia", role="admin") == "changed"
+    assert Client().get(f"/s/{token}").status_code == 302
+    revoked = [orjson.loads(entry.detail)["link"] for entry in AuditEntry.objects.filter(action="share_link.revoke")]
+    assert revoked == [other.pk]
+    # The project page lists the open ones to those who may revoke them, whoever made them.
+    page = _signed_in(member("max", acme, Role.MAINTAINER)).get(reverse("sessions:project", args=[acme.slug]))
+    html = page.content.decode()
+    listing = html[html.index('id="open-links"') :]
+    listing = listing[: listing.index("</ul>")]
+    assert f'data-link="{link.pk}"' in listing and "for the auditors" in listing
+    assert f'data-link="{other.pk}"' not in listing
+    assert f'href="/sessions/{shown.pk}/share-links/"' in listing
+    reviewer_page = _signed_in(member("rex", acme, Role.REVIEWER)).get(reverse("sessions:project", args=[acme.slug]))
+    assert 'id="open-links"' not in reviewer_page.content.decode()
+
+
 def test_an_expired_link_is_a_404_for_new_and_earlier_visitors(shown, mia):
     link, token = _link(shown, mia)
     visitor = _visitor(token)

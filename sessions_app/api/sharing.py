@@ -41,7 +41,7 @@ class ShareLinkOut(Schema):
     revoked_by: str
     use_count: int
     last_used_at: datetime | None
-    state: str = Field(description="active, revoked or expired")
+    state: str = Field(description="active, revoked, expired, or maker left (its maker may no longer share here)")
 
 
 class NewShareLinkOut(ShareLinkOut):

@@ -11,10 +11,10 @@ import secrets
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from .projects import Project
+from .projects import Membership, Project, Role
 from .sessions import Session
 
 
@@ -66,8 +66,27 @@ class TourStop(models.Model):
 
 class ShareLinkQuerySet(models.QuerySet):
     def active(self, *, now=None) -> ShareLinkQuerySet:
-        """Links that still open: not revoked, not expired."""
-        return self.filter(revoked_at__isnull=True, expires_at__gt=now or timezone.now())
+        """Links that still open: not revoked, not expired, and their maker still may share in
+        the project (a link speaks for the maintainer who made it: one who left the project, lost
+        the role, or whose account was closed or deleted opens nothing through it)."""
+        return self.with_maker_allowed().filter(
+            revoked_at__isnull=True, expires_at__gt=now or timezone.now(), maker_may_share=True
+        )
+
+    def with_maker_allowed(self) -> ShareLinkQuerySet:
+        """Each link with `maker_may_share`: whether its maker is an active user who is a
+        superuser or at least a maintainer of the link's project (what creating one needs)."""
+        sharers = Membership.objects.filter(
+            project=OuterRef("project_id"), user=OuterRef("created_by_id"), role__in=SHARING_ROLES
+        )
+        return self.annotate(
+            maker_may_share=Q(created_by__is_active=True) & (Q(created_by__is_superuser=True) | Exists(sharers))
+        )
+
+
+# The roles that may make a share link (docs/teams.md's matrix): a link opens only while its
+# maker holds one of them.
+SHARING_ROLES = (Role.MAINTAINER, Role.ADMIN)
 
 
 class ShareLink(models.Model):
@@ -116,10 +135,13 @@ class ShareLink(models.Model):
 
     @property
     def state(self) -> str:
-        """Whether the link still opens (as `active()`): "active", "revoked" or "expired"."""
+        """Whether the link still opens (as `active()`): "active", "revoked", "expired", or
+        "maker left" (read from a queryset `with_maker_allowed`; else taken as allowed)."""
         if self.revoked_at is not None:
             return "revoked"
-        return "active" if self.expires_at > timezone.now() else "expired"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "active" if getattr(self, "maker_may_share", True) else "maker left"
 
     @staticmethod
     def hash_token(token: str) -> str:

@@ -26,7 +26,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from .. import access, audit, teams
+from .. import access, audit, sharing, teams
 from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, ProjectSettingsForm, RemoveMemberForm
 from ..ingest.quotas import usage_of
 from ..models import ApiKey, Membership, Project, Role
@@ -94,6 +94,8 @@ def _project_page(request: HttpRequest, project: Project, *, status: int = 200, 
         "settings_form": ProjectSettingsForm.of(project),
         "server_retention_days": settings.RETENTION_DAYS,
         "usage": usage_of(project=project) if project.role.includes(Role.ADMIN) else None,
+        # Those who may make and revoke links see every open one, whoever made it.
+        "open_links": sharing.open_links_of(project.pk) if project.role.includes(Role.MAINTAINER) else None,
         "notices": take_messages(request, _TEAM_TAG)[_TEAM_TAG],
     } | forms_  # fmt: skip
     return render(request, "sessions_app/project.html", context, status=status)
