@@ -11,7 +11,8 @@ job: sessions_app/jobs.py). Either way the value goes from every stored copy:
 - what is derived from them and stored beside them: state keyframes and saved snapshots, the
   session's saved writer state (variables, memory), its task, answer and metadata;
 - what people wrote about the session: comments and their earlier revisions, sign-off notes,
-  checkpoints, tour stops on it, share links' notes. They are users' words, but a secret is one
+  checkpoints, tour stops on it and the titles and descriptions of their tours, share links'
+  notes (of links to the session or to such a tour). They are users' words, but a secret is one
   whoever typed it, and the point is that it leaves through no copy;
 - its import job's problems and messages;
 - the kept original upload: written again redacted, or deleted when the project's rules say
@@ -43,7 +44,7 @@ import orjson
 import re2
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Model
+from django.db.models import Model, Q, QuerySet
 from django.utils import timezone
 
 from . import audit
@@ -67,6 +68,7 @@ from .models import (
     Session,
     ShareLink,
     Snapshot,
+    Tour,
     TourStop,
 )
 from .redaction import LineTooLong, Redactor, RuleError, check_label
@@ -432,7 +434,10 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
         (Review, Review.objects.filter(session=session), ("note",)),
         (Checkpoint, Checkpoint.objects.filter(session=session), ("name", "note")),
         (TourStop, TourStop.objects.filter(session=session), ("title", "narration")),
-        (ShareLink, ShareLink.objects.filter(session=session), ("note",)),
+        # A tour that stops on the session tells of it in its own title and description too,
+        # and a link to such a tour in its note (a secret stayed in a tour's description).
+        (Tour, Tour.objects.filter(pk__in=_tours_through(session)), ("title", "description")),
+        (ShareLink, ShareLink.objects.filter(Q(session=session) | Q(tour__in=_tours_through(session))), ("note",)),
     ):
         # Checkpoint names are unique in their session, and two may become one text once
         # redacted ("ping ana@x.org", "ping bo@x.org"): the later ones are numbered apart.
@@ -455,6 +460,10 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
     for model, pks in marked.items():
         if pks:
             model.objects.filter(pk__in=pks).update(redacted_by=by[:150], redacted_at=at)
+
+
+def _tours_through(session: Session) -> QuerySet:
+    return TourStop.objects.filter(session=session).values("tour_id")
 
 
 def _numbered_apart(name: str, held: set[str]) -> str:

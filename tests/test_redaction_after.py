@@ -98,10 +98,11 @@ def stored(acme, mia, tmp_path) -> Session:  # noqa: F811
                                     parent=None)  # fmt: skip
     comments.edit_comment(actor=actor, comment=reply, body="it was revoked")
     set_checkpoint(session=session, name="leak", seq=3, created_by="mia", note=f"the key {SECRET} leaks here")
-    tour = Tour.objects.create(project=acme, title="onboarding")
+    tour = Tour.objects.create(project=acme, title=f"onboarding {SECRET}", description=f"how {SECRET} leaked")
     TourStop.objects.create(tour=tour, position=0, session=session, seq=3, title="the leak",
                             narration=f"see {SECRET}")  # fmt: skip
     sharing.create_link(actor=actor, session=session, note=f"for the vendor, key {SECRET}")
+    sharing.create_link(actor=actor, tour=tour, note=f"the tour of {SECRET}")
     trace = OtlpTrace.objects.create(project=acme, trace_id="ab" * 16, session=session)
     OtlpSpan.objects.create(trace=trace, span_id="cd" * 8, operation="chat", start_ns=1,
                             record=orjson.dumps({"attributes": {"prompt": f"key {SECRET}"}}).decode())  # fmt: skip
@@ -161,7 +162,7 @@ def test_a_redacted_value_is_gone_from_every_row_and_file_and_becomes_its_placeh
     assert result["byLabel"] == {"apikey": 6}  # three prompts, a step output, a variable and a note
     assert result["fields"] == {"payload": 3, "step_state": 1, "state_change": 1}
     assert result["original"] == "rewritten"
-    assert {"session", "snapshots", "comment", "commentrevision", "checkpoint", "tourstop", "sharelink", "review",
+    assert {"session", "snapshots", "comment", "commentrevision", "checkpoint", "tourstop", "tour", "sharelink", "review",
             "import_job", "otlp_span"} <= set(result["elsewhere"])  # fmt: skip
     assert rows_holding(SECRET) == []
     assert files_holding(SECRET, Path(settings.DATA_DIR)) == []
