@@ -48,6 +48,13 @@ def hiding_characters(text: str) -> str:
     return ", ".join(f"U+{ord(ch):04X}" for ch in sorted(found))
 
 
+def shown_plainly(text: str) -> str:
+    """`text` with each character that hides or turns what a reader sees (a terminal's escape
+    sequences among them) written as its code point, `\\u001b`: for printing text that came
+    from elsewhere where nothing escapes it (verify_bundle prints a bundle's manifest)."""
+    return "".join(f"\\u{ord(ch):04x}" if _hides(ch) else ch for ch in text)
+
+
 def hidden_in_name(field: str, name: str) -> str:
     """Why `name` is refused as a name (a refusal naming `field`), or "" when it is not: two names
     told apart only by an invisible character, or turned by a direction override, read as one

@@ -251,6 +251,21 @@ def test_a_changed_event_is_found_by_the_chain_even_when_the_manifest_is_re_sign
     assert "not a signature of manifest.json by the pinned key" in refused(changed, server_key())
 
 
+def test_verify_bundle_prints_a_forged_manifests_words_without_letting_a_terminal_obey_them(bundle):
+    # A re-signed bundle whose exported_by moves the cursor up and prints "the pinned key" over
+    # the line saying the key is NOT pinned: printed, the escapes are only their code points.
+    forged_by = "vera\x1b[6A\r\x1b[2K  signature: Ed25519 by the pinned key\u202e\x1b[6B"
+    changes, _ = resign(lambda m: m.update(exported_by=forged_by, exported_at="2026-01-01\x07"))
+    out = verify(rezip(bundle, changes))
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out and "\r" not in out
+    assert "by vera\\u001b[6A\\u000d\\u001b[2K  signature: Ed25519 by the pinned key\\u202e\\u001b[6B" in out
+    assert "exported 2026-01-01\\u0007 by" in out
+    assert "NOT pinned" in out.splitlines()[1]
+    # Words a reader needs stay as they are.
+    changes, _ = resign(lambda m: m.update(exported_by="José Müller 山田"))
+    assert "by José Müller 山田" in verify(rezip(bundle, changes))
+
+
 def test_a_changed_original_byte_is_named(bundle):
     message = refused(rezip(bundle, {"original/rlm_success.jsonl": flip_in(b"revenue", b"Revenue")}), server_key())
     assert message == (

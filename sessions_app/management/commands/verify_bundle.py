@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app.bundle_reader import BundleError, read_bundle
+from sessions_app.lookalikes import shown_plainly
 from sessions_app.signing import grouped
 
 
@@ -27,26 +28,35 @@ class Command(BaseCommand):
         try:
             bundle = read_bundle(file, key=key)
         except BundleError as error:
-            raise CommandError(f"bundle NOT OK: {error}") from None
+            raise CommandError(f"bundle NOT OK: {_plain(error)}") from None
         session, chain = bundle.session, bundle.chain
         pinned = (
             "the pinned key"
             if bundle.pinned
             else "the key inside the bundle (NOT pinned: pass --key to prove who signed it)"
         )
+        # What the bundle says is printed with its control and direction characters written
+        # out: a terminal would obey an escape sequence in `exported_by` (a forged bundle's
+        # could move the cursor and print "the pinned key" over the line that says it is not).
+        files = ", ".join(map(_plain, bundle.manifest["files"]))
         lines = [
             "bundle OK",
             f"  signature: Ed25519 by {pinned}, fingerprint {grouped(bundle.fingerprint)}",
-            f"  files: {len(bundle.manifest['files'])} match their SHA-256 ({', '.join(bundle.manifest['files'])})",
-            f"  chain: {bundle.events_checked} events, seq {chain['first_seq']}..{chain['last_seq']}, head {chain['head']}",
-            f"  session: {session.get('id')} of project {session.get('project')!r}, {session.get('format')}, "
-            f"task {str(session.get('task', ''))[:80]!r}",
+            f"  files: {len(bundle.manifest['files'])} match their SHA-256 ({files})",
+            f"  chain: {bundle.events_checked} events, seq {_plain(chain['first_seq'])}..{_plain(chain['last_seq'])}, "
+            f"head {_plain(chain['head'])}",
+            f"  session: {_plain(session.get('id'))} of project {_plain(repr(session.get('project')))}, "
+            f"{_plain(session.get('format'))}, task {_plain(repr(str(session.get('task', ''))[:80]))}",
             f"  comments: {len(bundle.comments)} thread{'' if len(bundle.comments) == 1 else 's'}; "
             f"sign-offs: {len(bundle.reviews)}",
             _redactions(bundle.redactions),
-            f"  exported {bundle.manifest['exported_at']} by {bundle.manifest['exported_by']}",
+            f"  exported {_plain(bundle.manifest['exported_at'])} by {_plain(bundle.manifest['exported_by'])}",
         ]
         self.stdout.write("\n".join(lines))
+
+
+def _plain(value: object) -> str:
+    return shown_plainly(str(value))
 
 
 def _redactions(entries: list[dict]) -> str:
@@ -54,6 +64,8 @@ def _redactions(entries: list[dict]) -> str:
     if not entries:
         return "  redactions: none"
     events = len({entry["seq"] for entry in entries})
-    first = ", ".join(f"seq {e['seq']} {e['field']} [{e['label']}] by {e.get('by') or '?'}" for e in entries[:5])
+    first = ", ".join(
+        _plain(f"seq {e['seq']} {e['field']} [{e['label']}] by {e.get('by') or '?'}") for e in entries[:5]
+    )
     more = f", and {len(entries) - 5} more" if len(entries) > 5 else ""
     return f"  redactions: {len(entries)} removals in {events} events, their commitments checked: {first}{more}"
