@@ -27,7 +27,7 @@ from . import audit
 from .access import Actor, NotVisible, sessions_visible_to
 from .comments import render_markdown
 from .lookalikes import hidden_in_name
-from .models import Project, Session, Tour, TourStop
+from .models import Project, Session, ShareLink, Tour, TourStop
 
 MAX_TITLE = 200  # the models' CharField
 MAX_TEXT = 20_000  # characters of Markdown in a description or a narration
@@ -209,6 +209,15 @@ def _record(action: str, *, actor: Actor, tour: Tour, ip: str | None, **detail: 
     audit.record(action=action, actor=actor, project=tour.project_id, target=f"tour:{tour.pk}", detail=detail, ip=ip)
 
 
+def _links_newly_reaching(tour: Tour, before: set[int], after: set[int]) -> list[int]:
+    """The tour's open share links, when its stops now reach a session they did not (a tour link
+    shows its visitors the sessions of the tour's stops, access._share_grants): recorded with
+    the change, so the audit log says who widened what a link shows."""
+    if not after - before:
+        return []
+    return sorted(ShareLink.objects.active().filter(tour=tour).values_list("pk", flat=True))
+
+
 def _stop_index(current: list[TourStop], stop_id: int, tour: Tour) -> int:
     for index, stop in enumerate(current):
         if stop.pk == stop_id:
@@ -264,10 +273,12 @@ def set_stops(*, actor: Actor, tour: Tour, stops: Sequence[StopSpec], ip: str | 
     """Replace the tour's stops with `stops`, in order: the whole list, checked whole first."""
     cleaned = _checked(actor=actor, tour=tour, stops=stops)
     with transaction.atomic():
-        _current(tour)
+        before = {stop.session_id for stop in _current(tour)}
+        sessions = {stop.session for stop in cleaned}
+        reached = _links_newly_reaching(tour, before, sessions)
         _write(tour=tour, stops=cleaned)
-        _record("tour.change", actor=actor, tour=tour, ip=ip, stops=len(cleaned),
-                sessions=sorted({stop.session for stop in cleaned}))  # fmt: skip
+        _record("tour.change", actor=actor, tour=tour, ip=ip, stops=len(cleaned), sessions=sorted(sessions),
+                **({"shared_through_links": reached} if reached else {}))  # fmt: skip
     return stops_of(tour=tour)
 
 
@@ -291,10 +302,14 @@ def add_stop(
         end = current[-1].position + 1 if current else 0  # past the last (positions may have a gap)
         new = TourStop.objects.create(tour=tour, position=end, session=session, seq=added.seq,
                                       title=added.title, narration=added.narration)  # fmt: skip
+        reached = _links_newly_reaching(tour, {stop.session_id for stop in current}, {session.pk})
         current.insert(position, new)
         _renumber(tour, current)
-        _record("tour.change", actor=actor, tour=tour, ip=ip, stop_added=position + 1, session=session.pk, seq=seq)
-    return stops_of(tour=tour)[position]
+        _record("tour.change", actor=actor, tour=tour, ip=ip, stop_added=position + 1, session=session.pk, seq=seq,
+                **({"shared_through_links": reached} if reached else {}))  # fmt: skip
+    stop = stops_of(tour=tour)[position]
+    stop.shared_through_links = len(reached)
+    return stop
 
 
 def change_stop(*, actor: Actor, tour: Tour, stop_id: int, title: str, narration: str, ip: str | None = None) -> None:

@@ -396,6 +396,38 @@ def test_the_visitor_exports_only_when_the_link_allows_it(shown, mia):
     assert member_export.status_code == 200 and orjson.loads(b"".join(member_export.streaming_content))
 
 
+def test_a_stop_on_a_new_session_says_and_records_which_open_tour_links_now_show_it(acme, shown, hidden, mia):
+    # A tour link shows the sessions of the tour's stops: a stop on another session widens it.
+    tour = Tour.objects.create(project=acme, title="Onboarding")
+    TourStop.objects.create(tour=tour, position=0, session=shown, seq=1, title="start")
+    link, token = sharing.create_link(actor=Actor(user=mia), tour=tour)
+    closed, _ = sharing.create_link(actor=Actor(user=mia), tour=tour)
+    sharing.revoke_link(actor=Actor(user=mia), link=closed)
+    visitor = _visitor(token)
+    assert visitor.get(_player(hidden)).status_code == 404
+    add = reverse("sessions:tour_stop_add", args=[hidden.pk])
+    answer = _signed_in(mia).post(add, {"step": 2, "tour": tour.pk, "title": "wider"}, HTTP_HX_REQUEST="true")
+    assert answer.status_code == 200
+    assert "The tour's 1 open share link now shows this session to its visitors." in answer.content.decode()
+    change = AuditEntry.objects.filter(action="tour.change").latest("pk")
+    assert orjson.loads(change.detail)["shared_through_links"] == [link.pk]
+    assert visitor.get(_player(hidden)).status_code == 200
+    # Another stop on a session the tour reached already widens nothing, and says nothing.
+    again = _signed_in(mia).post(add, {"step": 3, "tour": tour.pk, "title": "same"}, HTTP_HX_REQUEST="true")
+    assert "open share link" not in again.content.decode()
+    assert "shared_through_links" not in orjson.loads(
+        AuditEntry.objects.filter(action="tour.change").latest("pk").detail
+    )
+    # The API's whole list records it too.
+    third = _session(acme, "THIRD-TASK")
+    stops = [{"session": s.pk, "seq": 1, "title": f"s{s.pk}"} for s in (shown, third)]
+    assert _signed_in(mia).put(f"/api/tours/{tour.pk}/stops", orjson.dumps(stops),
+                               content_type="application/json").status_code == 200  # fmt: skip
+    assert orjson.loads(AuditEntry.objects.filter(action="tour.change").latest("pk").detail)[
+        "shared_through_links"
+    ] == [link.pk]
+
+
 def test_a_browser_keeps_its_twenty_newest_links(shown, mia):
     visitor = Client()
     links = []
