@@ -107,6 +107,9 @@ class RedactionResult:
     fields: Counter[str] = field(default_factory=Counter)  # event fields changed, by field
     elsewhere: Counter[str] = field(default_factory=Counter)  # other stored copies changed, by kind
     original: str = ""  # the kept upload: "rewritten", "deleted", "unchanged" or "" (none kept)
+    # The session's own fields it changed (task, final_answer, ...): a sign-off made before
+    # says they were redacted since, not edited (replay/sign_offs.py reads them from the audit).
+    session_fields: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -410,6 +413,7 @@ def _redact_session_row(session: Session, redactor: Redactor, result: RedactionR
         Session.objects.filter(pk=session.pk).update(**changes)
         Session.objects.filter(pk=session.pk).reseal(changes)
         result.elsewhere["session"] += 1
+        result.session_fields = sorted(name for name in changes if name != "ingest_state")
 
 
 def _redact_snapshots(session: Session, redactor: Redactor, result: RedactionResult) -> None:
@@ -723,6 +727,7 @@ def _audit(session: Session, result: RedactionResult, *, actor: Actor | str, ip:
             "fields": dict(result.fields),
             "elsewhere": dict(result.elsewhere),
             "original": result.original or None,
+            **({"session_fields": result.session_fields} if result.session_fields else {}),
             **extra,
         },
         ip=ip,

@@ -152,6 +152,40 @@ def test_a_sign_off_pins_the_session_fields_it_signed_even_against_a_rebuilt_sea
     assert found.coverage.fields_changed == ("agent_id", "task")
 
 
+def test_a_redaction_after_a_sign_off_says_it_redacted_and_an_edit_still_says_it_changed(acme, rita):
+    # A redaction rewrites the task and events a sign-off signed: a value removed, the chain it
+    # signed still holding. It was shown in red as "task changed since", as an edit is.
+    from sessions_app.stored_redaction import redact_text
+
+    session = _session(acme, task="deploy with event 3 in mind")
+    review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+    mia = member("mia", acme, Role.MAINTAINER)
+    redact_text(session=Session.objects.get(pk=session.pk), seq=3, text="event 3", actor=Actor(user=mia))
+    assert verify_session(session=session).valid
+    [found] = sign_offs.sign_offs_of(session=session)
+    c = found.coverage
+    assert c.unchanged and c.fields_changed == () and c.fields_redacted == ("task",)
+    [after] = c.redacted_after
+    assert (after.by, after.events, after.session_fields) == ("mia", 1, ("task",)) and after.at > review.created_at
+    client = _client(rita)
+    [row] = client.get(_reviews_url(session)).json()
+    assert row["fields_changed"] == [] and row["fields_redacted"] == ["task"] and row["unchanged"]
+    assert [(r["by"], r["events"], r["session_fields"]) for r in row["redacted_after"]] == [("mia", 1, ["task"])]
+    page = _player(client, session)
+    assert "changed since</span>" not in page
+    assert re.search(r'class="badge redacted redacted-after"[^>]*>redacted since: 1 event, task by mia, <time', page)
+    # An edit made after it is still an edit, even of a field the redaction also changed.
+    Session.objects.filter(pk=session.pk).update(final_answer="forged")
+    Session.objects.filter(pk=session.pk).reseal(["final_answer"])
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.fields_changed == ("final_answer",) and found.coverage.fields_redacted == ("task",)
+    assert "final_answer changed since</span>" in _player(client, session)
+    # A sign-off made after the redaction has none after it.
+    later = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
+    newest = next(s for s in sign_offs.sign_offs_of(session=session) if s.review.pk == later.pk)
+    assert newest.coverage.redacted_after == () and newest.coverage.fields_redacted == ()
+
+
 def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session, rita):
     _tamper(session)
     review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected", note="edited log")

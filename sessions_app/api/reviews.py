@@ -26,6 +26,13 @@ class CoversOut(Schema):
     of: int = Field(..., description="the events the session has now")
 
 
+class RedactedAfterOut(Schema):
+    by: str
+    at: datetime
+    events: int = Field(description="the events whose values it removed")
+    session_fields: list[str] = Field(description="the session's own fields it changed")
+
+
 class ReviewOut(Schema):
     id: int
     verdict: Review.Verdict
@@ -57,7 +64,15 @@ class ReviewOut(Schema):
     )
     fields_changed: list[str] = Field(
         description="the session's own fields (task, final_answer, status, ...) changed since the sign-off, by a "
-        "writer or an edit; empty for a restored sign-off"
+        "writer or an edit (not by a redaction: `fields_redacted`); empty for a restored sign-off"
+    )
+    fields_redacted: list[str] = Field(
+        description="the session's own fields a redaction after the sign-off changed (a value removed, as the "
+        "audit log's session.redact entry says)"
+    )
+    redacted_after: list[RedactedAfterOut] = Field(
+        description="the redactions of the session after the sign-off, oldest first: values removed, the chain "
+        "it signed still holding (docs/redaction.md)"
     )
 
 
@@ -86,6 +101,11 @@ def review_row(found: SignOff) -> dict[str, Any]:
         "redacted_by": review.redacted_by,
         "unchanged": found.coverage.unchanged,
         "fields_changed": list(found.coverage.fields_changed),
+        "fields_redacted": list(found.coverage.fields_redacted),
+        "redacted_after": [
+            {"by": r.by, "at": r.at.isoformat(), "events": r.events, "session_fields": list(r.session_fields)}
+            for r in found.coverage.redacted_after
+        ],
         "broken_seq": found.coverage.broken_seq,
     }
 

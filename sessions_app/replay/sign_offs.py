@@ -7,11 +7,26 @@ they were, so the hash alone cannot show it; the verification that re-derives ev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+
+import orjson
 
 from ..chain import HEADER_FIELDS, header_digest, header_digests, header_field_name
-from ..models import Event, Review, Session
+from ..models import AuditEntry, Event, Review, Session
+from ..models.audit import log_name
 from ..models.planning import planned_for_values
+
+
+@dataclass(frozen=True)
+class RedactedAfter:
+    """A redaction of the session after a sign-off, as its `session.redact` audit entry says."""
+
+    by: str
+    at: datetime
+    events: int
+    session_fields: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,11 @@ class Coverage:
     # The session's own fields (task, answer, status, ...) whose digest is not what the sign-off
     # signed: changed since, by a writer (a live session ending) or by an edit.
     fields_changed: tuple[str, ...] = ()
+    # Of those, the ones a redaction after the sign-off changed (recorded as such in the audit
+    # log): a value removed, which the sign-off's chain still holds, not an edit.
+    fields_redacted: tuple[str, ...] = ()
+    # The redactions after the sign-off, oldest first: who, when (ISO), how many events.
+    redacted_after: tuple[RedactedAfter, ...] = ()
 
     @property
     def grew(self) -> bool:
@@ -47,16 +67,40 @@ class SignOff:
     current: bool  # the session's newest sign-off: its review state
 
 
-def coverage(review: Review, *, session: Session, hash_at_last: str | None) -> Coverage:
+def coverage(
+    review: Review, *, session: Session, hash_at_last: str | None, redactions: Sequence[RedactedAfter] = ()
+) -> Coverage:
     """The review's coverage of `session` as it is now (its event count and its latest
     verification), whose event at the review's last seq has the hash `hash_at_last` (None: that
-    event is gone)."""
+    event is gone). `redactions`: the session's, oldest first (`redactions_of`); those after the
+    review are its `redacted_after`."""
     broken = _broken_inside(review, session)
     unchanged = (review.last_seq < 0 or hash_at_last == review.chain_head) and broken is None
+    after = tuple(r for r in redactions if r.at > review.created_at)
+    redacted = {name for r in after for name in r.session_fields}
+    changed = _fields_changed(review, session)
     return Coverage(
         first=review.first_seq + 1, last=review.last_seq + 1, of=session.event_count, unchanged=unchanged,
-        broken_seq=broken, fields_changed=_fields_changed(review, session),
+        broken_seq=broken, fields_changed=tuple(n for n in changed if n not in redacted),
+        fields_redacted=tuple(n for n in changed if n in redacted), redacted_after=after,
     )  # fmt: skip
+
+
+def redactions_of(session: Session, *, since: datetime) -> list[RedactedAfter]:
+    """The session's redactions after `since`, oldest first, from its audit log (one query on
+    the log's action index): the log is chained and verified, so what it says a redaction
+    changed is not a claim anyone can add later by writing one table."""
+    entries = AuditEntry.objects.filter(
+        log=log_name(session.project_id), action="session.redact", target=f"session:{session.pk}", at__gt=since
+    ).order_by("seq")
+    found = []
+    for actor, at, detail in entries.values_list("actor", "at", "detail"):
+        said = orjson.loads(detail)
+        fields = said.get("session_fields") if isinstance(said, dict) else None
+        fields = tuple(header_field_name(n) for n in fields if isinstance(n, str)) if isinstance(fields, list) else ()
+        events = said.get("events") if isinstance(said, dict) and isinstance(said.get("events"), int) else 0
+        found.append(RedactedAfter(by=actor, at=at, events=events, session_fields=fields))
+    return found
 
 
 def _fields_changed(review: Review, session: Session) -> tuple[str, ...]:
@@ -113,7 +157,12 @@ def sign_offs_of(*, session: Session) -> list[SignOff]:
         hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).order_by().values_list("seq", "hash"))
     # The current one: the newest made here (a restored one is shown, never the review state).
     current = next((r for r in reviews if not r.restored_from), None)
+    redactions = redactions_of(session, since=min(r.created_at for r in reviews))
     return [
-        SignOff(review=r, coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq)), current=r is current)
+        SignOff(
+            review=r,
+            coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq), redactions=redactions),
+            current=r is current,
+        )  # fmt: skip
         for r in reviews
     ]
