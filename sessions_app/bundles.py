@@ -112,7 +112,8 @@ def stream_bundle(*, session: Session, exported_by: str) -> Iterator[bytes]:
             "exported_by": exported_by,
             "public_key": key.public_key,
         }
-        viewer = {"manifest": manifest, "fingerprint": key.fingerprint, "comments": comments, "reviews": reviews}
+        viewer = {"manifest": manifest, "fingerprint": key.fingerprint, "comments": comments, "reviews": reviews,
+                  "redactions": redactions}  # fmt: skip
         files["index.html"] = yield from _member(bundle, sink, "index.html", _index_html(viewer, viewer_rows))
         manifest_bytes = orjson.dumps(manifest, option=_PRETTY)  # after index.html: `files` is complete
         yield from _member(bundle, sink, "manifest.json", [manifest_bytes])

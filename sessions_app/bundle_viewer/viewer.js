@@ -26,6 +26,14 @@
     threadsAt.get(thread.seq).push(thread);
   });
   const commentSeqs = Array.from(threadsAt.keys()).sort(function (a, b) { return a - b; });
+  // Values removed after the fact (redactions.json), by the seq of their event. A bundle made
+  // before the viewer was given them has none to show.
+  const redactions = Array.isArray(data.redactions) ? data.redactions : [];
+  const removedAt = new Map();
+  redactions.forEach(function (removal) {
+    if (!removedAt.has(removal.seq)) removedAt.set(removal.seq, []);
+    removedAt.get(removal.seq).push(removal);
+  });
   // Seqs start at the manifest's first_seq and have no gaps: the index of seq s is s - base.
   const base = events.length ? events[0][col.seq] : 0;
 
@@ -119,6 +127,18 @@
       ].join(" · ") + " · exported ",
       when(manifest.exported_at), " by ", user(manifest.exported_by),
     ]);
+    if (redactions.length) {
+      // Said before anything else is read: the placeholders are not what the agent recorded.
+      const latest = redactions.reduce(function (a, b) { return String(b.at) > String(a.at) ? b : a; });
+      const labels = Array.from(new Set(redactions.map(function (r) { return r.label || "manual"; }))).sort();
+      line($("redaction-note"), [
+        plural(redactions.length, "value was", "values were") + " removed after the fact from " +
+          plural(removedAt.size, "event", "events") + " (" + labels.join(", ") + "), the last by ",
+        user(latest.by || "?"), " ", when(latest.at),
+        ": each reads [REDACTED:label] in its place; the chain still holds, as the value's commitment stays. redactions.json lists them.",
+      ]);
+      $("redaction-note").hidden = false;
+    }
     $("fingerprint").textContent = grouped(data.fingerprint);
     $("head").textContent = manifest.chain.head.slice(0, 16) + "…";
   }
@@ -142,6 +162,7 @@
     parts[2].textContent = e[col.tool] || "";
     const threads = threadsAt.get(e[col.seq]);
     parts[3].textContent = threads ? "● " + threads.length + " comment" + (threads.length > 1 ? "s" : "") : "";
+    parts[4].textContent = removedAt.has(e[col.seq]) ? "✂ redacted" : "";
     return row;
   }
 
@@ -150,7 +171,7 @@
     if (!row) {
       row = el("div", "row");
       row.setAttribute("role", "option");
-      row.append(el("span", "seq"), el("span", "kind"), el("span", "tool"), el("span", "has-comment"));
+      row.append(el("span", "seq"), el("span", "kind"), el("span", "tool"), el("span", "has-comment"), el("span", "was-redacted"));
       spacer.appendChild(row);
     }
     row.hidden = false;
@@ -232,6 +253,12 @@
     fact(dl, "errors so far", count(e[col.errors_total]));
     fact(dl, "steps so far", count(e[col.steps_total]));
     fact(dl, "elapsed", (Number(e[col.elapsed_ms] || 0) / 1000).toFixed(1) + " s");
+    (removedAt.get(seq) || []).forEach(function (removal) {
+      dl.appendChild(el("dt", "redacted", "removed after the fact"));
+      dl.appendChild(line(el("dd", "redacted"), [
+        removal.field + " [" + (removal.label || "manual") + "] by ", user(removal.by || "?"), " ", when(removal.at),
+      ]));
+    });
 
     const box = $("step-comments");
     box.replaceChildren();

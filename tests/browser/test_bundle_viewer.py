@@ -223,3 +223,59 @@ def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_
     finally:
         context.close()
     assert errors == [], errors
+
+
+def test_values_removed_after_the_fact_are_said_in_the_header_the_step_list_and_at_their_event(
+    browser: Browser, transactional_db, tmp_path
+):
+    # The placeholders are not what the agent recorded: a reader of the offline copy is told
+    # what was removed, by whom and when, as the dashboard's Redactions panel tells a member.
+    from sessions_app.models import Event
+    from sessions_app.stored_redaction import redact_text
+
+    copy = tmp_path / SOURCE.name
+    copy.write_bytes(SOURCE.read_bytes())
+    (outcome,) = import_local_file(path=copy, project=Project.get_default())
+    session = Session.objects.get(pk=outcome.session.pk)
+    holding = [seq for seq, payload in Event.objects.filter(session=session).values_list("seq", "payload")
+               if "revenue" in payload]  # fmt: skip
+    redact_text(session=session, seq=holding[0], text="revenue", actor="mia")
+    session = Session.objects.get(pk=session.pk)
+    redacted = sorted(
+        Event.objects.filter(session=session, redacted__isnull=False).values_list("seq", flat=True)
+    )  # independent of the viewer: what the database holds as redacted
+    assert redacted and redacted[0] == holding[0]
+    path = _unpacked_index(session, tmp_path)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else route.abort())
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(path.as_uri())
+        page.locator("#position").filter(has_text="event 1 of").wait_for()
+        note = page.locator("#redaction-note")
+        assert note.is_visible()
+        said = note.text_content()
+        assert re.match(
+            rf"\d+ values? (was|were) removed after the fact from {len(redacted)} events? \(manual\), the last by mia \d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}} UTC",
+            said,
+        ), said
+        # The step list marks the event, and its context names the field, label, who and when.
+        page.evaluate(f"location.hash = '#seq={redacted[0]}'")
+        page.locator("#event-title").filter(has_text=f"Event #{redacted[0] + 1} ").wait_for()
+        assert page.locator("#steps .row.current .was-redacted").text_content() == "✂ redacted"
+        removed = page.locator("#context dd.redacted").first.text_content()
+        assert re.fullmatch(r"payload \[manual\] by mia \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", removed), removed
+        assert "[REDACTED:manual]" in page.locator("#payload").text_content()
+        assert_accessible(page, "offline bundle viewer at a redacted event")
+        # An event nothing was removed from says nothing of it.
+        untouched = next(seq for seq in range(session.event_count) if seq not in redacted)
+        page.evaluate(f"location.hash = '#seq={untouched}'")
+        page.locator("#event-title").filter(has_text=f"Event #{untouched + 1} ").wait_for()
+        assert page.locator("#context dd.redacted").count() == 0
+        assert page.locator("#steps .row.current .was-redacted").text_content() == ""
+    finally:
+        context.close()
+    assert errors == [], errors
