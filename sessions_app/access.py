@@ -332,6 +332,14 @@ def role_on(who: HttpRequest | Actor, found: Session | ImportJob | Tour) -> Role
     return _as_actor(who).narrow(found.project_id, getattr(found, "member_role", None))
 
 
+def may(who: HttpRequest | Actor, found: Session | ImportJob | Tour | Project, need: Role) -> bool:
+    """Whether the caller holds `need` in the project of `found` (fetched through `session_for`,
+    `job_for`, `tour_for` or `project_for`): what a page offers. The operation checks again when
+    it is asked for, through the same lookups with `need=`; one rule for both (no query)."""
+    role = found.role if isinstance(found, Project) else role_on(who, found)
+    return role is not None and role.includes(need)
+
+
 def share_grant_on(who: HttpRequest | Actor, found: Session | Tour) -> ShareGrant | None:
     """The share grant by which the caller sees `found` (fetched through `session_for` or
     `tour_for`) when it has no role of its own in its project: the page then shows what a link

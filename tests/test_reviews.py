@@ -186,6 +186,19 @@ def test_a_redaction_after_a_sign_off_says_it_redacted_and_an_edit_still_says_it
     assert newest.coverage.redacted_after == () and newest.coverage.fields_redacted == ()
 
 
+def test_a_viewer_is_told_what_commenting_and_signing_off_need_and_a_reviewer_gets_the_forms(session, rita, vic):
+    # A viewer saw the threads and "Not signed off yet." with no form and no word why.
+    viewer_page = _player(_client(vic), session)
+    assert 'id="comment-form"' not in viewer_page and 'id="sign-off-form"' not in viewer_page
+    assert "Commenting needs the reviewer role in this project: ask one of its admins." in viewer_page
+    assert "Signing off needs the reviewer role in this project: ask one of its admins." in viewer_page
+    step = _client(vic).get(f"/sessions/{session.pk}/", {"step": 3}, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="comment-role-note"' in step  # each step's panel says it too
+    reviewer_page = _player(_client(rita), session)
+    assert 'id="comment-form"' in reviewer_page and 'id="sign-off-form"' in reviewer_page
+    assert "needs the reviewer role" not in reviewer_page
+
+
 def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session, rita):
     _tamper(session)
     review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected", note="edited log")

@@ -191,7 +191,8 @@ def test_the_visitor_sees_the_recording_and_not_the_teams_work(shown, mia):
     assert "SHOWN-TASK" in page and "the-turn" in page and "shared with you" in page
     for absent in ("TEAM-ONLY-COMMENT", "TEAM-ONLY-NOTE", "NOTE-FOR-MAINTAINERS", 'id="checkpoint-form"',
                    'id="sign-off-form"', 'id="discussion"', 'id="comment-threads"', 'id="share-links"',
-                   'class="exports"', 'href="/api/', 'href="/sessions/"', "Log out", 'href="/projects/"', "mia"):  # fmt: skip
+                   'class="exports"', 'href="/api/', 'href="/sessions/"', "Log out", 'href="/projects/"', "mia",
+                   "needs the reviewer role"):  # fmt: skip
         assert absent not in page, absent
     frame = visitor.get(_player(shown), {"step": 0}, HTTP_HX_REQUEST="true")
     assert frame.status_code == 200 and "TEAM-ONLY-COMMENT" not in frame.content.decode()

@@ -25,12 +25,11 @@ from .pages import asked_first, login_required
 
 def comment_panel(request: HttpRequest, session: Session, seq: int) -> dict[str, Any]:
     """What the context panel shows of comments at event `seq` (one query: its threads)."""
-    role = access.role_on(request, session)
     return {
         "threads": comments.threads_at(session=session, seq=seq),
         "comment_seq": seq,
-        "can_comment": role is not None and role.includes(Role.REVIEWER),
-        "is_admin": role is not None and role.includes(Role.ADMIN),
+        "can_comment": access.may(request, session, Role.REVIEWER),
+        "is_admin": access.may(request, session, Role.ADMIN),
         "me": request.user.pk,
         "moment_url": request.build_absolute_uri(f"{session.get_absolute_url()}?step={seq}"),
     }

@@ -25,8 +25,7 @@ LIST_PARTIAL = "sessions_app/includes/redactions.html#redaction-list"
 
 def redaction_panel(request: HttpRequest, session: Session, seq: int) -> dict[str, Any]:
     """What the full player page needs for the panel (its list loads when it is shown)."""
-    role = access.role_on(request, session)
-    can_redact = role is not None and role.includes(Role.MAINTAINER)
+    can_redact = access.may(request, session, Role.MAINTAINER)
     return {
         "can_redact": can_redact,
         "redact_form": RedactValueForm(initial={"seq": seq}, auto_id="redact-%s") if can_redact else None,

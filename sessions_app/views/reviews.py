@@ -19,10 +19,9 @@ from .pages import login_required
 
 def sign_off_panel(request: HttpRequest, session: Session, **extra: Any) -> dict[str, Any]:
     """What the panel shows: the sign-offs, and the form for a caller who may sign off."""
-    role = access.role_on(request, session)
     return {
         "sign_offs": sign_offs_of(session=session),
-        "can_sign_off": role is not None and role.includes(Role.REVIEWER),
+        "can_sign_off": access.may(request, session, Role.REVIEWER),
         "sign_off_form": SignOffForm(),
     } | extra
 

@@ -245,9 +245,8 @@ def _frame_extras(request: HttpRequest, session: Session, frame: Frame, state: d
                   live: bool, shared: Any) -> dict[str, Any]:  # fmt: skip
     """The player's own parts of a frame: whether the checkpoint form is there (and so its
     shown step), the link that shows an event the filter hides, and the live header."""
-    role = access.role_on(request, session)
     extras: dict[str, Any] = {
-        "can_checkpoint": shared is None and role is not None and role.includes(Role.MAINTAINER),
+        "can_checkpoint": shared is None and access.may(request, session, Role.MAINTAINER),
     }
     if frame.hidden_kind:
         extras["show_hidden"] = player_link_suffix(state | {"types": [*state["types"], frame.hidden_kind]})
@@ -272,16 +271,10 @@ def _team_panels(request: HttpRequest, session: Session, overview: timeline.Over
         sign_off_panel(request, session)
         | discussion(session, overview)
         | {"can_share": may_share(request, session)}
-        | {"can_delete": _may_delete(request, session)}
+        | {"can_delete": access.may(request, session, Role.MAINTAINER)}
         | tour_builder(request, session)
         | {"import_problems": session_import_problems(jobs=access.jobs_visible_to(request), session=session)}
     )
-
-
-def _may_delete(request: HttpRequest, session: Session) -> bool:
-    # Who shows the button; delete_session checks it again through access.py.
-    role = access.role_on(request, session)
-    return role is not None and role.includes(Role.MAINTAINER)
 
 
 def _player_page(session: Session) -> dict[str, Any]:

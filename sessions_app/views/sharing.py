@@ -53,8 +53,7 @@ def visitor_page(request: HttpRequest, session: Session) -> dict[str, Any]:
 
 def may_share(request: HttpRequest, found: Session | Tour) -> bool:
     """Whether the caller may create and revoke links to `found` (no query: the lookup's role)."""
-    role = access.role_on(request, found)
-    return role is not None and role.includes(Role.MAINTAINER)
+    return access.may(request, found, Role.MAINTAINER)
 
 
 # --- the panel --------------------------------------------------------------------------------

@@ -36,8 +36,7 @@ from .pages import asked_first, login_required, player_link_suffix, signed_in_or
 
 
 def _can_edit(request: HttpRequest, found: Tour | Session | Project) -> bool:
-    role = found.role if isinstance(found, Project) else access.role_on(request, found)
-    return role is not None and role.includes(Role.MAINTAINER)
+    return access.may(request, found, Role.MAINTAINER)
 
 
 # --- the Learn page ---------------------------------------------------------------------------
