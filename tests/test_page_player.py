@@ -147,10 +147,11 @@ def test_unknown_session_is_404(logged_in, talk):
 # next error (1: replay.errors_around), and the conversation's last user messages (1), the
 # comment threads at the event with their replies (1).
 FRAME_QUERIES = 11
-# + overview samples, checkpoint marks, checkpoint list, sign-offs, discussion, for a maintainer
-# (the test's user) the project's tours "add this step to a tour…" offers, and for a session
-# without a kept file whether its first event holds its record (exports.original_missing)
-PAGE_QUERIES = FRAME_QUERIES + 7
+# + overview samples, checkpoint marks, checkpoint list, sign-offs, discussion, the tours that
+# stop on the session, for a maintainer (the test's user) the project's tours "add this step to a
+# tour…" offers, and for a session without a kept file whether its first event holds its record
+# (exports.original_missing)
+PAGE_QUERIES = FRAME_QUERIES + 8
 
 
 def test_step_partial_query_count_is_pinned(logged_in, talk, django_assert_num_queries):

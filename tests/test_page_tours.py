@@ -291,7 +291,7 @@ def test_tour_mode_costs_two_queries_a_frame(vic, tour, first):
 # --- "add this step to a tour…" ---------------------------------------------------------------
 
 
-def test_maintainers_get_the_add_to_tour_panel_and_viewers_do_not(mia, vic, tour, first):
+def test_maintainers_get_the_add_to_tour_panel_and_viewers_the_tours_through_the_session(mia, vic, tour, first, second):
     html = player(mia, first, step=4)
     panel = section(html, "tour-panel")
     form = re.search(r'<form id="tour-stop-form"[^>]*>', panel).group(0)
@@ -301,7 +301,17 @@ def test_maintainers_get_the_add_to_tour_panel_and_viewers_do_not(mia, vic, tour
     assert f'action="/sessions/{first.pk}/tour-stops/?step=4"' in form
     assert 'name="step"' not in panel  # the shown step comes from #nav-step, never a copy of the loaded one
     assert f'<option value="{tour.pk}">How it fixed the bug</option>' in panel
-    assert 'id="tour-panel"' not in player(vic, first, step=4)
+    # A viewer (a newcomer) has no form, but is shown the tours that walk through the session.
+    viewer_panel = section(player(vic, first, step=4), "tour-panel")
+    assert 'id="tour-stop-form"' not in viewer_panel
+    here = re.search(r'<p id="tours-here">(.*?)</p>', viewer_panel).group(1)
+    assert here == (f'In the tour <a href="/tours/{tour.pk}/play/"><bdi>How it fixed the bug</bdi></a>: '
+                    "a guided walk through this session.")  # fmt: skip
+    assert f'href="/projects/{first.project.slug}/learn/"' in viewer_panel
+    # A session no tour stops on says nothing of tours, beyond the link to the project's.
+    tour.stops.filter(session=second).delete()
+    untoured = section(player(vic, second, step=0), "tour-panel")
+    assert 'id="tours-here"' not in untoured and "This project's tours" in untoured
 
 
 def test_adding_the_shown_step_appends_a_stop_and_says_where(mia, tour, first):

@@ -225,11 +225,15 @@ def tour_mode_context(request: HttpRequest, session: Session, state: dict[str, A
 
 
 def tour_builder(request: HttpRequest, session: Session) -> dict[str, Any]:
-    """The player's "add this step to a tour…" panel: maintainers only (one query: the
-    project's tours for its picker)."""
+    """The player's Tours panel, for every member: the tours that stop on this session (one
+    query), so a newcomer finds the walk through it, and for maintainers "add this step to a
+    tour…" (one more: the project's tours for its picker)."""
+    tours_here = list(
+        Tour.objects.filter(stops__session=session).distinct().order_by("title", "id").values_list("pk", "title")
+    )
     if not _can_edit(request, session):
-        return {"can_build_tours": False}
-    return {"can_build_tours": True, "project_tours": _tours_to_pick(session)}
+        return {"can_build_tours": False, "tours_here": tours_here}
+    return {"can_build_tours": True, "tours_here": tours_here, "project_tours": _tours_to_pick(session)}
 
 
 def _tours_to_pick(session: Session) -> list[tuple[int, str]]:
@@ -274,8 +278,8 @@ def _builder_answer(request: HttpRequest, session: Session, *, error: str = "", 
         # the form as it was filled in).
         return render(request, "refusal.html", {"status": 400, "title": "Not added to a tour", "reason": error},
                       status=400)  # fmt: skip
-    context = {"session": session, "can_build_tours": True, "project_tours": _tours_to_pick(session),
-               "tour_error": error, "added": added, "added_tour": tour}  # fmt: skip
+    context = {"session": session, **tour_builder(request, session), "tour_error": error, "added": added,
+               "added_tour": tour}  # fmt: skip
     response = render(
         request, "sessions_app/includes/tour_panel.html#tour-panel", context, status=400 if error else 200
     )
