@@ -10,10 +10,12 @@ ingest/importing.py).
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
 
 from . import audit, originals
 from .access import Actor, NotVisible
-from .models import Session
+from .models import Session, Tour, TourStop
 
 
 def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> int:
@@ -30,9 +32,26 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
         if events is None:  # deleted by someone else since the caller looked it up
             raise NotVisible(f"session {session_id} not found")
         holding = originals.jobs_holding(locked)
+        shortened = tours_through(session)
         session.delete()
         originals.note_orphans(job_ids=holding)
+        detail = {"events": events, "source_session_id": session.source_session_id}
+        if shortened:
+            detail["tour_stops"] = {str(tour.pk): stops for tour, stops in shortened}
         audit.record(action="session.delete", actor=actor, project=session.project_id,
-                     target=f"session:{session_id}",
-                     detail={"events": events, "source_session_id": session.source_session_id}, ip=ip)  # fmt: skip
+                     target=f"session:{session_id}", detail=detail, ip=ip)  # fmt: skip
+        # Each tour it shortened says so in its own history, and shows it changed.
+        now = timezone.now()
+        for tour, stops in shortened:
+            Tour.objects.filter(pk=tour.pk).update(updated_at=now)
+            audit.record(action="tour.change", actor=actor, project=tour.project_id, target=f"tour:{tour.pk}",
+                         detail={"stops_removed": stops, "with_session": session_id}, ip=ip)  # fmt: skip
     return events
+
+
+def tours_through(session: Session) -> list[tuple[Tour, int]]:
+    """The tours that stop on `session`, each with how many of its stops are there (they go with
+    the session): by title, for the question that asks before deleting it."""
+    counts = TourStop.objects.filter(session=session).values("tour_id").annotate(n=Count("id"))
+    stops = {row["tour_id"]: row["n"] for row in counts}
+    return [(tour, stops[tour.pk]) for tour in Tour.objects.filter(pk__in=stops).order_by("title", "id")]

@@ -86,6 +86,41 @@ def test_the_button_only_asks_naming_the_session_and_its_events(run, mia):
     assert still_there(run, 12) and deletions() == []
 
 
+def test_the_question_names_the_tours_it_shortens_and_the_log_keeps_their_lost_stops(acme, run, mia):
+    # A tour silently lost its stops on the session, its "updated" time unchanged, no entry.
+    from sessions_app import tours
+    from sessions_app.models import Tour
+
+    actor = Actor(user=member("mia", acme, Role.MAINTAINER))
+    other_run = recorded(acme, "run-8")
+    walk = tours.create_tour(actor=actor, project=acme, title="Onboarding " + HOSTILE)
+    tours.set_stops(actor=actor, tour=walk, stops=[
+        tours.StopSpec(session=run.pk, seq=1, title="a"), tours.StopSpec(session=other_run.pk, seq=1, title="b"),
+        tours.StopSpec(session=run.pk, seq=3, title="c"),
+    ])  # fmt: skip
+    untouched = tours.create_tour(actor=actor, project=acme, title="Elsewhere")
+    tours.set_stops(actor=actor, tour=untouched, stops=[tours.StopSpec(session=other_run.pk, seq=0, title="d")])
+    before = Tour.objects.get(pk=walk.pk).updated_at
+    html = mia.post(delete_url(run), headers={"HX-Request": "true"}).content.decode()
+    said = " ".join(section(html, "session-delete-tours").split())
+    assert said == (f'<p id="session-delete-tours">It leaves <a href="/tours/{walk.pk}/"><bdi>Onboarding '
+                    "&lt;script&gt;alert(1)&lt;/script&gt;</bdi></a> 2 stops shorter.")  # fmt: skip
+    assert mia.post(delete_url(run), {"confirm": "yes"}).status_code == 302
+    [entry] = deletions()
+    assert orjson.loads(entry.detail)["tour_stops"] == {str(walk.pk): 2}
+    change = AuditEntry.objects.filter(action="tour.change", target=f"tour:{walk.pk}").latest("seq")
+    assert orjson.loads(change.detail) == {"stops_removed": 2, "with_session": run.pk}
+    assert AuditEntry.objects.filter(action="tour.change", target=f"tour:{untouched.pk}").count() == 1  # its stops set
+    assert Tour.objects.get(pk=walk.pk).updated_at > before and walk.stops.count() == 1
+    # A session no tour stops on is asked about without a word of tours.
+    question = mia.post(delete_url(other_run), headers={"HX-Request": "true"}).content.decode()
+    assert "It leaves" in question  # still in Onboarding and Elsewhere
+    lone = recorded(acme, "run-9")
+    assert (
+        'id="session-delete-tours"' not in mia.post(delete_url(lone), headers={"HX-Request": "true"}).content.decode()
+    )
+
+
 def test_a_second_click_on_the_button_that_asked_still_deletes_nothing(run, mia):
     for _ in range(2):
         assert mia.post(delete_url(run), headers={"HX-Request": "true"}).status_code == 200

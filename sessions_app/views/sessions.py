@@ -455,7 +455,7 @@ def delete_session(request: HttpRequest, session_id: int) -> HttpResponse:
 def _delete_question(request: HttpRequest, session: Session) -> HttpResponse:
     state = PlayerForm(request.POST).values()  # the shown step (#nav-step), for "Keep it"
     asked = {"can_delete": True, "delete_asked": True, "delete_step": state["step"],
-             "upload_siblings": _upload_siblings(session)}  # fmt: skip
+             "upload_siblings": _upload_siblings(session), "delete_tours": deletion.tours_through(session)}  # fmt: skip
     if not request.htmx:
         return player_page(request, session, state, extra=asked)
     response = render(request, "sessions_app/includes/session_delete.html#session-delete", {"session": session} | asked)
