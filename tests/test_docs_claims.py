@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # docs/benchmarks.md is a log of measurements, not instructions: not checked here.
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "benchmarks.md")]
 CODE = [*sorted((ROOT / "replay_site").glob("*.py")), *sorted((ROOT / "sessions_app").rglob("*.py"))]
-# Read by the code but deliberately undocumented for operators: the tests' synchronous job mode.
-UNDOCUMENTED_SETTINGS = {"REPLAY_Q_SYNC"}
+# Read by the code but deliberately undocumented for operators (none now).
+UNDOCUMENTED_SETTINGS: set[str] = set()
 
 
 def _text(paths: list[Path]) -> str:

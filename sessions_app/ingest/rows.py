@@ -2,8 +2,8 @@
 
 For each event: its seq, the running totals after it, its pairing with the call it answers, its
 fail streak, its hash-chain link, and a state keyframe every few hundred events while the
-agent's variables or memory change (see models.Event). This is pure computation, free of Django
-and of the database (writer.py writes the rows).
+agent's variables or memory change (see models.Event). This is pure computation: it reads and
+writes no database (writer.py writes the rows), and takes only a constant from the models.
 """
 
 from __future__ import annotations

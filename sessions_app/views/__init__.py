@@ -1,2 +1,3 @@
-"""The dashboard's pages, one module per subject: sessions (list, player), diff, teams (projects,
-members, keys, audit)."""
+"""The dashboard's pages, one module per page family (sessions: the list, upload and player;
+imports, diff, search, teams, tours, sharing, comments, reviews, redactions, ...); pages.py holds
+what they share."""
