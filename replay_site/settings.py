@@ -7,6 +7,7 @@ so a typo in a deployment stops the process at start-up instead of misbehaving l
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import warnings
 from datetime import timedelta
@@ -64,6 +65,25 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str, default: list[str]) -> list[str]:
+    """A list of IP addresses or networks (`10.0.0.0/8`), each checked: the proxy-header wrapper
+    keeps an entry it cannot read as a literal that never matches (every client would then share
+    the proxy's address, in the audit log and the sign-in lockouts), and `*` would trust any
+    client's own X-Forwarded-For."""
+    values = env_list(name, default)
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {value!r} is not an IP address or network (such as 10.0.0.0/8); "
+                "list the proxies' own addresses, never *"
+            ) from None
+    if not values:
+        raise ImproperlyConfigured(f"{name} is empty: list the proxies' addresses, or leave it unset")
+    return values
 
 
 def postgres_options(given: dict[str, str]) -> dict[str, Any]:
@@ -187,6 +207,9 @@ if DEVELOPMENT_SECRET_KEY:
     SECRET_KEY = "django-insecure-replay-development-key-change-me"
 
 ALLOWED_HOSTS = env_list("REPLAY_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+if not ALLOWED_HOSTS:
+    # Django would answer every request 400 (DisallowedHost), which looks like a broken server.
+    raise ImproperlyConfigured("REPLAY_ALLOWED_HOSTS is empty: name the host names the server answers to")
 CSRF_TRUSTED_ORIGINS = env_list("REPLAY_CSRF_TRUSTED_ORIGINS", [])
 
 # The uploaded originals: readable by their owner only (and so is var/, made with it by default).
@@ -394,7 +417,7 @@ SECURE_HSTS_PRELOAD = env_bool("REPLAY_HSTS_PRELOAD", False)
 BEHIND_PROXY = env_bool("REPLAY_BEHIND_PROXY", False)
 # The proxies whose X-Forwarded-For gives the client's address (replay_site/asgi.py): addresses or
 # networks; the connection's own peer must be one of them, or the header is ignored.
-TRUSTED_PROXIES = env_list("REPLAY_TRUSTED_PROXIES", ["127.0.0.1", "::1"])
+TRUSTED_PROXIES = env_networks("REPLAY_TRUSTED_PROXIES", ["127.0.0.1", "::1"])
 if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 

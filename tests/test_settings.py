@@ -193,3 +193,29 @@ def test_behind_a_proxy_the_clients_address_comes_from_x_forwarded_for_of_a_trus
     result = subprocess.run([sys.executable, "-c", PROXY_PROBE], cwd=ROOT, env=full_env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("10.0.0/8", "'10.0.0/8' is not an IP address or network"), ("*", "'*' is not an IP address"),
+     ("10.0.0.1,proxy.local", "'proxy.local' is not an IP address"), (",", "REPLAY_TRUSTED_PROXIES is empty")],
+)  # fmt: skip
+def test_trusted_proxies_must_be_addresses_or_networks(monkeypatch, value, said):
+    # A bad entry was kept by the proxy-header wrapper as a literal that never matched: every
+    # client then shared the proxy's address, in the audit log and in the sign-in lockouts.
+    from django.core.exceptions import ImproperlyConfigured
+
+    from replay_site.settings import env_networks
+
+    monkeypatch.setenv("REPLAY_TRUSTED_PROXIES", value)
+    with pytest.raises(ImproperlyConfigured, match=said.replace("*", r"\*").replace("(", r"\(")):
+        env_networks("REPLAY_TRUSTED_PROXIES", ["127.0.0.1"])
+    monkeypatch.setenv("REPLAY_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.7 ,::1,fd00::/8")
+    assert env_networks("REPLAY_TRUSTED_PROXIES", []) == ["10.0.0.0/8", "192.168.1.7", "::1", "fd00::/8"]
+
+
+def test_a_server_refuses_to_start_with_no_allowed_host_or_a_bad_proxy():
+    empty = manage("check", **(PRODUCTION_ENV | {"REPLAY_ALLOWED_HOSTS": ""}))
+    assert empty.returncode != 0 and "REPLAY_ALLOWED_HOSTS is empty" in empty.stderr
+    proxy = manage("check", **PRODUCTION_ENV, REPLAY_BEHIND_PROXY="1", REPLAY_TRUSTED_PROXIES="10.0.0/8")
+    assert proxy.returncode != 0 and "'10.0.0/8' is not an IP address or network" in proxy.stderr
