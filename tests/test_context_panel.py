@@ -174,6 +174,11 @@ def test_a_session_without_any_price_is_unpriced_everywhere(logged_in, rlm_sessi
     listing = logged_in.get(reverse("sessions:list")).content.decode()
     row = listing[listing.index(f'data-session="{rlm_session.pk}"') :]
     assert "$0.0000" not in row[: row.index("</tr>")] and ">unpriced</em>" in row[: row.index("</tr>")]
+    # The API says so too: a total of 0 with costKnown false (a client could not tell it from $0).
+    [listed] = [r for r in logged_in.get("/api/sessions").json()["sessions"] if r["id"] == rlm_session.pk]
+    assert (listed["totalCost"], listed["costKnown"], listed["unpricedEvents"]) == (0.0, False, 0)
+    summary = logged_in.get(f"/api/sessions/{rlm_session.pk}/summary").json()
+    assert (summary["totalCost"], summary["costKnown"]) == (0.0, False)
 
 
 def test_unpriced_events_are_marked_in_the_step_list_and_a_partly_priced_total_says_so(logged_in, db):
@@ -196,6 +201,8 @@ def test_unpriced_events_are_marked_in_the_step_list_and_a_partly_priced_total_s
     listing = logged_in.get(reverse("sessions:list")).content.decode()
     row = listing[listing.index(f'data-session="{session.pk}"') :]
     assert "+ unpriced" in row[: row.index("</tr>")]
+    [listed] = [r for r in logged_in.get("/api/sessions").json()["sessions"] if r["id"] == session.pk]
+    assert (listed["totalCost"], listed["costKnown"], listed["unpricedEvents"]) == (pytest.approx(0.01), True, 1)
 
 
 def test_a_child_of_an_unpriced_session_has_unpriced_own_cost(logged_in, db):

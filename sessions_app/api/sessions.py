@@ -19,7 +19,9 @@ router = Router(tags=["sessions"])
 
 class SessionOut(SessionIdentityOut):
     project: str
-    totalCost: float
+    totalCost: float = Field(description="USD over the events with a known price; 0 and costKnown false: unpriced")
+    costKnown: bool = Field(description="some event had a known price; false: totalCost is a sum of nothing, not $0")
+    unpricedEvents: int = Field(description="events that used tokens with no known price: not in totalCost")
     totalTokens: int
     totalReward: float
     errorEvents: int
@@ -56,6 +58,8 @@ class SummaryOut(Schema):
     success_rate: float
     error_count: int
     totalCost: float
+    costKnown: bool = Field(description="some event had a known price; false: totalCost is a sum of nothing, not $0")
+    unpricedEvents: int
     totalEvents: int
     llmCalls: int
     toolCalls: int
@@ -93,6 +97,8 @@ def _session_row(session: Session) -> dict[str, Any]:
         **info,
         "project": session.project.slug,
         "totalCost": session.cost_usd,
+        "costKnown": session.cost_known,
+        "unpricedEvents": session.unpriced_events,
         "totalTokens": session.tokens,
         "totalReward": session.reward,
         "errorEvents": session.error_count,

@@ -25,7 +25,7 @@ def _cost_delta(a: Session, b: Session) -> str:
     """`_delta` of the costs, unless a side has no event with a price (as the dashboard's
     session_cost says): its $0 is a sum of nothing, and B − A would be the other side's whole
     cost."""
-    unknown = [name for name, s in (("A", a), ("B", b)) if not s.priced_events]
+    unknown = [name for name, s in (("A", a), ("B", b)) if not s.cost_known]
     if not unknown:
         text = _delta(a.cost_usd, b.cost_usd, money=True)
         if a.unpriced_events or b.unpriced_events:

@@ -209,6 +209,12 @@ class Session(models.Model):
         return self.elapsed_ms / 1000.0
 
     @property
+    def cost_known(self) -> bool:
+        """Whether `cost_usd` is a price: some event had a known cost. Without one its 0 is a sum
+        of nothing, shown as *unpriced*, never as $0 (every page, the API and MCP ask here)."""
+        return self.priced_events > 0
+
+    @property
     def success_rate(self) -> float:
         return self.step_success_count / self.step_count if self.step_count else 0.0
 

@@ -127,7 +127,7 @@ def tokens_figure(*, steps: list[tuple[int, int, float | None, float, int]]) -> 
 
 
 def cost_figure(*, session: Session) -> dict[str, Any]:
-    if not session.priced_events:
+    if not session.cost_known:
         # No event had a price: a flat line at $0 would say it was free.
         layout = _layout("Cumulative cost", "event", "USD")
         _note(layout, "unpriced: no event of this session has a known price")

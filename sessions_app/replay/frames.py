@@ -490,7 +490,7 @@ def frame_at(*, session: Session, seq: int | None, kinds: list[str]) -> Frame:
         nav["prev_error"], nav["next_error"] = replay.errors_around(session=session, seq=seq)
 
     start = start_ms(session)
-    priced = session.priced_events > 0
+    priced = session.cost_known
     panel = panel_context(context, priced=priced, start=start) if context is not None else None
     rows = step_rows(events, seq, start=start)
     frame = Frame(session=session, seq=seq, events=rows, context=panel, nav=nav, kinds=kinds)
@@ -621,7 +621,7 @@ def child_agents(*, session: Session, seq: int) -> list[dict[str, Any]]:
             "result_seq": result_seq if end else None,
             "finished": end is not None,
             # None when no event of the session has a price: unpriced, not $0.
-            "cost": (end[0] - cost0) if end and session.priced_events else None,
+            "cost": (end[0] - cost0) if end and session.cost_known else None,
             "tokens": (end[1] - tokens0) if end else None,
             "failed": bool(end[2]) if end else False,
             # A sub-agent recorded as a session of its own (OpenTelemetry ingest).

@@ -80,6 +80,8 @@ def get_summary(*, session: Session) -> dict[str, Any]:
         "success_rate": session.success_rate,
         "error_count": session.step_error_count,
         "totalCost": session.cost_usd,
+        "costKnown": session.cost_known,
+        "unpricedEvents": session.unpriced_events,
         "totalEvents": session.event_count,
         "llmCalls": session.llm_calls,
         "toolCalls": session.tool_calls,

@@ -30,7 +30,7 @@ def session_cost(session: Any) -> str:
     """A session's total cost: *unpriced* when none of its events had a price (its stored total
     of 0 is then a sum of nothing), and marked when some events used tokens without one (the
     total covers only the priced events)."""
-    if not session.priced_events:
+    if not session.cost_known:
         return UNPRICED
     if session.unpriced_events:
         return format_html(

@@ -137,7 +137,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         "form": form, "a": a, "b": b, "diff": diff, "offset": offset, "page": DIFF_PAGE,
         # A session none of whose events had a price has no cost to subtract (its 0 is a sum
         # of nothing): no delta then, rather than one that says the other side's whole cost.
-        "cost_delta": b.cost_usd - a.cost_usd if a.priced_events and b.priced_events else None,
+        "cost_delta": b.cost_usd - a.cost_usd if a.cost_known and b.cost_known else None,
     }  # fmt: skip
     return render_page(request, "sessions_app/diff.html", "diff-rows", context)
 
