@@ -127,10 +127,6 @@ class Bundle:
         stream.close = close  # type: ignore[method-assign]
         return stream
 
-    def read_original(self) -> bytes:
-        with self.open_original() as stream:
-            return stream.read()
-
     def events(self) -> Iterator[dict[str, Any]]:
         """The events of events.jsonl in seq order, one dict a line, every stored column."""
         with zipfile.ZipFile(self.path) as archive, archive.open("events.jsonl") as stream:

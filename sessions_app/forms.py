@@ -25,6 +25,7 @@ from .redaction_rules import MAX_SAMPLE, checked_rules
 from .replay.exports import EXPORT_FORMATS
 from .replay.imports import parse_job_cursor
 from .replay.listing import UNREVIEWED, parse_cursor
+from .reviews import MAX_NOTE
 
 
 def error_text(form: forms.Form, *, full_stops: bool = True) -> str:
@@ -177,7 +178,7 @@ class SignOffForm(forms.Form):
     # No verdict chosen at first: a sign-off is a decision, not a default an absent-minded
     # click would record as an approval (the browser asks for one; the server refuses none).
     verdict = forms.ChoiceField(choices=[("", "Choose a verdict…"), *Review.Verdict.choices])
-    note = forms.CharField(required=False, max_length=10_000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+    note = forms.CharField(required=False, max_length=MAX_NOTE, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
 
 
 class CompareForm(forms.Form):

@@ -2,7 +2,10 @@
 
 Each job is a pair: `enqueue_x` (called after the triggering transaction commits, with ids, never
 model instances) and `run_x` (what a qcluster worker executes). Progress lives on database rows
-(ImportJob) that pages poll.
+(ImportJob, RedactionJob) that pages poll.
+
+A `run_x` imports its workflow inside the function: every page that queues a job imports this
+module, and need not load the importer's formats, RE2, OTLP's protobufs or the verifier to do so.
 
 Re-delivery: the ORM broker hands a task to a worker again when it was not acknowledged within
 Q_CLUSTER["retry"] seconds (the worker was killed, the machine rebooted), so every `run_x` must

@@ -21,6 +21,10 @@ class SignOffRefused(ValueError):
     """A sign-off the chain does not allow: approving or requesting changes on a broken one."""
 
 
+# The longest note a sign-off keeps (the page's form and the API's body say so alike).
+MAX_NOTE = 10_000
+
+
 def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "", ip: str | None = None) -> Review:
     """Verify the session, then record the reviewer's verdict on what was verified.
 

@@ -150,7 +150,8 @@ def test_the_bundle_holds_the_events_original_comments_and_sign_offs_as_stored(b
     assert [(e["seq"], e["hash"], e["payload"], e["salt"]) for e in read.events()] == stored
     assert read.chain == {"head": session.head_hash, "first_seq": 0, "last_seq": session.event_count - 1}
     assert read.original_name == "rlm_success.jsonl"
-    assert read.read_original() == SOURCE.read_bytes()
+    with read.open_original() as original:
+        assert original.read() == SOURCE.read_bytes()
     (thread,) = read.comments
     assert (thread["seq"], thread["author"], thread["body"]) == (3, "rita", "Why this query? " + HOSTILE)
     assert thread["replies"][0]["revisions"][0]["body"] == "first wording"

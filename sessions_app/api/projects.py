@@ -15,6 +15,7 @@ from pydantic import AfterValidator
 
 from .. import access, audit, teams
 from ..models import Project, Role
+from ..models.bounds import MAX_POSITION
 from .schemas import BodyIn, DetailOut, Text
 
 router = Router(tags=["projects"])
@@ -77,7 +78,7 @@ class AuditQuery(Schema):
     action: str = Field("", max_length=40)
     since: Annotated[datetime | None, AfterValidator(_in_utc)] = None
     until: Annotated[datetime | None, AfterValidator(_in_utc)] = None
-    before: int | None = Field(None, ge=0, le=2**62, description="seq cursor: entries older than this")
+    before: int | None = Field(None, ge=0, le=MAX_POSITION, description="seq cursor: entries older than this")
     limit: int = Field(50, ge=1, le=500)
 
 

@@ -12,7 +12,7 @@ from ninja.errors import HttpError
 from .. import access, audit
 from ..models import Review, Role
 from ..replay.sign_offs import SignOff, sign_offs_of
-from ..reviews import SignOffRefused, sign_off
+from ..reviews import MAX_NOTE, SignOffRefused, sign_off
 from .responses import json_response
 from .schemas import NOT_FOUND, BodyIn, DetailOut, Id, Text
 
@@ -78,7 +78,7 @@ class ReviewOut(Schema):
 
 class ReviewIn(BodyIn):
     verdict: Review.Verdict
-    note: Text = Field("", max_length=10_000)
+    note: Text = Field("", max_length=MAX_NOTE)
 
 
 def review_row(found: SignOff) -> dict[str, Any]:

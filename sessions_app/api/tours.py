@@ -17,12 +17,12 @@ from ninja.responses import Status
 
 from .. import access, audit, tours
 from ..models import Role, Tour, TourStop
+from ..models.bounds import MAX_ID, MAX_POSITION
 from .schemas import BodyIn, DetailOut, Id, Text
 
 router = Router(tags=["tours"])
 
 DENIED = {400: DetailOut, 403: DetailOut, 404: DetailOut}
-BIG = 2**62  # ids and seqs past this are no row's; refused before they reach the database
 
 
 class TourIn(BodyIn):
@@ -39,8 +39,12 @@ class TourChangeIn(BodyIn):
 
 class StopIn(BodyIn):
     read_only = frozenset({"position", "number", "event_number", "narration_html", "player_url"})
-    session: int = Field(..., ge=1, le=BIG, description="a session of the tour's project")
-    seq: int = Field(..., le=BIG, description="the event the stop is at: 0-based, 0 <= seq < the session's eventCount")
+    # Past these no row's: refused before they reach the database (models/bounds.py). A seq below
+    # 0 is the workflow's to refuse, naming the session's range.
+    session: int = Field(..., ge=1, le=MAX_ID, description="a session of the tour's project")
+    seq: int = Field(
+        ..., le=MAX_POSITION, description="the event the stop is at: 0-based, 0 <= seq < the session's eventCount"
+    )
     title: Text = Field(..., max_length=tours.MAX_TITLE)
     narration: Text = Field("", max_length=tours.MAX_TEXT, description="Markdown; shown sanitised")
 
