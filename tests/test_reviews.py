@@ -199,6 +199,34 @@ def test_a_viewer_is_told_what_commenting_and_signing_off_need_and_a_reviewer_ge
     assert "needs the reviewer role" not in reviewer_page
 
 
+def test_a_sign_off_whose_row_was_rewritten_differs_from_its_audit_entry(session, rita):
+    # Whoever can write the database can rewrite a sign-off's verdict, or its copy of the seal
+    # after editing the task and making the session's seal again: the review.create entry, in
+    # the audit log's own verified chain, still says what was signed.
+    from sessions_app.chain import HEADER_FIELDS, header_seal
+
+    review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="changes_requested")
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.record_differs == ()
+    Review.objects.filter(pk=review.pk).update(verdict="approved")
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.record_differs == ("verdict",)
+    Session.objects.filter(pk=session.pk).update(task="a forged task")
+    forged = header_seal(Session.objects.filter(pk=session.pk).values(*HEADER_FIELDS).get())
+    Session.objects.filter(pk=session.pk).update(header_seal=forged)
+    Review.objects.filter(pk=review.pk).update(header_seal=forged)
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.fields_changed == ()  # the forger's seal matches the forged task
+    assert found.coverage.record_differs == ("verdict", "header_seal")
+    client = _client(rita)
+    assert client.get(_reviews_url(session)).json()[0]["record_differs"] == ["verdict", "header_seal"]
+    assert "sign-off record rewritten: verdict, header_seal</span>" in _player(client, session)
+    # A sign-off restored from a bundle has no entry of its own here, and is not flagged.
+    Review.objects.filter(pk=review.pk).update(restored_from="ab" * 32)
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.record_differs == ()
+
+
 def test_a_rejection_of_a_tampered_chain_is_stored_with_the_chain_broken(session, rita):
     _tamper(session)
     review = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="rejected", note="edited log")

@@ -70,6 +70,10 @@ class ReviewOut(Schema):
         description="the session's own fields a redaction after the sign-off changed (a value removed, as the "
         "audit log's session.redact entry says)"
     )
+    record_differs: list[str] = Field(
+        description="what the stored sign-off says (verdict, first_seq, last_seq, chain_head, chain_valid, "
+        "header_seal) that its review.create audit entry does not: its row was rewritten; empty: as recorded"
+    )
     redacted_after: list[RedactedAfterOut] = Field(
         description="the redactions of the session after the sign-off, oldest first: values removed, the chain "
         "it signed still holding (docs/redaction.md)"
@@ -102,6 +106,7 @@ def review_row(found: SignOff) -> dict[str, Any]:
         "unchanged": found.coverage.unchanged,
         "fields_changed": list(found.coverage.fields_changed),
         "fields_redacted": list(found.coverage.fields_redacted),
+        "record_differs": list(found.coverage.record_differs),
         "redacted_after": [
             {"by": r.by, "at": r.at.isoformat(), "events": r.events, "session_fields": list(r.session_fields)}
             for r in found.coverage.redacted_after

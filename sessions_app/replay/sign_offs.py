@@ -7,11 +7,14 @@ they were, so the hash alone cannot show it; the verification that re-derives ev
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import orjson
+from django.db.models import Q
 
 from ..chain import HEADER_FIELDS, header_digest, header_digests, header_field_name
 from ..models import AuditEntry, Event, Review, Session
@@ -48,6 +51,9 @@ class Coverage:
     fields_redacted: tuple[str, ...] = ()
     # The redactions after the sign-off, oldest first: who, when (ISO), how many events.
     redacted_after: tuple[RedactedAfter, ...] = ()
+    # What the stored sign-off says that its `review.create` audit entry, in the log's own
+    # verified chain, does not (verdict, range, head, the seal it signed): its row was rewritten.
+    record_differs: tuple[str, ...] = ()
 
     @property
     def grew(self) -> bool:
@@ -68,12 +74,18 @@ class SignOff:
 
 
 def coverage(
-    review: Review, *, session: Session, hash_at_last: str | None, redactions: Sequence[RedactedAfter] = ()
+    review: Review,
+    *,
+    session: Session,
+    hash_at_last: str | None,
+    redactions: Sequence[RedactedAfter] = (),
+    recorded: dict[str, Any] | None = None,
 ) -> Coverage:
     """The review's coverage of `session` as it is now (its event count and its latest
     verification), whose event at the review's last seq has the hash `hash_at_last` (None: that
-    event is gone). `redactions`: the session's, oldest first (`redactions_of`); those after the
-    review are its `redacted_after`."""
+    event is gone). `redactions`: the session's, oldest first (`audit_of`); those after the
+    review are its `redacted_after`. `recorded`: its `review.create` audit entry's detail (None:
+    none found, as for a sign-off restored from a bundle)."""
     broken = _broken_inside(review, session)
     unchanged = (review.last_seq < 0 or hash_at_last == review.chain_head) and broken is None
     after = tuple(r for r in redactions if r.at > review.created_at)
@@ -83,24 +95,44 @@ def coverage(
         first=review.first_seq + 1, last=review.last_seq + 1, of=session.event_count, unchanged=unchanged,
         broken_seq=broken, fields_changed=tuple(n for n in changed if n not in redacted),
         fields_redacted=tuple(n for n in changed if n in redacted), redacted_after=after,
+        record_differs=_record_differs(review, recorded),
     )  # fmt: skip
 
 
-def redactions_of(session: Session, *, since: datetime) -> list[RedactedAfter]:
-    """The session's redactions after `since`, oldest first, from its audit log (one query on
-    the log's action index): the log is chained and verified, so what it says a redaction
-    changed is not a claim anyone can add later by writing one table."""
+def _record_differs(review: Review, recorded: dict[str, Any] | None) -> tuple[str, ...]:
+    if not isinstance(recorded, dict):
+        return ()
+    stored = {
+        "verdict": review.verdict, "first_seq": review.first_seq, "last_seq": review.last_seq,
+        "chain_head": review.chain_head, "chain_valid": review.chain_valid,
+        "header_seal": hashlib.sha256(review.header_seal.encode()).hexdigest(),
+    }  # fmt: skip
+    # An entry written before a field was recorded says nothing of it.
+    return tuple(name for name, value in stored.items() if name in recorded and recorded[name] != value)
+
+
+def audit_of(session: Session, *, since: datetime) -> tuple[list[RedactedAfter], dict[int, dict[str, Any]]]:
+    """From the session's audit log (one query on the log's action index): its redactions after
+    `since`, oldest first, and each sign-off's `review.create` detail by review id. The log is
+    chained and verified, so what it says is not a claim anyone can add or change later by
+    writing one table."""
     entries = AuditEntry.objects.filter(
-        log=log_name(session.project_id), action="session.redact", target=f"session:{session.pk}", at__gt=since
+        Q(action="session.redact", at__gt=since) | Q(action="review.create"),
+        log=log_name(session.project_id),
+        target=f"session:{session.pk}",
     ).order_by("seq")
-    found = []
-    for actor, at, detail in entries.values_list("actor", "at", "detail"):
+    found, created = [], {}
+    for action, actor, at, detail in entries.values_list("action", "actor", "at", "detail"):
         said = orjson.loads(detail)
+        if action == "review.create":
+            if isinstance(said, dict) and isinstance(said.get("review"), int):
+                created[said["review"]] = said
+            continue
         fields = said.get("session_fields") if isinstance(said, dict) else None
         fields = tuple(header_field_name(n) for n in fields if isinstance(n, str)) if isinstance(fields, list) else ()
         events = said.get("events") if isinstance(said, dict) and isinstance(said.get("events"), int) else 0
         found.append(RedactedAfter(by=actor, at=at, events=events, session_fields=fields))
-    return found
+    return found, created
 
 
 def _fields_changed(review: Review, session: Session) -> tuple[str, ...]:
@@ -157,12 +189,18 @@ def sign_offs_of(*, session: Session) -> list[SignOff]:
         hashes = dict(Event.objects.filter(session=session, seq__in=last_seqs).order_by().values_list("seq", "hash"))
     # The current one: the newest made here (a restored one is shown, never the review state).
     current = next((r for r in reviews if not r.restored_from), None)
-    redactions = redactions_of(session, since=min(r.created_at for r in reviews))
+    redactions, created = audit_of(session, since=min(r.created_at for r in reviews))
     return [
         SignOff(
             review=r,
-            coverage=coverage(r, session=now, hash_at_last=hashes.get(r.last_seq), redactions=redactions),
             current=r is current,
+            coverage=coverage(
+                r,
+                session=now,
+                hash_at_last=hashes.get(r.last_seq),
+                redactions=redactions,
+                recorded=None if r.restored_from else created.get(r.pk),
+            ),
         )  # fmt: skip
         for r in reviews
     ]
