@@ -25,6 +25,7 @@ from .redaction_rules import MAX_SAMPLE, checked_rules
 from .replay.exports import EXPORT_FORMATS
 from .replay.imports import parse_job_cursor
 from .replay.listing import UNREVIEWED, parse_cursor
+from .replay.navigation import parse_search_cursor
 from .reviews import MAX_NOTE
 
 
@@ -233,9 +234,7 @@ class EventSearchForm(QueryForm):
 
     def values(self) -> dict[str, Any]:
         out = super().values()
-        session, _, seq = (out["after"] or "").partition("~")
-        bounded = session.isdigit() and seq.isdigit() and len(session) < 19 and len(seq) < 19
-        out["after"] = (int(session), int(seq)) if bounded else None
+        out["after"] = parse_search_cursor(out["after"])
         return out
 
 

@@ -8,7 +8,7 @@ from .. import access
 from ..models import Session
 from ..replay.listing import format_cursor, parse_cursor
 from ..replay.listing import list_sessions as list_session_page
-from ..replay.navigation import search_sessions
+from ..replay.navigation import parse_search_cursor, search_cursor, search_sessions
 from .lookup import project_named
 from .text import MAX_ANSWER_CHARS, ToolInputError, clip, duration, fit, iso, number, usd
 
@@ -87,10 +87,10 @@ def list_sessions(
 def _search_cursor(cursor: str | None) -> tuple[int, int] | None:
     if not cursor:
         return None
-    session_id, _, seq = cursor.partition("~")
-    if not (session_id.isdecimal() and seq.isdecimal()) or len(session_id) > 18 or len(seq) > 18:
+    after = parse_search_cursor(cursor)
+    if after is None:
         raise ToolInputError("cursor: pass back the cursor a previous search_events call gave, unchanged")
-    return int(session_id), int(seq)
+    return after
 
 
 def search_events(
@@ -109,11 +109,9 @@ def search_events(
     scope = f"project {chosen.slug}" if chosen else "your projects"
     if not hits:
         return f"No events in {scope} hold {text!r}" + (" after the cursor." if cursor else ".")
-    shown = {hit["session"] for hit in hits}
-    names = dict(sessions.filter(pk__in=shown).values_list("pk", "source_session_id"))
     lines = [f"Events holding {clip(text, 200)!r} in {scope}, newest session first (matched case-insensitively):", ""]
     rows = [
-        f"session #{hit['session']} ({clip(names.get(hit['session']) or '-', 120)}) · "
+        f"session #{hit['session']} ({clip(hit['name'] or '-', 120)}) · "
         f"event #{hit['seq'] + 1} {hit['kind']}: {clip(hit['snippet'], 240)}"
         for hit in hits
     ]
@@ -124,9 +122,8 @@ def search_events(
         last = hits[shown - 1]  # the search's cursor is the last hit shown
         lines.append(
             f"Cut at {MAX_ANSWER_CHARS:,} characters, the most one answer holds. More: search_events with the "
-            f'same text and project and cursor="{last["session"]}~{last["seq"]}"'
+            f'same text and project and cursor="{search_cursor(last["session"], last["seq"])}"'
         )
     elif found["next"]:
-        session_id, seq = found["next"]
-        lines.append(f'More: search_events with the same text and project and cursor="{session_id}~{seq}"')
+        lines.append(f'More: search_events with the same text and project and cursor="{found["next"]}"')
     return "\n".join(lines)

@@ -259,8 +259,9 @@ def search_sessions(
 ) -> dict[str, Any]:
     """Events holding `q` (matched as `search` matches it in one session) in any of `sessions`
     (the caller's, access.sessions_visible_to, perhaps narrowed to one project): newest session
-    first, each session's hits in seq order, at most `limit`. `after` (session id, seq) is the
-    last hit of the page before; `next` is the one to pass for the page after, if any.
+    first, each session's hits in seq order, at most `limit`, each with its session's `name`
+    (its source's id; empty when it has none). `after` (session id, seq; `parse_search_cursor`) is the
+    last hit of the page before; `next` is the cursor text of the page after, if any.
 
     One statement, on the (session, seq) index: no full-text index, so a rare text reads every
     event of the sessions it spans (docs/dashboard.md has what that costs on 100k events).
@@ -281,6 +282,23 @@ def search_sessions(
     rows = _fetch(sql, params)
     more = len(rows) > limit
     rows = rows[:limit]
-    hits = [{"session": session_id, "seq": seq, "kind": kind, "snippet": _hit_snippet(payload, step_state, raw, q)}
+    shown = {row[0] for row in rows}
+    names = dict(sessions.filter(pk__in=shown).values_list("pk", "source_session_id")) if shown else {}
+    hits = [{"session": session_id, "seq": seq, "kind": kind, "snippet": _hit_snippet(payload, step_state, raw, q),
+             "name": names.get(session_id) or ""}
             for session_id, seq, kind, payload, step_state, raw in rows]  # fmt: skip
-    return {"q": q, "hits": hits, "next": (rows[-1][0], rows[-1][1]) if more and rows else None}
+    return {"q": q, "hits": hits, "next": search_cursor(rows[-1][0], rows[-1][1]) if more and rows else None}
+
+
+def search_cursor(session_id: int, seq: int) -> str:
+    """The cursor of the page after the hit at (session, seq): `parse_search_cursor` reads it."""
+    return f"{session_id}~{seq}"
+
+
+def parse_search_cursor(text: str | None) -> tuple[int, int] | None:
+    """The (session id, seq) a `search_sessions` cursor names; None for none, or for text that
+    is no cursor (digits past 64 bits included: they name no row)."""
+    session, _, seq = (text or "").partition("~")
+    if session.isdecimal() and seq.isdecimal() and len(session) <= 18 and len(seq) <= 18:
+        return int(session), int(seq)
+    return None

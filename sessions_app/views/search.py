@@ -21,9 +21,6 @@ def search_events(request: HttpRequest) -> HttpResponse:
     values = form.values()
     sessions = access.sessions_visible_to(request).in_project(values["project"])
     found = search_sessions(sessions=sessions, q=values["q"], after=values["after"])
-    shown = {hit["session"] for hit in found["hits"]}
-    names = dict(sessions.filter(pk__in=shown).values_list("pk", "source_session_id")) if shown else {}
-    hits = [hit | {"name": names.get(hit["session"]) or hit["session"]} for hit in found["hits"]]
-    more = f"{found['next'][0]}~{found['next'][1]}" if found["next"] else None
-    context = {"form": form, "q": values["q"], "hits": hits, "more": more, "continued": values["after"] is not None}
+    context = {"form": form, "q": values["q"], "hits": found["hits"], "more": found["next"],
+               "continued": values["after"] is not None}  # fmt: skip
     return render_page(request, "sessions_app/search.html", "search-hits", context)
