@@ -14,7 +14,7 @@ from playwright.sync_api import Page
 AXE = Path(__file__).resolve().parents[2] / "static" / "vendor" / "axe.min.js"
 FAILING_IMPACTS = ("serious", "critical")
 # WCAG 2.1 A and AA, and axe's best practices (landmarks, one main, headings, region).
-TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
+TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
 
 
 def axe_violations(page: Page) -> list[dict]:

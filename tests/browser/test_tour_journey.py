@@ -91,7 +91,7 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     ]  # fmt: skip
 
     # The tour's page: move "The fix" up, so stops 1 and 2 are in the first run.
-    page.click("#tour-panel a >> text=How it fixed the bug")
+    page.click("#tour-panel .ok a >> text=How it fixed the bug")  # the confirmation's link to the tour page
     page.wait_for_url(f"**/tours/{tour.pk}/")
     # By keyboard: the focus stays on the moved stop's own button, and the change is said.
     page.focus('button[aria-label="Move stop 3 up"]')
