@@ -50,15 +50,16 @@ class OrjsonRenderer(BaseRenderer):
 
 class JsonParser(Parser):
     def parse_body(self, request: HttpRequest) -> Any:
-        body = request.body
-        if b"\\u" in body:
-            # The stdlib reads an escaped half of a UTF-16 pair ("\ud800") as a lone surrogate,
-            # which neither database driver encodes: a 500 at the first text column it reached.
-            # orjson refuses it, naming the line and column; only an escape can carry one.
-            orjson.loads(body)
+        # Half of a UTF-16 pair alone is no text either database driver encodes (a 500 at the
+        # first text column it reached). Strict UTF-8 refuses one written as bytes (the stdlib
+        # would let it pass, and would read a UTF-16 body too); orjson refuses one written as an
+        # escape ("\ud800"), naming the line and column.
+        text = request.body.decode("utf-8-sig")  # a leading BOM read as the stdlib reads it
+        if "\\u" in text:
+            orjson.loads(text)
         # The stdlib's numbers, though: orjson reads an integer past 64 bits as a float, and the
         # 400 should name the field whose bound it passed (api/schemas.Id), not the body.
-        return json.loads(body)
+        return json.loads(text)
 
 
 class ReplayAPI(NinjaAPI):

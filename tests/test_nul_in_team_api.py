@@ -54,6 +54,11 @@ def test_half_a_utf16_pair_in_a_body_is_refused_naming_where_and_a_whole_pair_is
         assert response.status_code == 400, response.content
         assert response.json()["detail"].startswith("the body is not valid JSON: "), response.content
         assert "surrogate" in response.json()["detail"] and "line 1 column" in response.json()["detail"]
+    # Nor written as bytes, nor escaped in a UTF-16 body (the stdlib reads both; the review found them).
+    for body in (b'{"seq": 1, "body": "a\xed\xa0\x80b"}', '{"seq": 1, "body": "a\\ud800b"}'.encode("utf-16-le")):
+        response = admin.post(f"/api/sessions/{session.pk}/comments", body, **raw)
+        assert response.status_code == 400 and "not valid JSON" in response.json()["detail"], response.content
+    assert not Comment.objects.exists()
     whole = admin.post(f"/api/sessions/{session.pk}/comments", b'{"seq": 1, "body": "\\ud83d\\ude00 ok"}', **raw)
     assert whole.status_code == 201, whole.content
     assert Comment.objects.get(session=session).body == "\U0001f600 ok"
