@@ -49,7 +49,15 @@ from django.utils import timezone
 
 from . import audit
 from .access import Actor
-from .chain import CONTENT_FIELDS, parse_redacted, redact_field, removals, with_text_digests
+from .chain import (
+    CONTENT_FIELDS,
+    HEADER_FIELDS,
+    header_digest,
+    parse_redacted,
+    redact_field,
+    removals,
+    with_text_digests,
+)
 from .formats import Source
 from .ingest.bundles import FORMAT_NAME as BUNDLE_FORMAT
 from .ingest.bundles import is_bundle
@@ -107,9 +115,12 @@ class RedactionResult:
     fields: Counter[str] = field(default_factory=Counter)  # event fields changed, by field
     elsewhere: Counter[str] = field(default_factory=Counter)  # other stored copies changed, by kind
     original: str = ""  # the kept upload: "rewritten", "deleted", "unchanged" or "" (none kept)
-    # The session's own fields it changed (task, final_answer, ...): a sign-off made before
-    # says they were redacted since, not edited (replay/sign_offs.py reads them from the audit).
-    session_fields: list[str] = field(default_factory=list)
+    # The session's own fields it changed (task, final_answer, ...), each with the digest of
+    # the value it left (chain.header_digest), and when it began: a sign-off made before says
+    # they were redacted since, as long as they still hold those values, rather than edited
+    # (replay/sign_offs.py reads them from the audit log).
+    session_fields: dict[str, str] = field(default_factory=dict)
+    at: str = ""
 
     @property
     def changed(self) -> bool:
@@ -274,7 +285,7 @@ def _redact_session(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> RedactionResult:
     result = RedactionResult()
-    at = datetime.now(UTC).isoformat()
+    at = result.at = datetime.now(UTC).isoformat()
     with secure_delete():
         _redact_events(session, redactor, by=by, at=at, candidates=candidates, result=result, on_progress=on_progress)
         with transaction.atomic():
@@ -413,7 +424,9 @@ def _redact_session_row(session: Session, redactor: Redactor, result: RedactionR
         Session.objects.filter(pk=session.pk).update(**changes)
         Session.objects.filter(pk=session.pk).reseal(changes)
         result.elsewhere["session"] += 1
-        result.session_fields = sorted(name for name in changes if name != "ingest_state")
+        result.session_fields = {
+            name: header_digest(name, value) for name, value in sorted(changes.items()) if name in HEADER_FIELDS
+        }
 
 
 def _redact_snapshots(session: Session, redactor: Redactor, result: RedactionResult) -> None:
@@ -727,7 +740,7 @@ def _audit(session: Session, result: RedactionResult, *, actor: Actor | str, ip:
             "fields": dict(result.fields),
             "elsewhere": dict(result.elsewhere),
             "original": result.original or None,
-            **({"session_fields": result.session_fields} if result.session_fields else {}),
+            **({"session_fields": result.session_fields, "at": result.at} if result.session_fields else {}),
             **extra,
         },
         ip=ip,

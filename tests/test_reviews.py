@@ -174,12 +174,17 @@ def test_a_redaction_after_a_sign_off_says_it_redacted_and_an_edit_still_says_it
     page = _player(client, session)
     assert "changed since</span>" not in page
     assert re.search(r'class="badge redacted redacted-after"[^>]*>redacted since: 1 event, task by mia, <time', page)
-    # An edit made after it is still an edit, even of a field the redaction also changed.
+    # An edit made after it is still an edit, of another field or of the very field the
+    # redaction changed (the review found the first version took any later task for redacted).
     Session.objects.filter(pk=session.pk).update(final_answer="forged")
     Session.objects.filter(pk=session.pk).reseal(["final_answer"])
     [found] = sign_offs.sign_offs_of(session=session)
     assert found.coverage.fields_changed == ("final_answer",) and found.coverage.fields_redacted == ("task",)
     assert "final_answer changed since</span>" in _player(client, session)
+    Session.objects.filter(pk=session.pk).update(task="something else entirely")
+    Session.objects.filter(pk=session.pk).reseal(["task"])
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert found.coverage.fields_changed == ("task", "final_answer") and found.coverage.fields_redacted == ()
     # A sign-off made after the redaction has none after it.
     later = reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved")
     newest = next(s for s in sign_offs.sign_offs_of(session=session) if s.review.pk == later.pk)

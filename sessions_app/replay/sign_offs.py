@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -27,9 +27,12 @@ class RedactedAfter:
     """A redaction of the session after a sign-off, as its `session.redact` audit entry says."""
 
     by: str
-    at: datetime
+    at: datetime  # when it began: a sign-off made while it ran signed what it left
     events: int
-    session_fields: tuple[str, ...]
+    session_fields: tuple[str, ...]  # the session's own fields it changed, as findings name them
+    # The digest of the value it left in each field it changed (by the model's field name): the
+    # field counts as redacted, not edited, while it still holds that value.
+    left: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,17 @@ def coverage(
     broken = _broken_inside(review, session)
     unchanged = (review.last_seq < 0 or hash_at_last == review.chain_head) and broken is None
     after = tuple(r for r in redactions if r.at > review.created_at)
-    redacted = {name for r in after for name in r.session_fields}
     changed = _fields_changed(review, session)
+    # A changed field is redacted when the latest redaction since that changed it left the value
+    # it holds now; any other value is an edit (made after the redaction, or by hand).
+    left: dict[str, str] = {}
+    for redaction in after:
+        left.update(redaction.left)
+    redacted = {name for name in changed if left.get(name) == header_digest(name, getattr(session, name))}
     return Coverage(
         first=review.first_seq + 1, last=review.last_seq + 1, of=session.event_count, unchanged=unchanged,
-        broken_seq=broken, fields_changed=tuple(n for n in changed if n not in redacted),
-        fields_redacted=tuple(n for n in changed if n in redacted), redacted_after=after,
+        broken_seq=broken, fields_changed=tuple(header_field_name(n) for n in changed if n not in redacted),
+        fields_redacted=tuple(header_field_name(n) for n in changed if n in redacted), redacted_after=after,
         record_differs=_record_differs(review, recorded),
     )  # fmt: skip
 
@@ -114,8 +122,8 @@ def _record_differs(review: Review, recorded: dict[str, Any] | None) -> tuple[st
 def audit_of(session: Session, *, since: datetime) -> tuple[list[RedactedAfter], dict[int, dict[str, Any]]]:
     """From the session's audit log (one query on the log's action index): its redactions after
     `since`, oldest first, and each sign-off's `review.create` detail by review id. The log is
-    chained and verified, so what it says is not a claim anyone can add or change later by
-    writing one table."""
+    hash-chained: its verification (audit.verify_log, the audit page's) finds an entry added or
+    changed in the database, which a sign-off's or a session's own row would not show."""
     entries = AuditEntry.objects.filter(
         Q(action="session.redact", at__gt=since) | Q(action="review.create"),
         log=log_name(session.project_id),
@@ -128,23 +136,37 @@ def audit_of(session: Session, *, since: datetime) -> tuple[list[RedactedAfter],
             if isinstance(said, dict) and isinstance(said.get("review"), int):
                 created[said["review"]] = said
             continue
-        fields = said.get("session_fields") if isinstance(said, dict) else None
-        fields = tuple(header_field_name(n) for n in fields if isinstance(n, str)) if isinstance(fields, list) else ()
-        events = said.get("events") if isinstance(said, dict) and isinstance(said.get("events"), int) else 0
-        found.append(RedactedAfter(by=actor, at=at, events=events, session_fields=fields))
+        if not isinstance(said, dict):
+            continue
+        fields = said.get("session_fields")
+        left = (
+            {n: d for n, d in fields.items() if isinstance(n, str) and isinstance(d, str)}
+            if isinstance(fields, dict)
+            else {}
+        )
+        events = said.get("events") if isinstance(said.get("events"), int) else 0
+        began = _instant(said.get("at")) or at
+        found.append(RedactedAfter(by=actor, at=began, events=events, left=left,
+                                   session_fields=tuple(header_field_name(n) for n in left)))  # fmt: skip
     return found, created
 
 
+def _instant(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
 def _fields_changed(review: Review, session: Session) -> tuple[str, ...]:
-    """The fields whose value now is not the one signed: by their digests, the signed ones kept
+    """The fields (by the model's names) whose value now is not the one signed: by their digests, the signed ones kept
     with the sign-off, so an edit shows whether or not the session's own seal was made again."""
     if not review.header_seal:
         return ()
     signed = header_digests(review.header_seal)
     return tuple(
-        header_field_name(name) for name in HEADER_FIELDS
-        if name in signed and signed[name] != header_digest(name, getattr(session, name))
-    )  # fmt: skip
+        name for name in HEADER_FIELDS if name in signed and signed[name] != header_digest(name, getattr(session, name))
+    )
 
 
 def _broken_inside(review: Review, session: Session) -> int | None:
@@ -175,8 +197,9 @@ def newest_broken(sessions: list[Session]) -> set[int]:
 
 
 def sign_offs_of(*, session: Session) -> list[SignOff]:
-    """The session's sign-offs, newest first, each with its coverage now. Two queries whatever
-    their number: the reviews, and the stored hashes at their last seqs."""
+    """The session's sign-offs, newest first, each with its coverage now. Four queries whatever
+    their number (one when there is none): the reviews, the session row as it is now, the stored
+    hashes at their last seqs, and the session's audit entries (`audit_of`)."""
     reviews = list(Review.objects.filter(session=session).order_by("-created_at", "-id"))
     if not reviews:
         return []
