@@ -75,7 +75,9 @@ def env_networks(name: str, default: list[str]) -> list[str]:
     values = env_list(name, default)
     for value in values:
         try:
-            ipaddress.ip_network(value, strict=False)
+            # As the proxy-header wrapper (granian) reads them: a network only as written
+            # strictly (10.0.0.0/8, never 10.0.0.1/8), an address otherwise.
+            ipaddress.ip_network(value) if "/" in value else ipaddress.ip_address(value)
         except ValueError:
             raise ImproperlyConfigured(
                 f"{name}: {value!r} is not an IP address or network (such as 10.0.0.0/8); "

@@ -79,15 +79,17 @@ def set_member(
             current.save(update_fields=["role", "updated_at"])
         else:
             return "unchanged"
-    if current is None:
-        audit.record(action="member.add", actor=actor, project=project, target=f"user:{username}",
-                     detail={"role": role}, ip=ip)  # fmt: skip
-        return "added"
-    audit.record(action="member.change", actor=actor, project=project, target=f"user:{username}",
-                 detail={"from": old, "role": role}, ip=ip)  # fmt: skip
-    if role not in SHARING_ROLES:
-        revoke_links_made_by(actor=actor, project_id=project.pk, user_id=user.pk, ip=ip,
-                             why=f"its maker {username} is now {Role(role).label.lower()}")  # fmt: skip
+        # In the same transaction as the change: a demotion is never recorded without the
+        # revocation of the links it ends, nor the other way round.
+        if current is None:
+            audit.record(action="member.add", actor=actor, project=project, target=f"user:{username}",
+                         detail={"role": role}, ip=ip)  # fmt: skip
+            return "added"
+        audit.record(action="member.change", actor=actor, project=project, target=f"user:{username}",
+                     detail={"from": old, "role": role}, ip=ip)  # fmt: skip
+        if role not in SHARING_ROLES and not user.is_superuser:  # a superuser may share anywhere
+            revoke_links_made_by(actor=actor, project_id=project.pk, user_id=user.pk, ip=ip,
+                                 why=f"its maker {username} is now {Role(role).label.lower()}")  # fmt: skip
     return "changed"
 
 
@@ -96,17 +98,21 @@ def remove_member(*, actor: Actor, project: Project, username: str, ip: str | No
     if "\x00" in username:  # no username holds one (and PostgreSQL refuses it)
         raise TeamError(f"username: {username!r} is not a member of {project.slug}")
     with transaction.atomic():
-        member = Membership.objects.select_for_update().filter(project=project, user__username=username).first()
+        member = (
+            Membership.objects.select_for_update().select_related("user")
+            .filter(project=project, user__username=username).first()
+        )  # fmt: skip
         if member is None:
             raise TeamError(f"username: {username!r} is not a member of {project.slug}")
         if member.role == Role.ADMIN and _admins(project) == 1:
             raise TeamError(f"username: {username} is the project's last admin; make another admin first")
         role = member.role
         member.delete()
-    audit.record(action="member.remove", actor=actor, project=project, target=f"user:{username}",
-                 detail={"role": role}, ip=ip)  # fmt: skip
-    revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
-                         why=f"its maker {username} left the project")  # fmt: skip
+        audit.record(action="member.remove", actor=actor, project=project, target=f"user:{username}",
+                     detail={"role": role}, ip=ip)  # fmt: skip
+        if not member.user.is_superuser:  # a superuser may share anywhere
+            revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
+                                 why=f"its maker {username} left the project")  # fmt: skip
 
 
 def _admins(project: Project) -> int:

@@ -170,8 +170,15 @@ def test_the_bundle_is_a_format_one_may_choose_and_a_wrong_choice_is_one_clear_e
     with bundle.open("rb") as handle:
         response = client.post("/api/imports", {"file": handle, "project": "elsewhere", "format": "replay_bundle"})
     assert response.status_code == 202, response.content
+    from sessions_app.jobs import run_import
+
+    run_import(job_id=response.json()["job"])
+    status = client.get(response.json()["status_url"]).json()
+    assert status["status"] == "done" and status["detected_format"] == "replay_bundle"
+    restored = Session.objects.get(project=elsewhere)
+    # The command line takes it too: the same bundle, recognised as the session restored already.
     call_command("import_sessions", str(bundle), "--project", "elsewhere", "--format", "replay_bundle")
-    assert Session.objects.filter(project=elsewhere).count() == 1
+    assert list(Session.objects.filter(project=elsewhere)) == [restored]
 
     # Chosen for a file that is none, it says so and stores nothing.
     plain = tmp_path / "plain.jsonl"

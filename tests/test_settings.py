@@ -198,7 +198,8 @@ def test_behind_a_proxy_the_clients_address_comes_from_x_forwarded_for_of_a_trus
 @pytest.mark.parametrize(
     ("value", "said"),
     [("10.0.0/8", "'10.0.0/8' is not an IP address or network"), ("*", "'*' is not an IP address"),
-     ("10.0.0.1,proxy.local", "'proxy.local' is not an IP address"), (",", "REPLAY_TRUSTED_PROXIES is empty")],
+     ("10.0.0.1,proxy.local", "'proxy.local' is not an IP address"), (",", "REPLAY_TRUSTED_PROXIES is empty"),
+     ("10.0.0.1/8", "'10.0.0.1/8' is not an IP address or network")],
 )  # fmt: skip
 def test_trusted_proxies_must_be_addresses_or_networks(monkeypatch, value, said):
     # A bad entry was kept by the proxy-header wrapper as a literal that never matched: every

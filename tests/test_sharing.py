@@ -339,7 +339,27 @@ def test_a_link_opens_nothing_once_its_maker_may_no_longer_share(shown, mia, acm
         assert Client().get(f"/s/{token}").status_code == 404
     else:
         assert listed[0]["state"] == "maker left" and link.revoked_at is None
+        # Its panel says it opens nothing, and still offers to revoke it for good.
+        panel = _signed_in(ada).get(reverse("sessions:share_links", args=[shown.pk])).content.decode()
+        item = panel[panel.index(f'id="share-link-{link.pk}"') :]
+        item = item[: item.index("</li>")]
+        assert "opens nothing: its maker may no longer share" in item
+        assert f'action="/share-links/{link.pk}/revoke/"' in item
     assert sharing.open_links_of(acme.pk) == []
+
+
+def test_a_superuser_demoted_or_removed_in_a_project_keeps_the_links_they_may_still_make(shown, acme):
+    boss = member("boss", acme, Role.MAINTAINER)
+    type(boss).objects.filter(pk=boss.pk).update(is_superuser=True)
+    boss.refresh_from_db()
+    _, token = _link(shown, boss)
+    ada = Actor(user=member("ada", acme, Role.ADMIN))
+    from sessions_app import teams
+
+    teams.set_member(actor=ada, project=acme, username="boss", role="viewer")
+    teams.remove_member(actor=ada, project=acme, username="boss")
+    assert not AuditEntry.objects.filter(action="share_link.revoke").exists()
+    assert Client().get(f"/s/{token}").status_code == 302
 
 
 def test_a_maintainers_new_role_above_sharing_keeps_their_links_and_the_project_lists_them(shown, mia, acme):
