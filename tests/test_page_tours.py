@@ -246,6 +246,7 @@ def test_the_next_stop_in_the_same_session_is_played_to_there(vic, tour, first):
     html = player(vic, first, step=9, tour=tour.pk, stop=3)
     panel = section(html, "tour-narration")
     assert "Stop 3 of 3" in panel and "The last stop." in panel and "tour-play-next" not in panel
+    assert f'<a id="tour-end" href="/tours/{tour.pk}/">Back to the tour\'s page</a>' in panel
     assert tour_data(html)["next"] is None
 
 
@@ -433,6 +434,9 @@ def test_a_tour_links_visitor_reads_the_tour_page_without_its_controls_or_projec
     page = response.content.decode()
     head, stops = section(page, "tour-head"), section(page, "tour-stops")
     assert '<h1 id="tour-title">How it fixed the bug</h1>' in head
+    # Until when, as the player says it to the same visitor.
+    expires = ShareLink.objects.get(pk=link).expires_at
+    assert f'shared with you by link (read-only), until <time datetime="{expires.isoformat()}">' in page
     assert "<p>Read <em>this</em></p>" in head
     elements = Elements(head).found
     assert not any(tag in ("script", "img", "iframe") for tag, _ in elements), head
