@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import re
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connections
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Page
 
 from sessions_app.bundles import stream_bundle
 from sessions_app.ingest.importing import import_local_file
@@ -51,6 +53,24 @@ def _unpacked_index(session: Session, tmp_path: Path) -> Path:
     with zipfile.ZipFile(bundle) as archive:
         archive.extract("index.html", folder)
     return folder / "index.html"
+
+
+@contextmanager
+def offline(browser: Browser, path: Path, *, width: int = 1280, height: int = 900) -> Iterator[Page]:
+    """A page on a bundle's index.html opened from disk, every request but the file's own refused;
+    a script error on it fails the test."""
+    errors: list[str] = []
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else route.abort())
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(path.as_uri())
+        yield page
+    finally:
+        context.close()
+    assert errors == [], errors
 
 
 def test_the_offline_player_steps_to_a_comment_from_disk_with_the_network_blocked(browser: Browser, index_html):
@@ -165,14 +185,7 @@ _LEFT_OF = """([item, text]) => {
 
 
 def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_isolated(browser: Browser, talked_over):
-    errors: list[str] = []
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else route.abort())
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    try:
-        page.goto(talked_over.as_uri())
+    with offline(browser, talked_over, width=1400) as page:
         page.locator("#position").filter(has_text="event 1 of").wait_for()
         items = page.locator("#all-comments li")
         assert items.count() == 2
@@ -220,9 +233,6 @@ def test_replies_are_counted_in_words_times_read_to_the_minute_and_user_text_is_
         assert (
             "changed by a redaction by " + RLO + "ada 2026-11-02 09:30 UTC" in changed.locator(".meta").text_content()
         )
-    finally:
-        context.close()
-    assert errors == [], errors
 
 
 def test_values_removed_after_the_fact_are_said_in_the_header_the_step_list_and_at_their_event(
@@ -246,14 +256,7 @@ def test_values_removed_after_the_fact_are_said_in_the_header_the_step_list_and_
     )  # independent of the viewer: what the database holds as redacted
     assert redacted and redacted[0] == holding[0]
     path = _unpacked_index(session, tmp_path)
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else route.abort())
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    try:
-        page.goto(path.as_uri())
+    with offline(browser, path) as page:
         page.locator("#position").filter(has_text="event 1 of").wait_for()
         note = page.locator("#redaction-note")
         assert note.is_visible()
@@ -276,6 +279,3 @@ def test_values_removed_after_the_fact_are_said_in_the_header_the_step_list_and_
         page.locator("#event-title").filter(has_text=f"Event #{untouched + 1} ").wait_for()
         assert page.locator("#context dd.redacted").count() == 0
         assert page.locator("#steps .row.current .was-redacted").text_content() == ""
-    finally:
-        context.close()
-    assert errors == [], errors

@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, Page
 from sessions_app.models import Comment, Event, Project, Session
 
 from ..builders_teams import recorded
-from .test_bundle_viewer import _unpacked_index
+from .test_bundle_viewer import _unpacked_index, offline
 
 pytestmark = pytest.mark.browser
 
@@ -42,14 +42,7 @@ def _at(page: Page) -> int:
 
 
 def test_each_documented_key_moves_to_the_event_it_promises(browser: Browser, keyed):
-    errors: list[str] = []
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else route.abort())
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    try:
-        page.goto(keyed.as_uri())
+    with offline(browser, keyed) as page:
         page.locator("#position").filter(has_text=f"event 1 of {EVENTS}").wait_for()
         # (key, the event shown after it, counted from 1): seq + 1.
         steps = [
@@ -65,6 +58,3 @@ def test_each_documented_key_moves_to_the_event_it_promises(browser: Browser, ke
             page.keyboard.press(key)
             assert _at(page) == expected, f"key {number}, {key}: expected event {expected}"
             assert page.locator("#event-title").text_content().startswith(f"Event #{expected} ")
-    finally:
-        context.close()
-    assert errors == [], errors
