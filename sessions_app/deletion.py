@@ -10,7 +10,7 @@ ingest/importing.py).
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from . import audit, originals
@@ -40,18 +40,25 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
             detail["tour_stops"] = {str(tour.pk): stops for tour, stops in shortened}
         audit.record(action="session.delete", actor=actor, project=session.project_id,
                      target=f"session:{session_id}", detail=detail, ip=ip)  # fmt: skip
-        # Each tour it shortened says so in its own history, and shows it changed.
-        now = timezone.now()
-        for tour, stops in shortened:
-            Tour.objects.filter(pk=tour.pk).update(updated_at=now)
-            audit.record(action="tour.change", actor=actor, project=tour.project_id, target=f"tour:{tour.pk}",
-                         detail={"stops_removed": stops, "with_session": session_id}, ip=ip)  # fmt: skip
+        note_shortened(shortened, actor=actor, ip=ip, with_session=session_id)
     return events
 
 
-def tours_through(session: Session) -> list[tuple[Tour, int]]:
-    """The tours that stop on `session`, each with how many of its stops are there (they go with
-    the session): by title, for the question that asks before deleting it."""
-    counts = TourStop.objects.filter(session=session).values("tour_id").annotate(n=Count("id"))
+def note_shortened(shortened: list[tuple[Tour, int]], *, actor: Actor | str, ip: str | None = None,
+                   **detail: object) -> None:  # fmt: skip
+    """Each tour a deletion shortened says so in its own history (`tour.change` with
+    `stops_removed`), and shows it changed (its updated time): inside the deletion's transaction."""
+    now = timezone.now()
+    for tour, stops in shortened:
+        Tour.objects.filter(pk=tour.pk).update(updated_at=now)
+        audit.record(action="tour.change", actor=actor, project=tour.project_id, target=f"tour:{tour.pk}",
+                     detail={"stops_removed": stops, **detail}, ip=ip)  # fmt: skip
+
+
+def tours_through(sessions: Session | QuerySet[Session]) -> list[tuple[Tour, int]]:
+    """The tours that stop on a session (or any of several), each with how many of its stops are
+    there (they go with them): by title, for the question that asks before deleting one."""
+    where = {"session": sessions} if isinstance(sessions, Session) else {"session__in": sessions}
+    counts = TourStop.objects.filter(**where).values("tour_id").annotate(n=Count("id"))
     stops = {row["tour_id"]: row["n"] for row in counts}
     return [(tour, stops[tour.pk]) for tour in Tour.objects.filter(pk__in=stops).order_by("title", "id")]

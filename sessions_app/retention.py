@@ -21,6 +21,7 @@ from django.utils import timezone
 from . import audit
 from .models import Checkpoint, Project, Session
 from .models.planning import planned_for_values
+from .deletion import note_shortened, tours_through
 from .originals import jobs_holding, note_orphans
 
 # Sessions deleted per transaction: the events go with them (DB_CASCADE), so a chunk can be
@@ -41,6 +42,7 @@ class ProjectCleanup:
     sessions: int = 0
     events: int = 0
     kept_checkpointed: int = 0
+    tour_stops: dict[str, int] = field(default_factory=dict)  # stops lost, by tour id (as text)
 
     def to_dict(self) -> dict:
         return asdict(self) | {"cutoff": self.cutoff.isoformat()}
@@ -127,9 +129,14 @@ def _clean_project(project: Project, outcome: ProjectCleanup, *, include_checkpo
                 chunk = Session.objects.filter(pk__in=ids)
                 events = chunk.aggregate(events=Sum("event_count"))["events"] or 0
                 jobs = jobs_holding(chunk)
+                shortened = tours_through(chunk)
                 outcome.sessions += chunk.delete()[1].get(Session._meta.label, 0)
                 outcome.events += events
                 note_orphans(job_ids=jobs)  # their originals go after the grace period
+                # A tour that stopped on them says so, as when one is deleted from its player.
+                note_shortened(shortened, actor=ACTOR, by="retention")
+                for tour, stops in shortened:
+                    outcome.tour_stops[str(tour.pk)] = outcome.tour_stops.get(str(tour.pk), 0) + stops
     finally:
         # Each chunk commits on its own, so a run stopped half-way has still deleted what it
         # counted: the entry says so either way. Counts and the cutoff only, never contents.
@@ -137,5 +144,6 @@ def _clean_project(project: Project, outcome: ProjectCleanup, *, include_checkpo
             audit.record(
                 action="retention.run", actor=ACTOR, project=project, target=f"project:{project.slug}",
                 detail={"days": outcome.days, "cutoff": outcome.cutoff.isoformat(), "sessions": outcome.sessions,
-                        "events": outcome.events, "include_checkpointed": include_checkpointed},
+                        "events": outcome.events, "include_checkpointed": include_checkpointed,
+                        **({"tour_stops": outcome.tour_stops} if outcome.tour_stops else {})},
             )  # fmt: skip

@@ -156,6 +156,30 @@ def test_a_run_records_retention_run_in_each_affected_projects_log(acme, other, 
     assert audit.verify_log(project=acme).valid and audit.verify_log(project=other).valid
 
 
+def test_a_run_names_the_tours_it_shortens_as_a_deletion_from_the_player_does(acme, settings):
+    from sessions_app import tours
+    from sessions_app.access import Actor
+    from sessions_app.models import Tour
+
+    acme.retention_days = 7
+    acme.save()
+    gone, kept = old_session(acme, days=8, events=5), old_session(acme, days=2, events=5)
+    actor = Actor(user=member("mia", acme, Role.MAINTAINER))
+    walk = tours.create_tour(actor=actor, project=acme, title="Onboarding")
+    tours.set_stops(actor=actor, tour=walk, stops=[
+        tours.StopSpec(session=gone.pk, seq=1, title="a"), tours.StopSpec(session=kept.pk, seq=1, title="b"),
+        tours.StopSpec(session=gone.pk, seq=3, title="c"),
+    ])  # fmt: skip
+    before = Tour.objects.get(pk=walk.pk).updated_at
+    retention.delete_expired_sessions(days=None)
+    [entry] = retention_entries(acme)
+    assert orjson.loads(entry.detail)["tour_stops"] == {str(walk.pk): 2}
+    change = AuditEntry.objects.filter(action="tour.change", target=f"tour:{walk.pk}").latest("seq")
+    assert change.actor == "retention" and orjson.loads(change.detail) == {"stops_removed": 2, "by": "retention"}
+    assert Tour.objects.get(pk=walk.pk).updated_at > before and walk.stops.count() == 1
+    assert audit.verify_log(project=acme).valid
+
+
 def test_a_dry_run_or_a_run_that_deletes_nothing_records_nothing(acme, settings, capsys):
     settings.RETENTION_DAYS = None
     acme.retention_days = 3
