@@ -19,9 +19,9 @@ from django.db.models import Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
 from . import audit
+from .deletion import note_shortened, tours_through
 from .models import Checkpoint, Project, Session
 from .models.planning import planned_for_values
-from .deletion import note_shortened, tours_through
 from .originals import jobs_holding, note_orphans
 
 # Sessions deleted per transaction: the events go with them (DB_CASCADE), so a chunk can be
