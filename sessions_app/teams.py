@@ -87,7 +87,7 @@ def set_member(
             return "added"
         audit.record(action="member.change", actor=actor, project=project, target=f"user:{username}",
                      detail={"from": old, "role": role}, ip=ip)  # fmt: skip
-        if role not in SHARING_ROLES and not user.is_superuser:  # a superuser may share anywhere
+        if role not in SHARING_ROLES:
             revoke_links_made_by(actor=actor, project_id=project.pk, user_id=user.pk, ip=ip,
                                  why=f"its maker {username} is now {Role(role).label.lower()}")  # fmt: skip
     return "changed"
@@ -110,9 +110,10 @@ def remove_member(*, actor: Actor, project: Project, username: str, ip: str | No
         member.delete()
         audit.record(action="member.remove", actor=actor, project=project, target=f"user:{username}",
                      detail={"role": role}, ip=ip)  # fmt: skip
-        if not member.user.is_superuser:  # a superuser may share anywhere
-            revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
-                                 why=f"its maker {username} left the project")  # fmt: skip
+        # A superuser's too: the team's decision about this person here ends what they shared
+        # here, whatever else they may do (a link kept would reopen once they are no superuser).
+        revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
+                             why=f"its maker {username} left the project")  # fmt: skip
 
 
 def _admins(project: Project) -> int:

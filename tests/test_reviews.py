@@ -226,6 +226,16 @@ def test_a_sign_off_whose_row_was_rewritten_differs_from_its_audit_entry(session
     client = _client(rita)
     assert client.get(_reviews_url(session)).json()[0]["record_differs"] == ["verdict", "header_seal"]
     assert "sign-off record rewritten: verdict, header_seal</span>" in _player(client, session)
+    # Who signed and when are the entry's own actor and time: a swapped signer, or a sign-off
+    # moved after a redaction (which would then read as an edit), shows too (the retest).
+    from datetime import timedelta
+
+    Review.objects.filter(pk=review.pk).update(verdict="changes_requested", reviewer_name="alice")
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert "reviewer" in found.coverage.record_differs and "verdict" not in found.coverage.record_differs
+    Review.objects.filter(pk=review.pk).update(reviewer_name="rita", created_at=review.created_at + timedelta(hours=1))
+    [found] = sign_offs.sign_offs_of(session=session)
+    assert "created_at" in found.coverage.record_differs and "reviewer" not in found.coverage.record_differs
     # A sign-off restored from a bundle has no entry of its own here, and is not flagged.
     Review.objects.filter(pk=review.pk).update(restored_from="ab" * 32)
     [found] = sign_offs.sign_offs_of(session=session)

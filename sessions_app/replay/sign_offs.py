@@ -116,7 +116,18 @@ def _record_differs(review: Review, recorded: dict[str, Any] | None) -> tuple[st
         "header_seal": hashlib.sha256(review.header_seal.encode()).hexdigest(),
     }  # fmt: skip
     # An entry written before a field was recorded says nothing of it.
-    return tuple(name for name, value in stored.items() if name in recorded and recorded[name] != value)
+    differs = [name for name, value in stored.items() if name in recorded and recorded[name] != value]
+    # Who signed, and when: the entry's own actor and time (written a moment after the row).
+    if recorded.get("_actor") not in (None, review.reviewer_name):
+        differs.append("reviewer")
+    at = recorded.get("_at")
+    if isinstance(at, datetime) and abs((at - review.created_at).total_seconds()) > SIGNED_AT_SLACK:
+        differs.append("created_at")
+    return tuple(differs)
+
+
+# Seconds between a sign-off's row and its audit entry, written in the same transaction.
+SIGNED_AT_SLACK = 60
 
 
 def audit_of(session: Session, *, since: datetime) -> tuple[list[RedactedAfter], dict[int, dict[str, Any]]]:
@@ -134,7 +145,7 @@ def audit_of(session: Session, *, since: datetime) -> tuple[list[RedactedAfter],
         said = orjson.loads(detail)
         if action == "review.create":
             if isinstance(said, dict) and isinstance(said.get("review"), int):
-                created[said["review"]] = said
+                created[said["review"]] = said | {"_actor": actor, "_at": at}
             continue
         if not isinstance(said, dict):
             continue
