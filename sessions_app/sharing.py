@@ -100,9 +100,10 @@ def revoke_links_made_by(*, actor: Actor, project_id: int, user_id: int, why: st
     a role below maintainer), each recorded as revoked and why; how many there were. They would
     open nothing anyway (`ShareLink.objects.active()`); revoked, the lists and the audit log say
     so, and a role given back later does not reopen them."""
-    links = ShareLink.objects.filter(project_id=project_id, created_by_id=user_id, revoked_at__isnull=True)
-    revoked = [revoke_link(actor=actor, link=link, ip=ip, why=why) for link in links]
-    return len(revoked)
+    links = list(ShareLink.objects.filter(project_id=project_id, created_by_id=user_id, revoked_at__isnull=True))
+    for link in links:
+        revoke_link(actor=actor, link=link, ip=ip, why=why)
+    return len(links)
 
 
 def open_link(*, token: str, ip: str | None = None) -> ShareLink | None:

@@ -44,7 +44,7 @@ import orjson
 import re2
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Model, Q
 from django.utils import timezone
 
 from . import audit
@@ -445,6 +445,7 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
     # A comment or sign-off note the redaction changed is marked with who changed it and when:
     # its author did not write the placeholder (a comment's earlier revision marks the comment).
     marked: dict[type[Model], set[int]] = {Comment: set(), CommentRevision: set(), Review: set()}
+    tours = TourStop.objects.filter(session=session).values("tour_id")  # the tours that stop on it
     for model, rows, names in (
         (Comment, Comment.objects.filter(session=session), ("body",)),
         (CommentRevision, CommentRevision.objects.filter(comment__session=session), ("body",)),
@@ -453,8 +454,8 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
         (TourStop, TourStop.objects.filter(session=session), ("title", "narration")),
         # A tour that stops on the session tells of it in its own title and description too,
         # and a link to such a tour in its note (a secret stayed in a tour's description).
-        (Tour, Tour.objects.filter(pk__in=_tours_through(session)), ("title", "description")),
-        (ShareLink, ShareLink.objects.filter(Q(session=session) | Q(tour__in=_tours_through(session))), ("note",)),
+        (Tour, Tour.objects.filter(pk__in=tours), ("title", "description")),
+        (ShareLink, ShareLink.objects.filter(Q(session=session) | Q(tour__in=tours)), ("note",)),
     ):
         # Checkpoint names are unique in their session, and two may become one text once
         # redacted ("ping ana@x.org", "ping bo@x.org"): the later ones are numbered apart.
@@ -477,10 +478,6 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
     for model, pks in marked.items():
         if pks:
             model.objects.filter(pk__in=pks).update(redacted_by=by[:150], redacted_at=at)
-
-
-def _tours_through(session: Session) -> QuerySet:
-    return TourStop.objects.filter(session=session).values("tour_id")
 
 
 def _numbered_apart(name: str, held: set[str]) -> str:

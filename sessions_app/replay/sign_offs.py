@@ -29,10 +29,14 @@ class RedactedAfter:
     by: str
     at: datetime  # when it began: a sign-off made while it ran signed what it left
     events: int
-    session_fields: tuple[str, ...]  # the session's own fields it changed, as findings name them
     # The digest of the value it left in each field it changed (by the model's field name): the
     # field counts as redacted, not edited, while it still holds that value.
     left: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def session_fields(self) -> tuple[str, ...]:
+        """The session's own fields it changed, as findings name them."""
+        return tuple(header_field_name(name) for name in self.left)
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,7 @@ def audit_of(session: Session, *, since: datetime) -> tuple[list[RedactedAfter],
         )
         events = said.get("events") if isinstance(said.get("events"), int) else 0
         began = _instant(said.get("at")) or at
-        found.append(RedactedAfter(by=actor, at=began, events=events, left=left,
-                                   session_fields=tuple(header_field_name(n) for n in left)))  # fmt: skip
+        found.append(RedactedAfter(by=actor, at=began, events=events, left=left))
     return found, created
 
 
