@@ -36,7 +36,7 @@ mcp = McpEndpoint()
 tune_garbage_collector()
 
 # The routes whose views return an asynchronous stream under ASGI (sessions_app/api/live.py, and
-# the player's own tail in sessions_app/views/sessions.py).
+# the player's own tail in sessions_app/views/player.py).
 STREAMS = re.compile(r"^/(?:api/sessions/[^/]+/(?:stream|tail)|sessions/[^/]+/tail)/?$")
 MCP = re.compile(r"^/mcp(?:/|$)")
 

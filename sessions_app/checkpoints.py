@@ -3,7 +3,7 @@ renaming and deleting, each with its audit entry. The entries name the checkpoin
 seq, never by its name: a name is text someone wrote, and the log, which is never rewritten,
 holds no such value (a later redaction could not take it out).
 
-The API (api/checkpoints.py) and the player's forms (views/sessions.py) call these workflows.
+The API (api/checkpoints.py) and the player's forms (views/checkpoints.py) call these workflows.
 Who may call them at all (maintainer and up) is the caller's `access.session_for`. Checkpoints
 a recording carries (rlm-code's, a live client's `checkpoint` events) are written by the ingest
 path (ingest/writer.py's set_checkpoint), which moves a name silently: the recording says so.

@@ -1,5 +1,5 @@
 """Server-Sent Events over HTTP, for the API's streams (api/live.py) and the player's own tail
-(views/sessions.py): the response, whether an ASGI server serves it, where a client that
+(views/player.py): the response, whether an ASGI server serves it, where a client that
 reconnects resumes, and the live tail both answer with. The frames themselves are
 replay/streaming.py's."""
 

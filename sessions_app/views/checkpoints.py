@@ -20,7 +20,7 @@ from ..forms import CheckpointForm, CheckpointRenameForm, PlayerForm, error_text
 from ..models import Checkpoint, Role, Session
 from ..replay import timeline
 from .pages import login_required
-from .sessions import player_page
+from .player import player_page
 
 
 def _taken(existing: Checkpoint, question: str) -> str:
