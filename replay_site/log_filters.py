@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 
 class NoTracebackForClientErrors(logging.Filter):
@@ -17,3 +18,25 @@ class NoTracebackForClientErrors(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+# A share link's path (sessions_app/urls.py, "open_share_link"): its token is a secret, stored
+# hashed (sharing.py), which Django's request log would write out whole on every refusal.
+_SHARE_PATH = re.compile(r"/s/[^/?#\s]+")
+
+
+class NoShareTokens(logging.Filter):
+    """Django logs a refused request with its path ("Not Found: /s/<token>"): a mistyped, revoked
+    or expired link's token would sit in the server's log in plain text, where whoever reads the
+    log could try it (a revoked one may be one that was reopened). The path keeps its shape
+    with the token left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_masked(arg) for arg in record.args)
+        record.msg = _masked(record.msg)
+        return True
+
+
+def _masked(value: object) -> object:
+    return _SHARE_PATH.sub("/s/[token]", value) if isinstance(value, str) else value

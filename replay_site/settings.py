@@ -444,8 +444,13 @@ Q_CLUSTER = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"no_client_error_tracebacks": {"()": "replay_site.log_filters.NoTracebackForClientErrors"}},
+    "filters": {
+        "no_client_error_tracebacks": {"()": "replay_site.log_filters.NoTracebackForClientErrors"},
+        "no_share_tokens": {"()": "replay_site.log_filters.NoShareTokens"},
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["no_client_error_tracebacks"]}},
+    # On the logger, not the handler: every handler an operator adds gets the masked record.
+    "loggers": {"django.request": {"filters": ["no_share_tokens"]}},
     "root": {
         "handlers": ["console"],
         "level": env_choice("REPLAY_LOG_LEVEL", "WARNING", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),

@@ -180,6 +180,19 @@ def test_an_unknown_token_is_the_plain_404_of_any_address(shown, mia):
     assert not AuditEntry.objects.filter(action="share_link.use").exists()
 
 
+def test_a_refused_links_token_stays_out_of_the_servers_log(shown, mia, caplog):
+    # Revoked, expired or mistyped, a token is a secret: Django's request log ("Not Found:
+    # /s/<token>") gets the path without it, and so does every handler (a logger filter).
+    link, token = _link(shown, mia)
+    sharing.revoke_link(actor=Actor(user=mia), link=link)
+    with caplog.at_level("WARNING", logger="django.request"):
+        assert Client().get(f"/s/{token}").status_code == 404
+        assert Client().get(f"/s/{token}/more?x=1").status_code == 404
+    logged = [record.getMessage() for record in caplog.records if record.name == "django.request"]
+    assert logged == ["Not Found: /s/[token]", "Not Found: /s/[token]/more"], logged
+    assert token not in caplog.text
+
+
 def test_the_visitor_sees_the_recording_and_not_the_teams_work(shown, mia):
     set_checkpoint(session=shown, name="the-turn", seq=3, created_by="mia")
     mia_actor = Actor(user=mia)
