@@ -365,3 +365,29 @@ def test_content_recorded_as_pieces_stays_a_list_and_reads_joined(project, tmp_p
     assert orjson.loads(user.raw) == lines[1]  # exported as recorded
     del stored["text"]  # what the player reads without the converter's text
     assert message_text(stored) == "Hi, my order #4411 hasn't arrived yet."
+
+
+def test_a_reasoning_document_is_kept_apart_from_the_reply_it_preceded(project, tmp_path):
+    # flux0's store finalises a document whose chunks say metadata kind "reasoning" as a
+    # ReasoningPart, not as the reply's content (MemoryEventStore.finalize_event).
+    lines = records()
+    thought = {"correlation_id": "corr_01", "event_id": "rsn_1", "seq": 0,
+               "patches": [{"op": "add", "path": "/-", "value": "The customer is upset; check the order."}],
+               "metadata": {"agent_id": "k75P208WN6", "agent_name": "support-agent", "kind": "reasoning"}}  # fmt: skip
+    lines.insert(4, {"id": "rsn", "recording_id": "NFoW8vKYTo", "offset": 4, "kind": "chunk",
+                     "created_at": "2025-08-24T18:20:24.031821+00:00", "payload": thought})  # fmt: skip
+    for offset, record in enumerate(lines):
+        record["offset"] = offset
+    path = tmp_path / "reasoning.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+    (session,), problems = ingest_file(flux0, path, project)
+    assert problems.count == 0
+    events = rows(session)
+    first = payload(next(e for e in events if e.kind == Kind.AGENT_MESSAGE))
+    reply = "Sorry to hear that! Order #4411 shipped on Monday and arrives tomorrow."
+    assert first["text"] == reply
+    assert [(m["event_id"], m.get("reasoning", False)) for m in first["messages"]] == [("rsn_1", True), ("run_a1", False)]
+    assert first["messages"][0]["text"] == "The customer is upset; check the order."
+    # The turn's step says the reply, not the thought.
+    closing = next(e for e in events if e.step_state and "Order #4411" in e.step_state)
+    assert "The customer is upset" not in step_state(closing)["output"]

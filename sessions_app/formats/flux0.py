@@ -485,12 +485,17 @@ class _Recording:
                 if content is not None and not isinstance(content, str):
                     # Pieces stay pieces, as they were streamed (`text` holds them joined).
                     entry["content"] = content
+                if doc.metadata.get("kind") == "reasoning":
+                    # flux0's store makes such a document a reasoning part, not the reply's
+                    # content (MemoryEventStore.finalize_event): kept in `messages`, marked, and
+                    # left out of the reply's text.
+                    entry["reasoning"] = True
                 if doc.broken:
                     entry["incomplete"] = True
                 texts.append(entry)
         correlation = chosen[0][1].correlation_id
         metadata = chosen[0][1].metadata
-        combined = "\n\n".join(entry["text"] for entry in texts if entry["text"])
+        combined = "\n\n".join(entry["text"] for entry in texts if entry["text"] and not entry.get("reasoning"))
         message = CanonicalEvent(
             kind=Kind.AGENT_MESSAGE, source_type="rebuilt_message", raw=raw,
             payload={
