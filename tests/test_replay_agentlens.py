@@ -248,3 +248,30 @@ def test_the_player_lists_each_call_once_with_its_answer(client, django_user_mod
     history = html[html.index("LLM history (") : html.index("</ol>", html.index("LLM history ("))]
     assert history.startswith("LLM history (1)")
     assert "#2 llm_call" in history and "→ I&#x27;ll read the deploy config" in history  # seq 1, shown 1-based
+
+
+def test_content_flagged_redacted_is_shown_as_agentlens_shows_it(project, tmp_path):
+    # builder.ts's maybeRedactEvent: a `redacted: true` llm_call's message contents and system
+    # prompt, and such an llm_response's completion, read "[REDACTED]"; model, tokens, cost and
+    # latency stay.
+    events = deploy_events(shared_kind=False)
+    call, response = events[1], events[2]
+    assert (call["eventType"], response["eventType"]) == ("llm_call", "llm_response")
+    call["payload"]["redacted"] = response["payload"]["redacted"] = True
+    session, _ = imported(events, project, tmp_path)
+    page = replay.replay_page(session=session, offset=0, limit=100)
+    shown_call, shown_response = (page["steps"][i]["event"]["payload"] for i in (1, 2))
+    assert [m["content"] for m in shown_call["messages"]] == ["[REDACTED]"]
+    assert shown_call["messages"][0]["role"] == "user" and shown_call["systemPrompt"] == "[REDACTED]"
+    assert shown_response["completion"] == "[REDACTED]"
+    assert (shown_response["costUsd"], shown_response["usage"]["totalTokens"]) == (0.0048, 1280)
+    assert shown_response["model"] == "claude-sonnet-4-20250514" and shown_response["latencyMs"] == 1150
+    history = resolve_page_context(page)[2]["llmHistory"]
+    assert history[0]["payload"]["messages"][0]["content"] == "[REDACTED]"
+    assert history[0]["response"]["payload"]["completion"] == "[REDACTED]"
+    # Nor in what else is shown of them: the step's prompt (rationale) and output.
+    shown = "".join(e.payload + (e.step_state or "") for e in rows(session))
+    for secret in ("Review the deploy plan", "careful release engineer", "read the deploy config"):
+        assert secret not in shown, secret
+    # The next call, not flagged, is shown whole.
+    assert page["steps"][13]["event"]["payload"]["completion"] == events[13]["payload"]["completion"]

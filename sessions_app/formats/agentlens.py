@@ -269,7 +269,7 @@ class Converter:
         if not isinstance(severity, str) or severity not in SEVERITIES:
             problems.add(line, "severity", f"unknown severity {clip(text(severity), 40)!r}: taken as info")
             severity = "info"
-        source_payload = payload_object(record.get("payload", {}), line, problems)
+        source_payload = _as_shown(kind, payload_object(record.get("payload", {}), line, problems))
 
         payload = dict(source_payload)
         envelope: dict[str, Any] = {"id": record.get("id"), "severity": severity}
@@ -582,6 +582,33 @@ class Converter:
             newer = list(store.items())[-(MAX_REMEMBERED // 2) :]
             store.clear()
             store.update(newer)
+
+
+# What AgentLens's replay shows of content its SDK flagged `redacted: true` ("content was
+# redacted for privacy"): builder.ts's maybeRedactEvent.
+REDACTED = "[REDACTED]"
+
+
+def _as_shown(kind: str, payload: Json) -> Json:
+    """The payload as AgentLens shows it: a flagged llm_call's message contents and system
+    prompt, and a flagged llm_response's completion, replaced by "[REDACTED]"; the model,
+    tokens, cost and latency kept. Shown, searched and exported so; the original export keeps
+    the record as received (docs/formats.md)."""
+    if payload.get("redacted") is not True:
+        return payload
+    if kind == Kind.LLM_CALL:
+        shown = dict(payload)
+        if isinstance(payload.get("messages"), list):
+            shown["messages"] = [
+                {**message, "content": REDACTED} if isinstance(message, dict) else message
+                for message in payload["messages"]
+            ]
+        if payload.get("systemPrompt"):
+            shown["systemPrompt"] = REDACTED
+        return shown
+    if kind == Kind.LLM_RESPONSE:
+        return payload | {"completion": REDACTED}
+    return payload
 
 
 _HANDLERS = {
