@@ -624,3 +624,40 @@ def test_a_first_record_longer_than_the_head_is_still_detected(tmp_path, name, g
     path = tmp_path / (name + (".gz" if gzipped else ""))
     path.write_bytes(gzip.compress(data) if gzipped else data)
     assert detect(Source(path=path)) == expected
+
+
+def test_a_folder_given_on_this_machine_keeps_where_its_sessions_came_from(project, tmp_path):
+    from sessions_app.ingest.importing import import_local_file
+    from sessions_app.replay.exports import original_file, original_missing
+
+    from .builders_rlm import write_sink_folder
+
+    # A plain folder: each file as if given on its own, kept with its job, so each session's
+    # original is its file byte for byte and the imports list names it.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    record_full_session(plain / "a.jsonl", run_id="run_a", steps=2)
+    record_full_session(tmp_path / "b.json", run_id="run_b", steps=1)
+    (plain / "b.json").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "b.json").read_bytes().replace(b"\n", b"\r\n"))
+    outcomes = import_local_file(path=plain, project=project, created_by="cli")
+    assert [o.error for o in outcomes] == [None, None]
+    for outcome, name in zip(outcomes, ["a.jsonl", "b.json"]):
+        job = outcome.session.import_job
+        assert (job.original_name, job.created_by, job.status) == (name, "cli", ImportJob.Status.DONE)
+        assert original_file(outcome.session).read_bytes() == (plain / name).read_bytes()
+    # No job stands for the folder itself.
+    assert ImportJob.objects.count() == 2
+    # A folder that is one recording (a LocalJSONLSink's): one job naming it, no copy kept; its
+    # events keep their records, which its original export gives.
+    sink = tmp_path / "observability"
+    write_sink_folder(sink)
+    outcomes = import_local_file(path=sink, project=project, created_by="cli")
+    assert [o.error for o in outcomes] == [None, None]
+    (job,) = {o.session.import_job for o in outcomes}
+    assert (job.original_name, job.stored_path, job.status) == ("observability/", "", ImportJob.Status.DONE)
+    assert sorted(r["session"] for r in job.result) == sorted(o.session.pk for o in outcomes), job.result
+    for outcome in outcomes:
+        assert original_file(outcome.session) is None and original_missing(outcome.session) == ""
+    # The same folder again stores nothing new, and leaves no job for it.
+    again = import_local_file(path=sink, project=project, created_by="cli")
+    assert all(o.duplicate for o in again) and ImportJob.objects.count() == 3

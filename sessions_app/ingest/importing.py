@@ -30,7 +30,7 @@ from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
 from .quotas import sessions_left
-from .uploads import keep_local_file, settle_original
+from .uploads import display_name, keep_local_file, settle_original
 from .writer import (
     append_events,
     bulk_write_cache,
@@ -336,7 +336,9 @@ def import_local_file(
     """Import a file or folder given on this machine (the command line, the demo), keeping a copy
     of a file as an upload is kept, so its original stays exportable byte for byte."""
     path = Path(path)
-    # A folder, a missing or unreadable file, a device: import_file says why, as for any source.
+    if path.is_dir() and not _unreadable(path):
+        return _import_local_folder(path=path, project=project, format=format, replace=replace, created_by=created_by)
+    # A missing or unreadable file or folder, a device: import_file says why, as for any source.
     # A pipe (`<(zcat run.jsonl.gz)`, `... | import_sessions /dev/stdin`) can be read only once:
     # it is not read to check it, but kept first and then imported from the copy.
     readable = os.access(path, os.R_OK) if _is_pipe(path) else path.is_file() and not _unreadable(path)
@@ -354,6 +356,24 @@ def import_local_file(
         # importable; the command printed why): no copy and no job to keep for it.
         Path(job.stored_path).unlink(missing_ok=True)
         job.delete()
+    return outcomes
+
+
+def _import_local_folder(
+    *, path: Path, project: Project, format: str, replace: bool, created_by: str
+) -> list[ImportOutcome]:
+    """A folder given on this machine. One that is a recording (rlm-code's SessionStore or
+    LocalJSONLSink folder) is imported under a job of its own that names it, "name/", so its
+    sessions say where they came from and it is listed with the other imports; no copy of its
+    files is kept: its events keep their records, which its original export gives. A plain
+    folder imports each file in it as a file given on its own (_import_folder), each kept
+    with its job, so the job made here goes again."""
+    job = ImportJob.objects.create(project=project, original_name=f"{display_name(path.name)}/", stored_path="",
+                                   requested_format=format, replace=replace, created_by=created_by[:150])  # fmt: skip
+    outcomes = import_file(path=path, project=project, format=format or None, replace=replace, job=job,
+                           created_by=created_by)  # fmt: skip
+    if not Session.objects.filter(import_job=job).exists():
+        job.delete()  # a plain folder (its files have their own jobs), or nothing new stored
     return outcomes
 
 
@@ -425,7 +445,9 @@ def _import_folder(
     for child in sorted(path.iterdir()):
         if child.name.startswith("."):
             continue
-        outcomes.extend(import_file(path=child, project=project, format=format, replace=replace, created_by=created_by))
+        outcomes.extend(
+            import_local_file(path=child, project=project, format=format or "", replace=replace, created_by=created_by)
+        )
     if not outcomes:
         outcomes.append(ImportOutcome(path=path, error=f"{path.name}: empty folder (nothing importable)"))
     return outcomes
@@ -534,7 +556,7 @@ class _JobProgress:
         job = self.job
         if job is None:
             return
-        if self.redactor is not None:
+        if self.redactor is not None and job.stored_path:  # a folder's job keeps no copy
             path = Path(job.stored_path)
             # A bundle's zip is not redacted line by line: the original its session carries is
             # kept (or not) by the bundle's import, under the same rules.
