@@ -661,3 +661,42 @@ def test_a_folder_given_on_this_machine_keeps_where_its_sessions_came_from(proje
     # The same folder again stores nothing new, and leaves no job for it.
     again = import_local_file(path=sink, project=project, created_by="cli")
     assert all(o.duplicate for o in again) and ImportJob.objects.count() == 3
+
+
+def test_command_replace_says_what_it_deleted_and_the_audit_log_keeps_it(project, tmp_path):
+    # A replaced session goes with its team's work on it (comments, sign-offs, tour stops): the
+    # command says which went, the project's log has a session.delete for each naming the
+    # session that replaced it, and a tour it shortened says so in its history.
+    from sessions_app import comments, reviews, tours
+    from sessions_app.access import Actor
+    from sessions_app.models import Comment, Review, TourStop
+
+    from .builders_teams import member
+
+    path = tmp_path / "run.jsonl"
+    record_full_session(path, steps=2)
+    run_command(str(path))
+    first = Session.objects.get()
+    mia = Actor(user=member("mia", project))
+    comments.create_comment(actor=mia, session=first, seq=1, body="the turn")
+    reviews.sign_off(session=first, reviewer=mia, verdict="approved")
+    tour = tours.create_tour(actor=mia, project=project, title="Walk")
+    tours.add_stop(actor=mia, tour=tour, session=first, seq=1, title="here")
+    events = first.event_count
+
+    out, _ = run_command(str(path), "--replace")
+
+    second = Session.objects.get()
+    assert f"replaced and deleted session(s) {first.pk} of the same source" in out
+    assert not (Comment.objects.exists() or Review.objects.exists() or TourStop.objects.exists())
+    (deleted,) = AuditEntry.objects.of_project(project).filter(action="session.delete")
+    assert (deleted.actor, deleted.target) == ("import_sessions", f"session:{first.pk}")
+    assert orjson.loads(deleted.detail) == {"events": events, "source_session_id": first.source_session_id,
+                                            "replaced_by": f"session:{second.pk}"}  # fmt: skip
+    change = (
+        AuditEntry.objects.of_project(project)
+        .filter(action="tour.change", target=f"tour:{tour.pk}")
+        .order_by("seq")
+        .last()
+    )
+    assert orjson.loads(change.detail) == {"stops_removed": 1, "replaced_by": f"session:{second.pk}"}

@@ -23,7 +23,9 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from .. import audit
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
+from ..deletion import note_shortened, tours_through
 from ..formats import GZIP_MAGIC, Source, detect, registry
 from ..models import ImportJob, Project, RedactionRules, Session
 from ..originals import jobs_holding, note_orphans
@@ -80,6 +82,8 @@ class ImportOutcome:
     unreadable: bool = False  # the file could not be read at all (the command's exit status)
     # Values the project's redaction rules replaced, by label; None when no rule is on.
     redactions: dict[str, int] | None = None
+    # The sessions of the same source this one replaced (an import with `replace`).
+    replaced: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         if self.error is not None:
@@ -95,6 +99,8 @@ class ImportOutcome:
         }
         if self.redactions is not None:
             out["redactions"] = self.redactions
+        if self.replaced:
+            out["replaced"] = self.replaced
         return out
 
 
@@ -184,7 +190,17 @@ def import_file(
             sessions = registry()[fmt].parse(source, problems)
             for parsed in sessions:
                 outcome = _import_session(
-                    parsed, path, project, fmt, replace, job, created, progress, problems, redactor
+                    parsed,
+                    path,
+                    project,
+                    fmt,
+                    replace,
+                    job,
+                    created,
+                    progress,
+                    problems,
+                    redactor,
+                    replacer=created_by or (job.created_by if job is not None else "") or "import",
                 )
                 if outcome is not None:
                     outcomes.append(outcome)
@@ -224,7 +240,10 @@ def _import_session(
     progress: _JobProgress,
     problems: Problems,
     redactor: Redactor | None,
+    replacer: str,
 ) -> ImportOutcome | None:
+    """Store one session of a file (`replacer`: who the sessions a `replace` supersedes are
+    deleted by, in the audit log)."""
     if sessions_left(project) == 0:
         # The upload was admitted with room for a session; a file holding more than the quota
         # leaves allows stops adding them here (each one read through, so the next is found).
@@ -264,7 +283,10 @@ def _import_session(
             if existing is not None:
                 raise _Duplicate(existing)
             if replace:
-                _replace(pk for pk in same_source.values_list("pk", flat=True) if pk not in created)
+                replaced = _replace(
+                    [pk for pk in same_source.values_list("pk", flat=True) if pk not in created],
+                    by=session, actor=replacer,
+                )  # fmt: skip
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
             pass
@@ -279,6 +301,7 @@ def _import_session(
     return ImportOutcome(
         path=path, session=session, format=fmt, events=session.event_count,
         steps=session.step_count, redactions=None if redactor is None else dict(redactor.counts - counted),
+        replaced=replaced if replace else [],
     )  # fmt: skip
 
 
@@ -310,15 +333,26 @@ def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
         )
 
 
-def _replace(session_ids: Iterable[int]) -> None:
-    """Delete the sessions a `replace` import supersedes, a chunk a statement. Events, snapshots
-    and checkpoints go too, through the database's own cascade; the originals of their uploads
-    after the grace period (originals.py)."""
+def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
+    """Delete the sessions a `replace` import supersedes, a chunk a statement, and return their
+    ids. Events, snapshots, checkpoints, comments, sign-offs and tour stops go too, through the
+    database's own cascade; the originals of their uploads after the grace period (originals.py).
+    Each goes into the project's log as a `session.delete` naming the session that replaced it,
+    and each tour that stopped on one says so, as deletion.delete_session does for a session
+    deleted by hand: inside the import's transaction, so a failed import deletes nothing."""
     for part in batched(session_ids, min(2000, (connection.features.max_query_params or 2000) // 2)):
         replaced = Session.objects.filter(pk__in=part)
+        gone = list(replaced.values_list("pk", "event_count", "source_session_id"))
         jobs = jobs_holding(replaced)
+        shortened = tours_through(replaced)
         replaced.delete()
         note_orphans(job_ids=jobs)
+        audit.record_many(action="session.delete", actor=actor, project=by.project_id, entries=[
+            (f"session:{pk}", {"events": events, "source_session_id": name, "replaced_by": f"session:{by.pk}"})
+            for pk, events, name in gone
+        ])  # fmt: skip
+        note_shortened(shortened, actor=actor, replaced_by=f"session:{by.pk}")
+    return session_ids
 
 
 def _fingerprinted(events: Iterable[CanonicalEvent], digest: Any) -> Iterator[CanonicalEvent]:

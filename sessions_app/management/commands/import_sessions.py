@@ -80,6 +80,10 @@ class Command(BaseCommand):
                 f"{outcome.events} events, {outcome.steps} steps, "
                 f"{len(outcome.problems)} problem(s))"
             )
+            if outcome.replaced:
+                # Gone with their comments, sign-offs and checkpoints: said, and in the audit log.
+                replaced = ", ".join(str(pk) for pk in outcome.replaced)
+                self.stdout.write(f"  replaced and deleted session(s) {replaced} of the same source")
         if not with_problems:  # a file's problems are shared by all its sessions
             return
         for problem in outcome.problems[:20]:
