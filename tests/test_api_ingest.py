@@ -97,6 +97,14 @@ def test_create_session_refuses_unknown_fields(api, project):
     assert response.json()["detail"].startswith("taks:")
 
 
+@pytest.mark.parametrize("started_at", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00"])
+def test_a_start_time_with_no_utc_instant_is_refused_on_its_field(api, project, started_at):
+    response = post_json(api, "/api/sessions", {"started_at": started_at})
+    assert response.status_code == 400
+    assert response.json()["detail"] == "started_at: timestamp outside the years 1-9999 in UTC"
+    assert not Session.objects.exists()
+
+
 @pytest.mark.parametrize(
     "method, url",
     [

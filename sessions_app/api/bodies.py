@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from pydantic import BaseModel, ValidationError
 
 from ..formats import int_as_orjson_reads
+from ..formats.canonical_json import validation_problems
 from .responses import BadRequest
 
 
@@ -70,9 +71,10 @@ def read_body(request: HttpRequest, schema: type[BaseModel]) -> Any:
         return schema.model_validate(data)
     except ValidationError as exc:
         errors = []
-        for error in exc.errors(include_url=False):
+        # The messages as an event's own validators word them (no pydantic "Value error, ").
+        for error, (_, message) in zip(exc.errors(include_url=False), validation_problems(exc), strict=True):
             loc = error["loc"]
             index = loc[1] if len(loc) > 1 and loc[0] == "events" and isinstance(loc[1], int) else None
-            errors.append({"index": index, "field": ".".join(map(str, loc)) or "body", "message": error["msg"]})
+            errors.append({"index": index, "field": ".".join(map(str, loc)) or "body", "message": message})
         first = errors[0]
         raise BadRequest(400, f"{first['field']}: {first['message']}", errors)

@@ -11,10 +11,11 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Query, Router, Schema, Status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .. import access, audit, jobs, sse
 from ..canonical import SessionMeta
+from ..formats.fields import in_utc_range
 from ..ingest import live as live_ingest
 from ..ingest.live import IngestError
 from ..ingest.quotas import QuotaExceeded, check_bytes
@@ -43,6 +44,15 @@ class SessionCreateIn(BaseModel, extra="forbid"):
     metadata: dict[str, Any] = Field(default_factory=dict)
     started_at: datetime | None = None
     idempotency_key: str = Field("", max_length=200, description="a retry with the same key returns the same session")
+
+    @field_validator("started_at")
+    @classmethod
+    def _in_utc_range(cls, value: datetime | None) -> datetime | None:
+        # Stored in UTC, as an event's timestamp (formats/canonical_json.py): "0001-01-01T00:00+05:00"
+        # parses but has no UTC instant.
+        if value is not None and value.tzinfo is not None and not in_utc_range(value):
+            raise ValueError("timestamp outside the years 1-9999 in UTC")
+        return value
 
 
 class SessionCreatedOut(Schema):
