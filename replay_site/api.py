@@ -154,7 +154,8 @@ def _message(error: dict) -> str:
     if error.get("type") in _NOT_AN_OBJECT:
         # The body itself, or an item of it (`stops.0`), as the location says.
         return "the body must be a JSON object" if _at_root(error) else "must be a JSON object"
-    return error.get("msg", "invalid value")
+    # Worded as the validator words it: pydantic puts "Value error, " before a ValueError's text.
+    return error.get("msg", "invalid value").removeprefix("Value error, ")
 
 
 def _at_root(error: dict) -> bool:

@@ -302,9 +302,9 @@ def test_dates_at_the_ends_of_time_filter_or_are_refused_naming_the_parameter(ac
     log(acme, action="member.add", actor="ada", at=datetime(2026, 3, 1, tzinfo=UTC), monkeypatch=monkeypatch)
     api = "/api/projects/acme/audit"
     refused = reviewer.get(api, {"since": "0001-01-01T00:00:00+14:00"})
-    assert refused.status_code == 400 and refused.json()["detail"].startswith("since: Value error, out of range")
+    assert refused.status_code == 400 and refused.json()["detail"].startswith("since: out of range")
     until = reviewer.get(api, {"until": "9999-12-31T23:59:59-12:00"})
-    assert until.status_code == 400 and until.json()["detail"].startswith("until: Value error, out of range")
+    assert until.status_code == 400 and until.json()["detail"].startswith("until: out of range")
     assert [e["seq"] for e in reviewer.get(api, {"since": "0001-01-01T00:00:00Z"}).json()["entries"]] == [0]
     # The page: "until 9999-12-31" includes every day there is.
     shown = page.get("/projects/acme/audit/", {"until": "9999-12-31", "since": "0001-01-01"})

@@ -105,10 +105,10 @@ def test_a_body_takes_json_types_as_declared_naming_the_field(admin, make_sessio
         ("expires_in_days", "7", "expected a number, got a string"),
     ):
         answer = post(links, {field: value})
-        assert answer.status_code == 400 and answer.json()["detail"] == f"{field}: Value error, {said}", answer.content
+        assert answer.status_code == 400 and answer.json()["detail"] == f"{field}: {said}", answer.content
     assert post(links, {"allow_export": True, "expires_in_days": 3}).status_code == 201
     switches = post("/api/projects/acme/redaction/try", {"detectors": {"email": "yes"}, "text": "a@example.org"})
     assert switches.status_code == 400
-    assert switches.json()["detail"] == "detectors: Value error, email: expected true or false, got a string"
+    assert switches.json()["detail"] == "detectors: email: expected true or false, got a string"
     comment = post(f"/api/sessions/{session.pk}/comments", {"seq": 1.0, "body": "x"})
-    assert comment.status_code == 400 and comment.json()["detail"] == "seq: Value error, expected an integer, got 1.0"
+    assert comment.status_code == 400 and comment.json()["detail"] == "seq: expected an integer, got 1.0"
