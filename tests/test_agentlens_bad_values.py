@@ -223,3 +223,27 @@ def test_session_started_tags_holding_nan_are_kept_as_null_in_the_sessions_metad
     session = kept()
     assert session.metadata["agentlens"]["tags"] == [None, "prod", None]
     assert session.metadata["agentlens"]["agentName"] == "bot" and session.status == Session.Status.COMPLETED
+
+
+# --- amounts below zero ------------------------------------------------------------------------
+
+
+def test_a_negative_cost_token_count_or_latency_is_a_warning_and_adds_nothing(db):
+    # An SDK bug's -5 dollars would otherwise be subtracted from the session's spend.
+    call = agentlens_event(b'{"callId":"c1","model":"m","messages":[]}', eventType="llm_call")
+    answer = agentlens_event(
+        b'{"callId":"c1","model":"m","completion":"ok","costUsd":-5,"latencyMs":-5,'
+        b'"usage":{"inputTokens":-100,"outputTokens":17}}',
+        timestamp="2026-02-08T10:30:01Z", eventType="llm_response",
+    )  # fmt: skip
+    response = post_agentlens(call, answer)
+    assert response.status_code == 201, response.content
+    said = {(w["field"], w["message"]) for w in response.json()["warnings"]}
+    assert said >= {
+        ("payload.costUsd", "a negative amount: -5 (ignored)"),
+        ("payload.latencyMs", "a negative amount: -5 (ignored)"),
+        ("payload.usage.inputTokens", "a negative amount: -100 (ignored)"),
+    }, said
+    session = kept()
+    assert session.cost_usd == 0 and session.tokens == 17
+    assert session.events.get(seq=1).cost_usd is None

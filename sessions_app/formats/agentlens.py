@@ -40,7 +40,7 @@ from ulid import ULID
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import clip, number, parse_iso, payload_object, record_kind, text
+from .fields import amount, clip, parse_iso, payload_object, record_kind, text
 from .records import DiscardProblems, Record, RecordSpool, iter_records
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
@@ -319,7 +319,7 @@ class Converter:
     ) -> None:
         call_id, call = self._answered_call(event, payload, "callId", line, problems)
         event.tool = _str(payload, "toolName") or (call or {}).get("name", "")
-        event.duration_ms = number(payload, "durationMs", "payload.durationMs", line, problems)
+        event.duration_ms = amount(payload, "durationMs", "payload.durationMs", line, problems)
         failed = event.kind == Kind.TOOL_ERROR
         event.failed = failed
         if failed:
@@ -361,11 +361,11 @@ class Converter:
         call_id, call = self._answered_call(event, payload, "callId", line, problems)
         event.tool = _str(payload, "model") or (call or {}).get("name", "")
         tokens = _tokens(payload, "usage", line, problems)
-        cost = number(payload, "costUsd", "payload.costUsd", line, problems)
+        cost = amount(payload, "costUsd", "payload.costUsd", line, problems)
         event.tokens = tokens
         event.cost_usd = cost
         event.cost_unpriced = cost is None and bool(tokens)
-        event.duration_ms = number(payload, "latencyMs", "payload.latencyMs", line, problems)
+        event.duration_ms = amount(payload, "latencyMs", "payload.latencyMs", line, problems)
         finish = _str(payload, "finishReason")
         if finish == "error":
             event.is_error = True
@@ -389,7 +389,7 @@ class Converter:
         )
 
     def _cost(self, event: CanonicalEvent, payload: Json, metadata: Json, line: int | None, problems: Problems) -> None:
-        cost = number(payload, "costUsd", "payload.costUsd", line, problems)
+        cost = amount(payload, "costUsd", "payload.costUsd", line, problems)
         tokens = _cost_tokens(payload, line, problems)
         model = _str(payload, "model")
         reference = _str(payload, "callId") or _str(metadata, "callId")
@@ -657,11 +657,11 @@ def _tokens(payload: dict[str, Any], key: str, line: int | None, problems: Probl
 def _token_total(usage: dict[str, Any], field: str, line: int | None, problems: Problems) -> int | None:
     for name in ("totalTokens", "total"):
         if name in usage:
-            total = number(usage, name, f"{field}.{name}", line, problems)
+            total = amount(usage, name, f"{field}.{name}", line, problems)
             if total is not None:
                 return int(total)
     parts = [
-        number(usage, name, f"{field}.{name}", line, problems)
+        amount(usage, name, f"{field}.{name}", line, problems)
         for name in ("inputTokens", "input", "outputTokens", "output")
         if name in usage
     ]
@@ -676,7 +676,7 @@ def _cost_tokens(payload: dict[str, Any], line: int | None, problems: Problems) 
         tokens = payload["tokens"]
         if isinstance(tokens, dict):
             return _token_total(tokens, "payload.tokens", line, problems)
-        value = number(payload, "tokens", "payload.tokens", line, problems)
+        value = amount(payload, "tokens", "payload.tokens", line, problems)
         return int(value) if value is not None else None
     return _token_total(payload, "payload", line, problems)
 

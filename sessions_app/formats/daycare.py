@@ -33,7 +33,7 @@ from typing import Any
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import clip, number, parse_epoch_ms, record_kind, text
+from .fields import amount, clip, number, parse_epoch_ms, record_kind, text
 from .records import iter_records
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
@@ -278,9 +278,9 @@ class _History:
                     self.meta.model = model
             size = tokens.get("size")
             if isinstance(size, dict):
-                total = number(size, "total", "tokens.size.total", line, problems)
+                total = amount(size, "total", "tokens.size.total", line, problems)
                 if total is None and "total" not in size:
-                    parts = [number(size, k, f"tokens.size.{k}", line, problems) for k in ("input", "output")]
+                    parts = [amount(size, k, f"tokens.size.{k}", line, problems) for k in ("input", "output")]
                     total = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
                 used = int(total) if total is not None else None
             elif size is not None:

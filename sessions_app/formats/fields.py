@@ -37,6 +37,17 @@ def number(container: dict[str, Any] | Any, key: str, field: str, line: int | No
     return value
 
 
+def amount(container: dict[str, Any] | Any, key: str, field: str, line: int | None, problems: Problems) -> float | None:
+    """A number as `number` reads it that cannot be below 0 (a cost, a token count, a
+    duration): a negative one is reported on `field` and ignored, not subtracted from the
+    session's totals."""
+    value = number(container, key, field, line, problems)
+    if value is not None and value < 0:
+        problems.add(line, field, f"a negative amount: {value} (ignored)")
+        return None
+    return value
+
+
 def text(value: Any) -> str:
     """A value shown as text: strings as they are, anything else as compact JSON."""
     if isinstance(value, str):
