@@ -724,3 +724,24 @@ def test_live_batches_with_an_unhashable_severity_are_stored_with_a_warning(proj
     stored = rows(session)
     assert [e.kind for e in stored] == DEPLOY_KINDS
     assert stored[2].tokens == 1280 and stored[2].pair_seq == stored[1].seq
+
+
+def test_one_agentlens_line_in_another_formats_file_does_not_take_the_file(project, tmp_path):
+    from sessions_app.ingest.importing import import_file
+
+    from .builders_rlm import record_full_session
+
+    path = tmp_path / "mixed.jsonl"
+    record_full_session(path, steps=3)
+    lines = path.read_bytes().splitlines(keepends=True)
+    stray = orjson.dumps(source_events("two_sessions.ndjson")[1]) + b"\n"
+    path.write_bytes(b"".join([*lines[:4], stray, *lines[4:]]))
+    assert detect(Source(path=path)) == "rlm_native"
+    (outcome,) = import_file(path=path, project=project)
+    assert outcome.error is None and outcome.format == "rlm_native"
+    assert outcome.events == len(lines) and outcome.steps == 3
+    assert [p["line"] for p in outcome.problems] == [5], outcome.problems
+    # Most lines AgentLens's, one of another format: AgentLens's, the odd line reported.
+    events = b"".join(orjson.dumps(e) + b"\n" for e in source_events("two_sessions.ndjson"))
+    path.write_bytes(lines[0] + events)
+    assert detect(Source(path=path)) == "agentlens"

@@ -96,12 +96,17 @@ _HAS_SESSION_ID = re.compile(rb'"sessionId"\s*:')
 
 
 def sniff(head: Head) -> bool:
-    for record in head.records[:10]:
-        if "eventType" in record and "sessionId" in record:
-            return True
+    records = head.records[:10]
+    for record in records:
         events = record.get("events")
         if isinstance(events, list) and events and isinstance(events[0], dict):
             return "eventType" in events[0]
+    if records:
+        # JSON lines: AgentLens when most of the first ones are its events. One AgentLens line
+        # pasted into another format's file took the whole file, every other line then skipped
+        # as an event without a sessionId.
+        return sum("eventType" in r and "sessionId" in r for r in records) * 2 > len(records)
+    # A document (an array, or {"events": [...]} spread over lines): no line is a record.
     lead = head.text.lstrip()[:1]
     if lead not in (b"[", b"{"):
         return False
