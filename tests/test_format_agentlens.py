@@ -207,6 +207,10 @@ def test_steps_close_at_llm_responses_tool_outcomes_and_approval_decisions(proje
     assert states[0]["tokens_used"] == 1280
     assert states[0]["timestamp"] == "2026-02-08T10:30:02.150Z"
     assert states[1]["action_code"] == 'read_file({"path":"config/deploy.yaml"})'
+    # raw_action keeps the arguments as recorded (an object), as the OTLP mapping does.
+    assert states[1]["raw_action"] == {"callId": "tc_01", "toolName": "read_file",
+                                       "arguments": {"path": "config/deploy.yaml"}}  # fmt: skip
+    assert states[4]["raw_action"]["params"] == {"service": "api", "version": "2.3"}
     assert states[1]["output"] == "replicas: 3\nimage: registry.local/api:v2.3\n"
     assert states[2]["error"] == "2 of 41 smoke tests failed [E_TESTS]"
     assert states[2]["duration_ms"] == 4000

@@ -317,6 +317,7 @@ class Converter:
         self._remember_call(call_id, {
             "kind": "tool", "name": event.tool, "ts": _ms(event.timestamp),
             "arguments": clip(text(payload.get("arguments")), STEP_TEXT_LIMIT),
+            "raw": _as_recorded(payload.get("arguments")),
         })  # fmt: skip
 
     def _tool_outcome(
@@ -345,7 +346,7 @@ class Converter:
             error=f"{error} [{code}]" if code else error,
             duration_ms=self._duration(event, call),
             tokens=0,
-            raw_action={"callId": call_id, "toolName": event.tool, "arguments": (call or {}).get("arguments", "")},
+            raw_action={"callId": call_id, "toolName": event.tool, "arguments": _recorded(call, "arguments")},
         )
 
     def _llm_call(
@@ -432,6 +433,7 @@ class Converter:
         self._remember_call(request_id, {
             "kind": "approval", "name": _str(payload, "action"), "ts": _ms(event.timestamp),
             "arguments": clip(text(payload.get("params")), STEP_TEXT_LIMIT),
+            "raw": _as_recorded(payload.get("params")),
         })  # fmt: skip
 
     def _approval_decision(
@@ -452,7 +454,7 @@ class Converter:
             error="",
             duration_ms=self._duration(event, request),
             tokens=0,
-            raw_action={"requestId": request_id, "action": action, "params": (request or {}).get("arguments", "")},
+            raw_action={"requestId": request_id, "action": action, "params": _recorded(request, "arguments")},
         )
 
     # Helpers ------------------------------------------------------------------------------
@@ -684,6 +686,21 @@ def _cost_tokens(payload: dict[str, Any], line: int | None, problems: Problems) 
         value = amount(payload, "tokens", "payload.tokens", line, problems)
         return int(value) if value is not None else None
     return _token_total(payload, "payload", line, problems)
+
+
+def _as_recorded(value: Any) -> Any:
+    """A call's arguments as recorded, for its step's `raw_action`, where they are small: the
+    converter remembers each open call (its state, saved between live batches), and a large
+    object is remembered as its clipped text only (`arguments`)."""
+    return value if len(text(value)) <= STEP_TEXT_LIMIT else None
+
+
+def _recorded(call: dict[str, Any] | None, key: str) -> Any:
+    """A remembered call's arguments as recorded, else as clipped text ("" for no call)."""
+    if call is None:
+        return ""
+    raw = call.get("raw")
+    return raw if raw is not None else call.get(key, "")
 
 
 def _last_message(messages: Any, line: int | None, problems: Problems) -> str:
