@@ -123,3 +123,23 @@ def test_a_demo_user_made_the_projects_last_admin_keeps_that_role_and_the_run_go
     call_command("setup_demo", stdout=StringIO(), stderr=err)
     assert "demo: kept demo's role: role: demo is the project's last admin" in err.getvalue()
     assert Membership.objects.get(user=demo_user()).role == Role.ADMIN
+
+
+def test_the_demo_has_a_tour_through_its_failing_run_made_once():
+    # The walkthrough's newcomer found "No tours yet" on the Learn page.
+    from sessions_app.models import Event, Tour
+
+    out = StringIO()
+    call_command("setup_demo", stdout=out, stderr=StringIO())
+    (tour,) = Tour.objects.filter(project=Project.get_default())
+    assert f"A guided tour to start with: http://127.0.0.1:8000/tours/{tour.pk}/" in out.getvalue()
+    stops = list(tour.stops.order_by("position"))
+    (session,) = {stop.session for stop in stops}
+    assert session.run_id == "demo_invoices_failed" and tour.created_by == demo_user()
+    first_error = Event.objects.filter(session=session, is_error=True).order_by("seq").first()
+    assert [(s.seq, s.title) for s in stops] == [
+        (0, "The task"), (first_error.seq, "The first error"), (session.event_count - 1, "How it ended"),
+    ]  # fmt: skip
+    tour.stops.filter(title="How it ended").delete()  # edited since: a later run leaves it so
+    setup_demo()
+    assert Tour.objects.get().stops.count() == 2

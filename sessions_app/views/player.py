@@ -202,9 +202,13 @@ def search(request: HttpRequest, session_id: int) -> HttpResponse:
     context = {"search": found, "search_from": start, "search_error": error, "search_q": request.GET.get("q", ""),
                "search_errors": query["errors"]}  # fmt: skip
     status = 400 if error else 200
+    state = PlayerForm(request.GET).values()
     if not wants_partial(request):
-        return player_page(request, session, PlayerForm(request.GET).values(), extra=context, status=status)
-    response = render(request, "sessions_app/player.html#search-results", context | {"session": session}, status=status)
+        return player_page(request, session, state, extra=context, status=status)
+    # The results' links keep the viewer's kinds, speed, pace and tour, as the step list's do.
+    keep = player_link_suffix(state)
+    context |= {"session": session, "keep": tour_mode_context(request, session, state, keep).get("keep", keep)}
+    response = render(request, "sessions_app/player.html#search-results", context, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response
 

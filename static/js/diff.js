@@ -15,6 +15,12 @@
       el.style.left = (share(el, "data-step") * 100).toFixed(2) + "%";
     });
   }
+  // A screen reader hears the step counted from 1, as the page counts it, not the 0-based value.
+  document.addEventListener("input", function (event) {
+    const range = event.target;
+    if (range.id !== "diff-offset") return;
+    range.setAttribute("aria-valuetext", "step " + (Number(range.value) + 1) + " of " + (Number(range.max) + 1));
+  });
   document.addEventListener("DOMContentLoaded", draw);
   document.addEventListener("htmx:historyRestore", draw);
 })();

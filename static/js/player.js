@@ -304,11 +304,11 @@
     }
   });
 
-  // A button or checkbox clicked with a pointer does not keep the focus (as on macOS), so the
+  // A button, checkbox or event link clicked with a pointer does not keep the focus (as on macOS), so the
   // shortcuts a focused control turns off keep working for mouse users; a keyboard "click"
   // (detail 0: Space or Enter) keeps it, for Tab to go on from there. After the click's own
   // work: a label hands its click, and the focus, to its checkbox only once it has run.
-  const POINTER_BLURRED = "#player button, #player input[type=checkbox]";
+  const POINTER_BLURRED = "#player button, #player input[type=checkbox], #player a[data-seq], #search-results a[data-seq]";
   document.addEventListener("click", function (event) {
     if (!onPlayer() || event.detail === 0 || !event.target.closest) return;
     if (!event.target.closest(POINTER_BLURRED + ", #player label")) return;

@@ -9,6 +9,15 @@
     return meta ? meta.content : "";
   }
 
+  // Pushing the address already shown adds a history entry Back stays on: a search box that
+  // answers a pause in typing, then Enter's change and submit, asked up to three times.
+  document.addEventListener("htmx:beforeHistoryUpdate", function (event) {
+    const update = event.detail.history;
+    if (update && update.type === "push" && new URL(update.path, location.href).href === location.href) {
+      update.type = "replace";
+    }
+  });
+
   document.addEventListener("htmx:configRequest", function (event) {
     if (event.detail.verb !== "get") {
       event.detail.headers["X-CSRFToken"] = csrfToken();

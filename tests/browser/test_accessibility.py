@@ -14,6 +14,7 @@ from playwright.sync_api import Page
 
 from sessions_app import comments, sharing, tours
 from sessions_app.access import Actor
+from sessions_app.ingest.importing import import_local_file
 from sessions_app.ingest.writer import set_checkpoint
 from sessions_app.models import Event, Project, Role, Session
 from sessions_app.reviews import sign_off
@@ -101,6 +102,11 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
     record_variant(tmp_path / "a.jsonl", run_id="baseline", steps=6)
     record_variant(tmp_path / "b.jsonl", run_id="candidate", steps=7, change_at=3)
     a, b = import_one(tmp_path / "a.jsonl"), import_one(tmp_path / "b.jsonl")
+    # Given on the command line, as `make run`'s demo is: the imports page lists them, each row
+    # with its links (file, session) packed in a table cell.
+    for name in ("a", "b"):
+        record_variant(tmp_path / f"kept-{name}.jsonl", run_id=f"kept-{name}", steps=3)
+        import_local_file(path=tmp_path / f"kept-{name}.jsonl", project=Project.get_default(), created_by="ada")
     tour = tours.create_tour(actor=Actor(user=ada), project=Project.get_default(), title="How the search failed",
                              description="Three stops across *two* sessions.")  # fmt: skip
     stops = [tours.StopSpec(session=talk.pk, seq=1, title="The question", narration="It starts **here**."),
@@ -156,6 +162,10 @@ def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
         page.goto(path)
         page.wait_for_selector(ready)
         problems.append(accessibility_problems(page, name))
+    # An rlm-code recording: its step_end rows are one line high, the smallest targets.
+    page.goto(f"/sessions/{reviewed['a'].pk}/?step=2")
+    page.wait_for_selector("#step-list .event")
+    problems.append(accessibility_problems(page, "player of an rlm-code recording"))
     page.goto(f"/tours/{tour.pk}/play/?stop=2")  # the player in tour mode, at stop 2
     page.wait_for_selector("#tour-narration")
     problems.append(accessibility_problems(page, "player in tour mode"))

@@ -15,13 +15,18 @@ from axes.utils import reset as reset_sign_in_failures
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.urls import reverse
 
-from sessions_app import audit, teams
+from sessions_app import audit, teams, tours
+from sessions_app.access import Actor
 from sessions_app.ingest.importing import import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
-from sessions_app.models import Project, Role
+from sessions_app.models import Event, Project, Role, Session, Tour
 
 DEMO_USER = "demo"
+# A newcomer's first walk (the Learn page): where the failing demo run went wrong.
+DEMO_TOUR = "Where the invoice run went wrong"
+DEMO_TOUR_RUN = "demo_invoices_failed"
 
 
 class Command(BaseCommand):
@@ -63,8 +68,40 @@ class Command(BaseCommand):
                     self.stderr.write(f"demo: {path.name}: {outcome.error}")
                 else:
                     loaded += 1
+        tour = _demo_tour(project, user)
         self.stdout.write(
             f"Demo sessions available: {loaded} (project {project.name}, where {DEMO_USER} is a maintainer)"
         )
+        if tour is not None:
+            self.stdout.write(
+                f"A guided tour to start with: {options['url'].rstrip('/')}{reverse('sessions:tour', args=[tour.pk])}"
+            )
         self.stdout.write(f"Sign in at {options['url']}")
         self.stdout.write(f"Demo sign-in: user {DEMO_USER}, password {password}")
+
+
+def _demo_tour(project: Project, user) -> Tour | None:
+    """The demo's tour through its failing run (its start, its first error, its end), made by the
+    demo user once: a later run keeps it as it is (and its edits). None without that run."""
+    existing = Tour.objects.filter(project=project, title=DEMO_TOUR).first()
+    if existing is not None:
+        return existing
+    session = Session.objects.filter(project=project, run_id=DEMO_TOUR_RUN).order_by("-pk").first()
+    if session is None or not session.event_count:
+        return None
+    error = Event.objects.filter(session=session, is_error=True).order_by("seq").values_list("seq", flat=True).first()
+    stops = [tours.StopSpec(session=session.pk, seq=0, title="The task",
+                            narration="The agent is asked to reconcile the March invoices. Press **→** to step, "
+                                      "**Space** to play at the recorded pace.")]  # fmt: skip
+    if error is not None:
+        stops.append(tours.StopSpec(session=session.pk, seq=error, title="The first error",
+                                    narration="Here it went wrong. The **Context** panel shows what the agent "
+                                              "saw at this step: its code, the error and its variables."))  # fmt: skip
+    stops.append(tours.StopSpec(session=session.pk, seq=session.event_count - 1, title="How it ended",
+                                narration="The run's end: compare it with a good run from the sessions list "
+                                          "(pick A and B, then **Compare**)."))  # fmt: skip
+    actor = Actor(user=user)
+    tour = tours.create_tour(actor=actor, project=project, title=DEMO_TOUR,
+                             description="Three stops through a failed run: what it was asked, where it broke, how it ended.")  # fmt: skip
+    tours.set_stops(actor=actor, tour=tour, stops=stops)
+    return tour
