@@ -353,6 +353,37 @@ def test_search_lists_matches_from_the_current_step(logged_in, talk):
     assert error_seqs == [turn_length() + 10, turn_length() + 11]
 
 
+def test_search_results_keep_the_viewers_kinds_speed_pace_and_tour_and_offer_the_start(logged_in, talk):
+    # A result clicked in tour mode stayed in the tour; at 5x it played on at 5x (walkthrough).
+    from sessions_app import tours
+    from sessions_app.access import Actor
+
+    from .builders_teams import member
+
+    ada = Actor(user=member("ada", talk.project))
+    tour = tours.create_tour(actor=ada, project=talk.project, title="t")
+    tours.set_stops(actor=ada, tour=tour, stops=[tours.StopSpec(session=talk.pk, seq=2, title="s")])
+    url = reverse("sessions:search", args=[talk.pk])
+    asked = {"q": "answer 2", "step": 0, "speed": "5", "pace": "recorded", "types": ["result", "error"],
+             "tour": tour.pk, "stop": 1}  # fmt: skip
+    html = logged_in.get(url, asked, HTTP_HX_REQUEST="true").content.decode()
+    links = [link.replace("&amp;", "&") for link in re.findall(r'<a href="([^"]+)" data-seq="\d+"', html)]
+    assert links and all(
+        link.endswith(f"&types=result&types=error&speed=5&pace=recorded&tour={tour.pk}&stop=1") for link in links
+    ), links
+    # The player's form sends them, so the pushed address holds them too.
+    page = logged_in.get(url.replace("search/", "")).content.decode()
+    assert 'hx-include="#filters, #speed, #pace, #tour-params"' in page.split('id="search-form"')[1].split(">")[0]
+    # Nothing after the shown step: said, with the same search from the start.
+    last = talk.event_count - 1
+    empty = logged_in.get(url, {"q": "answer 2", "step": last}, HTTP_HX_REQUEST="true").content.decode()
+    assert f"Nothing found from #{last + 1} on: the search reads forward." in empty
+    start = re.search(r'href="([^"]+)"[^>]*>Search from the start</a>', empty).group(1)
+    assert "step=0" in start and "q=answer+2" in start
+    again = logged_in.get(start.replace("&amp;", "&"), HTTP_HX_REQUEST="true").content.decode()
+    assert re.findall(r'data-seq="(\d+)"', again)
+
+
 def test_a_search_without_javascript_is_the_player_at_its_step_with_the_results(logged_in, talk):
     """The search's address is a page of its own: the whole player at the step it searched from,
     the results in their panel and the box holding what was asked."""

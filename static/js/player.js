@@ -256,6 +256,9 @@
     const link = event.target.closest("a[data-seq]");
     if (link && !event.ctrlKey && !event.metaKey && !event.shiftKey && event.button === 0) {
       event.preventDefault();
+      // Clicked with a pointer, the link gives up the focus (the arrows went dead on it), before
+      // the request leaves: replay.js would hand it to the same link in the new list.
+      if (event.detail !== 0) link.blur();
       setPlaying(false);
       go(parseInt(link.getAttribute("data-seq"), 10));
     }
@@ -304,11 +307,11 @@
     }
   });
 
-  // A button, checkbox or event link clicked with a pointer does not keep the focus (as on macOS), so the
+  // A button or checkbox clicked with a pointer does not keep the focus (as on macOS), so the
   // shortcuts a focused control turns off keep working for mouse users; a keyboard "click"
   // (detail 0: Space or Enter) keeps it, for Tab to go on from there. After the click's own
   // work: a label hands its click, and the focus, to its checkbox only once it has run.
-  const POINTER_BLURRED = "#player button, #player input[type=checkbox], #player a[data-seq], #search-results a[data-seq]";
+  const POINTER_BLURRED = "#player button, #player input[type=checkbox]";
   document.addEventListener("click", function (event) {
     if (!onPlayer() || event.detail === 0 || !event.target.closest) return;
     if (!event.target.closest(POINTER_BLURRED + ", #player label")) return;

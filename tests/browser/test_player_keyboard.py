@@ -174,6 +174,32 @@ def test_a_keyboard_user_drives_the_player_without_surprises(watched, analyst, t
     wait_for_seq(page, talk.event_count - 1)
     wait_until(page, "document.activeElement.id === 'step-back'")
     assert page.locator("#step-forward").is_disabled()
+
+    # An event clicked with the mouse does not keep the focus: the arrows go on from it
+    # (walkthrough: they did nothing after a click on a row or a search result).
+    row = page.locator("#step-list a[data-seq]").first
+    clicked = int(row.get_attribute("data-seq"))
+    row.click()
+    wait_for_seq(page, clicked)
+    settle(page)
+    wait_until(page, "document.activeElement === document.body")
+    page.keyboard.press("ArrowRight")
+    wait_for_seq(page, clicked + 1)
+    # A search sent with Enter is one history entry, however many of its events asked for it.
+    before = page.evaluate("history.length")
+    page.fill("#search-q", "answer")
+    page.keyboard.press("Enter")
+    page.locator("#search-results a[data-seq]").first.wait_for()
+    settle(page)
+    page.locator("#search-form button[type=submit]").click()  # the same search again
+    settle(page)
+    assert page.evaluate("history.length") == before + 1
+    page.locator("#search-results a[data-seq]").first.click()
+    settle(page)
+    wait_until(page, "document.activeElement === document.body")
+    shown = frame(page)["seq"]
+    page.keyboard.press("ArrowRight")
+    wait_for_seq(page, shown + 1)
     watch.assert_clean()
 
 
