@@ -204,6 +204,19 @@ MULTIPART_FILE = b'--x\r\nContent-Disposition: form-data; name="file"; filename=
         (MULTIPART_FILE, "multipart/form-data; boundary=", "the multipart body cannot be read: Invalid boundary"),
         (MULTIPART_FILE, "multipart/form-data; boundary=\u00ff", "the multipart body cannot be read"),
         (b"not multipart", "text/plain", "file: a multipart field named 'file' is required"),
+        # A part whose file name Django will not take is no file (the message says which ones).
+        (
+            MULTIPART_FILE.replace(b'"a.jsonl"', b'".."'),
+            "multipart/form-data; boundary=x",
+            "file: a multipart field named 'file' is required, holding a file with a name (none came: no such field, "
+            "a file name empty or '..', or a body cut off)",
+        ),
+        # Two files: one upload is one job, so the first is not dropped unsaid.
+        (
+            MULTIPART_FILE.replace(b"--x--", b"--x" + MULTIPART_FILE[3:-7].replace(b"a.jsonl", b"b.jsonl") + b"--x--"),
+            "multipart/form-data; boundary=x",
+            "file: one file per upload, 2 were sent (send each on its own)",
+        ),
     ],
 )
 def test_malformed_multipart_uploads_are_400_with_a_message(api, project, body, content_type, message):

@@ -119,9 +119,16 @@ def create_import(request: HttpRequest):
         if project is not None:
             # The body less its boundaries and small fields: a file that would fit is not refused.
             check_upload(project=project, size=max(0, length - FORM_FIELDS))
-        uploaded = request.FILES.get("file")
-        if uploaded is None:
-            raise BadRequest(400, "file: a multipart field named 'file' is required")
+        files = request.FILES.getlist("file")
+        if not files:
+            # Django takes no part for a file without a usable name (none, "..", not UTF-8), and
+            # reads a body cut off before a part's end as holding none.
+            raise BadRequest(400, "file: a multipart field named 'file' is required, holding a file with a name "
+                                  "(none came: no such field, a file name empty or '..', or a body cut off)")  # fmt: skip
+        if len(files) > 1:
+            # One upload is one job: a second file was silently dropped.
+            raise BadRequest(400, f"file: one file per upload, {len(files)} were sent (send each on its own)")
+        uploaded = files[0]
         project = _project_of_the_body(request, project)
         job = accept_upload(
             uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
