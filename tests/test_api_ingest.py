@@ -206,6 +206,20 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
         ({"events": [{"kind": "note", "payload": {}, "depth": 2**63}]}, "events[0].depth"),
         ({"events": [{"kind": "note", "payload": {}, "step": 2**63}]}, "events[0].step"),
         ({"events": [{"kind": "llm_response", "payload": {}, "tokens": 2**63}]}, "events[0].tokens"),
+        # Taken as themselves only (walkthrough of bad input: `true` was stored as 1 token, "1.5"
+        # as a cost, "yes" as an error, a number as an epoch time).
+        ({"events": [{"kind": "llm_response", "payload": {}, "tokens": True}]}, "events[0].tokens"),
+        ({"events": [{"kind": "cost", "payload": {}, "cost_usd": "1.5"}]}, "events[0].cost_usd"),
+        ({"events": [{"kind": "note", "payload": {}, "step": "3"}]}, "events[0].step"),
+        ({"events": [{"kind": "error", "payload": {}, "is_error": "yes"}]}, "events[0].is_error"),
+        (
+            {"events": [{"kind": "note", "payload": {}, "timestamp": 1770000000}]},
+            "events[0].timestamp: expected ISO 8601 text, got int",
+        ),
+        (
+            {"events": [{"kind": "note", "payload": {}, "state_change": {"replace": "yes"}}]},
+            "events[0].state_change.replace",
+        ),
         # A misspelt StepState field was dropped without a word, and the step showed empty.
         (
             {"events": [{"kind": "step_end", "payload": {}, "step_state": {"step": 1, "action_typ": "code"}}]},

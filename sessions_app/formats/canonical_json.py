@@ -54,11 +54,13 @@ class StateChangeIn(BaseModel):
 
     memory: list[Any] | None = None
     variables: dict[str, Any] | None = None
-    replace: bool = False  # the variables become the whole variable state
+    replace: bool = Field(False, strict=True)  # the variables become the whole variable state
 
 
 class CanonicalEventIn(BaseModel):
-    """One canonical event. Unknown fields are refused so a typo never passes silently."""
+    """One canonical event. Unknown fields are refused so a typo never passes silently, and
+    numbers, booleans and times are taken only as themselves (strict): `true` is no token count,
+    `"1.5"` no cost and `"yes"` no error flag."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,25 +69,34 @@ class CanonicalEventIn(BaseModel):
     timestamp: datetime | None = Field(None, description="ISO 8601; without a zone it is UTC")
     payload: dict[str, Any] = Field(default_factory=dict)
     # Numbers are stored in 64-bit columns (as from every other format).
-    step: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
-    depth: int = Field(0, ge=0, le=INT64_MAX)
+    step: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX, strict=True)
+    depth: int = Field(0, ge=0, le=INT64_MAX, strict=True)
     agent_id: str = Field("", max_length=200)
     parent_id: str = Field("", max_length=200)
     child_id: str = Field("", max_length=200)
     tool: str = Field("", max_length=200, description="tool name, or the model of an LLM event")
     pair_id: str = Field("", max_length=200, description="pairs a call with its response")
-    duration_ms: FiniteFloat | None = Field(None, ge=0)
-    cost_usd: FiniteFloat | None = Field(None, ge=0)
-    cost_unpriced: bool = False
-    tokens: int | None = Field(None, ge=0, le=INT64_MAX)
-    reward: FiniteFloat | None = None
-    cumulative_reward: FiniteFloat | None = None
-    is_error: bool = False
-    failed: bool | None = None
+    duration_ms: FiniteFloat | None = Field(None, ge=0, strict=True)
+    cost_usd: FiniteFloat | None = Field(None, ge=0, strict=True)
+    cost_unpriced: bool = Field(False, strict=True)
+    tokens: int | None = Field(None, ge=0, le=INT64_MAX, strict=True)
+    reward: FiniteFloat | None = Field(None, strict=True)
+    cumulative_reward: FiniteFloat | None = Field(None, strict=True)
+    is_error: bool = Field(False, strict=True)
+    failed: bool | None = Field(None, strict=True)
     step_state: dict[str, Any] | None = Field(
         None, description="set when this event closes a step (rlm-code StepState fields)"
     )
     state_change: StateChangeIn | None = None
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _iso_text(cls, value: Any) -> Any:
+        # Numbers, booleans and the rest exactly as the schema says (pydantic would take a
+        # number for epoch seconds, or milliseconds, guessing which): ISO 8601 text or null.
+        if value is not None and not isinstance(value, (str, datetime)):
+            raise ValueError(f"expected ISO 8601 text, got {type(value).__name__}")
+        return value
 
     @field_validator("timestamp")
     @classmethod
