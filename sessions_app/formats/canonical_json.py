@@ -35,7 +35,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, read_records, source_stem
-from .fields import in_utc_range
+from .fields import utc_instant
 from .step_state import STEP_DEFAULTS
 
 NAME = "canonical"
@@ -98,13 +98,8 @@ class CanonicalEventIn(BaseModel):
             raise ValueError(f"expected ISO 8601 text, got {type(value).__name__}")
         return value
 
-    @field_validator("timestamp")
-    @classmethod
-    def _in_utc_range(cls, value: datetime | None) -> datetime | None:
-        # Stored in UTC: "0001-01-01T00:00+14:00" parses but has no UTC instant.
-        if value is not None and value.tzinfo is not None and not in_utc_range(value):
-            raise ValueError("timestamp outside the years 1-9999 in UTC")
-        return value
+    # Stored in UTC: "0001-01-01T00:00+14:00" parses but has no UTC instant.
+    _in_utc_range = field_validator("timestamp")(utc_instant)
 
     @field_validator("step_state")
     @classmethod

@@ -140,6 +140,14 @@ def in_utc_range(moment: datetime) -> bool:
     return True
 
 
+def utc_instant(value: datetime | None) -> datetime | None:
+    """A schema's validator of a time that is stored in UTC: the value, or ValueError when it
+    has no UTC instant."""
+    if value is not None and value.tzinfo is not None and not in_utc_range(value):
+        raise ValueError("timestamp outside the years 1-9999 in UTC")
+    return value
+
+
 def parse_epoch_ms(value: Any, field: str, line: int | None, problems: Problems) -> datetime | None:
     """Epoch milliseconds as an aware UTC datetime, or None with a problem."""
     if value is None:
