@@ -76,6 +76,7 @@ def checkpoint_in(*, session: Session, checkpoint_id: int) -> Checkpoint:
     return found
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def save_checkpoint(
     *,
     actor: Actor,
@@ -106,6 +107,7 @@ def save_checkpoint(
     return saved
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: str | None = None) -> Checkpoint:
     """Give a checkpoint another name; a name another checkpoint holds raises CheckpointExists
     (rename or delete that one first)."""
@@ -129,6 +131,7 @@ def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: st
     return checkpoint
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def delete_checkpoint(*, actor: Actor, checkpoint: Checkpoint, ip: str | None = None) -> None:
     checkpoint_id = checkpoint.pk  # None once deleted
     checkpoint.delete()

@@ -263,31 +263,43 @@ def create_comment(
     if not 0 <= seq < session.event_count:
         span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"
         raise CommentError(f"seq: session {session.pk} has no event at seq {seq} ({span})")
-    comment = Comment.objects.create(session=session, seq=seq, parent=thread, author=actor.user,
-                                     author_name=actor.name, body=body)  # fmt: skip
-    detail = {"comment": comment.pk, "seq": seq} | ({"parent": thread.pk} if thread else {})
-    audit.record(action="comment.create", actor=actor, project=session.project_id, target=f"session:{session.pk}",
-                 detail=detail, ip=ip)  # fmt: skip
+    with transaction.atomic():  # the comment and its audit entry, or neither
+        comment = Comment.objects.create(session=session, seq=seq, parent=thread, author=actor.user,
+                                         author_name=actor.name, body=body)  # fmt: skip
+        detail = {"comment": comment.pk, "seq": seq} | ({"parent": thread.pk} if thread else {})
+        audit.record(action="comment.create", actor=actor, project=session.project_id,
+                     target=f"session:{session.pk}", detail=detail, ip=ip)  # fmt: skip
     return _shown(comment)
+
+
+def _locked(comment: Comment) -> Comment:
+    """`comment` as stored now, its row locked to the end of the caller's transaction: a
+    delete, an edit or a redaction that committed since the caller loaded it is seen, and
+    none starts until this one ends (an edit racing a delete wrote the deleted text back)."""
+    fresh = Comment.objects.select_for_update().get(pk=comment.pk)
+    for name in ("body", "deleted_at", "edited_at", "resolved_at", "resolved_by"):
+        setattr(comment, name, getattr(fresh, name))
+    return comment
 
 
 def edit_comment(*, actor: Actor, comment: Comment, body: str, ip: str | None = None) -> Comment:
     """Replace one's own comment's body; the old body is kept as a revision."""
     if not _own(actor, comment):
         raise PermissionDenied("only its author may edit a comment")
-    if comment.deleted_at is not None:
-        raise CommentError("body: a deleted comment cannot be edited")
     body = _clean_body(body)
-    if body != comment.body:
-        now = timezone.now()
-        with transaction.atomic():
+    with transaction.atomic():
+        _locked(comment)
+        if comment.deleted_at is not None:
+            raise CommentError("body: a deleted comment cannot be edited")
+        if body != comment.body:
+            now = timezone.now()
             CommentRevision.objects.create(comment=comment, body=comment.body,
                                            written_at=comment.edited_at or comment.created_at, replaced_at=now)  # fmt: skip
             comment.body, comment.edited_at = body, now
             comment.save(update_fields=["body", "edited_at"])
-        audit.record(action="comment.edit", actor=actor, project=comment.session.project_id,
-                     target=f"session:{comment.session_id}", detail={"comment": comment.pk, "seq": comment.seq},
-                     ip=ip)  # fmt: skip
+            audit.record(action="comment.edit", actor=actor, project=comment.session.project_id,
+                         target=f"session:{comment.session_id}", detail={"comment": comment.pk, "seq": comment.seq},
+                         ip=ip)  # fmt: skip
     return _shown(comment)
 
 
@@ -297,27 +309,28 @@ def delete_comment(*, actor: Actor, comment: Comment, role: Role | None, ip: str
     with the text of its earlier revisions."""
     if not _own(actor, comment) and not (role is not None and role.includes(Role.ADMIN)):
         raise PermissionDenied("only its author or a project admin may delete a comment")
-    if comment.deleted_at is None:
-        with transaction.atomic():
+    with transaction.atomic():
+        if _locked(comment).deleted_at is None:  # deleted once, audited once
             comment.revisions.all().delete()
             comment.body, comment.deleted_at = "", timezone.now()
             comment.save(update_fields=["body", "deleted_at"])
-        detail = {"comment": comment.pk, "seq": comment.seq} | (
-            {} if _own(actor, comment) else {"author": comment.author_name}
-        )
-        audit.record(action="comment.delete", actor=actor, project=comment.session.project_id,
-                     target=f"session:{comment.session_id}", detail=detail, ip=ip)  # fmt: skip
+            detail = {"comment": comment.pk, "seq": comment.seq} | (
+                {} if _own(actor, comment) else {"author": comment.author_name}
+            )
+            audit.record(action="comment.delete", actor=actor, project=comment.session.project_id,
+                         target=f"session:{comment.session_id}", detail=detail, ip=ip)  # fmt: skip
     return _shown(comment)
 
 
 def resolve_thread(*, actor: Actor, comment: Comment, resolved: bool = True, ip: str | None = None) -> Comment:
     """Mark the thread `comment` is in resolved (or open again); its first comment answers."""
     thread = comment.parent if comment.parent_id is not None else comment
-    if (thread.resolved_at is not None) != resolved:
-        thread.resolved_at = timezone.now() if resolved else None
-        thread.resolved_by = actor.name if resolved else ""
-        thread.save(update_fields=["resolved_at", "resolved_by"])
-        audit.record(action="comment.resolve", actor=actor, project=comment.session.project_id,
-                     target=f"session:{comment.session_id}",
-                     detail={"comment": thread.pk, "seq": thread.seq, "resolved": resolved}, ip=ip)  # fmt: skip
+    with transaction.atomic():
+        if (_locked(thread).resolved_at is not None) != resolved:  # resolved once, audited once
+            thread.resolved_at = timezone.now() if resolved else None
+            thread.resolved_by = actor.name if resolved else ""
+            thread.save(update_fields=["resolved_at", "resolved_by"])
+            audit.record(action="comment.resolve", actor=actor, project=comment.session.project_id,
+                         target=f"session:{comment.session_id}",
+                         detail={"comment": thread.pk, "seq": thread.seq, "resolved": resolved}, ip=ip)  # fmt: skip
     return _shown(thread)

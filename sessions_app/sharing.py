@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -31,6 +32,7 @@ class SharingError(ValueError):
     """A request the workflow refuses; the message names the field (a 400, or a form error)."""
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def create_link(
     *,
     actor: Actor,
@@ -81,14 +83,19 @@ def open_links_of(project_id: int) -> list[ShareLink]:
     return list(links.order_by("-created_at", "-id")[:MAX_LISTED])
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def revoke_link(*, actor: Actor, link: ShareLink, ip: str | None = None, why: str = "") -> ShareLink:
     """Stop the link opening anything, from its visitors' next request on. Revoking a revoked
     link changes nothing. `why`: said in the audit entry when the revocation is no one's choice
     of this link (its maker left the project)."""
     if link.revoked_at is not None:
         return link
-    link.revoked_at, link.revoked_by = timezone.now(), actor.name
-    link.save(update_fields=["revoked_at", "revoked_by"])
+    now = timezone.now()
+    # Revoked by whoever gets there first (two posts at once): one revocation, one audit entry.
+    if not ShareLink.objects.filter(pk=link.pk, revoked_at=None).update(revoked_at=now, revoked_by=actor.name):
+        link.refresh_from_db(fields=["revoked_at", "revoked_by"])
+        return link
+    link.revoked_at, link.revoked_by = now, actor.name
     detail = {"link": link.pk, "why": why} if why else {"link": link.pk}
     audit.record(action="share_link.revoke", actor=actor, project=link.project_id, target=link.target,
                  detail=detail, ip=ip)  # fmt: skip
@@ -106,6 +113,7 @@ def revoke_links_made_by(*, actor: Actor, project_id: int, user_id: int, why: st
     return len(links)
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def open_link(*, token: str, ip: str | None = None) -> ShareLink | None:
     """The active link the token opens, its use counted and recorded (`share_link.use`, by
     `share:<id>`); None for a token that opens nothing (unknown, revoked or expired)."""

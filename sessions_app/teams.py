@@ -24,6 +24,7 @@ class TeamError(ValueError):
     """A request the workflow refuses; the message names the field (a 400, or a form error)."""
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = None) -> Project:
     """A new project, whose creator is its admin."""
     name = name.strip()
@@ -124,6 +125,7 @@ def members_of(project: Project) -> list[Membership]:
     return list(Membership.objects.filter(project=project).select_related("user").order_by("user__username"))
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def create_key(
     *, actor: Actor | str, user: AbstractBaseUser, name: str, project: Project | None = None, read_only: bool = False,
     ip: str | None = None, default_project: Project | None = None,
@@ -173,10 +175,13 @@ def _active_key_named(user, name: str) -> ApiKey | None:
     return ApiKey.objects.active().alias(folded=Lower("name")).filter(user=user, folded=Lower(Value(name))).first()
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def revoke_key(*, actor: Actor | str, api_key: ApiKey, ip: str | None = None) -> None:
     if api_key.revoked_at is not None:
         return
-    ApiKey.objects.filter(pk=api_key.pk).update(revoked_at=timezone.now())
+    # Revoked by whoever gets there first (two posts at once): one revocation, one audit entry.
+    if not ApiKey.objects.filter(pk=api_key.pk, revoked_at=None).update(revoked_at=timezone.now()):
+        return
     api_key.revoked_at = timezone.now()
     audit.record(action="key.revoke", actor=actor, project=api_key.project_id, target=f"key:{api_key.key_prefix}",
                  detail={"name": api_key.name}, ip=ip)  # fmt: skip

@@ -614,3 +614,53 @@ def test_workflows_refuse_someone_elses_edit_without_a_request(ours, acme):
 def test_an_image_shows_as_a_link_to_it_and_nothing_is_loaded(body, shown):
     # Not an <img> (a page loads nothing from outside the server), and no stray "!" before it.
     assert str(comments.render_markdown(body)).strip() == shown
+
+
+# --- races: a request holds the comment it loaded while another changes it ---------------------
+
+
+def test_an_edit_sent_with_a_comment_loaded_before_its_delete_or_redaction_writes_nothing_back(ours, acme):
+    # A security sweep's race on PostgreSQL: the edit's stale row wrote the deleted text back
+    # (as a revision and as the body), and a redacted value into a revision.
+    author = Actor(user=member("rita", acme, Role.REVIEWER))
+    admin = Actor(user=member("ada", acme, Role.ADMIN))
+    comment = comments.create_comment(actor=author, session=ours, seq=2, body="SECRET-ORIGINAL")
+    stale = Comment.objects.get(pk=comment.pk)
+    comments.delete_comment(actor=admin, comment=Comment.objects.get(pk=comment.pk), role=Role.ADMIN)
+    with pytest.raises(comments.CommentError, match="a deleted comment cannot be edited"):
+        comments.edit_comment(actor=author, comment=stale, body="text after delete")
+    stored = Comment.objects.get(pk=comment.pk)
+    assert (stored.body, stored.deleted_at is not None) == ("", True)
+    assert not CommentRevision.objects.filter(comment=comment).exists()
+    # Deleted again by a request that loaded it before: one deletion, one audit entry.
+    comments.delete_comment(actor=admin, comment=stale, role=Role.ADMIN)
+    assert AuditEntry.objects.filter(action="comment.delete").count() == 1
+
+    other = comments.create_comment(actor=author, session=ours, seq=3, body="look: sk-LEAKED-0123456789")
+    stale = Comment.objects.get(pk=other.pk)
+    Comment.objects.filter(pk=other.pk).update(body="look: [REDACTED:manual]")  # a redaction since
+    comments.edit_comment(actor=author, comment=stale, body="look again")
+    (revision,) = CommentRevision.objects.filter(comment=other)
+    assert revision.body == "look: [REDACTED:manual]"
+    # Resolved twice from two loads: once in the log.
+    first, second = Comment.objects.get(pk=other.pk), Comment.objects.get(pk=other.pk)
+    comments.resolve_thread(actor=author, comment=first)
+    comments.resolve_thread(actor=author, comment=second)
+    assert AuditEntry.objects.filter(action="comment.resolve").count() == 1
+
+
+def test_a_comment_is_stored_with_its_audit_entry_or_not_at_all(ours, acme, monkeypatch):
+    # A locked database at the audit write answered 503 "try again" with the comment stored
+    # unaudited, and the retry stored it twice.
+    from django.db import OperationalError
+
+    from sessions_app import audit
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(audit, "record", locked)
+    author = Actor(user=member("rita", acme, Role.REVIEWER))
+    with pytest.raises(OperationalError):
+        comments.create_comment(actor=author, session=ours, seq=2, body="once")
+    assert not Comment.objects.exists()

@@ -666,3 +666,28 @@ def test_a_visitor_has_no_original_that_a_restored_bundle_carried(
     # Its members have it whole, as received where the bundle was made.
     whole = b"".join(_signed_in(keeper).get(export, {"format": "original"}).streaming_content)
     assert whole == both.read_bytes()
+
+
+def test_a_link_is_made_with_its_audit_entry_or_not_at_all_and_revoked_once(shown, mia, monkeypatch):
+    # A locked database at the audit write answered "try again" with a live link stored that no
+    # log named and whose token no one saw (security sweep).
+    from django.db import OperationalError
+
+    from sessions_app import audit
+
+    real = audit.record
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(audit, "record", locked)
+    with pytest.raises(OperationalError):
+        _link(shown, mia)
+    assert not ShareLink.objects.exists()
+    monkeypatch.setattr(audit, "record", real)
+    link, _ = _link(shown, mia)
+    stale = ShareLink.objects.get(pk=link.pk)
+    sharing.revoke_link(actor=Actor(user=mia), link=link)
+    sharing.revoke_link(actor=Actor(user=mia), link=stale)  # loaded before the first revocation
+    assert AuditEntry.objects.filter(action="share_link.revoke").count() == 1
+    assert stale.revoked_at == ShareLink.objects.get(pk=link.pk).revoked_at
