@@ -48,7 +48,7 @@ from django.db.models import Model, Q
 from django.utils import timezone
 
 from . import audit
-from .access import Actor
+from .access import Actor, NotVisible
 from .chain import (
     CONTENT_FIELDS,
     HEADER_FIELDS,
@@ -291,7 +291,9 @@ def _redact_session(
         with transaction.atomic():
             # The session row locked: a live append (which locks it too) waits, so the saved writer
             # state and the keyframes are redacted as one.
-            locked = Session.objects.select_for_update().get(pk=session.pk)
+            locked = Session.objects.select_for_update().filter(pk=session.pk).first()
+            if locked is None:  # deleted while its events were being redacted: they went with it
+                raise NotVisible(f"session {session.pk} not found")
             _redact_session_row(locked, redactor, result)
             _redact_snapshots(session, redactor, result)
             _redact_team_work(session, redactor, result, by=by, at=datetime.fromisoformat(at))

@@ -714,3 +714,19 @@ def test_a_wiped_file_leaves_zeros_where_its_bytes_were_before_it_is_unlinked(tm
     assert not kept.exists()
     left = witness.read_bytes()
     assert len(left) == 2_400_000 and left == bytes(len(left))
+
+
+def test_a_session_deleted_while_its_redaction_runs_is_a_404_not_a_500(stored, maintainer, monkeypatch):
+    # Security sweep: the redaction's second part found no session row (Session.DoesNotExist).
+    from sessions_app import stored_redaction
+
+    real = stored_redaction._redact_events
+
+    def then_deleted(session, *args, **kwargs):
+        real(session, *args, **kwargs)
+        Session.objects.filter(pk=session.pk).delete()
+
+    monkeypatch.setattr(stored_redaction, "_redact_events", then_deleted)
+    response = redact_by_api(maintainer, stored)
+    assert response.status_code == 404, response.content
+    assert response.json()["detail"] == f"session {stored.pk} not found"
