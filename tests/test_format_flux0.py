@@ -386,7 +386,10 @@ def test_a_reasoning_document_is_kept_apart_from_the_reply_it_preceded(project, 
     first = payload(next(e for e in events if e.kind == Kind.AGENT_MESSAGE))
     reply = "Sorry to hear that! Order #4411 shipped on Monday and arrives tomorrow."
     assert first["text"] == reply
-    assert [(m["event_id"], m.get("reasoning", False)) for m in first["messages"]] == [("rsn_1", True), ("run_a1", False)]
+    assert [(m["event_id"], m.get("reasoning", False)) for m in first["messages"]] == [
+        ("rsn_1", True),
+        ("run_a1", False),
+    ]
     assert first["messages"][0]["text"] == "The customer is upset; check the order."
     # The turn's step says the reply, not the thought.
     closing = next(e for e in events if e.step_state and "Order #4411" in e.step_state)
