@@ -100,3 +100,31 @@ def test_a_cost_warns_only_over_the_threshold(settings):
     session = session_of([event(Kind.COST, 0, cost_usd=0.5), event(Kind.COST, 10, cost_usd=0.5001)])
     assert [w["type"] for w in replay.context_at(session=session, seq=0)["warnings"]] == []
     assert [w["type"] for w in replay.context_at(session=session, seq=1)["warnings"]] == ["cost"]
+
+
+# --- verification: a pairing where there is none -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("events", "seq", "forged"),
+    [
+        # A note between a call and its answer, shown as paired with the call, 99 s apart.
+        (
+            [(Kind.TOOL_CALL, "t"), (Kind.NOTE, ""), (Kind.TOOL_RESPONSE, "t")],
+            1,
+            {"pair_seq": 0, "pair_duration_ms": 99_000.0},
+        ),
+        ([(Kind.NOTE, ""), (Kind.NOTE, "")], 1, {"pair_duration_ms": 99_000.0}),
+        # A call never answered, shown as answered.
+        ([(Kind.LLM_CALL, "lost"), (Kind.NOTE, ""), (Kind.NOTE, "")], 0, {"pair_seq": 2}),
+    ],
+)
+def test_a_pairing_forged_on_an_event_without_one_is_found_at_its_seq(events, seq, forged):
+    # Verification carried the stored pairing of an unpaired event into what it derived, so it
+    # compared the forgery with itself (test read, a mutation of nothing: a product bug).
+    session = session_of([event(kind, 10 * i, pair_id=pair, tool="t" if pair else "") for i, (kind, pair) in
+                          enumerate(events)])  # fmt: skip
+    assert verify_session(session=session).valid
+    session.events.filter(seq=seq).update(**forged)
+    result = verify_session(session=session)
+    assert result.valid is False and result.first_broken_seq == seq, result.findings

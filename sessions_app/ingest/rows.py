@@ -59,6 +59,7 @@ DERIVED_COLUMNS = (
 )  # fmt: skip
 _INDEX = {name: i for i, name in enumerate(EVENT_COLUMNS)}
 _SEQ = _INDEX["seq"]
+_PAIR_SEQ, _PAIR_DURATION = _INDEX["pair_seq"], _INDEX["pair_duration_ms"]
 _STEP_POS = _INDEX["step_pos"]
 _TOOL = _INDEX["tool"]
 _PAIR_ID = _INDEX["pair_id"]
@@ -348,6 +349,10 @@ class EventRows:
             )
         row = [values.get(name) for name in EVENT_COLUMNS]
         row[0] = self.session_pk
+        # The pairing too is derived again, not carried: `_append` sets it only where it finds a
+        # pair, so a stored pair_seq or pair_duration_ms on an event with none (forged on a note,
+        # on a call never answered) was kept, and verification compared it with itself.
+        row[_PAIR_SEQ] = row[_PAIR_DURATION] = None
         self._append(
             row,
             None if ts is None else ts.timestamp() * 1000.0,
