@@ -128,3 +128,12 @@ def test_a_pairing_forged_on_an_event_without_one_is_found_at_its_seq(events, se
     session.events.filter(seq=seq).update(**forged)
     result = verify_session(session=session)
     assert result.valid is False and result.first_broken_seq == seq, result.findings
+
+
+def test_text_with_quotes_or_backslashes_is_found_as_typed():
+    # The fields are searched as stored JSON text, where a quote or a backslash is escaped.
+    session = session_of([event(Kind.NOTE, 0, payload={"text": 'he said "stop" now'}),
+                          event(Kind.NOTE, 10, payload={"text": "C:\\temp\\x"})])  # fmt: skip
+    found = replay.search(session=session, q='said "stop"')["results"]
+    assert [r["seq"] for r in found] == [0] and '\\"stop\\"' in found[0]["snippet"]
+    assert [r["seq"] for r in replay.search(session=session, q="C:\\temp")["results"]] == [1]

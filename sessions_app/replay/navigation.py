@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -148,24 +149,32 @@ def _like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
+def _needles(q: str) -> list[str]:
+    """`q` as typed and, where JSON writes it otherwise, as written inside a JSON string: the
+    fields searched are stored JSON text, where `say "stop"` reads `say \\"stop\\"` (a search
+    for code with quotes or a Windows path found nothing)."""
+    written = orjson.dumps(q).decode()[1:-1]
+    return [q] if written == q else [q, written]
+
+
 def _text_match(q: str) -> tuple[str, list[str]]:
     """The condition (and its parameters) of an event holding `q` in its payload, its original
     record or its step, case-insensitively, with `%`, `_` and `\\` in `q` taken literally: the
     player's search and the search across sessions both ask it, so they find the same events."""
     like = "ILIKE" if connection.vendor == "postgresql" else "LIKE"
-    pattern = _like_pattern(q)
-    sql = f"(payload {like} %s ESCAPE '\\' OR raw {like} %s ESCAPE '\\' OR step_state {like} %s ESCAPE '\\')"
-    return sql, [pattern, pattern, pattern]
+    patterns = [_like_pattern(needle) for needle in _needles(q)]
+    conditions = [f"{column} {like} %s ESCAPE '\\'" for column in ("payload", "raw", "step_state") for _ in patterns]
+    return f"({' OR '.join(conditions)})", patterns * 3
 
 
 def _hit_snippet(payload: str | None, step_state: str | None, raw: str | None, q: str) -> str:
     """The text around `q` in the first of the fields `_text_match` searched that holds it: an
     event found by its step alone (the original record not stored, as for a kept file) shows
     its step, not an empty line."""
-    needle = q.lower()
     for text in (payload, raw, step_state):  # in `_text_match`'s order
-        if text and needle in text.lower():
-            return _snippet(text, q)
+        for needle in _needles(q) if text else ():
+            if needle.lower() in text.lower():
+                return _snippet(text, needle)
     return _snippet(payload or "", q)
 
 
@@ -173,10 +182,11 @@ def _steps_of_hits_found_by_their_step(session: Session, rows: list[Row], q: str
     """The step (its stored JSON) of each hit whose payload and record do not hold `q`: it was
     found by its step, which a Row does not carry. One query, and none when every hit is found
     in its payload or record (nearly always)."""
-    needle = q.lower()
+    needles = [needle.lower() for needle in _needles(q)] if q else []
     seqs = [
-        row.seq for row in rows if q and not any(text and needle in text.lower() for text in (row.payload, row.raw))
-    ]
+        row.seq for row in rows
+        if q and not any(text and any(n in text.lower() for n in needles) for text in (row.payload, row.raw))
+    ]  # fmt: skip
     if not seqs:
         return {}
     marks = ", ".join("%s" for _ in seqs)
