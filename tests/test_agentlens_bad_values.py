@@ -247,3 +247,20 @@ def test_a_negative_cost_token_count_or_latency_is_a_warning_and_adds_nothing(db
     session = kept()
     assert session.cost_usd == 0 and session.tokens == 17
     assert session.events.get(seq=1).cost_usd is None
+
+
+@pytest.mark.parametrize(("event_type", "key", "id_key"), [("tool_call", "arguments", "callId"),
+                                                          ("approval_requested", "params", "requestId")])  # fmt: skip
+def test_an_open_call_whose_arguments_hold_nan_is_stored_and_answered_later(db, event_type, key, id_key):
+    # The open call's arguments are remembered between batches (its step's raw_action): a NaN in
+    # them reached the saved JSON state, which the database refused (a 500, retried for ever).
+    payload = b'{"' + id_key.encode() + b'":"c1","toolName":"t","action":"a","' + key.encode() + b'":{"a":NaN,"b":1}}'
+    response = post_agentlens(agentlens_event(payload, eventType=event_type))
+    assert response.status_code == 201, response.content
+    answer_type, answer = (("tool_response", b'{"callId":"c1","toolName":"t","result":"ok"}') if event_type == "tool_call"
+                           else ("approval_granted", b'{"requestId":"c1","action":"a","decidedBy":"ada"}'))  # fmt: skip
+    response = post_agentlens(agentlens_event(answer, "2026-02-08T10:30:01Z", eventType=answer_type))
+    assert response.status_code == 201, response.content
+    (closing,) = [e for e in kept().events.all() if e.step_state]
+    raw_action = orjson.loads(closing.step_state)["raw_action"]
+    assert raw_action["arguments" if key == "arguments" else "params"] == {"a": None, "b": 1}

@@ -691,8 +691,18 @@ def _cost_tokens(payload: dict[str, Any], line: int | None, problems: Problems) 
 def _as_recorded(value: Any) -> Any:
     """A call's arguments as recorded, for its step's `raw_action`, where they are small: the
     converter remembers each open call (its state, saved between live batches), and a large
-    object is remembered as its clipped text only (`arguments`)."""
-    return value if len(text(value)) <= STEP_TEXT_LIMIT else None
+    object is remembered as its clipped text only (`arguments`). Read back from its JSON text,
+    so what the state holds is plain JSON (a NaN became null there: a database's JSON column
+    refuses it, and the batch would fail)."""
+    if isinstance(value, str):
+        return value if len(value) <= STEP_TEXT_LIMIT else None
+    written = text(value)
+    if len(written) > STEP_TEXT_LIMIT:
+        return None
+    try:
+        return orjson.loads(written)
+    except orjson.JSONDecodeError:  # past what orjson reads back (an integer beyond 64 bits)
+        return None
 
 
 def _recorded(call: dict[str, Any] | None, key: str) -> Any:
