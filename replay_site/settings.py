@@ -450,7 +450,7 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["no_client_error_tracebacks"]}},
     # On the logger, not the handler: every handler an operator adds gets the masked record.
-    "loggers": {"django.request": {"filters": ["no_share_tokens"]}},
+    "loggers": {name: {"filters": ["no_share_tokens"]} for name in ("django.request", "django.server")},
     "root": {
         "handlers": ["console"],
         "level": env_choice("REPLAY_LOG_LEVEL", "WARNING", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),

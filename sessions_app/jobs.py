@@ -303,7 +303,9 @@ def requeue_stalled_imports() -> dict:
     event once. Its own run is the workers' heartbeat that /healthz reports."""
     requeued = []
     given_up = []
-    for job in ImportJob.objects.filter(status=ImportJob.Status.RUNNING):
+    # A folder's job (stored_path "") is run by the command that made it, with nothing kept to
+    # run it again from: never taken for a worker's.
+    for job in ImportJob.objects.filter(status=ImportJob.Status.RUNNING).exclude(stored_path=""):
         if not is_stalled(job):
             continue
         if job.attempts >= MAX_ATTEMPTS:

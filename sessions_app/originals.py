@@ -79,7 +79,8 @@ def note_orphans(*, job_ids: Iterable[int | None], now: datetime | None = None) 
 def expired_originals(*, cutoff: datetime) -> QuerySet:
     """The jobs whose kept original is due: finished, and orphaned (it lost a session) before
     `cutoff`, or failed before it with no session of theirs left."""
-    kept = ImportJob.objects.filter(status__in=_FINISHED, original_deleted_at__isnull=True)
+    # A folder's job keeps no copy (stored_path ""): nothing of it is ever due.
+    kept = ImportJob.objects.filter(status__in=_FINISHED, original_deleted_at__isnull=True).exclude(stored_path="")
     failed = _without_sessions(
         kept.filter(orphaned_at__isnull=True, status=ImportJob.Status.FAILED, finished_at__lt=cutoff)
     )

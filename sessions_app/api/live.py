@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from .. import access, audit, jobs, sse
 from ..canonical import SessionMeta
-from ..formats.fields import utc_instant
+from ..formats.fields import iso_text, utc_instant
 from ..ingest import live as live_ingest
 from ..ingest.live import IngestError
 from ..ingest.quotas import QuotaExceeded, check_bytes
@@ -46,6 +46,7 @@ class SessionCreateIn(BaseModel, extra="forbid"):
     idempotency_key: str = Field("", max_length=200, description="a retry with the same key returns the same session")
 
     # Stored in UTC, as an event's timestamp: "0001-01-01T00:00+05:00" parses but has no UTC instant.
+    _iso_text = field_validator("started_at", mode="before")(iso_text)
     _in_utc_range = field_validator("started_at")(utc_instant)
 
 

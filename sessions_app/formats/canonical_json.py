@@ -35,7 +35,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, read_records, source_stem
-from .fields import utc_instant
+from .fields import iso_text, utc_instant
 from .step_state import STEP_DEFAULTS
 
 NAME = "canonical"
@@ -89,15 +89,7 @@ class CanonicalEventIn(BaseModel):
     )
     state_change: StateChangeIn | None = None
 
-    @field_validator("timestamp", mode="before")
-    @classmethod
-    def _iso_text(cls, value: Any) -> Any:
-        # Numbers, booleans and the rest exactly as the schema says (pydantic would take a
-        # number for epoch seconds, or milliseconds, guessing which): ISO 8601 text or null.
-        if value is not None and not isinstance(value, (str, datetime)):
-            raise ValueError(f"expected ISO 8601 text, got {type(value).__name__}")
-        return value
-
+    _iso_text = field_validator("timestamp", mode="before")(iso_text)
     # Stored in UTC: "0001-01-01T00:00+14:00" parses but has no UTC instant.
     _in_utc_range = field_validator("timestamp")(utc_instant)
 

@@ -140,6 +140,15 @@ def in_utc_range(moment: datetime) -> bool:
     return True
 
 
+def iso_text(value: Any) -> Any:
+    """A schema's validator (mode "before") of a time given as text: numbers, booleans and the
+    rest are refused as the schema says (pydantic would take a number for epoch seconds, or
+    milliseconds, guessing which): ISO 8601 text or null."""
+    if value is not None and not isinstance(value, (str, datetime)):
+        raise ValueError(f"expected ISO 8601 text, got {type(value).__name__}")
+    return value
+
+
 def utc_instant(value: datetime | None) -> datetime | None:
     """A schema's validator of a time that is stored in UTC: the value, or ValueError when it
     has no UTC instant."""

@@ -402,7 +402,7 @@ def _import_local_folder(
     files is kept: its events keep their records, which its original export gives. A plain
     folder imports each file in it as a file given on its own (_import_folder), each kept
     with its job, so the job made here goes again."""
-    job = ImportJob.objects.create(project=project, original_name=f"{display_name(path.name)}/", stored_path="",
+    job = ImportJob.objects.create(project=project, original_name=f"{display_name(path.resolve().name)}/", stored_path="",
                                    requested_format=format, replace=replace, created_by=created_by[:150])  # fmt: skip
     outcomes = import_file(path=path, project=project, format=format or None, replace=replace, job=job,
                            created_by=created_by)  # fmt: skip
