@@ -264,3 +264,20 @@ def test_an_open_call_whose_arguments_hold_nan_is_stored_and_answered_later(db, 
     (closing,) = [e for e in kept().events.all() if e.step_state]
     raw_action = orjson.loads(closing.step_state)["raw_action"]
     assert raw_action["arguments" if key == "arguments" else "params"] == {"a": None, "b": 1}
+
+
+def test_a_search_never_quotes_content_its_sender_flagged_redacted(db):
+    # Stored as received (a live batch keeps its records), shown "[REDACTED]": a search's snippet
+    # quoted it from the record, to anyone who may search, a link's visitor too (review).
+    from sessions_app import replay
+
+    call = agentlens_event(b'{"callId":"c1","provider":"p","model":"m","messages":[{"role":"user",'
+                           b'"content":"my ssn is 078-05-1120"}],"redacted":true}', eventType="llm_call")  # fmt: skip
+    answer = agentlens_event(b'{"callId":"c1","provider":"p","model":"m","completion":"the password is hunter2",'
+                             b'"redacted":true,"costUsd":0.1,"usage":{"totalTokens":5}}',
+                             "2026-02-08T10:30:01Z", eventType="llm_response")  # fmt: skip
+    assert post_agentlens(call, answer).status_code == 201
+    session = kept()
+    for secret in ("hunter2", "078-05-1120"):
+        snippets = [hit["snippet"] for hit in replay.search(session=session, q=secret)["results"]]
+        assert snippets and not any(secret in snippet for snippet in snippets), snippets

@@ -171,11 +171,23 @@ def _hit_snippet(payload: str | None, step_state: str | None, raw: str | None, q
     """The text around `q` in the first of the fields `_text_match` searched that holds it: an
     event found by its step alone (the original record not stored, as for a kept file) shows
     its step, not an empty line."""
-    for text in (payload, raw, step_state):  # in `_text_match`'s order
+    # A record whose sender flagged its content redacted (AgentLens's `redacted: true`, shown
+    # "[REDACTED]") is not quoted: the hit says where, its snippet what is shown.
+    quoted = (payload, step_state) if _flagged_redacted(payload) else (payload, raw, step_state)
+    for text in quoted:  # in `_text_match`'s order
         for needle in _needles(q) if text else ():
             if needle.lower() in text.lower():
                 return _snippet(text, needle)
     return _snippet(payload or "", q)
+
+
+def _flagged_redacted(payload: str | None) -> bool:
+    if not payload or '"redacted":true' not in payload:  # the stored payload is orjson's text
+        return False
+    try:
+        return orjson.loads(payload).get("redacted") is True
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
 
 
 def _steps_of_hits_found_by_their_step(session: Session, rows: list[Row], q: str) -> dict[int, str]:
