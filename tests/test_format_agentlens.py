@@ -749,3 +749,8 @@ def test_one_agentlens_line_in_another_formats_file_does_not_take_the_file(proje
     events = b"".join(orjson.dumps(e) + b"\n" for e in source_events("two_sessions.ndjson"))
     path.write_bytes(lines[0] + events)
     assert detect(Source(path=path)) == "agentlens"
+    # Its events without their sessionId count as its (reported and skipped at import).
+    bare = [orjson.dumps({k: v for k, v in e.items() if k != "sessionId" or n >= 6}) + b"\n"
+            for n, e in enumerate(source_events("two_sessions.ndjson")[:10])]  # fmt: skip
+    path.write_bytes(b"".join(bare))
+    assert detect(Source(path=path)) == "agentlens"

@@ -105,7 +105,10 @@ def sniff(head: Head) -> bool:
         # JSON lines: AgentLens when most of the first ones are its events. One AgentLens line
         # pasted into another format's file took the whole file, every other line then skipped
         # as an event without a sessionId.
-        return sum("eventType" in r and "sessionId" in r for r in records) * 2 > len(records)
+        # An event without its sessionId is still AgentLens's (reported, skipped): one at least
+        # must name its session.
+        events = sum("eventType" in r for r in records)
+        return events * 2 > len(records) and any("sessionId" in r for r in records if "eventType" in r)
     # A document (an array, or {"events": [...]} spread over lines): no line is a record.
     lead = head.text.lstrip()[:1]
     if lead not in (b"[", b"{"):
