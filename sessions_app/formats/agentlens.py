@@ -319,8 +319,7 @@ class Converter:
             return
         self._remember_call(call_id, {
             "kind": "tool", "name": event.tool, "ts": _ms(event.timestamp),
-            "arguments": clip(text(payload.get("arguments")), STEP_TEXT_LIMIT),
-            "raw": _as_recorded(payload.get("arguments")),
+            **_call_arguments(payload.get("arguments")),
         })  # fmt: skip
 
     def _tool_outcome(
@@ -435,8 +434,7 @@ class Converter:
             return
         self._remember_call(request_id, {
             "kind": "approval", "name": _str(payload, "action"), "ts": _ms(event.timestamp),
-            "arguments": clip(text(payload.get("params")), STEP_TEXT_LIMIT),
-            "raw": _as_recorded(payload.get("params")),
+            **_call_arguments(payload.get("params")),
         })  # fmt: skip
 
     def _approval_decision(
@@ -691,21 +689,22 @@ def _cost_tokens(payload: dict[str, Any], line: int | None, problems: Problems) 
     return _token_total(payload, "payload", line, problems)
 
 
-def _as_recorded(value: Any) -> Any:
-    """A call's arguments as recorded, for its step's `raw_action`, where they are small: the
-    converter remembers each open call (its state, saved between live batches), and a large
-    object is remembered as its clipped text only (`arguments`). Read back from its JSON text,
-    so what the state holds is plain JSON (a NaN became null there: a database's JSON column
-    refuses it, and the batch would fail)."""
-    if isinstance(value, str):
-        return value if len(value) <= STEP_TEXT_LIMIT else None
+def _call_arguments(value: Any) -> dict[str, Any]:
+    """What an open call remembers of its arguments (its state, saved between live batches):
+    `arguments`, their text clipped for the step's action code, and `raw`, the value as recorded
+    for the step's `raw_action` where it is small (None past the clip). Read back from its JSON
+    text, so `raw` is plain JSON (a NaN became null there: a database's JSON column refuses it,
+    and the batch would fail)."""
     written = text(value)
     if len(written) > STEP_TEXT_LIMIT:
-        return None
+        return {"arguments": clip(written, STEP_TEXT_LIMIT), "raw": None}
+    if isinstance(value, str):
+        return {"arguments": written, "raw": value}
     try:
-        return orjson.loads(written)
+        raw = orjson.loads(written)
     except orjson.JSONDecodeError:  # past what orjson reads back (an integer beyond 64 bits)
-        return None
+        raw = None
+    return {"arguments": written, "raw": raw}
 
 
 def _recorded(call: dict[str, Any] | None, key: str) -> Any:

@@ -174,8 +174,9 @@ def _hit_snippet(payload: str | None, step_state: str | None, raw: str | None, q
     # A record whose sender flagged its content redacted (AgentLens's `redacted: true`, shown
     # "[REDACTED]") is not quoted: the hit says where, its snippet what is shown.
     quoted = (payload, step_state) if _flagged_redacted(payload) else (payload, raw, step_state)
+    needles = _needles(q)
     for text in quoted:  # in `_text_match`'s order
-        for needle in _needles(q) if text else ():
+        for needle in needles if text else ():
             if needle.lower() in text.lower():
                 return _snippet(text, needle)
     return _snippet(payload or "", q)
