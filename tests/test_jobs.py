@@ -561,3 +561,26 @@ def test_one_session_that_cannot_be_verified_does_not_stop_the_others(make_sessi
     with pytest.raises(RuntimeError, match=rf"\[{first.pk}\]"):
         jobs.run_verify(session_ids=[first.pk, second.pk, 999_999])  # a deleted one is skipped
     assert Session.objects.get(pk=second.pk).chain_state == "verified"
+
+
+def test_a_command_line_import_is_not_taken_for_stalled_while_it_runs(project, data_dir, tmp_path, monkeypatch):
+    # The command that imports a file runs its job itself: the watchdog, running meanwhile,
+    # must see a live worker, not queue the job for a second run of the same file.
+    from sessions_app.ingest import importing
+
+    source = write_canonical_file(tmp_path / "run.jsonl", events=8)
+    seen = []
+    detected = importing._JobProgress.detected
+
+    def watchdog_meanwhile(self, fmt):
+        detected(self, fmt)
+        job = ImportJob.objects.get(pk=self.job.pk)
+        seen.append((job.status, job.worker, is_stalled(job), jobs.requeue_stalled_imports()))
+
+    monkeypatch.setattr(importing._JobProgress, "detected", watchdog_meanwhile)
+    (outcome,) = importing.import_local_file(path=source, project=project, created_by="cli")
+    assert outcome.session is not None and outcome.session.event_count == 10  # with start and end
+    assert seen == [("running", this_worker(), False, {"requeued": [], "given_up": []})]
+    assert queued_import_job_ids() == []
+    job = ImportJob.objects.get(pk=outcome.session.import_job_id)
+    assert job.status == "done" and job.attempts == 1

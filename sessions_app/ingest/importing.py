@@ -30,6 +30,7 @@ from ..formats import GZIP_MAGIC, Source, detect, registry
 from ..models import ImportJob, Project, RedactionRules, Session
 from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
+from ..worker_liveness import heartbeat, this_worker
 from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
 from .quotas import sessions_left
 from .uploads import display_name, keep_local_file, settle_original
@@ -379,10 +380,15 @@ def import_local_file(
     if not readable:
         return import_file(path=path, project=project, format=format or None, replace=replace, created_by=created_by)
     job = keep_local_file(path=path, project=project, format=format, created_by=created_by, replace=replace)
-    outcomes = import_file(
-        path=Path(job.stored_path), project=project, format=format or None, replace=replace, job=job,
-        created_by=created_by,
-    )  # fmt: skip
+    # This process runs the job as a worker would, and says so: a job with no worker is one the
+    # watchdog takes for stalled, and queued a second run of a long import while it went on.
+    job.worker, job.attempts = this_worker(), 1
+    job.save(update_fields=["worker", "attempts"])
+    with heartbeat(job_id=job.pk, attempt=job.attempts):
+        outcomes = import_file(
+            path=Path(job.stored_path), project=project, format=format or None, replace=replace, job=job,
+            created_by=created_by,
+        )  # fmt: skip
     for outcome in outcomes:
         outcome.path = path  # reported as the caller named it, not as kept
     if not any(o.session is not None and not o.duplicate for o in outcomes):
