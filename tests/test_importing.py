@@ -690,7 +690,10 @@ def test_command_replace_says_what_it_deleted_and_the_audit_log_keeps_it(project
     assert f"replaced and deleted session(s) {first.pk} of the same source" in out
     assert not (Comment.objects.exists() or Review.objects.exists() or TourStop.objects.exists())
     (deleted,) = AuditEntry.objects.of_project(project).filter(action="session.delete")
-    assert (deleted.actor, deleted.target) == ("import_sessions", f"session:{first.pk}")
+    imported = AuditEntry.objects.of_project(project).filter(action="session.import").order_by("seq").last()
+    assert imported.target == f"import:{second.import_job_id}"
+    assert imported.actor == "manage.py" and second.import_job.created_by == "manage.py"
+    assert (deleted.actor, deleted.target) == ("manage.py", f"session:{first.pk}")
     assert orjson.loads(deleted.detail) == {"events": events, "source_session_id": first.source_session_id,
                                             "replaced_by": f"session:{second.pk}"}  # fmt: skip
     change = (
