@@ -584,3 +584,32 @@ def test_a_command_line_import_is_not_taken_for_stalled_while_it_runs(project, d
     assert queued_import_job_ids() == []
     job = ImportJob.objects.get(pk=outcome.session.import_job_id)
     assert job.status == "done" and job.attempts == 1
+
+
+def test_an_imported_upload_and_a_command_line_import_each_queue_their_sessions_verification(
+    project, data_dir, tmp_path, django_capture_on_commit_callbacks
+):
+    # Both ways a file comes in end with its new sessions queued for verification (the badge
+    # says "not verified yet" until a worker has run it); a duplicate is queued no second time.
+    def verify_tasks():
+        return [
+            t.task["kwargs"]["session_ids"]
+            for t in OrmQ.objects.order_by("id")
+            if t.task["func"] == "sessions_app.jobs.run_verify"
+        ]
+
+    source = write_canonical_file(tmp_path / "up.jsonl", events=6)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = accept_upload(uploaded_file=upload_of(source), project=project, created_by="ann")
+    with django_capture_on_commit_callbacks(execute=True):
+        jobs.run_import(job_id=job.pk)
+    uploaded = Session.objects.get(import_job=job)
+    assert uploaded.chain_state == "unverified" and verify_tasks() == [[uploaded.pk]]
+
+    other = write_canonical_file(tmp_path / "cli.jsonl", sessions=2, events=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("import_sessions", str(other), str(source), stdout=open(os.devnull, "w"))
+    by_command = list(Session.objects.exclude(pk=uploaded.pk).order_by("pk").values_list("pk", flat=True))
+    assert len(by_command) == 2 and verify_tasks() == [[uploaded.pk], by_command]
+    jobs.run_verify(session_ids=by_command)
+    assert [s.chain_state for s in Session.objects.filter(pk__in=by_command)] == ["verified"] * 2
