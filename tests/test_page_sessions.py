@@ -322,6 +322,29 @@ def test_each_row_names_its_source_file_and_uploader(logged_in, tmp_path, monkey
     assert "sent live through the API" in row[: row.index("</tr>")]
 
 
+def test_a_row_whose_import_skipped_lines_says_how_many_and_links_them(logged_in, tmp_path, monkeypatch):
+    # The player names an import's problems; the list flags them too, so a session built from a
+    # damaged file is not taken for a whole one at a glance (page and API alike).
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    path = tmp_path / "run.jsonl"
+    record_failing_session(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    damaged = b"".join([*lines[:2], b"{not json\n", b"[1, 2]\n", *lines[2:]])
+    logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("damaged.jsonl", damaged)]})
+    jobs.run_import(job_id=ImportJob.objects.get().pk)
+    broken = Session.objects.get()
+    whole = build_session(conversation_events(turns=1), source_session_id="live-one")
+    assert ImportJob.objects.get(original_name="damaged.jsonl").problem_count == 2
+
+    html = logged_in.get(LIST, HTTP_HX_REQUEST="true").content.decode()
+    rows = {pk: html[html.index(f'<tr data-session="{pk}">') :].split("</tr>", 1)[0] for pk in (whole.pk, broken.pk)}
+    link = reverse("sessions:import_job", args=[broken.import_job_id]) + "#problems"
+    assert f'<a class="import-problems-flag" href="{link}">2 import problems</a>' in rows[broken.pk]
+    assert "import problem" not in rows[whole.pk]
+    api = {row["id"]: row["importProblems"] for row in logged_in.get("/api/sessions").json()["sessions"]}
+    assert api == {whole.pk: 0, broken.pk: 2}
+
+
 def test_a_file_holding_one_session_twice_lists_it_once(logged_in, tmp_path, monkeypatch):
     # A recorder's log with the same run appended twice: one import, one session.
     monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")

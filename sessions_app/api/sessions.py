@@ -36,6 +36,9 @@ class SessionListRowOut(SessionOut):
     reviewUnsigned: int = Field(
         description="the events after the newest sign-off's range (a live session that grew since): 0 when none"
     )
+    importProblems: int = Field(
+        description="problems (lines skipped or repaired) its import counted in the whole file: 0 when none"
+    )
 
 
 class SessionListOut(Schema):
@@ -120,7 +123,8 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
         "total": page.total,
         "sessions": [
             _session_row(s)
-            | {"reviewState": s.review_state, "reviewBroken": s.review_broken, "reviewUnsigned": s.review_unsigned}
+            | {"reviewState": s.review_state, "reviewBroken": s.review_broken, "reviewUnsigned": s.review_unsigned,
+               "importProblems": s.import_problems}
             for s in page.sessions
         ],
         "next": page.sessions[-1].pk if page.next_cursor else None,

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..models import ImportJob, Project, Review, Session, SessionQuerySet
@@ -135,7 +136,7 @@ def list_sessions(
 ) -> SessionPage:
     """One page of the filtered sessions in `sort` order, starting after `after` or ending
     before `before` (a row's sort value and id). `sessions` are the caller's
-    (access.sessions_visible_to). Each row comes with `source_file` and `uploader` (its import
+    (access.sessions_visible_to). Each row comes with `source_file`, `uploader` and `import_problems` (its import
     job's file name and creator; None for a session made through the API)."""
     sessions = filter_sessions(sessions, **filters)
     total = sessions.count()
@@ -157,6 +158,7 @@ def list_sessions(
     # key: one job a session at most, so the join adds no row (a session re-imported keeps the
     # job that stored it; the jobs that found it already stored only name it in their result).
     sessions = sessions.annotate(source_file=F("import_job__original_name"), uploader=F("import_job__created_by"),
+                                 import_problems=Coalesce(F("import_job__problem_count"), 0),
                                  review_last_seq=_newest_sign_off("last_seq"))  # fmt: skip
     rows = list(sessions.select_related("project").order_by(*order)[: per_page + 1])
     more = len(rows) > per_page
