@@ -233,6 +233,11 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
             {"events": [{"kind": "step_end", "payload": {}, "step_state": {"step": 1, "action_typ": "code"}}]},
             "events[0].step_state: unknown StepState field 'action_typ'; the fields are action_code,",
         ),
+        # What session_end says of the session, of the wrong type, was ignored without a word.
+        (
+            {"events": [{"kind": "session_end", "payload": {"status": "done", "total_reward": "high"}}]},
+            'events[0].payload.status: neither "completed" nor "failed": done (ignored)',
+        ),
     ],
 )
 def test_malformed_batches_are_400_never_500(api, project, body, field):

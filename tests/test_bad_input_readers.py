@@ -108,6 +108,31 @@ def test_a_canonical_event_without_a_utc_instant_is_refused_with_its_field(db, t
     assert [(p["line"], p["field"]) for p in outcome.problems] == [(2, "timestamp")]
 
 
+def test_what_a_canonical_file_says_of_its_session_in_the_wrong_type_is_reported_on_each_field(db, tmp_path):
+    # Ignored without a word before: the session went without its task or answer, unsaid.
+    records = [
+        {"kind": "session_start", "payload": {"task": 5, "model": ["m"], "session_id": "s1", "metadata": "x"}},
+        {"kind": "user_message", "payload": {"text": "hi"}},
+        {"kind": "session_end", "payload": {"status": "done", "completed": "yes", "final_answer": 3,
+                                            "total_reward": "high"}},
+    ]  # fmt: skip
+    path = tmp_path / "canonical.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    outcome = imported(path, format="canonical")
+    assert outcome.events == 3  # every event kept as recorded
+    assert [(p["line"], p["field"], p["message"]) for p in outcome.problems] == [
+        (1, "payload.task", "not text: 5 (ignored)"),
+        (1, "payload.model", 'not text: ["m"] (ignored)'),
+        (1, "payload.metadata", "not an object: x (ignored)"),
+        (3, "payload.status", 'neither "completed" nor "failed": done (ignored)'),
+        (3, "payload.completed", "not true or false: yes (ignored)"),
+        (3, "payload.final_answer", "not text: 3 (ignored)"),
+        (3, "payload.total_reward", "not a number: high (ignored)"),
+    ]
+    session = outcome.session
+    assert (session.source_session_id, session.task, session.model, session.final_answer) == ("s1", "", "", "")
+
+
 @pytest.mark.parametrize(
     "line",
     [

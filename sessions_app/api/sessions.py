@@ -123,8 +123,12 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]):
         "total": page.total,
         "sessions": [
             _session_row(s)
-            | {"reviewState": s.review_state, "reviewBroken": s.review_broken, "reviewUnsigned": s.review_unsigned,
-               "importProblems": s.import_problems}
+            | {
+                "reviewState": s.review_state,
+                "reviewBroken": s.review_broken,
+                "reviewUnsigned": s.review_unsigned,
+                "importProblems": s.import_problems,
+            }
             for s in page.sessions
         ],
         "next": page.sessions[-1].pk if page.next_cursor else None,

@@ -15,7 +15,6 @@ follows other events begins the next session of the file. `session_end` may stat
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +34,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, read_records, source_stem
-from .fields import iso_text, utc_instant
+from .fields import iso_text, number, preview, utc_instant
 from .step_state import STEP_DEFAULTS
 
 NAME = "canonical"
@@ -176,7 +175,7 @@ class Converter:
             for path, message in validation_problems(exc):
                 problems.add(line, path, message)
             return []
-        _note_meta(self.meta, event)
+        _note_meta(self.meta, event, problems)
         if event.kind == Kind.CHECKPOINT:
             name = event.payload.get("name") or event.payload.get("checkpoint_name")
             self.meta.checkpoints.append(
@@ -192,39 +191,62 @@ class Converter:
         return {"emitted": self.emitted}
 
 
-def _note_meta(meta: SessionMeta, event: CanonicalEvent) -> None:
-    payload = event.payload
+# session_start's payload keys naming the session, by the SessionMeta field each fills.
+_START_TEXTS = (
+    ("task", ("task",)), ("environment", ("environment",)), ("model", ("model",)),
+    ("source_session_id", ("session_id", "source_session_id")), ("run_id", ("run_id",)),
+    ("agent_id", ("agent_id",)),
+)  # fmt: skip
+
+
+def _note_meta(meta: SessionMeta, event: CanonicalEvent, problems: Problems) -> None:
+    """What session_start, session_end and final say of the session. A value of the wrong type
+    is a problem on its payload field, and the session goes without it: the event itself is kept
+    as recorded (a file's line; a live batch holding one is refused, as any canonical problem)."""
+    payload, line = event.payload, event.line
+
+    def text(key: str) -> str | None:
+        value = payload.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        problems.add(line, f"payload.{key}", f"not text: {preview(value)} (ignored)")
+        return None
+
     if event.kind == Kind.SESSION_START:
-        for name, keys in (
-            ("task", ("task",)), ("environment", ("environment",)), ("model", ("model",)),
-            ("source_session_id", ("session_id", "source_session_id")), ("run_id", ("run_id",)),
-            ("agent_id", ("agent_id",)),
-        ):  # fmt: skip
+        for name, keys in _START_TEXTS:
             for key in keys:
-                value = payload.get(key)
-                if isinstance(value, str) and value and not getattr(meta, name):
+                value = text(key)
+                if value and not getattr(meta, name):
                     setattr(meta, name, value)
-        if isinstance(payload.get("metadata"), dict):
-            meta.metadata.update(payload["metadata"])
+        metadata = payload.get("metadata")
+        if isinstance(metadata, dict):
+            meta.metadata.update(metadata)
+        elif metadata is not None:
+            problems.add(line, "payload.metadata", f"not an object: {preview(metadata)} (ignored)")
         if meta.started_at is None:
             meta.started_at = event.timestamp
     elif event.kind == Kind.SESSION_END:
         status = payload.get("status")
+        completed = payload.get("completed")
         if status in ("completed", "failed"):
             meta.completed = status == "completed"
             meta.failed = status == "failed"
-        elif isinstance(payload.get("completed"), bool):
-            meta.completed = payload["completed"]
-        answer = payload.get("final_answer")
-        if isinstance(answer, str) and answer:
+        elif status is not None:
+            problems.add(line, "payload.status", f'neither "completed" nor "failed": {preview(status)} (ignored)')
+        if completed is not None and not isinstance(completed, bool):
+            problems.add(line, "payload.completed", f"not true or false: {preview(completed)} (ignored)")
+        elif completed is not None and status not in ("completed", "failed"):
+            meta.completed = completed
+        answer = text("final_answer")
+        if answer:
             meta.final_answer = answer
-        total = payload.get("total_reward")
-        if isinstance(total, (int, float)) and not isinstance(total, bool) and math.isfinite(total):
+        total = number(payload, "total_reward", "payload.total_reward", line, problems)
+        if total is not None:
             meta.total_reward = float(total)
         meta.ended_at = event.timestamp or meta.ended_at
     elif event.kind == Kind.FINAL:
-        answer = payload.get("answer")
-        if isinstance(answer, str) and answer:
+        answer = text("answer")
+        if answer:
             meta.final_answer = answer
         meta.completed = True if meta.completed is None else meta.completed
     if not meta.run_id and event.agent_id and not meta.agent_id:

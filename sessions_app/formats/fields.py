@@ -26,7 +26,7 @@ def number(container: dict[str, Any] | Any, key: str, field: str, line: int | No
         problems.add(line, field, "null where a number was expected (ignored)")
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        problems.add(line, field, f"not a number: {_preview(value)} (ignored)")
+        problems.add(line, field, f"not a number: {preview(value)} (ignored)")
         return None
     if not math.isfinite(value):
         problems.add(line, field, f"not a finite number: {value} (ignored)")
@@ -105,7 +105,7 @@ def clip(value: str, limit: int) -> str:
     return value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
 
 
-def _preview(value: Any) -> str:
+def preview(value: Any) -> str:
     return clip(text(value), 60)
 
 
@@ -115,17 +115,17 @@ def parse_iso(value: Any, field: str, line: int | None, problems: Problems) -> d
         problems.add(line, field, "missing timestamp")
         return None
     if not isinstance(value, str):
-        problems.add(line, field, f"not an ISO 8601 timestamp: {_preview(value)}")
+        problems.add(line, field, f"not an ISO 8601 timestamp: {preview(value)}")
         return None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        problems.add(line, field, f"not an ISO 8601 timestamp: {_preview(value)}")
+        problems.add(line, field, f"not an ISO 8601 timestamp: {preview(value)}")
         return None
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=UTC)
     if not in_utc_range(parsed):
-        problems.add(line, field, f"timestamp outside the years 1-9999 in UTC: {_preview(value)}")
+        problems.add(line, field, f"timestamp outside the years 1-9999 in UTC: {preview(value)}")
         return None
     return parsed
 
@@ -163,7 +163,7 @@ def parse_epoch_ms(value: Any, field: str, line: int | None, problems: Problems)
         problems.add(line, field, "null where epoch milliseconds were expected")
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        problems.add(line, field, f"not epoch milliseconds: {_preview(value)}")
+        problems.add(line, field, f"not epoch milliseconds: {preview(value)}")
         return None
     try:
         return datetime.fromtimestamp(value / 1000.0, tz=UTC)
