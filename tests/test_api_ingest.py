@@ -233,6 +233,19 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
             {"events": [{"kind": "step_end", "payload": {}, "step_state": {"step": 1, "action_typ": "code"}}]},
             "events[0].step_state: unknown StepState field 'action_typ'; the fields are action_code,",
         ),
+        # A StepState value of the wrong type: "no" counted as a success, "high" shown as a reward.
+        (
+            {"events": [{"kind": "step_end", "payload": {}, "step_state": {"step": 1, "success": "no"}}]},
+            "events[0].step_state: StepState field 'success' should be true or false, not no",
+        ),
+        (
+            {"events": [{"kind": "step_end", "payload": {}, "step_state": {"reward": "high"}}]},
+            "events[0].step_state: StepState field 'reward' should be a finite number, not high",
+        ),
+        (
+            {"events": [{"kind": "step_end", "payload": {}, "step_state": {"tokens_used": True}}]},
+            "events[0].step_state: StepState field 'tokens_used' should be a whole number, not true",
+        ),
         # What session_end says of the session, of the wrong type, was ignored without a word.
         (
             {"events": [{"kind": "session_end", "payload": {"status": "done", "total_reward": "high"}}]},

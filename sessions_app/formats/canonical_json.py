@@ -15,6 +15,7 @@ follows other events begins the next session of the file. `session_end` may stat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,15 @@ _SIGNATURE_KEYS = frozenset({"kind", "payload"})
 _FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
 # rlm-code's StepState fields (its variables and memory notes too, which state changes carry).
 _STEP_FIELDS = frozenset({*STEP_DEFAULTS, "variables", "memory_notes"})
+# The type each StepState field holds in rlm-code (its default's), and how a problem names it.
+_STEP_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    name: ((bool,), "true or false") if isinstance(default, bool)
+    else ((int,), "a whole number") if isinstance(default, int)
+    else ((int, float), "a finite number") if isinstance(default, float)
+    else ((str,), "text") if isinstance(default, str)
+    else ((dict,), "an object")
+    for name, default in STEP_DEFAULTS.items()
+} | {"variables": ((dict,), "an object"), "memory_notes": ((list,), "a list")}  # fmt: skip
 
 
 class StateChangeIn(BaseModel):
@@ -102,6 +112,15 @@ class CanonicalEventIn(BaseModel):
             raise ValueError(
                 f"unknown StepState field {unknown[0]!r}; the fields are {', '.join(sorted(_STEP_FIELDS))}"
             )
+        # And of its type, as the event's own numbers and flags: `"success": "no"` counted as a
+        # success, `"reward": "high"` showed as the step's reward.
+        for name, given in (value or {}).items():
+            wanted, what = _STEP_TYPES[name]
+            if given is not None and not (
+                isinstance(given, wanted) and not (isinstance(given, bool) and bool not in wanted)
+                and not (isinstance(given, float) and not math.isfinite(given))
+            ):  # fmt: skip
+                raise ValueError(f"StepState field {name!r} should be {what}, not {preview(given)}")
         return value
 
     @field_validator("kind")
