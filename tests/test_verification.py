@@ -406,14 +406,35 @@ def test_one_verification_at_a_time_for_what_someone_asks_and_a_stale_run_is_tak
         verify_once(session=session)
 
 
-def test_the_admin_shows_a_session_but_cannot_change_its_sealed_fields(make_session, client):
+def test_the_admin_shows_replays_records_but_adds_changes_and_deletes_none(make_session, client, rf):
+    """Every change goes through the product, which checks and audits it: an admin edit or
+    deletion did neither (a session deleted there left no session.delete, its tours shortened
+    unsaid). Driven by the admin's own registry, so a model registered later is held too."""
+    from django.contrib import admin
     from django.contrib.auth import get_user_model
 
     session = make_session(events=3, task="the real task")
+    event = Event.objects.filter(session=session).first()
     root = get_user_model().objects.create_superuser("root", "root@example.org", "pw-root-12345")
+    request = rf.get("/admin/")
+    request.user = root
+    registered = {model: model_admin for model, model_admin in admin.site._registry.items()
+                  if model._meta.app_label == "sessions_app"}  # fmt: skip
+    assert {Session, Event, Project} <= set(registered)
+    for model, model_admin in registered.items():
+        allowed = (model_admin.has_add_permission(request), model_admin.has_change_permission(request),
+                   model_admin.has_delete_permission(request))  # fmt: skip
+        assert allowed == (False, False, False), model.__name__
+        assert model_admin.has_view_permission(request), model.__name__
+
     client.force_login(root)
     shown = client.get(f"/admin/sessions_app/session/{session.pk}/change/")
     assert shown.status_code == 200 and 'name="_save"' not in shown.content.decode()
     changed = client.post(f"/admin/sessions_app/session/{session.pk}/change/", {"task": "another task"})
     assert changed.status_code == 403
+    for path in (f"session/{session.pk}", f"event/{event.pk}", f"project/{session.project_id}"):
+        assert client.post(f"/admin/sessions_app/{path}/delete/", {"post": "yes"}).status_code == 403, path
+    assert client.get("/admin/sessions_app/project/add/").status_code == 403
     assert Session.objects.get(pk=session.pk).task == "the real task" and verify_session(session=session).valid
+    assert Event.objects.filter(pk=event.pk).exists() and Project.objects.filter(pk=session.project_id).exists()
+    assert client.get("/admin/auth/user/add/").status_code == 200  # the site's accounts stay Django's
