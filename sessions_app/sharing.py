@@ -15,9 +15,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import audit
+from . import access, audit
 from .access import Actor
-from .models import Session, ShareLink, Tour
+from .models import Membership, Project, Role, Session, ShareLink, Tour
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 90
@@ -57,6 +57,12 @@ def create_link(
     if "\x00" in note:
         raise SharingError("note: must not contain a NUL character")
     target = session if session is not None else tour
+    # The team as it is now, not as the caller's check read it: a maker removed or demoted in
+    # between had their links revoked already, and this one would have stayed (and reopened
+    # were they given their role back). Their removal waits for this lock, or this for theirs.
+    Project.lock(target.project_id)
+    fresh = Membership.objects.filter(project_id=target.project_id, user=actor.user).values_list("role", flat=True)
+    access.check(actor, project_id=target.project_id, role=fresh.first(), need=Role.MAINTAINER, what="share link")
     token = ShareLink.new_token()
     link = ShareLink.objects.create(
         project_id=target.project_id, session=session, tour=tour, token_hash=ShareLink.hash_token(token),

@@ -64,7 +64,7 @@ def set_member(
     if user is None:
         raise TeamError(f"username: no active user {username!r}")
     with transaction.atomic():
-        _lock_team(project)
+        Project.lock(project.pk)
         current = Membership.objects.select_for_update().filter(project=project, user=user).first()
         if current is not None and add_only:
             raise TeamError(
@@ -100,7 +100,7 @@ def remove_member(*, actor: Actor, project: Project, username: str, ip: str | No
     if "\x00" in username:  # no username holds one (and PostgreSQL refuses it)
         raise TeamError(f"username: {username!r} is not a member of {project.slug}")
     with transaction.atomic():
-        _lock_team(project)
+        Project.lock(project.pk)
         member = (
             Membership.objects.select_for_update().select_related("user")
             .filter(project=project, user__username=username).first()
@@ -117,13 +117,6 @@ def remove_member(*, actor: Actor, project: Project, username: str, ip: str | No
         # here, whatever else they may do (a link kept would reopen once they are no superuser).
         revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
                              why=f"its maker {username} left the project")  # fmt: skip
-
-
-def _lock_team(project: Project) -> None:
-    """Lock the project's row to the end of the transaction: two admins demoting or removing
-    each other at once are taken one after the other, so the second sees one admin left and is
-    refused. (Locking the membership rows alone left none: each saw the other still admin.)"""
-    list(Project.objects.select_for_update().filter(pk=project.pk).values_list("pk", flat=True))
 
 
 def _admins(project: Project) -> int:

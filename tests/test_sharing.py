@@ -377,6 +377,26 @@ def test_a_superusers_links_go_too_when_the_team_removes_them_so_none_reopens_la
     assert Client().get(f"/s/{token}").status_code == 404
 
 
+def test_a_link_made_as_its_maker_is_removed_is_refused_not_left_to_reopen(shown, mia, acme):
+    # The caller's check read the team before the removal; the link, made after the removal
+    # revoked the maker's links, stayed live (and reopened when they were added back).
+    from sessions_app import teams
+
+    stale = Actor(user=mia)
+    assert stale.role_in(acme.pk) == Role.MAINTAINER  # the request's check, done
+    ada = Actor(user=member("ada", acme, Role.ADMIN))
+    teams.remove_member(actor=ada, project=acme, username="mia")
+    with pytest.raises(access.NotVisible):
+        sharing.create_link(actor=stale, session=shown)
+    teams.set_member(actor=ada, project=acme, username="mia", role="viewer")
+    with pytest.raises(PermissionDenied):  # demoted meanwhile: below sharing
+        sharing.create_link(actor=stale, session=shown)
+    assert not ShareLink.objects.exists() and not AuditEntry.objects.filter(action="share_link.create").exists()
+    teams.set_member(actor=ada, project=acme, username="mia", role="maintainer")
+    link, _ = sharing.create_link(actor=stale, session=shown)
+    assert link.created_by_name == "mia"
+
+
 def test_a_maintainers_new_role_above_sharing_keeps_their_links_and_the_project_lists_them(shown, mia, acme):
     link, token = _link(shown, mia, note="for the auditors")
     other, _ = _link(shown, mia)

@@ -72,6 +72,14 @@ class Project(models.Model):
         project, _ = cls.objects.get_or_create(slug=cls.DEFAULT_SLUG, defaults={"name": "Default"})
         return project
 
+    @classmethod
+    def lock(cls, pk: int) -> None:
+        """Lock the project's row to the end of the transaction, so what changes its team and
+        what depends on the team are taken one after the other: two admins demoting each other
+        (the second then sees one admin left), a member removed while making a share link (the
+        removal then revokes it, or the link is refused)."""
+        list(cls.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True))
+
 
 class Membership(models.Model):
     """One user's role in one project."""
