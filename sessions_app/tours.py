@@ -206,6 +206,8 @@ def _touch(tour: Tour) -> None:
 
 
 def _record(action: str, *, actor: Actor, tour: Tour, ip: str | None, **detail: object) -> None:
+    # Never a title, description or narration: text someone wrote, which a redaction may have to
+    # remove (a secret quoted in a title) and the log, never rewritten, would keep.
     audit.record(action=action, actor=actor, project=tour.project_id, target=f"tour:{tour.pk}", detail=detail, ip=ip)
 
 
@@ -236,7 +238,7 @@ def create_tour(*, actor: Actor, project: Project, title: str, description: str 
     with transaction.atomic():
         tour = Tour.objects.create(project=project, title=title, description=description, created_by=actor.user,
                                    created_by_name=actor.name, created_at=now, updated_at=now)  # fmt: skip
-        _record("tour.create", actor=actor, tour=tour, ip=ip, title=title)
+        _record("tour.create", actor=actor, tour=tour, ip=ip)
     return tour
 
 
@@ -264,7 +266,7 @@ def delete_tour(*, actor: Actor, tour: Tour, ip: str | None = None) -> None:
     tour_id = tour.pk
     with transaction.atomic():
         stops = len(_current(tour))
-        _record("tour.delete", actor=actor, tour=tour, ip=ip, title=tour.title, stops=stops)
+        _record("tour.delete", actor=actor, tour=tour, ip=ip, stops=stops)
         tour.delete()
     tour.pk = tour_id  # for the caller's answer
 

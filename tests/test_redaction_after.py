@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from sessions_app import comments, jobs, sharing, stored_redaction
+from sessions_app import comments, jobs, sharing, stored_redaction, tours
 from sessions_app.access import Actor
 from sessions_app.bundle_reader import BundleError, read_bundle
 from sessions_app.ingest.bundles import import_bundle
@@ -83,7 +83,7 @@ def mia(acme):  # noqa: F811
 def stored(acme, mia, tmp_path) -> Session:  # noqa: F811
     """A session imported from a file (its original kept) holding the secret in three payloads, a
     step's output, a state change (so in keyframes and the saved writer state), its task, a
-    comment and an edited reply, a checkpoint's note, a tour stop, a share link's note, a
+    comment and an edited reply, a checkpoint's note, a tour (and one deleted) and its stop, a share link's note, a
     sign-off's note, its import job's problems and an OpenTelemetry span waiting to be written."""
     path = tmp_path / "with-secret.jsonl"
     path.write_bytes(small_lines())
@@ -98,7 +98,13 @@ def stored(acme, mia, tmp_path) -> Session:  # noqa: F811
                                     parent=None)  # fmt: skip
     comments.edit_comment(actor=actor, comment=reply, body="it was revoked")
     set_checkpoint(session=session, name="leak", seq=3, created_by="mia", note=f"the key {SECRET} leaks here")
-    tour = Tour.objects.create(project=acme, title=f"onboarding {SECRET}", description=f"how {SECRET} leaked")
+    # Made and deleted as users do, with their audit entries: the log, never rewritten, must
+    # not have kept a title (it did, in tour.create and tour.delete).
+    tour = tours.create_tour(
+        actor=actor, project=acme, title=f"onboarding {SECRET}", description=f"how {SECRET} leaked"
+    )
+    gone = tours.create_tour(actor=actor, project=acme, title=f"draft about {SECRET}")
+    tours.delete_tour(actor=actor, tour=gone)
     TourStop.objects.create(tour=tour, position=0, session=session, seq=3, title="the leak",
                             narration=f"see {SECRET}")  # fmt: skip
     sharing.create_link(actor=actor, session=session, note=f"for the vendor, key {SECRET}")
