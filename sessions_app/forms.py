@@ -440,6 +440,11 @@ class ShareLinkForm(forms.Form):
     note = forms.CharField(label="Note", required=False, max_length=sharing.MAX_NOTE, strip=True)
     allow_export = forms.BooleanField(label="Allow export", required=False)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Its own ids: the player it is loaded into has a sign-off form with a note too.
+        kwargs.setdefault("auto_id", "share_%s")
+        super().__init__(*args, **kwargs)
+
 
 class ExportForm(forms.Form):
     format = forms.ChoiceField(choices=[(name, name) for name in EXPORT_FORMATS])

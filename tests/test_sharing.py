@@ -711,3 +711,49 @@ def test_a_link_is_made_with_its_audit_entry_or_not_at_all_and_revoked_once(show
     sharing.revoke_link(actor=Actor(user=mia), link=stale)  # loaded before the first revocation
     assert AuditEntry.objects.filter(action="share_link.revoke").count() == 1
     assert stale.revoked_at == ShareLink.objects.get(pk=link.pk).revoked_at
+
+
+def test_the_player_and_the_panels_it_loads_give_every_id_once(shown, acme):
+    """The share panel's note and the sign-off's were both `id_note`: the panel's "Note" label
+    focused the sign-off's field. Every element id of the page an admin sees, and of each partial
+    it loads into itself, is given once."""
+    from html.parser import HTMLParser
+
+    void = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    class Ids(HTMLParser):
+        """Each id with the ids of the elements around it, and the partials the page loads."""
+
+        def __init__(self):
+            super().__init__()
+            self.ids, self.loads, self.open = [], [], []
+
+        def handle_starttag(self, tag, attrs):
+            found = dict(attrs)
+            if "id" in found:
+                self.ids.append((found["id"], {i for _, i in self.open if i}))
+            trigger = found.get("hx-trigger") or ""
+            if found.get("hx-get") and any(word in trigger for word in ("load", "revealed", "toggle")):
+                self.loads.append((found["hx-get"], found.get("id"), found.get("hx-target")))
+            if tag not in void:
+                self.open.append((tag, found.get("id")))
+
+        def handle_endtag(self, tag):
+            while self.open and self.open.pop()[0] != tag:
+                pass
+
+    client = _signed_in(member("ada", acme, Role.ADMIN))
+    page = Ids()
+    page.feed(client.get(_player(shown)).content.decode())
+    page_ids = [i for i, _ in page.ids]
+    assert len(page_ids) == len(set(page_ids)), sorted(i for i in page_ids if page_ids.count(i) > 1)
+    assert reverse("sessions:share_links", args=[shown.pk]) in [url for url, _, _ in page.loads]
+    for url, own_id, target in page.loads:
+        partial = Ids()
+        partial.feed(client.get(url, HTTP_HX_REQUEST="true").content.decode())
+        partial_ids = [i for i, _ in partial.ids]
+        # What the partial is swapped in for goes, with all it holds.
+        replaced = {own_id, (target or "").removeprefix("#")} - {None, ""}
+        staying = {i for i, around in page.ids if i not in replaced and not around & replaced}
+        clashes = set(partial_ids) & staying
+        assert not clashes and len(partial_ids) == len(set(partial_ids)), (url, clashes)
