@@ -89,6 +89,7 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
     """A session with an error, checkpoints, a comment thread with a reply and a sign-off; two
     sessions to compare; ada (maintainer) and rita (reviewer) of the default project."""
     ada, rita = member("ada", role=Role.MAINTAINER), member("rita", role=Role.REVIEWER)
+    member("adm", role=Role.ADMIN)  # the pages and forms only an admin sees
     talk = build_session(conversation_events(turns=3), source_session_id="talk", task="answer three questions")
     set_checkpoint(session=talk, name="before the failure", seq=12, created_by="ada")
     set_checkpoint(session=talk, name="the end", seq=talk.event_count - 1, created_by="ada")
@@ -170,6 +171,12 @@ def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
     page.wait_for_selector("#tour-narration")
     problems.append(accessibility_problems(page, "player in tour mode"))
 
+    sign_in(page, "adm", f"/projects/{slug}/")  # its members' and settings' forms
+    problems.append(accessibility_problems(page, "project page, as its admin"))
+    page.goto(f"/projects/{slug}/redaction/")
+    page.wait_for_selector("#redaction-form")
+    problems.append(accessibility_problems(page, "redaction rules page"))
+
     page.context.clear_cookies()
     page.goto("/accounts/login/")
     problems.append(accessibility_problems(page, "sign-in page"))
@@ -208,6 +215,11 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= PHONE["width"], f"the {name} is {width}px wide at 390 px: {too_wide(page, PHONE['width'])}"
             assert_accessible(page, f"{name} at 390 px")
+        sign_in(page, "adm", f"/projects/{reviewed['project'].slug}/redaction/")
+        page.wait_for_selector("#redaction-form")
+        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+        assert_accessible(page, "redaction rules page at 390 px")
+        sign_in(page, "ada", "/sessions/")
         # Stepping keeps the page where the reader put it: the current row is scrolled into view
         # inside the step list only (each step used to scroll the page to the row, and the
         # step's context out of sight; a walkthrough at 390 px).
