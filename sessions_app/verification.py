@@ -365,6 +365,7 @@ def _record(session: Session, findings: _Findings, checked: int, head: str, *, s
         "chain_broken_seq": findings.first,
         "chain_checked_at": checked_at,
         "chain_checked_count": checked,
+        "chain_redaction_count": findings.redaction_count,
     }
     if store:
         Session.objects.filter(pk=session.pk).update(**values)

@@ -736,3 +736,21 @@ def test_a_session_deleted_while_its_redaction_runs_is_a_404_not_a_500(stored, m
     response = redact_by_api(maintainer, stored)
     assert response.status_code == 404, response.content
     assert response.json()["detail"] == f"session {stored.pk} not found"
+
+
+def test_a_redaction_is_verified_again_and_the_badge_counts_it_whenever_the_player_opens(
+    stored, maintainer, viewer, django_capture_on_commit_callbacks
+):
+    # The count showed only in the answer to the verify button, gone at the next reload.
+    from django_q.models import OrmQ
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert redact_by_api(maintainer, stored).status_code == 200
+    queued = [
+        t.task["kwargs"]["session_ids"] for t in OrmQ.objects.all() if t.task["func"] == "sessions_app.jobs.run_verify"
+    ]
+    assert queued == [[stored.pk]]
+    jobs.run_verify(session_ids=[stored.pk])
+    page = viewer.get(f"/sessions/{stored.pk}/").content.decode()
+    badge = page[page.index('id="chain-badge"') :].split("</div>", 1)[0]
+    assert "verified at" in badge and ">5 redactions</a>" in badge

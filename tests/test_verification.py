@@ -254,6 +254,7 @@ NOT_SEALED = {
     "id": "its storage address",
     "chain_valid": "verification's own result", "chain_broken_seq": "verification's own result",
     "chain_checked_at": "verification's own result", "chain_checked_count": "verification's own result",
+    "chain_redaction_count": "verification's own result",
     "header_seal": "the seal itself",
     "source_digest": "the import's de-duplication key, never shown",
     "ingest_state": "the writer's saved state; what it gives is derived again from the events",

@@ -121,6 +121,9 @@ class Session(models.Model):
     chain_broken_seq = models.BigIntegerField(null=True, blank=True)
     chain_checked_at = models.DateTimeField(null=True, blank=True)
     chain_checked_count = models.BigIntegerField(null=True, blank=True)  # events it covered
+    # The redactions it listed (values removed after the fact, each checked by its commitment):
+    # the player's badge shows them whenever the session is opened, not only after a verify.
+    chain_redaction_count = models.BigIntegerField(default=0, db_default=0)
     # The digests of the fields above that a page shows (chain.HEADER_FIELDS), stored by every
     # writer with them (`seal_header`, `reseal`): verification names a field edited since.
     header_seal = models.TextField(blank=True, default="", db_default="")
