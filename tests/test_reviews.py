@@ -152,6 +152,27 @@ def test_a_sign_off_pins_the_session_fields_it_signed_even_against_a_rebuilt_sea
     assert found.coverage.fields_changed == ("agent_id", "task")
 
 
+def test_a_live_session_that_grew_and_ended_after_a_sign_off_is_not_shown_as_edited(acme, rita):
+    # Its running reward and its end's status were shown in red as "reward changed since", the
+    # warning an edit gets, though nothing but its writer touched it.
+    session = _session(acme, events=12, live=True)
+    reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="changes_requested")
+    append_events(session=session, events=synthetic_events(8, start=12))
+    finish_session(session=session)
+    [found] = sign_offs.sign_offs_of(session=Session.objects.get(pk=session.pk))
+    c = found.coverage
+    assert c.grew and c.fields_changed == () and {"reward", "status", "ended_at"} <= set(c.fields_grown)
+    client = _client(rita)
+    row = client.get(_reviews_url(session)).json()[0]
+    assert row["fields_changed"] == [] and "reward" in row["fields_grown"]
+    page = _player(client, session)
+    assert "changed since</span>" not in page and "moved on since</span>" in page
+    # An edit is still an edit, grown or not.
+    Session.objects.filter(pk=session.pk).update(task="a forged task")
+    [found] = sign_offs.sign_offs_of(session=Session.objects.get(pk=session.pk))
+    assert found.coverage.fields_changed == ("task",)
+
+
 def test_a_redaction_after_a_sign_off_says_it_redacted_and_an_edit_still_says_it_changed(acme, rita):
     # A redaction rewrites the task and events a sign-off signed: a value removed, the chain it
     # signed still holding. It was shown in red as "task changed since", as an edit is.

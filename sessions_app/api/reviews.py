@@ -64,7 +64,11 @@ class ReviewOut(Schema):
     )
     fields_changed: list[str] = Field(
         description="the session's own fields (task, final_answer, status, ...) changed since the sign-off, by a "
-        "writer or an edit (not by a redaction: `fields_redacted`); empty for a restored sign-off"
+        "writer or an edit (not by a redaction: `fields_redacted`; not the appended events': `fields_grown`); empty for a restored sign-off"
+    )
+    fields_grown: list[str] = Field(
+        description="the session's own fields that events appended after the sign-off moved (reward; at a live "
+        "session's end status, completed, ended_at, final_answer): the session grew, not an edit"
     )
     fields_redacted: list[str] = Field(
         description="the session's own fields a redaction after the sign-off changed (a value removed, as the "
@@ -105,6 +109,7 @@ def review_row(found: SignOff) -> dict[str, Any]:
         "redacted_by": review.redacted_by,
         "unchanged": found.coverage.unchanged,
         "fields_changed": list(found.coverage.fields_changed),
+        "fields_grown": list(found.coverage.fields_grown),
         "fields_redacted": list(found.coverage.fields_redacted),
         "record_differs": list(found.coverage.record_differs),
         "redacted_after": [

@@ -56,6 +56,10 @@ class Coverage:
     # Of those, the ones a redaction after the sign-off changed (recorded as such in the audit
     # log): a value removed, which the sign-off's chain still holds, not an edit.
     fields_redacted: tuple[str, ...] = ()
+    # Of those, the ones that events appended after the sign-off move (GROWN_FIELDS), in a
+    # session that grew since: what its writer did after it, not an edit (verification still
+    # finds an edit of them, against the session's own seal).
+    fields_grown: tuple[str, ...] = ()
     # The redactions after the sign-off, oldest first: who, when (ISO), how many events.
     redacted_after: tuple[RedactedAfter, ...] = ()
     # What the stored sign-off says that its `review.create` audit entry, in the log's own
@@ -103,9 +107,13 @@ def coverage(
     for redaction in after:
         left.update(redaction.left)
     redacted = {name for name in changed if left.get(name) == header_digest(name, getattr(session, name))}
+    grew = session.event_count > review.last_seq + 1
+    grown = {name for name in changed if grew and name in GROWN_FIELDS and name not in redacted}
     return Coverage(
         first=review.first_seq + 1, last=review.last_seq + 1, of=session.event_count, unchanged=unchanged,
-        broken_seq=broken, fields_changed=tuple(header_field_name(n) for n in changed if n not in redacted),
+        broken_seq=broken,
+        fields_changed=tuple(header_field_name(n) for n in changed if n not in redacted and n not in grown),
+        fields_grown=tuple(header_field_name(n) for n in changed if n in grown),
         fields_redacted=tuple(header_field_name(n) for n in changed if n in redacted), redacted_after=after,
         record_differs=_record_differs(review, recorded),
     )  # fmt: skip
@@ -170,6 +178,11 @@ def _instant(text: Any) -> datetime | None:
         return datetime.fromisoformat(text) if isinstance(text, str) else None
     except ValueError:
         return None
+
+
+# The sealed fields a writer moves as events are appended: the running reward, and at a live
+# session's end its status, completion, end time and answer (a first event's time, its start).
+GROWN_FIELDS = frozenset({"reward", "status", "completed", "ended_at", "final_answer", "started_at"})
 
 
 def _fields_changed(review: Review, session: Session) -> tuple[str, ...]:
