@@ -156,6 +156,23 @@ def test_a_record_nested_deeper_than_can_be_stored_is_a_problem_on_its_line(tmp_
     assert problems == [(3, "line", "cannot be stored: nested deeper than 254 levels")]
 
 
+def test_a_document_nested_absurdly_deep_stops_there_in_little_memory(tmp_path):
+    # ijson's path-naming parsers make every event of a piece with its whole path first: an
+    # 80 KB document of "[" took 3.9 GB before the record could be refused (a hostile sweep).
+    a = events(1)[0]
+    deep = b'{"id": "deep", "payload": ' + b"[" * 20000 + b"]" * 20000 + b"}"
+    path = write(tmp_path, b"[\n" + orjson.dumps(a) + b",\n" + deep + b"\n]")
+    tracemalloc.start()
+    try:
+        found, problems = read(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found == [(2, a)]
+    assert problems == [(3, "line", "nested deeper than 508 levels; the rest of the document could not be read")]
+    assert peak < 20_000_000, peak
+
+
 def test_an_integer_beyond_64_bits_ends_a_document(tmp_path):
     # yajl reads numbers into 64 bits: such a number is a syntax error to it (JSON lines read it
     # as a float, which the fields then report).

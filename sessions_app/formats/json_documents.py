@@ -27,13 +27,14 @@ import re
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain, repeat
+from operator import itemgetter
 from typing import Any
 
 import ijson
 
 from ..canonical import Problems
-from . import Source, read_blocks, size_text, too_long, whole_line_breaks
+from . import MAX_DEPTH, Source, read_blocks, size_text, too_long, whole_line_breaks
 
 _PIECE_BYTES = 1 << 16
 _STARTS = frozenset({"start_map", "start_array"})
@@ -50,6 +51,48 @@ LONG_RECORDS_PASSED = 16
 class _TooLong(Exception):
     """Raised by the feed when the record being built has grown past the limit: ijson stops
     there, holding no more than about the limit of it."""
+
+
+class _TooDeep(Exception):
+    """Raised by the feed before it hands over a piece that nests the document deeper than
+    _DEEPEST (see _Nesting)."""
+
+
+# How deep a document may nest: a record deeper than MAX_DEPTH is a problem and the rest is read
+# (it cannot be stored, tests/test_format_json_documents.py); past twice that, the document
+# stops. A piece handed over at that depth costs ijson at most ~170 MB of paths (64 KiB of "[]").
+_DEEPEST = 2 * MAX_DEPTH
+_LEVEL = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
+_EVENT_NAME = itemgetter(0)
+
+
+class _Nesting:
+    """How deep the document nests, followed piece by piece by a parser of its own that names
+    no paths. ijson's path-naming parsers (`items`, `parse`) make every event of a piece with
+    its whole path before handing any over, so "[" nested 40,000 deep (an 80 KB file) took
+    3.9 GB before anything could refuse it. Its cost: a second parse of the bytes, about a
+    third of a reading's."""
+
+    def __init__(self) -> None:
+        self._events = ijson.sendable_list()
+        self._parser: Any = ijson.basic_parse_coro(self._events, use_float=True)
+        self.depth = 0
+
+    def check(self, piece: bytes) -> None:
+        """Raise _TooDeep if `piece` takes the document past _DEEPEST."""
+        if self._parser is None:
+            return
+        events = self._events
+        try:
+            self._parser.send(piece)
+        except _BAD_INPUT:  # the reading it guards stops at the same byte, and says why
+            self._parser = None
+        if events:
+            levels = list(accumulate(map(_LEVEL.get, map(_EVENT_NAME, events), repeat(0)), initial=self.depth))
+            del events[:]
+            self.depth = levels[-1]
+            if max(levels) > _DEEPEST:
+                raise _TooDeep
 
 
 @dataclass
@@ -140,6 +183,11 @@ class JsonDocument:
                 return None
             except _TooLong:
                 return index + 1, feed.line
+            except _TooDeep:
+                self.stopped = True
+                self.problems.add(feed.line, "line", f"nested deeper than {_DEEPEST} levels; the rest of the "
+                                  "document could not be read")  # fmt: skip
+                return None
             except _BAD_INPUT as error:
                 self._stop(error, feed.offset)
                 return None
@@ -195,7 +243,7 @@ class JsonDocument:
             return any(
                 path == prefix and event == "start_array" for path, event, _ in ijson.parse(feed, use_float=True)
             )
-        except _BAD_INPUT:
+        except (*_BAD_INPUT, _TooDeep):
             return False
 
     def _first_blocks(self) -> Iterator[bytes]:
@@ -238,6 +286,7 @@ class _ItemLines:
         self._prefix = prefix
         self._events = ijson.sendable_list()
         self._parser = ijson.parse_coro(self._events, use_float=True)
+        self._nesting = _Nesting()
         self._starts: dict[int, int] = {}  # item index -> line, of the items not yet asked for
         self._count = 0  # items started so far
         self._line = 0  # lines sent so far
@@ -250,8 +299,9 @@ class _ItemLines:
                 return None
             self._line = line
             try:
+                self._nesting.check(piece)
                 self._parser.send(piece)
-            except _BAD_INPUT:  # the first reading reported it; nothing past it is an item
+            except (*_BAD_INPUT, _TooDeep):  # the first reading reported it; nothing past it is an item
                 self._lines = iter(())
                 return None
             for path, event, _ in self._events:
@@ -409,11 +459,17 @@ class _Feed:
         self.limit = limit
         self.blank = blank or []  # ranges blanked in the blocks: they count for nothing
         self._pieces = self._lines(blocks) if per_line else self._cut(blocks, lines if lines is not None else [])
+        # Only for the path-naming parsers: `members`' own (per_line) names none, and builds
+        # each value in Python an event at a time.
+        self._nesting = None if per_line else _Nesting()
 
     def read(self, size: int) -> bytes:
         if not size:  # ijson's check that it is given bytes
             return b""
-        return next(self._pieces, b"")
+        piece = next(self._pieces, b"")
+        if self._nesting is not None:
+            self._nesting.check(piece)
+        return piece
 
     def _cut(self, blocks: Iterator[bytes], lines: list[Any]) -> Iterator[bytes]:
         """The pieces of `items`, each line they start on also added to `lines`."""
