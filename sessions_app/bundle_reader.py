@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import zipfile
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -495,30 +495,45 @@ def _list_items(archive: zipfile.ZipFile, name: str, most_containers: int | None
     most = MAX_CONTAINERS[name] if most_containers is None else most_containers
     with archive.open(name) as stream:
         try:
-            yield from ijson.items(_a_list(ijson.parse(stream, use_float=True), name, most), "item")
+            yield from _entries(ijson.basic_parse(stream, use_float=True), name, most)
         except ijson.JSONError as error:
             raise BundleError(f"{name}: not readable JSON ({str(error).splitlines()[0]})") from None
 
 
-def _a_list(events: Iterator[tuple[str, str, Any]], name: str, most: int) -> Iterator[tuple[str, str, Any]]:
-    """The parse events of a list, refused as soon as it nests deeper than MAX_DEPTH (each event
-    carries its path, so a deep one costs memory by the square of its depth: 400 KB of "[" took
-    20 GB, a retest) or holds more than `most` objects and lists in all (one entry of a million
-    `{}` is one entry)."""
+_OPENS = frozenset({"start_map", "start_array"})
+_CLOSES = frozenset({"end_map", "end_array"})
+
+
+def _entries(events: Iterator[tuple[str, Any]], name: str, most: int) -> Iterator[Any]:
+    """The entries of a list, built from parse events that name no paths, refused as soon as it
+    nests deeper than MAX_DEPTH or holds more than `most` objects and lists in all (one entry of
+    a million `{}` is one entry). ijson's path-naming parser makes every event of a read buffer
+    with its whole path before handing any over: a list 100,000 deep (27 KB) took 10 GB before
+    a guard on those events could see the first one (a hostile sweep)."""
     first = next(events, None)
-    if first is None or first[:2] != ("", "start_array"):
+    if first is None or first[0] != "start_array":
         raise BundleError(f"{name}: not a list")
-    yield first
     depth, containers = 1, 1
-    for event in events:
-        kind = event[1]
-        if kind in ("start_map", "start_array"):
+    builder: ijson.ObjectBuilder | None = None
+    for event, value in events:
+        if event in _OPENS:
             depth += 1
             containers += 1
             if depth > MAX_DEPTH:
                 raise BundleError(f"{name}: nested deeper than {MAX_DEPTH}")
             if containers > most:
                 raise BundleError(f"{name}: more than {most:,} objects and lists")
-        elif kind in ("end_map", "end_array"):
+            if builder is None:
+                builder = ijson.ObjectBuilder()
+        elif event in _CLOSES:
             depth -= 1
-        yield event
+            if not depth:  # the list's own end
+                deque(events, maxlen=0)  # anything after it is an error (ijson raises it)
+                return
+        if builder is None:
+            yield value  # an entry that is no object or list
+            continue
+        builder.event(event, value)
+        if depth == 1:  # the entry just ended
+            yield builder.value
+            builder = None

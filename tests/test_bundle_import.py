@@ -556,6 +556,32 @@ def test_a_bundles_lists_and_lines_are_held_to_their_depth_and_size_as_they_are_
     assert not Session.objects.filter(project=elsewhere).exists()
 
 
+def test_a_deep_list_in_a_bundle_is_refused_before_its_parser_holds_it(tmp_path):
+    """A guard on ijson's path-naming events came too late: it makes every event of a read
+    buffer with its whole path first (100,000 deep, 27 KB: 10 GB). 8,000 deep took ~160 MB."""
+    import io
+    import tracemalloc
+
+    from sessions_app.bundle_reader import BundleError, _list_items
+
+    deep = b'[{"id": 1, "x": ' + b"[" * 8000 + b"]" * 8000 + b"}]"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("comments.json", deep)
+        archive.writestr("reviews.json", b'[{"id": 1}, 2, [3, {"a": [4]}], "five"]')
+    with zipfile.ZipFile(buffer) as archive:
+        tracemalloc.start()
+        try:
+            with pytest.raises(BundleError, match="comments.json: nested deeper than 16"):
+                list(_list_items(archive, "comments.json"))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 5_000_000, peak
+        # Entries of every shape, each built whole.
+        assert list(_list_items(archive, "reviews.json")) == [{"id": 1}, 2, [3, {"a": [4]}], "five"]
+
+
 def test_a_failed_restore_leaves_no_kept_original_behind(bundle, elsewhere, tmp_path, monkeypatch):
     from sessions_app.ingest import bundles as restoring
 
