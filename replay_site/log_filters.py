@@ -22,7 +22,8 @@ class NoTracebackForClientErrors(logging.Filter):
 
 # A share link's path (sessions_app/urls.py, "open_share_link"): its token is a secret, stored
 # hashed (sharing.py), which Django's request log would write out whole on every refusal.
-_SHARE_PATH = re.compile(r"/s/[^/?#\s]+")
+# Slashes doubled ("/s//<token>") still reach a refusal, and its log line.
+_SHARE_PATH = re.compile(r"/s/+[^/?#\s]+")
 
 
 class NoShareTokens(logging.Filter):

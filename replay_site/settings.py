@@ -448,9 +448,15 @@ LOGGING = {
         "no_client_error_tracebacks": {"()": "replay_site.log_filters.NoTracebackForClientErrors"},
         "no_share_tokens": {"()": "replay_site.log_filters.NoShareTokens"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["no_client_error_tracebacks"]}},
-    # On the logger, not the handler: every handler an operator adds gets the masked record.
-    "loggers": {name: {"filters": ["no_share_tokens"]} for name in ("django.request", "django.server")},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "filters": ["no_client_error_tracebacks", "no_share_tokens"]}
+    },
+    # On the loggers that write a request's path, so every handler an operator adds gets the
+    # masked record (a CSRF refusal of a POST to a link names its path too); on the console's
+    # handler as well, for any other logger that might.
+    "loggers": {
+        name: {"filters": ["no_share_tokens"]} for name in ("django.request", "django.server", "django.security.csrf")
+    },
     "root": {
         "handlers": ["console"],
         "level": env_choice("REPLAY_LOG_LEVEL", "WARNING", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
