@@ -100,10 +100,10 @@ def filter_sessions(
     if model:
         sessions = sessions.filter(Q(model__icontains=model) | Q(models_used__icontains=model))
     # A session's date is when it ran (its first event), not when it was imported.
-    if start:
-        sessions = sessions.filter(started_at__gte=_day_start(start))
-    if end:
-        sessions = sessions.filter(started_at__lt=_day_start(end + timedelta(days=1)))
+    if start and (since := day_start(start)) is not None:
+        sessions = sessions.filter(started_at__gte=since)
+    if end and (until := day_start(end, days_after=1)) is not None:
+        sessions = sessions.filter(started_at__lt=until)
     has_errors = Q(error_count__gt=0) | Q(step_error_count__gt=0)
     if errors == "yes":
         sessions = sessions.filter(has_errors)
@@ -193,8 +193,16 @@ def recent_jobs(*, jobs: models.QuerySet[ImportJob], created_by: str, limit: int
     return list(jobs.filter(created_by=created_by).select_related("project")[:limit])
 
 
-def _day_start(day: date) -> datetime:
-    return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
+def day_start(day: date | None, *, days_after: int = 0) -> datetime | None:
+    """Midnight (in the site's time zone) of the day, or of a day after it (an `end` or `until`
+    includes its own day); None past the last day a date holds: "until 9999-12-31" bounds
+    nothing (it was a 400 naming integers)."""
+    if day is None:
+        return None
+    try:
+        return datetime.combine(day + timedelta(days=days_after), time.min, tzinfo=timezone.get_current_timezone())
+    except OverflowError:
+        return None
 
 
 def compare_candidates(*, sessions: SessionQuerySet, session: Session, q: str = "", limit: int = 20) -> list[Session]:

@@ -10,7 +10,6 @@ message next to its form: plain forms, since each change is rare and reloads the
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
@@ -21,7 +20,6 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -30,6 +28,7 @@ from .. import access, audit, sharing, teams
 from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, ProjectSettingsForm, RemoveMemberForm
 from ..ingest.quotas import usage_of
 from ..models import ApiKey, Membership, Project, Role
+from ..replay.listing import day_start
 from .pages import asked_first, login_required, render_page, take_messages, wants_partial
 
 AUDIT_PAGE = 50
@@ -204,7 +203,7 @@ def _audit_context(request: HttpRequest, project: Project) -> dict[str, Any]:
     values = form.values()
     filters = {
         "project": project, "actor": values["actor"] or "", "action": values["action"] or "",
-        "since": _day_start(values["since"]), "until": _day_start(values["until"], days_after=1),
+        "since": day_start(values["since"]), "until": day_start(values["until"], days_after=1),
     }  # fmt: skip
     entries = list(audit.entries_of(**filters, before=values["before"])[: AUDIT_PAGE + 1])
     # Keyset pages: the next one holds the entries below the last seq shown.
@@ -221,16 +220,6 @@ def _audit_context(request: HttpRequest, project: Project) -> dict[str, Any]:
         is_first = not seqs  # a `before` above every entry: this is the newest page
     return {"project": project, "form": form, "entries": entries[:AUDIT_PAGE], "next_before": next_before,
             "is_first": is_first, "newer_before": newer_before}  # fmt: skip
-
-
-def _day_start(day: date | None, *, days_after: int = 0) -> datetime | None:
-    """Midnight (in the site's time zone) of the day, or of a day after it: `until` includes its day."""
-    if day is None:
-        return None
-    try:
-        return timezone.make_aware(datetime.combine(day + timedelta(days=days_after), time.min))
-    except OverflowError:  # "until 9999-12-31": every entry is before its end, no bound at all
-        return None
 
 
 @login_required
