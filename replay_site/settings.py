@@ -126,7 +126,7 @@ def postgres_options(given: dict[str, str]) -> dict[str, Any]:
 
 
 def database_from_url(url: str) -> dict:
-    """Turn DATABASE_URL (postgres://user:pw@host:port/name or sqlite:///path) into DATABASES['default']."""
+    """Turn DATABASE_URL (postgres://user:pw@host:port/name or sqlite:////abs/path) into DATABASES['default']."""
     parts = urlsplit(url)
     options: dict[str, Any] = dict(parse_qsl(parts.query))
     if parts.scheme in {"postgres", "postgresql", "pgsql"}:
@@ -144,11 +144,14 @@ def database_from_url(url: str) -> dict:
         }
     if parts.scheme == "sqlite":
         path = unquote(parts.path)
-        if path.startswith("//"):  # sqlite:////abs/path
-            path = path[1:]
-        elif path.startswith("/") and not Path(path).is_absolute():
-            path = path.lstrip("/")
-        return sqlite_database(Path(path) if path else BASE_DIR / "var" / "replay.sqlite3")
+        # sqlite:////abs/path.sqlite3 (an absolute path after "sqlite://"). Anything else named
+        # no file, or one relative to wherever the process started: it was taken silently (the
+        # default file, for "sqlite://rel.sqlite3") instead of stopping start-up.
+        if parts.netloc or not path.startswith("/") or path.strip("/") == "":
+            raise ImproperlyConfigured(
+                f"DATABASE_URL: a SQLite URL names its file by an absolute path, sqlite:////abs/path.sqlite3; got {url!r}"
+            )
+        return sqlite_database(Path("/" + path.lstrip("/")))
     raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}")
 
 

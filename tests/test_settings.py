@@ -78,6 +78,18 @@ def test_database_url_selects_postgresql():
     }
 
 
+def test_a_sqlite_url_names_its_file_by_an_absolute_path_or_stops_start_up(tmp_path):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from replay_site.settings import database_from_url
+
+    assert str(database_from_url(f"sqlite:///{tmp_path}/x.sqlite3")["NAME"]) == str(tmp_path / "x.sqlite3")
+    # Each was taken silently: the first two as the default file, the last relative to the cwd.
+    for url in ("sqlite://rel.sqlite3", "sqlite://", "sqlite:///", "sqlite:relative.sqlite3"):
+        with pytest.raises(ImproperlyConfigured, match="a SQLite URL names its file by an absolute path"):
+            database_from_url(url)
+
+
 def test_database_url_can_turn_off_prepared_statements_and_server_binding_for_a_pooler():
     from django.core.exceptions import ImproperlyConfigured
 
