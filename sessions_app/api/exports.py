@@ -11,7 +11,7 @@ from ninja.errors import HttpError
 
 from .. import access, audit, verification
 from ..replay import exports
-from .schemas import BAD, NOT_FOUND, Id
+from .schemas import BAD, NOT_FOUND, DetailOut, Id
 
 router = Router(tags=["sessions"])
 
@@ -66,7 +66,7 @@ def export(request: HttpRequest, session_id: Id, query: Query[ExportQuery]):
     return response
 
 
-@router.get("/sessions/{session_id}/verify", response={200: VerifyOut, **NOT_FOUND}, url_name="verify")
+@router.get("/sessions/{session_id}/verify", response={200: VerifyOut, 409: DetailOut, **NOT_FOUND}, url_name="verify")
 def verify(request: HttpRequest, session_id: Id):
     """Verify the stored events: every link of the hash chain over their recorded fields and
     content, and every derived value (pairing, running totals, keyframes) derived again. A read:
@@ -78,7 +78,7 @@ def verify(request: HttpRequest, session_id: Id):
         raise HttpError(409, str(running)) from None
 
 
-@router.post("/sessions/{session_id}/verify", response={200: VerifyOut, **NOT_FOUND})
+@router.post("/sessions/{session_id}/verify", response={200: VerifyOut, 409: DetailOut, **NOT_FOUND})
 def verify_and_record(request: HttpRequest, session_id: Id):
     """Verify as GET does, then store the result on the session (the chain badge, the list's
     chainValid) and record a `session.verify` audit entry. Any member may."""
