@@ -563,3 +563,16 @@ def test_compare_says_unpriced_instead_of_a_cost_difference_when_a_side_had_no_p
     assert _cost_delta(partly, priced).endswith("(priced events only: some used tokens with no known price)")
     # No event with a price at all (no tokens either): unpriced too, as the dashboard says.
     assert _cost_delta(priced, Session(cost_usd=0.0)).startswith("A $0.2500, B unpriced")
+
+
+def test_a_session_with_no_priced_event_is_unpriced_in_every_tool_not_0():
+    # list_sessions and replay_session's header said "$0.0000" where the dashboard and the API
+    # say unpriced (its 0 is a sum of nothing).
+    from sessions_app.mcp.finding import session_line
+    from sessions_app.mcp.text import session_cost
+
+    project = Project(slug="p", name="P")
+    unpriced = Session(pk=7, project=project, source_format="flux0", cost_usd=0.0, priced_events=0)
+    assert session_cost(unpriced) == "unpriced" and " · unpriced · " in session_line(unpriced)
+    priced = Session(pk=8, project=project, source_format="flux0", cost_usd=0.25, priced_events=2)
+    assert session_cost(priced) == "$0.2500" and " · $0.2500 · " in session_line(priced)

@@ -10,7 +10,7 @@ from .. import access
 from ..models import Session
 from ..replay.compare import diff_sessions
 from .lookup import session_named, session_title
-from .text import cap, number, usd, value_text
+from .text import cap, number, session_cost, usd, value_text
 
 AROUND = 2  # aligned steps shown before and after the divergence
 
@@ -31,7 +31,7 @@ def _cost_delta(a: Session, b: Session) -> str:
         if a.unpriced_events or b.unpriced_events:
             text += " (priced events only: some used tokens with no known price)"
         return text
-    sides = [f"{name} " + ("unpriced" if name in unknown else usd(s.cost_usd)) for name, s in (("A", a), ("B", b))]
+    sides = [f"{name} {session_cost(s)}" for name, s in (("A", a), ("B", b))]
     return ", ".join(sides) + f" (no difference: no price is known for {' or '.join(unknown)}'s events)"
 
 

@@ -10,7 +10,7 @@ from ..replay.listing import format_cursor, parse_cursor
 from ..replay.listing import list_sessions as list_session_page
 from ..replay.navigation import parse_search_cursor, search_cursor, search_sessions
 from .lookup import project_named
-from .text import MAX_ANSWER_CHARS, ToolInputError, clip, duration, fit, iso, number, usd
+from .text import MAX_ANSWER_CHARS, ToolInputError, clip, duration, fit, iso, number, session_cost
 
 MAX_ROWS = 50
 # Newest run first, as the sessions page lists them (its cursor is `<start time>~<id>`).
@@ -33,7 +33,7 @@ def session_line(session: Session) -> str:
         f"started {iso(session.started_at)}",
         duration(session.duration_seconds * 1000.0) or "-",
         f"{number(session.event_count)} events",
-        usd(session.cost_usd),
+        session_cost(session),
         f"{number(errors)} errors",
     ]
     line = " · ".join(parts)

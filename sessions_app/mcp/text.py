@@ -150,6 +150,12 @@ def usd(value: float | None) -> str:
     return f"${value or 0.0:.4f}"
 
 
+def session_cost(session: Any) -> str:
+    """A session's cost, or "unpriced" when no event of it had a price: its 0 is a sum of
+    nothing, never $0 (Session.cost_known, as every page and the API say)."""
+    return usd(session.cost_usd) if session.cost_known else "unpriced"
+
+
 def iso(value: Any) -> str:
     """A stored time as ISO 8601 UTC (`2026-02-08T10:30:00Z`), or `-`."""
     moment = as_utc(value)

@@ -19,7 +19,19 @@ from ..formats import agentlens
 from ..models import Session
 from ..replay.frames import preview
 from .lookup import session_named, session_title
-from .text import MAX_ANSWER_CHARS, ToolInputError, clip, clock, duration, fit, iso, number, usd, value_text
+from .text import (
+    MAX_ANSWER_CHARS,
+    ToolInputError,
+    clip,
+    clock,
+    duration,
+    fit,
+    iso,
+    number,
+    session_cost,
+    usd,
+    value_text,
+)
 
 # The most steps one call returns: a longer range is cut, with the call that continues it.
 MAX_STEPS = 100
@@ -108,7 +120,7 @@ def header(session: Session, note: str = "") -> list[str]:
     if session.ended_at:
         lines.append(f"Ended: {iso(session.ended_at)}")
     lines.append(f"Duration: {duration(session.duration_seconds * 1000.0)}")
-    cost = f"Total Cost: {usd(session.cost_usd)}"
+    cost = f"Total Cost: {session_cost(session)}"
     if session.unpriced_events:
         some = "1 event" if session.unpriced_events == 1 else f"{number(session.unpriced_events)} events"
         cost += f" ({some} used tokens at no known price: not counted)"
