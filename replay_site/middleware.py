@@ -113,7 +113,7 @@ def no_store(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[H
     exports and bundles hold recorded sessions, which no shared or browser cache may keep (a
     proxy, or the next user of a shared computer). A view that chose its own caching keeps it;
     the API and its streams always get no-store. Static files never come here: whitenoise,
-    above this middleware, answers them with their long cache lifetimes."""
+    above this middleware, answers them with its own caching (a minute)."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         response = get_response(request)

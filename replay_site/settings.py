@@ -239,9 +239,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Static files, compressed and with long cache lifetimes, from the production server itself.
+    # Static files, compressed, from the production server itself (cached a minute: their names
+    # carry no content hash, so a longer lifetime would keep an old file after an upgrade).
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # Below whitenoise, so static files keep their long caching and everything else is no-store.
+    # Below whitenoise, so static files keep its caching and everything else is no-store.
     "replay_site.middleware.no_store",
     # Before anything reads a body (the CSRF check reads a page's form): a declared size past
     # the upload limit is a 413 without reading it.
@@ -406,7 +407,9 @@ SECURE_CSP = {
 # Django's database store, its per-request lookup read by SQL built once (sessions_app/login_sessions.py).
 SESSION_ENGINE = "sessions_app.login_sessions"
 SESSION_COOKIE_HTTPONLY = True
-CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the cookie-free meta tag instead
+# No script reads the cookie (replay.js sends the token from the page's meta tag): out of reach of
+# scripts, as the session cookie is.
+CSRF_COOKIE_HTTPONLY = True
 # Off by default so `make run` works over plain http on 127.0.0.1; production turns it on
 # (docs/deployment.md), which is what `check --deploy` asks for.
 SESSION_COOKIE_SECURE = env_bool("REPLAY_SECURE_COOKIES", False)

@@ -43,6 +43,9 @@ SITE_ONLY_ACTIONS = ("auth.login", "auth.login_failed", "auth.logout")
 PROJECT_ACTIONS = tuple(action for action in ACTIONS if action not in SITE_ONLY_ACTIONS)
 
 CHUNK = 2000
+# The actor of what the server's operator does from the command line (manage.py's commands: an
+# import, a key, a member, the demo), one name in every entry and job they leave.
+OPERATOR = "manage.py"
 
 
 def client_ip(request: HttpRequest | None) -> str | None:

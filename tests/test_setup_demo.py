@@ -143,3 +143,12 @@ def test_the_demo_has_a_tour_through_its_failing_run_made_once():
     tour.stops.filter(title="How it ended").delete()  # edited since: a later run leaves it so
     setup_demo()
     assert Tour.objects.get().stops.count() == 2
+    # Its run imported again with --replace took every stop with it: the next run makes them
+    # again, through the run stored now (it printed a link to an empty tour).
+    call_command("import_sessions", str(session.import_job.stored_path), "--replace", stdout=StringIO())
+    assert not Session.objects.filter(pk=session.pk).exists() and Tour.objects.get().stops.count() == 0
+    out = StringIO()
+    call_command("setup_demo", stdout=out, stderr=StringIO())
+    again = Tour.objects.get()
+    assert again.pk == tour.pk and again.stops.count() == 3 and f"/tours/{tour.pk}/" in out.getvalue()
+    assert {stop.session.run_id for stop in again.stops.all()} == {"demo_invoices_failed"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app import teams
+from sessions_app import audit, teams
 from sessions_app.models import Project
 
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no project with the slug {writes_to!r}")
         try:
             api_key, key = teams.create_key(
-                actor="manage.py", user=owner, name=name, project=limit, read_only=read_only, default_project=default
+                actor=audit.OPERATOR, user=owner, name=name, project=limit, read_only=read_only, default_project=default
             )
         except teams.TeamError as error:
             raise CommandError(str(error))

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.urls import reverse
 
-from sessions_app import teams
+from sessions_app import audit, teams
 from sessions_app.models import Project, Role
 
 
@@ -54,7 +54,7 @@ class Command(BaseCommand):
             except ValidationError as error:  # a site's stricter validators: say so, make nothing
                 raise CommandError(f"password: {' '.join(error.messages)}")
             if target is not None:
-                teams.set_member(actor="manage.py", project=target, username=username, role=role)
+                teams.set_member(actor=audit.OPERATOR, project=target, username=username, role=role)
         where = f" and {role} of project {target.slug}" if target else ""
         self.stderr.write(
             f"Created user {username!r}{where}. Their password is shown only now; they change it on "

@@ -17,8 +17,6 @@ from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 
-OPERATOR = "manage.py"  # the actor of what the server's operator does from the command line
-
 
 class Command(BaseCommand):
     help = "Import recorded agent sessions (format detected by content unless --format is given)."
@@ -41,11 +39,11 @@ class Command(BaseCommand):
             # and the deletions a replace makes), as the other commands give it.
             outcomes = import_local_file(
                 path=Path(name), project=project, format=options["format"] or "",
-                replace=options["replace"], created_by=OPERATOR,
+                replace=options["replace"], created_by=audit.OPERATOR,
             )  # fmt: skip
             # Verified by a worker (make run's qcluster); until then the badge says so.
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
-            audit.record_file_import(actor=OPERATOR, project=project, outcomes=outcomes)
+            audit.record_file_import(actor=audit.OPERATOR, project=project, outcomes=outcomes)
             for outcome in outcomes:
                 unreadable += outcome.unreadable
                 if options["json"]:
@@ -70,7 +68,7 @@ class Command(BaseCommand):
         if created:
             self.stderr.write(f"created project {slug!r}; it has no members yet (manage.py create_user --project)")
             # Its log starts with who made it, before the imports it then holds.
-            audit.record(action="project.create", actor=OPERATOR, project=project, target=f"project:{slug}",
+            audit.record(action="project.create", actor=audit.OPERATOR, project=project, target=f"project:{slug}",
                          detail={"name": slug})  # fmt: skip
         return project
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app import teams
+from sessions_app import audit, teams
 from sessions_app.models import ApiKey
 
 
@@ -26,6 +26,6 @@ class Command(BaseCommand):
             names = ", ".join(f"{k.key_prefix} ({k.name})" for k in found[:10])
             raise CommandError(f"{prefix!r} is the prefix of more than one active key: {names}; give more of it")
         api_key = found[0]
-        teams.revoke_key(actor="manage.py", api_key=api_key)
+        teams.revoke_key(actor=audit.OPERATOR, api_key=api_key)
         owner = api_key.user.get_username() if api_key.user else "no user"
         self.stdout.write(f"Revoked API key {api_key.name!r} ({api_key.key_prefix}…) of {owner}.")

@@ -47,7 +47,7 @@ class Command(BaseCommand):
         # user made the project's last admin since keeps that role (the workflow refuses to
         # demote the last admin): said, not a traceback.
         try:
-            teams.set_member(actor="manage.py", project=project, username=DEMO_USER, role=Role.MAINTAINER)
+            teams.set_member(actor=audit.OPERATOR, project=project, username=DEMO_USER, role=Role.MAINTAINER)
         except teams.TeamError as error:
             self.stderr.write(f"demo: kept {DEMO_USER}'s role: {error}")
         # A new password is a fresh start: failed sign-ins with the old one no longer lock it.
@@ -60,9 +60,9 @@ class Command(BaseCommand):
         for path in paths:
             if path.name.startswith((".", "README")) or path.suffix == ".py":
                 continue
-            outcomes = import_local_file(path=path, project=project, created_by="setup_demo")
+            outcomes = import_local_file(path=path, project=project, created_by=audit.OPERATOR)
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
-            audit.record_file_import(actor="manage.py", project=project, outcomes=outcomes)
+            audit.record_file_import(actor=audit.OPERATOR, project=project, outcomes=outcomes)
             for outcome in outcomes:
                 if outcome.error:
                     self.stderr.write(f"demo: {path.name}: {outcome.error}")
@@ -82,9 +82,11 @@ class Command(BaseCommand):
 
 def _demo_tour(project: Project, user) -> Tour | None:
     """The demo's tour through its failing run (its start, its first error, its end), made by the
-    demo user once: a later run keeps it as it is (and its edits). None without that run."""
+    demo user once: a later run keeps it as it is (and its edits), unless it lost every stop (its
+    run deleted, or imported again with --replace): then its stops are made again, through the
+    run stored now. None without that run."""
     existing = Tour.objects.filter(project=project, title=DEMO_TOUR).first()
-    if existing is not None:
+    if existing is not None and existing.stops.exists():
         return existing
     session = Session.objects.filter(project=project, run_id=DEMO_TOUR_RUN).order_by("-pk").first()
     if session is None or not session.event_count:
@@ -101,7 +103,7 @@ def _demo_tour(project: Project, user) -> Tour | None:
                                 narration="The run's end: compare it with a good run from the sessions list "
                                           "(pick A and B, then **Compare**)."))  # fmt: skip
     actor = Actor(user=user)
-    tour = tours.create_tour(actor=actor, project=project, title=DEMO_TOUR,
-                             description="Three stops through a failed run: what it was asked, where it broke, how it ended.")  # fmt: skip
+    tour = existing or tours.create_tour(actor=actor, project=project, title=DEMO_TOUR,
+                                         description="Three stops through a failed run: what it was asked, where it broke, how it ended.")  # fmt: skip
     tours.set_stops(actor=actor, tour=tour, stops=stops)
     return tour
