@@ -14,7 +14,10 @@ PORT ?= 8000
 help:
 	@echo "make run    start the dashboard (web + worker) with demo sessions on http://$(HOST):$(PORT)/"
 	@echo "make test   ruff, then the suite on SQLite and on a throw-away PostgreSQL, and on a second CPython"
-	@echo "make bench  run the benchmarks under bench/"
+	@echo "make bench  the import and replay benchmarks (README.md, Benchmarks, lists all fourteen)"
+	@echo "make test-sqlite ARGS=tests/test_x.py    one file (or any pytest arguments) on SQLite"
+	@echo "make test-postgres ARGS=tests/test_x.py  the same on a throw-away PostgreSQL"
+	@echo "make clean  the caches, the second CPython's venv and collected static files (var/'s data stays)"
 
 $(PY):
 	@PYBIN=$$(.ci/find-python) || exit 1; \
@@ -116,5 +119,7 @@ bench: $(DEV_STAMP)
 	$(PY) bench/import_bench.py
 	$(PY) bench/replay_bench.py
 
+# Never var/ itself: it holds the SQLite database, the kept uploads and the bundle signing key
+# (docs/deployment.md says to back them up), which a "clean" must not take.
 clean:
-	rm -rf var/ .pytest_cache $(ALT_VENV)
+	rm -rf var/static .pytest_cache $(ALT_VENV)
