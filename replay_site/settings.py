@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import math
 import os
 import warnings
 from datetime import timedelta
@@ -48,6 +49,15 @@ def env_number(name: str, default: float | None, *, minimum: float = 0) -> float
     if value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
     return value
+
+
+def env_whole(name: str, default: int, *, minimum: int = 0) -> int:
+    """A whole number (a count of processes, failures, bytes, seconds): "2.9" stops start-up
+    rather than run with 2."""
+    value = env_number(name, default, minimum=minimum)
+    if value is None or not math.isfinite(value) or value != int(value):
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {os.environ.get(name)!r}")
+    return int(value)
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
@@ -310,7 +320,7 @@ AUTHENTICATION_BACKENDS = [
 # Per username *and* address: a stranger failing with someone's name does not lock that person
 # out everywhere, and one address trying many names is limited for each of them.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_FAILURE_LIMIT = int(env_number("REPLAY_LOGIN_FAILURE_LIMIT", 5, minimum=1))
+AXES_FAILURE_LIMIT = env_whole("REPLAY_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_number("REPLAY_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_RESET_ON_SUCCESS = True
 # A refused attempt does not restart the cool-off, so the time the lockout page names holds.
@@ -351,8 +361,8 @@ if WHITENOISE_USE_FINDERS:  # whitenoise would warn that STATIC_ROOT was never c
 # serves pages with, and job workers. Two threads a process, not four: a page is CPU-bound
 # Python, so more threads only share one GIL (bench/load_bench.py, 20 viewers, alternating runs:
 # step p95 148 against 172 ms on SQLite, 266/304 against 309/322 ms on PostgreSQL).
-WEB_PROCESSES = int(env_number("REPLAY_WEB_PROCESSES", 2, minimum=1))
-WEB_THREADS = int(env_number("REPLAY_WEB_THREADS", 2, minimum=1))
+WEB_PROCESSES = env_whole("REPLAY_WEB_PROCESSES", 2, minimum=1)
+WEB_THREADS = env_whole("REPLAY_WEB_THREADS", 2, minimum=1)
 
 # Uploads stream to disk, never to memory; the import job reads them from there.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
@@ -360,7 +370,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024 * 1024  # JSON bodies of the ingest API 
 MAX_UPLOAD_MB = env_number("REPLAY_MAX_UPLOAD_MB", 1024, minimum=1)
 # The longest line (or record of a JSON document) an import reads: a longer one is a problem on
 # its line, skipped without being held in memory (sessions_app/formats/__init__.py).
-MAX_RECORD_BYTES = int(env_number("REPLAY_MAX_RECORD_BYTES", 16 * 1024 * 1024, minimum=1024))
+MAX_RECORD_BYTES = env_whole("REPLAY_MAX_RECORD_BYTES", 16 * 1024 * 1024, minimum=1024)
 RETENTION_DAYS = env_number("REPLAY_RETENTION_DAYS", None, minimum=1)
 # Originals of failed uploads, and of jobs whose sessions were all deleted, are deleted this many
 # days later by the daily clean-up (sessions_app/originals.py); 0: at its next run.
@@ -388,7 +398,7 @@ OTLP_MAX_BYTES = int(env_number("REPLAY_OTLP_MAX_MB", 8, minimum=1) * 1024 * 102
 # Warning thresholds of the replay context (see docs/api.md, "Warnings").
 WARN_STEP_COST_USD = env_number("REPLAY_WARN_STEP_COST_USD", 0.50)
 WARN_LATENCY_MS = env_number("REPLAY_WARN_LATENCY_MS", 30_000)
-WARN_REPEATED_FAILURES = int(env_number("REPLAY_WARN_REPEATED_FAILURES", 3, minimum=2))
+WARN_REPEATED_FAILURES = env_whole("REPLAY_WARN_REPEATED_FAILURES", 3, minimum=2)
 
 # Security: payloads are hostile. CSP forbids inline scripts and any origin but our own.
 SECURE_CSP = {
@@ -418,7 +428,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_SSL_REDIRECT = env_bool("REPLAY_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = int(env_number("REPLAY_HSTS_SECONDS", 0) or 0)
+SECURE_HSTS_SECONDS = env_whole("REPLAY_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 # Preloading is hard to undo, so it is opt-in (docs/deployment.md).
 SECURE_HSTS_PRELOAD = env_bool("REPLAY_HSTS_PRELOAD", False)
@@ -430,11 +440,11 @@ if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # django-q2: the ORM broker by default, so one machine needs nothing else.
-JOB_TIMEOUT = int(env_number("REPLAY_JOB_TIMEOUT", 3600, minimum=10))
+JOB_TIMEOUT = env_whole("REPLAY_JOB_TIMEOUT", 3600, minimum=10)
 Q_CLUSTER = {
     "name": "replay",
     "orm": "default",
-    "workers": int(env_number("REPLAY_Q_WORKERS", 1, minimum=1)),
+    "workers": env_whole("REPLAY_Q_WORKERS", 1, minimum=1),
     "timeout": JOB_TIMEOUT,
     # Delivered again only after the timeout has surely stopped it (a worker that died).
     "retry": JOB_TIMEOUT + 60,

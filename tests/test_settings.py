@@ -232,3 +232,12 @@ def test_a_server_refuses_to_start_with_no_allowed_host_or_a_bad_proxy():
     assert empty.returncode != 0 and "REPLAY_ALLOWED_HOSTS is empty" in empty.stderr
     proxy = manage("check", **PRODUCTION_ENV, REPLAY_BEHIND_PROXY="1", REPLAY_TRUSTED_PROXIES="10.0.0/8")
     assert proxy.returncode != 0 and "'10.0.0/8' is not an IP address or network" in proxy.stderr
+
+
+@pytest.mark.parametrize("value", ["2.9", "inf", "nan"])
+def test_a_whole_number_setting_given_a_fraction_stops_start_up(value):
+    # "2.9" ran with 2 web processes, and "inf" or "nan" failed with a traceback.
+    result = manage("check", REPLAY_WEB_PROCESSES=value)
+    assert result.returncode != 0
+    assert f"REPLAY_WEB_PROCESSES must be a whole number, got {value!r}" in result.stderr
+    assert manage("check", REPLAY_WEB_PROCESSES="3").returncode == 0
