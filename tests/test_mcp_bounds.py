@@ -285,3 +285,36 @@ def test_the_instructions_and_descriptions_state_the_budget_in_force():
 
     assert f"at most {BUDGET:,} characters" in INSTRUCTIONS
     assert f"pass {BUDGET:,} characters" in REPLAY_SESSION and "budget" in FIND_ERRORS
+
+
+def test_the_stdio_server_stops_acting_for_a_key_revoked_or_a_user_deactivated_while_it_runs(transactional_db):
+    # `manage.py mcp --key` fixed its actor at start: a revoked key, a deactivated user went on
+    # reading every session (HTTP checks each request; the keys page promises "at once").
+    from sessions_app import teams
+    from sessions_app.management.commands.mcp import identity
+
+    run = create_session(project=Project.get_default(), source_format="canonical",
+                         meta=SessionMeta(source_session_id="stdio_run"))  # fmt: skip
+    append_events(session=run, events=synthetic_events(3))
+    user = member("stdio-viewer", role=Role.VIEWER)
+    raw = key_of(user)
+    # One server each, as a process is; a client a call (a client is entered once).
+    by_key = build_server(actor=identity(key=raw, user=None))
+    by_user = build_server(actor=identity(key=None, user="stdio-viewer"))
+    said: list[tuple[bool, str]] = []
+
+    async def call(server) -> None:
+        async with Client(server) as client:
+            result = await client.call_tool("list_sessions", {})
+            said.append((result.is_error, result.content[0].text))
+
+    anyio.run(call, by_key)
+    teams.revoke_key(actor="test", api_key=ApiKey.objects.get(user=user))
+    anyio.run(call, by_key)
+    anyio.run(call, by_user)
+    type(user).objects.filter(pk=user.pk).update(is_active=False)
+    anyio.run(call, by_user)
+    assert [error for error, _ in said] == [False, True, False, True]
+    assert "stdio_run" in said[0][1] and "stdio_run" in said[2][1]
+    assert "the API key is invalid or revoked" in said[1][1] and "acts for no one now" in said[1][1]
+    assert "no active user named 'stdio-viewer'" in said[3][1]

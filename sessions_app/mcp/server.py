@@ -71,6 +71,9 @@ def _in_thread(read: Callable[..., str], arguments: dict[str, Any]) -> str:
     # Django's request signals do for its own views.
     close_old_connections()
     try:
+        who = arguments.get("actor")
+        if callable(who):  # stdio's identity, checked again at every call (build_server)
+            arguments = {**arguments, "actor": who()}
         return read(**arguments)
     finally:
         close_old_connections()
@@ -97,11 +100,13 @@ async def _answer(read: Callable[..., str], **arguments: Any) -> str:
     return cap(text, "Ask for less: a narrower range, a smaller limit, or one event.")
 
 
-def build_server(*, actor: Actor | None = None) -> MCPServer:
-    """The server with every tool. `actor` fixes who calls (stdio); without it, each call is
-    the actor http.py authenticated for its request."""
+def build_server(*, actor: Actor | Callable[[], Actor] | None = None) -> MCPServer:
+    """The server with every tool. `actor` fixes who calls (stdio): an Actor, or a function that
+    gives it again at each call, in the call's worker thread, and raises PermissionDenied once
+    it may act no more (a key revoked, a user deactivated: the stdio process served on). Without
+    it, each call is the actor http.py authenticated for its request."""
 
-    def caller(ctx: Context) -> Actor:
+    def caller(ctx: Context) -> Actor | Callable[[], Actor]:
         if actor is not None:
             return actor
         request = ctx.request_context.request
