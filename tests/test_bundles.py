@@ -220,6 +220,28 @@ def test_the_offline_player_can_make_no_request_and_holds_the_session_as_data_on
     assert "innerHTML" not in html and "insertAdjacentHTML" not in html and "src=" not in html.split("</style>")[0]
 
 
+def test_what_an_agent_recorded_cannot_end_the_offline_players_data_early(acme, viewer, tmp_path):
+    # The events' rows are escaped on their own path (comments on another): "</script>" in a
+    # payload, a tool name or a step's output would have closed the data block and run.
+    copy = tmp_path / "hostile.jsonl"
+    lines = []
+    for line in SOURCE.read_bytes().splitlines():
+        record = orjson.loads(line)
+        if record.get("event_type") == "llm_response":
+            record["data"]["response"] = HOSTILE + " <!-- " + HOSTILE
+        lines.append(orjson.dumps(record))
+    copy.write_bytes(b"\n".join(lines) + b"\n")
+    (outcome,) = import_local_file(path=copy, project=acme)
+    payloads = "".join(Event.objects.filter(session=outcome.session).values_list("payload", flat=True))
+    assert "</script><script>alert(" in payloads
+    with zipfile.ZipFile(export(viewer, outcome.session, tmp_path)) as archive:
+        html = archive.read("index.html").decode()
+    assert html.count("<script") == 2 and "<!--" not in html.split('id="bundle-data">', 1)[1]
+    data = html.split('<script type="application/json" id="bundle-data">', 1)[1].split("</script>", 1)[0]
+    # The rows are whole again, the payloads as recorded (each the stored JSON text).
+    assert any("</script><script>alert(" in (row[6] or "") for row in orjson.loads(data)["events"])
+
+
 # --- verify_bundle finds what changed -------------------------------------------------------
 
 
