@@ -754,3 +754,17 @@ def test_a_redaction_is_verified_again_and_the_badge_counts_it_whenever_the_play
     page = viewer.get(f"/sessions/{stored.pk}/").content.decode()
     badge = page[page.index('id="chain-badge"') :].split("</div>", 1)[0]
     assert "verified at" in badge and ">5 redactions</a>" in badge
+
+
+def test_a_redaction_reaches_events_past_its_first_chunk(stored, maintainer, monkeypatch):
+    # Read a chunk at a time: a mistake in where the next chunk starts left every later event
+    # holding the value, and the chain still verified (nothing would have said so).
+    from sessions_app import stored_redaction as module
+
+    monkeypatch.setattr(module, "CHUNK", 2)
+    assert redact_by_api(maintainer, stored).status_code == 200
+    held = [
+        seq for seq, payload in Event.objects.filter(session=stored).values_list("seq", "payload") if SECRET in payload
+    ]
+    assert held == [] and Event.objects.filter(session=stored, redacted__isnull=False).count() == 5
+    assert verify_session(session=stored, record=False).valid
