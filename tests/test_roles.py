@@ -331,3 +331,12 @@ def test_a_key_of_all_projects_writes_where_its_user_chose_whatever_they_join_la
     assert "this key writes to project 'acme' when none is named" in refused.json()["detail"]
     assert Session.objects.filter(project=other).count() == 0
     assert "writes to Acme when none is named" in page.get(reverse("sessions:keys")).content.decode()
+
+
+def test_a_key_limited_to_one_project_may_not_create_another(acme):
+    # docs/teams.md: a project-limited key acts in its project only; a new project is outside it.
+    api = api_as(member("ada", acme, Role.ADMIN), project=acme)
+    answer = post_json(api, "/api/projects", {"name": "Elsewhere", "slug": "elsewhere"})
+    assert answer.status_code == 403 and not Project.objects.filter(slug="elsewhere").exists()
+    unlimited = api_as(member("ada", acme, Role.ADMIN))
+    assert post_json(unlimited, "/api/projects", {"name": "Elsewhere", "slug": "elsewhere"}).status_code == 201
