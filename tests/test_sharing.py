@@ -25,6 +25,7 @@ from sessions_app.models import (
     AuditEntry,
     Checkpoint,
     Comment,
+    Membership,
     Project,
     Review,
     Role,
@@ -399,6 +400,18 @@ def test_a_link_made_as_its_maker_is_removed_is_refused_not_left_to_reopen(shown
     teams.set_member(actor=ada, project=acme, username="mia", role="maintainer")
     link, _ = sharing.create_link(actor=stale, session=shown)
     assert link.created_by_name == "mia"
+
+
+def test_a_superusers_link_opens_though_they_are_no_member(shown, acme):
+    # Superusers act as admin of every project (docs/teams.md), so a link one makes opens while
+    # they stay one; a mutation dropping that from the link's check passed every test.
+    root = type(member("boss", acme, Role.VIEWER)).objects.create_superuser("root", "r@example.org", "pw-root-12345")
+    assert not Membership.objects.filter(user=root).exists()
+    link, token = _link(shown, root)
+    opened = Client().get(f"/s/{token}")
+    assert opened.status_code == 302 and opened.url == _player(shown)
+    type(root).objects.filter(pk=root.pk).update(is_superuser=False)  # no longer: it opens nothing
+    assert Client().get(f"/s/{token}").status_code == 404
 
 
 def test_a_maintainers_new_role_above_sharing_keeps_their_links_and_the_project_lists_them(shown, mia, acme):
