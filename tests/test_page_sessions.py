@@ -409,7 +409,7 @@ def test_what_the_agent_wrote_is_isolated_in_the_list(logged_in, db):
     build_session(conversation_events(turns=1), source_session_id="\u202erun", task="\u05e9\u05dc\u05d5\u05dd task",
                   model="\u05de model")  # fmt: skip
     row = logged_in.get(LIST).content.decode()
-    assert "<bdi>\u202erun</bdi></a>" in row
+    assert "<bdi>\\u202erun</bdi></a>" in row  # an override in an id is written out (its own test below)
     assert '<div class="muted task" dir="auto">\u05e9\u05dc\u05d5\u05dd task</div>' in row
     assert '<td class="model"><bdi>\u05de model</bdi></td>' in row
 
@@ -443,3 +443,16 @@ def test_only_an_uploads_own_messages_show_as_its_errors_and_others_stay_queued(
 
     assert _list_messages(request) == (["empty.jsonl: the file is empty"], [])
     assert [m.message for m in request._messages._queued_messages] == ["Saved the project settings."]
+
+
+def test_a_session_id_that_turns_or_hides_its_text_is_shown_with_those_characters_written_out(logged_in):
+    # "<bdi>" isolates a name, but an override inside it still reversed it: this read as
+    # "ses_approved_relised" in the list, the player's heading and its title (a hostile sweep).
+    turned = build_session(conversation_events(turns=1), source_session_id="ses_approved\u202edesiler_\u200b")
+    written = "ses_approved\\u202edesiler_\\u200b"
+    listing = logged_in.get(LIST).content.decode()
+    player = logged_in.get(turned.get_absolute_url()).content.decode()
+    for html in (listing, player):
+        assert "\u202e" not in html and "\u200b" not in html and written in html
+    assert f"<title>{written} (canonical) · Replay</title>" in player
+    assert Session.objects.get(pk=turned.pk).source_session_id.endswith("\u202edesiler_\u200b")  # stored as recorded

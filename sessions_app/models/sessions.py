@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ..chain import GENESIS_HASH, HEADER_FIELDS, header_digests, header_seal
+from ..lookalikes import shown_plainly
 from .projects import Project
 
 
@@ -176,7 +177,9 @@ class Session(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.source_session_id or self.pk} ({self.source_format})"
+        # The id as the source wrote it, but a direction override or an invisible character
+        # written out: "ses_approved\u202edesiler_" read as "ses_approved_relised" in a title.
+        return f"{shown_plainly(self.source_session_id) or self.pk} ({self.source_format})"
 
     def get_absolute_url(self) -> str:
         return reverse("sessions:player", args=[self.pk])

@@ -10,12 +10,22 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import highlighting, signing
+from ..lookalikes import shown_plainly
 from ..replay.display import UNPRICED, duration, duration_ms, kind_icon, offset, one_based, usd
 from ..replay.frames import ClippedValue, clip_block, display_text, json_display_text
 
 register = template.Library()
 for _display in (kind_icon, duration, duration_ms, usd, offset, one_based):
     register.filter(_display)
+
+
+@register.filter
+def plain(text: Any) -> str:
+    """A name that came from a recording (a session's source id), with each character that hides
+    or turns what a reader sees written as its code point: `<bdi>` isolates a name, but an
+    override inside it still reverses it ("ses_approved\u202edesiler_" read "ses_approved_relised").
+    Names people pick are refused such characters instead (lookalikes.py)."""
+    return shown_plainly(str(text or ""))
 
 
 @register.filter
