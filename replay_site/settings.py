@@ -19,6 +19,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from replay_site.files import private_file, private_folder
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -163,28 +165,6 @@ def database_from_url(url: str) -> dict:
             )
         return sqlite_database(Path("/" + path.lstrip("/")))
     raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}")
-
-
-def private_folder(path: Path) -> Path:
-    """The folder, created readable by its owner only when missing (an existing one keeps its
-    mode: tightening a deployment's folders is its owner's decision, docs/deployment.md)."""
-    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
-    # mkdir(parents=True) would give the missing parents the umask's mode, not this one.
-    for folder in reversed(missing):
-        folder.mkdir(mode=0o700, exist_ok=True)
-    return path
-
-
-def private_file(path: Path) -> Path:
-    """The file, created empty and readable by its owner only when missing. SQLite takes an empty
-    file for a new database, and gives its -wal and -shm files the main file's mode, so the
-    database never exists readable by others, not even for a moment."""
-    private_folder(path.parent)
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        pass
-    return path
 
 
 def sqlite_database(path: Path) -> dict:

@@ -1,5 +1,5 @@
 """The SQLite file and the data folder are created readable by their owner only
-(replay_site/settings.py: private_folder, private_file)."""
+(replay_site/files.py: private_folder, private_file)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from replay_site.settings import private_file, private_folder, sqlite_database
+from replay_site.files import private_file, private_folder
+from replay_site.settings import sqlite_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,3 +66,18 @@ def test_starting_up_makes_the_configured_database_and_data_folder_owner_only(tm
     assert result.returncode == 0, result.stderr
     assert db.stat().st_size > 0  # SQLite used the file it was given
     assert (mode(db), mode(db.parent), mode(data), mode(data.parent)) == (0o600, 0o700, 0o700, 0o700)
+
+
+def test_an_uploads_folders_are_made_without_the_umasks_mode(tmp_path, settings):
+    # In a data folder an operator made (0755), uploads/ and the year's folder came out 0755
+    # from the umask (mkdir(parents=True) gives its mode to the last folder only).
+    from sessions_app.ingest.uploads import _new_stored_path
+
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir(mode=0o755)
+    settings.DATA_DIR.chmod(0o755)
+    path = _new_stored_path(".jsonl")
+    month, year, uploads = path.parent, path.parent.parent, path.parent.parent.parent
+    assert uploads == settings.DATA_DIR / "uploads"
+    assert (mode(uploads), mode(year), mode(month)) == (0o750, 0o750, 0o750)
+    assert mode(settings.DATA_DIR) == 0o755  # an existing folder keeps its mode

@@ -19,6 +19,8 @@ from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
 from django.utils import timezone
 
+from replay_site.files import private_folder
+
 from ..formats import GZIP_MAGIC, Source, known_formats
 from ..models import ImportJob, Project
 from ..redaction import LineTooLong, Redactor
@@ -179,8 +181,9 @@ def display_name(name: str) -> str:
 
 def _new_stored_path(suffix: str) -> Path:
     now = timezone.now()
-    folder = Path(settings.DATA_DIR) / "uploads" / f"{now:%Y}" / f"{now:%m}"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o750)
+    # Each missing folder with this mode (mkdir(parents=True) gave uploads/ and the year's folder
+    # the umask's, 0755, in a data folder an operator made).
+    folder = private_folder(Path(settings.DATA_DIR) / "uploads" / f"{now:%Y}" / f"{now:%m}", mode=0o750)
     return folder / f"{uuid.uuid4().hex}{suffix}"
 
 
