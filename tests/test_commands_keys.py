@@ -179,3 +179,21 @@ def test_a_key_of_a_user_made_inactive_later_gets_401():
     key = last_line(create("ci", "--user", "bob")[0])
     get_user_model().objects.filter(pk=user.pk).update(is_active=False)
     assert api(key).get("/api/sessions").status_code == 401
+
+
+def test_a_key_revoked_twice_at_once_is_audited_once_and_no_key_is_made_for_an_inactive_user(db):
+    # Two revocations racing: the second holds a stale row that still says active; its update
+    # finds none to revoke, and writes no second entry.
+    from sessions_app import teams
+
+    user = member("kai")
+    api_key, _ = ApiKey.create_key(name="ci", user=user)
+    stale = ApiKey.objects.get(pk=api_key.pk)
+    teams.revoke_key(actor="ada", api_key=api_key)
+    teams.revoke_key(actor="bob", api_key=stale)
+    assert list(AuditEntry.objects.filter(action="key.revoke").values_list("actor", flat=True)) == ["ada"]
+    type(user).objects.filter(pk=user.pk).update(is_active=False)
+    user.refresh_from_db()
+    with pytest.raises(teams.TeamError, match="user: kai is not active"):
+        teams.create_key(actor="ada", user=user, name="again")
+    assert not ApiKey.objects.filter(name="again").exists()
