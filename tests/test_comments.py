@@ -145,6 +145,11 @@ def test_editing_keeps_every_earlier_body_as_a_revision(ours, rita):
     revisions = list(CommentRevision.objects.filter(comment_id=made["id"]).values_list("body", flat=True))
     assert revisions == ["first", "second"]
     assert Comment.objects.get(pk=made["id"]).body == "third"
+    # Each body with its own time: written when made or last edited, replaced at the next edit.
+    comment = Comment.objects.get(pk=made["id"])
+    first, second = CommentRevision.objects.filter(comment=comment).order_by("pk")
+    assert first.written_at == comment.created_at and second.written_at == first.replaced_at
+    assert second.replaced_at == comment.edited_at and first.replaced_at < second.replaced_at
 
 
 def test_only_the_author_may_edit(ours, rita, rob, ada):
