@@ -232,6 +232,8 @@ def run_redaction(*, job_id: int) -> dict:
               finished_at=timezone.now())  # fmt: skip
         return {"error": job.error}
     done = {"events_redacted": len(result.seqs), "counts": dict(result.counts)}
+    if result.seqs:  # verified again: the player's badge then counts the redactions
+        enqueue_verify_after_commit(session_ids=[job.session_id])
     try:
         purge = purge_freed().to_dict()
     except Exception as exc:  # the values are out of the rows; the file keeps freed copies until the next purge
@@ -240,6 +242,13 @@ def run_redaction(*, job_id: int) -> dict:
         purge = None
     _mark(job, status=RedactionJob.Status.DONE, finished_at=timezone.now(), **done)
     return {"events": len(result.seqs), "byLabel": dict(result.counts), "purge": purge}
+
+
+def enqueue_after_redaction(*, session_id: int) -> None:
+    """What follows a redaction once its transaction commits: the database files purged of the
+    old values, and the session verified again (the player's badge then counts the redactions)."""
+    enqueue_purge_after_commit()
+    enqueue_verify_after_commit(session_ids=[session_id])
 
 
 def enqueue_purge_after_commit() -> None:

@@ -62,7 +62,6 @@ from .formats import Source
 from .ingest.bundles import FORMAT_NAME as BUNDLE_FORMAT
 from .ingest.bundles import is_bundle
 from .ingest.traces import recount_staged
-from .jobs import enqueue_verify_after_commit
 from .models import (
     Checkpoint,
     Comment,
@@ -303,9 +302,6 @@ def _redact_session(
         result.original = _redact_original(session, redactor, must_be_gone=candidates)
         if deleted := _delete_bundle_uploads(session):
             result.elsewhere["bundle_upload"] = deleted
-    if result.seqs:
-        # Verified again by a worker: the badge then counts the redactions with the rest.
-        enqueue_verify_after_commit(session_ids=[session.pk])
     return result
 
 

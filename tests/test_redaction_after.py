@@ -441,6 +441,11 @@ def test_applying_the_projects_rules_is_a_job_that_redacts_and_purges(maintainer
     assert outcome["purge"]["vacuumed"]
     assert not Event.objects.filter(session=session, payload__contains="@example.org").exists()
     assert verify_session(session=session, record=False).valid
+    from django_q.models import OrmQ  # and it is verified again, as a selection's redaction is
+
+    assert [t.task["kwargs"] for t in OrmQ.objects.all() if t.task["func"] == "sessions_app.jobs.run_verify"] == [
+        {"session_ids": [session.pk]}
+    ]
     # The project keeps no originals once redacted: the kept upload is gone.
     assert Session.objects.get(pk=session.pk).import_job.stored_path == ""
     assert files_holding("@example.org", Path(settings.DATA_DIR)) == []

@@ -83,7 +83,7 @@ def redact(request: HttpRequest, session_id: Id, body: RedactIn):
                                               actor=access.actor_of(request), ip=audit.client_ip(request))  # fmt: skip
     except RedactionRefused as exc:
         raise HttpError(400, str(exc)) from None
-    jobs.enqueue_purge_after_commit()
+    jobs.enqueue_after_redaction(session_id=session.pk)
     return result.to_dict()
 
 

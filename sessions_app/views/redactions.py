@@ -56,7 +56,7 @@ def redact(request: HttpRequest, session_id: int) -> HttpResponse:
         )  # fmt: skip
     except RedactionRefused as exc:
         return _list(request, session, error=f"Not redacted: {exc}.", status=400)
-    jobs.enqueue_purge_after_commit()
+    jobs.enqueue_after_redaction(session_id=session.pk)
     if not request.htmx:
         return redirect(f"{session.get_absolute_url()}?step={seq}")
     found = result.to_dict()
