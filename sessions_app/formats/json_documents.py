@@ -60,8 +60,13 @@ class _TooDeep(Exception):
 
 # How deep a document may nest: a record deeper than MAX_DEPTH is a problem and the rest is read
 # (it cannot be stored, tests/test_format_json_documents.py); past twice that, the document
-# stops. A piece handed over at that depth costs ijson at most ~170 MB of paths (64 KiB of "[]").
+# stops.
 _DEEPEST = 2 * MAX_DEPTH
+# What ijson's paths may hold at once: one path an open level, each as long as the keys above it,
+# so about depth² × key length / 2 (505 levels of 1,900-character keys, a 1 MB file: 566 MB).
+# Estimated with the longest key read so far; a real document stays far below (30 levels of
+# 100-character keys: 47 KB).
+_PATHS_BUDGET = 64 * 1024 * 1024
 _LEVEL = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
 _EVENT_NAME = itemgetter(0)
 
@@ -77,9 +82,11 @@ class _Nesting:
         self._events = ijson.sendable_list()
         self._parser: Any = ijson.basic_parse_coro(self._events, use_float=True)
         self.depth = 0
+        self.longest_key = 0
 
     def check(self, piece: bytes) -> None:
-        """Raise _TooDeep if `piece` takes the document past _DEEPEST."""
+        """Raise _TooDeep if `piece` takes the document past _DEEPEST, or its paths past
+        _PATHS_BUDGET."""
         if self._parser is None:
             return
         events = self._events
@@ -89,10 +96,15 @@ class _Nesting:
             self._parser = None
         if events:
             levels = list(accumulate(map(_LEVEL.get, map(_EVENT_NAME, events), repeat(0)), initial=self.depth))
+            keys = [value for name, value in events if name == "map_key"]
             del events[:]
-            self.depth = levels[-1]
-            if max(levels) > _DEEPEST:
-                raise _TooDeep
+            self.depth, deepest = levels[-1], max(levels)
+            if keys:
+                self.longest_key = max(self.longest_key, max(map(len, keys)))
+            if deepest > _DEEPEST:
+                raise _TooDeep(f"nested deeper than {_DEEPEST} levels")
+            if deepest * deepest * (self.longest_key + 5) // 2 > _PATHS_BUDGET:
+                raise _TooDeep(f"nested {deepest} levels deep with keys of up to {self.longest_key:,} characters")
 
 
 @dataclass
@@ -183,10 +195,9 @@ class JsonDocument:
                 return None
             except _TooLong:
                 return index + 1, feed.line
-            except _TooDeep:
+            except _TooDeep as why:
                 self.stopped = True
-                self.problems.add(feed.line, "line", f"nested deeper than {_DEEPEST} levels; the rest of the "
-                                  "document could not be read")  # fmt: skip
+                self.problems.add(feed.line, "line", f"{why}; the rest of the document could not be read")
                 return None
             except _BAD_INPUT as error:
                 self._stop(error, feed.offset)
