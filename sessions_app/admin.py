@@ -8,6 +8,8 @@ sealed record (a session, an event, a keyframe) is what verification reports as 
 """
 
 from django.contrib import admin
+from django_q import admin as _django_q_admin  # noqa: F401  (its models registered, then replaced below)
+from django_q.models import Failure, OrmQ, Schedule, Success
 
 from .models import ApiKey, AuditEntry, Checkpoint, Event, ImportJob, IngestBatch, Project, Session, Snapshot
 
@@ -101,3 +103,14 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ["actor", "target"]
     ordering = ["log", "-seq"]
     show_full_result_count = False
+
+
+# django-q2's job queue. A scheduled task names any function the worker can import and calls it
+# ("os.system" with a command line), so a schedule added or changed here ran code as the
+# server's user, unaudited. Shown read only and without actions (its "resubmit" too): the
+# schedules are made by `manage.py schedule_jobs`, the tasks by the product.
+for _model in (Schedule, Success, Failure, OrmQ):
+    if admin.site.is_registered(_model):
+        _shown = type(admin.site.get_model_admin(_model))
+        admin.site.unregister(_model)
+        admin.site.register(_model, type(f"ReadOnly{_shown.__name__}", (ReadOnlyAdmin, _shown), {"actions": []}))

@@ -419,14 +419,18 @@ def test_the_admin_shows_replays_records_but_adds_changes_and_deletes_none(make_
     root = get_user_model().objects.create_superuser("root", "root@example.org", "pw-root-12345")
     request = rf.get("/admin/")
     request.user = root
+    from django_q.models import Schedule
+
+    # Replay's own records and the job queue's (a schedule names a function the worker calls).
     registered = {model: model_admin for model, model_admin in admin.site._registry.items()
-                  if model._meta.app_label == "sessions_app"}  # fmt: skip
-    assert {Session, Event, Project} <= set(registered)
+                  if model._meta.app_label in ("sessions_app", "django_q")}  # fmt: skip
+    assert {Session, Event, Project, Schedule} <= set(registered)
     for model, model_admin in registered.items():
         allowed = (model_admin.has_add_permission(request), model_admin.has_change_permission(request),
                    model_admin.has_delete_permission(request))  # fmt: skip
         assert allowed == (False, False, False), model.__name__
         assert model_admin.has_view_permission(request), model.__name__
+        assert not model_admin.get_actions(request), model.__name__
 
     client.force_login(root)
     shown = client.get(f"/admin/sessions_app/session/{session.pk}/change/")
@@ -439,3 +443,6 @@ def test_the_admin_shows_replays_records_but_adds_changes_and_deletes_none(make_
     assert Session.objects.get(pk=session.pk).task == "the real task" and verify_session(session=session).valid
     assert Event.objects.filter(pk=event.pk).exists() and Project.objects.filter(pk=session.project_id).exists()
     assert client.get("/admin/auth/user/add/").status_code == 200  # the site's accounts stay Django's
+    added = client.post("/admin/django_q/schedule/add/", {"func": "os.system", "args": "'true'", "schedule_type": "O"})
+    assert added.status_code == 403 and not Schedule.objects.filter(func="os.system").exists()
+    assert client.get("/admin/django_q/schedule/").status_code == 200
