@@ -48,16 +48,20 @@ def env_number(name: str, default: float | None, *, minimum: float = 0) -> float
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):  # "inf", "nan": a traceback later, or a limit of nothing
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
     if value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
     return value
 
 
-def env_whole(name: str, default: int, *, minimum: int = 0) -> int:
-    """A whole number (a count of processes, failures, bytes, seconds): "2.9" stops start-up
-    rather than run with 2."""
+def env_whole(name: str, default: int | None, *, minimum: int = 0) -> int | None:
+    """A whole number (a count of processes, failures, sessions, bytes, seconds): "2.9" stops
+    start-up rather than run with 2."""
     value = env_number(name, default, minimum=minimum)
-    if value is None or not math.isfinite(value) or value != int(value):
+    if value is None:
+        return None
+    if value != int(value):
         raise ImproperlyConfigured(f"{name} must be a whole number, got {os.environ.get(name)!r}")
     return int(value)
 
@@ -139,7 +143,11 @@ def postgres_options(given: dict[str, str]) -> dict[str, Any]:
 
 def database_from_url(url: str) -> dict:
     """Turn DATABASE_URL (postgres://user:pw@host:port/name or sqlite:////abs/path) into DATABASES['default']."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # parsed here: "host:notaport" or ":99999" raise ValueError
+    except ValueError as error:
+        raise ImproperlyConfigured(f"DATABASE_URL: {error}") from None
     options: dict[str, Any] = dict(parse_qsl(parts.query))
     if parts.scheme in {"postgres", "postgresql", "pgsql"}:
         options = postgres_options(options)
@@ -149,21 +157,22 @@ def database_from_url(url: str) -> dict:
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
+            "PORT": str(port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
         }
     if parts.scheme == "sqlite":
         path = unquote(parts.path)
-        # sqlite:////abs/path.sqlite3 (an absolute path after "sqlite://"). Anything else named
-        # no file, or one relative to wherever the process started: it was taken silently (the
-        # default file, for "sqlite://rel.sqlite3") instead of stopping start-up.
-        if parts.netloc or not path.startswith("/") or path.strip("/") == "":
+        # sqlite:////abs/path.sqlite3: "sqlite://", then an absolute path. Anything else named no
+        # file, or one some read as relative ("sqlite:///rel.db", SQLAlchemy's relative form,
+        # was taken as /rel.db; "sqlite://rel.sqlite3" silently as the default file), or had
+        # options no SQLite URL takes: start-up stops.
+        if parts.netloc or parts.query or not path.startswith("//") or path.strip("/") == "":
             raise ImproperlyConfigured(
                 f"DATABASE_URL: a SQLite URL names its file by an absolute path, sqlite:////abs/path.sqlite3; got {url!r}"
             )
-        return sqlite_database(Path("/" + path.lstrip("/")))
+        return sqlite_database(Path(path[1:]))
     raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite://, got scheme {parts.scheme!r}")
 
 
@@ -359,8 +368,7 @@ ORIGINALS_GRACE_DAYS = env_number("REPLAY_ORIGINALS_GRACE_DAYS", 7, minimum=0)
 # its uploads and live events may take, and its number of sessions; unset: no limit.
 _quota_mb = env_number("REPLAY_QUOTA_STORED_MB", None, minimum=1)
 QUOTA_STORED_BYTES = int(_quota_mb * 1024 * 1024) if _quota_mb else None
-_quota_sessions = env_number("REPLAY_QUOTA_SESSIONS", None, minimum=1)
-QUOTA_SESSIONS = int(_quota_sessions) if _quota_sessions else None
+QUOTA_SESSIONS = env_whole("REPLAY_QUOTA_SESSIONS", None, minimum=1)
 # The live tail (GET /api/sessions/{id}/tail): how often it polls for new events, and how long
 # one stream may hold a server thread before the client reconnects (docs/ingest.md).
 TAIL_POLL_SECONDS = env_number("REPLAY_TAIL_POLL_SECONDS", 0.5, minimum=0.05)

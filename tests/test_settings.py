@@ -84,8 +84,23 @@ def test_a_sqlite_url_names_its_file_by_an_absolute_path_or_stops_start_up(tmp_p
     from replay_site.settings import database_from_url
 
     assert str(database_from_url(f"sqlite:///{tmp_path}/x.sqlite3")["NAME"]) == str(tmp_path / "x.sqlite3")
+    # A port that is none is said so, naming the variable (a bare ValueError's traceback before).
+    for url, said in (
+        ("postgres://u:p@h:notaport/db", "Port could not be cast"),
+        ("postgres://u:p@h:99999/db", "Port out of range"),
+        ("postgres://u:p@[::1/db", "Invalid IPv6"),
+    ):
+        with pytest.raises(ImproperlyConfigured, match=f"DATABASE_URL: {said}"):
+            database_from_url(url)
     # Each was taken silently: the first two as the default file, the last relative to the cwd.
-    for url in ("sqlite://rel.sqlite3", "sqlite://", "sqlite:///", "sqlite:relative.sqlite3"):
+    for url in (
+        "sqlite://rel.sqlite3",
+        "sqlite://",
+        "sqlite:///",
+        "sqlite:relative.sqlite3",
+        "sqlite:///relative.db",
+        f"sqlite:///{tmp_path}/x.sqlite3?mode=ro",
+    ):
         with pytest.raises(ImproperlyConfigured, match="a SQLite URL names its file by an absolute path"):
             database_from_url(url)
 
@@ -236,8 +251,20 @@ def test_a_server_refuses_to_start_with_no_allowed_host_or_a_bad_proxy():
 
 @pytest.mark.parametrize("value", ["2.9", "inf", "nan"])
 def test_a_whole_number_setting_given_a_fraction_stops_start_up(value):
-    # "2.9" ran with 2 web processes, and "inf" or "nan" failed with a traceback.
+    # "2.9" ran with 2 web processes, and "inf" or "nan" failed with a traceback; the message
+    # alone is printed, not the traceback through Django's start-up.
     result = manage("check", REPLAY_WEB_PROCESSES=value)
-    assert result.returncode != 0
-    assert f"REPLAY_WEB_PROCESSES must be a whole number, got {value!r}" in result.stderr
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    said = "a whole number" if value == "2.9" else "a finite number"
+    assert f"error: REPLAY_WEB_PROCESSES must be {said}, got {value!r}" in result.stderr
     assert manage("check", REPLAY_WEB_PROCESSES="3").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [("REPLAY_QUOTA_SESSIONS", "2.5", "a whole number"), ("REPLAY_RETENTION_DAYS", "inf", "a finite number"),
+     ("REPLAY_LOGIN_COOLOFF_MINUTES", "nan", "a finite number")],
+)  # fmt: skip
+def test_every_number_setting_refuses_what_is_no_number_of_its_kind(name, value, said):
+    result = manage("check", **{name: value})
+    assert result.returncode != 0 and f"error: {name} must be {said}, got {value!r}" in result.stderr
