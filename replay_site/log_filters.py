@@ -22,8 +22,10 @@ class NoTracebackForClientErrors(logging.Filter):
 
 # A share link's path (sessions_app/urls.py, "open_share_link"): its token is a secret, stored
 # hashed (sharing.py), which Django's request log would write out whole on every refusal.
-# Slashes doubled ("/s//<token>") still reach a refusal, and its log line.
-_SHARE_PATH = re.compile(r"/s/+[^/?#\s]+")
+# Everything after "/s/" up to the end of the path as a log line quotes it (runserver's ends at
+# its quote): a token may follow doubled slashes, a space, "./" or a backslash, in either case,
+# and each reaches a refusal and its log line.
+_SHARE_PATH = re.compile(r'(?i)[/\\]s[/\\][^"?#\n]*')
 
 
 class NoShareTokens(logging.Filter):

@@ -239,8 +239,9 @@ def test_an_invalid_event_is_a_400_naming_its_index_and_field_and_nothing_is_sto
             "events[0].step_state: StepState field 'success' should be true or false, not no",
         ),
         (
-            {"events": [{"kind": "step_end", "payload": {}, "step_state": {"reward": "high"}}]},
-            "events[0].step_state: StepState field 'reward' should be a finite number, not high",
+            {"events": [{"kind": "step_end", "payload": {}, "step_state": {"reward": "high", "output": 3}}]},
+            "events[0].step_state: StepState field 'reward' should be a finite number, not high; StepState field "
+            "'output' should be text, not 3",
         ),
         (
             {"events": [{"kind": "step_end", "payload": {}, "step_state": {"tokens_used": True}}]},

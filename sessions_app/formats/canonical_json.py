@@ -114,13 +114,16 @@ class CanonicalEventIn(BaseModel):
             )
         # And of its type, as the event's own numbers and flags: `"success": "no"` counted as a
         # success, `"reward": "high"` showed as the step's reward.
+        wrong = []
         for name, given in (value or {}).items():
             wanted, what = _STEP_TYPES[name]
             if given is not None and not (
                 isinstance(given, wanted) and not (isinstance(given, bool) and bool not in wanted)
                 and not (isinstance(given, float) and not math.isfinite(given))
             ):  # fmt: skip
-                raise ValueError(f"StepState field {name!r} should be {what}, not {preview(given)}")
+                wrong.append(f"StepState field {name!r} should be {what}, not {preview(given)}")
+        if wrong:  # each one named, not only the first
+            raise ValueError("; ".join(wrong))
         return value
 
     @field_validator("kind")
