@@ -576,3 +576,7 @@ def test_a_session_with_no_priced_event_is_unpriced_in_every_tool_not_0():
     assert session_cost(unpriced) == "unpriced" and " · unpriced · " in session_line(unpriced)
     priced = Session(pk=8, project=project, source_format="flux0", cost_usd=0.25, priced_events=2)
     assert session_cost(priced) == "$0.2500" and " · $0.2500 · " in session_line(priced)
+    # The cost so far (replay_session's steps, step_state): None when nothing had a price.
+    from sessions_app.mcp.text import usd
+
+    assert (usd(None), usd(0.0), usd(0.25)) == ("unpriced", "$0.0000", "$0.2500")

@@ -147,7 +147,9 @@ def duration(ms: float | None) -> str:
 
 
 def usd(value: float | None) -> str:
-    return f"${value or 0.0:.4f}"
+    """A cost; None, what no price is known for (the context's cost so far of a session with no
+    priced event), is "unpriced", never $0."""
+    return "unpriced" if value is None else f"${value:.4f}"
 
 
 def session_cost(session: Any) -> str:
