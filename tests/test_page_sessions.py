@@ -456,3 +456,19 @@ def test_a_session_id_that_turns_or_hides_its_text_is_shown_with_those_character
         assert "\u202e" not in html and "\u200b" not in html and written in html
     assert f"<title>{written} (canonical) · Replay</title>" in player
     assert Session.objects.get(pk=turned.pk).source_session_id.endswith("\u202edesiler_\u200b")  # stored as recorded
+
+
+def test_an_uploaded_file_name_that_turns_its_text_is_shown_written_out(logged_in, monkeypatch, tmp_path):
+    # The uploader names the file: an override in it reversed the name in the list and on the
+    # imports pages as the session id's did.
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    name = "report\u202elsonj.jsonl"
+    path = tmp_path / "run.jsonl"
+    record_failing_session(path)
+    logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile(name, path.read_bytes())]})
+    job = ImportJob.objects.get()
+    pages = [logged_in.get(LIST).content.decode(), logged_in.get(reverse("sessions:imports")).content.decode(),
+             logged_in.get(reverse("sessions:import_job", args=[job.pk])).content.decode()]  # fmt: skip
+    for where, html in zip(("list", "imports", "import page"), pages):
+        assert "\u202e" not in html, where
+        assert where == "list" or "report\\u202elsonj.jsonl" in html, where  # the list shows the uploader's own jobs
