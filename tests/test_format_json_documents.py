@@ -156,18 +156,24 @@ def test_a_record_nested_deeper_than_can_be_stored_is_a_problem_on_its_line(tmp_
     assert problems == [(3, "line", "cannot be stored: nested deeper than 254 levels")]
 
 
+def read_measured(path: Path) -> tuple[list, list, int]:
+    """`read`, and the most memory Python held meanwhile (ijson's events and paths are Python
+    objects, so they count)."""
+    tracemalloc.start()
+    try:
+        found, problems = read(path)
+        return found, problems, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_document_nested_absurdly_deep_stops_there_in_little_memory(tmp_path):
     # ijson's path-naming parsers make every event of a piece with its whole path first: an
     # 80 KB document of "[" took 3.9 GB before the record could be refused (a hostile sweep).
     a = events(1)[0]
     deep = b'{"id": "deep", "payload": ' + b"[" * 20000 + b"]" * 20000 + b"}"
     path = write(tmp_path, b"[\n" + orjson.dumps(a) + b",\n" + deep + b"\n]")
-    tracemalloc.start()
-    try:
-        found, problems = read(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    found, problems, peak = read_measured(path)
     assert found == [(2, a)]
     assert problems == [(3, "line", "nested deeper than 508 levels; the rest of the document could not be read")]
     assert peak < 20_000_000, peak
@@ -180,12 +186,7 @@ def test_a_document_nested_with_long_keys_stops_before_its_paths_fill_memory(tmp
     key = "k" * 1900
     deep = '{"x": ' + (f'{{"{key}": ' * 505) + "0" + "}" * 506
     path = write(tmp_path, b'{"events": [\n' + orjson.dumps(a) + b'\n], "more": ' + deep.encode() + b"}")
-    tracemalloc.start()
-    try:
-        found, problems = read(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    found, problems, peak = read_measured(path)
     assert found == [(2, a)]
     [(line, field, message)] = problems
     assert line == 3 and message.startswith("nested ") and "levels deep with keys of up to 1,900 characters" in message
