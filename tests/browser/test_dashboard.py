@@ -67,12 +67,19 @@ def settle(page: Page) -> None:
         time.sleep(0.1)
 
 
+# The frame is in the page when htmx swaps it, and the player applies it (buttons enabled or
+# disabled, the scrubber's value) when the swap settles, a moment later: a test that acts on a
+# button between the two found it still disabled from the frame before (CI failed so).
+_FRAME_APPLIED = """seq => {
+  const el = document.getElementById('frame-data');
+  if (!el || JSON.parse(el.textContent).seq !== seq) return false;
+  const track = document.getElementById('scrubber');
+  return !track || track.getAttribute('aria-valuenow') === String(seq);
+}"""
+
+
 def wait_for_seq(page: Page, seq: int) -> None:
-    wait_until(
-        page,
-        "seq => { const el = document.getElementById('frame-data'); return !!el && JSON.parse(el.textContent).seq === seq }",
-        seq,
-    )
+    wait_until(page, _FRAME_APPLIED, seq)
 
 
 def query(page: Page) -> dict[str, list[str]]:

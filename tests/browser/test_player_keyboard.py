@@ -170,6 +170,7 @@ def test_a_keyboard_user_drives_the_player_without_surprises(watched, analyst, t
     page.keyboard.press("ArrowLeft")
     wait_for_seq(page, talk.event_count - 2)
     page.locator("#step-forward").focus()
+    assert page.evaluate("document.activeElement.id") == "step-forward"
     page.keyboard.press("Enter")
     wait_for_seq(page, talk.event_count - 1)
     wait_until(page, "document.activeElement.id === 'step-back'")
