@@ -431,9 +431,12 @@ def test_command_json_prints_one_object_per_session(project, tmp_path):
     record_full_session(path, run_id="one", steps=2)
     record_failing_session(path, run_id="two")
 
-    out, _ = run_command(str(path), str(FIXTURES / "nothing.jsonl"), "--json")
+    out = io.StringIO()
+    with pytest.raises(CommandError, match=r"^1 file\(s\) stored no session: 1 imported nothing$") as raised:
+        call_command("import_sessions", str(path), str(FIXTURES / "nothing.jsonl"), "--json", stdout=out)
+    assert raised.value.returncode == 1  # the file that stored nothing: a script sees it
 
-    lines = [orjson.loads(line) for line in out.splitlines()]
+    lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
     sessions = {s.source_session_id: s for s in Session.objects.all()}
     assert lines[0] == {
         "path": str(path), "session": sessions["one"].pk, "format": "rlm_native",
@@ -471,15 +474,20 @@ def test_command_lists_problems_and_exits_zero_for_damaged_files(project):
     assert "line 14: line: truncated record" in err
 
 
-def test_command_fails_only_when_a_file_cannot_be_read(project, tmp_path):
+def test_command_fails_when_a_file_stores_no_session(project, tmp_path):
     path = tmp_path / "ok.jsonl"
     record_full_session(path, steps=1)
+    (tmp_path / "notes.txt").write_text("not a session\n")
 
     with pytest.raises(CommandError) as raised:
-        run_command(str(path), str(tmp_path / "missing.jsonl"), "--json")
+        run_command(str(path), str(tmp_path / "missing.jsonl"), str(tmp_path / "notes.txt"), "--json")
 
     assert raised.value.returncode == 1
+    assert str(raised.value) == "2 file(s) stored no session: 1 could not be read, 1 imported nothing"
     assert Session.objects.count() == 1  # the readable file was still imported
+    # The same file again is no failure: it is stored, as the command says.
+    out, _ = run_command(str(path))
+    assert "already imported as session" in out
 
 
 def test_command_replace_and_project(project, tmp_path):

@@ -1,7 +1,8 @@
 """Import recorded sessions from files or folders: `import_sessions PATH [PATH ...]`.
 
-Exit status 0 unless a file could not be read at all; files with problems still import what is
-good and list what was skipped.
+Exit status 1 when a file stored nothing (it could not be read, is no session format, or holds
+nothing importable), so a script sees it; files with problems still import what is good and list
+what was skipped, with status 0. A file imported before is not a failure.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         project = self._project(options["project"], create=options["new_project"])
-        unreadable = 0
+        unreadable = failed = 0
         reported: set[Path] = set()
         for name in options["paths"]:
             # One name for the operator in every entry the command leaves (the job, the imports
@@ -46,13 +47,19 @@ class Command(BaseCommand):
             audit.record_file_import(actor=audit.OPERATOR, project=project, outcomes=outcomes)
             for outcome in outcomes:
                 unreadable += outcome.unreadable
+                failed += bool(outcome.error)
                 if options["json"]:
                     self.stdout.write(orjson.dumps(outcome.to_dict()).decode())
                 else:
                     self._print(outcome, with_problems=outcome.path not in reported)
                     reported.add(outcome.path)
-        if unreadable:
-            raise CommandError(f"{unreadable} file(s) could not be read", returncode=1)
+        if failed:
+            # A session format that imports nothing used to end with status 0: a script went on
+            # as if the file were stored (newcomer walkthrough: `import_sessions notes.txt && ...`).
+            said = [f"{unreadable} could not be read"] if unreadable else []
+            if failed > unreadable:
+                said.append(f"{failed - unreadable} imported nothing")
+            raise CommandError(f"{failed} file(s) stored no session: {', '.join(said)}", returncode=1)
 
     def _project(self, slug: str | None, *, create: bool) -> Project:
         if not slug:
