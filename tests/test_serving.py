@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from replay_site import serving
 from sessions_app.canonical import Kind
@@ -156,6 +159,24 @@ def test_the_development_key_is_refused_outside_demo_mode(settings):
     serving.require_real_secret_key()
     settings.DEVELOPMENT_SECRET_KEY, settings.DEMO = False, False
     serving.require_real_secret_key()
+
+
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        ("--port", "99999", "argument --port: 99999 is not between 1 and 65535"),
+        ("--port", "0", "argument --port: 0 is not between 1 and 65535"),
+        ("--web-processes", "0", "argument --web-processes: 0 is not between 1 and 512"),
+        ("--job-workers", "two", "argument --job-workers: 'two' is not a whole number"),
+    ],
+)
+def test_serve_refuses_a_bad_number_by_name_before_starting_anything(option, value, said, monkeypatch):
+    # A port of 99999 reached granian, which stopped with a traceback; 0 web processes too.
+    started = []
+    monkeypatch.setattr("sessions_app.management.commands.serve.serve", lambda **kw: started.append(kw))
+    with pytest.raises(CommandError, match=f"^Error: {re.escape(said)}$"):
+        call_command("serve", option, value)
+    assert started == []
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
@@ -10,14 +12,32 @@ from replay_site.serving import serve
 from sessions_app.jobs import schedule_jobs
 
 
+def whole(low: int, high: int):
+    """An argparse type: a whole number in [low, high], refused by name before anything starts
+    (a port of 99999 reached granian, which stopped with a traceback; 0 web processes too)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
 class Command(BaseCommand):
     help = "Serve Replay with granian (several web processes) and run the job workers; Ctrl-C stops both."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--web-processes", type=int, default=settings.WEB_PROCESSES)
-        parser.add_argument("--job-workers", type=int, default=settings.Q_CLUSTER["workers"])
+        parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+        parser.add_argument("--port", type=whole(1, 65535), default=8000, help="port (default: %(default)s)")
+        parser.add_argument("--web-processes", type=whole(1, 512), default=settings.WEB_PROCESSES,
+                            help="granian web processes (default: REPLAY_WEB_PROCESSES, here %(default)s)")  # fmt: skip
+        parser.add_argument("--job-workers", type=whole(1, 512), default=settings.Q_CLUSTER["workers"],
+                            help="job worker processes (default: REPLAY_Q_WORKERS, here %(default)s)")  # fmt: skip
 
     def handle(self, *args, **options) -> None:
         # The schedules first (idempotent): without them no worker runs the watchdog, so /healthz
