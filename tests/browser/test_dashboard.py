@@ -16,6 +16,8 @@ from django.db import OperationalError
 from django_q.conf import Conf
 from playwright.sync_api import Page
 
+from sessions_app import comments
+from sessions_app.access import Actor
 from sessions_app.ingest.writer import append_events, finish_session
 from sessions_app.models import Event, Session
 from sessions_app.verification import verify_session
@@ -432,8 +434,14 @@ def test_screenshots_of_the_player_and_the_diff_view(watched, analyst, tmp_path,
     record_variant(tmp_path / "b.jsonl", run_id="candidate", steps=12, change_at=4)
     a, b = import_one(tmp_path / "a.jsonl"), import_one(tmp_path / "b.jsonl")
     seq = Event.objects.get(session=session, step_pos=3).seq
+    # As a team sees it: verified by the worker, a finding left on the step.
+    verify_session(session=session)
+    comments.create_comment(actor=Actor(user=analyst), session=session, seq=seq,
+                            body="The cumulative reward **drops** here: the retry counted twice?")  # fmt: skip
 
     log_in(page, f"/sessions/{session.pk}/?step={seq}")
+    assert page.locator("#chain-badge").inner_text().startswith("verified at")
+    page.locator("#comment-threads strong", has_text="drops").wait_for()
     page.locator("#charts").scroll_into_view_if_needed()
     wait_until(page, "document.querySelectorAll('#charts .chart[data-ready=true]').length === 4", timeout=30)
     page.evaluate("window.scrollTo(0, 0)")
