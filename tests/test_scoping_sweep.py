@@ -8,6 +8,8 @@ or operation is walked without anyone remembering to add it:
   objects, and no response of any endpoint holds the project's data.
 - The project's own viewer gets 403 from what needs a higher role (ROLE_NEEDED) and an answer
   from the rest.
+- A refusal (404 or 403) leaves every row of Replay's tables and of the job queue as it was: a
+  view that acts before it asks access.py is caught though it answers the right status.
 
 A new endpoint fails here until it is declared: its role in ROLE_NEEDED, and, if it names no
 object of a project (a list, a form, making a project), its place in NAMES_NO_OBJECT.
@@ -26,16 +28,19 @@ from urllib.parse import urlencode
 
 import orjson
 import pytest
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django_q.models import OrmQ
 
 from sessions_app import audit, comments, sharing, teams
 from sessions_app.access import Actor
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session, set_checkpoint
-from sessions_app.models import ImportJob, Project, Role, Session, ShareLink, Tour, TourStop
+from sessions_app.models import ImportJob, Membership, Project, Role, Session, ShareLink, Tour, TourStop
 
 from .builders_teams import key_of, member
 from .conftest import T0
@@ -340,10 +345,10 @@ def _text(response) -> str:
 
 
 def _request(client: Client, method: str, route: str, t: Theirs, headers: dict[str, str], *,
-             own_session: int | None = None, query: dict[str, object] | None = None):  # fmt: skip
-    """The request the walk makes; `own_session`: the caller's own session in the path instead
-    of theirs, `query`: other query parameters (the mixed walk's)."""
-    url = route.format(**(_path_values(t) | ({"session_id": own_session} if own_session else {})))
+             own: dict[str, object] | None = None, query: dict[str, object] | None = None):  # fmt: skip
+    """The request the walk makes; `own`: path values of the caller's own objects instead of
+    theirs (a session, a tour), `query`: other query parameters (the mixed walks')."""
+    url = route.format(**(_path_values(t) | (own or {})))
     query = _query(route, t) if query is None else query
     if method == "GET":
         response = client.get(url, query, headers=headers)
@@ -397,6 +402,40 @@ def _declared(method: str, route: str) -> bool:
     return (method, route) in NAMES_NO_OBJECT or (method, route) in ROLE_NEEDED
 
 
+# --- what a refusal must leave as it was ----------------------------------------------------
+
+# A key's last use is noted on every request it makes, refused or not (docs/teams.md).
+CHANGES_ON_ANY_REQUEST = {("sessions_app.ApiKey", "last_used_at")}
+
+
+def _rows() -> dict[str, list[tuple]]:
+    """Every row of Replay's tables and of the job queue (a job queued before a refusal would
+    act later), as plain values."""
+    tables = [*apps.get_app_config("sessions_app").get_models(), OrmQ]
+    rows = {}
+    for model in tables:
+        label = model._meta.label
+        kept = [f.attname for f in model._meta.concrete_fields if (label, f.attname) not in CHANGES_ON_ANY_REQUEST]
+        rows[label] = list(model.objects.order_by("pk").values_list(*kept))
+    return rows
+
+
+class _Unchanged:
+    """Rows compared across the walk's requests: each refused one must have changed none."""
+
+    def __init__(self) -> None:
+        self.before = _rows()
+
+    def after(self, where: str, *, status: int, refused: bool) -> None:
+        if status == 405:
+            return  # the route does not take the method: answered before any view ran
+        now = _rows()
+        if refused:
+            changed = sorted(label for label in now if now[label] != self.before[label])
+            assert not changed, f"{where} was refused but changed rows of {changed}"
+        self.before = now
+
+
 # --- the sweep ------------------------------------------------------------------------------
 
 
@@ -412,12 +451,20 @@ def _outsiders(db) -> list[tuple[str, Client, dict[str, str]]]:
         people.append((name, client, {}))
     key = key_of(get_user_model().objects.get(username="our-maintainer"))
     people.append(("the API key of a maintainer of another project", Client(), {"authorization": f"Bearer {key}"}))
+    # Their own admin, through a key limited to another project they also belong to: the key's
+    # limit, not the user's memberships, must decide (Actor.narrow).
+    admin = get_user_model().objects.get(username="theirs-admin")
+    Membership.objects.get_or_create(project=ours, user=admin, defaults={"role": Role.ADMIN})
+    limited = key_of(admin, name="limited to ours", project=ours)
+    people.append(("their admin's key limited to another project", Client(), {"authorization": f"Bearer {limited}"}))
     return people
 
 
 def test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never_its_data(theirs, db):
     walked = 0
-    for who, client, headers in _outsiders(db):
+    outsiders = _outsiders(db)
+    rows = _Unchanged()
+    for who, client, headers in outsiders:
         statuses: dict[tuple[str, str], int] = {}
         for method, route in _endpoints(client):
             on_page = not route.startswith("/api/")
@@ -425,6 +472,8 @@ def test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never
                 continue  # a key opens only the API; its bearer is nobody on a page (below)
             status, body = _call(client, method, route, theirs, headers)
             statuses[method, route] = status
+            refused = status in (403, 404) and (method, route) not in NAMES_NO_OBJECT
+            rows.after(f"{who}: {method} {route}", status=status, refused=refused)
             leaked = [m for m in MARKERS if m in body]
             assert not leaked, f"{who}: {method} {route} answered {status} with {leaked}"
             if headers and on_page:
@@ -462,6 +511,7 @@ def test_outsiders_naming_their_own_session_beside_another_projects_get_404(thei
                                                       payload={"text": "ours"}, timestamp=T0, line=1)])  # fmt: skip
     finish_session(session=own)
     mixed = set()
+    rows = _Unchanged()
     for who, client, headers in outsiders[1:]:  # members of "ours" (a person, a key)
         for method, route in _endpoints(client):
             slots = _session_slots(route, theirs)
@@ -471,25 +521,70 @@ def test_outsiders_naming_their_own_session_beside_another_projects_get_404(thei
                 query = {name: (value if name == theirs_in else own.pk) if name in slots else value
                          for name, value in _query(route, theirs).items()}  # fmt: skip
                 response = _request(client, method, route, theirs, headers, query=query,
-                                    own_session=None if theirs_in == "path" else own.pk)  # fmt: skip
+                                    own=None if theirs_in == "path" else {"session_id": own.pk})  # fmt: skip
                 if response.status_code == 405:
                     continue
                 body = _text(response)
                 where = f"{who}: {method} {route} with theirs in {theirs_in}"
+                rows.after(where, status=response.status_code, refused=True)
                 assert not [m for m in MARKERS if m in body], f"{where} answered with their data"
                 assert response.status_code == 404, f"{where} answered {response.status_code}, not 404"
                 mixed.add((method, route))
     assert {route for _, route in mixed} >= {"/api/compare", "/compare/"}
 
 
+# Routes naming a parent and its child: the child must be looked up inside the parent.
+PARENTS = {"session_id": ("comment_id", "checkpoint_id", "name"), "tour_id": ("stop_id",)}
+
+
+def test_outsiders_naming_their_own_parent_and_another_projects_child_get_404(theirs, db):
+    """`/sessions/{own}/comments/{theirs}/edit/`: the parent is the caller's own, which they may
+    act on (an admin of it), the child another project's; each must be not found."""
+    outsiders = _outsiders(db)
+    ours = Project.objects.get(slug="ours")
+    admin = member("our-admin", ours, Role.ADMIN)
+    session = create_session(project=ours, source_format="canonical", meta=SessionMeta(task="ours"))
+    append_events(session=session, events=[CanonicalEvent(kind=Kind.USER_MESSAGE, source_type="user", raw=None,
+                                                          payload={"text": "ours"}, timestamp=T0, line=1)])  # fmt: skip
+    finish_session(session=session)
+    own = {"session_id": session.pk, "tour_id": Tour.objects.create(project=ours, title="our tour").pk}
+    client = Client()
+    client.force_login(admin)
+    people = [("an admin of another project", client, {}), ("the API key of that admin", Client(),
+              {"authorization": f"Bearer {key_of(admin)}"}), *outsiders[2:]]  # fmt: skip
+    rows = _Unchanged()
+    walked = set()
+    for who, client, headers in people:
+        for method, route in _endpoints(client):
+            parents = [p for p, children in PARENTS.items() if f"{{{p}}}" in route
+                       and any(f"{{{c}}}" in route for c in children)]  # fmt: skip
+            if not parents or (headers and not route.startswith("/api/")):
+                continue
+            response = _request(client, method, route, theirs, headers, own={p: own[p] for p in parents})
+            if response.status_code == 405:
+                continue
+            where = f"{who}: {method} {route} with their child in our parent"
+            rows.after(where, status=response.status_code, refused=True)
+            echoed = {"theirs-checkpoint"} if "{name}" in route else set()  # the name asked for, said back
+            assert not [m for m in MARKERS if m in _text(response) and m not in echoed], f"{where}: their data"
+            assert response.status_code == 404, f"{where} answered {response.status_code}, not 404"
+            walked.add((method, route))
+    assert {route for _, route in walked} >= {
+        "/sessions/{session_id}/comments/{comment_id}/edit/", "/api/sessions/{session_id}/comments/{comment_id}",
+        "/tours/{tour_id}/stops/{stop_id}/move/",
+    }, walked  # fmt: skip
+
+
 def test_the_projects_viewer_gets_403_where_a_higher_role_is_needed_and_an_answer_elsewhere(theirs, db):
     client = Client()
     client.force_login(get_user_model().objects.get(username="theirs-viewer"))
     checked = 0
+    rows = _Unchanged()
     for method, route in _endpoints(client):
         if (method, route) in NAMES_NO_OBJECT:
             continue
         status, _ = _call(client, method, route, theirs, {})
+        rows.after(f"viewer: {method} {route}", status=status, refused=status in (403, 404))
         if status == 405:
             continue
         assert (method, route) in ROLE_NEEDED, f"{method} {route} is new: declare its role in ROLE_NEEDED"
@@ -515,13 +610,30 @@ def test_a_member_one_role_below_what_an_operation_needs_gets_403(theirs, db):
         client.force_login(member(f"theirs-{role.value}", theirs.project, role))
         clients[role] = client
     checked = Counter()
+    rows = _Unchanged()
     for (method, route), needed in ROLE_NEEDED.items():
         if needed not in below:
             continue
         status, _ = _call(clients[below[needed]], method, route, theirs, {})
+        rows.after(f"{below[needed].label}: {method} {route}", status=status, refused=True)
         assert status == 403, f"{below[needed].label}: {method} {route} needs {needed.label} but answered {status}"
         checked[needed] += 1
     assert checked[Role.MAINTAINER] > 10 and checked[Role.ADMIN] > 5, checked
+
+
+def test_a_read_only_key_of_the_projects_admin_gets_403_from_every_operation_above_a_viewers(theirs, db):
+    key = key_of(get_user_model().objects.get(username="theirs-admin"), name="read only", read_only=True)
+    headers = {"authorization": f"Bearer {key}"}
+    rows = _Unchanged()
+    checked = 0
+    for (method, route), needed in ROLE_NEEDED.items():
+        if not route.startswith("/api/") or needed in (None, Role.VIEWER):
+            continue
+        status, _ = _call(Client(), method, route, theirs, headers)
+        rows.after(f"read-only key: {method} {route}", status=status, refused=True)
+        assert status == 403, f"read-only key: {method} {route} needs {needed.label} but answered {status}"
+        checked += 1
+    assert checked > 20
 
 
 # --- a share link's visitor -----------------------------------------------------------------
@@ -676,6 +788,39 @@ def test_the_sweep_walks_every_method_a_route_takes(theirs, db, delete_only_endp
     monkeypatch.setitem(ROLE_NEEDED, ("DELETE", "/sessions/{session_id}/zap/"), Role.MAINTAINER)
     with pytest.raises(AssertionError, match="DELETE /sessions/{session_id}/zap/ answered 200, not 404"):
         sweep(theirs, db)
+
+
+@pytest.fixture
+def acts_first_endpoint():
+    """A page that deletes a session's comments and only then asks access.py: every caller is
+    refused with the right status, after the harm."""
+    from django.views.decorators.http import require_POST
+
+    from sessions_app import access
+    from sessions_app.models import Comment
+
+    @require_POST
+    def wipe(request, session_id: int):
+        Comment.objects.filter(session_id=session_id).delete()
+        access.session_for(request, session_id, need=Role.MAINTAINER)
+
+    with _route_added("sessions/<int:session_id>/wipe-comments/", wipe):
+        yield
+
+
+def test_the_sweep_finds_a_change_made_before_the_refusal(theirs, db, acts_first_endpoint, monkeypatch):
+    monkeypatch.setitem(ROLE_NEEDED, ("POST", "/sessions/{session_id}/wipe-comments/"), Role.MAINTAINER)
+    walks = (
+        test_outsiders_get_404_from_every_endpoint_naming_a_project_object_and_never_its_data,
+        test_the_projects_viewer_gets_403_where_a_higher_role_is_needed_and_an_answer_elsewhere,
+        test_a_member_one_role_below_what_an_operation_needs_gets_403,
+    )
+    for walk in walks:
+        with transaction.atomic():  # each walk finds the comment there: its harm is rolled back
+            with pytest.raises(AssertionError, match=r"POST /sessions/{session_id}/wipe-comments/ was refused but "
+                                                     r"changed rows of \['sessions_app.Comment'\]"):  # fmt: skip
+                walk(theirs, db)
+            transaction.set_rollback(True)
 
 
 def test_every_api_operation_that_needs_more_than_a_viewer_documents_its_403(client):
