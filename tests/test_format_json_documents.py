@@ -193,15 +193,27 @@ def test_a_document_nested_with_long_keys_stops_before_its_paths_fill_memory(tmp
     assert peak < 150_000_000, peak
 
 
-def test_an_integer_beyond_64_bits_ends_a_document(tmp_path):
-    # yajl reads numbers into 64 bits: such a number is a syntax error to it (JSON lines read it
-    # as a float, which the fields then report).
-    a, b = events(2)
-    text = b"[" + orjson.dumps(a) + b', {"id": "big", "n": 123456789012345678901234567890}, ' + orjson.dumps(b) + b"]"
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+def test_an_integer_beyond_64_bits_is_read_as_a_json_line_reads_it_and_the_document_goes_on(body, tmp_path):
+    # yajl reads integers into 64 bits: such a number stopped the document there. It is read on
+    # with exact numbers, each value then as orjson reads the same record as a JSON line.
+    a, b, c = events(3)
+    big = {"id": "big", "n": 123456789012345678901234567890, "f": 2.5, "deep": [{"m": -(10**40)}, 10**400]}
+    records = [a, big, b, c]
+    text = pretty({"events": records} if body else records)
     found, problems = read(write(tmp_path, text))
-    assert found == [(1, a)]
-    assert len(problems) == 1 and problems[0][2].endswith(
-        "integer overflow; the rest of the document could not be read"
+    assert problems == []
+    as_a_line = formats.load_json_line(1, json.dumps(big).encode(), Problems())
+    assert as_a_line["n"] == 1.2345678901234568e29 and as_a_line["deep"] == [{"m": -1e40}, None]
+    assert [value for _, value in found] == [a, as_a_line, b, c]
+    assert [line for line, _ in found] == starts(text, b"    " if body else b"  ")
+    # A syntax error after it is still found, by line and column.
+    broken = text.replace(b'"id": "e2"', b'"id" "e2"')
+    found, problems = read(write(tmp_path, broken))
+    assert [value for _, value in found] == [a, as_a_line, b]
+    [(line, _, message)] = problems
+    assert line == broken[: broken.index(b'"id" "e2"')].count(b"\n") + 1 and message.startswith(
+        "malformed JSON at column"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from rlm_code.rlm.session_replay import SessionRecorder, SessionReplayer, Sessio
 from sessions_app.canonical import Kind
 from sessions_app.ingest.importing import import_file
 from sessions_app.models import Checkpoint, Event, Session
+from sessions_app.replay.state import step_state_at
 
 from .builders_rlm import (
     record_failing_session,
@@ -443,6 +445,32 @@ def test_session_store_folder_becomes_sessions_with_named_checkpoints(project, t
     failing = sessions["session_run_failing"]
     assert failing.step_count == 3
     assert list(Checkpoint.objects.filter(session=failing).values_list("name", flat=True)) == ["only_a_checkpoint"]
+
+
+def test_a_snapshot_holding_an_integer_past_64_bits_imports_whole(project, tmp_path):
+    # An agent's variable holding factorial(25): rlm-code's store writes it exactly and loads it
+    # back; yajl reads integers into 64 bits and stopped the document at it (nothing imported).
+    recorder = SessionRecorder("sess_big", "run_big", "factorial task", "env", "model")
+    recorder.record_step_start(1)
+    recorder.record_variable_update("f", math.factorial(25))
+    recorder.record_step_end({"action": "code", "code": "f = factorial(25)"}, {"output": "ok"}, 0.5, True, 10, 7)
+    recorder.record_step_start(2)
+    recorder.record_step_end({"action": "code", "code": "print(f)"}, {"output": "done 1.25"}, 1.25, True, 5, 3)
+    recorder.record_final("15511210043330985984000000", True)
+    path = SessionStore(base_dir=tmp_path / "store").save_snapshot(recorder.end_session())
+    assert b'"f": 15511210043330985984000000\n' in path.read_bytes()  # written exactly, unquoted
+    theirs = load_session(path)
+
+    [outcome] = import_file(path=path, project=project)
+
+    assert outcome.error is None and outcome.problems == [], outcome.to_dict()
+    session = outcome.session
+    assert session.step_count == theirs.total_steps == 2
+    assert session.reward == theirs.get_summary()["total_reward"]
+    assert session.final_answer == "15511210043330985984000000"
+    # The value as a JSON line of the same record reads (orjson: the double it rounds to).
+    variables = step_state_at(session=session, index=1)["variables"]
+    assert variables["f"] == float(math.factorial(25)) == orjson.loads(b"15511210043330985984000000")
 
 
 def test_sink_folder_gives_one_session_per_run_where_rlm_loads_no_steps(project, tmp_path):

@@ -14,6 +14,12 @@ lines or more.) `members` does feed a line at a time, and builds each value from
 in Python: for an rlm snapshot, whose members and steps all need their lines; 20,000 steps
 (16 MB) read in about 1.3 s.
 
+yajl reads numbers as doubles and 64-bit integers; an integer past 64 bits (an rlm snapshot of a
+variable holding factorial(25)) is a syntax error to it that way. The reading then goes on from
+the record it stopped at with yajl's exact numbers (Python integers and Decimals), each value
+then made what the fast reading gives (`_as_read`): a decimal is a float, an integer past 64
+bits the float it rounds to, as orjson reads a JSON line. Only such a document pays for it.
+
 A syntax error ends the document: the parser cannot go on past it. What came before it is kept;
 the error is one problem naming its line and column, found by feeding the document again, in
 blocks up to the piece that failed and then a byte at a time. Text after the document is left
@@ -23,10 +29,12 @@ to the caller (`after`), which may read it some other way.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from itertools import accumulate, chain, repeat
 from operator import itemgetter
 from typing import Any
@@ -51,6 +59,15 @@ LONG_RECORDS_PASSED = 16
 class _TooLong(Exception):
     """Raised by the feed when the record being built has grown past the limit: ijson stops
     there, holding no more than about the limit of it."""
+
+
+class _ExactNumbers(Exception):
+    """Raised by a reading that stopped at an integer past 64 bits: it is read again, with
+    exact numbers, from the record it stopped at."""
+
+
+# What yajl says of an integer past 64 bits when it reads numbers as doubles.
+_OVERFLOW = "integer overflow"
 
 
 class _TooDeep(Exception):
@@ -79,9 +96,9 @@ class _Nesting:
     long as the reading itself (a JSON document reads in about twice the time; JSON lines do
     not pay it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, exact: bool = False) -> None:
         self._events = ijson.sendable_list()
-        self._parser: Any = ijson.basic_parse_coro(self._events, use_float=True)
+        self._parser: Any = ijson.basic_parse_coro(self._events, use_float=not exact)
         self.depth = 0
         self.longest_key = 0
 
@@ -128,6 +145,7 @@ class JsonDocument:
         self._given = blocks
         self.after: After | None = None
         self.stopped = False  # at a syntax error, reported
+        self._exact = False  # numbers read exactly (an integer past 64 bits was met), then made floats
         # Byte ranges of the records over the limit: blanked (`_blanked`) in every later reading.
         self._long: list[tuple[int, int]] = []
 
@@ -145,7 +163,11 @@ class JsonDocument:
         blocks = self._first_blocks()
         done = 0  # items dealt with by the readings so far: a re-reading passes over them
         while True:
-            long_item = yield from self._items(blocks, prefix, done)
+            try:
+                long_item = yield from self._items(blocks, prefix, done)
+            except _ExactNumbers as stopped:
+                self._exact, done, blocks = True, stopped.args[0], self._blocks()
+                continue
             if long_item is None:
                 return
             index, line = long_item
@@ -170,7 +192,8 @@ class JsonDocument:
         # Every map ijson makes, in order, after the line of the piece it was made in: the line
         # of an item is the last one before the item's own map.
         stamps: list[int | dict[str, Any]] = []
-        feed = _Feed(blocks, per_line=False, lines=stamps, limit=self.source.max_record_bytes, blank=self._long)
+        feed = _Feed(blocks, per_line=False, lines=stamps, limit=self.source.max_record_bytes, blank=self._long,
+                     exact=self._exact)  # fmt: skip
         stamp = stamps.append
 
         def new_map() -> dict[str, Any]:
@@ -186,7 +209,8 @@ class JsonDocument:
         # no object (ijson makes no map for it).
         feed.item_start = 0 if prefix == "item" else None
 
-        found = ijson.items(feed, prefix, map_type=new_map, use_float=True)
+        found = ijson.items(feed, prefix, map_type=new_map, use_float=not self._exact)
+        read = _as_read if self._exact else _as_is
         lines_of_items: _ItemLines | None = None
         index = -1
         while True:
@@ -201,6 +225,8 @@ class JsonDocument:
                 self.problems.add(feed.line, "line", f"{why}; the rest of the document could not be read")
                 return None
             except _BAD_INPUT as error:
+                if _reason(error) == _OVERFLOW and not self._exact:
+                    raise _ExactNumbers(index + 1) from None
                 self._stop(error, feed.offset)
                 return None
             index += 1
@@ -213,22 +239,37 @@ class JsonDocument:
                     at += 1
                 stamps[: at + 1] = [line]
                 if index >= done:
-                    yield line, line, value
+                    yield line, line, read(value)
             else:
                 _forget_nested(stamps, value)
                 if index < done:
                     continue
                 if lines_of_items is None:
-                    lines_of_items = _ItemLines(self._blocks(), prefix)
+                    lines_of_items = _ItemLines(self._blocks(), prefix, exact=self._exact)
                 line = lines_of_items.line_of(index)
+                value = read(value)
                 yield (line, line, value) if line is not None else (feed.line, feed.last_line, value)
 
     def members(self, streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
         """(line, key, value, is an item of `streamed`) of each member of the top-level object,
         in order, the list at `streamed` given item by item. The line is where a member's key
         or an item starts. A document that is no object is a problem."""
-        feed = _Feed(self._first_blocks(), per_line=True, limit=self.source.max_record_bytes)
-        events = ijson.basic_parse(feed, use_float=True)
+        blocks, given = self._first_blocks(), 0  # given: members and items handed over so far
+        while True:
+            try:
+                for at, member in enumerate(self._members(blocks, streamed)):
+                    if at >= given:  # a reading again passes over what the one before gave
+                        given += 1
+                        line, key, value, is_item = member
+                        yield (line, key, _as_read(value), is_item) if self._exact else member
+                return
+            except _ExactNumbers:
+                self._exact, blocks = True, self._blocks()
+
+    def _members(self, blocks: Iterator[bytes], streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
+        """One reading of `members`."""
+        feed = _Feed(blocks, per_line=True, limit=self.source.max_record_bytes)
+        events = ijson.basic_parse(feed, use_float=not self._exact)
         try:
             event, value = next(events, ("", None))
             if event != "start_map":
@@ -239,6 +280,8 @@ class JsonDocument:
             yield from _members(events, feed, streamed)
             deque(events, maxlen=0)  # the rest: only text after the object, if anything
         except _BAD_INPUT as error:
+            if _reason(error) == _OVERFLOW and not self._exact:
+                raise _ExactNumbers from None
             self._stop(error, feed.offset)
         except _TooLong:
             # A member or step is built in Python from ijson's events: it is not read on past.
@@ -253,7 +296,7 @@ class JsonDocument:
         feed = _Feed(self._blocks(), per_line=False)
         try:
             return any(
-                path == prefix and event == "start_array" for path, event, _ in ijson.parse(feed, use_float=True)
+                path == prefix and event == "start_array" for path, event, _ in ijson.parse(feed, use_float=False)
             )
         except (*_BAD_INPUT, _TooDeep):
             return False
@@ -267,7 +310,7 @@ class JsonDocument:
         return _blanked(blocks, self._long) if self._long else blocks
 
     def _stop(self, error: Exception, failed_at: int) -> None:
-        line, column, ended, rest = _locate(self._blocks(), failed_at)
+        line, column, ended, rest = _locate(self._blocks(), failed_at, exact=self._exact)
         reason = _reason(error)
         if reason == "trailing garbage":
             self.after = After(line, column, rest)
@@ -293,12 +336,12 @@ class _ItemLines:
     each line as it is sent, so an item's first event arrives with the line it starts on. Asked
     for items in order, it reads the document once however many it is asked for."""
 
-    def __init__(self, blocks: Iterator[bytes], prefix: str) -> None:
+    def __init__(self, blocks: Iterator[bytes], prefix: str, *, exact: bool = False) -> None:
         self._lines = _line_pieces(blocks)
         self._prefix = prefix
         self._events = ijson.sendable_list()
-        self._parser = ijson.parse_coro(self._events, use_float=True)
-        self._nesting = _Nesting()
+        self._parser = ijson.parse_coro(self._events, use_float=not exact)
+        self._nesting = _Nesting(exact=exact)
         self._starts: dict[int, int] = {}  # item index -> line, of the items not yet asked for
         self._count = 0  # items started so far
         self._line = 0  # lines sent so far
@@ -406,6 +449,42 @@ def _forget_nested(stamps: list[int | dict[str, Any]], value: Any) -> None:
         stamps[: last + 1] = [line]
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _as_read(value: Any) -> Any:
+    """A value read with exact numbers, as the fast reading gives it: a Decimal the float it
+    rounds to, an integer past 64 bits too (as orjson reads a JSON line; null past any float,
+    which JSON cannot write). Lists and dicts are changed in place."""
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(item) in _CONTAINERS_AND_NUMBERS:
+                value[key] = _as_read(item)
+        return value
+    if type(value) is list:
+        for index, item in enumerate(value):
+            if type(item) in _CONTAINERS_AND_NUMBERS:
+                value[index] = _as_read(item)
+        return value
+    if type(value) is int and not -(2**63) <= value < 2**64:
+        return _finite(value)
+    if isinstance(value, Decimal):
+        return _finite(value)
+    return value
+
+
+def _finite(number: int | Decimal) -> float | None:
+    try:
+        value = float(number)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+_CONTAINERS_AND_NUMBERS = frozenset({dict, list, int, Decimal})
+
+
 def _reason(error: Exception) -> str:
     """yajl's message without its context lines and `parse error: ` prefix."""
     if isinstance(error, UnicodeDecodeError):
@@ -459,6 +538,7 @@ class _Feed:
         lines: list[Any] | None = None,
         limit: int | None = None,
         blank: list[tuple[int, int]] | None = None,
+        exact: bool = False,
     ) -> None:
         self.line = self.last_line = 1
         self.offset = 0
@@ -473,7 +553,7 @@ class _Feed:
         self._pieces = self._lines(blocks) if per_line else self._cut(blocks, lines if lines is not None else [])
         # Only for the path-naming parsers: `members`' own (per_line) names none, and builds
         # each value in Python an event at a time.
-        self._nesting = None if per_line else _Nesting()
+        self._nesting = None if per_line else _Nesting(exact=exact)
 
     def read(self, size: int) -> bytes:
         if not size:  # ijson's check that it is given bytes
@@ -531,13 +611,13 @@ class _Feed:
                     line += 1
 
 
-def _locate(blocks: Iterator[bytes], failed_at: int) -> tuple[int, int, bool, Iterator[bytes]]:
+def _locate(blocks: Iterator[bytes], failed_at: int, *, exact: bool) -> tuple[int, int, bool, Iterator[bytes]]:
     """Where the parser stops, fed the document again: (line, column, whether it stopped at the
     end, for a text after the document the bytes from there on). Up to `failed_at`, where the
     piece the first reading failed in starts, it is fed in blocks; then a byte at a time."""
     spot = _Spot()
     try:
-        deque(ijson.basic_parse(spot.feed(blocks, failed_at), use_float=True), maxlen=0)
+        deque(ijson.basic_parse(spot.feed(blocks, failed_at), use_float=not exact), maxlen=0)
     except _BAD_INPUT:
         pass
     if spot.ended:  # a truncated document: where its last character is
