@@ -162,6 +162,21 @@ def test_a_recording_cut_mid_turn_keeps_the_partial_answer(project, tmp_path):
     assert session.completed is False
 
 
+def test_a_recording_ending_on_an_unanswered_user_message_is_not_completed(project, tmp_path):
+    # The first turn's `completed` (line 11) says nothing of the turn line 12 opens: flux0's
+    # session then waits on the agent (docs/formats.md, "End of a correlation").
+    lines = CHAT.read_bytes().splitlines()
+    assert b'"completed"' in lines[10] and b'"source":"user"' in lines[11].replace(b" ", b"")
+    whole, _ = ingest_file(flux0, CHAT, project)
+    assert whole[0].completed is True
+    path = tmp_path / "unanswered.jsonl"
+    path.write_bytes(b"\n".join(lines[:12]) + b"\n")
+    sessions, problems = ingest_file(flux0, path, project)
+    assert problems.count == 0
+    assert rows(sessions[0])[-1].kind == Kind.USER_MESSAGE
+    assert sessions[0].completed is False
+
+
 def test_two_recordings_in_one_file_become_two_sessions(project, tmp_path):
     first = records()
     second = [{**r, "recording_id": "Other12345"} for r in first[:11]]

@@ -385,6 +385,9 @@ class _Recording:
             if source == "user":
                 # A user message anchors the next turn; whatever the agent was still doing ends.
                 before = self.end_correlations(None, timestamp, line, event.raw, unfinished=True)
+                # The new turn is not completed until the agent says so: a recording that ends
+                # on it (unanswered, or cut off mid-answer) showed the turn before's `completed`.
+                self.last_status = ""
                 self.turn += 1
                 self.turns += 1
                 self.turn_text = message
