@@ -369,6 +369,19 @@ def test_a_text_full_of_unclosed_run_python_tags_imports_without_blocks(project,
     assert extract_run_python(flood) == []
 
 
+def test_an_assistant_messages_text_blocks_join_a_line_apart_skipping_empty_ones(project, tmp_path):
+    # daycare's messageContentExtractText (engine/messages/): the text blocks that are not
+    # empty, joined by "\n"; a tool call between them is no text.
+    content = [{"type": "text", "text": "Part one."}, {"type": "text", "text": ""},
+               {"type": "toolCall", "id": "t1", "name": "search", "arguments": {"q": "x"}},
+               {"type": "text", "text": "Part two."}]  # fmt: skip
+    records = [{"type": "user_message", "at": AT0, "text": "go", "files": []},
+               {"type": "assistant_message", "at": AT0 + 1, "content": content, "tokens": None}]  # fmt: skip
+    sessions, problems = ingest_file(daycare, write(tmp_path, records), project)
+    assert problems.count == 0, problems.to_list()
+    assert payload(rows(sessions[0])[1])["text"] == "Part one.\nPart two."
+
+
 # assistant_rewrite and the recovery view, as daycare's own code does them:
 # agentHistoryContext.ts (the rebuilt conversation) and agentLoopPendingPhaseResolve.ts (what a
 # restart takes up), packages/daycare/sources/engine/agents/ops/.

@@ -245,7 +245,8 @@ class _History:
                             calls.append(self._tool_call_block(block, f"toolCalls[{index}]", line))
                         else:
                             problems.add(line, f"toolCalls[{index}]", "tool call is not an object")
-        message = "".join(text_parts)
+        # As daycare's messageContentExtractText: the non-empty text blocks, a line apart.
+        message = "\n".join(part for part in text_parts if part)
         event.payload["text"] = message
 
         # run_python blocks: native calls, else the <run_python> tags of the older text shape.
