@@ -14,6 +14,7 @@ from django.test import Client
 
 from sessions_app.ingest.importing import import_file
 from sessions_app.models import ApiKey, Event, ImportJob, IngestBatch, Project, Session
+from sessions_app.replay.state import step_state_at
 from sessions_app.verification import verify_session
 
 from .builders_ingest import canonical_records, write_canonical_file
@@ -264,6 +265,25 @@ def test_malformed_batches_are_400_never_500(api, project, body, field):
     assert response.status_code == 400, response.content
     assert field in response.json()["detail"]
     assert not Event.objects.filter(session_id=sid).exists()
+
+
+def test_a_step_states_variables_memory_and_the_events_own_fields_reach_the_step(api, project, tmp_path):
+    # Accepted and then dropped: the step showed no variables, no notes, reward 0 and no time.
+    event = {"kind": "step_end", "payload": {}, "timestamp": "2026-03-01T10:00:05Z", "reward": 2.0, "tokens": 9,
+             "step_state": {"step": 7, "action_type": "code", "success": True,
+                            "variables": {"a": 1}, "memory_notes": ["m1"]}}  # fmt: skip
+    created = new_session(api)
+    assert append(api, created["id"], [event]).status_code == 200
+    path = tmp_path / "canonical.jsonl"
+    path.write_bytes(orjson.dumps(event) + b"\n")
+    [outcome] = import_file(path=path, project=project, format="canonical")
+    for session in (Session.objects.get(pk=created["id"]), outcome.session):
+        step = step_state_at(session=session, index=0)
+        assert (step["variables"], step["memory_notes"]) == ({"a": 1}, ["m1"])
+        assert (step["step"], step["reward"], step["tokens_used"]) == (7, 2.0, 9)
+        assert step["timestamp"] == "2026-03-01T10:00:05+00:00" and step["success"] is True
+    for session in (Session.objects.get(pk=created["id"]), outcome.session):
+        assert verify_session(session=session).valid  # what the writer stored, derived again from the record
 
 
 def test_token_totals_stop_at_the_64_bit_limit_instead_of_failing_the_write(api, project):

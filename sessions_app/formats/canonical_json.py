@@ -140,7 +140,7 @@ def event_from_record(record: dict[str, Any], raw: str, line: int | None) -> Can
     timestamp = item.timestamp
     if timestamp is not None and timestamp.tzinfo is None:
         timestamp = timestamp.replace(tzinfo=UTC)
-    change = item.state_change
+    step_state, change = _step_and_state(item, timestamp)
     return CanonicalEvent(
         kind=item.kind,
         source_type=item.source_type or item.kind,
@@ -163,11 +163,45 @@ def event_from_record(record: dict[str, Any], raw: str, line: int | None) -> Can
         cumulative_reward=item.cumulative_reward,
         is_error=item.is_error,
         failed=item.failed,
-        step_state=item.step_state,
-        state_change=None
-        if change is None
-        else StateChange(memory=change.memory, variables=change.variables, replace_variables=change.replace),
+        step_state=step_state,
+        state_change=change,
     )
+
+
+# A StepState field the event left out, taken from the event's own field of the same meaning.
+_FROM_THE_EVENT = {"step": "step", "reward": "reward", "cumulative_reward": "cumulative_reward",
+                   "duration_ms": "duration_ms", "tokens_used": "tokens"}  # fmt: skip
+
+
+def _step_and_state(
+    item: CanonicalEventIn, timestamp: datetime | None
+) -> tuple[dict[str, Any] | None, StateChange | None]:
+    """The step state as stored, and the state change. A step state's `variables` and
+    `memory_notes` are the agent's state at that step (as in an rlm snapshot), so they become
+    the state change (the whole variable state); they were accepted and then dropped. A field it
+    leaves out comes from the event (`"reward": 2` beside a step state without one showed the
+    step's reward as 0), and its time is the event's, as rlm-code times a step."""
+    given = item.state_change
+    change = (
+        None if given is None else StateChange(memory=given.memory, variables=given.variables,
+                                               replace_variables=given.replace)
+    )  # fmt: skip
+    if item.step_state is None:
+        return None, change
+    step = dict(item.step_state)
+    variables, notes = step.pop("variables", None), step.pop("memory_notes", None)
+    for name, own in _FROM_THE_EVENT.items():
+        if step.get(name) is None and getattr(item, own) is not None:
+            step[name] = getattr(item, own)
+    if step.get("timestamp") is None and timestamp is not None:
+        step["timestamp"] = timestamp.isoformat()
+    if variables is not None or notes is not None:
+        change = change or StateChange()
+        if variables is not None:
+            change.variables, change.replace_variables = variables, True
+        if notes is not None:
+            change.memory = notes
+    return step, change
 
 
 def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
