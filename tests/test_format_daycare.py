@@ -382,6 +382,25 @@ def test_an_assistant_messages_text_blocks_join_a_line_apart_skipping_empty_ones
     assert payload(rows(sessions[0])[1])["text"] == "Part one.\nPart two."
 
 
+def test_a_steps_rationale_is_its_run_python_calls_description_when_rlm_start_has_none(project, tmp_path):
+    # daycare's rlmExecute.ts writes rlm_start with no description; the call's arguments hold it.
+    call = {"type": "toolCall", "id": "tc1", "name": "run_python",
+            "arguments": {"code": "x = 1\nprint(x)", "description": "Set x"}}  # fmt: skip
+    records = [{"type": "user_message", "at": AT0, "text": "go", "files": []},
+               {"type": "assistant_message", "at": AT0 + 1, "content": [call], "tokens": None},
+               {"type": "rlm_start", "at": AT0 + 2, "toolCallId": "tc1", "code": "x = 1\nprint(x)", "preamble": ""},
+               {"type": "rlm_complete", "at": AT0 + 3, "toolCallId": "tc1", "output": "1", "printOutput": ["1"],
+                "toolCallCount": 0, "isError": False}]  # fmt: skip
+    sessions, problems = ingest_file(daycare, write(tmp_path, records), project)
+    assert problems.count == 0, problems.to_list()
+    [step] = [step_state(e) for e in rows(sessions[0]) if e.step_state]
+    assert step["action_rationale"] == "Set x" and step["action_code"] == "x = 1\nprint(x)"
+    # Its own description, when it has one, is the rationale.
+    records[2]["description"] = "Set x to one"
+    sessions, _ = ingest_file(daycare, write(tmp_path, records, "own.jsonl"), project)
+    assert [step_state(e)["action_rationale"] for e in rows(sessions[0]) if e.step_state] == ["Set x to one"]
+
+
 # assistant_rewrite and the recovery view, as daycare's own code does them:
 # agentHistoryContext.ts (the rebuilt conversation) and agentLoopPendingPhaseResolve.ts (what a
 # restart takes up), packages/daycare/sources/engine/agents/ops/.

@@ -250,13 +250,14 @@ class _History:
         event.payload["text"] = message
 
         # run_python blocks: native calls, else the <run_python> tags of the older text shape.
-        blocks = [(call["id"], call["code"]) for call in calls if call["name"] == RUN_PYTHON and call["code"].strip()]
+        blocks = [(call["id"], call["code"], call["description"]) for call in calls
+                  if call["name"] == RUN_PYTHON and call["code"].strip()]  # fmt: skip
         if not calls:
-            blocks = [("", code) for code in extract_run_python(message) if code]
+            blocks = [("", code, "") for code in extract_run_python(message) if code]
         has_text = bool(text_parts) if "content" in record else "text" in record
         info = {
             "at": at_ms, "line": line, "index": self.position, "has_text": has_text, "text": message,
-            "ids": [b[0] for b in blocks], "codes": [b[1] for b in blocks],
+            "ids": [b[0] for b in blocks], "codes": [b[1] for b in blocks], "descriptions": [b[2] for b in blocks],
         }  # fmt: skip
         if at_ms is not None:
             self.assistant_by_at[at_ms] = info
@@ -326,14 +327,15 @@ class _History:
         if not isinstance(name, str):
             self.problems.add(line, f"{field}.name", "tool call without a name")
             name = ""
-        code = ""
+        code = description = ""
         if isinstance(arguments, dict):
             code = arguments.get("code") if isinstance(arguments.get("code"), str) else ""
+            description = arguments.get("description") if isinstance(arguments.get("description"), str) else ""
         elif arguments is not None:
             self.problems.add(line, f"{field}.arguments", "tool call arguments are not an object")
         if name == RUN_PYTHON and not code:
             self.problems.add(line, f"{field}.arguments.code", "run_python call without code")
-        return {"id": call_id, "name": name, "arguments": arguments, "code": code}
+        return {"id": call_id, "name": name, "arguments": arguments, "code": code, "description": description}
 
     def _tool_result(
         self, event: CanonicalEvent, record: dict[str, Any], at_ms: float | None, line: int
@@ -368,6 +370,11 @@ class _History:
             elif code in assistant["codes"]:
                 index = assistant["codes"].index(code)
         description = record.get("description") if isinstance(record.get("description"), str) else ""
+        described = assistant.get("descriptions", ()) if assistant is not None else ()
+        if not description and index < len(described):
+            # daycare's rlmExecute writes rlm_start without one; the run_python call it runs
+            # carries it in its arguments (the flat loop's rlm_start has it itself).
+            description = described[index]
         self.blocks[call_id] = {
             "step": self.step, "code": code, "description": description, "at": at_ms, "line": line,
             "inner": None, "inner_tools": [], "tokens": self.unassigned_tokens,
