@@ -694,6 +694,7 @@ def test_a_severity_or_message_text_of_the_wrong_json_type_is_reported_and_the_e
     events[4]["severity"] = {"level": "error"}
     events[1]["payload"]["messages"][-1]["content"] = [
         {"type": "text", "text": ["x"]}, {"type": "image"}, {"type": "text", "text": "Ship it"},
+        {"type": "text", "text": ""}, {"type": "text", "text": " now"},
     ]  # fmt: skip
     unhashed(events)
     path = tmp_path / "wrong_types.ndjson"
@@ -709,7 +710,8 @@ def test_a_severity_or_message_text_of_the_wrong_json_type_is_reported_and_the_e
     assert [e.line for e in stored] == list(range(1, 16))
     assert not stored[4].is_error and payload(stored[4])["_source"]["severity"] == "info"
     response = stored[2]
-    assert step_state(response)["action_rationale"] == "Ship it"
+    # The text parts a line apart, empty ones left out (a space between them doubled spaces).
+    assert step_state(response)["action_rationale"] == "Ship it\n now"
     assert response.pair_seq == stored[1].seq
 
 

@@ -735,7 +735,7 @@ def _last_message(messages: Any, line: int | None, problems: Problems) -> str:
             # join() refuses anything but text; the block stays whole in the event's payload.
             field = f"payload.messages[{len(messages) - 1}].content[{index}].text"
             problems.add(line, field, f"a {type(value).__name__}, not text: left out of the step's prompt")
-    return " ".join(texts)
+    return "\n".join(texts)  # a line apart, as the other formats join text parts (a space doubled spaces)
 
 
 # --------------------------------------------------------------------------------------------
