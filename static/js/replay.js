@@ -165,7 +165,9 @@
   // page itself, and a keyboard user at its top. htmx keeps the focus only on a control of the
   // same id; failing that, it goes to the control of the same kind and words in the new panel
   // (the form's action or the link's address too, when one matches), else to the panel.
-  let focusBeforeSwap = null;
+  // One record a swapped panel, by its id: a swap elsewhere between a swap and its settle (the
+  // chain badge asking again, a panel loading itself) used to clear the one record there was.
+  const focusBeforeSwap = new Map();
   // Where the focus was when the request left: a control disabled while it runs
   // (hx-disabled-elt, a verification's seconds) has dropped it to the page by the swap.
   // Kept by the element that made the request (a poll elsewhere must not overwrite it).
@@ -180,16 +182,19 @@
     const asker = event.detail.requestConfig ? event.detail.requestConfig.elt : event.detail.elt;  // the form, not the target
     const focused = active && active !== document.body ? active : focusAtRequest.get(asker);
     const target = event.detail.target;
-    focusBeforeSwap = null;
-    if (!focused || focused === document.body || !target || !target.id || !target.contains(focused)) return;
-    focusBeforeSwap = {
+    if (!target || !target.id) return;
+    focusBeforeSwap.delete(target.id);
+    if (!focused || focused === document.body || !target.contains(focused)) return;
+    focusBeforeSwap.set(target.id, {
       area: target.id, tag: focused.tagName, words: focused.textContent.trim(),
       where: focused.form ? focused.form.getAttribute("action") : focused.getAttribute("href"),
-    };
+    });
   });
-  document.addEventListener("htmx:afterSettle", function () {
-    const was = focusBeforeSwap;
-    focusBeforeSwap = null;
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const settled = event.detail.target || event.detail.elt;
+    const id = settled && settled.id;
+    const was = id ? focusBeforeSwap.get(id) : null;
+    if (id) focusBeforeSwap.delete(id);
     if (!was || (document.activeElement && document.activeElement !== document.body)) return;
     const area = document.getElementById(was.area);
     if (!area) return;

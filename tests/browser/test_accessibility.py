@@ -25,7 +25,7 @@ from ..builders_replay import import_one, record_variant
 from ..builders_teams import member
 from .a11y import accessibility_problems, assert_accessible
 from .conftest import PASSWORD, Watch
-from .test_dashboard import wait_for_seq
+from .test_dashboard import wait_for_seq, wait_for_settle
 
 pytestmark = pytest.mark.browser
 
@@ -327,6 +327,7 @@ def test_a_refusal_swaps_in_and_a_failed_request_shows_the_page_alert(watched, r
 
     # The server failing (500) is not swapped over the page: the alert region says so.
     page.route("**/comments/", lambda route: route.fulfill(status=500, body="<h1>Server Error</h1>"))
+    wait_for_settle(page)  # the refusal swapped a new comment form in: htmx's only once settled
     page.fill("#comment-body", "this will fail")
     page.click("#comment-form button[type=submit]")
     wait_until(page, "!document.getElementById('request-error').hidden")

@@ -84,6 +84,16 @@ def wait_for_seq(page: Page, seq: int) -> None:
     wait_until(page, _FRAME_APPLIED, seq)
 
 
+# htmx marks what a swap brought in (htmx-added) and its target (htmx-settling) until it settles
+# the swap, a moment later: only then are the new content's hx-* forms its own (a form pressed
+# before then is sent by the browser itself, a page load) and replay.js has put the focus back.
+_SETTLED = "() => !document.querySelector('.htmx-swapping, .htmx-settling, .htmx-added')"
+
+
+def wait_for_settle(page: Page) -> None:
+    wait_until(page, _SETTLED)
+
+
 def query(page: Page) -> dict[str, list[str]]:
     return parse_qs(urlsplit(page.url).query)
 
@@ -359,10 +369,11 @@ def test_live_player_follows_on_after_the_tail_reaches_its_time_limit(watched, a
         assert time.monotonic() < deadline, "the player did not open the tail again after its time limit"
         page.wait_for_timeout(50)
     assert "ended" not in page.locator("#play-status").inner_text()
-    append_events(session=session, events=first_turn[turn_length() :])
+    # Written while the tail reads (SQLite's table lock: see _while_streaming).
+    _while_streaming(lambda: append_events(session=session, events=first_turn[turn_length() :]))
     wait_for_seq(page, 2 * turn_length() - 1)
     assert page.locator("#live-badge").count() == 1
-    finish_session(session=session)
+    _while_streaming(lambda: finish_session(session=session))
     page.goto("/sessions/")  # leaving closes the stream
     watch.assert_clean()
 
@@ -453,6 +464,24 @@ def test_screenshots_of_the_player_and_the_diff_view(watched, analyst, tmp_path,
     watch.assert_clean()
 
 
+def test_a_swap_elsewhere_before_a_panel_settles_leaves_the_focus_in_the_panel(watched, analyst, talk):
+    # replay.js kept one record of where the focus was: another swap in between (the chain
+    # badge asking again) cleared it, and the keyboard user was left on the page's top.
+    page, watch = watched
+    log_in(page, f"/sessions/{talk.pk}/?step=7")
+    settle(page)
+    page.evaluate("htmx.config.defaultSettleDelay = 800")  # the gap a slow machine may leave
+    page.fill("#comment-body", "focus, please")
+    page.focus("#comment-form button[type=submit]")
+    page.keyboard.press("Enter")
+    page.locator("#comment-threads article.thread").wait_for()
+    page.evaluate("""() => htmx.ajax('GET', document.getElementById('chain-badge').getAttribute('data-badge-url'),
+                                     {target: '#chain-badge', swap: 'outerHTML'})""")
+    wait_for_settle(page)
+    assert page.evaluate("document.activeElement.closest('#comment-threads') !== null")
+    watch.assert_clean()
+
+
 def test_comment_at_a_step_marks_the_scrubber_and_its_permalink_reopens_it(watched, analyst, talk):
     page, watch = watched
     log_in(page, f"/sessions/{talk.pk}/?step=7")
@@ -477,7 +506,7 @@ def test_comment_at_a_step_marks_the_scrubber_and_its_permalink_reopens_it(watch
     # The click left the keyboard on the form's control, as a key press would (replay.js):
     # Escape hands it back to the player. Stepping away leaves the thread behind; the permalink
     # brings the player back to it.
-    assert page.evaluate("document.activeElement.closest('#comment-threads') !== null")
+    wait_until(page, "document.activeElement && document.activeElement.closest('#comment-threads') !== null")
     page.keyboard.press("Escape")
     page.keyboard.press("End")
     wait_for_seq(page, talk.event_count - 1)

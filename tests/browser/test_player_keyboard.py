@@ -13,7 +13,7 @@ from sessions_app.models import Checkpoint, Session
 
 from ..builders_dashboard import build_session, conversation_events
 from .conftest import log_in
-from .test_dashboard import frame, settle, wait_for_seq, wait_until
+from .test_dashboard import frame, settle, wait_for_seq, wait_for_settle, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -149,13 +149,15 @@ def test_a_keyboard_user_drives_the_player_without_surprises(watched, analyst, t
     wait_until(page, "document.querySelector('#checkpoints a[data-seq]').getAttribute('data-seq') === '12'")
     assert Checkpoint.objects.get(session=talk, name="look here").seq == 12
 
-    # Rename, then delete, from the panel.
+    # Rename, then delete, from the panel (its forms are htmx's once the swap settled).
+    wait_for_settle(page)
     row = page.locator("#checkpoints li", has_text="look here")
     row.locator("summary").click()
     row.locator('input[name="name"]').fill("the retry")
     row.locator("button", has_text="Rename").click()
     page.locator("#checkpoints a[data-seq]", has_text="the retry").wait_for()
     assert list(Checkpoint.objects.filter(session=talk).values_list("name", flat=True)) == ["the retry"]
+    wait_for_settle(page)
     row = page.locator("#checkpoints li", has_text="the retry")
     row.locator("summary").click()
     row.locator("button", has_text="Delete").click()

@@ -23,7 +23,7 @@ from sessions_app.models import Project, Role, Session, ShareLink
 from ..builders_teams import member
 from ..conftest import synthetic_events
 from .a11y import assert_accessible
-from .test_dashboard import frame, wait_for_seq
+from .test_dashboard import frame, wait_for_seq, wait_for_settle
 from .test_team_journey import sign_in
 
 pytestmark = pytest.mark.browser
@@ -70,6 +70,7 @@ def test_a_signed_out_visitor_plays_one_shared_session_until_it_is_revoked_or_ex
     # The maintainer makes a link in the player's Share links panel: its address is shown once.
     sign_in(page, "mia", player)
     page.locator("#share-link-form").wait_for()
+    wait_for_settle(page)  # the panel loads itself: its form is htmx's once the swap settled
     page.fill("#share-link-form [name=expires_in_days]", "3")
     page.fill("#share-link-form [name=note]", "for the new hire")
     page.click("#share-link-form button[type=submit]")
@@ -110,6 +111,8 @@ def test_a_signed_out_visitor_plays_one_shared_session_until_it_is_revoked_or_ex
         # The maintainer sees the use, then revokes the link: the visitor's next reload is a 404.
         page.reload()
         assert "1 use" in page.locator(f"#share-link-{link.pk}").text_content()
+        page.locator(f"#share-link-{link.pk}").wait_for()
+        wait_for_settle(page)
         page.once("dialog", lambda dialog: dialog.accept())
         page.click(f"#share-link-{link.pk} button[type=submit]")
         page.locator(f"#share-link-{link.pk} .badge").wait_for()

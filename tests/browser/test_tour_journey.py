@@ -19,7 +19,7 @@ from sessions_app.models import Project, Role, Session, Tour
 from ..builders_teams import member
 from ..conftest import synthetic_events
 from .a11y import assert_accessible
-from .test_dashboard import frame, wait_for_seq, wait_until
+from .test_dashboard import frame, wait_for_seq, wait_for_settle, wait_until
 from .test_team_journey import sign_in
 
 pytestmark = pytest.mark.browser
@@ -103,6 +103,7 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     assert page.evaluate("document.activeElement.id") == f"move-up-{moved}"
     assert page.locator("#tour-stops [role=status]").text_content() == "The stop is now stop 2."
     # Up once more: at the top it has no Up, so the keyboard goes to the stop itself, not the page.
+    wait_for_settle(page)  # the focused button came with the swap: htmx's only once settled
     page.keyboard.press("Enter")
     wait_until(page, "() => document.querySelector('#stop-1 .stop-title').textContent === 'The fix'")
     wait_until(page, f"() => document.activeElement.getAttribute('data-stop') === '{moved}'")
@@ -112,6 +113,7 @@ def test_a_maintainer_builds_a_tour_from_the_player_reorders_it_and_plays_it(wat
     titles = page.locator("#tour-stops .stop-title").all_text_contents()
     assert titles == ["It reads the file", "The fix", "Another run"]
     # Editing a stop by keyboard: its form closes, the change is said, the stop keeps the focus.
+    wait_for_settle(page)
     page.locator("#stop-2 .stop-edit summary").click()
     page.fill(f"#stop-title-{moved}", "The fix, explained")
     page.focus(f"#save-stop-{moved}")

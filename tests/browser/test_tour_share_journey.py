@@ -27,7 +27,7 @@ from sessions_app.models import Project, Role, Session, ShareLink, Tour
 from ..builders_teams import member
 from ..conftest import synthetic_events
 from .a11y import assert_accessible
-from .test_dashboard import frame, wait_for_seq, wait_until
+from .test_dashboard import frame, wait_for_seq, wait_for_settle, wait_until
 from .test_share_journey import NOT_FOUND_LOG, _visitor
 from .test_team_journey import sign_in
 
@@ -73,6 +73,7 @@ def test_a_signed_out_visitor_plays_a_shared_tour_from_stop_1_to_3_until_it_is_r
     # 1. The maintainer makes a link in the Share links panel of the tour's page (default expiry).
     sign_in(page, "mia", f"/tours/{tour.pk}/")
     page.locator("#share-link-form").wait_for()
+    wait_for_settle(page)  # the panel loads itself: its form is htmx's once the swap settled
     page.click("#share-link-form button[type=submit]")
     address = page.locator("#share-created-url").input_value()
     assert address.startswith(f"{live_server.url}/s/")
@@ -168,6 +169,8 @@ def test_a_signed_out_visitor_plays_a_shared_tour_from_stop_1_to_3_until_it_is_r
         # reload is a 404, and the link opens nothing any more.
         page.reload()
         assert "1 use" in page.locator(f"#share-link-{link.pk}").text_content()
+        page.locator(f"#share-link-{link.pk}").wait_for()
+        wait_for_settle(page)
         page.once("dialog", lambda dialog: dialog.accept())
         page.click(f"#share-link-{link.pk} button[type=submit]")
         page.locator(f"#share-link-{link.pk} .badge").wait_for()
