@@ -385,6 +385,17 @@ def test_a_json_body_that_is_not_otlp_is_a_400_naming_the_field(api, project):
     assert "resourceSpans[0].scopeSpans[0].spans[0].traceId: not hex" in response.json()["message"]
     assert post(api, b"[1, 2]", content_type="application/json").status_code == 400
     assert post(api, gzip.compress(b"x")[:-5], content_encoding="gzip").status_code == 400
+    # A member that is no object, at any level (the cut before parsing read them as objects: 500s).
+    for body, said in (
+        ({"resourceSpans": [7]}, "resourceSpans[0]: expected an object, got int"),
+        ({"resourceSpans": [None]}, "resourceSpans[0]: expected an object, got null"),
+        ({"resourceSpans": [{"scopeSpans": ["zz"]}]}, "resourceSpans[0].scopeSpans[0]: expected an object, got str"),
+        ({"resourceSpans": [{"scopeSpans": [{"spans": [1]}]}]}, "resourceSpans[0].scopeSpans[0].spans[0]: expected"),
+    ):
+        response = post(api, orjson.dumps(body), content_type="application/json")
+        assert response.status_code == 400, (body, response.status_code)
+        assert said in response.json()["message"], response.json()
+    assert not Session.objects.exists()
 
 
 def test_without_a_key_401_another_content_type_415_a_read_only_key_403(project, db):

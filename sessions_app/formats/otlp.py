@@ -191,16 +191,25 @@ def _count_items(request: dict[str, Any] | ExportTraceServiceRequest, json: bool
 def _within_limits(document: dict[str, Any]) -> None:
     """The OTLP/JSON document cut to the limits span_records keeps (ITEMS_LIMIT, VALUES_LIMIT)
     before protobuf's ParseDict reads it, which is pure Python and the slowest step by far."""
-    for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+    for r, resource_spans in enumerate(_list(document, "resourceSpans", "resource_spans")):
+        where = f"resourceSpans[{r}]"
+        _an_object(resource_spans, where)  # read as one here, it was a 500
         _cut_attributes(resource_spans.get("resource"))
-        for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
+        for s, scope_spans in enumerate(_list(resource_spans, "scopeSpans", "scope_spans")):
+            _an_object(scope_spans, f"{where}.scopeSpans[{s}]")
             _cut_attributes(scope_spans.get("scope"))
-            for span in _list(scope_spans, "spans", "spans"):
+            for n, span in enumerate(_list(scope_spans, "spans", "spans")):
+                _an_object(span, f"{where}.scopeSpans[{s}].spans[{n}]")
                 _cut_attributes(span)
                 for name in ("events", "links"):
                     items = _cut(span, name)
                     for item in items:
                         _cut_attributes(item)
+
+
+def _an_object(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise NotOtlp(f"{where}: expected an object, got {'null' if value is None else type(value).__name__}")
 
 
 def _cut(container: Any, name: str) -> list[Any]:
