@@ -310,6 +310,16 @@ def test_appending_to_an_ended_session_is_a_409(api, project):
     assert "completed" in response.json()["detail"]
 
 
+def test_a_final_answer_no_utf8_text_holds_is_a_400_and_the_session_stays_live(api, project):
+    sid = new_session(api)["id"]
+    body = b'{"status": "completed", "final_answer": "\\ud800"}'  # a lone surrogate escape
+    response = api.post(f"/api/sessions/{sid}/end", body, content_type="application/json")
+    assert response.status_code == 400  # was a 500 from the session's row
+    assert response.json()["detail"].startswith("final_answer: cannot be stored: a lone surrogate escape")
+    assert Session.objects.get(pk=sid).status == Session.Status.LIVE
+    assert post_json(api, f"/api/sessions/{sid}/end", {"status": "completed", "final_answer": "ok"}).status_code == 200
+
+
 def test_the_dashboard_login_may_append_with_its_csrf_token(project, django_user_model):
     user = member("ann")
     client = Client(enforce_csrf_checks=True)

@@ -455,6 +455,10 @@ def end_live_session(*, session_id: int, status: str, final_answer: str | None =
     a different status is refused (409)."""
     if status not in (Session.Status.COMPLETED, Session.Status.FAILED):
         raise IngestError(f"status must be completed or failed, got {status!r}")
+    if final_answer and _SURROGATE.search(final_answer):  # the session's row would refuse it: a 500
+        raise IngestError(
+            f"final_answer: {_LONE_SURROGATE}", [{"index": None, "field": "final_answer", "message": _LONE_SURROGATE}]
+        )
     with transaction.atomic():
         session = Session.objects.select_for_update().get(pk=session_id)
         if session.status == status:
