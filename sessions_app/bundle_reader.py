@@ -317,6 +317,14 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                 seq = event["seq"]
                 recorded = recorded_values([event[name] for name in RECORDED_FIELDS])
                 contents = [event[name] for name in CONTENT_FIELDS]
+                # Each is JSON text as stored (or null): a list there reached the hashing and
+                # stopped the import with a traceback.
+                for name, value in zip(CONTENT_FIELDS, contents):
+                    if value is not None and type(value) is not str:
+                        raise BundleError(
+                            f"events.jsonl line {line_number} (seq {seq}): field {name}: "
+                            f"not text (the event's stored JSON), got {type(value).__name__}"
+                        )
                 stored_prev, stored_hash, salt = event["prev_hash"], event["hash"], event["salt"]
                 # A bundle of events with removed values (chain.redact_field) carries their
                 # commitments in `redacted`; bundles written before it have no such field.

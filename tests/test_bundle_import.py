@@ -282,6 +282,29 @@ def _resigned(bundle: Path, tmp_path: Path, files: dict[str, bytes] | None = Non
     return path
 
 
+@pytest.mark.parametrize("value", [[1], 7, 1.5, {"a": 1}])
+@pytest.mark.parametrize("field", ["raw", "step_state", "payload"])
+def test_an_events_content_that_is_not_text_refuses_the_bundle_by_line_and_field(
+    bundle, elsewhere, tmp_path, field, value
+):
+    # A list there reached the hashing: a traceback from the command, the upload and the verifier.
+    import orjson
+
+    with zipfile.ZipFile(bundle) as archive:
+        lines = archive.read("events.jsonl").splitlines()
+    event = orjson.loads(lines[1])
+    event[field] = value
+    lines[1] = orjson.dumps(event)
+    forged = _resigned(bundle, tmp_path, files={"events.jsonl": b"\n".join(lines) + b"\n"})
+    (outcome,) = import_file(path=forged, project=elsewhere)
+    assert outcome.session is None
+    assert outcome.error.endswith(
+        f"events.jsonl line 2 (seq {event['seq']}): field {field}: not text (the event's stored JSON), "
+        f"got {type(value).__name__}"
+    ), outcome.error
+    assert not Session.objects.filter(project=elsewhere).exists()
+
+
 def _kept_files() -> set[Path]:
     return set(Path(settings.DATA_DIR).rglob("*"))
 
