@@ -497,6 +497,10 @@ def test_command_replace_and_project(project, tmp_path):
     with pytest.raises(CommandError, match="no project with the slug 'team-a'"):
         run_command(str(path), "--project", "team-a")
     assert not Session.objects.exists()
+    for bad in ("bad slug!", "Team-A", "x" * 101):  # no address would hold it: every page naming it failed
+        with pytest.raises(CommandError, match=r"^--project: .* is not a slug"):
+            run_command(str(path), "--project", bad, "--new-project")
+    assert not Project.objects.filter(slug__in=("bad slug!", "Team-A", "x" * 101)).exists()
     run_command(str(path), "--project", "team-a", "--new-project")
     first = Session.objects.get()
 

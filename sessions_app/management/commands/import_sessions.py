@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.text import slugify
 
 from sessions_app import audit
 from sessions_app.formats import known_formats
@@ -71,6 +72,10 @@ class Command(BaseCommand):
             if project is None:
                 raise CommandError(f"--project: no project with the slug {slug!r} (--new-project creates it)")
             return project
+        if slugify(slug) != slug or len(slug) > 100:
+            # As the pages and the API refuse it: no address holds another, and every page naming
+            # the project failed (a 500 on the projects list and on its sessions' players).
+            raise CommandError(f"--project: {slug!r} is not a slug (lowercase letters, digits, hyphens, underscores)")
         project, created = Project.objects.get_or_create(slug=slug, defaults={"name": slug})
         if created:
             self.stderr.write(f"created project {slug!r}; it has no members yet (manage.py create_user --project)")
