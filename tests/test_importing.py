@@ -15,10 +15,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from sessions_app import comments
+from sessions_app.access import Actor
 from sessions_app.canonical import Kind, Problems
 from sessions_app.ingest import importing
 from sessions_app.ingest.importing import import_file
-from sessions_app.models import AuditEntry, Event, ImportJob, Project, Session
+from sessions_app.models import AuditEntry, Comment, Event, ImportJob, Project, Role, Session
 
 from .builders_ingest import watch_job_progress
 from .builders_rlm import (
@@ -28,6 +30,7 @@ from .builders_rlm import (
     write_runner_steps,
     write_trajectory_logger_session,
 )
+from .builders_teams import member
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rlm"
 
@@ -331,6 +334,29 @@ def test_replace_deletes_the_stored_session_and_imports_again(project, tmp_path)
     assert not Session.objects.filter(pk=first.pk).exists()
     assert not Event.objects.filter(session_id=first.pk).exists()
     assert Session.objects.count() == 1
+
+
+def test_replace_with_a_damaged_file_keeps_the_stored_session_and_its_comments(project, tmp_path):
+    # A file cut short and a garbled line: replacing would have deleted the whole session, its
+    # comments and sign-offs, for one with half its events.
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, steps=3)
+    first = import_file(path=path, project=project)[0].session
+    comments.create_comment(actor=Actor(user=member("rita", project, Role.REVIEWER)), session=first, seq=1, body="why?")
+    lines = path.read_bytes().splitlines()
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(b"\n".join(lines[: len(lines) // 2] + [b"{not json"]) + b"\n")
+
+    [outcome] = import_file(path=damaged, project=project, replace=True)
+
+    assert outcome.replaced == [] and outcome.session.pk != first.pk
+    assert Session.objects.filter(pk=first.pk).exists() and Comment.objects.filter(session=first).count() == 1
+    [said] = [p for p in outcome.problems if p["field"] == "replace"]
+    assert said["message"].startswith(f"not replaced: the file has 1 problem(s), so session(s) {first.pk} of the")
+    # A sound file of the same source replaces it, as asked.
+    [sound] = import_file(path=path, project=project, replace=True)
+    assert set(sound.replaced) == {first.pk, outcome.session.pk}
+    assert list(Session.objects.values_list("pk", flat=True)) == [sound.session.pk]
 
 
 def test_replace_keeps_both_sessions_of_an_appended_file(project, tmp_path):

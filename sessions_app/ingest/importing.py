@@ -284,10 +284,16 @@ def _import_session(
             if existing is not None:
                 raise _Duplicate(existing)
             if replace:
-                replaced = _replace(
-                    [pk for pk in same_source.values_list("pk", flat=True) if pk not in created],
-                    by=session, actor=replacer,
-                )  # fmt: skip
+                superseded = [pk for pk in same_source.values_list("pk", flat=True) if pk not in created]
+                if superseded and problems.count:
+                    # A damaged file (lines skipped or repaired) never deletes what is stored, with
+                    # its comments and sign-offs: its session is kept beside them.
+                    kept = ", ".join(map(str, superseded[:20])) + (" ..." if len(superseded) > 20 else "")
+                    problems.add(None, "replace", f"not replaced: the file has {problems.count} problem(s), so "
+                                 f"session(s) {kept} of the same source are kept and this one is stored beside "
+                                 "them; mend the file and import it again to replace them")  # fmt: skip
+                    superseded = []
+                replaced = _replace(superseded, by=session, actor=replacer)
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
             pass
