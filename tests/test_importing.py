@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import shutil
+import signal
 import zipfile
 import zlib
 from pathlib import Path
@@ -514,6 +516,45 @@ def test_command_fails_when_a_file_stores_no_session(project, tmp_path):
     # The same file again is no failure: it is stored, as the command says.
     out, _ = run_command(str(path))
     assert "already imported as session" in out
+
+
+def test_a_command_stopped_by_sigterm_fails_its_job_and_no_worker_finishes_it(project, tmp_path, monkeypatch):
+    # Left running, the watchdog took the job for a dead worker's and had the server finish the
+    # import its operator had cancelled; Ctrl-C printed a traceback.
+    from sessions_app import jobs
+
+    done, stopped = tmp_path / "done.jsonl", tmp_path / "stopped.jsonl"
+    record_full_session(done, run_id="done", steps=1)
+    record_full_session(stopped, run_id="stopped", steps=2)
+    real, calls = importing.append_events, []
+    before = signal.getsignal(signal.SIGTERM)
+
+    def append_then_stop(**kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second file's session
+            os.kill(os.getpid(), signal.SIGTERM)  # what `kill` sends, received mid-write
+        return real(**kwargs)
+
+    monkeypatch.setattr(importing, "append_events", append_then_stop)
+    with pytest.raises(CommandError, match="^interrupted: the file being imported was not stored") as raised:
+        run_command(str(done), str(stopped))
+    assert raised.value.returncode == 130
+    assert [s.run_id for s in Session.objects.all()] == ["done"]  # the one finished stays
+    job = ImportJob.objects.get(original_name="stopped.jsonl")
+    assert job.status == ImportJob.Status.FAILED and job.error.startswith("Interrupted: the command")
+    assert jobs.requeue_stalled_imports() == {"requeued": [], "given_up": []}
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler only while it runs
+
+
+def test_a_pipe_found_in_a_folder_is_skipped_not_read(project, tmp_path):
+    # Reading a pipe no one writes to hung the command for ever.
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    record_full_session(folder / "a.jsonl", run_id="a", steps=1)
+    os.mkfifo(folder / "b.pipe")
+    outcomes = import_file(path=folder, project=project)
+    assert [o.error for o in outcomes] == [None, "b.pipe: not a regular file (a pipe, socket or device): skipped"]
+    assert [s.run_id for s in Session.objects.all()] == ["a"]
 
 
 def test_command_replace_and_project(project, tmp_path):

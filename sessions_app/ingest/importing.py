@@ -390,11 +390,21 @@ def import_local_file(
     # watchdog takes for stalled, and queued a second run of a long import while it went on.
     job.worker, job.attempts = this_worker(), 1
     job.save(update_fields=["worker", "attempts"])
-    with heartbeat(job_id=job.pk, attempt=job.attempts):
-        outcomes = import_file(
-            path=Path(job.stored_path), project=project, format=format or None, replace=replace, job=job,
-            created_by=created_by,
+    try:
+        with heartbeat(job_id=job.pk, attempt=job.attempts):
+            outcomes = import_file(
+                path=Path(job.stored_path), project=project, format=format or None, replace=replace, job=job,
+                created_by=created_by,
+            )  # fmt: skip
+    except KeyboardInterrupt:
+        # Stopped by its operator (Ctrl-C, or SIGTERM, which the command turns into this): the
+        # job fails here. Left running, the watchdog took it for a worker that died and had a
+        # worker finish the import that was cancelled. (The session being written rolled back.)
+        ImportJob.objects.filter(pk=job.pk, status__in=(ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)).update(
+            status=ImportJob.Status.FAILED, finished_at=timezone.now(),
+            error="Interrupted: the command importing it was stopped; sessions it had finished are kept.",
         )  # fmt: skip
+        raise
     for outcome in outcomes:
         outcome.path = path  # reported as the caller named it, not as kept
     if not any(o.session is not None and not o.duplicate for o in outcomes):
@@ -490,6 +500,12 @@ def _import_folder(
     outcomes: list[ImportOutcome] = []
     for child in sorted(path.iterdir()):
         if child.name.startswith("."):
+            continue
+        if not child.is_dir() and not child.is_file():
+            # A pipe, socket or device found in a folder: reading a pipe no one writes to hung
+            # the command for ever (one named on its own is read, as `<(zcat run.gz)` needs).
+            outcomes.append(ImportOutcome(path=child, error=f"{display_name(child.name)}: not a regular file "
+                                          "(a pipe, socket or device): skipped"))  # fmt: skip
             continue
         outcomes.extend(
             import_local_file(path=child, project=project, format=format or "", replace=replace, created_by=created_by)

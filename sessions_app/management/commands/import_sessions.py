@@ -7,6 +7,8 @@ what was skipped, with status 0. A file imported before is not a failure.
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import orjson
@@ -18,6 +20,10 @@ from sessions_app.formats import known_formats
 from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 class Command(BaseCommand):
@@ -33,6 +39,20 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="one JSON object a line per result")
 
     def handle(self, *args, **options) -> None:
+        # SIGTERM stops it as Ctrl-C does: the job it was running is marked failed, not left
+        # for the watchdog to finish (import_local_file), and no traceback is printed.
+        main = threading.current_thread() is threading.main_thread()  # (signals are the main thread's)
+        before = signal.signal(signal.SIGTERM, _interrupt) if main else None
+        try:
+            self._import(options)
+        except KeyboardInterrupt:
+            raise CommandError("interrupted: the file being imported was not stored (its job says so); "
+                               "files and sessions finished before it are kept", returncode=130) from None  # fmt: skip
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, before)
+
+    def _import(self, options: dict) -> None:
         project = self._project(options["project"], create=options["new_project"])
         unreadable = failed = 0
         reported: set[Path] = set()
