@@ -291,8 +291,10 @@ class MultipleFileField(forms.FileField):
 
     def clean(self, data: Any, initial: Any = None) -> list[Any]:
         single = super().clean
-        if isinstance(data, (list, tuple)):
+        if isinstance(data, (list, tuple)) and data:
             return [single(item, initial) for item in data]
+        if isinstance(data, (list, tuple)):  # no file came: "required", not an empty success
+            data = None
         return [single(data, initial)]
 
 

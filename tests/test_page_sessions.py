@@ -222,6 +222,15 @@ def test_upload_of_an_empty_file_is_refused_with_its_name(logged_in, monkeypatch
     assert ImportJob.objects.count() == 0
 
 
+def test_upload_with_no_file_says_so(logged_in, monkeypatch):
+    # No file part (a cut-off body, an empty file name): a 200 that said nothing, and no job.
+    monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
+    response = logged_in.post(reverse("sessions:upload"), {"project": "default"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert "Session files: This field is required." in html, html
+    assert ImportJob.objects.count() == 0
+
+
 def test_upload_with_an_unknown_format_is_refused(logged_in, monkeypatch):
     monkeypatch.setattr(jobs, "async_task", lambda *args, **kwargs: "task")
     response = logged_in.post(reverse("sessions:upload"), {"files": [SimpleUploadedFile("a.jsonl", b"{}\n")], "format": "nope"},
