@@ -305,6 +305,34 @@ def test_an_events_content_that_is_not_text_refuses_the_bundle_by_line_and_field
     assert not Session.objects.filter(project=elsewhere).exists()
 
 
+@pytest.mark.parametrize(
+    "comments, reviews, said",
+    [
+        ([7], [], "comments.json: thread 1: not an object, got 7"),
+        ([{"id": 1, "seq": 1, "body": "ok", "replies": [{"id": 2, "body": {"a": 1}}]}], [],
+         "comments.json: comment 2: field body: not text, got {'a': 1}"),
+        ([{"id": 1, "seq": 1, "body": "ok", "created_at": []}], [], "comments.json: comment 1: field created_at: not a time"),
+        ([{"id": 1, "seq": 1, "body": "ok", "author": 5}], [], "comments.json: comment 1: field author: not text, got 5"),
+        ([{"id": 1, "seq": 1, "body": "ok", "replies": {"x": 1}}], [], "comments.json: comment 1: field replies: not a list"),
+        ([], [{"id": 1, "verdict": {}}], "reviews.json: sign-off 1 has no known verdict"),
+        ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "reviewer": {}}],
+         "reviews.json: sign-off 1: field reviewer: not text, got {}"),
+        ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "chain_valid": "false"}],
+         "reviews.json: sign-off 1: field chain_valid: not true or false, got 'false'"),
+        ([], ["x"], "reviews.json: sign-off 1: not an object, got 'x'"),
+    ],
+)  # fmt: skip
+def test_a_restored_comment_or_sign_off_of_the_wrong_type_refuses_the_bundle_by_name(
+    bundle, session, elsewhere, tmp_path, comments, reviews, said
+):
+    # Read with str() and bool(), a reply body {"a": 1} was stored as "{'a': 1}", a created_at of
+    # [] became another time and "false" a valid chain, unsaid; others named Python's internals.
+    session.delete()
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, comments=comments, reviews=reviews), project=elsewhere)
+    assert outcome.session is None and said in outcome.error, outcome.error
+    assert not Session.objects.filter(project=elsewhere).exists()
+
+
 def _kept_files() -> set[Path]:
     return set(Path(settings.DATA_DIR).rglob("*"))
 

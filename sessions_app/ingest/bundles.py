@@ -249,13 +249,16 @@ def _restore_comments(session: Session, bundle: Bundle, text: Callable[[str], st
     (`restored_from`): its author and times are the bundle's word, so it is shown as restored,
     and none is dated after the bundle was exported (nor in the future)."""
     latest = _latest(bundle)
-    for thread in bundle.comments:
+    for number, thread in enumerate(bundle.comments, start=1):
+        _an_object(thread, f"comments.json: thread {number}")
+        where = f"comments.json: comment {_shown(thread.get('id'))}"
         first = _comment(session, thread, parent=None, text=text, bundle=bundle, latest=latest, by=by)
-        if thread.get("resolved_at"):
-            first.resolved_at = _no_later(thread["resolved_at"], latest)
-            first.resolved_by = str(thread.get("resolved_by") or "")[:150]
+        resolved = _time(thread, "resolved_at", where, latest)
+        if resolved is not None:
+            first.resolved_at = resolved
+            first.resolved_by = _text(thread, "resolved_by", where)[:150]
             first.save(update_fields=["resolved_at", "resolved_by"])
-        for reply in thread.get("replies") or []:
+        for reply in _list_of_objects(thread, "replies", where):
             _comment(session, reply, parent=first, text=text, bundle=bundle, latest=latest, by=by)
 
 
@@ -263,35 +266,87 @@ def _comment(
     session: Session, data: dict[str, Any], *, parent: Comment | None, text: Callable[[str], str], bundle: Bundle,
     latest: datetime, by: str,
 ) -> Comment:  # fmt: skip
+    where = f"comments.json: comment {_shown(data.get('id'))}"
+    revisions = _list_of_objects(data, "revisions", where)
     seq = data.get("seq", parent.seq if parent is not None else 0)
     if type(seq) is not int or not 0 <= seq < max(session.event_count, 1):  # not 1.9, true or "3"
         raise BundleError(f"comments.json: comment {data.get('id')} is on event {_shown(seq)}, outside the session")
     written = [_body(data, f"comment {data.get('id')}")] + [
-        _body(r, f"comment {data.get('id')}'s revision {n}") for n, r in enumerate(data.get("revisions") or [], start=1)
+        _body(r, f"comment {data.get('id')}'s revision {n}") for n, r in enumerate(revisions, start=1)
     ]
     body, *earlier = kept = [text(one) for one in written]
-    created = _no_later(data.get("created_at"), latest) or latest
+    created = _time(data, "created_at", where, latest) or latest
     comment = Comment.objects.create(
-        session=session, seq=seq, parent=parent, author=None, author_name=str(data.get("author") or "")[:150],
-        body=body, created_at=created, edited_at=_no_later(data.get("edited_at"), latest),
-        deleted_at=_no_later(data.get("deleted_at"), latest), restored_from=bundle.fingerprint[:64] or "bundle",
-        **_redaction_mark(data, changed_here=kept != written, by=by, latest=latest),
+        session=session, seq=seq, parent=parent, author=None, author_name=_text(data, "author", where)[:150],
+        body=body, created_at=created, edited_at=_time(data, "edited_at", where, latest),
+        deleted_at=_time(data, "deleted_at", where, latest), restored_from=bundle.fingerprint[:64] or "bundle",
+        **_redaction_mark(data, changed_here=kept != written, by=by, latest=latest, where=where),
     )  # fmt: skip
     CommentRevision.objects.bulk_create(
-        CommentRevision(comment=comment, body=revision, written_at=_no_later(r.get("written_at"), latest) or created,
-                        replaced_at=_no_later(r.get("replaced_at"), latest) or created)
-        for revision, r in zip(earlier, data.get("revisions") or [])
+        CommentRevision(comment=comment, body=revision,
+                        written_at=_time(r, "written_at", f"{where}'s revision {n}", latest) or created,
+                        replaced_at=_time(r, "replaced_at", f"{where}'s revision {n}", latest) or created)
+        for n, (revision, r) in enumerate(zip(earlier, revisions), start=1)
     )  # fmt: skip
     return comment
 
 
-def _redaction_mark(data: dict[str, Any], *, changed_here: bool, by: str, latest: datetime) -> dict[str, Any]:
+def _redaction_mark(
+    data: dict[str, Any], *, changed_here: bool, by: str, latest: datetime, where: str
+) -> dict[str, Any]:
     """Who last replaced words in a restored comment or note: this import, when the project's
     rules changed it now; else what the bundle says (its word, dated no later than its export)."""
     if changed_here:
         return {"redacted_by": by[:150], "redacted_at": datetime.now(UTC)}
-    at = _no_later(data.get("redacted_at"), latest)
-    return {"redacted_by": str(data.get("redacted_by") or "")[:150] if at else "", "redacted_at": at}
+    at = _time(data, "redacted_at", where, latest)
+    return {"redacted_by": _text(data, "redacted_by", where)[:150] if at else "", "redacted_at": at}
+
+
+# A restored value of the wrong type is refused by name, like a seq or a verdict: read with str()
+# a reply body {"a": 1} became the text "{'a': 1}", a created_at of [] another time, unsaid.
+
+
+def _an_object(value: Any, where: str) -> None:
+    if type(value) is not dict:
+        raise BundleError(f"{where}: not an object, got {_shown(value)}")
+
+
+def _list_of_objects(data: dict[str, Any], name: str, where: str) -> list[dict[str, Any]]:
+    value = data.get(name)
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise BundleError(f"{where}: field {name}: not a list, got {_shown(value)}")
+    for number, item in enumerate(value, start=1):
+        _an_object(item, f"{where}: {name} {number}")
+    return value
+
+
+def _text(data: dict[str, Any], name: str, where: str) -> str:
+    value = data.get(name)
+    if value is None:
+        return ""
+    if type(value) is not str:
+        raise BundleError(f"{where}: field {name}: not text, got {_shown(value)}")
+    return value
+
+
+def _flag(data: dict[str, Any], name: str, where: str) -> bool:
+    value = data.get(name, False)
+    if type(value) is not bool:  # bool("false") is True
+        raise BundleError(f"{where}: field {name}: not true or false, got {_shown(value)}")
+    return value
+
+
+def _time(data: dict[str, Any], name: str, where: str, latest: datetime) -> datetime | None:
+    """A restored time, no later than `latest`; None when the bundle gives none."""
+    value = data.get(name)
+    if value is None or value == "":
+        return None
+    when = _when(value) if type(value) is str else None
+    if when is None:
+        raise BundleError(f"{where}: field {name}: not a time (ISO 8601), got {_shown(value)}")
+    return min(when, latest)
 
 
 def _shown(value: Any) -> str:
@@ -302,7 +357,7 @@ def _shown(value: Any) -> str:
 
 def _body(data: dict[str, Any], what: str) -> str:
     """A restored body within what a comment here may hold (comments.MAX_BODY)."""
-    body = str(data.get("body") or "")
+    body = _text(data, "body", f"comments.json: {what}")
     if len(body) > MAX_BODY:
         raise BundleError(f"comments.json: {what}: body has {len(body):,} characters, at most {MAX_BODY:,}")
     return body
@@ -314,11 +369,6 @@ def _latest(bundle: Bundle) -> datetime:
     return min(_when(bundle.manifest.get("exported_at")) or now, now)
 
 
-def _no_later(value: Any, latest: datetime) -> datetime | None:
-    when = _when(value)
-    return None if when is None else min(when, latest)
-
-
 def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str], by: str) -> None:
     """The bundle's sign-offs, each marked with the key that signed the bundle (`restored_from`):
     what they say of reviewer and time is the bundle's word, so none becomes the session's review
@@ -326,8 +376,10 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
     covers events the session does not have refuses the bundle, as a comment outside it does."""
     verdicts = set(Review.Verdict.values)
     latest = _latest(bundle)
-    for data in bundle.reviews:
-        if data.get("verdict") not in verdicts:
+    for number, data in enumerate(bundle.reviews, start=1):
+        _an_object(data, f"reviews.json: sign-off {number}")
+        where = f"reviews.json: sign-off {_shown(data.get('id'))}"
+        if type(data.get("verdict")) is not str or data["verdict"] not in verdicts:
             raise BundleError(f"reviews.json: sign-off {data.get('id')} has no known verdict")
         first, last = data.get("first_seq", 0), data.get("last_seq", -1)
         held = session.event_count
@@ -340,12 +392,13 @@ def _restore_reviews(session: Session, bundle: Bundle, text: Callable[[str], str
                 f"reviews.json: sign-off {data.get('id')} covers seqs {_shown(first)} to {_shown(last)}, "
                 + (f"outside the session's 0 to {held - 1}" if held else "but the session has no events")
             )
-        note = str(data.get("note") or "")
+        note = _text(data, "note", where)
         kept = text(note)
         Review.objects.create(
-            session=session, reviewer=None, reviewer_name=str(data.get("reviewer") or "")[:150],
-            verdict=data["verdict"], note=kept, chain_head=str(data.get("chain_head") or ""),
-            chain_valid=bool(data.get("chain_valid")), first_seq=first, last_seq=last,
-            created_at=min(_when(data.get("created_at")) or latest, latest), restored_from=bundle.fingerprint[:64] or "bundle",
-            **_redaction_mark(data, changed_here=kept != note, by=by, latest=latest),
+            session=session, reviewer=None, reviewer_name=_text(data, "reviewer", where)[:150],
+            verdict=data["verdict"], note=kept, chain_head=_text(data, "chain_head", where),
+            chain_valid=_flag(data, "chain_valid", where), first_seq=first, last_seq=last,
+            created_at=_time(data, "created_at", where, latest) or latest,
+            restored_from=bundle.fingerprint[:64] or "bundle",
+            **_redaction_mark(data, changed_here=kept != note, by=by, latest=latest, where=where),
         )  # fmt: skip
