@@ -40,7 +40,7 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
 
 
-def env_number(name: str, default: float | None, *, minimum: float = 0) -> float | None:
+def env_number(name: str, default: float | None, *, minimum: float = 0, maximum: float | None = None) -> float | None:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -52,7 +52,15 @@ def env_number(name: str, default: float | None, *, minimum: float = 0) -> float
         raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
     if value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
+    # A time past what the clock can add (1e300 seconds) passed here and stopped a stream or a
+    # clean-up later with an OverflowError.
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum:g}, got {raw!r}")
     return value
+
+
+_DAY = 24 * 3600
+_CENTURY_DAYS = 36_500
 
 
 def env_whole(name: str, default: int | None, *, minimum: int = 0) -> int | None:
@@ -217,7 +225,13 @@ if not ALLOWED_HOSTS:
 CSRF_TRUSTED_ORIGINS = env_list("REPLAY_CSRF_TRUSTED_ORIGINS", [])
 
 # The uploaded originals: readable by their owner only (and so is var/, made with it by default).
-DATA_DIR = private_folder(Path(env_str("REPLAY_DATA_DIR", str(BASE_DIR / "var" / "data"))))
+DATA_DIR = Path(env_str("REPLAY_DATA_DIR", str(BASE_DIR / "var" / "data")))
+try:
+    private_folder(DATA_DIR)
+except OSError as exc:  # /proc/x: a traceback at start-up
+    raise ImproperlyConfigured(f"REPLAY_DATA_DIR: cannot make the folder {DATA_DIR}: {exc.strerror}") from None
+if not DATA_DIR.is_dir():  # a file: every upload a 500 later
+    raise ImproperlyConfigured(f"REPLAY_DATA_DIR: {DATA_DIR} is not a folder")
 VAR_DIR = BASE_DIR / "var"
 # The Ed25519 key that signs evidence bundles: a file outside the database, made (0600) on first
 # use (sessions_app/signing.py, docs/bundles.md).
@@ -310,7 +324,8 @@ AUTHENTICATION_BACKENDS = [
 # out everywhere, and one address trying many names is limited for each of them.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = env_whole("REPLAY_LOGIN_FAILURE_LIMIT", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_number("REPLAY_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_COOLOFF_TIME = timedelta(minutes=env_number("REPLAY_LOGIN_COOLOFF_MINUTES", 15, minimum=1,
+                                                  maximum=_CENTURY_DAYS * 24 * 60))  # fmt: skip
 AXES_RESET_ON_SUCCESS = True
 # A refused attempt does not restart the cool-off, so the time the lockout page names holds.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
@@ -360,10 +375,10 @@ MAX_UPLOAD_MB = env_number("REPLAY_MAX_UPLOAD_MB", 1024, minimum=1)
 # The longest line (or record of a JSON document) an import reads: a longer one is a problem on
 # its line, skipped without being held in memory (sessions_app/formats/__init__.py).
 MAX_RECORD_BYTES = env_whole("REPLAY_MAX_RECORD_BYTES", 16 * 1024 * 1024, minimum=1024)
-RETENTION_DAYS = env_number("REPLAY_RETENTION_DAYS", None, minimum=1)
+RETENTION_DAYS = env_number("REPLAY_RETENTION_DAYS", None, minimum=1, maximum=_CENTURY_DAYS)
 # Originals of failed uploads, and of jobs whose sessions were all deleted, are deleted this many
 # days later by the daily clean-up (sessions_app/originals.py); 0: at its next run.
-ORIGINALS_GRACE_DAYS = env_number("REPLAY_ORIGINALS_GRACE_DAYS", 7, minimum=0)
+ORIGINALS_GRACE_DAYS = env_number("REPLAY_ORIGINALS_GRACE_DAYS", 7, minimum=0, maximum=_CENTURY_DAYS)
 # Each project's quotas unless its admins set its own (sessions_app/ingest/quotas.py): the bytes
 # its uploads and live events may take, and its number of sessions; unset: no limit.
 _quota_mb = env_number("REPLAY_QUOTA_STORED_MB", None, minimum=1)
@@ -371,13 +386,13 @@ QUOTA_STORED_BYTES = int(_quota_mb * 1024 * 1024) if _quota_mb else None
 QUOTA_SESSIONS = env_whole("REPLAY_QUOTA_SESSIONS", None, minimum=1)
 # The live tail (GET /api/sessions/{id}/tail): how often it polls for new events, and how long
 # one stream may hold a server thread before the client reconnects (docs/ingest.md).
-TAIL_POLL_SECONDS = env_number("REPLAY_TAIL_POLL_SECONDS", 0.5, minimum=0.05)
-TAIL_MAX_SECONDS = env_number("REPLAY_TAIL_MAX_SECONDS", 300, minimum=1)
+TAIL_POLL_SECONDS = env_number("REPLAY_TAIL_POLL_SECONDS", 0.5, minimum=0.05, maximum=3600)
+TAIL_MAX_SECONDS = env_number("REPLAY_TAIL_MAX_SECONDS", 300, minimum=1, maximum=_DAY)
 # OpenTelemetry ingest (POST /v1/traces, docs/formats.md): a trace's spans become events once
 # its root span has arrived and no span came for this many seconds, or, when its root never
 # comes (another service's, unsampled), after the second figure.
-OTLP_SETTLE_SECONDS = env_number("REPLAY_OTLP_SETTLE_SECONDS", 10)
-OTLP_ORPHAN_SECONDS = env_number("REPLAY_OTLP_ORPHAN_SECONDS", 300)
+OTLP_SETTLE_SECONDS = env_number("REPLAY_OTLP_SETTLE_SECONDS", 10, maximum=_CENTURY_DAYS * _DAY)
+OTLP_ORPHAN_SECONDS = env_number("REPLAY_OTLP_ORPHAN_SECONDS", 300, maximum=_CENTURY_DAYS * _DAY)
 # The largest export request, gzip undone. Parsing holds up to ~30 times its size (a request of
 # empty attributes: 15 MiB took 430 MiB), so it is far below the API's body limit; an exporter's
 # batch of 512 GenAI spans is usually well under 1 MiB.

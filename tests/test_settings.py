@@ -268,3 +268,26 @@ def test_a_whole_number_setting_given_a_fraction_stops_start_up(value):
 def test_every_number_setting_refuses_what_is_no_number_of_its_kind(name, value, said):
     result = manage("check", **{name: value})
     assert result.returncode != 0 and f"error: {name} must be {said}, got {value!r}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [("REPLAY_TAIL_POLL_SECONDS", "1e300", "must be at most 3600"),
+     ("REPLAY_RETENTION_DAYS", "1e9", "must be at most 36500"),
+     ("REPLAY_LOGIN_COOLOFF_MINUTES", "1e300", "must be at most 5.256e+07")],
+)  # fmt: skip
+def test_a_time_setting_past_what_the_clock_adds_stops_start_up(name, value, said):
+    # 1e300 seconds passed, and the tail stream died later of an OverflowError.
+    result = manage("check", **{name: value})
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"error: {name} {said}, got {value!r}" in result.stderr
+
+
+def test_a_data_folder_that_is_a_file_or_cannot_be_made_stops_start_up(tmp_path):
+    # A file: check passed, then every upload was a 500; /proc/x: a traceback.
+    (tmp_path / "a-file").write_text("")
+    result = manage("check", REPLAY_DATA_DIR=str(tmp_path / "a-file"))
+    assert result.returncode != 0 and f"error: REPLAY_DATA_DIR: {tmp_path / 'a-file'} is not a folder" in result.stderr
+    result = manage("check", REPLAY_DATA_DIR="/proc/replay-data")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "error: REPLAY_DATA_DIR: cannot make the folder /proc/replay-data:" in result.stderr
