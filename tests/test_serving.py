@@ -168,6 +168,8 @@ def test_the_development_key_is_refused_outside_demo_mode(settings):
         ("--port", "0", "argument --port: 0 is not between 1 and 65535"),
         ("--web-processes", "0", "argument --web-processes: 0 is not between 1 and 512"),
         ("--job-workers", "two", "argument --job-workers: 'two' is not a whole number"),
+        ("--host", "localhost", "argument --host: 'localhost' is not an IP address (127.0.0.1, 0.0.0.0, ::1)"),
+        ("--host", "999.1.1.1", "argument --host: '999.1.1.1' is not an IP address (127.0.0.1, 0.0.0.0, ::1)"),
     ],
 )
 def test_serve_refuses_a_bad_number_by_name_before_starting_anything(option, value, said, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -28,11 +29,21 @@ def whole(low: int, high: int):
     return parse
 
 
+def ip_address(text: str) -> str:
+    """An argparse type: granian binds an IP address only ("localhost" and 999.1.1.1 stopped it
+    with a traceback)."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address (127.0.0.1, 0.0.0.0, ::1)") from None
+
+
 class Command(BaseCommand):
     help = "Serve Replay with granian (several web processes) and run the job workers; Ctrl-C stops both."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+        parser.add_argument("--host", type=ip_address, default="127.0.0.1",
+                            help="IP address to listen on: 0.0.0.0 for every one (default: %(default)s)")  # fmt: skip
         parser.add_argument("--port", type=whole(1, 65535), default=8000, help="port (default: %(default)s)")
         parser.add_argument("--web-processes", type=whole(1, 512), default=settings.WEB_PROCESSES,
                             help="granian web processes (default: REPLAY_WEB_PROCESSES, here %(default)s)")  # fmt: skip
