@@ -557,6 +557,19 @@ def test_a_pipe_found_in_a_folder_is_skipped_not_read(project, tmp_path):
     assert [s.run_id for s in Session.objects.all()] == ["a"]
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_a_utf16_file_is_said_to_be_utf16(project, tmp_path, encoding):
+    # What Windows PowerShell 5.1's `>` writes: "not a recognised session format" said nothing more.
+    path = tmp_path / "run.jsonl"
+    record_full_session(path, steps=1)
+    path.write_bytes(path.read_text().encode(encoding))
+    [outcome] = import_file(path=path, project=project)
+    assert outcome.error == (
+        "run.jsonl: not a recognised session format (nothing importable); it is UTF-16 text: save it as UTF-8 "
+        "(PowerShell: Out-File -Encoding utf8)"
+    )
+
+
 def test_command_replace_and_project(project, tmp_path):
     path = tmp_path / "ok.jsonl"
     record_full_session(path, steps=1)

@@ -63,6 +63,11 @@ def test_an_unrecognised_files_failed_job_lists_the_registrys_formats_and_claims
     for name in [*registry(), BUNDLE_FORMAT]:
         assert f" {name}," in hint or f" {name}." in hint, name
     assert "docs/formats.md" in hint
+    # A file the error says more of (UTF-16, a .gz that is none) gets the same hint.
+    utf16 = _upload(logged_in, monkeypatch, "run.jsonl", '{"kind": "user_message"}\n'.encode("utf-16"))
+    assert utf16.error.endswith("it is UTF-16 text: save it as UTF-8 (PowerShell: Out-File -Encoding utf8)")
+    html = logged_in.get(reverse("sessions:import_job", args=[utf16.pk])).content.decode()
+    assert '<p id="known-formats"' in html
 
 
 def test_a_job_that_failed_for_another_reason_gets_no_format_hint_and_a_done_one_keeps_its_sessions(

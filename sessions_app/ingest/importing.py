@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 PROGRESS_EVERY = 5000
 # Problems kept in full on a job / outcome; the rest are counted.
 PROBLEMS_KEPT = 1000
-# The end of a job's error when no format took the file: the job's page (views/imports.py)
+# What a job's error holds when no format took the file: the job's page (views/imports.py)
 # recognises it to list the formats that would have been.
 UNRECOGNISED = "not a recognised session format (nothing importable)"
 
@@ -66,6 +66,24 @@ def _named_gzip_note(display_name: str, path: Path) -> str:
     except OSError:
         return ""
     return "; it is named .gz but is not gzip-compressed"
+
+
+def _utf16_note(path: Path) -> str:
+    """A UTF-16 file (what Windows PowerShell 5.1's `>` writes) said as such: every format reads
+    UTF-8 text, and "not a recognised format" left its owner guessing."""
+    try:
+        with path.open("rb") as raw:
+            head = raw.read(4)
+    except OSError:
+        return ""
+    bom = head[:2] in (b"\xff\xfe", b"\xfe\xff")
+    text_le = len(head) == 4 and head[0] and not head[1] and head[2] and not head[3]
+    text_be = len(head) == 4 and not head[0] and head[1] and not head[2] and head[3]
+    return (
+        "; it is UTF-16 text: save it as UTF-8 (PowerShell: Out-File -Encoding utf8)"
+        if bom or text_le or text_be
+        else ""
+    )
 
 
 @dataclass
@@ -175,7 +193,7 @@ def import_file(
         if path.is_dir():
             return _import_folder(path, project, format, replace, created_by)
         outcome = ImportOutcome(
-            path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name, path)}"
+            path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name, path)}{_utf16_note(path)}"
         )
         progress.finish([outcome], Problems(), "")
         return [outcome]

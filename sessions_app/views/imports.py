@@ -44,6 +44,6 @@ def _known_formats(job: ImportJob) -> list[str]:
     """The formats Replay would have taken, for a job that failed because no format took its
     file (named from the format registry and the bundle importer, so the hint cannot drift);
     empty for any other job."""
-    if job.status != ImportJob.Status.FAILED or not job.error.endswith(UNRECOGNISED):
+    if job.status != ImportJob.Status.FAILED or UNRECOGNISED not in job.error:
         return []
     return known_formats()
