@@ -570,6 +570,20 @@ def test_a_utf16_file_is_said_to_be_utf16(project, tmp_path, encoding):
     )
 
 
+def test_a_link_back_up_the_folder_is_skipped_not_followed(project, tmp_path):
+    # Followed, it was read 40 levels deep, every file "already imported" 40 times.
+    folder = tmp_path / "runs"
+    (folder / "more").mkdir(parents=True)
+    record_full_session(folder / "more" / "a.jsonl", run_id="a", steps=1)
+    (folder / "more" / "up").symlink_to(folder)
+    (folder / "elsewhere").symlink_to(tmp_path / "runs" / "more")  # a link down is followed
+    outcomes = import_file(path=folder, project=project)
+    assert [(o.path.name, o.error, o.duplicate) for o in outcomes] == [
+        ("a.jsonl", None, False), ("up", "up: a link back to a folder above it: skipped", False),
+        ("a.jsonl", None, True), ("up", "up: a link back to a folder above it: skipped", False),
+    ]  # fmt: skip
+
+
 def test_command_replace_and_project(project, tmp_path):
     path = tmp_path / "ok.jsonl"
     record_full_session(path, steps=1)

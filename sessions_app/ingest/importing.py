@@ -519,6 +519,12 @@ def _import_folder(
     for child in sorted(path.iterdir()):
         if child.name.startswith("."):
             continue
+        if child.is_symlink() and child.is_dir() and path.resolve().is_relative_to(child.resolve()):
+            # A link to this folder or one above it: followed, it was read 40 levels deep, each
+            # file "already imported" 40 times, until the system refused the path.
+            outcomes.append(ImportOutcome(path=child, error=f"{display_name(child.name)}: a link back to a folder "
+                                          "above it: skipped"))  # fmt: skip
+            continue
         if not child.is_dir() and not child.is_file():
             # A pipe, socket or device found in a folder: reading a pipe no one writes to hung
             # the command for ever (one named on its own is read, as `<(zcat run.gz)` needs).
