@@ -280,6 +280,28 @@ def test_the_other_tools_fit_the_budget(huge):
     anyio.run(main)
 
 
+def test_asking_for_a_prompt_is_the_clients_mistake_not_an_internal_error(transactional_db, caplog):
+    # The SDK answered an unknown prompt with -32603 and a traceback in the log; there are none.
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import INVALID_PARAMS
+
+    said: list[MCPError] = []
+    server = build_server(actor=Actor(user=member("prompt-asker")))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            assert (await client.list_prompts()).prompts == []
+            try:
+                await client.get_prompt("review_session")
+            except MCPError as error:
+                said.append(error)
+
+    anyio.run(main)
+    [error] = said
+    assert error.error.code == INVALID_PARAMS and "Unknown prompt: 'review_session'" in error.error.message
+    assert "Traceback" not in caplog.text
+
+
 def test_the_instructions_and_descriptions_state_the_budget_in_force():
     from sessions_app.mcp.server import FIND_ERRORS, INSTRUCTIONS, REPLAY_SESSION
 
