@@ -217,6 +217,21 @@ def test_an_integer_beyond_64_bits_is_read_as_a_json_line_reads_it_and_the_docum
     )
 
 
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+def test_an_integer_of_more_digits_than_python_converts_ends_the_document_as_a_problem(body, tmp_path):
+    # Read exactly by yajl2_c, int() refused its 4,400 digits inside the C parser: a segmentation
+    # fault or a SystemError stopped the import (the worker, three times). It is a problem.
+    a, b, c = events(3)
+    records = [a, {**b, "n": 2**70}, {**c, "n": "HUGE"}, a]
+    text = pretty({"events": records} if body else records).replace(b'"HUGE"', b"9" * 4400)
+    found, problems = read(write(tmp_path, text))
+    assert [value["id"] for _, value in found] == ["e0", "e1"]
+    [(line, field, message)] = problems
+    assert field == "line" and line == text[: text.index(b"9999")].count(b"\n") + 1
+    assert message.startswith("malformed JSON at column") and "Unexpected symbol '99999" in message
+    assert message.endswith("the rest of the document could not be read") and len(message) < 300
+
+
 def test_an_events_body_without_its_list_is_reported_but_an_empty_list_is_not(tmp_path):
     assert read(write(tmp_path, b'{\n  "events": []\n}\n')) == ([], [])
     assert read(write(tmp_path, b'{\n  "events": {"a": 1}\n}\n')) == (

@@ -16,9 +16,11 @@ in Python: for an rlm snapshot, whose members and steps all need their lines; 20
 
 yajl reads numbers as doubles and 64-bit integers; an integer past 64 bits (an rlm snapshot of a
 variable holding factorial(25)) is a syntax error to it that way. The reading then goes on from
-the record it stopped at with yajl's exact numbers (Python integers and Decimals), each value
-then made what the fast reading gives (`_as_read`): a decimal is a float, an integer past 64
-bits the float it rounds to, as orjson reads a JSON line. Only such a document pays for it.
+the record it stopped at with exact numbers (Python integers and Decimals, read by ijson's
+pure-Python parser: see _EXACT_READER), each value then made what the fast reading gives
+(`_as_read`): a decimal is a float, an integer past 64 bits the float it rounds to, as orjson
+reads a JSON line. Only such a document pays for it; an integer of more than 4,300 digits ends
+it, as a syntax error does.
 
 A syntax error ends the document: the parser cannot go on past it. What came before it is kept;
 the error is one problem naming its line and column, found by feeding the document again, in
@@ -68,6 +70,15 @@ class _ExactNumbers(Exception):
 
 # What yajl says of an integer past 64 bits when it reads numbers as doubles.
 _OVERFLOW = "integer overflow"
+# Exact numbers are read by ijson's pure-Python parser: yajl2_c's, asked for them, makes each
+# integer with int(), whose refusal of more than 4,300 digits (sys.int_max_str_digits) it does
+# not hand on: the worker crashed (a segmentation fault, or a SystemError). About 20 times
+# slower (19 MB in 1.7 s), paid only by a document holding such an integer, from it on.
+_EXACT_READER = ijson.get_backend("python")
+
+
+def _reader(exact: bool) -> Any:
+    return _EXACT_READER if exact else ijson
 
 
 class _TooDeep(Exception):
@@ -98,7 +109,7 @@ class _Nesting:
 
     def __init__(self, *, exact: bool = False) -> None:
         self._events = ijson.sendable_list()
-        self._parser: Any = ijson.basic_parse_coro(self._events, use_float=not exact)
+        self._parser: Any = _reader(exact).basic_parse_coro(self._events, use_float=not exact)
         self.depth = 0
         self.longest_key = 0
 
@@ -111,6 +122,8 @@ class _Nesting:
         try:
             self._parser.send(piece)
         except _BAD_INPUT:  # the reading it guards stops at the same byte, and says why
+            self._parser = None
+        except StopIteration:  # the pure-Python parser ends at the end of the bytes (b"")
             self._parser = None
         if events:
             levels = list(accumulate(map(_LEVEL.get, map(_EVENT_NAME, events), repeat(0)), initial=self.depth))
@@ -209,7 +222,7 @@ class JsonDocument:
         # no object (ijson makes no map for it).
         feed.item_start = 0 if prefix == "item" else None
 
-        found = ijson.items(feed, prefix, map_type=new_map, use_float=not self._exact)
+        found = _reader(self._exact).items(feed, prefix, map_type=new_map, use_float=not self._exact)
         read = _as_read if self._exact else _as_is
         lines_of_items: _ItemLines | None = None
         index = -1
@@ -269,7 +282,7 @@ class JsonDocument:
     def _members(self, blocks: Iterator[bytes], streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
         """One reading of `members`."""
         feed = _Feed(blocks, per_line=True, limit=self.source.max_record_bytes)
-        events = ijson.basic_parse(feed, use_float=not self._exact)
+        events = _reader(self._exact).basic_parse(feed, use_float=not self._exact)
         try:
             event, value = next(events, ("", None))
             if event != "start_map":
@@ -340,7 +353,7 @@ class _ItemLines:
         self._lines = _line_pieces(blocks)
         self._prefix = prefix
         self._events = ijson.sendable_list()
-        self._parser = ijson.parse_coro(self._events, use_float=not exact)
+        self._parser = _reader(exact).parse_coro(self._events, use_float=not exact)
         self._nesting = _Nesting(exact=exact)
         self._starts: dict[int, int] = {}  # item index -> line, of the items not yet asked for
         self._count = 0  # items started so far
@@ -356,7 +369,7 @@ class _ItemLines:
             try:
                 self._nesting.check(piece)
                 self._parser.send(piece)
-            except (*_BAD_INPUT, _TooDeep):  # the first reading reported it; nothing past it is an item
+            except (*_BAD_INPUT, _TooDeep, StopIteration):  # the first reading reported it; nothing past it is an item
                 self._lines = iter(())
                 return None
             for path, event, _ in self._events:
@@ -493,7 +506,9 @@ def _reason(error: Exception) -> str:
     if isinstance(message, bytes):  # ijson gives bytes when the context is no UTF-8
         message = message.decode("utf-8", "replace")
     first = str(message).split("\n", 1)[0].strip().rstrip(".")
-    return first.split(" error: ", 1)[-1]
+    reason = first.split(" error: ", 1)[-1]
+    # The pure-Python parser quotes the token it refused whole (an integer of 4,400 digits).
+    return reason if len(reason) <= 160 else reason[:120] + "…" + reason[-30:]
 
 
 def _opening_lines(block: bytes) -> list[int]:
@@ -617,7 +632,7 @@ def _locate(blocks: Iterator[bytes], failed_at: int, *, exact: bool) -> tuple[in
     piece the first reading failed in starts, it is fed in blocks; then a byte at a time."""
     spot = _Spot()
     try:
-        deque(ijson.basic_parse(spot.feed(blocks, failed_at), use_float=not exact), maxlen=0)
+        deque(_reader(exact).basic_parse(spot.feed(blocks, failed_at), use_float=not exact), maxlen=0)
     except _BAD_INPUT:
         pass
     if spot.ended:  # a truncated document: where its last character is
