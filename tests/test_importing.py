@@ -552,7 +552,17 @@ def test_a_pipe_found_in_a_folder_is_skipped_not_read(project, tmp_path):
     folder.mkdir()
     record_full_session(folder / "a.jsonl", run_id="a", steps=1)
     os.mkfifo(folder / "b.pipe")
-    outcomes = import_file(path=folder, project=project)
+
+    def hung(signum, frame):
+        raise AssertionError("the import read the pipe (it would have hung for ever)")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        outcomes = import_file(path=folder, project=project)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
     assert [o.error for o in outcomes] == [None, "b.pipe: not a regular file (a pipe, socket or device): skipped"]
     assert [s.run_id for s in Session.objects.all()] == ["a"]
 
@@ -579,9 +589,24 @@ def test_a_link_back_up_the_folder_is_skipped_not_followed(project, tmp_path):
     (folder / "elsewhere").symlink_to(tmp_path / "runs" / "more")  # a link down is followed
     outcomes = import_file(path=folder, project=project)
     assert [(o.path.name, o.error, o.duplicate) for o in outcomes] == [
-        ("a.jsonl", None, False), ("up", "up: a link back to a folder above it: skipped", False),
-        ("a.jsonl", None, True), ("up", "up: a link back to a folder above it: skipped", False),
+        ("a.jsonl", None, False), ("up", "up: a link back to a folder being read: skipped", False),
+        ("a.jsonl", None, True), ("up", "up: a link back to a folder being read: skipped", False),
     ]  # fmt: skip
+    # Two folders linking to each other, and a link to nothing.
+    loop = tmp_path / "loop"
+    (loop / "a").mkdir(parents=True)
+    (loop / "b").mkdir()
+    record_full_session(loop / "a" / "x.jsonl", run_id="x", steps=1)
+    (loop / "a" / "to-b").symlink_to(loop / "b")
+    (loop / "b" / "to-a").symlink_to(loop / "a")
+    (loop / "gone").symlink_to(tmp_path / "nowhere")
+    outcomes = import_file(path=loop, project=project)
+    assert [(str(o.path.relative_to(loop)), o.error) for o in outcomes if o.error or not o.duplicate] == [
+        ("a/to-b/to-a", "to-a: a link back to a folder being read: skipped"), ("a/x.jsonl", None),
+        ("b/to-a/to-b", "to-b: a link back to a folder being read: skipped"),
+        ("gone", "gone: a broken link (or a link to itself): skipped"),
+    ]  # fmt: skip
+    assert len(outcomes) == 5  # b/to-a/x.jsonl, read once more, is the same session
 
 
 def test_command_replace_and_project(project, tmp_path):

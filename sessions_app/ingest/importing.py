@@ -7,6 +7,7 @@ finish), so a duplicate can be rolled back whole and a failure never leaves half
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import os
@@ -516,27 +517,40 @@ def _import_folder(
     path: Path, project: Project, format: str | None, replace: bool, created_by: str
 ) -> list[ImportOutcome]:
     outcomes: list[ImportOutcome] = []
-    for child in sorted(path.iterdir()):
-        if child.name.startswith("."):
-            continue
-        if child.is_symlink() and child.is_dir() and path.resolve().is_relative_to(child.resolve()):
-            # A link to this folder or one above it: followed, it was read 40 levels deep, each
-            # file "already imported" 40 times, until the system refused the path.
-            outcomes.append(ImportOutcome(path=child, error=f"{display_name(child.name)}: a link back to a folder "
-                                          "above it: skipped"))  # fmt: skip
-            continue
-        if not child.is_dir() and not child.is_file():
-            # A pipe, socket or device found in a folder: reading a pipe no one writes to hung
-            # the command for ever (one named on its own is read, as `<(zcat run.gz)` needs).
-            outcomes.append(ImportOutcome(path=child, error=f"{display_name(child.name)}: not a regular file "
-                                          "(a pipe, socket or device): skipped"))  # fmt: skip
-            continue
-        outcomes.extend(
-            import_local_file(path=child, project=project, format=format or "", replace=replace, created_by=created_by)
-        )
+    here = path.resolve()
+    opened = _FOLDERS_OPEN.get()
+    reset = _FOLDERS_OPEN.set(opened | {here})
+    try:
+        for child in sorted(path.iterdir()):
+            if not child.name.startswith("."):
+                outcomes.extend(_import_child(child, here, opened | {here}, project, format, replace, created_by))
+    finally:
+        _FOLDERS_OPEN.reset(reset)
     if not outcomes:
         outcomes.append(ImportOutcome(path=path, error=f"{path.name}: empty folder (nothing importable)"))
     return outcomes
+
+
+# The folders a folder import is reading, one inside the other: a link back to one of them is a loop.
+_FOLDERS_OPEN: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextVar("folders_open", default=frozenset())
+
+
+def _import_child(
+    child: Path, here: Path, opened: frozenset[Path], project: Project, format: str | None, replace: bool,
+    created_by: str,
+) -> list[ImportOutcome]:  # fmt: skip
+    name = display_name(child.name)
+    if child.is_symlink() and not child.exists():
+        return [ImportOutcome(path=child, error=f"{name}: a broken link (or a link to itself): skipped")]
+    if child.is_dir() and (child.resolve() in opened or here.is_relative_to(child.resolve())):
+        # A link to a folder being read, or above it (two folders linking to each other too):
+        # followed, it was read 40 levels deep, each file "already imported" 40 times.
+        return [ImportOutcome(path=child, error=f"{name}: a link back to a folder being read: skipped")]
+    if not child.is_dir() and not child.is_file():
+        # A pipe, socket or device found in a folder: reading a pipe no one writes to hung the
+        # command for ever (one named on its own is read, as `<(zcat run.gz)` needs).
+        return [ImportOutcome(path=child, error=f"{name}: not a regular file (a pipe, socket or device): skipped")]
+    return import_local_file(path=child, project=project, format=format or "", replace=replace, created_by=created_by)
 
 
 def _nothing_importable(name: str, fmt: str, problems: Problems) -> str:
