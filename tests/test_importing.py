@@ -30,6 +30,7 @@ from .builders_rlm import (
     record_full_session,
     write_documented_trajectory,
     write_runner_steps,
+    write_sink_folder,
     write_trajectory_logger_session,
 )
 from .builders_teams import member
@@ -518,21 +519,22 @@ def test_command_fails_when_a_file_stores_no_session(project, tmp_path):
     assert "already imported as session" in out
 
 
-def test_a_command_stopped_by_sigterm_fails_its_job_and_no_worker_finishes_it(project, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_command_stopped_by_a_signal_fails_its_job_and_no_worker_finishes_it(project, tmp_path, monkeypatch, sig):
     # Left running, the watchdog took the job for a dead worker's and had the server finish the
-    # import its operator had cancelled; Ctrl-C printed a traceback.
+    # import its operator had cancelled; Ctrl-C printed a traceback. (SIGHUP: its terminal closed.)
     from sessions_app import jobs
 
     done, stopped = tmp_path / "done.jsonl", tmp_path / "stopped.jsonl"
     record_full_session(done, run_id="done", steps=1)
     record_full_session(stopped, run_id="stopped", steps=2)
     real, calls = importing.append_events, []
-    before = signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(sig)
 
     def append_then_stop(**kwargs):
         calls.append(1)
         if len(calls) == 2:  # the second file's session
-            os.kill(os.getpid(), signal.SIGTERM)  # what `kill` sends, received mid-write
+            os.kill(os.getpid(), sig)  # what `kill` sends, received mid-write
         return real(**kwargs)
 
     monkeypatch.setattr(importing, "append_events", append_then_stop)
@@ -543,7 +545,27 @@ def test_a_command_stopped_by_sigterm_fails_its_job_and_no_worker_finishes_it(pr
     job = ImportJob.objects.get(original_name="stopped.jsonl")
     assert job.status == ImportJob.Status.FAILED and job.error.startswith("Interrupted: the command")
     assert jobs.requeue_stalled_imports() == {"requeued": [], "given_up": []}
-    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler only while it runs
+    assert signal.getsignal(sig) is before  # the command's handler only while it runs
+
+
+def test_a_recording_folders_job_stopped_by_a_signal_is_failed_not_left_running(project, tmp_path, monkeypatch):
+    # Its job keeps no file, so the watchdog never takes it up: it stayed "running" for ever.
+    base = tmp_path / "observability"
+    write_sink_folder(base)
+    real, calls = importing.append_events, []
+
+    def append_then_stop(**kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(**kwargs)
+
+    monkeypatch.setattr(importing, "append_events", append_then_stop)
+    with pytest.raises(CommandError, match="^interrupted"):
+        run_command(str(base))
+    [job] = ImportJob.objects.all()
+    assert (job.original_name, job.status) == ("observability/", ImportJob.Status.FAILED)
+    assert job.error.startswith("Interrupted: the command")
 
 
 def test_a_pipe_found_in_a_folder_is_skipped_not_read(project, tmp_path):

@@ -416,13 +416,7 @@ def import_local_file(
                 created_by=created_by,
             )  # fmt: skip
     except KeyboardInterrupt:
-        # Stopped by its operator (Ctrl-C, or SIGTERM, which the command turns into this): the
-        # job fails here. Left running, the watchdog took it for a worker that died and had a
-        # worker finish the import that was cancelled. (The session being written rolled back.)
-        ImportJob.objects.filter(pk=job.pk, status__in=(ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)).update(
-            status=ImportJob.Status.FAILED, finished_at=timezone.now(),
-            error="Interrupted: the command importing it was stopped; sessions it had finished are kept.",
-        )  # fmt: skip
+        _fail_interrupted(job)
         raise
     for outcome in outcomes:
         outcome.path = path  # reported as the caller named it, not as kept
@@ -432,6 +426,16 @@ def import_local_file(
         Path(job.stored_path).unlink(missing_ok=True)
         job.delete()
     return outcomes
+
+
+def _fail_interrupted(job: ImportJob) -> None:
+    """The job of an import its operator stopped (Ctrl-C; the command turns SIGTERM and SIGHUP
+    into it): failed, saying so. Left running, the watchdog took it for a dead worker's and had
+    a worker finish the import that was cancelled. (The session being written rolled back.)"""
+    ImportJob.objects.filter(pk=job.pk, status__in=(ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)).update(
+        status=ImportJob.Status.FAILED, finished_at=timezone.now(),
+        error="Interrupted: the command importing it was stopped; sessions it had finished are kept.",
+    )  # fmt: skip
 
 
 def _import_local_folder(
@@ -445,8 +449,12 @@ def _import_local_folder(
     with its job, so the job made here goes again."""
     job = ImportJob.objects.create(project=project, original_name=f"{display_name(path.resolve().name)}/", stored_path="",
                                    requested_format=format, replace=replace, created_by=created_by[:150])  # fmt: skip
-    outcomes = import_file(path=path, project=project, format=format or None, replace=replace, job=job,
-                           created_by=created_by)  # fmt: skip
+    try:
+        outcomes = import_file(path=path, project=project, format=format or None, replace=replace, job=job,
+                               created_by=created_by)  # fmt: skip
+    except KeyboardInterrupt:
+        _fail_interrupted(job)  # (never taken up by the watchdog: it has no kept file to run)
+        raise
     if not Session.objects.filter(import_job=job).exists():
         job.delete()  # a plain folder (its files have their own jobs), or nothing new stored
     return outcomes

@@ -21,6 +21,8 @@ from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
 from sessions_app.models import Project
 
+_STOPS = (signal.SIGTERM, signal.SIGHUP)
+
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
@@ -39,18 +41,19 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="one JSON object a line per result")
 
     def handle(self, *args, **options) -> None:
-        # SIGTERM stops it as Ctrl-C does: the job it was running is marked failed, not left
-        # for the watchdog to finish (import_local_file), and no traceback is printed.
+        # SIGTERM and SIGHUP (its terminal closed) stop it as Ctrl-C does: the job it was running
+        # is marked failed, not left for the watchdog to finish (import_local_file), and no
+        # traceback is printed.
         main = threading.current_thread() is threading.main_thread()  # (signals are the main thread's)
-        before = signal.signal(signal.SIGTERM, _interrupt) if main else None
+        before = {sig: signal.signal(sig, _interrupt) for sig in _STOPS} if main else {}
         try:
             self._import(options)
         except KeyboardInterrupt:
             raise CommandError("interrupted: the file being imported was not stored (its job says so); "
                                "files and sessions finished before it are kept", returncode=130) from None  # fmt: skip
         finally:
-            if main:
-                signal.signal(signal.SIGTERM, before)
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
 
     def _import(self, options: dict) -> None:
         project = self._project(options["project"], create=options["new_project"])
