@@ -355,11 +355,27 @@ def test_replace_with_a_damaged_file_keeps_the_stored_session_and_its_comments(p
     assert outcome.replaced == [] and outcome.session.pk != first.pk
     assert Session.objects.filter(pk=first.pk).exists() and Comment.objects.filter(session=first).count() == 1
     [said] = [p for p in outcome.problems if p["field"] == "replace"]
-    assert said["message"].startswith(f"not replaced: the file has 1 problem(s), so session(s) {first.pk} of the")
+    assert said["message"].startswith(f"not replaced: its part of the file has 1 problem(s), so session(s) {first.pk}")
     # A sound file of the same source replaces it, as asked.
     [sound] = import_file(path=path, project=project, replace=True)
     assert set(sound.replaced) == {first.pk, outcome.session.pk}
     assert list(Session.objects.values_list("pk", flat=True)) == [sound.session.pk]
+
+
+def test_replace_refuses_only_the_damaged_session_of_a_file(project, tmp_path):
+    # The file's problems had blocked its clean sessions too, and counted the refusals' own notes.
+    path = tmp_path / "two.jsonl"
+    record_full_session(path, run_id="one", steps=2)
+    record_full_session(path, run_id="two", steps=2)
+    stored = {o.session.run_id: o.session.pk for o in import_file(path=path, project=project)}
+    lines = path.read_bytes().splitlines()
+    lines.insert(3, b"{not json")  # in session one
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    one, two = import_file(path=path, project=project, replace=True)
+    assert one.replaced == [] and two.replaced == [stored["two"]]
+    assert Session.objects.filter(pk=stored["one"]).exists() and not Session.objects.filter(pk=stored["two"]).exists()
+    [said] = [p["message"] for p in one.problems if p["field"] == "replace"]
+    assert said.startswith(f"not replaced: its part of the file has 1 problem(s), so session(s) {stored['one']} ")
 
 
 def test_replace_keeps_both_sessions_of_an_appended_file(project, tmp_path):

@@ -208,6 +208,7 @@ def import_file(
     with collector_paused():  # (until the file is done)
         try:
             sessions = registry()[fmt].parse(source, problems)
+            problems_before = 0  # those of the sessions before: not this one's to answer for
             for parsed in sessions:
                 outcome = _import_session(
                     parsed,
@@ -221,7 +222,9 @@ def import_file(
                     problems,
                     redactor,
                     replacer=created_by or (job.created_by if job is not None else "") or "import",
+                    problems_before=problems_before,
                 )
+                problems_before = problems.count
                 if outcome is not None:
                     outcomes.append(outcome)
         except (OSError, EOFError, zlib.error) as exc:  # the stream broke (a cut or corrupt .gz, a vanished file)
@@ -261,6 +264,7 @@ def _import_session(
     problems: Problems,
     redactor: Redactor | None,
     replacer: str,
+    problems_before: int,
 ) -> ImportOutcome | None:
     """Store one session of a file (`replacer`: who the sessions a `replace` supersedes are
     deleted by, in the audit log)."""
@@ -304,12 +308,13 @@ def _import_session(
                 raise _Duplicate(existing)
             if replace:
                 superseded = [pk for pk in same_source.values_list("pk", flat=True) if pk not in created]
-                if superseded and problems.count:
-                    # A damaged file (lines skipped or repaired) never deletes what is stored, with
-                    # its comments and sign-offs: its session is kept beside them.
+                damaged = problems.count - problems_before  # (read since the session before ended)
+                if superseded and damaged:
+                    # A damaged session (lines skipped or repaired) never deletes what is stored,
+                    # with its comments and sign-offs: it is kept beside them.
                     kept = ", ".join(map(str, superseded[:20])) + (" ..." if len(superseded) > 20 else "")
-                    problems.add(None, "replace", f"not replaced: the file has {problems.count} problem(s), so "
-                                 f"session(s) {kept} of the same source are kept and this one is stored beside "
+                    problems.add(None, "replace", f"not replaced: its part of the file has {damaged} problem(s), "
+                                 f"so session(s) {kept} of the same source are kept and this one is stored beside "
                                  "them; mend the file and import it again to replace them")  # fmt: skip
                     superseded = []
                 replaced = _replace(superseded, by=session, actor=replacer)
