@@ -477,7 +477,7 @@ def test_command_json_prints_one_object_per_session(project, tmp_path):
     record_failing_session(path, run_id="two")
 
     out = io.StringIO()
-    with pytest.raises(CommandError, match=r"^1 file\(s\) stored no session: 1 imported nothing$") as raised:
+    with pytest.raises(CommandError, match=r"^1 path\(s\) gave no session: 1 imported nothing$") as raised:
         call_command("import_sessions", str(path), str(FIXTURES / "nothing.jsonl"), "--json", stdout=out)
     assert raised.value.returncode == 1  # the file that stored nothing: a script sees it
 
@@ -528,11 +528,21 @@ def test_command_fails_when_a_file_stores_no_session(project, tmp_path):
         run_command(str(path), str(tmp_path / "missing.jsonl"), str(tmp_path / "notes.txt"), "--json")
 
     assert raised.value.returncode == 1
-    assert str(raised.value) == "2 file(s) stored no session: 1 could not be read, 1 imported nothing"
+    assert str(raised.value) == "2 path(s) gave no session: 1 could not be read, 1 imported nothing"
     assert Session.objects.count() == 1  # the readable file was still imported
     # The same file again is no failure: it is stored, as the command says.
     out, _ = run_command(str(path))
     assert "already imported as session" in out
+    # Nor is a folder of sessions beside a README, which is said; a folder of none is one.
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    record_full_session(folder / "b.jsonl", run_id="b", steps=1)
+    (folder / "README.md").write_text("# runs\n")
+    out, err = run_command(str(folder))
+    assert "imported as session" in out and "README.md: not a recognised session format" in err
+    (folder / "b.jsonl").unlink()
+    with pytest.raises(CommandError, match=r"^1 path\(s\) gave no session: 1 imported nothing$"):
+        run_command(str(folder))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])

@@ -1,8 +1,9 @@
 """Import recorded sessions from files or folders: `import_sessions PATH [PATH ...]`.
 
-Exit status 1 when a file stored nothing (it could not be read, is no session format, or holds
-nothing importable), so a script sees it; files with problems still import what is good and list
-what was skipped, with status 0. A file imported before is not a failure.
+Exit status 1 when a path given gives no session (it could not be read, is no session format,
+holds nothing importable, or is a folder with none), so a script sees it; files with problems
+still import what is good and list what was skipped, with status 0. A file imported before is
+not a failure, nor is a folder holding sessions beside other files (each said).
 """
 
 from __future__ import annotations
@@ -69,9 +70,12 @@ class Command(BaseCommand):
             # Verified by a worker (make run's qcluster); until then the badge says so.
             enqueue_verify_after_commit(session_ids=new_sessions(outcomes))
             audit.record_file_import(actor=audit.OPERATOR, project=project, outcomes=outcomes)
+            # A path fails when it gives no session at all (one stored before counts): a folder
+            # of sessions beside a README does not, though the README is said.
+            if not any(outcome.session is not None for outcome in outcomes):
+                failed += 1
+                unreadable += any(outcome.unreadable for outcome in outcomes)
             for outcome in outcomes:
-                unreadable += outcome.unreadable
-                failed += bool(outcome.error)
                 if options["json"]:
                     self.stdout.write(orjson.dumps(outcome.to_dict()).decode())
                 else:
@@ -83,7 +87,7 @@ class Command(BaseCommand):
             said = [f"{unreadable} could not be read"] if unreadable else []
             if failed > unreadable:
                 said.append(f"{failed - unreadable} imported nothing")
-            raise CommandError(f"{failed} file(s) stored no session: {', '.join(said)}", returncode=1)
+            raise CommandError(f"{failed} path(s) gave no session: {', '.join(said)}", returncode=1)
 
     def _project(self, slug: str | None, *, create: bool) -> Project:
         if not slug:
