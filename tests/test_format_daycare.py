@@ -395,6 +395,10 @@ def test_a_steps_rationale_is_its_run_python_calls_description_when_rlm_start_ha
     assert problems.count == 0, problems.to_list()
     [step] = [step_state(e) for e in rows(sessions[0]) if e.step_state]
     assert step["action_rationale"] == "Set x" and step["action_code"] == "x = 1\nprint(x)"
+    # A block no call of the message runs (another id, other code) borrows none.
+    stranger = [*records[:2], {**records[2], "toolCallId": "tc9", "code": "y = 2"}]
+    sessions, _ = ingest_file(daycare, write(tmp_path, stranger, "stranger.jsonl"), project)
+    assert [step_state(e)["action_rationale"] for e in rows(sessions[0]) if e.step_state] == [""]
     # Its own description, when it has one, is the rationale.
     records[2]["description"] = "Set x to one"
     sessions, _ = ingest_file(daycare, write(tmp_path, records, "own.jsonl"), project)

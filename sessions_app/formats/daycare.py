@@ -363,15 +363,17 @@ class _History:
         self.step += 1
         event.step = self.step
         assistant = self._message_of_block(call_id, code, at_ms)
-        index = 0
+        index, matched = 0, False
         if assistant is not None:
             if call_id in assistant["ids"]:
-                index = assistant["ids"].index(call_id)
+                index, matched = assistant["ids"].index(call_id), True
             elif code in assistant["codes"]:
-                index = assistant["codes"].index(code)
+                index, matched = assistant["codes"].index(code), True
         description = record.get("description") if isinstance(record.get("description"), str) else ""
         described = assistant.get("descriptions", ()) if assistant is not None else ()
-        if not description and index < len(described):
+        # Only the call this block runs lends its description (the latest message's first call,
+        # taken for an unmatched block, described another step).
+        if not description and matched and index < len(described):
             # daycare's rlmExecute writes rlm_start without one; the run_python call it runs
             # carries it in its arguments (the flat loop's rlm_start has it itself).
             description = described[index]
