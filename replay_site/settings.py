@@ -55,7 +55,8 @@ def env_number(name: str, default: float | None, *, minimum: float = 0, maximum:
     # A time past what the clock can add (1e300 seconds) passed here and stopped a stream or a
     # clean-up later with an OverflowError.
     if maximum is not None and value > maximum:
-        raise ImproperlyConfigured(f"{name} must be at most {maximum:g}, got {raw!r}")
+        said = f"{int(maximum):,}" if maximum == int(maximum) else f"{maximum:g}"
+        raise ImproperlyConfigured(f"{name} must be at most {said}, got {raw!r}")
     return value
 
 
@@ -63,10 +64,10 @@ _DAY = 24 * 3600
 _CENTURY_DAYS = 36_500
 
 
-def env_whole(name: str, default: int | None, *, minimum: int = 0) -> int | None:
+def env_whole(name: str, default: int | None, *, minimum: int = 0, maximum: int | None = None) -> int | None:
     """A whole number (a count of processes, failures, sessions, bytes, seconds): "2.9" stops
     start-up rather than run with 2."""
-    value = env_number(name, default, minimum=minimum)
+    value = env_number(name, default, minimum=minimum, maximum=maximum)
     if value is None:
         return None
     if value != int(value):
@@ -365,7 +366,9 @@ if WHITENOISE_USE_FINDERS:  # whitenoise would warn that STATIC_ROOT was never c
 # serves pages with, and job workers. Two threads a process, not four: a page is CPU-bound
 # Python, so more threads only share one GIL (bench/load_bench.py, 20 viewers, alternating runs:
 # step p95 148 against 172 ms on SQLite, 266/304 against 309/322 ms on PostgreSQL).
-WEB_PROCESSES = env_whole("REPLAY_WEB_PROCESSES", 2, minimum=1)
+# At most what `manage.py serve` takes (its default is this: argparse checks no default).
+PROCESSES_MAX = 512
+WEB_PROCESSES = env_whole("REPLAY_WEB_PROCESSES", 2, minimum=1, maximum=PROCESSES_MAX)
 WEB_THREADS = env_whole("REPLAY_WEB_THREADS", 2, minimum=1)
 
 # Uploads stream to disk, never to memory; the import job reads them from there.
@@ -447,7 +450,7 @@ JOB_TIMEOUT = env_whole("REPLAY_JOB_TIMEOUT", 3600, minimum=10)
 Q_CLUSTER = {
     "name": "replay",
     "orm": "default",
-    "workers": env_whole("REPLAY_Q_WORKERS", 1, minimum=1),
+    "workers": env_whole("REPLAY_Q_WORKERS", 1, minimum=1, maximum=PROCESSES_MAX),
     "timeout": JOB_TIMEOUT,
     # Delivered again only after the timeout has surely stopped it (a worker that died).
     "retry": JOB_TIMEOUT + 60,

@@ -170,6 +170,7 @@ def test_the_development_key_is_refused_outside_demo_mode(settings):
         ("--job-workers", "two", "argument --job-workers: 'two' is not a whole number"),
         ("--host", "localhost", "argument --host: 'localhost' is not an IP address (127.0.0.1, 0.0.0.0, ::1)"),
         ("--host", "999.1.1.1", "argument --host: '999.1.1.1' is not an IP address (127.0.0.1, 0.0.0.0, ::1)"),
+        ("--host", "fe80::1%lo", "argument --host: 'fe80::1%lo' is not an IP address (127.0.0.1, 0.0.0.0, ::1)"),
     ],
 )
 def test_serve_refuses_a_bad_number_by_name_before_starting_anything(option, value, said, monkeypatch):

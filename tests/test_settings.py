@@ -272,9 +272,11 @@ def test_every_number_setting_refuses_what_is_no_number_of_its_kind(name, value,
 
 @pytest.mark.parametrize(
     ("name", "value", "said"),
-    [("REPLAY_TAIL_POLL_SECONDS", "1e300", "must be at most 3600"),
-     ("REPLAY_RETENTION_DAYS", "1e9", "must be at most 36500"),
-     ("REPLAY_LOGIN_COOLOFF_MINUTES", "1e300", "must be at most 5.256e+07")],
+    [("REPLAY_TAIL_POLL_SECONDS", "1e300", "must be at most 3,600"),
+     ("REPLAY_RETENTION_DAYS", "1e9", "must be at most 36,500"),
+     ("REPLAY_LOGIN_COOLOFF_MINUTES", "1e300", "must be at most 52,560,000"),
+     ("REPLAY_WEB_PROCESSES", "99999999999999999999999", "must be at most 512"),
+     ("REPLAY_Q_WORKERS", "513", "must be at most 512")],
 )  # fmt: skip
 def test_a_time_setting_past_what_the_clock_adds_stops_start_up(name, value, said):
     # 1e300 seconds passed, and the tail stream died later of an OverflowError.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -13,7 +14,7 @@ from replay_site.serving import serve
 from sessions_app.jobs import schedule_jobs
 
 
-def whole(low: int, high: int):
+def whole(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number in [low, high], refused by name before anything starts
     (a port of 99999 reached granian, which stopped with a traceback; 0 web processes too)."""
 
@@ -33,6 +34,8 @@ def ip_address(text: str) -> str:
     """An argparse type: granian binds an IP address only ("localhost" and 999.1.1.1 stopped it
     with a traceback)."""
     try:
+        if "%" in text:  # a scoped IPv6 address, which granian refuses
+            raise ValueError(text)
         return str(ipaddress.ip_address(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an IP address (127.0.0.1, 0.0.0.0, ::1)") from None
@@ -45,9 +48,9 @@ class Command(BaseCommand):
         parser.add_argument("--host", type=ip_address, default="127.0.0.1",
                             help="IP address to listen on: 0.0.0.0 for every one (default: %(default)s)")  # fmt: skip
         parser.add_argument("--port", type=whole(1, 65535), default=8000, help="port (default: %(default)s)")
-        parser.add_argument("--web-processes", type=whole(1, 512), default=settings.WEB_PROCESSES,
+        parser.add_argument("--web-processes", type=whole(1, settings.PROCESSES_MAX), default=settings.WEB_PROCESSES,
                             help="granian web processes (default: REPLAY_WEB_PROCESSES, here %(default)s)")  # fmt: skip
-        parser.add_argument("--job-workers", type=whole(1, 512), default=settings.Q_CLUSTER["workers"],
+        parser.add_argument("--job-workers", type=whole(1, settings.PROCESSES_MAX), default=settings.Q_CLUSTER["workers"],
                             help="job worker processes (default: REPLAY_Q_WORKERS, here %(default)s)")  # fmt: skip
 
     def handle(self, *args, **options) -> None:
