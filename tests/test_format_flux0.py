@@ -175,6 +175,11 @@ def test_a_recording_ending_on_an_unanswered_user_message_is_not_completed(proje
     assert problems.count == 0
     assert rows(sessions[0])[-1].kind == Kind.USER_MESSAGE
     assert sessions[0].completed is False
+    # The turn before's `completed` recorded after the new question is not this turn's.
+    late = [*lines[:10], lines[11], lines[10]]
+    path.write_bytes(b"\n".join(late) + b"\n")
+    sessions, _ = ingest_file(flux0, path, project)
+    assert sessions[0].completed is False
 
 
 def test_two_recordings_in_one_file_become_two_sessions(project, tmp_path):

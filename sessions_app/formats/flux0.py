@@ -252,6 +252,7 @@ class _Recording:
         self.turns: int = 0
         self.messages: int = 0
         self.last_status = ""
+        self.turn_correlation = ""  # the correlation id of the open turn's user message
         self.started = False
 
     def events(self, records: Iterator[Record]) -> Iterator[CanonicalEvent]:
@@ -388,6 +389,7 @@ class _Recording:
                 # The new turn is not completed until the agent says so: a recording that ends
                 # on it (unanswered, or cut off mid-answer) showed the turn before's `completed`.
                 self.last_status = ""
+                self.turn_correlation = correlation_id
                 self.turn += 1
                 self.turns += 1
                 self.turn_text = message
@@ -408,7 +410,10 @@ class _Recording:
                 problems.add(line, "payload.data.status", "status event without a status")
                 return [event]
             event.payload["status"] = status
-            self.last_status = status
+            # Only the open turn's own status says whether the recording ends answered (a late
+            # `completed` of the turn before, recorded after the next question, did not).
+            if not self.turn_correlation or correlation_id == self.turn_correlation:
+                self.last_status = status
             if status in ERROR_STATUSES:
                 event.is_error = True
                 self.correlation_errors[correlation_id] = text(data.get("data")) or status
