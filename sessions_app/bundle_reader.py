@@ -506,6 +506,9 @@ def _list_items(archive: zipfile.ZipFile, name: str, most_containers: int | None
             yield from _entries(ijson.basic_parse(stream, use_float=True), name, most)
         except ijson.JSONError as error:
             raise BundleError(f"{name}: not readable JSON ({str(error).splitlines()[0]})") from None
+        except UnicodeDecodeError:  # a lone surrogate escape ("\udfff"), which yajl passes on
+            raise BundleError(f"{name}: not readable JSON (a text holding a lone surrogate escape, which no UTF-8 "
+                              "text holds)") from None  # fmt: skip
 
 
 _OPENS = frozenset({"start_map", "start_array"})

@@ -320,6 +320,7 @@ def test_an_events_content_that_is_not_text_refuses_the_bundle_by_line_and_field
         ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "chain_valid": "false"}],
          "reviews.json: sign-off 1: field chain_valid: not true or false, got 'false'"),
         ([], ["x"], "reviews.json: sign-off 1: not an object, got 'x'"),
+
     ],
 )  # fmt: skip
 def test_a_restored_comment_or_sign_off_of_the_wrong_type_refuses_the_bundle_by_name(
@@ -331,6 +332,16 @@ def test_a_restored_comment_or_sign_off_of_the_wrong_type_refuses_the_bundle_by_
     (outcome,) = import_file(path=_resigned(bundle, tmp_path, comments=comments, reviews=reviews), project=elsewhere)
     assert outcome.session is None and said in outcome.error, outcome.error
     assert not Session.objects.filter(project=elsewhere).exists()
+
+
+def test_a_lone_surrogate_in_a_bundles_list_refuses_it_by_file(bundle, session, elsewhere, tmp_path):
+    # yajl passes "\udfff" on as bytes no UTF-8 decoder takes: a traceback.
+    session.delete()
+    reviews = b'[{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "note": "\\udfff"}]'
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, files={"reviews.json": reviews}), project=elsewhere)
+    assert outcome.session is None and outcome.error.endswith(
+        "reviews.json: not readable JSON (a text holding a lone surrogate escape, which no UTF-8 text holds)"
+    ), outcome.error
 
 
 def _kept_files() -> set[Path]:
