@@ -284,6 +284,14 @@ def test_a_step_states_variables_memory_and_the_events_own_fields_reach_the_step
         assert step["timestamp"] == "2026-03-01T10:00:05+00:00" and step["success"] is True
     for session in (Session.objects.get(pk=created["id"]), outcome.session):
         assert verify_session(session=session).valid  # what the writer stored, derived again from the record
+    # Both a step state's variables and a state change's: one was dropped without a word.
+    both = {**event, "state_change": {"variables": {"g": 1}}}
+    response = append(api, created["id"], [both])
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("events[0].state_change: step_state.variables also sets the variables")
+    path.write_bytes(orjson.dumps(both) + b"\n")
+    [refused] = import_file(path=path, project=project, format="canonical")
+    assert refused.session is None and "state_change: step_state.variables also sets the variables" in refused.error
 
 
 def test_token_totals_stop_at_the_64_bit_limit_instead_of_failing_the_write(api, project):

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, ValidationInfo, field_validator
 
 from ..canonical import (
     ALL_KINDS,
@@ -125,6 +125,18 @@ class CanonicalEventIn(BaseModel):
         if wrong:  # each one named, not only the first
             raise ValueError("; ".join(wrong))
         return value
+
+    @field_validator("state_change")
+    @classmethod
+    def _one_state_each(cls, change: StateChangeIn | None, info: ValidationInfo) -> StateChangeIn | None:
+        # A step state's variables or notes set the state at this event too: one was dropped
+        # without a word. (step_state is validated first: it is declared before.)
+        step = info.data.get("step_state") or {}
+        if change is not None and step.get("variables") is not None and change.variables is not None:
+            raise ValueError("step_state.variables also sets the variables: send one of the two")
+        if change is not None and step.get("memory_notes") is not None and change.memory is not None:
+            raise ValueError("step_state.memory_notes also sets the memory: send one of the two")
+        return change
 
     @field_validator("kind")
     @classmethod
