@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -572,6 +573,24 @@ def test_a_command_stopped_by_a_signal_fails_its_job_and_no_worker_finishes_it(p
     assert job.status == ImportJob.Status.FAILED and job.error.startswith("Interrupted: the command")
     assert jobs.requeue_stalled_imports() == {"requeued": [], "given_up": []}
     assert signal.getsignal(sig) is before  # the command's handler only while it runs
+
+
+def test_a_copy_stopped_before_its_job_exists_leaves_no_file(project, tmp_path, monkeypatch):
+    # Ctrl-C while a stalled pipe was copied left a file in the uploads folder nothing deletes.
+    from sessions_app.ingest import uploads
+
+    def stopped(source, target, *args, **kwargs):
+        Path(target).write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    path = tmp_path / "run.jsonl"
+    record_full_session(path, steps=1)
+    monkeypatch.setattr(uploads.shutil, "copyfile", stopped)
+    before = {p for p in Path(settings.DATA_DIR).rglob("*") if p.is_file()}
+    with pytest.raises(CommandError, match="^interrupted"):
+        run_command(str(path))
+    assert {p for p in Path(settings.DATA_DIR).rglob("*") if p.is_file()} == before
+    assert not ImportJob.objects.exists()
 
 
 def test_a_recording_folders_job_stopped_by_a_signal_is_failed_not_left_running(project, tmp_path, monkeypatch):

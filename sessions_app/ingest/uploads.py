@@ -11,6 +11,7 @@ import re
 import shutil
 import uuid
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -133,7 +134,7 @@ def keep_local_file(
     target = _new_stored_path(_kept_suffix(display_name(path.name)))
     # copyfile, not a read/write loop: the kernel copies (sendfile), a few times faster on a
     # large session file (bench/import_bench.py times this copy as part of the import).
-    shutil.copyfile(path, target)
+    _copied(lambda: shutil.copyfile(path, target), target)
     return _kept_job(target, name=path.name, project=project, format=format, created_by=created_by, replace=replace)
 
 
@@ -143,9 +144,23 @@ def keep_stream(
     """Keep a copy of what `stream` reads (an original carried in an evidence bundle) as an
     upload is kept, with its job."""
     target = _new_stored_path(_kept_suffix(display_name(name)))
-    with target.open("wb") as out:
-        shutil.copyfileobj(stream, out, 1 << 20)
+
+    def copy() -> None:
+        with target.open("wb") as out:
+            shutil.copyfileobj(stream, out, 1 << 20)
+
+    _copied(copy, target)
     return _kept_job(target, name=name, project=project, format=format, created_by=created_by, replace=replace)
+
+
+def _copied(copy: Callable[[], None], target: Path) -> None:
+    """Run `copy` to `target`; a copy that stops (a full disk, Ctrl-C on a pipe that stalled)
+    leaves no file behind: it has no job yet, and nothing would ever delete it."""
+    try:
+        copy()
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
 
 
 def _kept_suffix(original_name: str) -> str:
