@@ -25,6 +25,11 @@ class TeamError(ValueError):
 
 
 @transaction.atomic  # the change and its audit entry, or neither
+def is_project_slug(slug: str) -> bool:
+    """Whether a project may be named so in addresses (every path that makes a project asks)."""
+    return bool(slug) and len(slug) <= 100 and slugify(slug) == slug
+
+
 def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = None) -> Project:
     """A new project, whose creator is its admin."""
     name = name.strip()
@@ -33,7 +38,7 @@ def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = 
         raise TeamError("name: a project needs a name")
     if why := hidden_in_name("name", name):
         raise TeamError(why)
-    if not slug or slugify(slug) != slug:
+    if not is_project_slug(slug):
         raise TeamError("slug: use lowercase letters, digits, hyphens and underscores")
     if Project.objects.filter(slug=slug).exists():
         raise TeamError(f"slug: a project {slug!r} exists already")

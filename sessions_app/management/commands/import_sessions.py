@@ -14,9 +14,8 @@ from pathlib import Path
 
 import orjson
 from django.core.management.base import BaseCommand, CommandError
-from django.utils.text import slugify
 
-from sessions_app import audit
+from sessions_app import audit, teams
 from sessions_app.formats import known_formats
 from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
@@ -99,7 +98,7 @@ class Command(BaseCommand):
             if project is None:
                 raise CommandError(f"--project: no project with the slug {slug!r} (--new-project creates it)")
             return project
-        if slugify(slug) != slug or len(slug) > 100:
+        if not teams.is_project_slug(slug):
             # As the pages and the API refuse it: no address holds another, and every page naming
             # the project failed (a 500 on the projects list and on its sessions' players).
             raise CommandError(f"--project: {slug!r} is not a slug (lowercase letters, digits, hyphens, underscores)")
