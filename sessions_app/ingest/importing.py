@@ -54,37 +54,31 @@ PROBLEMS_KEPT = 1000
 UNRECOGNISED = "not a recognised session format (nothing importable)"
 
 
-def _named_gzip_note(display_name: str, path: Path) -> str:
-    """A file named .gz that is not gzip: said, since its name promised otherwise (the
-    walkthrough's case). A real gzip that holds nothing importable (only blank lines) is not
-    told it is no gzip."""
-    if not display_name.lower().endswith(".gz"):
-        return ""
-    try:
-        with path.open("rb") as raw:
-            if raw.read(2) == GZIP_MAGIC:
-                return "; it is gzip-compressed, and what it holds is no session"
-    except OSError:
-        return ""
-    return "; it is named .gz but is not gzip-compressed"
-
-
-def _utf16_note(path: Path) -> str:
-    """A UTF-16 file (what Windows PowerShell 5.1's `>` writes) said as such: every format reads
-    UTF-8 text, and "not a recognised format" left its owner guessing."""
+def _unrecognised_note(display_name: str, path: Path) -> str:
+    """What more the file's first bytes say of a file no format took (read once):
+    - named .gz but not gzip, said since its name promised otherwise (the walkthrough's case); a
+      real gzip that holds nothing importable (only blank lines) is not told it is no gzip;
+    - UTF-16 text (what Windows PowerShell 5.1's `>` writes): every format reads UTF-8, and
+      "not a recognised format" left its owner guessing."""
     try:
         with path.open("rb") as raw:
             head = raw.read(4)
     except OSError:
         return ""
+    note = ""
+    if display_name.lower().endswith(".gz"):
+        gzip = head[:2] == GZIP_MAGIC
+        note = (
+            "; it is gzip-compressed, and what it holds is no session"
+            if gzip
+            else "; it is named .gz but is not gzip-compressed"
+        )
     bom = head[:2] in (b"\xff\xfe", b"\xfe\xff")
     text_le = len(head) == 4 and head[0] and not head[1] and head[2] and not head[3]
     text_be = len(head) == 4 and not head[0] and head[1] and not head[2] and head[3]
-    return (
-        "; it is UTF-16 text: save it as UTF-8 (PowerShell: Out-File -Encoding utf8)"
-        if bom or text_le or text_be
-        else ""
-    )
+    if bom or text_le or text_be:
+        note += "; it is UTF-16 text: save it as UTF-8 (PowerShell: Out-File -Encoding utf8)"
+    return note
 
 
 @dataclass
@@ -194,7 +188,7 @@ def import_file(
         if path.is_dir():
             return _import_folder(path, project, format, replace, created_by)
         outcome = ImportOutcome(
-            path=path, error=f"{display_name}: {UNRECOGNISED}{_named_gzip_note(display_name, path)}{_utf16_note(path)}"
+            path=path, error=f"{display_name}: {UNRECOGNISED}{_unrecognised_note(display_name, path)}"
         )
         progress.finish([outcome], Problems(), "")
         return [outcome]
@@ -536,7 +530,7 @@ def _import_folder(
     try:
         for child in sorted(path.iterdir()):
             if not child.name.startswith("."):
-                outcomes.extend(_import_child(child, here, opened | {here}, project, format, replace, created_by))
+                outcomes.extend(_import_child(child, here, project, format, replace, created_by))
     finally:
         _FOLDERS_OPEN.reset(reset)
     if not outcomes:
@@ -549,13 +543,13 @@ _FOLDERS_OPEN: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextVar(
 
 
 def _import_child(
-    child: Path, here: Path, opened: frozenset[Path], project: Project, format: str | None, replace: bool,
+    child: Path, here: Path, project: Project, format: str | None, replace: bool,
     created_by: str,
 ) -> list[ImportOutcome]:  # fmt: skip
     name = display_name(child.name)
     if child.is_symlink() and not child.exists():
         return [ImportOutcome(path=child, error=f"{name}: a broken link (or a link to itself): skipped")]
-    if child.is_dir() and (child.resolve() in opened or here.is_relative_to(child.resolve())):
+    if child.is_dir() and (child.resolve() in _FOLDERS_OPEN.get() or here.is_relative_to(child.resolve())):
         # A link to a folder being read, or above it (two folders linking to each other too):
         # followed, it was read 40 levels deep, each file "already imported" 40 times.
         return [ImportOutcome(path=child, error=f"{name}: a link back to a folder being read: skipped")]
