@@ -310,11 +310,10 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
             line_number += 1
             if len(line) > LINE_CAP:
                 raise BundleError(f"events.jsonl line {line_number}: longer than {LINE_CAP:,} bytes")
+            event = _event_line(line, line_number)
+            seq = event["seq"]
+            where = f"events.jsonl line {line_number} (seq {seq})"
             try:
-                if line.count(b"{") + line.count(b"[") > _BRACES_CHEAP and _nested(line):
-                    raise BundleError(f"events.jsonl line {line_number}: not an event line (values nested in it)")
-                event = orjson.loads(line)
-                seq = event["seq"]
                 recorded = recorded_values([event[name] for name in RECORDED_FIELDS])
                 contents = [event[name] for name in CONTENT_FIELDS]
                 # Each is JSON text as stored (or null): a list there reached the hashing and
@@ -322,16 +321,16 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                 for name, value in zip(CONTENT_FIELDS, contents):
                     if value is not None and type(value) is not str:
                         raise BundleError(
-                            f"events.jsonl line {line_number} (seq {seq}): field {name}: "
-                            f"not text (the event's stored JSON), got {type(value).__name__}"
+                            f"{where}: field {name}: not text (the event's stored JSON), got {type(value).__name__}"
                         )
                 stored_prev, stored_hash, salt = event["prev_hash"], event["hash"], event["salt"]
                 # A bundle of events with removed values (chain.redact_field) carries their
                 # commitments in `redacted`; bundles written before it have no such field.
                 commits = stored_commitments(salt, event.get("redacted"), contents)
-            except (orjson.JSONDecodeError, ijson.JSONError, KeyError, TypeError, ValueError) as error:
-                raise BundleError(f"events.jsonl line {line_number}: not an event line ({error!r})") from None
-            where = f"events.jsonl line {line_number} (seq {seq})"
+            except (TypeError, ValueError) as error:
+                # A value of the wrong type stopped the hashing: named by its field, as the
+                # check after the link would name it, never by Python's words (a retest).
+                raise BundleError(f"{where}: {_shape_problem(event, error)}") from None
             if event.get("redacted") is not None:
                 try:
                     form = parse_redacted(event["redacted"])
@@ -367,6 +366,38 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
     if prev != chain.get("head"):
         raise BundleError("events.jsonl: the last event's hash is not manifest.json's chain.head")
     return line_number, removed
+
+
+_LINE_FIELDS = ("seq", *RECORDED_FIELDS, *CONTENT_FIELDS, "prev_hash", "hash", "salt")
+
+
+def _event_line(line: bytes, line_number: int) -> dict[str, Any]:
+    """The line's event: one JSON object holding every field a link is made of, its seq an
+    integer; else a BundleError naming the line and the field."""
+    where = f"events.jsonl line {line_number}"
+    try:
+        if line.count(b"{") + line.count(b"[") > _BRACES_CHEAP and _nested(line):
+            raise BundleError(f"{where}: not an event line (values nested in it)")
+        event = orjson.loads(line)
+    except (orjson.JSONDecodeError, ijson.JSONError) as error:
+        raise BundleError(f"{where}: not JSON ({error})") from None
+    if not isinstance(event, dict):
+        raise BundleError(f"{where}: not an event (a JSON object), got {type(event).__name__}")
+    for name in _LINE_FIELDS:
+        if name not in event:
+            raise BundleError(f"{where}: field {name}: missing")
+    if not _is_int(event["seq"]) or event["seq"] < 0:
+        raise BundleError(f"{where}: field seq: not a non-negative integer, got {event['seq']!r:.40}")
+    return event
+
+
+def _shape_problem(event: dict[str, Any], error: Exception) -> str:
+    """What is wrong with an event line whose values could not be hashed, by field."""
+    try:
+        check_event_shape(event)
+    except (ValueError, TypeError, orjson.JSONDecodeError) as problem:
+        return f"field {problem}"
+    return f"not an event line ({error})"
 
 
 # An event line is one flat object: its content is JSON *text*. Counting brackets is a bound (they

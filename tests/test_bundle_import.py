@@ -306,6 +306,41 @@ def test_an_events_content_that_is_not_text_refuses_the_bundle_by_line_and_field
 
 
 @pytest.mark.parametrize(
+    "change, said",
+    [
+        (("drop", "hash"), "line 2: field hash: missing"),
+        (("drop", "ts"), "line 2: field ts: missing"),
+        (("set", "seq", "1"), "line 2: field seq: not a non-negative integer, got '1'"),
+        (("set", "duration_ms", "x"), "line 2 (seq 1): field duration_ms: not a number"),
+        (("set", "cost_usd", [1]), "line 2 (seq 1): field cost_usd: not a number"),
+        (("set", "salt", 5), "line 2 (seq 1): field salt: not 32 hexadecimal digits"),
+        (("set", "redacted", 5), "line 2 (seq 1): field redacted: an event with removed values has their record"),
+        (("line", b"[1, 2]"), "line 2: not an event (a JSON object), got list"),
+        (("line", b"not json"), "line 2: not JSON (invalid literal"),
+    ],
+)  # fmt: skip
+def test_an_event_line_of_the_wrong_shape_refuses_the_bundle_by_line_and_field(
+    bundle, elsewhere, tmp_path, change, said
+):
+    # These were "not an event line (KeyError('hash'))", "(TypeError('fromhex() argument must
+    # be str, not int'))" and the like: Python's words, not the field's name.
+    with zipfile.ZipFile(bundle) as archive:
+        lines = archive.read("events.jsonl").splitlines()
+    event = orjson.loads(lines[1])
+    if change[0] == "drop":
+        del event[change[1]]
+    elif change[0] == "set":
+        event[change[1]] = change[2]
+    lines[1] = change[1] if change[0] == "line" else orjson.dumps(event)
+    forged = _resigned(bundle, tmp_path, files={"events.jsonl": b"\n".join(lines) + b"\n"})
+    (outcome,) = import_file(path=forged, project=elsewhere)
+    assert outcome.session is None
+    assert f"resigned.zip: events.jsonl {said}" in outcome.error, outcome.error
+    assert "Error" not in outcome.error
+    assert not Session.objects.filter(project=elsewhere).exists()
+
+
+@pytest.mark.parametrize(
     "comments, reviews, said",
     [
         ([7], [], "comments.json: thread 1: not an object, got 7"),
