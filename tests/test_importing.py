@@ -634,16 +634,26 @@ def test_a_pipe_found_in_a_folder_is_skipped_not_read(project, tmp_path):
     assert [s.run_id for s in Session.objects.all()] == ["a"]
 
 
-@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
-def test_a_utf16_file_is_said_to_be_utf16(project, tmp_path, encoding):
+@pytest.mark.parametrize(
+    "encoding, gz, said",
+    [
+        ("utf-16", False, "UTF-16"), ("utf-16-le", False, "UTF-16"), ("utf-16-be", False, "UTF-16"),
+        ("utf-32", False, "UTF-32"), ("utf-32-le", False, "UTF-32"), ("utf-32-be", False, "UTF-32"),
+        ("utf-16", True, "UTF-16"),
+    ],
+)  # fmt: skip
+def test_a_utf16_or_utf32_file_is_said_to_be_so(project, tmp_path, encoding, gz, said):
     # What Windows PowerShell 5.1's `>` writes: "not a recognised session format" said nothing more.
-    path = tmp_path / "run.jsonl"
+    # UTF-32 had been called UTF-16 (its mark starts like one), and a gzipped one had no hint.
+    path = tmp_path / ("run.jsonl.gz" if gz else "run.jsonl")
     record_full_session(path, steps=1)
-    path.write_bytes(path.read_text().encode(encoding))
+    data = path.read_text().encode(encoding)
+    path.write_bytes(gzip.compress(data) if gz else data)
     [outcome] = import_file(path=path, project=project)
     assert outcome.error == (
-        "run.jsonl: not a recognised session format (nothing importable); it is UTF-16 text: save it as UTF-8 "
-        "(PowerShell: Out-File -Encoding utf8)"
+        f"{path.name}: not a recognised session format (nothing importable)"
+        + ("; it is gzip-compressed, and what it holds is no session" if gz else "")
+        + f"; it is {said} text: save it as UTF-8 (PowerShell: Out-File -Encoding utf8)"
     )
 
 

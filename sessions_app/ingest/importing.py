@@ -8,6 +8,7 @@ finish), so a duplicate can be rolled back whole and a failure never leaves half
 from __future__ import annotations
 
 import contextvars
+import gzip
 import hashlib
 import logging
 import os
@@ -67,18 +68,39 @@ def _unrecognised_note(display_name: str, path: Path) -> str:
         return ""
     note = ""
     if display_name.lower().endswith(".gz"):
-        gzip = head[:2] == GZIP_MAGIC
         note = (
             "; it is gzip-compressed, and what it holds is no session"
-            if gzip
+            if head[:2] == GZIP_MAGIC
             else "; it is named .gz but is not gzip-compressed"
         )
-    bom = head[:2] in (b"\xff\xfe", b"\xfe\xff")
-    text_le = len(head) == 4 and head[0] and not head[1] and head[2] and not head[3]
-    text_be = len(head) == 4 and not head[0] and head[1] and not head[2] and head[3]
-    if bom or text_le or text_be:
-        note += "; it is UTF-16 text: save it as UTF-8 (PowerShell: Out-File -Encoding utf8)"
+    if head[:2] == GZIP_MAGIC:
+        head = _gzip_head(path)  # the text inside tells its encoding (a gzipped PowerShell file)
+    encoding = _wide_encoding(head)
+    if encoding:
+        note += f"; it is {encoding} text: save it as UTF-8 (PowerShell: Out-File -Encoding utf8)"
     return note
+
+
+def _gzip_head(path: Path) -> bytes:
+    try:
+        with gzip.open(path) as text:
+            return text.read(4)
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+def _wide_encoding(head: bytes) -> str:
+    """UTF-32 or UTF-16, by a byte-order mark or the zero bytes of ASCII text, else ""."""
+    if head in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") or (
+        len(head) == 4 and head[0] and not any(head[1:])
+    ) or (len(head) == 4 and not any(head[:3]) and head[3]):  # fmt: skip
+        return "UTF-32"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or (
+        len(head) == 4 and ((head[0] and not head[1] and head[2] and not head[3])
+                            or (not head[0] and head[1] and not head[2] and head[3]))
+    ):  # fmt: skip
+        return "UTF-16"
+    return ""
 
 
 @dataclass
