@@ -130,9 +130,17 @@ class PlayerForm(QueryForm):
         out = super().values()
         out["speed"] = out["speed"] or "1"
         out["pace"] = out["pace"] or "steps"
-        # A step given but refused ("abc", -1): the player says so beside the event it shows.
+        # A step, speed or pace given but refused ("abc", 999), and kinds no event has: the
+        # player says so beside the event it shows, as the lists do (ignored_filters.html).
         out["step_refused"] = self.ignored.get("step")
+        out["refused"] = {name: self.ignored[name] for name in ("speed", "pace") if name in self.ignored}
+        out["unknown_kinds"] = self._unknown_kinds()
         return out
+
+    def _unknown_kinds(self) -> list[str]:
+        given = self.data.getlist("types") if hasattr(self.data, "getlist") else [self.data.get("types") or ""]
+        asked = (kind.strip() for item in given for kind in str(item).split(","))
+        return list(dict.fromkeys(kind[:40] for kind in asked if kind and kind not in ALL_KINDS))[:5]
 
 
 class SearchForm(QueryForm):

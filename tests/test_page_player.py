@@ -210,6 +210,21 @@ def test_a_step_the_url_asks_for_but_cannot_have_is_named_beside_the_event_shown
     assert len(step_notice(hostile)) < 200
 
 
+def test_a_speed_pace_or_kind_the_player_cannot_follow_is_named_beside_the_event_shown(logged_in, talk):
+    # They were dropped silently: a link that played at 1× or showed every kind said nothing.
+    asked = {"speed": "999", "pace": "fast", "types": "llm_call,bogus,<b>x</b>", "step": "1"}
+    said = step_notice(logged_in.get(url(talk), asked, HTTP_HX_REQUEST="true").content.decode())
+    assert said == (
+        "?speed=999 is not a speed (1, 2, 5, 10); playing at 1×. ?pace=fast is not a pace (steps or recorded); "
+        "the pace is steps. ?types=bogus,&lt;b&gt;x&lt;/b&gt;: no such event kind, ignored."
+    )
+    both = step_notice(logged_in.get(url(talk), {"step": "abc", "speed": "3"}).content.decode())
+    assert both == "?step=abc is not an event&#x27;s seq (a whole number from 0); showing event #1. ?speed=3 is not " \
+        "a speed (1, 2, 5, 10); playing at 1×."  # fmt: skip
+    fine = {"speed": "5", "pace": "recorded", "types": ["llm_call", "tool_call"], "step": "1"}
+    assert step_notice(logged_in.get(url(talk), fine).content.decode()) is None
+
+
 def test_frame_knows_neighbours_turn_boundary_and_errors(logged_in, talk):
     turn = turn_length()
     data = frame_data(logged_in.get(url(talk), {"step": 2}).content.decode())

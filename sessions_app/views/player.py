@@ -77,8 +77,12 @@ def player_page(request: HttpRequest, session: Session, state: dict[str, Any], *
 
 
 def _step_notice(state: dict[str, Any], frame: Frame, session: Session) -> str:
-    """Why the event shown is not the one the URL asked for (a link typed or cut short), so a
-    shared link that opens elsewhere says so instead of showing another moment silently."""
+    """What of the URL the player could not follow (a link typed or cut short), so a shared link
+    that opens elsewhere, or plays otherwise, says so instead of doing it silently."""
+    return " ".join(filter(None, (_step_shown(state, frame, session), *_settings_ignored(state))))
+
+
+def _step_shown(state: dict[str, Any], frame: Frame, session: Session) -> str:
     shown = f"showing event #{frame.seq + 1}"
     if state.get("step_refused") is not None:
         return f"?step={state['step_refused']} is not an event's seq (a whole number from 0); {shown}."
@@ -86,6 +90,19 @@ def _step_notice(state: dict[str, Any], frame: Frame, session: Session) -> str:
     if asked is not None and session.event_count and asked > frame.seq:
         return f"?step={asked} is past this session's last event (seq {frame.seq}); {shown}, the last."
     return ""
+
+
+def _settings_ignored(state: dict[str, Any]) -> list[str]:
+    said = []
+    refused = state.get("refused", {})
+    if "speed" in refused:
+        said.append(f"?speed={refused['speed']} is not a speed ({', '.join(SPEEDS)}); playing at {state['speed']}×.")
+    if "pace" in refused:
+        paces = " or ".join(name for name, _label in PACES)
+        said.append(f"?pace={refused['pace']} is not a pace ({paces}); the pace is {state['pace']}.")
+    if state.get("unknown_kinds"):
+        said.append(f"?types={','.join(state['unknown_kinds'])}: no such event kind, ignored.")
+    return said
 
 
 # While a session is being written, its header and the filters' counts travel with every frame
