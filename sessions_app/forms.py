@@ -130,7 +130,7 @@ class PlayerForm(QueryForm):
         out = super().values()
         out["speed"] = out["speed"] or "1"
         out["pace"] = out["pace"] or "steps"
-        # A step, speed or pace given but refused ("abc", 999), and kinds no event has: the
+        # A step, speed or pace given but refused ("abc", 999), and kinds Replay does not know: the
         # player says so beside the event it shows, as the lists do (ignored_filters.html).
         out["step_refused"] = self.ignored.get("step")
         out["refused"] = {name: self.ignored[name] for name in ("speed", "pace") if name in self.ignored}
