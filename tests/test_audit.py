@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.db import models
 from django.http import HttpResponse
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -296,6 +297,14 @@ def test_entries_filter_by_actor_action_and_since(acme, reviewer, monkeypatch):
     assert seqs(since=(day + timedelta(hours=1)).isoformat()) == [2, 1]
     assert seqs(since=(day + timedelta(days=2)).isoformat()) == [2]
     assert seqs(actor="nobody") == []
+    # Without an offset a time or date is in UTC: Django had warned of a naive datetime, and
+    # under another TIME_ZONE the database had read it in that zone.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with override_settings(TIME_ZONE="Pacific/Kiritimati"):
+            assert seqs(since="2026-03-02T12:00:00") == [2, 1]
+            assert seqs(since="2026-03-02T12:00:01") == [2]
+            assert seqs(until="2026-03-02T12:00:00", since="2026-03-01") == [0]
 
 
 def test_dates_at_the_ends_of_time_filter_or_are_refused_naming_the_parameter(acme, reviewer, page, monkeypatch):

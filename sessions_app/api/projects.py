@@ -64,9 +64,12 @@ class AuditPageOut(Schema):
 
 def _in_utc(value: datetime | None) -> datetime | None:
     """A time the database can compare: in UTC, so a moment that has none (year 1 at +14:00)
-    is a 400 naming the parameter, not an overflow in the driver."""
-    if value is None or value.tzinfo is None:
+    is a 400 naming the parameter, not an overflow in the driver. A date or time without an
+    offset is in UTC, as every time the API gives (Django had warned of a naive datetime)."""
+    if value is None:
         return value
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
     try:
         return value.astimezone(UTC)
     except OverflowError:
