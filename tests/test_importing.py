@@ -472,6 +472,21 @@ def run_command(*args: str) -> tuple[str, str]:
     return out.getvalue(), err.getvalue()
 
 
+def test_command_prints_a_files_name_without_letting_a_terminal_obey_it(project, tmp_path):
+    # A name holding a terminal's escapes had set the title and cleared the operator's screen.
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    record_full_session(folder / "ok_\x1b]0;PWNED\x07\x1b[2J.jsonl", steps=1)
+    (folder / "bad\u202e.jsonl").write_text('{"type": "step_start"\n')
+    with pytest.raises(CommandError):
+        run_command(str(folder / "bad\u202e.jsonl"))
+    out, err = run_command(str(folder))
+    for printed in (out, err):
+        assert not any(ch in printed for ch in "\x1b\x07\u202e"), printed
+    assert "ok_\\u001b]0;PWNED\\u0007\\u001b[2J.jsonl: imported as session" in out
+    assert "bad\\u202e.jsonl" in err
+
+
 def test_command_json_prints_one_object_per_session(project, tmp_path):
     path = tmp_path / "appended.jsonl"
     record_full_session(path, run_id="one", steps=2)

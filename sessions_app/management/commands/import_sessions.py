@@ -19,6 +19,7 @@ from sessions_app import audit, teams
 from sessions_app.formats import known_formats
 from sessions_app.ingest.importing import ImportOutcome, import_local_file
 from sessions_app.jobs import enqueue_verify_after_commit, new_sessions
+from sessions_app.lookalikes import shown_plainly
 from sessions_app.models import Project
 
 _STOPS = (signal.SIGTERM, signal.SIGHUP)
@@ -111,11 +112,20 @@ class Command(BaseCommand):
         return project
 
     def _print(self, outcome: ImportOutcome, *, with_problems: bool) -> None:
+        # Every line through shown_plainly: a file's name is anyone's words, and one holding a
+        # terminal's escape sequences had set the title and cleared the screen (a hostile-input
+        # review); problem messages escape the values they quote already.
+        def out(line: str) -> None:
+            self.stdout.write(shown_plainly(line))
+
+        def err(line: str) -> None:
+            self.stderr.write(shown_plainly(line))
+
         if outcome.error:
-            self.stderr.write(f"error: {outcome.error}")
+            err(f"error: {outcome.error}")
         else:
             verb = "already imported as" if outcome.duplicate else "imported as"
-            self.stdout.write(
+            out(
                 f"{outcome.path}: {verb} session {outcome.session.pk} ({outcome.format}, "
                 f"{outcome.events} events, {outcome.steps} steps, "
                 f"{len(outcome.problems)} problem(s))"
@@ -123,11 +133,11 @@ class Command(BaseCommand):
             if outcome.replaced:
                 # Gone with their comments, sign-offs and checkpoints: said, and in the audit log.
                 replaced = ", ".join(str(pk) for pk in outcome.replaced)
-                self.stdout.write(f"  replaced and deleted session(s) {replaced} of the same source")
+                out(f"  replaced and deleted session(s) {replaced} of the same source")
         if not with_problems:  # a file's problems are shared by all its sessions
             return
         for problem in outcome.problems[:20]:
             where = f"line {problem['line']}" if problem["line"] is not None else "file"
-            self.stderr.write(f"  {outcome.path}: {where}: {problem['field']}: {problem['message']}")
+            err(f"  {outcome.path}: {where}: {problem['field']}: {problem['message']}")
         if len(outcome.problems) > 20:
-            self.stderr.write(f"  ... {len(outcome.problems) - 20} more problem(s)")
+            err(f"  ... {len(outcome.problems) - 20} more problem(s)")
