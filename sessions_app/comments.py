@@ -1,5 +1,5 @@
 """Comments on a session's moments: threads on an event (`seq`), replies, edits with their
-history kept, soft deletes, resolving a thread, and the Markdown they are shown as.
+history kept, soft deletes and resolving a thread (their Markdown is shown by markdown.py).
 
 The API (api/comments.py) and the player's forms (views/comments.py) call these workflows;
 each records its audit entry (ids and seqs only: a comment's body never reaches the log).
@@ -9,42 +9,23 @@ rules that depend on the comment (only one's own edit, admins delete anyone's) l
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
-from typing import Any
 
-import nh3
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
-from markdown_it import MarkdownIt
-from markdown_it.common.utils import escapeHtml
+from django.utils.safestring import mark_safe
 
-from . import audit
+from . import audit, markdown
 from .access import Actor, NotVisible
 from .models import Comment, CommentRevision, Role, Session
 
 MAX_BODY = 10_000  # characters of Markdown
 # The Discussion list and the scrubber's marks: a session with more threads shows the first.
 MAX_THREADS = 500
-# The Markdown rendered for a thread's preview in that list (which shows 160 characters): a
-# few links' targets more than that, and no more (rendering is ~1 ms a 1,000 characters, and a
-# player page lists up to MAX_THREADS).
-PREVIEW_SOURCE = 320
-
-# What CommonMark produces once images are off (an image's `!` stays text, its target a link):
-# nothing that loads from elsewhere, so a page holding comments makes no outside request.
-ALLOWED_TAGS = {
-    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "code", "pre",
-    "blockquote", "ul", "ol", "li", "a",
-}  # fmt: skip
-ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}}
-URL_SCHEMES = {"http", "https", "mailto"}
 
 
 class CommentError(ValueError):
@@ -73,48 +54,6 @@ class Thread:
         return self.first.deleted_at is not None and all(reply.deleted_at is not None for reply in self.replies)
 
 
-# --- Markdown ---------------------------------------------------------------------------------
-
-
-@cache
-def _markdown() -> MarkdownIt:
-    # Raw HTML is escaped (html: False), links are never made from bare text (linkify is off in
-    # the commonmark preset); markdown-it already refuses javascript:, vbscript: and data: links.
-    # An image is written as a link to it: a page never loads anything from outside the server.
-    md = MarkdownIt("commonmark", {"html": False})
-    md.add_render_rule("image", _image_as_link)
-    return md
-
-
-def _image_as_link(renderer: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
-    token = tokens[idx]
-    alt = renderer.renderInlineAsText(token.children or [], options, env) or token.attrGet("src") or ""
-    # Inside a link already (a badge: [![alt](image)](target)): its words, as a link may not hold one.
-    depth = sum(1 if t.type == "link_open" else -1 if t.type == "link_close" else 0 for t in tokens[:idx])
-    if depth > 0:
-        return escapeHtml(alt)
-    return f'<a href="{escapeHtml(token.attrGet("src") or "")}">{escapeHtml(alt)}</a>'
-
-
-def render_markdown(body: str) -> SafeString:
-    """A comment's Markdown as HTML that is safe to put in a page: sanitised after rendering,
-    so even a renderer bug cannot let a script, an event handler or an outside image through."""
-    html = _markdown().render(body)
-    cleaned = nh3.clean(
-        html, tags=ALLOWED_TAGS, attributes=ALLOWED_ATTRIBUTES, url_schemes=URL_SCHEMES,
-        link_rel="noopener nofollow", clean_content_tags={"script", "style"},
-    )  # fmt: skip
-    return mark_safe(cleaned)
-
-
-def plain_text(body: str) -> str:
-    """A comment's Markdown as the plain text it shows (marks, links and code fences gone), for a
-    one-line preview such as the Discussion list's; the page escapes it like any text. Only
-    the start is rendered: a preview never needs more, and a list renders hundreds."""
-    text = nh3.clean(_markdown().render(body[:PREVIEW_SOURCE]), tags=set(), clean_content_tags={"script", "style"})
-    return " ".join(html.unescape(text).split())
-
-
 def permalink(comment: Comment) -> str:
     """The moment a comment is on: the player at its seq, scrolled to the comment."""
     return f"{reverse('sessions:player', args=[comment.session_id])}?step={comment.seq}#c-{comment.pk}"
@@ -122,7 +61,7 @@ def permalink(comment: Comment) -> str:
 
 def _shown(comment: Comment) -> Comment:
     """The comment with what pages and the API show of it: HTML and permalink."""
-    comment.body_html = mark_safe("") if comment.deleted_at else render_markdown(comment.body)
+    comment.body_html = mark_safe("") if comment.deleted_at else markdown.shown(comment, "body")
     comment.permalink = permalink(comment)
     return comment
 
@@ -172,7 +111,7 @@ class ThreadSummary:
     id: int
     seq: int
     author_name: str
-    snippet: str  # the first comment as plain text (`plain_text`)
+    snippet: str  # the first comment as plain text (`markdown.plain_text`)
     deleted: bool
     resolved: bool
     replies: int
@@ -197,7 +136,7 @@ def thread_summaries(*, session: Session, limit: int = MAX_THREADS) -> list[Thre
             id=c.pk,
             seq=c.seq,
             author_name=c.author_name,
-            snippet="" if c.deleted_at is not None else plain_text(c.body),
+            snippet="" if c.deleted_at is not None else markdown.plain_text(markdown.shown(c, "body")),
             deleted=c.deleted_at is not None,
             resolved=c.resolved_at is not None,
             replies=c.reply_count,

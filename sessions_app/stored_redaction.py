@@ -47,7 +47,7 @@ from django.db import connection, transaction
 from django.db.models import Model, Q
 from django.utils import timezone
 
-from . import audit
+from . import audit, markdown
 from .access import Actor, NotVisible
 from .chain import (
     CONTENT_FIELDS,
@@ -470,6 +470,9 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
                 names_held.discard(row.name)
                 changes["name"] = _numbered_apart(changes["name"], names_held)
                 names_held.add(changes["name"])
+            for name in getattr(model, "MARKDOWN_FIELDS", ()):
+                if name in changes:  # its kept HTML holds the words too (markdown.py)
+                    changes |= markdown.kept_columns(name, changes[name])
             if changes:
                 model.objects.filter(pk=row.pk).update(**changes)
                 result.elsewhere[model._meta.model_name] += 1

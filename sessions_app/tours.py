@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 
 from django.db import connection, transaction
 from django.db.models import Count
@@ -23,9 +23,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from . import audit
+from . import audit, markdown
 from .access import Actor, NotVisible, sessions_visible_to
-from .comments import render_markdown
 from .lookalikes import hidden_in_name
 from .models import Project, Session, ShareLink, Tour, TourStop
 
@@ -83,14 +82,14 @@ def stops_of(*, tour: Tour) -> list[TourStop]:
     stops = list(TourStop.objects.filter(tour=tour).select_related("session").order_by("position"))
     for number, stop in enumerate(stops, 1):
         stop.number = number
-        stop.narration_html = render_markdown(stop.narration)
+        stop.narration_html = markdown.shown(stop, "narration")
         stop.player_url = stop_player_url(tour_id=tour.pk, session_id=stop.session_id, seq=stop.seq,
                                           number=stop.number)  # fmt: skip
     return stops
 
 
 def describe(tour: Tour) -> SafeString:
-    return render_markdown(tour.description)
+    return markdown.shown(tour, "description")
 
 
 def tours_of_project(*, project: Project) -> list[TourSummary]:
@@ -181,6 +180,7 @@ def _write(*, tour: Tour, stops: list[StopSpec]) -> None:
             seq=stop.seq,
             title=stop.title,
             narration=stop.narration,
+            **markdown.kept_columns("narration", stop.narration),  # bulk_create calls no save()
         )
         for position, stop in enumerate(stops)
     )
@@ -321,7 +321,9 @@ def change_stop(*, actor: Actor, tour: Tour, stop_id: int, title: str, narration
     with transaction.atomic():
         current = _current(tour)
         index = _stop_index(current, stop_id, tour)
-        TourStop.objects.filter(pk=stop_id).update(title=title, narration=narration)
+        TourStop.objects.filter(pk=stop_id).update(
+            title=title, narration=narration, **markdown.kept_columns("narration", narration)
+        )
         _touch(tour)
         _record("tour.change", actor=actor, tour=tour, ip=ip, stop_changed=index + 1)
 
@@ -382,34 +384,30 @@ class TourMode:
 
 @cache
 def _stop_rows_sql() -> str:
-    """Every stop's place, session, seq and title, and the narration of the one at position %s
-    only, of tour %s. Written as SQL: the same query as TourStop.objects.filter(tour=...)
-    .order_by("position").annotate(shown=Case(When(position=..., then=F("narration")), ...))
-    .values_list(...), which Django took longer to compile than the database to run, on every
-    frame of tour mode."""
+    """Every stop's place, session, seq and title, and the id, narration and kept HTML
+    (markdown.py) of the one at position %s only, of tour %s. Written as SQL: the same query as
+    TourStop.objects.filter(tour=...).order_by("position").annotate(shown=Case(When(position=...,
+    then=F("narration")), ...)).values_list(...), which Django took longer to compile than the
+    database to run, on every frame of tour mode."""
     meta, quote = TourStop._meta, connection.ops.quote_name
     c = {
         name: quote(meta.get_field(name).column)
-        for name in ("position", "session", "seq", "title", "narration", "tour")
+        for name in ("id", "position", "session", "seq", "title", "tour", *_SHOWN_STOP)
     }
+    shown = ", ".join(f"CASE WHEN {c['position']} = %s THEN {c[name]} ELSE '' END" for name in _SHOWN_STOP)
     return (
-        f"SELECT {c['position']}, {c['session']}, {c['seq']}, {c['title']}, "
-        f"CASE WHEN {c['position']} = %s THEN {c['narration']} ELSE '' END "
+        f"SELECT {c['position']}, {c['session']}, {c['seq']}, {c['title']}, {c['id']}, {shown} "
         f"FROM {quote(meta.db_table)} WHERE {c['tour']} = %s ORDER BY {c['position']}"
     )
 
 
-def _stop_rows(tour_id: int, index: int) -> list[tuple[int, int, int, str, str]]:
+_SHOWN_STOP = ("narration", "narration_html", "narration_html_of")
+
+
+def _stop_rows(tour_id: int, index: int) -> list[tuple[int, int, int, str, int, str, str, str]]:
     with connection.cursor() as cursor:
-        cursor.execute(_stop_rows_sql(), [index, tour_id])
+        cursor.execute(_stop_rows_sql(), [index] * len(_SHOWN_STOP) + [tour_id])
         return cursor.fetchall()
-
-
-@lru_cache(maxsize=256)
-def _narration_html(narration: str) -> SafeString:
-    """A narration as HTML, kept: a tour is played over and over, every frame shows its stop's
-    narration, and rendering and sanitising it cost as much as the rest of tour mode."""
-    return render_markdown(narration)
 
 
 def tour_mode(*, tour: Tour, session: Session, number: int, link_suffix: str = "") -> TourMode | None:
@@ -422,13 +420,14 @@ def tour_mode(*, tour: Tour, session: Session, number: int, link_suffix: str = "
     if not rows:
         return None
     index = min(index, len(rows) - 1)  # a stale link past the end: the last stop
-    narration = rows[index][4]
-    if rows[index][0] != index:  # the stop is not at its dense position (see stops_of): ask for it
-        narration = TourStop.objects.filter(tour=tour, position=rows[index][0]).values_list("narration", flat=True)[0]
+    if rows[index][0] == index:
+        shown = TourStop(pk=rows[index][4], **dict(zip(_SHOWN_STOP, rows[index][5:])))
+    else:  # the stop is not at its dense position (see stops_of): ask for it
+        shown = TourStop.objects.only("pk", *_SHOWN_STOP).get(tour=tour, position=rows[index][0])
     base = reverse("sessions:tour_play", args=[tour.pk])  # once, not once a stop
     links = [
         StopLink(number=n, title=t, session=s, seq=q, url=f"{base}?stop={n}{link_suffix}")
-        for n, (_, s, q, t, _) in enumerate(rows, 1)
+        for n, (_, s, q, t, *_) in enumerate(rows, 1)
     ]
     stop = links[index]
     following = links[index + 1] if index + 1 < len(links) else None
@@ -441,6 +440,6 @@ def tour_mode(*, tour: Tour, session: Session, number: int, link_suffix: str = "
     }  # fmt: skip
     return TourMode(
         tour_id=tour.pk, tour_title=tour.title, number=stop.number, count=len(links), stop=stop,
-        narration_html=_narration_html(narration or ""), here=stop.session == session.pk,
+        narration_html=markdown.shown(shown, "narration"), here=stop.session == session.pk,
         prev=links[index - 1] if index > 0 else None, next=following, script_data=data,
     )  # fmt: skip

@@ -18,7 +18,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from sessions_app import comments
+from sessions_app import comments, markdown
 from sessions_app.access import Actor
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest.writer import append_events, create_session, finish_session
@@ -318,9 +318,9 @@ HOSTILE = [
 
 @pytest.mark.parametrize("body", HOSTILE)
 def test_hostile_markdown_renders_inert(body):
-    html = str(comments.render_markdown(body))
+    html = str(markdown.render_markdown(body))
     elements = Elements(html).found
-    assert all(tag in comments.ALLOWED_TAGS for tag, _ in elements), html
+    assert all(tag in markdown.ALLOWED_TAGS for tag, _ in elements), html
     assert not any(tag in ("script", "img", "iframe", "style") for tag, _ in elements)
     for tag, attrs in elements:
         assert not any(name.startswith("on") for name in attrs), html
@@ -346,7 +346,7 @@ def test_hostile_comments_reach_the_api_and_the_page_inert(ours, rita):
 
 def test_links_get_rel_noopener_nofollow_and_keep_safe_targets():
     html = str(
-        comments.render_markdown("[a](https://example.com/x) [m](mailto:ops@example.com) [p](/sessions/1/?step=2#c-3)")
+        markdown.render_markdown("[a](https://example.com/x) [m](mailto:ops@example.com) [p](/sessions/1/?step=2#c-3)")
     )
     links = [attrs for tag, attrs in Elements(html).found if tag == "a"]
     assert [a["href"] for a in links] == ["https://example.com/x", "mailto:ops@example.com", "/sessions/1/?step=2#c-3"]
@@ -618,7 +618,7 @@ def test_workflows_refuse_someone_elses_edit_without_a_request(ours, acme):
 )  # fmt: skip
 def test_an_image_shows_as_a_link_to_it_and_nothing_is_loaded(body, shown):
     # Not an <img> (a page loads nothing from outside the server), and no stray "!" before it.
-    assert str(comments.render_markdown(body)).strip() == shown
+    assert str(markdown.render_markdown(body)).strip() == shown
 
 
 # --- races: a request holds the comment it loaded while another changes it ---------------------

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from .. import markdown
 from .projects import Membership, Project, Role
 from .sessions import Session
 
@@ -24,6 +26,10 @@ class Tour(models.Model):
     project = models.ForeignKey(Project, on_delete=models.DB_CASCADE, related_name="tours")
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True)  # Markdown as written; shown sanitised
+    # The text's HTML, made when it was written (markdown.py: rendering on every view was
+    # seconds a page), and the digest of the text and renderer it was made from.
+    description_html = models.TextField(blank=True, default="")
+    description_html_of = models.CharField(max_length=32, blank=True, default="")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.DB_SET_NULL, related_name="tours"
     )
@@ -38,8 +44,14 @@ class Tour(models.Model):
             models.Index(fields=["project", "title"], name="tour_project_title"),
         ]
 
+    MARKDOWN_FIELDS = ("description",)
+
     def __str__(self) -> str:
         return self.title
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["update_fields"] = markdown.keep_html(self, kwargs.get("update_fields"))
+        super().save(*args, **kwargs)
 
 
 class TourStop(models.Model):
@@ -53,6 +65,10 @@ class TourStop(models.Model):
     seq = models.BigIntegerField()
     title = models.CharField(max_length=200)
     narration = models.TextField(blank=True)
+    # The text's HTML, made when it was written (markdown.py: rendering on every view was
+    # seconds a page), and the digest of the text and renderer it was made from.
+    narration_html = models.TextField(blank=True, default="")
+    narration_html_of = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         ordering = ["tour", "position"]
@@ -60,8 +76,14 @@ class TourStop(models.Model):
             models.UniqueConstraint(fields=["tour", "position"], name="tourstop_tour_position_uniq"),
         ]
 
+    MARKDOWN_FIELDS = ("narration",)
+
     def __str__(self) -> str:
         return f"stop {self.position + 1} of tour {self.tour_id}: {self.title}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["update_fields"] = markdown.keep_html(self, kwargs.get("update_fields"))
+        super().save(*args, **kwargs)
 
 
 class ShareLinkQuerySet(models.QuerySet):

@@ -5,10 +5,13 @@ The workflows are sessions_app/comments.py and sessions_app/reviews.py; these ar
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from .. import markdown
 from .sessions import Session
 
 
@@ -26,6 +29,10 @@ class Comment(models.Model):
     )
     author_name = models.CharField(max_length=150)  # kept when the user is deleted
     body = models.TextField()
+    # The text's HTML, made when it was written (markdown.py: rendering on every view was
+    # seconds a page), and the digest of the text and renderer it was made from.
+    body_html = models.TextField(blank=True, default="")
+    body_html_of = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     edited_at = models.DateTimeField(null=True, blank=True)
     # A deleted comment keeps its place in its thread (replies still answer it), not its body.
@@ -48,8 +55,14 @@ class Comment(models.Model):
             models.Index(fields=["session", "seq"], name="comment_session_seq"),
         ]
 
+    MARKDOWN_FIELDS = ("body",)
+
     def __str__(self) -> str:
         return f"comment {self.pk} on {self.session_id}#{self.seq}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["update_fields"] = markdown.keep_html(self, kwargs.get("update_fields"))
+        super().save(*args, **kwargs)
 
     @property
     def is_thread(self) -> bool:
