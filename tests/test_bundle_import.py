@@ -690,3 +690,26 @@ def test_a_failed_restore_leaves_no_kept_original_behind(bundle, elsewhere, tmp_
     with pytest.raises(KeyError):
         import_bundle(path=bundle, project=elsewhere)
     assert _kept_files() == before and not ImportJob.objects.filter(project=elsewhere).exists()
+
+
+def test_names_a_bundle_restores_cannot_turn_the_text_after_them(bundle, session, elsewhere, tmp_path):
+    # "mallory\u202e" had reversed the time after it in the Discussion list and the sign-off row
+    # ("CTU 02:51 82-11-6202"): every restored name is isolated and its override written out.
+    from django.test import Client
+
+    turned = "\u202e"
+    threads = [{"id": 1, "seq": 1, "author": f"mallory{turned}", "body": "look", "resolved_by": f"eve{turned}",
+                "resolved_at": "2026-01-01T00:00:00+00:00", "redacted_by": f"rex{turned}",
+                "redacted_at": "2026-01-01T00:00:00+00:00"}]  # fmt: skip
+    reviews = [{"reviewer": f"ceo{turned}", "verdict": "approved", "note": "ok", "chain_head": "0" * 64,
+                "chain_valid": True, "first_seq": 0, "last_seq": 1, "redacted_by": f"rex{turned}",
+                "redacted_at": "2026-01-01T00:00:00+00:00"}]  # fmt: skip
+    session.delete()
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, comments=threads, reviews=reviews), project=elsewhere)
+    assert outcome.error is None, outcome.error
+    client = Client()
+    client.force_login(member("max", elsewhere, Role.VIEWER))
+    page = client.get(f"/sessions/{outcome.session.pk}/?step=1").content.decode()
+    assert turned not in page
+    for name in ("mallory", "ceo", "eve", "rex"):
+        assert f"<bdi>{name}\\u202e</bdi>" in page, name

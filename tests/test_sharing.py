@@ -95,6 +95,15 @@ def _player(session: Session) -> str:
 # --- making, listing, revoking --------------------------------------------------------------
 
 
+def test_a_links_note_cannot_turn_the_text_after_it_in_either_list(shown, acme, mia):
+    # "ops team \u202e" had the row read "dewolla tropxe · sesu 0 · CTU …": expiry and export unreadable.
+    _link(shown, mia, note="ops team \u202e", allow_export=True)
+    client = _signed_in(member("ada", acme, Role.ADMIN))
+    for page in (f"/sessions/{shown.pk}/share-links/", f"/projects/{acme.slug}/"):
+        html = client.get(page).content.decode()
+        assert "\u202e" not in html and "<bdi>ops team \\u202e</bdi>" in html, page
+
+
 def test_the_token_is_in_the_create_answer_only_and_stored_as_its_sha256(shown, mia):
     client = _signed_in(mia)
     response = _api_create(client, f"/api/sessions/{shown.pk}/share-links", note="for the new hire")
