@@ -17,7 +17,7 @@ from . import audit
 from .access import Actor, NotVisible
 from .canonical import without_nul
 from .ingest.writer import redactor_of, set_checkpoint
-from .lookalikes import hidden_in_name
+from .lookalikes import as_picked, hidden_in_name
 from .models import Checkpoint, Session
 
 MAX_NAME = 200  # Checkpoint.name's length
@@ -39,7 +39,7 @@ def _clean_name(name: str, project_id: int) -> str:
     """The name as it will be stored: the project's redaction rules applied first, so that the
     existence check and a rename see what a save stores (two names with different addresses
     are one once redacted, and a rename is held to the rules as a save is)."""
-    name = without_nul(name or "").strip()
+    name = as_picked(without_nul(name or "").strip())
     if not name:
         raise CheckpointError("name: give the checkpoint a name")
     if len(name) > MAX_NAME:

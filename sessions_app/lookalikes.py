@@ -55,16 +55,52 @@ def shown_plainly(text: str) -> str:
     return "".join(f"\\u{ord(ch):04x}" if _hides(ch) else ch for ch in text)
 
 
+def as_picked(name: str) -> str:
+    """A name people pick, in the one spelling of what it shows (NFC): "é" as one character or
+    as "e" and its accent is one name, so a second "Café" is the first's duplicate, not a twin
+    only the bytes tell apart (a hostile-input review)."""
+    return unicodedata.normalize("NFC", name)
+
+
 def hidden_in_name(field: str, name: str) -> str:
     """Why `name` is refused as a name (a refusal naming `field`), or "" when it is not: two names
-    told apart only by an invisible character, or turned by a direction override, read as one
+    told apart only by an invisible character, or turned by a direction override, or by a
+    letter of another script that looks the same ("Аcme" with a Cyrillic "А"), read as one
     another in every list and in a "Revoke the key …?" prompt."""
     hidden = hiding_characters(name)
-    return (
-        f"{field}: no invisible or direction-changing characters ({hidden}): a list would show another name"
-        if hidden
-        else ""
-    )
+    if hidden:
+        return f"{field}: no invisible or direction-changing characters ({hidden}): a list would show another name"
+    mixed = _mixed_script_word(name)
+    if mixed:
+        word, scripts = mixed
+        return (
+            f"{field}: {word!r} mixes {' and '.join(scripts)} letters, which look alike: a list would show "
+            "another name; write each word in one script"
+        )
+    return ""
+
+
+# Scripts whose letters are drawn alike ("a", "а", "ɑ"; "A", "Α", "А", "Ａ"): a word of one name may
+# hold letters of one of them only. Others (CJK, Arabic, Devanagari ...) mix with Latin freely.
+_LOOKALIKE_SCRIPTS = {"LATIN": "Latin", "CYRILLIC": "Cyrillic", "GREEK": "Greek", "FULLWIDTH": "fullwidth"}
+
+
+def _mixed_script_word(name: str) -> tuple[str, list[str]] | None:
+    """The first word (a run of letters and marks) holding letters of two lookalike scripts,
+    with those scripts, or None."""
+    word: list[str] = []
+    scripts: dict[str, None] = {}
+    for ch in name + " ":
+        if unicodedata.category(ch)[0] in "LM":
+            word.append(ch)
+            script = _LOOKALIKE_SCRIPTS.get(unicodedata.name(ch, "").split(" ")[0])
+            if script:
+                scripts[script] = None
+            continue
+        if len(scripts) > 1:
+            return "".join(word), list(scripts)
+        word, scripts = [], {}
+    return None
 
 
 def safe_file_name(name: str) -> str:

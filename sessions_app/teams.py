@@ -14,7 +14,7 @@ from django.utils.text import slugify
 
 from . import audit
 from .access import Actor
-from .lookalikes import hidden_in_name
+from .lookalikes import as_picked, hidden_in_name
 from .models import ApiKey, Membership, Project, Role
 from .models.onboarding import SHARING_ROLES
 from .sharing import revoke_links_made_by
@@ -32,7 +32,7 @@ def is_project_slug(slug: str) -> bool:
 
 def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = None) -> Project:
     """A new project, whose creator is its admin."""
-    name = name.strip()
+    name = as_picked(name.strip())
     slug = slug.strip() or slugify(name)
     if not name:
         raise TeamError("name: a project needs a name")
@@ -140,7 +140,7 @@ def create_key(
     """A new key of `user`; the key itself is returned once and never stored. `default_project`
     (a key of all projects only): where its writes that name no project go, as its user chose;
     they must be able to write there."""
-    name = name.strip()
+    name = as_picked(name.strip())
     if not name:
         raise TeamError("name: a key needs a name")
     if why := hidden_in_name("name", name):

@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString
 
 from . import audit, markdown
 from .access import Actor, NotVisible, sessions_visible_to
-from .lookalikes import hidden_in_name
+from .lookalikes import as_picked, hidden_in_name
 from .models import Project, Session, ShareLink, Tour, TourStop
 
 MAX_TITLE = 200  # the models' CharField
@@ -116,7 +116,7 @@ def tours_of_project(*, project: Project) -> list[TourSummary]:
 
 
 def _clean_title(title: str, *, what: str = "title") -> str:
-    title = " ".join(title.split())
+    title = as_picked(" ".join(title.split()))
     if not title:
         raise TourError(f"{what}: give it a title")
     if why := hidden_in_name(what, title):

@@ -112,3 +112,37 @@ def test_a_body_takes_json_types_as_declared_naming_the_field(admin, make_sessio
     assert switches.json()["detail"] == "detectors: email: expected true or false, got a string"
     comment = post(f"/api/sessions/{session.pk}/comments", {"seq": 1.0, "body": "x"})
     assert comment.status_code == 400 and comment.json()["detail"] == "seq: expected an integer, got 1.0"
+
+
+def test_names_alike_in_another_spelling_or_script_are_one_name_or_refused(admin, client, make_session, acme):
+    # "Café" written with a combining accent, and "Аcme" with a Cyrillic "А", had been a second
+    # project, key, checkpoint and tour beside the first: twins on every list.
+    from sessions_app.models import ApiKey, Checkpoint, Project, Session
+
+    def post(path: str, body: dict):
+        return admin.post(path, body, content_type="application/json")
+
+    composed, decomposed = "Caf\u00e9", "Cafe\u0301"
+    assert post("/api/projects", {"name": composed, "slug": "cafe"}).status_code == 201
+    twin = post("/api/projects", {"name": decomposed, "slug": "cafe2"})
+    assert twin.status_code == 400 and twin.json()["detail"] == f"name: a project named {composed!r} exists already"
+    for name, scripts in (("\u0410cme", "Cyrillic and Latin"), ("\uff21cme", "fullwidth and Latin"),
+                          ("Ops \u03bfps", "Greek and Latin")):  # fmt: skip
+        refused = post("/api/projects", {"name": name, "slug": "lookalike"})
+        assert refused.status_code == 400, refused.content
+        word = name.split()[-1]
+        assert refused.json()["detail"].startswith(f"name: {word!r} mixes {scripts} letters"), refused.json()
+    assert not Project.objects.filter(slug="lookalike").exists()
+    for number, fine in enumerate(("Москва Moscow", "Ｏｐｓ", "naïve Zürich", "東京 ops")):  # one script a word
+        assert post("/api/projects", {"name": fine, "slug": f"fine-{number}"}).status_code == 201, fine
+    assert admin.post("/account/keys/", {"name": f"ci-{composed}"}).status_code in (200, 302)
+    assert admin.post("/account/keys/", {"name": f"ci-{decomposed}"}).status_code == 400
+    assert ApiKey.objects.filter(name=f"ci-{composed}").count() == 1
+    session = make_session(events=5)
+    Session.objects.filter(pk=session.pk).update(project=acme)
+    checkpoints = f"/api/sessions/{session.pk}/checkpoints"
+    assert post(checkpoints, {"name": composed, "seq": 1}).status_code == 201
+    assert post(checkpoints, {"name": decomposed, "seq": 2}).status_code == 409
+    assert list(Checkpoint.objects.filter(session=session).values_list("name", flat=True)) == [composed]
+    tour = post(f"/api/projects/{acme.slug}/tours", {"title": f"Onboarding {decomposed}"})
+    assert tour.status_code == 201 and tour.json()["title"] == f"Onboarding {composed}"
