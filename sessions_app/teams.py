@@ -30,8 +30,9 @@ def is_project_slug(slug: str) -> bool:
     return bool(slug) and len(slug) <= 100 and slugify(slug) == slug
 
 
-def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = None) -> Project:
-    """A new project, whose creator is its admin."""
+def create_project(*, actor: Actor | str, name: str, slug: str = "", ip: str | None = None) -> Project:
+    """A new project, whose creator is its admin (a command, `audit.OPERATOR`, makes one with
+    no member yet)."""
     name = as_picked(name.strip())
     slug = slug.strip() or slugify(name)
     if not name:
@@ -47,7 +48,8 @@ def create_project(*, actor: Actor, name: str, slug: str = "", ip: str | None = 
     try:
         with transaction.atomic():
             project = Project.objects.create(name=name[:200], slug=slug[:100])
-            Membership.objects.create(project=project, user=actor.user, role=Role.ADMIN)
+            if isinstance(actor, Actor) and actor.user is not None:
+                Membership.objects.create(project=project, user=actor.user, role=Role.ADMIN)
     except IntegrityError:  # created by someone else in between
         raise TeamError(f"slug: a project {slug!r} exists already")
     audit.record(action="project.create", actor=actor, project=project, target=f"project:{slug}",

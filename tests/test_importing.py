@@ -723,6 +723,12 @@ def test_command_replace_and_project(project, tmp_path):
     # The new project's log starts with who made it, then the imports it holds.
     actions = list(AuditEntry.objects.of_project(second.project).order_by("seq").values_list("actor", "action"))
     assert actions[:2] == [("manage.py", "project.create"), ("manage.py", "session.import")]
+    # A name another project holds is said, by the workflow the pages use (it was an
+    # IntegrityError traceback); nothing is stored.
+    Project.objects.create(slug="elsewhere", name="team-b")
+    with pytest.raises(CommandError, match=r"^--project: name: a project named 'team-b' exists already$"):
+        run_command(str(path), "--project", "team-b", "--new-project")
+    assert not Project.objects.filter(slug="team-b").exists() and Session.objects.count() == 1
 
 
 def test_command_format_option_overrides_detection(project, tmp_path):

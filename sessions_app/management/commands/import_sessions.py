@@ -103,12 +103,17 @@ class Command(BaseCommand):
             # As the pages and the API refuse it: no address holds another, and every page naming
             # the project failed (a 500 on the projects list and on its sessions' players).
             raise CommandError(f"--project: {slug!r} is not a slug (lowercase letters, digits, hyphens, underscores)")
-        project, created = Project.objects.get_or_create(slug=slug, defaults={"name": slug})
-        if created:
-            self.stderr.write(f"created project {slug!r}; it has no members yet (manage.py create_user --project)")
-            # Its log starts with who made it, before the imports it then holds.
-            audit.record(action="project.create", actor=audit.OPERATOR, project=project, target=f"project:{slug}",
-                         detail={"name": slug})  # fmt: skip
+        project = Project.objects.filter(slug=slug).first()
+        if project is not None:
+            return project
+        try:
+            # The workflow the pages and the API create projects with: the same checks (a slug
+            # no address holds, a name no other project has: a taken name had ended in an
+            # IntegrityError traceback) and its project.create entry first in the new log.
+            project = teams.create_project(actor=audit.OPERATOR, name=slug, slug=slug)
+        except teams.TeamError as refused:
+            raise CommandError(f"--project: {refused}") from None
+        self.stderr.write(f"created project {slug!r}; it has no members yet (manage.py create_user --project)")
         return project
 
     def _print(self, outcome: ImportOutcome, *, with_problems: bool) -> None:
