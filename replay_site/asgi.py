@@ -24,10 +24,11 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from granian.utils.proxies import wrap_asgi_with_proxy_headers  # noqa: E402
 
-from replay_site.serving import require_real_secret_key, tune_garbage_collector  # noqa: E402
+from replay_site.serving import require_real_secret_key, require_signing_key, tune_garbage_collector  # noqa: E402
 
 streams = get_asgi_application()
 require_real_secret_key()
+require_signing_key()
 pages = WSGIMiddleware(get_wsgi_application(), workers=settings.WEB_THREADS)
 
 from sessions_app.mcp.http import McpEndpoint  # noqa: E402  (after Django is set up)

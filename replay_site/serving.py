@@ -40,6 +40,15 @@ def require_real_secret_key() -> None:
         )
 
 
+def require_signing_key() -> None:
+    """The bundle signing key loads (or is made) before anything is served: a file that is no
+    key had let the server start, and every page that signs (the About page, bundle exports)
+    answered 500 (docs/bundles.md)."""
+    from sessions_app.signing import server_key
+
+    server_key()
+
+
 def tune_garbage_collector() -> None:
     """For a web process, once the application is loaded: what is alive now (modules, settings,
     templates, URL patterns: ~100,000 objects) lives as long as the process, so the collector
@@ -62,6 +71,7 @@ def commands(*, host: str, port: int, web_processes: int) -> list[list[str]]:
 
 def serve(*, host: str, port: int, web_processes: int, job_workers: int) -> int:
     require_real_secret_key()
+    require_signing_key()  # here first: the web processes then read the one key this made
     env = os.environ | {"REPLAY_Q_WORKERS": str(job_workers)}
     stopping: list[int] = []
 

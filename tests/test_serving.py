@@ -161,6 +161,30 @@ def test_the_development_key_is_refused_outside_demo_mode(settings):
     serving.require_real_secret_key()
 
 
+def test_a_signing_key_file_that_is_no_key_stops_serve_by_name_before_starting_anything(
+    db, settings, tmp_path, monkeypatch
+):
+    # It had started, and the About page and every bundle export answered 500 (docs/bundles.md
+    # says such a file stops the server); a web process loading the application stops too.
+    from sessions_app import signing
+
+    junk = tmp_path / "signing-key.pem"
+    junk.write_text("not a key")
+    settings.SIGNING_KEY_FILE, settings.DEMO = junk, True  # the demo's key: only the signing key is wrong
+    monkeypatch.setattr(signing, "_loaded", {})
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **kw: started.append(a))
+    with pytest.raises(CommandError, match=f"^REPLAY_SIGNING_KEY_FILE {re.escape(str(junk))} is not a readable"):
+        call_command("serve", "--port", "8999")
+    assert started == []
+    with pytest.raises(ImproperlyConfigured, match="REPLAY_SIGNING_KEY_FILE"):
+        serving.require_signing_key()
+    # Where no file is, the key is made there, once, before any web process starts.
+    settings.SIGNING_KEY_FILE = tmp_path / "new" / "signing-key.pem"
+    serving.require_signing_key()
+    assert settings.SIGNING_KEY_FILE.stat().st_mode & 0o777 == 0o600
+
+
 @pytest.mark.parametrize(
     "option, value, said",
     [

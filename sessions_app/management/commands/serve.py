@@ -7,6 +7,7 @@ import ipaddress
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
@@ -60,7 +61,10 @@ class Command(BaseCommand):
             schedule_jobs()
         except DatabaseError as exc:
             raise CommandError(f"the database is not ready ({exc}): run `manage.py migrate` first") from None
-        code = serve(host=options["host"], port=options["port"], web_processes=options["web_processes"],
-                     job_workers=options["job_workers"])  # fmt: skip
+        try:
+            code = serve(host=options["host"], port=options["port"], web_processes=options["web_processes"],
+                         job_workers=options["job_workers"])  # fmt: skip
+        except ImproperlyConfigured as refused:  # a setting that cannot serve: said, not a traceback
+            raise CommandError(str(refused)) from None
         if code:
             raise CommandError(f"a server process stopped on its own (exit status {code})", returncode=code)
