@@ -116,3 +116,24 @@ def test_no_template_comment_spans_lines():
         if line.count("{#") > line.count("#}")
     ]
     assert open_ones == []
+
+
+def test_only_jobs_py_enqueues_or_runs_jobs_with_django_q():
+    # README.md and docs/ingest.md say so; admin.py may import its models, to show its tables.
+    allowed = {"jobs.py": None, "admin.py": {"django_q", "django_q.admin", "django_q.models"}}
+    found = {}
+    for path in APP.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            )  # fmt: skip
+            for name in names:
+                if name.split(".")[0] == "django_q":
+                    found.setdefault(path.relative_to(APP).as_posix(), set()).add(name)
+    for module, names in found.items():
+        assert module in allowed, f"{module} imports {sorted(names)}"
+        assert allowed[module] is None or names <= allowed[module], f"{module} imports {sorted(names)}"
+    assert "jobs.py" in found
