@@ -17,6 +17,9 @@ help:
 	@echo "make bench  the import and replay benchmarks (README.md, Benchmarks, lists all fourteen)"
 	@echo "make test-sqlite ARGS=tests/test_x.py    one file (or any pytest arguments) on SQLite"
 	@echo "make test-postgres ARGS=tests/test_x.py  the same on a throw-away PostgreSQL"
+	@echo "make install      the project into .venv (install-dev: with the test tools and rlm-code)"
+	@echo "make browser      Debian's chromium and chromium-driver for the browser tests (apt)"
+	@echo "make migrate      the database's tables; make demo: those and the demo sessions"
 	@echo "make clean  the caches, the second CPython's venv and collected static files (var/'s data stays)"
 
 $(PY):

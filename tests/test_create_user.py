@@ -58,6 +58,10 @@ def test_create_user_refuses_a_taken_name_an_unknown_project_and_a_bad_name():
     with pytest.raises(CommandError, match="USERNAME"):
         create_user("bad name!")
     assert not get_user_model().objects.filter(username="ned").exists()
+    # A role needs the project it is in: it was dropped silently, the user a member of nothing.
+    with pytest.raises(CommandError, match=r"^--role: give --project too"):
+        create_user("vera", "--role", "reviewer")
+    assert not get_user_model().objects.filter(username="vera").exists()
 
 
 def test_the_password_page_needs_a_sign_in():

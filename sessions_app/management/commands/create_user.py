@@ -29,9 +29,14 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--email", default="")
         parser.add_argument("--project", default="", help="slug of a project to add the user to")
-        parser.add_argument("--role", default=Role.VIEWER, choices=Role.values, help="their role there (viewer)")
+        parser.add_argument("--role", default=None, choices=Role.values, help="their role there (viewer)")
 
-    def handle(self, *args, username: str, email: str, project: str, role: str, **options) -> None:
+    def handle(self, *args, username: str, email: str, project: str, role: str | None, **options) -> None:
+        if role is not None and not project:
+            # A role is a role in a project: without one it was dropped without a word, and the
+            # user made was a member of nothing.
+            raise CommandError("--role: give --project too (the project the role is in)")
+        role = role or Role.VIEWER
         users = get_user_model()
         username = username.strip()
         field = users._meta.get_field(users.USERNAME_FIELD)
