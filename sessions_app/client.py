@@ -275,8 +275,10 @@ class RemoteRecorder:
                 "total_tokens": self._total_tokens,
             },
         )
-        snapshot = self.get_snapshot()
         self.flush()
+        # After the flush: a session whose records all waited for it is created by it, and its
+        # snapshot named no session ("session_id": "", a newcomer's walkthrough of the docs).
+        snapshot = self.get_snapshot()
         self._send_with_retries(
             "POST",
             f"/api/sessions/{self.session_id}/end",

@@ -167,6 +167,12 @@ def test_remote_recorder_sends_the_records_rlm_codes_recorder_writes(live_server
     got = stored_records(remote.session_id)
     assert [without_timestamps(r) for r in got] == expected
     assert snapshot["total_steps"] == 4 and snapshot["final_answer"] == "the answer"
+    # All of a short session waits for end_session (no batch filled, no interval passed): its
+    # snapshot names the session the end created, as docs/ingest.md's example shows.
+    short = RemoteRecorder(live_server.url, api_key, task="short", batch_size=1000, flush_interval=3600)
+    short.record_step_start(1)
+    ended = short.end_session()
+    assert short.session_id and ended["session_id"] == str(short.session_id)
 
     live = Session.objects.get(pk=remote.session_id)
     (outcome,) = import_file(path=path, project=Project.get_default())
