@@ -11,6 +11,8 @@ path (ingest/writer.py's set_checkpoint), which moves a name silently: the recor
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import IntegrityError, transaction
 
 from . import audit
@@ -51,6 +53,19 @@ def _clean_name(name: str, project_id: int) -> str:
         raise CheckpointError("name: '.' and '..' cannot be part of a checkpoint's address; name it otherwise")
     redactor = redactor_of(project_id, None)
     return name if redactor is None else redactor.text(name)[:MAX_NAME]
+
+
+# The player's Checkpoints panel lists this many; the API lists them all.
+MAX_LISTED = 200
+
+
+def checkpoints_listed(*, session: Session) -> dict[str, Any]:
+    """The player's Checkpoints panel: the first MAX_LISTED checkpoints (`checkpoints`) and how
+    many the session has (`checkpoint_count`), counted only when the list is full: the panel
+    says it shows the first so many, where it had stopped at 200 without a word."""
+    listed = list(Checkpoint.objects.filter(session=session)[:MAX_LISTED])
+    count = Checkpoint.objects.filter(session=session).count() if len(listed) == MAX_LISTED else len(listed)
+    return {"checkpoints": listed, "checkpoint_count": count}
 
 
 def checkpoint_named(*, session: Session, name: str) -> Checkpoint | None:

@@ -844,3 +844,16 @@ def test_the_chain_badge_of_a_session_that_just_ended_asks_again_until_it_is_ver
                                               updated_at=timezone.now() - timedelta(minutes=10))  # fmt: skip
     badge = logged_in.get(badge_url).content.decode()
     assert "not verified yet" in badge and "hx-trigger" not in badge
+
+
+def test_the_checkpoints_panel_says_when_it_lists_only_the_first(logged_in, talk):
+    # It stopped at 200 without a word; the rest could be neither seen nor renamed there.
+    from sessions_app.checkpoints import MAX_LISTED
+    from sessions_app.models import Checkpoint
+
+    Checkpoint.objects.bulk_create(Checkpoint(session=talk, seq=0, name=f"c{n:03}") for n in range(MAX_LISTED))
+    page = logged_in.get(url(talk)).content.decode()
+    assert page.count("⚑ <bdi>c") == MAX_LISTED and "checkpoints, in event order" not in page
+    Checkpoint.objects.create(session=talk, seq=1, name="one more")
+    page = logged_in.get(url(talk)).content.decode()
+    assert f"The first {MAX_LISTED} of {MAX_LISTED + 1} checkpoints, in event order" in page

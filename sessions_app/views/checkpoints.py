@@ -39,9 +39,8 @@ def _answer(request: HttpRequest, session: Session, *, seq: int, error: str = ""
         return player_page(request, session, PlayerForm({"step": seq}).values(), extra=panel, status=status)
     context = panel | {
         "session": session, "oob": True, "can_checkpoint": True,
-        "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
         "overview": timeline.session_overview(session=session),
-    }  # fmt: skip
+    } | checkpoints.checkpoints_listed(session=session)  # fmt: skip
     response = render(request, "sessions_app/player.html#checkpoints", context, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response

@@ -22,8 +22,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from .. import access, audit, replay, sse, verification
 from ..canonical import ALL_KINDS
+from ..checkpoints import checkpoints_listed
 from ..forms import PACES, SPEEDS, LiveTailForm, PlayerForm, SearchForm, error_text
-from ..models import Checkpoint, Role, Session
+from ..models import Role, Session
 from ..replay import charts, exports, timeline
 from ..replay.frames import Frame, frame_at, search_panel
 from ..replay.imports import session_import_problems
@@ -156,8 +157,7 @@ def _player_page(session: Session) -> dict[str, Any]:
                     "seq": metadata.get("pending_event_index"), "blocks": metadata.get("pending_run_python") or [],
                     "assistant": metadata.get("pending_assistant"), "deferred": metadata.get("pending_deferred")}  # fmt: skip
     export_url = reverse("api:export", args=[session.pk])
-    return {
-        "checkpoints": list(Checkpoint.objects.filter(session=session)[:200]),
+    return checkpoints_listed(session=session) | {
         "recovery": recovery,
         "exports": [
             {"url": f"{export_url}?format=jsonl", "label": "rlm-code JSONL"},
