@@ -498,6 +498,10 @@ class TourStopAddForm(forms.Form):
         data = super().clean()
         if not data.get("tour") and not data.get("new_tour") and "tour" not in self.errors:
             self.add_error("new_tour", "Pick a tour, or give a new tour a title.")
+        elif data.get("tour") and data.get("new_tour"):
+            # Which one was meant? The title had been dropped without a word, the stop added to
+            # the tour the picker showed (a walkthrough's stop landed in another team's tour).
+            self.add_error("new_tour", "Pick “a new tour” to make one with this title, or clear the title.")
         return data
 
 

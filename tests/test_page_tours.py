@@ -149,12 +149,16 @@ def test_editing_and_deleting_a_stop(mia, tour):
 
 def test_a_refused_stop_edit_is_a_400_shown_at_that_stop(mia, tour):
     a, b, c = stop_ids(tour)
-    response = mia.post(reverse("sessions:tour_stop_edit", args=[tour.pk, b]), {"title": "", "narration": "x"},
+    response = mia.post(reverse("sessions:tour_stop_edit", args=[tour.pk, b]), {"title": " ", "narration": "typed <b>"},
                         HTTP_HX_REQUEST="true")  # fmt: skip
     assert response.status_code == 400
     stop = section(response.content.decode(), "stop-2")
     assert 'role="alert">Title: This field is required.' in stop and '<details class="stop-edit" open>' in stop
     assert TourStop.objects.get(pk=b).title == "Another run fails"
+    # What was typed comes back (the stored narration had, and the next Save stored it again).
+    assert ">typed &lt;b&gt;</textarea>" in stop and "Compare them.</textarea>" not in stop
+    assert "It reads the file</textarea>" not in response.content.decode()  # the other stops: as stored
+    assert "First **look**.</textarea>" in section(response.content.decode(), "stop-1")
 
 
 def test_editing_the_title_and_description_answers_with_the_head(mia, tour):
@@ -359,6 +363,22 @@ def test_a_refused_addition_is_a_400_that_says_why_and_makes_no_tour(mia, first,
     assert not Tour.objects.exists()  # not even the new tour of a refused first stop
 
 
+def test_a_refused_addition_shows_the_form_as_it_was_filled_in_and_a_title_beside_a_picked_tour_is_asked(
+    mia, first, tour
+):
+    # The form came back empty, its picker on the first tour: the next try, with the new tour's
+    # title typed, added the stop to that tour and dropped the title without a word.
+    url = reverse("sessions:tour_stop_add", args=[first.pk])
+    typed = {"step": 7, "tour": "", "new_tour": "", "title": "Variables <appear>", "narration": "See *this*"}
+    panel = mia.post(url, typed, HTTP_HX_REQUEST="true").content.decode()
+    assert 'value="Variables &lt;appear&gt;"' in panel and ">See *this*</textarea>" in panel
+    assert '<option value="" selected>a new tour' in panel and f'<option value="{tour.pk}" selected' not in panel
+    both = mia.post(url, typed | {"tour": tour.pk, "new_tour": "Fresh"}, HTTP_HX_REQUEST="true")
+    assert both.status_code == 400 and "New tour&#x27;s title: Pick “a new tour”" in both.content.decode()
+    assert f'<option value="{tour.pk}" selected>' in both.content.decode() and 'value="Fresh"' in both.content.decode()
+    assert tour.stops.count() == 3 and not Tour.objects.filter(title="Fresh").exists()
+
+
 def test_a_viewer_cannot_add_and_a_tour_of_another_project_is_refused(mia, vic, acme, other, first, tour):
     assert vic.post(reverse("sessions:tour_stop_add", args=[first.pk]),
                     {"step": 1, "tour": tour.pk, "title": "t"}).status_code == 403  # fmt: skip
@@ -451,8 +471,10 @@ def test_a_tour_links_visitor_reads_the_tour_page_without_its_controls_or_projec
         assert absent not in page, absent
     assert "shared with you" in page
     # The recording, not the team (docs/teams.md): the author is named to members only.
-    assert " · by mia" not in head
-    assert " · by mia" in section(mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode(), "tour-head")
+    assert " · by <bdi>mia</bdi>" not in head
+    assert " · by <bdi>mia</bdi>" in section(
+        mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode(), "tour-head"
+    )
     # Counted once, when the link was opened, as for a session link's pages: not per page view.
     assert AuditEntry.objects.filter(action="share_link.use").count() == 1
     # Reading, never changing: the tour's forms still want a maintainer.

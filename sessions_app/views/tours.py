@@ -85,7 +85,8 @@ def tour_page(request: HttpRequest, tour_id: int) -> HttpResponse:
 
 
 def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error: str = "", stop: int | None = None,
-                 form: TourForm | None = None, said: str = "", focus_stop: int | None = None) -> HttpResponse:  # fmt: skip
+                 form: TourForm | None = None, said: str = "", focus_stop: int | None = None,
+                 stop_posted: Any = None) -> HttpResponse:  # fmt: skip
     """The tour page, or (an htmx post) its changed `region` ("tour-head" or "tour-stops"); a
     refusal (`error`, about stop id `stop` when it is one's) is a 400 shown by its form. `said`:
     what a change of stops did, for a screen reader; `focus_stop`: the stop the keyboard goes to
@@ -99,6 +100,9 @@ def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error:
         "shared": access.share_grant_on(request, tour),
         "form": form or TourForm(initial={"title": tour.title, "description": tour.description}),
         "stops_said": said, "focus_stop": focus_stop,
+        # A refused stop edit shows what was typed: the stored text came back, and the next Save
+        # stored it again, the new narration lost.
+        "stop_posted": stop_posted,
     }  # fmt: skip
     name = f"sessions_app/tour.html#{region}" if region is not None and request.htmx else "sessions_app/tour.html"
     response = render(request, name, context, status=400 if error else 200)
@@ -149,7 +153,7 @@ def stop_edit(request: HttpRequest, tour_id: int, stop_id: int) -> HttpResponse:
         except tours.TourError as exc:
             error = str(exc)
     if error:
-        return _tour_answer(request, tour, region="tour-stops", error=error, stop=stop_id)
+        return _tour_answer(request, tour, region="tour-stops", error=error, stop=stop_id, stop_posted=request.POST)
     # Its form closes with the answer: the keyboard goes to the stop itself, and a screen reader hears it.
     return _tour_answer(request, tour, region="tour-stops", said="The stop was saved.", focus_stop=stop_id)
 
@@ -253,7 +257,7 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
         posted["step"] = request.GET["step"]
     form = TourStopAddForm(posted)
     if not form.is_valid():
-        return _builder_answer(request, session, error=error_text(form))
+        return _builder_answer(request, session, error=error_text(form), posted=posted)
     data, actor, ip = form.cleaned_data, access.actor_of(request), audit.client_ip(request)
     try:
         with transaction.atomic():  # a new tour is kept only with its first stop
@@ -265,21 +269,25 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
                                   narration=data["narration"], ip=ip)  # fmt: skip
     except tours.TourError as exc:
         # The workflow names its own field (`seq`, as the API does); this form's is `step`.
-        return _builder_answer(request, session, error=labelled(str(exc), TourStopAddForm, names={"seq": "step"}))
+        return _builder_answer(request, session, error=labelled(str(exc), TourStopAddForm, names={"seq": "step"}),
+                               posted=posted)  # fmt: skip
     if not request.htmx:
         return redirect(stop.player_url)
     return _builder_answer(request, session, added=stop, tour=tour)
 
 
 def _builder_answer(request: HttpRequest, session: Session, *, error: str = "", added: Any = None,
-                    tour: Tour | None = None) -> HttpResponse:  # fmt: skip
+                    tour: Tour | None = None, posted: Any = None) -> HttpResponse:  # fmt: skip
+    """The Tours panel after a post; a refusal shows the form as it was filled in (`posted`): it
+    had come back empty, its picker on the first tour, and the next try went to that tour."""
     if error and not request.htmx:
         # Without JavaScript: the site's refusal page saying why (the browser's Back returns to
         # the form as it was filled in).
         return render(request, "refusal.html", {"status": 400, "title": "Not added to a tour", "reason": error},
                       status=400)  # fmt: skip
+    kept = {name: (posted or {}).get(name, "") for name in ("tour", "new_tour", "title", "narration")}
     context = {"session": session, **tour_builder(request, session), "tour_error": error, "added": added,
-               "added_tour": tour}  # fmt: skip
+               "added_tour": tour, "tour_posted": kept if error else None}  # fmt: skip
     response = render(
         request, "sessions_app/includes/tour_panel.html#tour-panel", context, status=400 if error else 200
     )
