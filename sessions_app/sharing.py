@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Count, F
 from django.utils import timezone
 
 from . import access, audit
@@ -87,6 +87,13 @@ def open_links_of(project_id: int) -> list[ShareLink]:
     for its maintainers, who would otherwise find them session by session)."""
     links = ShareLink.objects.active().filter(project_id=project_id).select_related("session", "tour")
     return list(links.order_by("-created_at", "-id")[:MAX_LISTED])
+
+
+def open_link_counts(project_id: int) -> dict[int, int]:
+    """How many links that open something now each user made in the project (by user id): the
+    project page's questions before a removal or a change of role say which would end."""
+    links = ShareLink.objects.active().filter(project_id=project_id, created_by__isnull=False)
+    return dict(links.values("created_by").annotate(count=Count("id")).values_list("created_by", "count"))
 
 
 @transaction.atomic  # the change and its audit entry, or neither

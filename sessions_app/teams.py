@@ -4,6 +4,8 @@ audit entry."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -24,12 +26,12 @@ class TeamError(ValueError):
     """A request the workflow refuses; the message names the field (a 400, or a form error)."""
 
 
-@transaction.atomic  # the change and its audit entry, or neither
 def is_project_slug(slug: str) -> bool:
     """Whether a project may be named so in addresses (every path that makes a project asks)."""
     return bool(slug) and len(slug) <= 100 and slugify(slug) == slug
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def create_project(*, actor: Actor | str, name: str, slug: str = "", ip: str | None = None) -> Project:
     """A new project, whose creator is its admin (a command, `audit.OPERATOR`, makes one with
     no member yet)."""
@@ -57,9 +59,19 @@ def create_project(*, actor: Actor | str, name: str, slug: str = "", ip: str | N
     return project
 
 
+@dataclass(frozen=True)
+class MemberChange:
+    """What `set_member` did: "added", "changed" or "unchanged", and how many share links the
+    member had made it revoked (a role that may not share ends them): said to the admin, who
+    had not been told an outside recipient's link was dead."""
+
+    outcome: str
+    links_revoked: int = 0
+
+
 def set_member(
     *, actor: Actor, project: Project, username: str, role: str, ip: str | None = None, add_only: bool = False
-) -> str:
+) -> MemberChange:
     """Give a user a role in the project: "added", "changed", or "unchanged" (the role they had;
     nothing recorded). The last admin cannot be demoted. `add_only` (the page's Add form): a
     member already is refused, naming their role, rather than changed without a word."""
@@ -87,23 +99,25 @@ def set_member(
             current.role = role
             current.save(update_fields=["role", "updated_at"])
         else:
-            return "unchanged"
+            return MemberChange("unchanged")
         # In the same transaction as the change: a demotion is never recorded without the
         # revocation of the links it ends, nor the other way round.
         if current is None:
             audit.record(action="member.add", actor=actor, project=project, target=f"user:{username}",
                          detail={"role": role}, ip=ip)  # fmt: skip
-            return "added"
+            return MemberChange("added")
         audit.record(action="member.change", actor=actor, project=project, target=f"user:{username}",
                      detail={"from": old, "role": role}, ip=ip)  # fmt: skip
+        revoked = 0
         if role not in SHARING_ROLES:
-            revoke_links_made_by(actor=actor, project_id=project.pk, user_id=user.pk, ip=ip,
-                                 why=f"its maker {username} is now {Role(role).label.lower()}")  # fmt: skip
-    return "changed"
+            revoked = revoke_links_made_by(actor=actor, project_id=project.pk, user_id=user.pk, ip=ip,
+                                           why=f"its maker {username} is now {Role(role).label.lower()}")  # fmt: skip
+    return MemberChange("changed", revoked)
 
 
-def remove_member(*, actor: Actor, project: Project, username: str, ip: str | None = None) -> None:
-    """Take a user out of the project; never its last admin."""
+def remove_member(*, actor: Actor, project: Project, username: str, ip: str | None = None) -> int:
+    """Take a user out of the project; never its last admin. How many share links they had
+    made there it revoked."""
     if "\x00" in username:  # no username holds one (and PostgreSQL refuses it)
         raise TeamError(f"username: {username!r} is not a member of {project.slug}")
     with transaction.atomic():
@@ -122,8 +136,8 @@ def remove_member(*, actor: Actor, project: Project, username: str, ip: str | No
                      detail={"role": role}, ip=ip)  # fmt: skip
         # A superuser's too: the team's decision about this person here ends what they shared
         # here, whatever else they may do (a link kept would reopen once they are no superuser).
-        revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
-                             why=f"its maker {username} left the project")  # fmt: skip
+        return revoke_links_made_by(actor=actor, project_id=project.pk, user_id=member.user_id, ip=ip,
+                                    why=f"its maker {username} left the project")  # fmt: skip
 
 
 def _admins(project: Project) -> int:

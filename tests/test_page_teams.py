@@ -170,6 +170,48 @@ def test_each_change_of_members_is_said_once_on_the_page_it_goes_back_to(admin, 
     assert left["Location"] == PROJECTS and notices(left) == ["ada is no longer a member of Acme &lt;agents&gt;."]
 
 
+def test_a_change_or_removal_that_ends_share_links_asks_first_and_says_how_many_it_revoked(admin, acme):
+    # A demotion revoked the member's links without a word: an outside visitor's link was dead,
+    # and no one had been told. Changing one's own role asked nothing either.
+    from sessions_app import sharing
+    from sessions_app.access import Actor
+
+    mia = member("mia", acme, Role.MAINTAINER)
+    session = create_session(project=acme, source_format="canonical", meta=SessionMeta(task="t"))
+    for _ in range(2):
+        sharing.create_link(actor=Actor(user=mia), session=session)
+    page = admin.get(acme.get_absolute_url()).content.decode()
+    row = re.search(r'<tr data-member="mia">.*?</tr>', page, re.S).group(0)
+    assert 'data-confirm="A role below maintainer also revokes the 2 open share links mia made here, for good.' in row
+    assert "Remove mia from Acme &lt;agents&gt;? The 2 open share links they made here will stop working" in row
+    own = re.search(r'<tr data-member="ada">.*?</tr>', page, re.S).group(0)
+    assert 'data-confirm="Change your own role in Acme &lt;agents&gt;?' in own
+    # Without JavaScript the question is a page, and nothing changes until it is answered.
+    asked = admin.post(_url("project_member", acme), {"username": "ada", "role": "viewer", "change": "1",
+                                                      "ask_first": "1"})  # fmt: skip
+    assert asked.status_code == 200 and "Change your own role in Acme &lt;agents&gt;?" in asked.content.decode()
+    assert Membership.objects.get(user__username="ada").role == Role.ADMIN
+    changed = admin.post(_url("project_member", acme), {"username": "mia", "role": "viewer", "change": "1"})
+    html = admin.get(changed["Location"]).content.decode()
+    assert "mia is now viewer in Acme &lt;agents&gt;. The 2 share links mia had made here were revoked." in html
+    assert not sharing.open_link_counts(acme.pk)
+
+
+def test_a_project_and_its_admin_are_made_with_their_audit_entry_or_not_at_all(acme, monkeypatch):
+    # The atomic decorator had slipped onto the function above it: a failed log entry left the
+    # project and its admin stored, unlogged.
+    def broken(**kwargs):
+        raise RuntimeError("the log is out of reach")
+
+    monkeypatch.setattr(audit, "record", broken)
+    from sessions_app.access import Actor
+
+    with pytest.raises(RuntimeError):
+        teams.create_project(actor=Actor(user=member("zed", acme, Role.VIEWER)), name="Orphan", slug="orphan")
+    assert not Project.objects.filter(slug="orphan").exists()
+    assert not Membership.objects.filter(project__slug="orphan").exists()
+
+
 def test_adding_someone_who_is_a_member_already_says_so_and_changes_nothing(admin, acme, django_user_model):
     django_user_model.objects.create_user(username="rev", password="x")
     admin.post(_url("project_member", acme), {"username": "rev", "role": "reviewer"})

@@ -340,9 +340,11 @@ def test_a_link_opens_nothing_once_its_maker_may_no_longer_share(shown, mia, acm
     from sessions_app import teams
 
     if change == "removed":
-        teams.remove_member(actor=admin, project=acme, username="mia")
+        assert teams.remove_member(actor=admin, project=acme, username="mia") == 1
     elif change in ("viewer", "reviewer"):
-        assert teams.set_member(actor=admin, project=acme, username="mia", role=change) == "changed"
+        assert teams.set_member(actor=admin, project=acme, username="mia", role=change) == teams.MemberChange(
+            "changed", 1
+        )
     elif change == "deactivated":
         type(mia).objects.filter(pk=mia.pk).update(is_active=False)
     else:

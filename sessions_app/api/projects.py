@@ -144,7 +144,7 @@ def add_member(request: HttpRequest, slug: str, body: MemberIn):
     except teams.TeamError as exc:
         raise _refused(exc)
     member = next(m for m in teams.members_of(project) if m.user.get_username() == body.username)
-    return Status(201 if added == "added" else 200, {"username": body.username, "role": member.role,
+    return Status(201 if added.outcome == "added" else 200, {"username": body.username, "role": member.role,
                                                    "since": member.created_at})  # fmt: skip
 
 

@@ -15,10 +15,12 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import messages as django_messages
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.utils.http import content_disposition_header
@@ -80,8 +82,10 @@ def _project_page(request: HttpRequest, project: Project, *, status: int = 200, 
     """The project page; a refused post passes its bound form (or a member row's error) back in."""
     row_errors: dict[str, str] = forms_.pop("row_errors", {})
     members = teams.members_of(project)
+    shared = sharing.open_link_counts(project.pk) if project.role.includes(Role.ADMIN) else {}
     for member in members:
         member.error = row_errors.pop(member.user.get_username(), "")
+        member.open_links = shared.get(member.user_id, 0)  # the questions say they would end
     context = {
         "project": project,
         "members": members,
@@ -108,6 +112,10 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
     form = MemberForm(request.POST)
     if form.is_valid():
         username, role = form.cleaned_data["username"], Role(form.cleaned_data["role"])
+        question = _change_question(request, project, username) if "change" in request.POST else ""
+        if question and (asked := asked_first(request, question=question, answer="Change the role",
+                                              back=project.get_absolute_url())):  # fmt: skip
+            return asked
         try:
             added = teams.set_member(actor=access.actor_of(request), project=project, username=username,
                                      role=role, ip=audit.client_ip(request),
@@ -115,8 +123,9 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
-            done = {"added": "added as", "changed": "is now", "unchanged": "is already"}[added]
-            return _back_to(request, project, f"{username} {done} {role.label.lower()} in {project.name}.")
+            done = {"added": "added as", "changed": "is now", "unchanged": "is already"}[added.outcome]
+            said = f"{username} {done} {role.label.lower()} in {project.name}."
+            return _back_to(request, project, said + _links_revoked(added.links_revoked, username))
     if "change" in request.POST:
         return _refused_row(request, project, form)
     return _project_page(request, project, status=400, member_form=form)
@@ -133,17 +142,43 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
             f"Leave {project.name}? You lose access to its sessions until an admin adds you again."
             if username == request.user.get_username()
             else f"Remove {username} from {project.name}?"
-        )
+        ) + _links_ending(project, username, "they made here will stop working, for good.")
         if asked := asked_first(request, question=question, answer="Remove", back=project.get_absolute_url()):
             return asked
         try:
-            teams.remove_member(actor=access.actor_of(request), project=project, username=username,
-                                ip=audit.client_ip(request))  # fmt: skip
+            revoked = teams.remove_member(actor=access.actor_of(request), project=project, username=username,
+                                          ip=audit.client_ip(request))  # fmt: skip
         except teams.TeamError as exc:
             _refused(form, exc)
         else:
-            return _back_to(request, project, f"{username} is no longer a member of {project.name}.")
+            said = f"{username} is no longer a member of {project.name}."
+            return _back_to(request, project, said + _links_revoked(revoked, username))
     return _refused_row(request, project, form)
+
+
+def _change_question(request: HttpRequest, project: Project, username: str) -> str:
+    """What a change of role asks first (also the page's data-confirm): one's own, which an
+    admin had lost with one click, or one that may end the member's share links."""
+    if username == request.user.get_username():
+        return (
+            f"Change your own role in {project.name}? Below admin you can no longer manage its members, "
+            "nor give the role back to yourself."
+        )
+    ending = _links_ending(project, username, f"{username} made here, for good.")
+    return f"A role below maintainer also revokes{ending.removeprefix(' The')} Change the role?" if ending else ""
+
+
+def _links_ending(project: Project, username: str, tail: str) -> str:
+    user = get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
+    count = sharing.open_link_counts(project.pk).get(user, 0)
+    return f" The {count} open share link{pluralize(count)} {tail}" if count else ""
+
+
+def _links_revoked(count: int, username: str) -> str:
+    # Their visitors' links stop working for good (a role given back does not reopen them).
+    if not count:
+        return ""
+    return f" The {count} share link{pluralize(count)} {username} had made here {pluralize(count, 'was,were')} revoked."
 
 
 def _refused_row(request: HttpRequest, project: Project, form: forms.Form) -> HttpResponse:
