@@ -432,7 +432,9 @@ def test_a_maintainers_new_role_above_sharing_keeps_their_links_and_the_project_
     ada = member("ada", acme, Role.ADMIN)
     from sessions_app import teams
 
-    assert teams.set_member(actor=Actor(user=ada), project=acme, username="mia", role="admin") == "changed"
+    assert teams.set_member(actor=Actor(user=ada), project=acme, username="mia", role="admin") == teams.MemberChange(
+        "changed"
+    )
     assert Client().get(f"/s/{token}").status_code == 302
     revoked = [orjson.loads(entry.detail)["link"] for entry in AuditEntry.objects.filter(action="share_link.revoke")]
     assert revoked == [other.pk]
