@@ -532,7 +532,7 @@ def test_the_player_shows_sign_offs_to_everyone_and_the_form_to_reviewers(sessio
     reviews.sign_off(session=session, reviewer=Actor(user=rita), verdict="approved", note="<script>alert(1)</script>")
     for user, has_form in ((rita, True), (vic, False)):
         html = _player(_client(user), session)
-        assert '<section id="sign-offs"' in html and "<strong>rita</strong>" in html
+        assert '<section id="sign-offs"' in html and "<strong><bdi>rita</bdi></strong>" in html
         assert "badge review review-approved" in html
         assert ("sign-off-form" in html) is has_form
         assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -576,12 +576,33 @@ def test_htmx_sign_off_without_a_verdict_is_a_400_panel_naming_it(session, rita)
     assert "A sign-off needs a verdict" in html and not Review.objects.exists()
 
 
-def test_plain_post_redirects_to_the_player_or_answers_the_refusal(session, rita):
+def test_plain_post_redirects_to_the_player_at_its_step_or_answers_the_refusal_in_the_player(session, rita):
+    # Without JavaScript a refusal was a bare fragment (no page, no styles, the busy note on),
+    # and a sign-off sent the reviewer back to event #1.
     client = _client(rita)
     url = reverse("sessions:sign_off", args=[session.pk])
-    assert client.post(url, {"verdict": "bogus"}).status_code == 400
-    done = client.post(url, {"verdict": "approved"})
-    assert done.status_code == 302 and done["Location"] == session.get_absolute_url()
+    assert 'action="' + url + '?step=4"' in client.get(session.get_absolute_url(), {"step": 4}).content.decode()
+    refused = client.post(url + "?step=4", {"verdict": "bogus"})
+    assert refused.status_code == 400 and "A sign-off needs a verdict" in refused.content.decode()
+    assert (
+        refused.content.decode().lstrip().startswith("<!doctype html>")
+        and 'aria-valuenow="4"' in refused.content.decode()
+    )
+    done = client.post(url + "?step=4", {"verdict": "approved"})
+    assert done.status_code == 302 and done["Location"] == session.get_absolute_url() + "?step=4"
+    assert client.post(url, {"verdict": "approved"})["Location"] == session.get_absolute_url()
     _tamper(session)
-    assert client.post(url, {"verdict": "approved"}).status_code == 409
-    assert Review.objects.count() == 1
+    broken = client.post(url + "?step=2", {"verdict": "approved"})
+    assert broken.status_code == 409 and f"broken at seq {TAMPERED}" in broken.content.decode()
+    assert broken.content.decode().lstrip().startswith("<!doctype html>")
+    assert Review.objects.count() == 2
+
+
+def test_htmx_sign_off_brings_the_chain_badge_with_the_verification_it_ran(session, rita):
+    # The badge kept the time of the verification before until a reload.
+    response = _client(rita).post(reverse("sessions:sign_off", args=[session.pk]), {"verdict": "approved"},
+                                  HTTP_HX_REQUEST="true")  # fmt: skip
+    session.refresh_from_db()
+    badge = response.content.decode().split('<div id="chain-badge"', 1)[1]
+    assert badge.startswith(' class="chain-badge"') and 'hx-swap-oob="true"' in badge.split(">", 1)[0]
+    assert f"{session.chain_checked_at:%Y-%m-%d %H:%M:%S} UTC" in badge

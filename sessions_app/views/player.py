@@ -23,15 +23,15 @@ from django.views.decorators.http import require_GET, require_POST
 from .. import access, audit, replay, sse, verification
 from ..canonical import ALL_KINDS
 from ..checkpoints import checkpoints_listed
-from ..forms import PACES, SPEEDS, LiveTailForm, PlayerForm, SearchForm, error_text
+from ..forms import PACES, SPEEDS, LiveTailForm, PlayerForm, SearchForm, SignOffForm, error_text
 from ..models import Role, Session
 from ..replay import charts, exports, timeline
 from ..replay.frames import Frame, frame_at, search_panel
 from ..replay.imports import session_import_problems
+from ..replay.sign_offs import sign_offs_of
 from .comments import comment_panel, discussion, refused_comment
 from .pages import player_link_suffix, render_page, signed_in_or_shared, wants_partial
 from .redactions import redaction_panel
-from .reviews import sign_off_panel
 from .sharing import may_share, visitor_page
 from .tours import tour_builder, tour_mode_context
 
@@ -146,6 +146,15 @@ def _team_panels(request: HttpRequest, session: Session, overview: timeline.Over
         | tour_builder(request, session)
         | {"import_problems": session_import_problems(jobs=access.jobs_visible_to(request), session=session)}
     )
+
+
+def sign_off_panel(request: HttpRequest, session: Session, **extra: Any) -> dict[str, Any]:
+    """What the panel shows: the sign-offs, and the form for a caller who may sign off."""
+    return {
+        "sign_offs": sign_offs_of(session=session),
+        "can_sign_off": access.may(request, session, Role.REVIEWER),
+        "sign_off_form": SignOffForm(),
+    } | extra
 
 
 def _player_page(session: Session) -> dict[str, Any]:

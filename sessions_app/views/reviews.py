@@ -1,29 +1,20 @@
-"""The player's sign-off panel: everyone sees a session's sign-offs, reviewers record one."""
+"""Recording a sign-off from the player's panel (views/player.py builds the panel): everyone
+sees a session's sign-offs, reviewers record one."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
+from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from .. import access, audit
-from ..forms import SignOffForm
-from ..models import Role, Session
-from ..replay.sign_offs import sign_offs_of
+from ..forms import PlayerForm, SignOffForm
+from ..models import Role
 from ..reviews import SignOffRefused, sign_off
 from .pages import login_required
-
-
-def sign_off_panel(request: HttpRequest, session: Session, **extra: Any) -> dict[str, Any]:
-    """What the panel shows: the sign-offs, and the form for a caller who may sign off."""
-    return {
-        "sign_offs": sign_offs_of(session=session),
-        "can_sign_off": access.may(request, session, Role.REVIEWER),
-        "sign_off_form": SignOffForm(),
-    } | extra
+from .player import player_page, sign_off_panel
 
 
 @login_required
@@ -41,11 +32,23 @@ def sign_off_session(request: HttpRequest, session_id: int) -> HttpResponse:
             error, status = f"Not signed off: {exc}.", 409
     else:
         error, status = "A sign-off needs a verdict: approved, changes requested or rejected.", 400
-    if not request.htmx and not error:
-        return redirect(session.get_absolute_url())
-    context = {"session": session, **sign_off_panel(request, session, sign_off_form=form, sign_off_error=error)}
-    # A refusal answers its 400 or 409 with the panel saying why, to htmx (base.html's
-    # responseHandling swaps it in) and to a plain form post alike.
-    response = render(request, "sessions_app/player.html#sign-offs", context, status=status)
+    panel = {"sign_off_form": form, "sign_off_error": error}
+    if not request.htmx:
+        # Without JavaScript: the player at the step the form was sent from (its address says),
+        # the refusal in its panel; it had been a bare fragment, and a success lost the step.
+        state = PlayerForm(request.GET).values()
+        if not error:
+            return redirect(session.get_absolute_url() + ("" if state["step"] is None else f"?step={state['step']}"))
+        return player_page(request, session, state, extra=panel, status=status)
+    session.refresh_from_db()  # the verification the sign-off ran
+    context = {"session": session, **sign_off_panel(request, session, **panel), "badge_oob": True}
+    # A refusal answers its 400 or 409 with the panel saying why (base.html's responseHandling
+    # swaps it in); the chain badge comes out of band with what the verification found (it had
+    # kept the time of the one before until a reload).
+    response = HttpResponse(
+        render_to_string("sessions_app/player.html#sign-offs", context, request)
+        + render_to_string("sessions_app/player.html#chain-badge", context, request),
+        status=status,
+    )
     patch_vary_headers(response, ["HX-Request"])
     return response
