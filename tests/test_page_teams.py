@@ -507,3 +507,23 @@ def test_each_filter_page_says_what_it_ignored(client, acme):
         name, value = bad.split("=")
         page = client.get(url, {name: value}).content.decode()
         assert f"Ignored, not a valid value: <code><bdi>{name}={value}</bdi></code>." in page, url
+
+
+def test_every_field_a_refusal_marks_points_at_the_words_that_say_why(admin, acme):
+    # Django marks a refused field aria-describedby="id_<field>_error"; no element had that id,
+    # so a screen reader on the field heard nothing of why.
+    def described_and_found(html: str) -> list[tuple[str, bool]]:
+        ids = set(re.findall(r'\bid="([^"]+)"', html))
+        refs = [ref for refs in re.findall(r'aria-describedby="([^"]+)"', html) for ref in refs.split()]
+        return [(ref, ref in ids) for ref in refs]
+
+    pages = [
+        admin.post(_url("project_member", acme), {"username": "nosuchuser", "role": "viewer"}),
+        admin.post(PROJECTS, {"name": "", "slug": "Bad Slug"}),
+        admin.post(KEYS, {"name": ""}),
+        admin.post(_url("project_settings", acme), {"retention_days": "-4", "quota_mb": "x", "max_sessions": "1"}),
+    ]
+    for page in pages:
+        assert page.status_code == 400
+        found = described_and_found(page.content.decode())
+        assert found and all(ok for _, ok in found), found
