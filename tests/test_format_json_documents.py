@@ -232,6 +232,27 @@ def test_an_integer_of_more_digits_than_python_converts_ends_the_document_as_a_p
     assert message.endswith("the rest of the document could not be read") and len(message) < 300
 
 
+def test_a_document_read_exactly_still_stops_an_absurdly_deep_record_in_little_memory(tmp_path):
+    # Past a big integer the document is read on with exact numbers: the depth guard must stay
+    # in that reading too (without it, 200,000 levels ran for minutes).
+    a = {"id": "a", "n": 2**70}
+    deep = b'{"id": "deep", "payload": ' + b"[" * 20000 + b"]" * 20000 + b"}"
+    path = write(tmp_path, b"[\n" + json.dumps(a).encode() + b",\n" + deep + b"\n]")
+    found, problems, peak = read_measured(path)
+    assert found == [(2, {"id": "a", "n": float(2**70)})]
+    assert problems == [(3, "line", "nested deeper than 508 levels; the rest of the document could not be read")]
+    assert peak < 20_000_000, peak
+
+
+def test_records_before_a_big_integer_are_read_once(tmp_path):
+    # The exact reading starts again from the document's beginning and passes over the records
+    # read already: two before the big integer had come twice.
+    a, b, c, d = events(4)
+    records = [a, b, {**c, "n": 2**70}, d]
+    found, problems = read(write(tmp_path, pretty(records)))
+    assert problems == [] and [value["id"] for _, value in found] == ["e0", "e1", "e2", "e3"]
+
+
 def test_an_events_body_without_its_list_is_reported_but_an_empty_list_is_not(tmp_path):
     assert read(write(tmp_path, b'{\n  "events": []\n}\n')) == ([], [])
     assert read(write(tmp_path, b'{\n  "events": {"a": 1}\n}\n')) == (

@@ -450,11 +450,16 @@ def test_session_store_folder_becomes_sessions_with_named_checkpoints(project, t
 def test_a_snapshot_holding_an_integer_past_64_bits_imports_whole(project, tmp_path):
     # An agent's variable holding factorial(25): rlm-code's store writes it exactly and loads it
     # back; yajl reads integers into 64 bits and stopped the document at it (nothing imported).
+    # Two steps before it: the document is read again exactly from its start, passing over the
+    # steps read already (they had come twice).
     recorder = SessionRecorder("sess_big", "run_big", "factorial task", "env", "model")
-    recorder.record_step_start(1)
+    for step in (1, 2):
+        recorder.record_step_start(step)
+        recorder.record_step_end({"action": "code", "code": f"x = {step}"}, {"output": "ok"}, 0.25, True, 1, 1)
+    recorder.record_step_start(3)
     recorder.record_variable_update("f", math.factorial(25))
     recorder.record_step_end({"action": "code", "code": "f = factorial(25)"}, {"output": "ok"}, 0.5, True, 10, 7)
-    recorder.record_step_start(2)
+    recorder.record_step_start(4)
     recorder.record_step_end({"action": "code", "code": "print(f)"}, {"output": "done 1.25"}, 1.25, True, 5, 3)
     recorder.record_final("15511210043330985984000000", True)
     path = SessionStore(base_dir=tmp_path / "store").save_snapshot(recorder.end_session())
@@ -465,11 +470,11 @@ def test_a_snapshot_holding_an_integer_past_64_bits_imports_whole(project, tmp_p
 
     assert outcome.error is None and outcome.problems == [], outcome.to_dict()
     session = outcome.session
-    assert session.step_count == theirs.total_steps == 2
+    assert session.step_count == theirs.total_steps == 4
     assert session.reward == theirs.get_summary()["total_reward"]
     assert session.final_answer == "15511210043330985984000000"
     # The value as a JSON line of the same record reads (orjson: the double it rounds to).
-    variables = step_state_at(session=session, index=1)["variables"]
+    variables = step_state_at(session=session, index=3)["variables"]
     assert variables["f"] == float(math.factorial(25)) == orjson.loads(b"15511210043330985984000000")
 
 

@@ -699,6 +699,17 @@ def test_a_link_back_up_the_folder_is_skipped_not_followed(project, tmp_path):
         ("gone", "gone: a broken link (or a link to itself): skipped"),
     ]  # fmt: skip
     assert len(outcomes) == 5  # b/to-a/x.jsonl, read once more, is the same session
+    # A link up above the folder named: what is up there is not the operator's to import.
+    top = tmp_path / "top"
+    (top / "named").mkdir(parents=True)
+    record_full_session(top / "outside.jsonl", run_id="outside", steps=1)
+    record_full_session(top / "named" / "in.jsonl", run_id="in", steps=1)
+    (top / "named" / "up").symlink_to(top)
+    outcomes = import_file(path=top / "named", project=project)
+    assert [(o.path.name, o.error) for o in outcomes] == [
+        ("in.jsonl", None), ("up", "up: a link back to a folder being read: skipped"),
+    ]  # fmt: skip
+    assert not Session.objects.filter(run_id="outside").exists()
 
 
 def test_command_replace_and_project(project, tmp_path):

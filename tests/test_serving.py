@@ -191,6 +191,9 @@ def test_a_signing_key_file_that_is_no_key_stops_serve_by_name_before_starting_a
         ("--port", "99999", "argument --port: 99999 is not between 1 and 65535"),
         ("--port", "0", "argument --port: 0 is not between 1 and 65535"),
         ("--web-processes", "0", "argument --web-processes: 0 is not between 1 and 512"),
+        ("--job-workers", "0", "argument --job-workers: 0 is not between 1 and 512"),
+        ("--job-workers", "513", "argument --job-workers: 513 is not between 1 and 512"),
+        ("--port", "65536", "argument --port: 65536 is not between 1 and 65535"),
         ("--job-workers", "two", "argument --job-workers: 'two' is not a whole number"),
         ("--host", "localhost", "argument --host: 'localhost' is not an IP address (127.0.0.1, 0.0.0.0, ::1)"),
         ("--host", "999.1.1.1", "argument --host: '999.1.1.1' is not an IP address (127.0.0.1, 0.0.0.0, ::1)"),
@@ -204,6 +207,16 @@ def test_serve_refuses_a_bad_number_by_name_before_starting_anything(option, val
     with pytest.raises(CommandError, match=f"^Error: {re.escape(said)}$"):
         call_command("serve", option, value)
     assert started == []
+
+
+def test_serve_takes_the_ends_of_each_range_and_a_host_as_written(db, monkeypatch, settings):
+    settings.DEMO = True
+    started = []
+    monkeypatch.setattr("sessions_app.management.commands.serve.serve", lambda **kw: started.append(kw) or 0)
+    call_command("serve", "--port", "65535", "--web-processes", "512", "--job-workers", "1", "--host", "::0001")
+    call_command("serve", "--port", "1", "--web-processes", "1", "--job-workers", "512")
+    assert [(k["port"], k["web_processes"], k["job_workers"]) for k in started] == [(65535, 512, 1), (1, 1, 512)]
+    assert started[0]["host"] == "::1"  # written as the address it is
 
 
 @pytest.fixture
