@@ -294,6 +294,39 @@ def test_a_step_states_variables_memory_and_the_events_own_fields_reach_the_step
     assert refused.session is None and "state_change: step_state.variables also sets the variables" in refused.error
 
 
+def test_a_step_states_own_values_win_and_its_variables_are_the_whole_state(api, project, tmp_path):
+    # What the step state gives itself is kept; what it leaves out comes from the event; its
+    # variables replace the ones before (a variable the agent deleted is gone at that step).
+    first = {
+        "kind": "step_end",
+        "payload": {},
+        "timestamp": "2026-03-01T10:00:05Z",
+        "reward": 2.0,
+        "tokens": 9,
+        "cumulative_reward": 4.5,
+        "duration_ms": 120.0,
+        "step_state": {"action_type": "code", "success": True, "variables": {"a": 1, "b": 2}},
+    }
+    second = {"kind": "step_end", "payload": {}, "timestamp": "2026-03-01T10:00:09Z", "reward": 2.0, "step": 5,
+              "step_state": {"step": 3, "reward": 5.0, "timestamp": "2026-03-01T09:59:00+00:00",
+                             "action_type": "code", "success": True, "variables": {"a": 1}}}  # fmt: skip
+    path = tmp_path / "canonical.jsonl"
+    path.write_bytes(orjson.dumps(first) + b"\n" + orjson.dumps(second) + b"\n")
+    [outcome] = import_file(path=path, project=project, format="canonical")
+    assert outcome.error is None and outcome.problems == [], outcome.to_dict()
+    one, two = (step_state_at(session=outcome.session, index=i) for i in (0, 1))
+    assert (one["cumulative_reward"], one["duration_ms"], one["tokens_used"]) == (4.5, 120.0, 9)
+    assert one["variables"] == {"a": 1, "b": 2} and two["variables"] == {"a": 1}
+    assert (two["step"], two["reward"], two["timestamp"]) == (3, 5.0, "2026-03-01T09:59:00+00:00")
+    assert verify_session(session=outcome.session).valid
+    # Memory set twice, by the step state's notes and the state change: refused, as variables are.
+    both = {**first, "step_state": {"action_type": "code", "memory_notes": ["m"]}, "state_change": {"memory": ["n"]}}
+    sid = new_session(api)["id"]
+    response = append(api, sid, [both])
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("events[0].state_change: step_state.memory_notes also sets the memory")
+
+
 def test_token_totals_stop_at_the_64_bit_limit_instead_of_failing_the_write(api, project):
     sid = new_session(api)["id"]
     events = [{"kind": "llm_response", "payload": {}, "tokens": 2**62} for _ in range(3)]
