@@ -355,6 +355,23 @@ def test_an_event_line_of_the_wrong_shape_refuses_the_bundle_by_line_and_field(
         ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "chain_valid": "false"}],
          "reviews.json: sign-off 1: field chain_valid: not true or false, got 'false'"),
         ([], ["x"], "reviews.json: sign-off 1: not an object, got 'x'"),
+        ([{"id": 1, "seq": 1, "body": "ok", "revisions": {"x": 1}}], [],
+         "comments.json: comment 1: field revisions: not a list, got {'x': 1}"),
+        ([{"id": 1, "seq": 1, "body": "ok", "replies": [5]}], [], "comments.json: comment 1: replies 1: not an object, got 5"),
+        ([{"id": 1, "seq": 1, "body": "ok", "revisions": ["old"]}], [],
+         "comments.json: comment 1: revisions 1: not an object, got 'old'"),
+        ([{"id": 1, "seq": 1, "body": "ok", "resolved_by": 5, "resolved_at": "2026-01-01T00:00:00+00:00"}], [],
+         "comments.json: comment 1: field resolved_by: not text, got 5"),
+        ([{"id": 1, "seq": 1, "body": "ok", "redacted_by": [], "redacted_at": "2026-01-01T00:00:00+00:00"}], [],
+         "comments.json: comment 1: field redacted_by: not text, got []"),
+        ([{"id": 1, "seq": 1, "body": "ok", "revisions": [{"body": "b", "written_at": 7}]}], [],
+         "comments.json: comment 1's revision 1: field written_at: not a time (ISO 8601), got 7"),
+        ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "note": 3}],
+         "reviews.json: sign-off 1: field note: not text, got 3"),
+        ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "chain_head": []}],
+         "reviews.json: sign-off 1: field chain_head: not text, got []"),
+        ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "created_at": {}}],
+         "reviews.json: sign-off 1: field created_at: not a time (ISO 8601), got {}"),
 
     ],
 )  # fmt: skip
@@ -367,6 +384,17 @@ def test_a_restored_comment_or_sign_off_of_the_wrong_type_refuses_the_bundle_by_
     (outcome,) = import_file(path=_resigned(bundle, tmp_path, comments=comments, reviews=reviews), project=elsewhere)
     assert outcome.session is None and said in outcome.error, outcome.error
     assert not Session.objects.filter(project=elsewhere).exists()
+
+
+def test_a_restored_sign_off_that_says_nothing_of_its_chain_claims_no_valid_one(bundle, session, elsewhere, tmp_path):
+    # Read leniently, a sign-off with no chain_valid, or an empty time, had claimed a valid chain
+    # or another time; it claims what it says, and an empty time is none (the export's).
+    session.delete()
+    reviews = [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "created_at": ""}]
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, reviews=reviews), project=elsewhere)
+    assert outcome.error is None, outcome.error
+    review = Review.objects.get(session=outcome.session)
+    assert review.chain_valid is False and review.created_at <= outcome.session.created_at
 
 
 def test_a_lone_surrogate_in_a_bundles_list_refuses_it_by_file(bundle, session, elsewhere, tmp_path):
