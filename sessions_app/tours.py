@@ -261,14 +261,18 @@ def change_tour(
     return tour
 
 
-def delete_tour(*, actor: Actor, tour: Tour, ip: str | None = None) -> None:
-    """Delete a tour and its stops (the sessions stay)."""
+def delete_tour(*, actor: Actor, tour: Tour, ip: str | None = None) -> int:
+    """Delete a tour and its stops (the sessions stay); how many of its share links were open:
+    they go with it (the database's cascade), said to the deleter and in the log, where its
+    visitors' links had died without a word."""
     tour_id = tour.pk
     with transaction.atomic():
         stops = len(_current(tour))
-        _record("tour.delete", actor=actor, tour=tour, ip=ip, stops=stops)
+        links = ShareLink.objects.active().filter(tour=tour).count()
+        _record("tour.delete", actor=actor, tour=tour, ip=ip, stops=stops, **({"share_links": links} if links else {}))
         tour.delete()
     tour.pk = tour_id  # for the caller's answer
+    return links
 
 
 def set_stops(*, actor: Actor, tour: Tour, stops: Sequence[StopSpec], ip: str | None = None) -> list[TourStop]:

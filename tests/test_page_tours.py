@@ -173,10 +173,21 @@ def test_editing_the_title_and_description_answers_with_the_head(mia, tour):
     assert "Title: Ensure this value has at most 200 characters" in refused.content.decode()
 
 
-def test_deleting_the_tour_goes_to_the_learn_page(mia, tour):
+def test_deleting_the_tour_goes_to_the_learn_page_saying_so_and_what_ended_with_it(mia, tour, acme):
+    # It landed on Learn without a word, and its open share links died unsaid (the log too).
+    from sessions_app import sharing
+
+    sharing.create_link(actor=Actor(user=member("mia", acme, Role.MAINTAINER)), tour=tour)
+    page = mia.get(reverse("sessions:tour", args=[tour.pk])).content.decode()
+    assert 'data-confirm="Delete the tour “How it fixed the bug” and its stops? Its 1 open share link will stop' in page
     response = mia.post(reverse("sessions:tour_delete", args=[tour.pk]))
     assert response.status_code == 302 and response["Location"] == "/projects/acme/learn/"
-    assert not Tour.objects.exists() and not TourStop.objects.exists()
+    assert not Tour.objects.exists() and not TourStop.objects.exists() and not ShareLink.objects.exists()
+    learn = mia.get(response["Location"]).content.decode()
+    assert "Deleted the tour “How it fixed the bug”. Its 1 open share link stopped working." in learn
+    assert "Deleted the tour" not in mia.get(response["Location"]).content.decode()  # said once
+    entry = AuditEntry.objects.filter(action="tour.delete").get()
+    assert json.loads(entry.detail) == {"stops": 3, "share_links": 1}
     response = mia.post(reverse("sessions:tour_delete", args=[tour.pk]), HTTP_HX_REQUEST="true")
     assert response.status_code == 404
 

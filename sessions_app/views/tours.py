@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages as django_messages
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
@@ -31,8 +33,10 @@ from ..forms import (
     error_text,
     labelled,
 )
-from ..models import Project, Role, Session, Tour, TourStop
-from .pages import asked_first, login_required, player_link_suffix, signed_in_or_shared
+from ..models import Project, Role, Session, ShareLink, Tour, TourStop
+from .pages import asked_first, login_required, player_link_suffix, signed_in_or_shared, take_messages
+
+_LEARN_TAG = "learn"  # what the Learn page says once: a tour deleted
 
 
 def _can_edit(request: HttpRequest, found: Tour | Session | Project) -> bool:
@@ -51,7 +55,7 @@ def learn(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _learn_page(request: HttpRequest, project: Project, *, form: TourForm, status: int = 200) -> HttpResponse:
     context = {"project": project, "tours": tours.tours_of_project(project=project), "form": form,
-               "can_edit": _can_edit(request, project)}  # fmt: skip
+               "can_edit": _can_edit(request, project), "notices": take_messages(request, _LEARN_TAG)[_LEARN_TAG]}  # fmt: skip
     return render(request, "sessions_app/learn.html", context, status=status)
 
 
@@ -95,6 +99,7 @@ def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error:
         return redirect("sessions:tour", tour.pk)  # post/redirect/get
     context = {
         "tour": tour, "description_html": tours.describe(tour), "stops": tours.stops_of(tour=tour),
+        "delete_question": _delete_question(tour),
         "can_edit": _can_edit(request, tour), "error": error, "error_region": region, "error_stop": stop,
         # Seen through a share link (no role of one's own): the tour, not the project around it.
         "shared": access.share_grant_on(request, tour),
@@ -131,12 +136,21 @@ def tour_edit(request: HttpRequest, tour_id: int) -> HttpResponse:
 @require_POST
 def tour_delete(request: HttpRequest, tour_id: int) -> HttpResponse:
     tour = access.tour_for(request, tour_id, need=Role.MAINTAINER)
-    if asked := asked_first(request, question=f"Delete the tour “{tour.title}” and its stops?", answer="Delete the tour",
+    if asked := asked_first(request, question=_delete_question(tour), answer="Delete the tour",
                             back=reverse("sessions:tour", args=[tour.pk])):  # fmt: skip
         return asked
-    tours.delete_tour(actor=access.actor_of(request), tour=tour, ip=audit.client_ip(request))
+    links = tours.delete_tour(actor=access.actor_of(request), tour=tour, ip=audit.client_ip(request))
+    ended = f" Its {links} open share link{pluralize(links)} stopped working." if links else ""
+    django_messages.success(request, f"Deleted the tour “{tour.title}”.{ended}", extra_tags=_LEARN_TAG)
     learn_url = reverse("sessions:learn", args=[tour.project.slug])
     return HttpResponseClientRedirect(learn_url) if request.htmx else redirect(learn_url)
+
+
+def _delete_question(tour: Tour) -> str:
+    """Also the tour page's data-confirm: its links die with it."""
+    links = ShareLink.objects.active().filter(tour=tour).count()
+    ending = f" Its {links} open share link{pluralize(links)} will stop working." if links else ""
+    return f"Delete the tour “{tour.title}” and its stops?{ending}"
 
 
 @login_required
