@@ -47,7 +47,7 @@ def _cases(world, acme, ours):  # noqa: F811
         (reverse("sessions:tour", args=[tour.pk]), reverse("sessions:tour_stop_delete", args=[tour.pk, stop.pk]), {},
          "Delete this stop of the tour “Walk”?", lambda: not TourStop.objects.filter(pk=stop.pk).exists()),
         (reverse("sessions:share_links", args=[ours.pk]), reverse("sessions:share_link_revoke", args=[link.pk]), {},
-         "Revoke this share link?", lambda: ShareLink.objects.get(pk=link.pk).revoked_at is not None),
+         "Revoke the link “(no note)” by ada, expiring", lambda: ShareLink.objects.get(pk=link.pk).revoked_at is not None),
         (reverse("sessions:keys"), reverse("sessions:key_revoke", args=[key.pk]), {},
          "Revoke the key “ci”", lambda: ApiKey.objects.get(pk=key.pk).revoked_at is not None),
         (acme.get_absolute_url(), reverse("sessions:project_member_remove", args=[acme.slug]), {"username": "bob"},
@@ -84,7 +84,10 @@ def test_removing_oneself_is_asked_as_leaving_the_project(world, acme):  # noqa:
     client, ada, *_ = world
     action = reverse("sessions:project_member_remove", args=[acme.slug])
     page = client.get(acme.get_absolute_url()).content.decode()
-    assert f'data-confirm="Leave {acme.name}? You lose access to its sessions until an admin adds you again."' in page
+    assert (
+        f'data-confirm="Leave {acme.name}? You lose access to its sessions until an admin adds you again. '
+        'The 1 open share link you made here will stop working, for good."'
+    ) in page
     asked = client.post(action, {"username": ada.get_username(), "ask_first": "1"}).content.decode()
-    assert f"Leave {acme.name}? You lose access to its sessions" in asked
+    assert f"Leave {acme.name}? You lose access to its sessions" in asked and "1 open share link you made" in asked
     assert Membership.objects.filter(user=ada, project=acme).exists()

@@ -5,6 +5,7 @@ audited on every use, and a plain 404 the moment they are revoked or expire."""
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -93,6 +94,19 @@ def _player(session: Session) -> str:
 
 
 # --- making, listing, revoking --------------------------------------------------------------
+
+
+def test_the_panel_names_each_link_it_offers_to_revoke_and_lands_on_a_new_one(shown, mia):
+    # Several alike "revoke" buttons, and a question that named no link; the new address came
+    # with nothing said and the focus left on "Create link".
+    _link(shown, mia, note="for the auditors")
+    client = _signed_in(mia)
+    made = client.post(f"/sessions/{shown.pk}/share-links/", {"expires_in_days": 7, "note": ""}, HTTP_HX_REQUEST="true")
+    html = made.content.decode()
+    assert re.search(r'id="share-created-url"[^>]* readonly autofocus>', html)
+    assert 'hx-confirm="Revoke the link “for the auditors” by mia, expiring ' in html
+    assert 'revoke<span class="visually-hidden"> the link “for the auditors” by mia</span>' in html
+    assert 'revoke<span class="visually-hidden"> the link “(no note)” by mia</span>' in html
 
 
 def test_a_links_note_cannot_turn_the_text_after_it_in_either_list(shown, acme, mia):

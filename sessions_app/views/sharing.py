@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from .. import access, audit, sharing
 from ..forms import ShareLinkForm, error_text
+from ..lookalikes import shown_plainly
 from ..models import Role, Session, ShareLink, Tour
 from ..replay import exports
 from .pages import asked_first, login_required, wants_partial
@@ -125,7 +126,12 @@ def revoke(request: HttpRequest, link_id: int) -> HttpResponse:
     link: ShareLink = access.share_link_for(request, link_id, need=Role.MAINTAINER)
     back = reverse("sessions:share_links" if link.session_id else "sessions:tour_share_links",
                    args=[link.session_id or link.tour_id])  # fmt: skip
-    question = "Revoke this share link? Whoever holds it can no longer open what it shares."
+    # Named as the list names it: the list holds several alike "revoke" buttons.
+    named = f"“{shown_plainly(link.note) or '(no note)'}” by {shown_plainly(link.created_by_name) or '(unknown)'}"
+    question = (
+        f"Revoke the link {named}, expiring {link.expires_at:%Y-%m-%d %H:%M} UTC? Whoever holds it can no longer "
+        "open what it shares."
+    )
     if asked := asked_first(request, question=question, answer="Revoke the link", back=back):
         return asked
     sharing.revoke_link(actor=access.actor_of(request), link=link, ip=audit.client_ip(request))

@@ -138,11 +138,12 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     form = RemoveMemberForm(request.POST)
     if form.is_valid():
         username = form.cleaned_data["username"]
+        oneself = username == request.user.get_username()
         question = (
             f"Leave {project.name}? You lose access to its sessions until an admin adds you again."
-            if username == request.user.get_username()
+            if oneself
             else f"Remove {username} from {project.name}?"
-        ) + _links_ending(project, username, "they made here will stop working, for good.")
+        ) + _links_ending(project, username, f"{'you' if oneself else 'they'} made here will stop working, for good.")
         if asked := asked_first(request, question=question, answer="Remove", back=project.get_absolute_url()):
             return asked
         try:
