@@ -507,6 +507,13 @@ def test_each_filter_page_says_what_it_ignored(client, acme):
         name, value = bad.split("=")
         page = client.get(url, {name: value}).content.decode()
         assert f"Ignored, not a valid value: <code><bdi>{name}={value}</bdi></code>." in page, url
+        # Inside what htmx swaps when a filter changes: the next answer, without the bad value,
+        # takes the notice away (it stayed, naming a value the address no longer held).
+        partial = client.get(url, {name: value}, HTTP_HX_REQUEST="true").content.decode()
+        assert "Ignored, not a valid value" in partial and "<html" not in partial, url
+        assert "Ignored, not a valid value" not in client.get(url, HTTP_HX_REQUEST="true").content.decode(), url
+    audit = client.get("/projects/acme/audit/", {"since": "2026-13-45"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "Ignored, not a valid value: <code><bdi>since=2026-13-45</bdi></code>" in audit and "<html" not in audit
 
 
 def test_every_field_a_refusal_marks_points_at_the_words_that_say_why(admin, acme):
