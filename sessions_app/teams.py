@@ -81,7 +81,11 @@ def set_member(
         get_user_model().objects.filter(username=username, is_active=True).first() if "\x00" not in username else None
     )
     if user is None:
-        raise TeamError(f"username: no active user {username!r}")
+        # Said how one is made: a project admin cannot make accounts, and was left at a dead end.
+        raise TeamError(
+            f"username: no active user {username!r}; accounts are made by the server's operator "
+            "(manage.py create_user) or a superuser"
+        )
     with transaction.atomic():
         Project.lock(project.pk)
         current = Membership.objects.select_for_update().filter(project=project, user=user).first()

@@ -230,6 +230,7 @@ def test_an_unknown_user_is_refused_next_to_the_add_form(admin, acme):
     assert response.status_code == 400
     form = html[html.index('id="member-form"') :]
     assert "no active user" in form and "&lt;b&gt;ghost&lt;/b&gt;" in form and "<b>ghost" not in html
+    assert "accounts are made by the server&#x27;s operator (manage.py create_user) or a superuser" in form
 
 
 def test_the_last_admin_stays(admin, acme):
