@@ -14,7 +14,7 @@ PORT ?= 8000
 help:
 	@echo "make run    start the dashboard (web + worker) with demo sessions on http://$(HOST):$(PORT)/"
 	@echo "make test   ruff, then the suite on SQLite and on a throw-away PostgreSQL, and on a second CPython"
-	@echo "make bench  the import and replay benchmarks (README.md, Benchmarks, lists all fourteen)"
+	@echo "make bench  the import and replay benchmarks (README.md, Benchmarks, lists all fifteen)"
 	@echo "make test-sqlite ARGS=tests/test_x.py    one file (or any pytest arguments) on SQLite"
 	@echo "make test-postgres ARGS=tests/test_x.py  the same on a throw-away PostgreSQL"
 	@echo "make install      the project into .venv (install-dev: with the test tools and rlm-code)"
