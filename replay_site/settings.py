@@ -237,6 +237,8 @@ VAR_DIR = BASE_DIR / "var"
 # The Ed25519 key that signs evidence bundles: a file outside the database, made (0600) on first
 # use (sessions_app/signing.py, docs/bundles.md).
 SIGNING_KEY_FILE = Path(env_str("REPLAY_SIGNING_KEY_FILE", str(DATA_DIR / "signing-key.pem")))
+# `manage.py mcp`'s API key, kept off its command line (docs/mcp.md); read here, as every setting.
+MCP_KEY = env_str("REPLAY_MCP_KEY", "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -137,3 +137,15 @@ def test_only_jobs_py_enqueues_or_runs_jobs_with_django_q():
         assert module in allowed, f"{module} imports {sorted(names)}"
         assert allowed[module] is None or names <= allowed[module], f"{module} imports {sorted(names)}"
     assert "jobs.py" in found
+
+
+def test_the_environment_is_read_in_settings_py_only():
+    # STYLE rule 1: each variable read once, in settings.py (`manage.py mcp` read its key itself).
+    readers = []
+    for path in [*APP.rglob("*.py"), *(APP.parent / "replay_site").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
+                readers.append(path.relative_to(APP.parent).as_posix())
+    # settings.py reads; the servers name the settings module and hand their children a worker count.
+    allowed = {"replay_site/settings.py", "replay_site/asgi.py", "replay_site/wsgi.py", "replay_site/serving.py"}
+    assert set(readers) <= allowed, sorted(set(readers) - allowed)

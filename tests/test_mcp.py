@@ -331,6 +331,10 @@ def test_over_stdio_as_a_key_or_as_a_user(world, tmp_path):
     refused_key = subprocess.run([sys.executable, "manage.py", "mcp", "--key", "rpl_wrong"], cwd=ROOT, env=env,
                                  capture_output=True, text=True, timeout=60)  # fmt: skip
     assert refused_key.returncode != 0 and "invalid or revoked" in refused_key.stderr and refused_key.stdout == ""
+    # The key from the environment (settings.MCP_KEY), kept off the command line: it is the one used.
+    from_env = subprocess.run([sys.executable, "manage.py", "mcp"], cwd=ROOT, env=env | {"REPLAY_MCP_KEY": "rpl_wrong"},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert from_env.returncode != 0 and "invalid or revoked" in from_env.stderr
 
 
 # --- in process: the finer points of each answer ----------------------------------------------

@@ -9,10 +9,10 @@ printed there.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import anyio
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         who.add_argument("--user", help="a username: act as that user in every project they belong to")
 
     def handle(self, *args, key: str | None, user: str | None, **options) -> None:
-        key = key or (None if user else os.environ.get("REPLAY_MCP_KEY"))
+        key = key or (None if user else settings.MCP_KEY or None)
         try:
             actor_for(key=key, user=user)  # refused now, with its reason, rather than at the first call
         except DatabaseError as error:  # a database never migrated, or out of reach: say so, no traceback
