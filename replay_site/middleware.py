@@ -190,8 +190,10 @@ def method_not_allowed_page(
         ):
             return response
         found = request.resolver_match.kwargs if request.resolver_match else {}
-        page = render(request, "405.html", {"session_id": found.get("session_id"), "allowed": response.get("Allow", "")},
-                      status=405)  # fmt: skip
+        # Back to what the address names: a refused form on a project's or a tour's page had left
+        # the browser at its post-only address, and this page offered only the sessions list.
+        back = {name: found.get(name) for name in ("session_id", "slug", "tour_id")}
+        page = render(request, "405.html", back | {"allowed": response.get("Allow", "")}, status=405)
         if response.has_header("Allow"):
             page["Allow"] = response["Allow"]
         return page

@@ -179,6 +179,13 @@ def test_a_post_only_address_opened_in_the_browser_is_a_405_page_with_a_way_back
         assert response.headers.get("Content-Security-Policy"), "the page is under the site's CSP"
     # Nothing was done: the session is still there.
     assert logged_in.get(session.get_absolute_url()).status_code == 200
+    # A project's or a tour's form address goes back to that page (a refused form left the
+    # browser there, and only the sessions list was offered).
+    project = Project.get_default()
+    html = logged_in.get(reverse("sessions:project_member", args=[project.slug])).content.decode()
+    assert f'href="{project.get_absolute_url()}">Back to the project</a>' in html
+    html = logged_in.get(reverse("sessions:tour_delete", args=[12345])).content.decode()
+    assert f'href="{reverse("sessions:tour", args=[12345])}">Back to the tour</a>' in html
 
 
 def test_only_a_browser_opening_a_pages_address_gets_the_405_page(logged_in):
