@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Count, F
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from . import access, audit
@@ -84,8 +84,16 @@ def links_of(*, session: Session | None = None, tour: Tour | None = None) -> lis
 
 def open_links_of(project_id: int) -> list[ShareLink]:
     """The project's links that open something now, newest first (the project page lists them
-    for its maintainers, who would otherwise find them session by session)."""
-    links = ShareLink.objects.active().filter(project_id=project_id).select_related("session", "tour")
+    for its maintainers, who would otherwise find them session by session), and those that open
+    nothing only while their maker's account is closed (`state` "maker left"): reopened, the
+    account reopens them, and an admin looking here for every link that may expose the project
+    had not seen them."""
+    links = (
+        ShareLink.objects.with_maker_allowed()
+        .filter(project_id=project_id, revoked_at__isnull=True, expires_at__gt=timezone.now())
+        .filter(Q(maker_may_share=True) | Q(created_by__isnull=False))
+        .select_related("session", "tour")
+    )
     return list(links.order_by("-created_at", "-id")[:MAX_LISTED])
 
 

@@ -388,7 +388,13 @@ def test_a_link_opens_nothing_once_its_maker_may_no_longer_share(shown, mia, acm
         item = item[: item.index("</li>")]
         assert "opens nothing: its maker may no longer share" in item
         assert f'action="/share-links/{link.pk}/revoke/"' in item
-    assert sharing.open_links_of(acme.pk) == []
+    # The project's list of links still names one a reopened account would reopen (it had not):
+    # a deleted maker's never opens again.
+    dormant = [one.pk for one in sharing.open_links_of(acme.pk)]
+    assert dormant == ([link.pk] if change == "deactivated" else [])
+    if change == "deactivated":
+        page = _signed_in(ada).get(reverse("sessions:project", args=[acme.slug])).content.decode()
+        assert "dormant: opens again if its maker's account reopens" in page
 
 
 def test_a_superusers_links_go_too_when_the_team_removes_them_so_none_reopens_later(shown, acme):
