@@ -191,6 +191,12 @@ def test_a_change_or_removal_that_ends_share_links_asks_first_and_says_how_many_
                                                       "ask_first": "1"})  # fmt: skip
     assert asked.status_code == 200 and "Change your own role in Acme &lt;agents&gt;?" in asked.content.decode()
     assert Membership.objects.get(user__username="ada").role == Role.ADMIN
+    asked = admin.post(_url("project_member", acme), {"username": "mia", "role": "viewer", "change": "1",
+                                                      "ask_first": "1"})  # fmt: skip
+    assert (
+        "A role below maintainer also revokes the 2 open share links mia made here, for good." in asked.content.decode()
+    )
+    assert Membership.objects.get(user__username="mia").role == Role.MAINTAINER
     changed = admin.post(_url("project_member", acme), {"username": "mia", "role": "viewer", "change": "1"})
     html = admin.get(changed["Location"]).content.decode()
     assert "mia is now viewer in Acme &lt;agents&gt;. The 2 share links mia had made here were revoked." in html

@@ -138,12 +138,7 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     form = RemoveMemberForm(request.POST)
     if form.is_valid():
         username = form.cleaned_data["username"]
-        oneself = username == request.user.get_username()
-        question = (
-            f"Leave {project.name}? You lose access to its sessions until an admin adds you again."
-            if oneself
-            else f"Remove {username} from {project.name}?"
-        ) + _links_ending(project, username, f"{'you' if oneself else 'they'} made here will stop working, for good.")
+        question = _remove_question(request, project, username)
         if asked := asked_first(request, question=question, answer="Remove", back=project.get_absolute_url()):
             return asked
         try:
@@ -157,6 +152,20 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     return _refused_row(request, project, form)
 
 
+def _remove_question(request: HttpRequest, project: Project, username: str) -> str:
+    """What a removal asks first (also the page's data-confirm), naming the links it ends."""
+    oneself, links = username == request.user.get_username(), _open_links_made_by(project, username)
+    question = (
+        f"Leave {project.name}? You lose access to its sessions until an admin adds you again."
+        if oneself
+        else f"Remove {username} from {project.name}?"
+    )
+    if links:
+        made = "you made" if oneself else "they made"
+        question += f" The {links} open share link{pluralize(links)} {made} here will stop working, for good."
+    return question
+
+
 def _change_question(request: HttpRequest, project: Project, username: str) -> str:
     """What a change of role asks first (also the page's data-confirm): one's own, which an
     admin had lost with one click, or one that may end the member's share links."""
@@ -165,14 +174,18 @@ def _change_question(request: HttpRequest, project: Project, username: str) -> s
             f"Change your own role in {project.name}? Below admin you can no longer manage its members, "
             "nor give the role back to yourself."
         )
-    ending = _links_ending(project, username, f"{username} made here, for good.")
-    return f"A role below maintainer also revokes{ending.removeprefix(' The')} Change the role?" if ending else ""
+    links = _open_links_made_by(project, username)
+    if not links:
+        return ""
+    return (
+        f"A role below maintainer also revokes the {links} open share link{pluralize(links)} {username} made here, "
+        "for good. Change the role?"
+    )
 
 
-def _links_ending(project: Project, username: str, tail: str) -> str:
+def _open_links_made_by(project: Project, username: str) -> int:
     user = get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
-    count = sharing.open_link_counts(project.pk).get(user, 0)
-    return f" The {count} open share link{pluralize(count)} {tail}" if count else ""
+    return sharing.open_link_counts(project.pk).get(user, 0)
 
 
 def _links_revoked(count: int, username: str) -> str:
