@@ -84,8 +84,11 @@ def _project_page(request: HttpRequest, project: Project, *, status: int = 200, 
     members = teams.members_of(project)
     shared = sharing.open_link_counts(project.pk) if project.role.includes(Role.ADMIN) else {}
     for member in members:
-        member.error = row_errors.pop(member.user.get_username(), "")
-        member.open_links = shared.get(member.user_id, 0)  # the questions say they would end
+        name = member.user.get_username()
+        member.error = row_errors.pop(name, "")
+        asked = {"oneself": member.user_id == request.user.pk, "links": shared.get(member.user_id, 0)}
+        member.remove_question = _remove_question(project, name, **asked)
+        member.change_question = _change_question(project, name, **asked)
     context = {
         "project": project,
         "members": members,
@@ -112,7 +115,11 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
     form = MemberForm(request.POST)
     if form.is_valid():
         username, role = form.cleaned_data["username"], Role(form.cleaned_data["role"])
-        question = _change_question(request, project, username) if "change" in request.POST else ""
+        question = (
+            _change_question(project, username, **_asked_of(request, project, username))
+            if "change" in request.POST
+            else ""
+        )
         if question and (asked := asked_first(request, question=question, answer="Change the role",
                                               back=project.get_absolute_url())):  # fmt: skip
             return asked
@@ -138,7 +145,7 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     form = RemoveMemberForm(request.POST)
     if form.is_valid():
         username = form.cleaned_data["username"]
-        question = _remove_question(request, project, username)
+        question = _remove_question(project, username, **_asked_of(request, project, username))
         if asked := asked_first(request, question=question, answer="Remove", back=project.get_absolute_url()):
             return asked
         try:
@@ -152,9 +159,9 @@ def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
     return _refused_row(request, project, form)
 
 
-def _remove_question(request: HttpRequest, project: Project, username: str) -> str:
-    """What a removal asks first (also the page's data-confirm), naming the links it ends."""
-    oneself, links = username == request.user.get_username(), _open_links_made_by(project, username)
+def _remove_question(project: Project, username: str, *, oneself: bool, links: int) -> str:
+    """What a removal asks first (the page's data-confirm, and the page without JavaScript),
+    naming the share links it ends."""
     question = (
         f"Leave {project.name}? You lose access to its sessions until an admin adds you again."
         if oneself
@@ -166,15 +173,14 @@ def _remove_question(request: HttpRequest, project: Project, username: str) -> s
     return question
 
 
-def _change_question(request: HttpRequest, project: Project, username: str) -> str:
-    """What a change of role asks first (also the page's data-confirm): one's own, which an
-    admin had lost with one click, or one that may end the member's share links."""
-    if username == request.user.get_username():
+def _change_question(project: Project, username: str, *, oneself: bool, links: int) -> str:
+    """What a change of role asks first, or "": one's own, which an admin had lost with one
+    click, or one that may end the member's share links."""
+    if oneself:
         return (
             f"Change your own role in {project.name}? Below admin you can no longer manage its members, "
             "nor give the role back to yourself."
         )
-    links = _open_links_made_by(project, username)
     if not links:
         return ""
     return (
@@ -183,9 +189,13 @@ def _change_question(request: HttpRequest, project: Project, username: str) -> s
     )
 
 
-def _open_links_made_by(project: Project, username: str) -> int:
+def _asked_of(request: HttpRequest, project: Project, username: str) -> dict[str, Any]:
+    """The keywords both questions take, for a member named in a post."""
     user = get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
-    return sharing.open_link_counts(project.pk).get(user, 0)
+    return {
+        "oneself": username == request.user.get_username(),
+        "links": sharing.open_link_counts(project.pk).get(user, 0),
+    }
 
 
 def _links_revoked(count: int, username: str) -> str:
