@@ -56,7 +56,10 @@ def load_or_create(path: Path) -> SigningKey:
     from django.core.exceptions import ImproperlyConfigured
 
     if not path.exists():
-        _create(path)
+        try:
+            _create(path)
+        except OSError as error:  # a folder that is a file, or cannot be made: said, not a traceback
+            raise ImproperlyConfigured(f"REPLAY_SIGNING_KEY_FILE {path} cannot be made: {error}") from None
     try:
         private = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as error:

@@ -197,6 +197,10 @@ def test_a_change_or_removal_that_ends_share_links_asks_first_and_says_how_many_
         "A role below maintainer also revokes the 2 open share links mia made here, for good." in asked.content.decode()
     )
     assert Membership.objects.get(user__username="mia").role == Role.MAINTAINER
+    # A promotion ends no link: it is not asked about them, and acts.
+    promoted = admin.post(_url("project_member", acme), {"username": "mia", "role": "admin", "change": "1",
+                                                         "ask_first": "1"})  # fmt: skip
+    assert promoted.status_code == 302 and Membership.objects.get(user__username="mia").role == Role.ADMIN
     changed = admin.post(_url("project_member", acme), {"username": "mia", "role": "viewer", "change": "1"})
     html = admin.get(changed["Location"]).content.decode()
     assert "mia is now viewer in Acme &lt;agents&gt;. The 2 share links mia had made here were revoked." in html

@@ -388,6 +388,9 @@ def test_a_refused_addition_shows_the_form_as_it_was_filled_in_and_a_title_besid
     assert both.status_code == 400 and "New tour&#x27;s title: Pick “a new tour”" in both.content.decode()
     assert f'<option value="{tour.pk}" selected>' in both.content.decode() and 'value="Fresh"' in both.content.decode()
     assert tour.stops.count() == 3 and not Tour.objects.filter(title="Fresh").exists()
+    # A new tour's title refused by the workflow is named as that field, not the stop's title.
+    hidden = mia.post(url, typed | {"new_tour": "My \u202etour", "title": "fine"}, HTTP_HX_REQUEST="true")
+    assert hidden.status_code == 400 and "New tour&#x27;s title: no invisible" in hidden.content.decode()
 
 
 def test_a_viewer_cannot_add_and_a_tour_of_another_project_is_refused(mia, vic, acme, other, first, tour):

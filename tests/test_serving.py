@@ -179,6 +179,12 @@ def test_a_signing_key_file_that_is_no_key_stops_serve_by_name_before_starting_a
     assert started == []
     with pytest.raises(ImproperlyConfigured, match="REPLAY_SIGNING_KEY_FILE"):
         serving.require_signing_key()
+    # A place it cannot be made: said by name too (it was a FileExistsError traceback).
+    settings.SIGNING_KEY_FILE = junk / "under-a-file.pem"
+    with pytest.raises(
+        CommandError, match=f"^REPLAY_SIGNING_KEY_FILE {re.escape(str(junk))}/under-a-file.pem cannot be made"
+    ):
+        call_command("serve", "--port", "8999")
     # Where no file is, the key is made there, once, before any web process starts.
     settings.SIGNING_KEY_FILE = tmp_path / "new" / "signing-key.pem"
     serving.require_signing_key()

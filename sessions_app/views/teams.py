@@ -30,6 +30,7 @@ from .. import access, audit, sharing, teams
 from ..forms import ApiKeyForm, AuditFilterForm, MemberForm, ProjectForm, ProjectSettingsForm, RemoveMemberForm
 from ..ingest.quotas import usage_of
 from ..models import ApiKey, Membership, Project, Role
+from ..models.onboarding import SHARING_ROLES
 from ..replay.listing import day_start
 from .pages import asked_first, login_required, render_page, take_messages, wants_partial
 
@@ -115,11 +116,11 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
     form = MemberForm(request.POST)
     if form.is_valid():
         username, role = form.cleaned_data["username"], Role(form.cleaned_data["role"])
-        question = (
-            _change_question(project, username, **_asked_of(request, project, username))
-            if "change" in request.POST
-            else ""
-        )
+        asked_of = _asked_of(request, project, username) if "change" in request.POST else None
+        # Links end only below maintainer: a promotion is not asked about them (one's own role is).
+        if asked_of is not None and role in SHARING_ROLES:
+            asked_of["links"] = 0
+        question = _change_question(project, username, **asked_of) if asked_of is not None else ""
         if question and (asked := asked_first(request, question=question, answer="Change the role",
                                               back=project.get_absolute_url())):  # fmt: skip
             return asked

@@ -278,7 +278,7 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
             if data["tour"]:
                 tour = access.tour_for(request, data["tour"], need=Role.MAINTAINER)
             else:
-                tour = tours.create_tour(actor=actor, project=session.project, title=data["new_tour"], ip=ip)
+                tour = _new_tour(actor, session, data["new_tour"], ip)
             stop = tours.add_stop(actor=actor, tour=tour, session=session, seq=data["step"], title=data["title"],
                                   narration=data["narration"], ip=ip)  # fmt: skip
     except tours.TourError as exc:
@@ -288,6 +288,14 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
     if not request.htmx:
         return redirect(stop.player_url)
     return _builder_answer(request, session, added=stop, tour=tour)
+
+
+def _new_tour(actor: access.Actor, session: Session, title: str, ip: str | None) -> Tour:
+    try:
+        return tours.create_tour(actor=actor, project=session.project, title=title, ip=ip)
+    except tours.TourError as exc:  # its `title` is this form's new tour's title, not the stop's
+        message = str(exc)
+        raise tours.TourError("new_tour" + message.removeprefix("title") if message.startswith("title:") else message)
 
 
 def _builder_answer(request: HttpRequest, session: Session, *, error: str = "", added: Any = None,
