@@ -232,6 +232,9 @@ def test_an_integer_of_more_digits_than_python_converts_ends_the_document_as_a_p
     assert message.endswith("the rest of the document could not be read") and len(message) < 300
 
 
+# ijson's pure-Python pipeline, left unread when the document stops, complains when the garbage
+# collector closes it (no handle to it is ours to close first): noise, not a failure.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_document_read_exactly_still_stops_an_absurdly_deep_record_in_little_memory(tmp_path):
     # Past a big integer the document is read on with exact numbers: the depth guard must stay
     # in that reading too (without it, 200,000 levels ran for minutes).
