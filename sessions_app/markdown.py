@@ -18,6 +18,7 @@ import html
 from functools import cache
 from typing import Any
 
+import markdown_it
 import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
@@ -33,7 +34,8 @@ ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}}
 URL_SCHEMES = {"http", "https", "mailto"}
 # Part of every kept HTML's digest: change it with anything that changes what render_markdown
 # makes (the tags allowed, a render rule), and every kept HTML is made again when next read.
-RENDERER = "markdown-it commonmark, images as links, nh3: 1"
+# The libraries' versions are part of it: an upgrade (a sanitiser's fix) makes every kept HTML again.
+RENDERER = f"markdown-it-py {markdown_it.__version__} commonmark, images as links, nh3 {nh3.__version__}: 1"
 # The HTML read for a one-line preview (the Discussion list shows 160 characters): a few
 # links' worth more than that, so a list of hundreds cleans a few KB each.
 PREVIEW_HTML = 2_000

@@ -125,13 +125,15 @@ def revoke_link(*, actor: Actor, link: ShareLink, ip: str | None = None, why: st
 
 def revoke_links_made_by(*, actor: Actor, project_id: int, user_id: int, why: str, ip: str | None = None) -> int:
     """Revoke the links a user made in a project they may no longer share in (removed, or given
-    a role below maintainer), each recorded as revoked and why; how many there were. They would
+    a role below maintainer), each recorded as revoked and why; how many of them had not expired. They would
     open nothing anyway (`ShareLink.objects.active()`); revoked, the lists and the audit log say
     so, and a role given back later does not reopen them."""
     links = list(ShareLink.objects.filter(project_id=project_id, created_by_id=user_id, revoked_at__isnull=True))
     for link in links:
         revoke_link(actor=actor, link=link, ip=ip, why=why)
-    return len(links)
+    # The ones not expired: what the question before it counted (an expired one ended already).
+    now = timezone.now()
+    return sum(link.expires_at > now for link in links)
 
 
 @transaction.atomic  # the change and its audit entry, or neither

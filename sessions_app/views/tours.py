@@ -99,8 +99,9 @@ def _tour_answer(request: HttpRequest, tour: Tour, *, region: str | None, error:
         return redirect("sessions:tour", tour.pk)  # post/redirect/get
     context = {
         "tour": tour, "description_html": tours.describe(tour), "stops": tours.stops_of(tour=tour),
-        "delete_question": _delete_question(tour),
-        "can_edit": _can_edit(request, tour), "error": error, "error_region": region, "error_stop": stop,
+        "can_edit": (can_edit := _can_edit(request, tour)),
+        "delete_question": _delete_question(tour) if can_edit else "",  # the editors' form only
+        "error": error, "error_region": region, "error_stop": stop,
         # Seen through a share link (no role of one's own): the tour, not the project around it.
         "shared": access.share_grant_on(request, tour),
         "form": form or TourForm(initial={"title": tour.title, "description": tour.description}),
