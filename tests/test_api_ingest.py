@@ -603,6 +603,16 @@ def test_a_checkpoint_event_names_its_position_and_keeps_the_session(api, projec
     assert Event.objects.get(session_id=sid, seq=7).kind == "checkpoint"
 
 
+def test_a_live_checkpoint_name_has_its_hidden_characters_written_out(api, project):
+    from sessions_app.models import Checkpoint
+
+    sid = new_session(api)["id"]
+    batch = list(canonical_records(2))
+    batch.append({"kind": "checkpoint", "payload": {"name": "ok\u202etxt.exe"}})
+    assert append(api, sid, batch).status_code == 200
+    assert Checkpoint.objects.get(session_id=sid).name == "ok\\u202etxt.exe"
+
+
 def test_agentlens_batches_give_the_same_events_as_importing_the_file(api, project):
     path = Path(__file__).parent / "fixtures" / "agentlens" / "two_sessions.ndjson"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -216,6 +216,19 @@ def test_native_checkpoint_event_becomes_a_named_checkpoint(project, tmp_path):
     assert checkpoint.step_pos == 1  # after the second step closed
 
 
+def test_a_recorded_checkpoint_name_has_its_hidden_characters_written_out_and_is_composed(project, tmp_path):
+    # A name a person types with a direction override is refused; one an agent recorded is kept,
+    # but shown with the override written out, so the panel cannot list it as another name.
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, checkpoint_at=2)
+    spoofed = json.dumps("Cafe\u0301 \u202egnp.exe\u200b")  # "e" plus a combining accent
+    path.write_text(path.read_text().replace('"before_refactor"', spoofed), encoding="utf-8")
+
+    session = import_one(path, project)
+
+    assert Checkpoint.objects.get(session=session).name == "Caf\u00e9 \\u202egnp.exe\\u200b"
+
+
 def test_native_large_unicode_output_survives_byte_for_byte(project, tmp_path):
     path = tmp_path / "full.jsonl"
     record_full_session(path, large_output_at=2)

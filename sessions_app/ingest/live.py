@@ -27,6 +27,7 @@ from .writer import (
     append_events,
     create_session,
     finish_session,
+    recorded_name,
     redactor_of,
     set_checkpoint,
     short_text,
@@ -445,7 +446,7 @@ def _write_checkpoints(
     for spec, index in zip(specs, positions):
         set_checkpoint(
             session=session, name=spec.name[:200], seq=result.first_seq + index,
-            created_by=(spec.created_by or "live ingest")[:150], note=spec.note,
+            created_by=recorded_name(spec.created_by or "live ingest")[:150], note=spec.note,
         )  # fmt: skip
 
 

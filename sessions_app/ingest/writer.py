@@ -26,6 +26,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from ..canonical import CanonicalEvent, CheckpointSpec, SessionMeta, json_without_nul, without_nul
+from ..lookalikes import as_picked, shown_plainly
 from ..models import Checkpoint, Event, Project, RedactionRules, Session, Snapshot
 from ..redaction import Redactor
 from .rows import (
@@ -669,12 +670,12 @@ def _write_checkpoints(session: Session, specs: list[CheckpointSpec], redactor: 
             seq = max(session.event_count - 1, 0)
         Checkpoint.objects.update_or_create(
             session=session,
-            name=text(without_nul(spec.name[:200])),
+            name=text(recorded_name(spec.name))[:200],
             defaults={
                 "seq": seq,
                 "step_pos": spec.step_pos,
                 "note": text(without_nul(spec.note)),
-                "created_by": text(without_nul(spec.created_by[:150])),
+                "created_by": text(recorded_name(spec.created_by))[:150],
                 "created_at": spec.created_at or timezone.now(),
             },
         )
@@ -685,6 +686,14 @@ def _copy_fields(source: Session, target: Session) -> None:
         return
     for f in Session._meta.concrete_fields:
         setattr(target, f.attname, getattr(source, f.attname))
+
+
+def recorded_name(name: str) -> str:
+    """A checkpoint's name (or maker) as a recording gave it, shown as the panel will list it: a
+    name a person types is refused invisible and direction-changing characters (lookalikes.py),
+    one an agent wrote is not refused (the import goes on) but has them written out ("\\u202e"),
+    and is composed (NFC), so that it cannot read as another checkpoint of the list."""
+    return as_picked(shown_plainly(without_nul(name)))
 
 
 def set_checkpoint(
@@ -703,7 +712,7 @@ def set_checkpoint(
     text = text_redactor(redactor_of(session.project_id, None))
     checkpoint, _ = Checkpoint.objects.update_or_create(
         session=session,
-        name=(name if name_redacted else text(without_nul(name)))[:200],
+        name=(name if name_redacted else text(recorded_name(name)))[:200],
         defaults={
             "seq": seq,
             "step_pos": (step_pos - 1) if step_pos else None,
