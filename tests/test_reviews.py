@@ -581,7 +581,7 @@ def test_plain_post_redirects_to_the_player_at_its_step_or_answers_the_refusal_i
     # and a sign-off sent the reviewer back to event #1.
     client = _client(rita)
     url = reverse("sessions:sign_off", args=[session.pk])
-    assert 'action="' + url + '?step=4"' in client.get(session.get_absolute_url(), {"step": 4}).content.decode()
+    assert 'action="' + url + "?step=4&amp;" in client.get(session.get_absolute_url(), {"step": 4}).content.decode()
     refused = client.post(url + "?step=4", {"verdict": "bogus"})
     assert refused.status_code == 400 and "A sign-off needs a verdict" in refused.content.decode()
     assert (
@@ -596,6 +596,29 @@ def test_plain_post_redirects_to_the_player_at_its_step_or_answers_the_refusal_i
     assert broken.status_code == 409 and f"broken at seq {TAMPERED}" in broken.content.decode()
     assert broken.content.decode().lstrip().startswith("<!doctype html>")
     assert Review.objects.count() == 2
+
+
+def test_plain_sign_off_in_a_tour_keeps_the_stop_kinds_and_speed_and_htmx_leaves_no_empty_step(acme, session, rita):
+    # Without JavaScript a sign-off sent a reviewer walking a tour back to the bare player: the
+    # tour's narration, the kinds filter and the speed were gone.
+    from sessions_app import tours
+
+    maker = Actor(user=member("mo", acme, Role.MAINTAINER))
+    tour = tours.create_tour(actor=maker, project=acme, title="Walk")
+    tours.add_stop(actor=maker, tour=tour, session=session, seq=1, title="one")
+    tours.add_stop(actor=maker, tour=tour, session=session, seq=3, title="two")
+    client = _client(rita)
+    page = client.get(session.get_absolute_url(), {"step": 3, "speed": "5", "types": "tool_call", "tour": tour.pk,
+                                                   "stop": 2}).content.decode()  # fmt: skip
+    action = re.search(r'<form id="sign-off-form" method="post" action="([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert "step=3" in action and "speed=5" in action and "types=tool_call" in action
+    assert f"tour={tour.pk}&stop=2" in action
+    done = client.post(action, {"verdict": "approved"})
+    assert done.status_code == 302 and done["Location"] == session.get_absolute_url() + "?" + action.split("?", 1)[1]
+    after = client.get(done["Location"]).content.decode()
+    assert 'aria-valuenow="3"' in after and "Stop 2 of 2" in after
+    htmx = client.post(reverse("sessions:sign_off", args=[session.pk]), {"verdict": "approved"}, HTTP_HX_REQUEST="true")
+    assert "?step=" not in htmx.content.decode() and Review.objects.count() == 2
 
 
 def test_htmx_sign_off_brings_the_chain_badge_with_the_verification_it_ran(session, rita):

@@ -34,12 +34,13 @@ def sign_off_session(request: HttpRequest, session_id: int) -> HttpResponse:
         error, status = "A sign-off needs a verdict: approved, changes requested or rejected.", 400
     panel = {"sign_off_form": form, "sign_off_error": error}
     if not request.htmx:
-        # Without JavaScript: the player at the step the form was sent from (its address says),
-        # the refusal in its panel; it had been a bare fragment, and a success lost the step.
-        state = PlayerForm(request.GET).values()
+        # Without JavaScript: the player as the form was sent from it (its address holds the
+        # step, kinds, speed, pace and tour stop), the refusal in its panel; it had been a bare
+        # fragment, and a success lost the step, then the tour.
         if not error:
-            return redirect(session.get_absolute_url() + ("" if state["step"] is None else f"?step={state['step']}"))
-        return player_page(request, session, state, extra=panel, status=status)
+            query = request.GET.urlencode()
+            return redirect(session.get_absolute_url() + (f"?{query}" if query else ""))
+        return player_page(request, session, PlayerForm(request.GET).values(), extra=panel, status=status)
     session.refresh_from_db()  # the verification the sign-off ran
     context = {"session": session, **sign_off_panel(request, session, **panel), "badge_oob": True}
     # A refusal answers its 400 or 409 with the panel saying why (base.html's responseHandling
