@@ -413,6 +413,21 @@ def test_a_superusers_links_go_too_when_the_team_removes_them_so_none_reopens_la
     assert Client().get(f"/s/{token}").status_code == 404
 
 
+def test_the_api_tells_an_admin_how_many_share_links_a_role_change_or_removal_ended(shown, mia, acme):
+    # The page asks first and says how many links ended; the API ended them without a word.
+    _link(shown, mia)
+    _link(shown, mia)
+    admin = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('ada', acme, Role.ADMIN))}")
+    url = "/api/projects/acme/members"
+    demoted = admin.post(url, {"username": "mia", "role": "viewer"}, content_type="application/json")
+    assert demoted.status_code == 200 and demoted.json()["linksRevoked"] == 2 and demoted.json()["role"] == "viewer"
+    again = admin.post(url, {"username": "mia", "role": "maintainer"}, content_type="application/json")
+    assert again.status_code == 200 and again.json()["linksRevoked"] == 0  # a promotion ends none
+    _link(shown, mia)
+    removed = admin.delete(f"{url}/mia")
+    assert removed.status_code == 200 and removed.json() == {"username": "mia", "linksRevoked": 1}
+
+
 def test_a_link_made_as_its_maker_is_removed_is_refused_not_left_to_reopen(shown, mia, acme):
     # The caller's check read the team before the removal; the link, made after the removal
     # revoked the maker's links, stayed live (and reopened when they were added back).

@@ -40,6 +40,17 @@ class MemberOut(Schema):
     since: datetime
 
 
+class MemberChangeOut(MemberOut):
+    # The share links the member had made that this change ended (a role that may not share):
+    # the page asks first and says how many; a program is told after, in the answer.
+    linksRevoked: int
+
+
+class MemberRemovedOut(Schema):
+    username: str
+    linksRevoked: int
+
+
 class MemberIn(BodyIn):
     username: Text = Field(..., min_length=1, max_length=150)
     role: Role
@@ -132,7 +143,7 @@ def list_members(request: HttpRequest, slug: str):
 
 @router.post(
     "/projects/{slug}/members",
-    response={200: MemberOut, 201: MemberOut, **DENIED, 400: DetailOut},
+    response={200: MemberChangeOut, 201: MemberChangeOut, **DENIED, 400: DetailOut},
     url_name="add_member",
 )
 def add_member(request: HttpRequest, slug: str, body: MemberIn):
@@ -145,21 +156,24 @@ def add_member(request: HttpRequest, slug: str, body: MemberIn):
         raise _refused(exc)
     member = next(m for m in teams.members_of(project) if m.user.get_username() == body.username)
     return Status(201 if added.outcome == "added" else 200, {"username": body.username, "role": member.role,
-                                                   "since": member.created_at})  # fmt: skip
+                  "since": member.created_at, "linksRevoked": added.links_revoked})  # fmt: skip
 
 
 @router.delete(
-    "/projects/{slug}/members/{username}", response={204: None, **DENIED, 400: DetailOut}, url_name="remove_member"
+    "/projects/{slug}/members/{username}",
+    response={200: MemberRemovedOut, **DENIED, 400: DetailOut},
+    url_name="remove_member",
 )
 def remove_member(request: HttpRequest, slug: str, username: str):
-    """Take a member out of the project; the last admin stays. Admins only."""
+    """Take a member out of the project, with how many of their share links that ended (200);
+    the last admin stays. Admins only."""
     project = access.project_for(request, slug, need=Role.ADMIN)
     try:
-        teams.remove_member(actor=access.actor_of(request), project=project, username=username,
-                            ip=audit.client_ip(request))  # fmt: skip
+        revoked = teams.remove_member(actor=access.actor_of(request), project=project, username=username,
+                                      ip=audit.client_ip(request))  # fmt: skip
     except teams.TeamError as exc:
         raise _refused(exc)
-    return Status(204, None)
+    return Status(200, {"username": username, "linksRevoked": revoked})
 
 
 @router.get("/projects/{slug}/audit", response={200: AuditPageOut, **DENIED, 400: DetailOut}, url_name="audit")
