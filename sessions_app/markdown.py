@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import html
+import re
+from collections.abc import Callable
 from functools import cache
+from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import unquote
 
 import markdown_it
 import nh3
@@ -118,3 +122,42 @@ def plain_text(kept_html: str) -> str:
     a one-line preview such as the Discussion list's; the page escapes it like any text."""
     text = nh3.clean(kept_html[:PREVIEW_HTML], tags=set(), clean_content_tags={"script", "style"})
     return " ".join(html.unescape(text).split())
+
+
+# --- a redaction of what Markdown shows ------------------------------------------------------------
+
+
+class _Shown(HTMLParser):
+    """Rendered HTML's words (entities read), and what its links reach or say on hover."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.words: list[str] = []
+        self.targets: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.words.append(data)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.targets.extend(unquote(value) for name, value in attrs if name in ("href", "title") and value)
+
+
+# CommonMark lets a backslash escape any ASCII punctuation, and then shows it as itself.
+_ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def redacted(text: str, redact: Callable[[str], str], kept_html: str | None = None) -> str:
+    """Markdown `text` with a redaction's rules applied to what a reader sees, not only to how
+    it is spelled: "sk-ab&#99;d", "sk-ab**c**d", "sk\\-abcd" or a link to ".../sk-ab%63d" spell
+    no secret, yet show or reach one. A text that still shows a match once its spelling is
+    redacted is kept as the words it showed (links gone), redacted, and escaped so that it
+    shows them as written. `kept_html`: the HTML already made from `text`, to read it from."""
+    new = redact(text)
+    page = kept_html if new == text and kept_html is not None else str(render_markdown(new)) if new else ""
+    shown = _Shown()
+    shown.feed(page)
+    shown.close()
+    words = "".join(shown.words)
+    if all(redact(part) == part for part in (words, *shown.targets)):
+        return new
+    return _ASCII_PUNCTUATION.sub(r"\\\1", redact(words.strip("\n")))

@@ -462,10 +462,15 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
         # Checkpoint names are unique in their session, and two may become one text once
         # redacted ("ping ana@x.org", "ping bo@x.org"): the later ones are numbered apart.
         names_held = set(rows.values_list("name", flat=True)) if model is Checkpoint else None
-        for row in rows.only("pk", *names).order_by("pk").iterator():
+        written = _MARKDOWN_WRITTEN.get(model, ())
+        kept = [f"{name}_{column}" for name in getattr(model, "MARKDOWN_FIELDS", ()) for column in ("html", "html_of")]
+        for row in rows.only("pk", *names, *kept).order_by("pk").iterator():
             changes: dict[str, Any] = {}
             for name in names:
-                _text(row, name, redactor, changes)
+                if name in written:
+                    _markdown(row, name, redactor, changes)
+                else:
+                    _text(row, name, redactor, changes)
             if names_held is not None and "name" in changes:
                 names_held.discard(row.name)
                 changes["name"] = _numbered_apart(changes["name"], names_held)
@@ -483,6 +488,29 @@ def _redact_team_work(session: Session, redactor: Redactor, result: RedactionRes
     for model, pks in marked.items():
         if pks:
             model.objects.filter(pk__in=pks).update(redacted_by=by[:150], redacted_at=at)
+
+
+# The texts written as Markdown, whose redaction covers what they show (markdown.redacted): the
+# models' MARKDOWN_FIELDS, and a comment's earlier bodies, shown and exported as written.
+_MARKDOWN_WRITTEN: dict[type[Model], tuple[str, ...]] = {
+    Comment: Comment.MARKDOWN_FIELDS,
+    CommentRevision: ("body",),
+    Tour: Tour.MARKDOWN_FIELDS,
+    TourStop: TourStop.MARKDOWN_FIELDS,
+}
+
+
+def _markdown(row: Model, name: str, redactor: Redactor, changes: dict[str, Any]) -> None:
+    text = getattr(row, name)
+    if not text:
+        return
+    # The kept HTML, when it was made from this text, saves rendering every text again.
+    kept = (
+        getattr(row, f"{name}_html", None) if getattr(row, f"{name}_html_of", None) == markdown.digest(text) else None
+    )
+    new = markdown.redacted(text, redactor.text, kept)
+    if new != text:
+        changes[name] = new
 
 
 def _numbered_apart(name: str, held: set[str]) -> str:

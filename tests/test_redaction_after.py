@@ -6,6 +6,7 @@ at its seq, sign-offs stay valid, bundles carry the redactions and verify_bundle
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -29,6 +30,7 @@ from sessions_app.models import (
     AuditEntry,
     Checkpoint,
     Comment,
+    CommentRevision,
     Event,
     ImportJob,
     OtlpSpan,
@@ -347,6 +349,51 @@ def test_comments_and_notes_a_redaction_changed_say_who_changed_them_and_when(st
     restored = Comment.objects.filter(session=copy).order_by("pk")
     assert [c.redacted_by for c in restored] == ["mia", "mia", ""]
     assert Review.objects.get(session=copy).redacted_by == "mia"
+
+
+# Markdown spellings that hold no SECRET as written, yet show it on the page or reach it by a click.
+_DISGUISED = (
+    SECRET[:-5] + "&#" + str(ord(SECRET[-5])) + ";" + SECRET[-4:],  # a character reference
+    SECRET.replace("-", "\\-"),  # backslash escapes
+    SECRET[:10] + "**" + SECRET[10:14] + "**" + SECRET[14:],  # emphasis splitting it
+    SECRET[:10] + "`" + SECRET[10:14] + "`" + SECRET[14:],  # a code span in its middle
+    "[the docs](https://x.example/" + SECRET[:-1] + "%" + format(ord(SECRET[-1]), "02X") + ")",  # a link's target
+)
+
+
+def _shows(html: str) -> str:
+    import html as html_module
+    from urllib.parse import unquote
+
+    # What a reader sees (tags gone, references read) and what a link reaches or says on hover.
+    targets = " ".join(re.findall(r'(?:href|title)="([^"]*)"', html))
+    return unquote(html_module.unescape(re.sub(r"<[^>]+>", "", html) + " " + targets))
+
+
+@pytest.mark.parametrize("spelling", _DISGUISED)
+def test_a_redaction_covers_what_markdown_shows_not_only_how_it_is_spelled(stored, maintainer, viewer, mia, spelling):
+    # A comment, an earlier body, a tour's description and a stop's narration spelling the value
+    # with an entity, an escape, emphasis or a percent-encoded link showed it after the redaction.
+    from sessions_app.markdown import render_markdown
+
+    actor = Actor(user=mia)
+    assert SECRET not in spelling and SECRET in _shows(str(render_markdown(spelling)))
+    comment = comments.create_comment(actor=actor, session=stored, seq=3, body=f"see {spelling} *here*")
+    comments.edit_comment(actor=actor, comment=comment, body=f"again {spelling}")
+    tour = Tour.objects.get(title__startswith="onboarding")
+    tours.change_tour(actor=actor, tour=tour, title=tour.title, description=f"how {spelling} leaked")
+    TourStop.objects.filter(tour=tour).update(narration=f"look: {spelling}")
+    fine = comments.create_comment(actor=actor, session=stored, seq=3, body="*nothing* [here](https://x.example/a)")
+    assert redact_by_api(maintainer, stored).status_code == 200
+    for model, field in ((Comment, "body"), (CommentRevision, "body"), (Tour, "description"), (TourStop, "narration")):
+        for text in model.objects.values_list(field, flat=True):
+            assert SECRET not in _shows(str(render_markdown(text))), (model.__name__, text)
+    player = viewer.get(f"/sessions/{stored.pk}/?step=3").content.decode()
+    tour_page = viewer.get(f"/tours/{tour.pk}/").content.decode()
+    assert SECRET not in _shows(player) and SECRET not in _shows(tour_page)
+    assert "[REDACTED:apikey]" in _shows(tour_page)
+    fine.refresh_from_db()
+    assert fine.body == "*nothing* [here](https://x.example/a)" and fine.redacted_at is None  # Markdown kept
 
 
 def test_bundles_carry_the_redactions_and_verify_bundle_checks_them(stored, maintainer, viewer, tmp_path, other):
