@@ -19,7 +19,7 @@ from . import audit
 from .access import Actor, NotVisible
 from .canonical import without_nul
 from .ingest.writer import redactor_of, set_checkpoint
-from .lookalikes import as_picked, hidden_in_name
+from .lookalikes import as_picked, hidden_in_name, twin_in
 from .models import Checkpoint, Session
 
 MAX_NAME = 200  # Checkpoint.name's length
@@ -53,6 +53,13 @@ def _clean_name(name: str, project_id: int) -> str:
         raise CheckpointError("name: '.' and '..' cannot be part of a checkpoint's address; name it otherwise")
     redactor = redactor_of(project_id, None)
     return name if redactor is None else redactor.text(name)[:MAX_NAME]
+
+
+def _refuse_a_twin(name: str, others: Any) -> None:
+    """A name that looks like another checkpoint's (lookalike letters: "АСМЕ" beside "ACME") is
+    refused: the panel and "Replace the checkpoint …?" would show one for the other."""
+    if twin := twin_in(name, others.values_list("name", flat=True).iterator()):
+        raise CheckpointError(f"name: looks like the checkpoint {twin!r} (lookalike letters); name it otherwise")
 
 
 # The player's Checkpoints panel lists this many; the API lists them all.
@@ -111,6 +118,8 @@ def save_checkpoint(
     existing = Checkpoint.objects.filter(session=session, name=name).first()
     if existing is not None and not replace:
         raise CheckpointExists(existing)
+    if existing is None:
+        _refuse_a_twin(name, Checkpoint.objects.filter(session=session))
     saved = set_checkpoint(session=session, name=name, seq=seq, created_by=actor.name, note=note, name_redacted=True)
     target = f"session:{session.pk}"
     if existing is None:
@@ -132,6 +141,7 @@ def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: st
     taken = Checkpoint.objects.filter(session_id=checkpoint.session_id, name=name).exclude(pk=checkpoint.pk).first()
     if taken is not None:
         raise CheckpointExists(taken)
+    _refuse_a_twin(name, Checkpoint.objects.filter(session_id=checkpoint.session_id).exclude(pk=checkpoint.pk))
     old = checkpoint.name
     checkpoint.name = name
     try:

@@ -10,6 +10,8 @@ tools as a folder. Pure functions (bundle_reader.py, which needs no database, us
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
+from functools import cache
 
 # Format characters a name needs: the zero-width joiner and non-joiner (Persian and Indic names,
 # emoji sequences are written with them). Every other format character (direction marks,
@@ -78,6 +80,35 @@ def hidden_in_name(field: str, name: str) -> str:
             "another name; write each word in one script"
         )
     return ""
+
+
+@cache
+def _prototypes() -> dict[str, str]:
+    """Each character Unicode's confusables (TR39) map to a prototype, with that prototype
+    ("а" → "a", "Ｍ" → "M", "m" → "rn"): the data lists a prototype with its lookalikes, and a
+    lookalike with its one prototype. Loaded once, when first asked (about 1 MB of JSON)."""
+    from confusable_homoglyphs.confusables import confusables_data
+
+    prototypes = {}
+    for char, glyphs in confusables_data.items():
+        if len(glyphs) == 1 and char in {g["c"] for g in confusables_data.get(glyphs[0]["c"], ())}:
+            prototypes[char] = glyphs[0]["c"]
+    return prototypes
+
+
+def skeleton(name: str) -> str:
+    """What `name` looks like (TR39's skeleton): each character as the prototype of its
+    lookalikes, so "ACME", "АСМЕ" (Cyrillic) and "ＡＣＭＥ" have one skeleton, and "Acme" another."""
+    prototypes = _prototypes()
+    decomposed = unicodedata.normalize("NFD", name)
+    return unicodedata.normalize("NFD", "".join(prototypes.get(ch, ch) for ch in decomposed))
+
+
+def twin_in(name: str, others: Iterable[str]) -> str | None:
+    """The first of `others` that is not `name` but looks like it (the same skeleton), or None:
+    a second project or checkpoint named so would read, in every list, as the first."""
+    looks = skeleton(name)
+    return next((other for other in others if other != name and skeleton(other) == looks), None)
 
 
 # Scripts whose letters are drawn alike ("a", "а", "ɑ"; "A", "Α", "А", "Ａ"): a word of one name may

@@ -16,7 +16,7 @@ from django.utils.text import slugify
 
 from . import audit
 from .access import Actor
-from .lookalikes import as_picked, hidden_in_name
+from .lookalikes import as_picked, hidden_in_name, twin_in
 from .models import ApiKey, Membership, Project, Role
 from .models.onboarding import SHARING_ROLES
 from .sharing import revoke_links_made_by
@@ -47,6 +47,9 @@ def create_project(*, actor: Actor | str, name: str, slug: str = "", ip: str | N
         raise TeamError(f"slug: a project {slug!r} exists already")
     if Project.objects.filter(name=name).exists():
         raise TeamError(f"name: a project named {name!r} exists already")
+    # Not named: it may be a project the caller is no member of.
+    if twin_in(name, Project.objects.values_list("name", flat=True).iterator()):
+        raise TeamError(f"name: {name!r} looks like another project's name (lookalike letters); name it otherwise")
     try:
         with transaction.atomic():
             project = Project.objects.create(name=name[:200], slug=slug[:100])
@@ -178,6 +181,12 @@ def create_key(
     # it (one_active_key_name_per_user); the look first names the key in the way.
     same = _active_key_named(user, name[:200])
     if same is None:
+        held = ApiKey.objects.active().filter(user=user).values_list("name", flat=True)
+        # Folded as the name check folds them: "CI" and a Cyrillic "сі" are one name to a reader.
+        folded = {other.lower(): other for other in held}
+        if twin := twin_in(name[:200].lower(), folded):
+            raise TeamError(f"name: looks like {user.get_username()}'s active key {folded[twin]!r} (lookalike "
+                            "letters); choose another name")  # fmt: skip
         try:
             with transaction.atomic():
                 api_key, key = ApiKey.create_key(name=name[:200], user=user, project=project, read_only=read_only,

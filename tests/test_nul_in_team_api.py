@@ -144,5 +144,30 @@ def test_names_alike_in_another_spelling_or_script_are_one_name_or_refused(admin
     assert post(checkpoints, {"name": composed, "seq": 1}).status_code == 201
     assert post(checkpoints, {"name": decomposed, "seq": 2}).status_code == 409
     assert list(Checkpoint.objects.filter(session=session).values_list("name", flat=True)) == [composed]
+    # A name written wholly in lookalike letters of another script ("АСМЕ" in Cyrillic beside
+    # "ACME") mixes no script in a word, yet reads as the other: refused where names are unique.
+    assert post("/api/projects", {"name": "ACME Ops", "slug": "acme-ops"}).status_code == 201
+    whole = post("/api/projects", {"name": "\u0410\u0421\u041c\u0415 Ops", "slug": "acme-ops-2"})
+    assert whole.status_code == 400 and whole.json()["detail"] == (
+        "name: 'АСМЕ Ops' looks like another project's name (lookalike letters); name it otherwise"
+    )
+    assert post("/api/projects", {"name": "ＡＣＭＥ Ops", "slug": "acme-ops-3"}).status_code == 400
+    assert post("/api/projects", {"name": "Acme Ops", "slug": "acme-ops-4"}).status_code == 201  # another name
+    assert admin.post("/account/keys/", {"name": "Cope"}).status_code in (200, 302)
+    key_twin = admin.post("/account/keys/", {"name": "\u0441\u043e\u0440\u0435"})  # Cyrillic, folded as keys are
+    assert (
+        key_twin.status_code == 400 and "looks like ada&#x27;s active key &#x27;Cope&#x27;" in key_twin.content.decode()
+    )
+    assert post(checkpoints, {"name": "COPE", "seq": 1}).status_code == 201
+    checkpoint_twin = post(checkpoints, {"name": "\u0421\u041e\u0420\u0415", "seq": 2})  # Cyrillic
+    assert checkpoint_twin.status_code == 400 and checkpoint_twin.json()["detail"] == (
+        "name: looks like the checkpoint 'COPE' (lookalike letters); name it otherwise"
+    )
+    from sessions_app import checkpoints as checkpoint_work
+    from sessions_app.access import Actor
+
+    renamed = Checkpoint.objects.get(session=session, name=composed)
+    with pytest.raises(checkpoint_work.CheckpointError, match="looks like the checkpoint 'COPE'"):
+        checkpoint_work.rename_checkpoint(actor=Actor(user=None), checkpoint=renamed, name="\u0421\u041e\u0420\u0415")
     tour = post(f"/api/projects/{acme.slug}/tours", {"title": f"Onboarding {decomposed}"})
     assert tour.status_code == 201 and tour.json()["title"] == f"Onboarding {composed}"
