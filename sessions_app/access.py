@@ -419,6 +419,18 @@ def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER
     return project
 
 
+def project_to_remove_from(who: HttpRequest | Actor, slug: str, username: str) -> Project:
+    """The project, if the caller may take `username` out of it: an admin anyone, any member
+    themselves (leaving; not through a read-only key, which writes nothing)."""
+    actor = _as_actor(who)
+    if actor.user is None or username != actor.user.get_username():
+        return project_for(actor, slug, need=Role.ADMIN)
+    project = project_for(actor, slug, need=Role.VIEWER)
+    if actor.read_only:
+        raise PermissionDenied(f"project {slug!r}: a read-only key cannot leave a project")
+    return project
+
+
 def project_to_write(who: HttpRequest | Actor, slug: str, *, need: Role = Role.MAINTAINER) -> Project:
     """The project an upload or a live session goes to: the one named, else the key's default
     (ApiKey.default_project: chosen by its user when the key was made), else the caller's only

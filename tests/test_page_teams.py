@@ -129,6 +129,51 @@ def test_below_admin_managing_members_or_settings_is_403(client, acme):
     assert Membership.objects.get(project=acme, user__username="mia").role == Role.MAINTAINER
 
 
+@pytest.mark.parametrize("role", [Role.VIEWER, Role.REVIEWER, Role.MAINTAINER])
+def test_a_member_below_admin_may_leave_asked_first_naming_their_links(client, acme, role):
+    # Only admins had a way out: a reviewer or viewer who should no longer see a project had to
+    # ask an admin to remove them.
+    from sessions_app import sharing
+    from sessions_app.access import Actor
+
+    me = member("lee", acme, role)
+    member("ada", acme, Role.ADMIN)
+    client.force_login(me)
+    if role == Role.MAINTAINER:
+        session = create_session(project=acme, source_format="canonical", meta=SessionMeta(task="t"))
+        sharing.create_link(actor=Actor(user=me), session=session)
+    page = client.get(acme.get_absolute_url()).content.decode()
+    form = re.search(r'<form id="leave-form"[^>]*data-confirm="([^"]*)"', page)
+    assert form is not None and "Leave Acme &lt;agents&gt;?" in form.group(1)
+    assert ("The 1 open share link you made here will stop working" in form.group(1)) == (role == Role.MAINTAINER)
+    url = _url("project_member_remove", acme)
+    asked = client.post(url, {"username": "lee", "ask_first": "1"})
+    assert asked.status_code == 200 and ">Leave</button>" in asked.content.decode()
+    assert Membership.objects.filter(project=acme, user=me).exists()
+    left = client.post(url, {"username": "lee"})
+    assert left.status_code == 302 and left["Location"] == reverse("sessions:projects")
+    assert not Membership.objects.filter(project=acme, user=me).exists()
+    entry = AuditEntry.objects.filter(action="member.remove").get()
+    assert (entry.actor, entry.target) == ("lee", "user:lee")
+    assert client.get(acme.get_absolute_url()).status_code == 404
+
+
+def test_leaving_is_ones_own_a_read_only_key_cannot_and_an_admin_sees_no_leave_form(client, acme):
+    vic = member("vic", acme, Role.VIEWER)
+    member("rita", acme, Role.REVIEWER)
+    client.force_login(vic)
+    assert client.post(_url("project_member_remove", acme), {"username": "rita"}).status_code == 403
+    read_only = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(vic, read_only=True)}")
+    assert read_only.delete("/api/projects/acme/members/vic").status_code == 403
+    assert read_only.delete("/api/projects/acme/members/rita").status_code == 403
+    assert Membership.objects.filter(project=acme).count() == 2
+    full = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(vic, name='full')}")
+    assert full.delete("/api/projects/acme/members/vic").json() == {"username": "vic", "linksRevoked": 0}
+    ada = Client()
+    ada.force_login(member("ada", acme, Role.ADMIN))
+    assert 'id="leave-form"' not in ada.get(acme.get_absolute_url()).content.decode()  # their row's Remove
+
+
 def test_admin_adds_changes_and_removes_a_member(admin, acme, django_user_model):
     django_user_model.objects.create_user(username="bob", password="x")
     response = admin.post(_url("project_member", acme), {"username": "bob", "role": "reviewer"})

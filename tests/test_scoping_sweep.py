@@ -308,7 +308,7 @@ def _body(method: str, route: str) -> dict | list:
         ("POST", "/sessions/{session_id}/comments/{comment_id}/edit/"): {"body": "sweep"},
         ("POST", "/sessions/{session_id}/reviews/"): {"verdict": "approved", "note": "sweep"},
         ("POST", "/projects/{slug}/members/"): {"username": "theirs-viewer", "role": "reviewer"},
-        ("POST", "/projects/{slug}/members/remove/"): {"username": "theirs-viewer"},
+        ("POST", "/projects/{slug}/members/remove/"): {"username": "theirs-admin"},
         ("POST", "/projects/{slug}/settings/"): {"retention_days": "30"},
         ("POST", "/sessions/{session_id}/redact/"): {"text": "THEIRS-EVENT-PAYLOAD", "seq": "1", "label": "sweep"},
         ("POST", "/api/sessions/{session_id}/redactions"): {"text": "THEIRS-EVENT-PAYLOAD", "seq": 1, "label": "sweep"},

@@ -166,8 +166,8 @@ def add_member(request: HttpRequest, slug: str, body: MemberIn):
 )
 def remove_member(request: HttpRequest, slug: str, username: str):
     """Take a member out of the project, with how many of their share links that ended (200);
-    the last admin stays. Admins only."""
-    project = access.project_for(request, slug, need=Role.ADMIN)
+    the last admin stays. Admins, or any member leaving (their own username)."""
+    project = access.project_to_remove_from(request, slug, username)
     try:
         revoked = teams.remove_member(actor=access.actor_of(request), project=project, username=username,
                                       ip=audit.client_ip(request))  # fmt: skip

@@ -83,7 +83,8 @@ def _project_page(request: HttpRequest, project: Project, *, status: int = 200, 
     """The project page; a refused post passes its bound form (or a member row's error) back in."""
     row_errors: dict[str, str] = forms_.pop("row_errors", {})
     members = teams.members_of(project)
-    shared = sharing.open_link_counts(project.pk) if project.role.includes(Role.ADMIN) else {}
+    # An admin's questions name each member's links; a member's own Leave names theirs.
+    shared = sharing.open_link_counts(project.pk) if project.role.includes(Role.MAINTAINER) else {}
     for member in members:
         name = member.user.get_username()
         member.error = row_errors.pop(name, "")
@@ -93,6 +94,7 @@ def _project_page(request: HttpRequest, project: Project, *, status: int = 200, 
     context = {
         "project": project,
         "members": members,
+        "me": next((member for member in members if member.user_id == request.user.pk), None),  # to leave
         "member_errors": list(row_errors.values()),  # about no current member (a stale page)
         "is_admin": project.role.includes(Role.ADMIN),
         "can_read_audit": project.role.includes(Role.REVIEWER),
@@ -142,12 +144,15 @@ def project_member(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def project_member_remove(request: HttpRequest, slug: str) -> HttpResponse:
-    project = access.project_for(request, slug, need=Role.ADMIN)
+    """An admin removing a member, or any member leaving (their own username)."""
+    project = access.project_to_remove_from(request, slug, str(request.POST.get("username", "")))
     form = RemoveMemberForm(request.POST)
     if form.is_valid():
         username = form.cleaned_data["username"]
-        question = _remove_question(project, username, **_asked_of(request, project, username))
-        if asked := asked_first(request, question=question, answer="Remove", back=project.get_absolute_url()):
+        asked_of = _asked_of(request, project, username)
+        question = _remove_question(project, username, **asked_of)
+        answer = "Leave" if asked_of["oneself"] else "Remove"
+        if asked := asked_first(request, question=question, answer=answer, back=project.get_absolute_url()):
             return asked
         try:
             revoked = teams.remove_member(actor=access.actor_of(request), project=project, username=username,
