@@ -324,6 +324,35 @@ def test_documented_trajectory_dialect_matches_rlm(project, tmp_path):
     assert sub.kind == Kind.LLM_CALL and sub.step_state is None
 
 
+def test_trajectory_logger_iterations_without_iteration_start_are_steps_as_its_viewer_groups_them(project, tmp_path):
+    # rlm-code's own docs log an iteration with `log_iteration` alone, which writes no
+    # iteration_start: such a file imported with 0 steps, and with one started later, 1.
+    from rlm_code.rlm.trajectory import TrajectoryLogger, TrajectoryViewer
+
+    path = tmp_path / "demo.jsonl"
+    with TrajectoryLogger(path, run_id="demo") as logger:
+        logger.log_run_start("Count the words", context_length=10, model="gpt-4o")
+        logger.log_iteration(1, reasoning="look", code="print(1)", output="1\n", duration_ms=5.0, tokens_used=7)
+        logger.log_llm_call("sub", "answer", tokens_in=3, tokens_out=1, is_sub_llm=True)
+        logger.log_iteration(2, reasoning="count", code="print(2)", output="2\n", duration_ms=6.0, tokens_used=8)
+        logger.log_iteration_start(3)
+        logger.log_iteration(3, reasoning="check", code="print(3)", output="3\n", duration_ms=7.0, tokens_used=9)
+        logger.log_final("3 words")
+        logger.log_run_end(success=True, answer="3 words", total_tokens=30)
+    viewer = TrajectoryViewer(path)
+    by_viewer = [[e.data.get("code") for e in it if e.data.get("code")] for it in viewer.iterations()]
+
+    steps = imported_steps(import_one(path, project))
+
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert [[s["action_code"]] for s in steps] == [codes for codes in by_viewer if codes] == [
+        ["print(1)"], ["print(2)"], ["print(3)"]
+    ]  # fmt: skip
+    assert [s["action_rationale"] for s in steps] == ["look", "count", "check"]
+    assert [s["output"] for s in steps] == ["1\n", "2\n", "3\n"]
+    assert [s["tokens_used"] for s in steps] == [7, 8, 9] and all(s["success"] for s in steps)
+
+
 def test_trajectory_logger_dialect_loads_the_steps_rlm_misses(project, tmp_path):
     path = tmp_path / "logger.jsonl"
     write_trajectory_logger_session(path)

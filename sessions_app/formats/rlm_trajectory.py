@@ -6,9 +6,11 @@ iteration_output (data.observation) and iteration_end closing each step.
 
 What rlm-code's own `TrajectoryLogger` writes differs: float epoch timestamps, `data.code`,
 `data.output`, `data.reasoning`, top-level `tokens_in`/`tokens_out`, and no iteration_end at
-all. rlm-code's loader then finds 0 steps; we close each step at the next iteration_start, at
-run_end or at the end of the session, on the step's last step event (its output, else its
-code, else its start), so those files load with all their steps.
+all, nor, written by its `log_iteration` alone (its own docs' usage), an iteration_start.
+rlm-code's loader then finds 0 steps; we open a step at its iteration_start or at the first
+part of an iteration (reasoning, code, output) of another number, and close it at the next
+iteration_start, at run_end or at the end of the session, on the step's last step event (its
+output, else its code, else its start), so those files load with all their steps.
 
 Other names (sub_llm_request/response, context_load, context_update, memory_compact) become
 canonical events without step content. Steps are assembled by the native format's converter
@@ -49,6 +51,7 @@ KINDS = {
 _LEGACY_ONLY = {"run_start", "run_end", "iteration_start", "iteration_code", "iteration_output",
                 "iteration_reasoning", "iteration_end"}  # fmt: skip
 _STEP_CONTENT = (Kind.RESULT, Kind.ACTION, Kind.STEP_START)
+_ITERATION_PARTS = frozenset({"iteration_reasoning", "iteration_code", "iteration_output"})
 
 
 def sniff(head: Head) -> bool:
@@ -89,6 +92,14 @@ class TrajectoryConverter(Converter):
         released: list[CanonicalEvent] = []
         if event_type in ("iteration_start", "run_end") and self.step_open:
             released = self._close_held(line, problems)
+        elif event_type in _ITERATION_PARTS and self._starts_a_step(event):
+            # The logger's `log_iteration`, its own docs' way, writes an iteration's reasoning,
+            # code and output with no iteration_start: the step opens at its first part, or at
+            # a part of another iteration (rlm-code's TrajectoryViewer groups them by number).
+            if self.step_open:
+                released = self._close_held(line, problems)
+            self._step_start(event, {}, stamp, line, problems)
+            self.step_open = True
         handler = _HANDLERS.get(event_type)
         if handler is not None:
             handler(self, event, data, stamp, line, problems, record)
@@ -104,6 +115,11 @@ class TrajectoryConverter(Converter):
             return released
         released.append(event)
         return released
+
+    def _starts_a_step(self, event: CanonicalEvent) -> bool:
+        if not self.step_open:
+            return True
+        return event.step is not None and event.step != self.step.get("step")
 
     def flush(self) -> list[CanonicalEvent]:
         """Close a step still open at the end of the session and release what is held."""
