@@ -255,6 +255,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outside every middleware that may answer by itself (a bad Host's 400 from CommonMiddleware,
+    # an oversized body's 413), so that those answers carry the frame and content policies too.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Static files, compressed, from the production server itself (cached a minute: their names
     # carry no content hash, so a longer lifetime would keep an old file after an upgrade).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -271,8 +275,6 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Before any view; below CSP, which then covers the refusal page it answers with.
     "replay_site.middleware.refuse_nul_in_query",

@@ -507,3 +507,15 @@ def test_an_export_that_cannot_be_recorded_is_refused_not_served_unrecorded(api,
         response = api.get(url)
         assert response.status_code == 503 and response["Retry-After"] == "2", url
         assert not response.streaming
+
+
+def test_answers_made_before_a_view_carry_the_frame_and_content_policies(client, db):
+    # A bad Host's 400 (CommonMiddleware) and an oversized body's 413 were answered above the
+    # middlewares that add them: the only pages without a CSP or X-Frame-Options.
+    bad_host = client.get("/accounts/login/", HTTP_HOST="evil.example")
+    oversized = client.generic("POST", "/sessions/upload/", b"", CONTENT_TYPE="application/x-www-form-urlencoded",
+                               CONTENT_LENGTH="9999999999")  # fmt: skip
+    for response, status in ((bad_host, 400), (oversized, 413)):
+        assert response.status_code == status
+        assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
+        assert response["X-Frame-Options"] == "DENY"
