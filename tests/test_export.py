@@ -61,6 +61,24 @@ def test_native_export_imports_back_into_the_same_session(tmp_path):
         assert replay.step_state_at(session=again, index=index) == replay.step_state_at(session=session, index=index)
 
 
+def test_native_export_writes_each_held_event_at_its_own_step(tmp_path):
+    # An LLM call or a variable update inside step N was written with the step before's number.
+    import orjson
+
+    session, _, original = recorded_session(tmp_path, steps=4)
+    exported = tmp_path / "steps.jsonl"
+    write(exported, exporting.export_native_jsonl(session=session))
+
+    def held(path):
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        kinds = ("llm_request", "llm_response", "variable_update")
+        return [(r["event_type"], r["step"]) for r in records if r["event_type"] in kinds]
+
+    ours, recorded = held(exported), held(original)
+    assert {step for _, step in recorded} - {0}, "the recording holds events inside steps"
+    assert ours == recorded
+
+
 def test_native_export_of_a_session_from_another_format_loads_in_rlm_code(make_session, tmp_path):
     session = make_session(events=500, source_session_id="agentlens-ses-1", task="Agent task")
     exported = tmp_path / "canonical.jsonl"

@@ -201,14 +201,17 @@ class _NativeWriter:
             record["duration_ms"] = duration_ms
         return orjson.dumps(record, option=_OPTIONS) + b"\n"
 
-    def state_lines(self, change: dict[str, Any], timestamp: str, *, memory_only: bool = False) -> list[bytes]:
-        """memory_update / variable_update lines for what a state change actually changed."""
+    def state_lines(
+        self, change: dict[str, Any], timestamp: str, *, memory_only: bool = False, step: int | None = None
+    ) -> list[bytes]:
+        """memory_update / variable_update lines for what a state change actually changed, at
+        `step` (the event's own step number; else the last step's)."""
         out = []
         if change.get("memory") is not None:
             notes = list(change["memory"])
             if notes != self.memory:
                 self.memory = notes
-                out.append(self.line("memory_update", timestamp, {"notes": notes}))
+                out.append(self.line("memory_update", timestamp, {"notes": notes}, step=step))
         variables = change.get("variables")
         if isinstance(variables, dict):
             new = dict(variables) if change.get("replace") else {**self.variables, **variables}
@@ -224,6 +227,7 @@ class _NativeWriter:
                                     "type": type(value).__name__,
                                     "preview": str(value)[:200],
                                 },
+                                step=step,
                             )
                         )
             self.variables = new
@@ -372,16 +376,23 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
                 steps += 1
                 continue
 
+            # An event held in a step says that step's number, as it was recorded; the last
+            # closed step's (writer.step_number) only when it carries none.
             lines: list[bytes] = []
             if change:
-                lines.extend(writer.state_lines(change, stamp))
+                lines.extend(writer.state_lines(change, stamp, step=step))
             payload = orjson.loads(payload_text) if payload_text else {}
             if not isinstance(payload, dict):
                 payload = {"value": payload}
             if kind == Kind.LLM_CALL:
                 lines.append(
                     writer.line(
-                        "llm_request", stamp, _llm_request_data(payload, tool), depth=depth, parent_id=parent_id
+                        "llm_request",
+                        stamp,
+                        _llm_request_data(payload, tool),
+                        step=step,
+                        depth=depth,
+                        parent_id=parent_id,
                     )
                 )
             elif kind == Kind.LLM_RESPONSE:
@@ -390,6 +401,7 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
                         "llm_response",
                         stamp,
                         _llm_response_data(payload),
+                        step=step,
                         depth=depth,
                         parent_id=parent_id,
                         duration_ms=duration_ms,
@@ -401,6 +413,7 @@ def export_native_jsonl(*, session: Session) -> Iterator[bytes]:
                         _NATIVE_PASSTHROUGH[kind],
                         stamp,
                         _passthrough_data(kind, payload, child_id, session),
+                        step=step,
                         depth=depth,
                         parent_id=parent_id,
                     )
