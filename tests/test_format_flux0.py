@@ -288,6 +288,7 @@ def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(pro
     sessions, problems = ingest_file(flux0, DIR / "bad_input.jsonl", project)
     assert problem_keys(problems) == [
         (3, "line"),  # malformed JSON
+        (9, "offset"),  # offset 3 after 8: found while the file is read, before the replay
         (10, "line"),  # invalid UTF-8
         (13, "line"),  # truncated last line
         (4, "payload.patches[0]"),  # unsupported op "remove"
@@ -295,7 +296,6 @@ def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(pro
         (6, "kind"),  # unknown kind "snapshot"
         (7, "payload.event_id"),  # chunk without event_id
         (8, "created_at"),  # "not-a-date"
-        (9, "offset"),  # offset 3 after 8
         (11, "payload"),  # null payload
         (11, "payload.source"),
         (11, "payload.type"),
@@ -305,17 +305,20 @@ def test_bad_records_are_reported_by_line_and_field_and_the_good_ones_import(pro
         messages[(4, "payload.patches[0]")]
         == "unsupported op 'remove' (flux0 streams add and replace): operation skipped"
     )
-    assert messages[(9, "offset")] == "offset 3 after 8: kept in file order"
+    assert (
+        messages[(9, "offset")]
+        == "offset 3 after 8: the recording is replayed in offset order, as flux0's store reads it"
+    )
     assert messages[(13, "line")] == "truncated record (file ends mid-line)"
     (session,) = sessions
     events = rows(session)
-    assert [e.line for e in events] == [1, 2, 4, 5, 6, 7, 8, 9, 11, 12, 12]
+    assert [e.line for e in events] == [1, 2, 9, 4, 5, 6, 7, 8, 11, 12, 12]  # offset 3 after offset 1
     message = events[-1]
     # The good operations of the damaged chunks still rebuild the message.
     assert payload(message)["text"] == "Hello!"
     assert payload(message)["messages"][0]["incomplete"] is True
-    assert events[4].kind == Kind.CUSTOM and events[4].source_type == "snapshot"
-    assert events[6].ts is None
+    assert events[5].kind == Kind.CUSTOM and events[5].source_type == "snapshot"
+    assert events[7].ts is None
 
 
 def test_each_source_line_is_stored_once_in_order_so_the_original_can_be_written_back(project):
@@ -363,10 +366,26 @@ def test_a_recording_whose_first_record_is_not_its_header_is_reported_at_line_1(
     assert problems.items[0].message.startswith("invalid recording: its first record is 'emitted', not its header")
     assert sessions[0].event_count == 29  # reported, and what it holds still imported
 
+    # Its header written second is still first in offset order, the order flux0's store reads.
     lines[0], lines[1] = lines[1], lines[0]
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
     _, problems = ingest_file(flux0, path, project)
-    assert problem_keys(problems) == [(1, "kind"), (2, "offset")]
+    assert problem_keys(problems) == [(2, "offset")]
+
+
+def test_a_recording_out_of_offset_order_replays_as_the_same_recording_in_order(project, tmp_path):
+    # flux0's store reads a recording's frames sorted by offset; Replay applied them in file
+    # order: the rebuilt text came out scrambled, the task from the wrong message.
+    lines = records()
+    ordered, shuffled = tmp_path / "ordered.jsonl", tmp_path / "shuffled.jsonl"
+    ordered.write_bytes(b"\n".join(orjson.dumps(r) for r in lines) + b"\n")
+    shuffled.write_bytes(b"\n".join(orjson.dumps(r) for r in [lines[0], *reversed(lines[1:])]) + b"\n")
+    (first,), _ = ingest_file(flux0, ordered, project)
+    (second,), problems = ingest_file(flux0, shuffled, project)
+    assert [p.field for p in problems.items] == ["offset"]  # said once, at the first step back
+    assert second.task == first.task and second.event_count == first.event_count
+    shown = [(e.kind, payload(e)) for e in rows(second)]
+    assert shown == [(e.kind, payload(e)) for e in rows(first)]
 
 
 def test_content_recorded_as_pieces_stays_a_list_and_reads_joined(project, tmp_path):

@@ -63,6 +63,19 @@ class _RecordingInfo:
     first_line: int
     source_session_id: str = ""
     header_at: datetime | None = None
+    # Each record's offset, in file order (a record without one: its predecessor's, so it stays
+    # after it), and whether they ever went back: the recording is then read in offset order.
+    offsets: list[int] = field(default_factory=list)
+    out_of_order: bool = False
+
+    def note_offset(self, value: Any, line: int, problems: Problems) -> None:
+        last = self.offsets[-1] if self.offsets else -1
+        offset = value if type(value) is int else last
+        if offset < last and not self.out_of_order:
+            self.out_of_order = True
+            problems.add(line, "offset", f"offset {offset} after {last}: the recording is replayed in offset "
+                         "order, as flux0's store reads it")  # fmt: skip
+        self.offsets.append(offset)
 
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
@@ -77,7 +90,7 @@ def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:
             if info.source_session_id:
                 meta.metadata["source_session_id"] = info.source_session_id
             recording = _Recording(meta, problems)
-            records = spool.records(recording_id)
+            records = spool.records(recording_id, sort_keys=info.offsets if info.out_of_order else None)
             yield ParsedSession(meta=meta, events=recording.events(records))
 
 
@@ -94,6 +107,7 @@ def _list_recordings(source: Source, problems: Problems, spool: RecordSpool) -> 
         if info is None:
             info = recordings[recording_id] = _RecordingInfo(first_line=record.line)
         spool.add(recording_id, record.line, record.raw)
+        info.note_offset(record.value.get("offset"), record.line, problems)
         if record.value.get("kind") == "header" and not info.source_session_id:
             payload = record.value.get("payload")
             if isinstance(payload, dict) and isinstance(payload.get("source_session_id"), str):
@@ -320,8 +334,8 @@ class _Recording:
         if isinstance(offset, bool) or not isinstance(offset, int):
             self.problems.add(line, "offset", f"offset is not an integer: {clip(text(offset), 40)}")
             return
-        if self.last_offset is not None and offset <= self.last_offset:
-            self.problems.add(line, "offset", f"offset {offset} after {self.last_offset}: kept in file order")
+        if self.last_offset is not None and offset == self.last_offset:  # read in offset order: only a repeat
+            self.problems.add(line, "offset", f"offset {offset} repeated: kept in file order")
         self.last_offset = offset
 
     def _chunk(self, event: CanonicalEvent, payload: dict[str, Any], line: int) -> None:

@@ -18,7 +18,7 @@ import re
 import struct
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -264,8 +264,11 @@ class RecordSpool:
         handle.write(raw)
         self.total += _FRAME.size + len(raw)
 
-    def records(self, key: str, *, newest_first: bool = False) -> Iterator[Record]:
-        """The group's records in the order they were added, or the reverse; each group once."""
+    def records(
+        self, key: str, *, newest_first: bool = False, sort_keys: Sequence[int] | None = None
+    ) -> Iterator[Record]:
+        """The group's records in the order they were added, or the reverse, or in the order of
+        `sort_keys` (one a record, in the order added; ties keep it); each group once."""
         on_bytes = self.on_bytes
         number = self.groups[key]
         handle = self.handles.pop(number, None)
@@ -273,7 +276,10 @@ class RecordSpool:
             handle.close()
         path = self._path(number)
         with open(path, "rb") as stream:
-            frames = _frames_reversed(stream) if newest_first else _frames(stream)
+            if sort_keys is not None:
+                frames = _frames_sorted(stream, sort_keys)
+            else:
+                frames = _frames_reversed(stream) if newest_first else _frames(stream)
             for count, (line, raw) in enumerate(frames, start=1):
                 self.read += _FRAME.size + len(raw)
                 if on_bytes is not None and not count & 255:
@@ -308,17 +314,31 @@ def _frames(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
         yield line, read(length)
 
 
-def _frames_reversed(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+def _frame_positions(stream: IO[bytes]) -> array:
     offsets = array("Q")
     position = 0
     while header := stream.read(_FRAME.size):
         offsets.append(position)
         position += _FRAME.size + _FRAME.unpack(header)[1]
         stream.seek(position)
-    for offset in reversed(offsets):
+    return offsets
+
+
+def _frames_at(stream: IO[bytes], positions: Iterable[int]) -> Iterator[tuple[int, bytes]]:
+    for offset in positions:
         stream.seek(offset)
         line, length = _FRAME.unpack(stream.read(_FRAME.size))
         yield line, stream.read(length)
+
+
+def _frames_reversed(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    return _frames_at(stream, reversed(_frame_positions(stream)))
+
+
+def _frames_sorted(stream: IO[bytes], sort_keys: Sequence[int]) -> Iterator[tuple[int, bytes]]:
+    positions = _frame_positions(stream)
+    order = sorted(range(len(positions)), key=lambda index: sort_keys[index])  # stable: ties keep their order
+    return _frames_at(stream, (positions[index] for index in order))
 
 
 def file_bytes(source: Source) -> int:
