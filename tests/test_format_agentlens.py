@@ -518,16 +518,14 @@ def test_any_one_damaged_byte_of_a_one_line_array_keeps_every_element_before_it(
                 assert int(column.group(1)) > at, (at, how, problem)
 
 
-def test_a_bare_nan_in_a_json_document_ends_it_there(tmp_path):
-    # Only JSON lines read Python's NaN (as null); in a document it is a syntax error like any.
+def test_a_bare_nan_in_a_json_document_is_null_there_and_the_document_goes_on(tmp_path):
+    # Python's NaN is read as null in a document as on a JSON line; it had ended the document.
     path = tmp_path / "nan.json"
     path.write_bytes(b'[{"id": 1}, {"id": 2, "v": NaN}, {"id": 3}]\n')
     problems = Problems()
     records = list(iter_records(Source(path=path), problems, body_keys=("events",)))
-    assert [r.value for r in records] == [{"id": 1}]
-    assert [(p.line, p.message) for p in problems.items] == [
-        (1, "malformed JSON at column 28: invalid char in json text; the rest of the document could not be read")
-    ]
+    assert [r.value for r in records] == [{"id": 1}, {"id": 2, "v": None}, {"id": 3}]
+    assert [(p.line, p.message) for p in problems.items] == [(1, "NaN: JSON has no such number; read as null")]
 
 
 def test_a_valid_element_with_a_nested_line_at_its_own_indentation_reads_whole():

@@ -218,6 +218,27 @@ def test_an_integer_beyond_64_bits_is_read_as_a_json_line_reads_it_and_the_docum
 
 
 @pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+def test_bare_nan_and_infinity_are_read_as_null_on_their_lines_and_the_document_goes_on(body, tmp_path):
+    # yajl has no NaN or Infinity (Python's json writes them): the document stopped at the first,
+    # nothing after it read. Each is null now, reported on its line; the same words in a
+    # string stay text, and the lines of the records after them stay right.
+    a, b, c = events(3)
+    odd = {"id": "odd", "n": 1.0, "s": 'NaN "Infinity" \\', "l": [2.0, 3.0, 4.0]}
+    records = [a, odd, b, c]
+    text = pretty({"events": records} if body else records)
+    text = text.replace(b'"n": 1.0', b'"n": NaN').replace(b"2.0,", b"Infinity,").replace(b"4.0", b"-Infinity")
+    found, problems = read(write(tmp_path, text))
+    assert [value for _, value in found] == [a, {**odd, "n": None, "l": [None, 3.0, None]}, b, c]
+    assert [line for line, _ in found] == starts(text, b"    " if body else b"  ")
+    lines = text.split(b"\n")
+    expected = [
+        (next(n for n, t in enumerate(lines, 1) if t.strip().startswith(start)), f"{word}: JSON has no such number; read as null")
+        for start, word in ((b'"n": NaN', "NaN"), (b"Infinity", "Infinity"), (b"-Infinity", "-Infinity"))
+    ]  # fmt: skip
+    assert [(line, message) for line, _field, message in problems] == expected
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
 def test_an_integer_of_more_digits_than_python_converts_ends_the_document_as_a_problem(body, tmp_path):
     # Read exactly by yajl2_c, int() refused its 4,400 digits inside the C parser: a segmentation
     # fault or a SystemError stopped the import (the worker, three times). It is a problem.

@@ -489,6 +489,42 @@ def test_session_store_folder_becomes_sessions_with_named_checkpoints(project, t
     assert list(Checkpoint.objects.filter(session=failing).values_list("name", flat=True)) == ["only_a_checkpoint"]
 
 
+def test_a_snapshot_holding_infinity_and_nan_imports_whole_with_them_read_as_null(project, tmp_path):
+    # `best = float('inf')` is a common idiom; rlm-code's store writes it as a bare Infinity
+    # (Python's json) and loads it back. yajl has no such number: the document stopped there and
+    # nothing was imported. Each is now read as null, reported on its line, as a JSON line's is.
+    recorder = SessionRecorder("sess_inf", "run_inf", "search task", "env", "model")
+    for step in (1, 2):
+        recorder.record_step_start(step)
+        recorder.record_step_end({"action": "code", "code": f"x = {step}"}, {"output": "ok"}, 0.25, True, 1, 1)
+    recorder.record_step_start(3)
+    recorder.record_variable_update("best", float("inf"))
+    recorder.record_variable_update("worst", float("-inf"))
+    recorder.record_variable_update("gap", float("nan"))
+    recorder.record_variable_update("note", "NaN and Infinity in a string stay text")
+    recorder.record_step_end({"action": "code", "code": "best = inf"}, {"output": "ok"}, 0.5, True, 10, 7)
+    recorder.record_final("done", True)
+    path = SessionStore(base_dir=tmp_path / "store").save_snapshot(recorder.end_session())
+    raw = path.read_bytes()
+    assert b'"best": Infinity' in raw and b'"worst": -Infinity' in raw and b'"gap": NaN' in raw
+    theirs = load_session(path)
+
+    [outcome] = import_file(path=path, project=project)
+
+    assert outcome.error is None, outcome.to_dict()
+    session = outcome.session
+    assert session.step_count == theirs.total_steps == 3
+    assert session.final_answer == "done"
+    variables = step_state_at(session=session, index=2)["variables"]
+    assert (variables["best"], variables["worst"], variables["gap"]) == (None, None, None)
+    assert variables["note"] == "NaN and Infinity in a string stay text"
+    lines = raw.decode().splitlines()
+    said = {(p["line"], p["message"]) for p in outcome.problems}
+    for word, key in (("Infinity", '"best"'), ("-Infinity", '"worst"'), ("NaN", '"gap"')):
+        line = next(n for n, text in enumerate(lines, start=1) if key in text and word in text)
+        assert (line, f"{word}: JSON has no such number; read as null") in said, said
+
+
 def test_a_snapshot_holding_an_integer_past_64_bits_imports_whole(project, tmp_path):
     # An agent's variable holding factorial(25): rlm-code's store writes it exactly and loads it
     # back; yajl reads integers into 64 bits and stopped the document at it (nothing imported).

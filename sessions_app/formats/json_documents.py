@@ -68,6 +68,12 @@ class _ExactNumbers(Exception):
     exact numbers, from the record it stopped at."""
 
 
+class _NonFinite(Exception):
+    """Raised by a reading that stopped at a bare NaN, Infinity or -Infinity (Python's json
+    writes them; rlm-code's SessionStore does for a `float('inf')` variable): each is found once
+    and read as null, and the document is read again from the record it stopped at."""
+
+
 # What yajl says of an integer past 64 bits when it reads numbers as doubles.
 _OVERFLOW = "integer overflow"
 # Exact numbers are read by ijson's pure-Python parser: yajl2_c's, asked for them, makes each
@@ -161,6 +167,8 @@ class JsonDocument:
         self._exact = False  # numbers read exactly (an integer past 64 bits was met), then made floats
         # Byte ranges of the records over the limit: blanked (`_blanked`) in every later reading.
         self._long: list[tuple[int, int]] = []
+        # Where the bare NaN/Infinity are, once a reading met one: each read as null after that.
+        self._non_finite: list[tuple[int, int]] | None = None
 
     def items(self, prefix: str) -> Iterator[tuple[int, int, Any]]:
         """(line, up to line, value) of each item at ijson's `prefix` ("item": the document is
@@ -180,6 +188,10 @@ class JsonDocument:
                 long_item = yield from self._items(blocks, prefix, done)
             except _ExactNumbers as stopped:
                 self._exact, done, blocks = True, stopped.args[0], self._blocks()
+                continue
+            except _NonFinite as stopped:
+                self._find_non_finite()
+                done, blocks = stopped.args[0], self._blocks()
                 continue
             if long_item is None:
                 return
@@ -240,6 +252,8 @@ class JsonDocument:
             except _BAD_INPUT as error:
                 if _reason(error) == _OVERFLOW and not self._exact:
                     raise _ExactNumbers(index + 1) from None
+                if self._stopped_at_non_finite(feed.offset):
+                    raise _NonFinite(index + 1) from None
                 self._stop(error, feed.offset)
                 return None
             index += 1
@@ -278,6 +292,9 @@ class JsonDocument:
                 return
             except _ExactNumbers:
                 self._exact, blocks = True, self._blocks()
+            except _NonFinite:
+                self._find_non_finite()
+                blocks = self._blocks()
 
     def _members(self, blocks: Iterator[bytes], streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
         """One reading of `members`."""
@@ -295,6 +312,8 @@ class JsonDocument:
         except _BAD_INPUT as error:
             if _reason(error) == _OVERFLOW and not self._exact:
                 raise _ExactNumbers from None
+            if self._stopped_at_non_finite(feed.offset):
+                raise _NonFinite from None
             self._stop(error, feed.offset)
         except _TooLong:
             # A member or step is built in Python from ijson's events: it is not read on past.
@@ -320,7 +339,26 @@ class JsonDocument:
 
     def _blocks(self) -> Iterator[bytes]:
         blocks = _one_line_break(read_blocks(self.source))
+        if self._non_finite:
+            blocks = _as_null(blocks, self._non_finite)
         return _blanked(blocks, self._long) if self._long else blocks
+
+    def _stopped_at_non_finite(self, failed_at: int) -> bool:
+        """Whether the parser stopped at a bare NaN, Infinity or -Infinity (not yet read as
+        null): where it stops is outside any string, so the word there is no string's text."""
+        if self._non_finite is not None:
+            return False
+        _line, _column, ended, rest = _locate(self._blocks(), failed_at, exact=self._exact)
+        head = b"".join(next(rest, b"") for _ in range(2))[:9]
+        return not ended and head.startswith((b"NaN", b"Infinity", b"-Infinity"))
+
+    def _find_non_finite(self) -> None:
+        """Every bare NaN, Infinity and -Infinity of the document, each reported on its line and
+        read as null from the next reading on, as the JSON-lines reader reads them."""
+        found = self._non_finite = []
+        for line, start, word in _non_finite_words(_one_line_break(read_blocks(self.source))):
+            found.append((start, len(word)))
+            self.problems.add(line, "line", f"{word.decode()}: JSON has no such number; read as null")
 
     def _stop(self, error: Exception, failed_at: int) -> None:
         line, column, ended, rest = _locate(self._blocks(), failed_at, exact=self._exact)
@@ -824,4 +862,56 @@ def _blanked(blocks: Iterable[bytes], ranges: list[tuple[int, int]]) -> Iterator
                 blank = b"0" + blank[1:]
             block = block[:first] + blank + block[last:]
         yield block
+        offset = end
+
+
+# Bare NaN and Infinity ---------------------------------------------------------------------------
+
+# Outside strings: a string's opening quote, or a word JSON lacks. Inside: an escape (its two
+# characters) or the closing quote. A word or an escape cut by a block's end is read with the next.
+_OUTSIDE_STRINGS = re.compile(rb'"|-?Infinity|NaN')
+_INSIDE_STRINGS = re.compile(rb'\\.|"', re.DOTALL)
+_LONGEST_WORD = len(b"-Infinity")
+
+
+def _non_finite_words(blocks: Iterable[bytes]) -> Iterator[tuple[int, int, bytes]]:
+    """(line, offset, word) of each bare NaN, Infinity and -Infinity outside strings."""
+    inside, carry, carry_at, line = False, b"", 0, 1
+    for block in blocks:
+        text = carry + block
+        position = 0
+        # Every match is whole; what may begin one (a word, an escape) at the end is carried.
+        while found := (_INSIDE_STRINGS if inside else _OUTSIDE_STRINGS).search(text, position):
+            line += text.count(b"\n", position, found.start())
+            if found.group() == b'"':
+                inside = not inside
+            elif not inside:
+                yield line, carry_at + found.start(), found.group()
+            line += text.count(b"\n", found.start(), found.end())
+            position = found.end()
+        cut = max(position, len(text) - _LONGEST_WORD)
+        line += text.count(b"\n", position, cut)
+        carry, carry_at = text[cut:], carry_at + cut
+
+
+def _as_null(blocks: Iterable[bytes], words: list[tuple[int, int]]) -> Iterator[bytes]:
+    """The document with each word at (offset, length) written as null. "NaN" grows by a byte:
+    every reading goes through here, so the offsets readings compare are all of this text; a
+    word cut by a block's end is written whole in the block it starts in."""
+    offset, index = 0, 0
+    for block in blocks:
+        end = offset + len(block)
+        out, at = [], 0
+        while index < len(words) and words[index][0] < end:
+            start, length = words[index]
+            first = max(start - offset, 0)
+            out.append(block[at:first])
+            if start >= offset:
+                out.append(b"null")
+            at = min(start + length - offset, len(block))
+            if start + length > end:
+                break  # goes on in the next block: its rest is skipped there
+            index += 1
+        out.append(block[at:])
+        yield b"".join(out)
         offset = end
