@@ -159,7 +159,10 @@ def test_a_recording_cut_mid_turn_keeps_the_partial_answer(project, tmp_path):
     assert payload(last)["unfinished"] is True
     assert step_state(last)["raw_observation"] == {"unfinished": True}
     assert (last.line, last.raw) == (23, lines[22].decode())
-    assert session.completed is False
+    # Its status says so too: it had read "completed" beside completed false.
+    assert session.completed is False and session.status == "interrupted"
+    whole, _ = ingest_file(flux0, CHAT, project)
+    assert (whole[0].status, whole[0].completed) == ("completed", True)
 
 
 def test_a_recording_ending_on_an_unanswered_user_message_is_not_completed(project, tmp_path):

@@ -276,6 +276,10 @@ class _Recording:
         # A recording whose agent reported `completed` last finished its turn; one cut off
         # mid-turn (the end of the file reached with the agent still streaming) did not.
         self.meta.completed = self.last_status == "completed"
+        # Its status says so too: one cut off mid-turn was shown "completed" beside completed
+        # false. A last turn that failed is a failed session, as a recording of daycare's is.
+        self.meta.failed = self.last_status in ERROR_STATUSES
+        self.meta.interrupted = not self.meta.completed and not self.meta.failed
         self.meta.metadata["turns"] = self.turns
         self.meta.metadata["agent_messages"] = self.messages
 
