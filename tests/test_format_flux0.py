@@ -163,6 +163,11 @@ def test_a_recording_cut_mid_turn_keeps_the_partial_answer(project, tmp_path):
     assert session.completed is False and session.status == "interrupted"
     whole, _ = ingest_file(flux0, CHAT, project)
     assert (whole[0].status, whole[0].completed) == ("completed", True)
+    failing = records()
+    failing[-1]["payload"]["data"]["status"] = "failed"  # the last turn's status
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in failing) + b"\n")
+    failed, _ = ingest_file(flux0, path, project)
+    assert (failed[0].status, failed[0].completed) == ("failed", False)
 
 
 def test_a_recording_ending_on_an_unanswered_user_message_is_not_completed(project, tmp_path):
