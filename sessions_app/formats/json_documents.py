@@ -34,7 +34,7 @@ import json
 import math
 import re
 from collections import deque
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import accumulate, chain, repeat
@@ -167,8 +167,8 @@ class JsonDocument:
         self._exact = False  # numbers read exactly (an integer past 64 bits was met), then made floats
         # Byte ranges of the records over the limit: blanked (`_blanked`) in every later reading.
         self._long: list[tuple[int, int]] = []
-        # Where the bare NaN/Infinity are, once a reading met one: each read as null after that.
-        self._non_finite: list[tuple[int, int]] | None = None
+        # Whether a reading met a bare NaN/Infinity: every later reading sees each as null.
+        self._non_finite = False
 
     def items(self, prefix: str) -> Iterator[tuple[int, int, Any]]:
         """(line, up to line, value) of each item at ijson's `prefix` ("item": the document is
@@ -197,7 +197,7 @@ class JsonDocument:
                 return
             index, line = long_item
             limit = self.source.max_record_bytes
-            found = _item_range(self._blocks(), prefix, index)
+            found = _item_range(self._raw_blocks(), prefix, index)
             if found is None or len(self._long) >= LONG_RECORDS_PASSED:
                 self.stopped = True
                 self.problems.add(line, "line", f"a value over the limit of {size_text(limit)} "
@@ -338,27 +338,45 @@ class JsonDocument:
         return _one_line_break(blocks if blocks is not None else read_blocks(self.source, self.problems))
 
     def _blocks(self) -> Iterator[bytes]:
+        """The document as every reading after the first reads it: the records over the limit
+        blanked, and once one was met, each bare NaN and Infinity written as null."""
+        blocks = self._raw_blocks()
+        return _nulled(blocks) if self._non_finite else blocks
+
+    def _raw_blocks(self) -> Iterator[bytes]:
+        # Offsets of records over the limit are of this text (`_item_range` reads it: a NaN, no
+        # bracket, comma or string, is nothing to it), blanked before NaN grows into null.
         blocks = _one_line_break(read_blocks(self.source))
-        if self._non_finite:
-            blocks = _as_null(blocks, self._non_finite)
         return _blanked(blocks, self._long) if self._long else blocks
 
     def _stopped_at_non_finite(self, failed_at: int) -> bool:
-        """Whether the parser stopped at a bare NaN, Infinity or -Infinity (not yet read as
-        null): where it stops is outside any string, so the word there is no string's text."""
-        if self._non_finite is not None:
+        """Whether the document holds a bare NaN, Infinity or -Infinity (not yet read as null):
+        found in one pass at the first stop, whatever the parser said there (the exact reader
+        stops past the word); a stop for another reason is met again, and said, in the next
+        reading."""
+        if self._non_finite:
             return False
-        _line, _column, ended, rest = _locate(self._blocks(), failed_at, exact=self._exact)
-        head = b"".join(next(rest, b"") for _ in range(2))[:9]
-        return not ended and head.startswith((b"NaN", b"Infinity", b"-Infinity"))
+
+        def found(line: int, word: bytes) -> None:
+            raise _NonFinite
+
+        try:
+            deque(_nulled(self._raw_blocks(), on_word=found), maxlen=0)
+        except _NonFinite:
+            return True
+        return False
 
     def _find_non_finite(self) -> None:
-        """Every bare NaN, Infinity and -Infinity of the document, each reported on its line and
-        read as null from the next reading on, as the JSON-lines reader reads them."""
-        found = self._non_finite = []
-        for line, start, word in _non_finite_words(_one_line_break(read_blocks(self.source))):
-            found.append((start, len(word)))
-            self.problems.add(line, "line", f"{word.decode()}: JSON has no such number; read as null")
+        """Every bare NaN, Infinity and -Infinity of the document (but in records over the
+        limit, never read), each reported on its line and read as null from the next reading on,
+        as the JSON-lines reader reads them."""
+        self._non_finite = True
+        said = self.problems.add
+
+        def report(line: int, word: bytes) -> None:
+            said(line, "line", f"{word.decode()}: JSON has no such number; read as null")
+
+        deque(_nulled(self._raw_blocks(), on_word=report), maxlen=0)
 
     def _stop(self, error: Exception, failed_at: int) -> None:
         line, column, ended, rest = _locate(self._blocks(), failed_at, exact=self._exact)
@@ -874,44 +892,35 @@ _INSIDE_STRINGS = re.compile(rb'\\.|"', re.DOTALL)
 _LONGEST_WORD = len(b"-Infinity")
 
 
-def _non_finite_words(blocks: Iterable[bytes]) -> Iterator[tuple[int, int, bytes]]:
-    """(line, offset, word) of each bare NaN, Infinity and -Infinity outside strings."""
-    inside, carry, carry_at, line = False, b"", 0, 1
-    for block in blocks:
+def _nulled(blocks: Iterable[bytes], on_word: Callable[[int, bytes], None] | None = None) -> Iterator[bytes]:
+    """The document with each bare NaN, Infinity and -Infinity outside strings written as null
+    (`on_word`: told each, with its line), as it streams: memory holds a block and the few bytes
+    that may begin a word or an escape at its end. "NaN" grows by a byte: every reading goes
+    through here, so the offsets readings compare are all of this text."""
+    inside, carry, line = False, b"", 1  # line: of the text's byte at `seen`
+    for block in chain(blocks, [b""]):
+        last = not block
         text = carry + block
-        position = 0
+        out, position, seen, copied = bytearray(), 0, 0, 0  # copied: the text up to there is in `out`
         # Every match is whole; what may begin one (a word, an escape) at the end is carried.
         while found := (_INSIDE_STRINGS if inside else _OUTSIDE_STRINGS).search(text, position):
-            line += text.count(b"\n", position, found.start())
+            position = found.end()
             if found.group() == b'"':
                 inside = not inside
             elif not inside:
-                yield line, carry_at + found.start(), found.group()
-            line += text.count(b"\n", found.start(), found.end())
-            position = found.end()
-        cut = max(position, len(text) - _LONGEST_WORD)
-        line += text.count(b"\n", position, cut)
-        carry, carry_at = text[cut:], carry_at + cut
-
-
-def _as_null(blocks: Iterable[bytes], words: list[tuple[int, int]]) -> Iterator[bytes]:
-    """The document with each word at (offset, length) written as null. "NaN" grows by a byte:
-    every reading goes through here, so the offsets readings compare are all of this text; a
-    word cut by a block's end is written whole in the block it starts in."""
-    offset, index = 0, 0
-    for block in blocks:
-        end = offset + len(block)
-        out, at = [], 0
-        while index < len(words) and words[index][0] < end:
-            start, length = words[index]
-            first = max(start - offset, 0)
-            out.append(block[at:first])
-            if start >= offset:
-                out.append(b"null")
-            at = min(start + length - offset, len(block))
-            if start + length > end:
-                break  # goes on in the next block: its rest is skipped there
-            index += 1
-        out.append(block[at:])
-        yield b"".join(out)
-        offset = end
+                out += memoryview(text)[copied : found.start()]
+                out += b"null"
+                copied = position
+                if on_word is not None:
+                    line += text.count(b"\n", seen, found.start())
+                    seen = found.start()
+                    on_word(line, found.group())
+        cut = len(text) if last else max(position, len(text) - _LONGEST_WORD)
+        if on_word is not None:
+            line += text.count(b"\n", seen, cut)
+        carry = text[cut:]
+        if not copied:  # nothing written as null: the text itself
+            yield text[:cut]
+            continue
+        out += memoryview(text)[copied:cut]
+        yield bytes(out)
