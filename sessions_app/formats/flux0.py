@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import re
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
+from ..canonical import INT64_MAX, INT64_MIN, CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
 from .fields import clip, parse_iso, payload_object, text
 from .records import Record, RecordSpool, iter_records
@@ -63,14 +64,15 @@ class _RecordingInfo:
     first_line: int
     source_session_id: str = ""
     header_at: datetime | None = None
-    # Each record's offset, in file order (a record without one: its predecessor's, so it stays
-    # after it), and whether they ever went back: the recording is then read in offset order.
-    offsets: list[int] = field(default_factory=list)
+    # Each record's offset, in file order (a record without one, or past 64 bits: its
+    # predecessor's, so it stays after it), and whether they ever went back: the recording is
+    # then read in offset order. Eight bytes a record (a list of ints had been 40).
+    offsets: array = field(default_factory=lambda: array("q"))
     out_of_order: bool = False
 
     def note_offset(self, value: Any, line: int, problems: Problems) -> None:
         last = self.offsets[-1] if self.offsets else -1
-        offset = value if type(value) is int else last
+        offset = value if type(value) is int and INT64_MIN <= value <= INT64_MAX else last
         if offset < last and not self.out_of_order:
             self.out_of_order = True
             problems.add(line, "offset", f"offset {offset} after {last}: the recording is replayed in offset "
