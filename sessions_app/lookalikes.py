@@ -50,6 +50,12 @@ def hiding_characters(text: str) -> str:
     return ", ".join(f"U+{ord(ch):04X}" for ch in sorted(found))
 
 
+def without_hidden(text: str) -> str:
+    """`text` as a reader sees it: the characters that show nothing (a soft hyphen, a zero-width
+    space, a byte order mark ...) left out, so "INC-47" + U+00AD + "11" is "INC-4711"."""
+    return "".join(ch for ch in text if not _hides(ch) or ch in "\n\t ")
+
+
 def shown_plainly(text: str) -> str:
     """`text` with each character that hides or turns what a reader sees (a terminal's escape
     sequences among them) written as its code point, `\\u001b`: for printing text that came

@@ -28,6 +28,8 @@ from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 
+from .lookalikes import without_hidden
+
 # What CommonMark produces once images are off (an image's `!` stays text, its target a link):
 # nothing that loads from elsewhere, so a page holding comments makes no outside request.
 ALLOWED_TAGS = {
@@ -157,7 +159,8 @@ def redacted(text: str, redact: Callable[[str], str], kept_html: str | None = No
     shown = _Shown()
     shown.feed(page)
     shown.close()
-    words = "".join(shown.words)
-    if all(redact(part) == part for part in (words, *shown.targets)):
+    # What shows nothing is no gap to a reader: "INC-47&shy;11" reads as INC-4711.
+    words = without_hidden("".join(shown.words))
+    if all(redact(part) == part for part in (words, *map(without_hidden, shown.targets))):
         return new
     return _ASCII_PUNCTUATION.sub(r"\\\1", redact(words.strip("\n")))

@@ -182,10 +182,15 @@ def create_key(
     same = _active_key_named(user, name[:200])
     if same is None:
         held = ApiKey.objects.active().filter(user=user).values_list("name", flat=True)
-        # Folded as the name check folds them: "CI" and a Cyrillic "сі" are one name to a reader.
-        folded = {other.lower(): other for other in held}
-        if twin := twin_in(name[:200].lower(), folded):
-            raise TeamError(f"name: looks like {user.get_username()}'s active key {folded[twin]!r} (lookalike "
+        # As written and folded as the name check folds them: "CI" and "Cl" look alike as they
+        # are, "CI" and a Cyrillic "сі" once folded.
+        held = list(held)
+        twin = twin_in(name[:200], held)
+        if twin is None:
+            folded = {other.lower(): other for other in held}
+            twin = folded.get(twin_in(name[:200].lower(), folded) or "")
+        if twin is not None:
+            raise TeamError(f"name: looks like {user.get_username()}'s active key {twin!r} (lookalike "
                             "letters); choose another name")  # fmt: skip
         try:
             with transaction.atomic():

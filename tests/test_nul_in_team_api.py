@@ -158,6 +158,9 @@ def test_names_alike_in_another_spelling_or_script_are_one_name_or_refused(admin
     assert (
         key_twin.status_code == 400 and "looks like ada&#x27;s active key &#x27;Cope&#x27;" in key_twin.content.decode()
     )
+    assert admin.post("/account/keys/", {"name": "CI"}).status_code in (200, 302)
+    ell = admin.post("/account/keys/", {"name": "Cl"})  # a small L: alike only before folding
+    assert ell.status_code == 400 and "active key &#x27;CI&#x27;" in ell.content.decode()
     assert post(checkpoints, {"name": "COPE", "seq": 1}).status_code == 201
     checkpoint_twin = post(checkpoints, {"name": "\u0421\u041e\u0420\u0415", "seq": 2})  # Cyrillic
     assert checkpoint_twin.status_code == 400 and checkpoint_twin.json()["detail"] == (

@@ -358,6 +358,9 @@ _DISGUISED = (
     SECRET[:10] + "**" + SECRET[10:14] + "**" + SECRET[14:],  # emphasis splitting it
     SECRET[:10] + "`" + SECRET[10:14] + "`" + SECRET[14:],  # a code span in its middle
     "[the docs](https://x.example/" + SECRET[:-1] + "%" + format(ord(SECRET[-1]), "02X") + ")",  # a link's target
+    SECRET[:12] + "&shy;" + SECRET[12:],  # characters that show nothing: a soft hyphen,
+    SECRET[:12] + "&#8203;" + SECRET[12:],  # a zero-width space by reference,
+    SECRET[:12] + "\ufeff" + SECRET[12:],  # a byte order mark as it is
 )
 
 
@@ -365,9 +368,11 @@ def _shows(html: str) -> str:
     import html as html_module
     from urllib.parse import unquote
 
+    from sessions_app.lookalikes import without_hidden
+
     # What a reader sees (tags gone, references read) and what a link reaches or says on hover.
     targets = " ".join(re.findall(r'(?:href|title)="([^"]*)"', html))
-    return unquote(html_module.unescape(re.sub(r"<[^>]+>", "", html) + " " + targets))
+    return without_hidden(unquote(html_module.unescape(re.sub(r"<[^>]+>", "", html) + " " + targets)))
 
 
 @pytest.mark.parametrize("spelling", _DISGUISED)
