@@ -576,6 +576,17 @@ def test_htmx_sign_off_without_a_verdict_is_a_400_panel_naming_it(session, rita)
     assert "A sign-off needs a verdict" in html and not Review.objects.exists()
 
 
+def test_a_sign_off_with_a_note_too_long_names_the_note_not_the_verdict(session, rita):
+    from sessions_app.forms import SignOffForm
+
+    limit = SignOffForm.base_fields["note"].max_length
+    response = _client(rita).post(reverse("sessions:sign_off", args=[session.pk]),
+                                  {"verdict": "approved", "note": "x" * (limit + 1)}, HTTP_HX_REQUEST="true")  # fmt: skip
+    html = response.content.decode()
+    assert response.status_code == 400 and "Not signed off: Note: " in html and "needs a verdict" not in html
+    assert not Review.objects.exists()
+
+
 def test_plain_post_redirects_to_the_player_at_its_step_or_answers_the_refusal_in_the_player(session, rita):
     # Without JavaScript a refusal was a bare fragment (no page, no styles, the busy note on),
     # and a sign-off sent the reviewer back to event #1.

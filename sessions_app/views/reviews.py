@@ -10,7 +10,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from .. import access, audit
-from ..forms import PlayerForm, SignOffForm
+from ..forms import PlayerForm, SignOffForm, error_text
 from ..models import Role
 from ..reviews import SignOffRefused, sign_off
 from .pages import login_required
@@ -30,8 +30,10 @@ def sign_off_session(request: HttpRequest, session_id: int) -> HttpResponse:
             form = SignOffForm()
         except SignOffRefused as exc:
             error, status = f"Not signed off: {exc}.", 409
-    else:
+    elif "verdict" in form.errors:
         error, status = "A sign-off needs a verdict: approved, changes requested or rejected.", 400
+    else:  # the note, named as the page names it (it had been said to lack a verdict)
+        error, status = f"Not signed off: {error_text(form)}", 400
     panel = {"sign_off_form": form, "sign_off_error": error}
     if not request.htmx:
         # Without JavaScript: the player as the form was sent from it (its address holds the
