@@ -633,3 +633,26 @@ def test_agentlens_batches_give_the_same_events_as_importing_the_file(api, proje
     assert len(live_rows) == len(mine) and live_rows == file_rows
     assert [orjson.loads(p) for p in Event.objects.filter(session_id=sid).order_by("seq").values_list("payload", flat=True)] == [
         orjson.loads(p) for p in Event.objects.filter(session=imported).order_by("seq").values_list("payload", flat=True)]  # fmt: skip
+
+
+def test_a_live_sessions_original_without_payloads_imports_again_as_canonical(api, project, tmp_path):
+    # `payload` is optional: a client that sends none made an original export that detection
+    # did not recognise as canonical events ("unknown format"). A kind unknown in a file is a
+    # problem on its line, not a file of no format.
+    sid = new_session(api)["id"]
+    events = [{"kind": "user_message"}, {"kind": "llm_call", "tool": "gpt-4o", "tokens": 3}, {"kind": "final"}]
+    assert append(api, sid, events).status_code == 200
+    response = api.get(f"/api/sessions/{sid}/export?format=original")
+    assert response.status_code == 200
+    original = b"".join(response.streaming_content)
+    assert [orjson.loads(line) for line in original.splitlines()] == events
+    path = tmp_path / "again.jsonl"
+    path.write_bytes(original)
+    outcome = import_file(path=path, project=project)[0]
+    assert (outcome.error, outcome.format, outcome.events, outcome.problems) == (None, "canonical", 3, [])
+    kinds = list(Event.objects.filter(session=outcome.session).order_by("seq").values_list("kind", flat=True))
+    assert kinds == ["user_message", "llm_call", "final"]
+    path.write_bytes(original + b'{"kind": "thought"}\n' + original)
+    outcome = import_file(path=path, project=project)[0]
+    assert (outcome.format, outcome.events) == ("canonical", 6)
+    assert [(p["line"], p["field"]) for p in outcome.problems] == [(4, "kind")], outcome.problems

@@ -255,9 +255,16 @@ def test_session_metadata_cannot_claim_a_bundle_origin(client, elsewhere):
     assert "imported from a bundle signed by" not in page
 
 
-def _resigned(bundle: Path, tmp_path: Path, files: dict[str, bytes] | None = None, **replaced: list[dict]) -> Path:
+def _resigned(
+    bundle: Path,
+    tmp_path: Path,
+    files: dict[str, bytes] | None = None,
+    session: dict | None = None,
+    **replaced: list[dict],
+) -> Path:
     """The bundle with members replaced (`reviews=[...]`: reviews.json; `files`: any member by its
-    name, as bytes), re-hashed and re-signed by a stranger's key."""
+    name, as bytes) and the manifest's `session` fields given in `session`, re-hashed and
+    re-signed by a stranger's key."""
     import base64
 
     import orjson
@@ -267,6 +274,7 @@ def _resigned(bundle: Path, tmp_path: Path, files: dict[str, bytes] | None = Non
     with zipfile.ZipFile(bundle) as archive:
         members = {n: archive.read(n) for n in archive.namelist()}
     manifest = orjson.loads(members["manifest.json"])
+    manifest["session"].update(session or {})
     files = {**(files or {}), **{f"{name}.json": orjson.dumps(value) for name, value in replaced.items()}}
     for name, data in files.items():
         members[name] = data
@@ -365,13 +373,13 @@ def test_an_event_line_of_the_wrong_shape_refuses_the_bundle_by_line_and_field(
         ([{"id": 1, "seq": 1, "body": "ok", "redacted_by": [], "redacted_at": "2026-01-01T00:00:00+00:00"}], [],
          "comments.json: comment 1: field redacted_by: not text, got []"),
         ([{"id": 1, "seq": 1, "body": "ok", "revisions": [{"body": "b", "written_at": 7}]}], [],
-         "comments.json: comment 1's revision 1: field written_at: not a time (ISO 8601), got 7"),
+         "comments.json: comment 1's revision 1: field written_at: not a time (ISO 8601, years 1-9999 in UTC), got 7"),
         ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "note": 3}],
          "reviews.json: sign-off 1: field note: not text, got 3"),
         ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "chain_head": []}],
          "reviews.json: sign-off 1: field chain_head: not text, got []"),
         ([], [{"id": 1, "verdict": "approved", "first_seq": 0, "last_seq": 1, "created_at": {}}],
-         "reviews.json: sign-off 1: field created_at: not a time (ISO 8601), got {}"),
+         "reviews.json: sign-off 1: field created_at: not a time (ISO 8601, years 1-9999 in UTC), got {}"),
 
     ],
 )  # fmt: skip
@@ -384,6 +392,44 @@ def test_a_restored_comment_or_sign_off_of_the_wrong_type_refuses_the_bundle_by_
     (outcome,) = import_file(path=_resigned(bundle, tmp_path, comments=comments, reviews=reviews), project=elsewhere)
     assert outcome.session is None and said in outcome.error, outcome.error
     assert not Session.objects.filter(project=elsewhere).exists()
+
+
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"format": "x" * 41}, "manifest.json: session: field format: 41 characters, at most 40"),
+        ({"model": ["m"]}, "manifest.json: session: field model: not text, got ['m']"),
+        ({"task": {"a": 1}}, "manifest.json: session: field task: not text, got {'a': 1}"),
+        ({"status": "done"}, "manifest.json: session: field status: not one of live, completed"),
+        ({"completed": "yes"}, "manifest.json: session: field completed: not true or false, got 'yes'"),
+        ({"started_at": "0001-01-01T00:00:00+14:00"},
+         "manifest.json: session: field started_at: not a time (ISO 8601, years 1-9999 in UTC)"),
+        ({"ended_at": 5}, "manifest.json: session: field ended_at: not a time"),
+        ({"id": "7"}, "manifest.json: session: field id: not a whole number, got '7'"),
+    ],
+)  # fmt: skip
+def test_a_manifests_session_field_of_the_wrong_type_or_size_refuses_the_bundle_by_name(
+    bundle, session, elsewhere, tmp_path, fields, said
+):
+    # Read with str(), a list became its Python text and an unknown status "completed"; a long
+    # format or a time without a UTC instant failed the write, blamed on comments or sign-offs.
+    session.delete()
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, session=fields), project=elsewhere)
+    assert outcome.session is None and said in outcome.error, outcome.error
+    assert not Session.objects.filter(project=elsewhere).exists()
+
+
+def test_a_manifests_session_fields_as_replay_writes_them_are_restored(bundle, session, elsewhere, tmp_path):
+    fields = {"model": "m2", "status": "failed", "completed": False, "ended_at": "2026-03-01T10:00:00Z",
+              "final_answer": "none", "format": "a_newer_format"}  # fmt: skip
+    session.delete()
+    (outcome,) = import_file(path=_resigned(bundle, tmp_path, session=fields), project=elsewhere)
+    restored = outcome.session
+    assert outcome.error is None and restored is not None, outcome.error
+    assert (restored.model, restored.status, restored.completed, restored.final_answer, restored.source_format) == (
+        "m2", "failed", False, "none", "a_newer_format"
+    )  # fmt: skip
+    assert restored.ended_at.isoformat() == "2026-03-01T10:00:00+00:00"
 
 
 def test_a_restored_sign_off_that_says_nothing_of_its_chain_claims_no_valid_one(bundle, session, elsewhere, tmp_path):

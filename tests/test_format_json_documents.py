@@ -440,6 +440,32 @@ def test_a_line_that_ends_with_cr_alone_among_lf_lines_is_a_line_of_its_own(tmp_
     assert [line for line, _, _ in read_records(Source(path=path), Problems())] == [1, 2, 3]
 
 
+@pytest.mark.parametrize("block", [2, 7, 1 << 20])
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_blank_lines_keep_the_numbering_and_are_never_parsed(newline, block, tmp_path, monkeypatch):
+    # A gzip of 30 MiB of newlines is 31 KB: each blank line once cost a failed JSON parse.
+    monkeypatch.setattr(formats, "READ_BLOCK", block)
+    a, b, c = (orjson.dumps(r) for r in events(3))
+    text = newline * 3 + a + newline + b" \t" + newline * 1000 + b + newline + newline + b"  " + newline + c + b"  "
+    path = write(tmp_path, text, "blanks.jsonl")
+    parsed = []
+    real_loads = orjson.loads
+
+    def counting_loads(data):
+        parsed.append(bytes(data))
+        return real_loads(data)
+
+    monkeypatch.setattr(orjson, "loads", counting_loads)
+    problems = Problems()
+    assert [(n, raw) for n, _, raw in read_records(Source(path=path), problems)] == [
+        (4, a.decode()), (1005, b.decode()), (1008, c.decode() + "  ")
+    ]  # fmt: skip
+    assert problems.items == [] and len(parsed) == 3, parsed
+    parsed.clear()
+    found, problems = read(path, body_keys=())
+    assert [n for n, _ in found] == [4, 1005, 1008] and problems == [] and len(parsed) == 3, parsed
+
+
 def test_the_syntax_error_column_is_right_across_read_blocks(tmp_path, monkeypatch):
     records = events(200)
     text = bytearray(orjson.dumps(records))

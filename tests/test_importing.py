@@ -18,12 +18,12 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from sessions_app import comments
+from sessions_app import comments, reviews, sharing, tours
 from sessions_app.access import Actor
 from sessions_app.canonical import Kind, Problems
 from sessions_app.ingest import importing
 from sessions_app.ingest.importing import import_file
-from sessions_app.models import AuditEntry, Comment, Event, ImportJob, Project, Role, Session
+from sessions_app.models import AuditEntry, Comment, Event, ImportJob, Project, Role, Session, TourStop
 
 from .builders_ingest import watch_job_progress
 from .builders_rlm import (
@@ -81,6 +81,22 @@ def test_a_zip_that_is_no_bundle_is_refused_as_such_not_read_as_lines(project, t
     (outcome,) = import_file(path=packed, project=project)
     assert outcome.session is None
     assert outcome.error == f"runs.zip: {importing.NOT_A_BUNDLE}"
+    assert not Session.objects.exists()
+
+
+@pytest.mark.parametrize("kept", [0.5, 0.97])
+def test_a_zip_cut_off_before_its_end_is_refused_as_such_not_read_as_lines(project, tmp_path, kept):
+    # Without its end record a zip is no zip to zipfile: its stored lines were imported as text.
+    source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
+    packed = tmp_path / "runs.zip"
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_STORED) as archive:
+        archive.write(source, "rlm_success.jsonl")
+    data = packed.read_bytes()
+    packed.write_bytes(data[: int(len(data) * kept)])
+    assert not zipfile.is_zipfile(packed)
+    (outcome,) = import_file(path=packed, project=project)
+    assert outcome.session is None
+    assert outcome.error == f"runs.zip: {importing.CUT_ZIP}"
     assert not Session.objects.exists()
 
 
@@ -357,10 +373,49 @@ def test_replace_with_a_damaged_file_keeps_the_stored_session_and_its_comments(p
     assert Session.objects.filter(pk=first.pk).exists() and Comment.objects.filter(session=first).count() == 1
     [said] = [p for p in outcome.problems if p["field"] == "replace"]
     assert said["message"].startswith(f"not replaced: its part of the file has 1 problem(s), so session(s) {first.pk}")
-    # A sound file of the same source replaces it, as asked.
+    # A sound file of the same source replaces the copy, as asked; the commented session stays.
     [sound] = import_file(path=path, project=project, replace=True)
-    assert set(sound.replaced) == {first.pk, outcome.session.pk}
-    assert list(Session.objects.values_list("pk", flat=True)) == [sound.session.pk]
+    assert sound.replaced == [outcome.session.pk]
+    assert list(Session.objects.order_by("pk").values_list("pk", flat=True)) == [first.pk, sound.session.pk]
+
+
+def _comment_on(session, project):
+    comments.create_comment(
+        actor=Actor(user=member("rita", project, Role.REVIEWER)), session=session, seq=1, body="why?"
+    )
+
+
+def _sign_off_on(session, project):
+    reviews.sign_off(session=session, reviewer=Actor(user=member("rita", project, Role.REVIEWER)), verdict="approved")
+
+
+def _stop_on(session, project):
+    tour = tours.create_tour(actor=Actor(user=member("mia", project, Role.MAINTAINER)), project=project, title="t")
+    TourStop.objects.create(tour=tour, position=0, session=session, seq=1, title="here")
+
+
+def _link_to(session, project):
+    sharing.create_link(actor=Actor(user=member("mia", project, Role.MAINTAINER)), session=session, note="vendor")
+
+
+def _from_a_bundle(session, project):
+    Session.objects.filter(pk=session.pk).update(bundle_origin={"fingerprint": "ab"})
+
+
+@pytest.mark.parametrize("work", [_comment_on, _sign_off_on, _stop_on, _link_to, _from_a_bundle])
+def test_replace_keeps_a_session_holding_the_teams_work_and_says_so(project, tmp_path, work):
+    # `--replace` had deleted them, with their comments, sign-offs, tour stops and share links,
+    # without a word: the team's work is not the file's to delete (its page asks first).
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, run_id="one", steps=2)
+    record_full_session(path, run_id="two", steps=2)
+    reviewed, plain = (o.session for o in import_file(path=path, project=project))
+    work(reviewed, project)
+    one, two = import_file(path=path, project=project, replace=True)
+    assert one.replaced == [] and two.replaced == [plain.pk]
+    assert Session.objects.filter(pk=reviewed.pk).exists() and not Session.objects.filter(pk=plain.pk).exists()
+    [said] = [p["message"] for p in one.problems if p["field"] == "replace"]
+    assert said.startswith(f"not replaced: session(s) {reviewed.pk} of the same source hold comments, sign-offs")
 
 
 def test_replace_refuses_only_the_damaged_session_of_a_file(project, tmp_path):
@@ -904,9 +959,9 @@ def test_a_folder_given_on_this_machine_keeps_where_its_sessions_came_from(proje
 
 
 def test_command_replace_says_what_it_deleted_and_the_audit_log_keeps_it(project, tmp_path):
-    # A replaced session goes with its team's work on it (comments, sign-offs, tour stops): the
-    # command says which went, the project's log has a session.delete for each naming the
-    # session that replaced it, and a tour it shortened says so in its history.
+    # The command says which sessions went; the project's log has a session.delete for each
+    # naming the session that replaced it. One holding the team's work (comments, sign-offs,
+    # tour stops) is kept, and the command says so.
     from sessions_app import comments, reviews, tours
     from sessions_app.access import Actor
     from sessions_app.models import Comment, Review, TourStop
@@ -917,18 +972,12 @@ def test_command_replace_says_what_it_deleted_and_the_audit_log_keeps_it(project
     record_full_session(path, steps=2)
     run_command(str(path))
     first = Session.objects.get()
-    mia = Actor(user=member("mia", project))
-    comments.create_comment(actor=mia, session=first, seq=1, body="the turn")
-    reviews.sign_off(session=first, reviewer=mia, verdict="approved")
-    tour = tours.create_tour(actor=mia, project=project, title="Walk")
-    tours.add_stop(actor=mia, tour=tour, session=first, seq=1, title="here")
     events = first.event_count
 
     out, _ = run_command(str(path), "--replace")
 
     second = Session.objects.get()
     assert f"replaced and deleted session(s) {first.pk} of the same source" in out
-    assert not (Comment.objects.exists() or Review.objects.exists() or TourStop.objects.exists())
     (deleted,) = AuditEntry.objects.of_project(project).filter(action="session.delete")
     imported = AuditEntry.objects.of_project(project).filter(action="session.import").order_by("seq").last()
     assert imported.target == f"import:{second.import_job_id}"
@@ -936,10 +985,17 @@ def test_command_replace_says_what_it_deleted_and_the_audit_log_keeps_it(project
     assert (deleted.actor, deleted.target) == ("manage.py", f"session:{first.pk}")
     assert orjson.loads(deleted.detail) == {"events": events, "source_session_id": first.source_session_id,
                                             "replaced_by": f"session:{second.pk}"}  # fmt: skip
-    change = (
-        AuditEntry.objects.of_project(project)
-        .filter(action="tour.change", target=f"tour:{tour.pk}")
-        .order_by("seq")
-        .last()
-    )
-    assert orjson.loads(change.detail) == {"stops_removed": 1, "replaced_by": f"session:{second.pk}"}
+
+    mia = Actor(user=member("mia", project))
+    comments.create_comment(actor=mia, session=second, seq=1, body="the turn")
+    reviews.sign_off(session=second, reviewer=mia, verdict="approved")
+    tour = tours.create_tour(actor=mia, project=project, title="Walk")
+    tours.add_stop(actor=mia, tour=tour, session=second, seq=1, title="here")
+
+    out, err = run_command(str(path), "--replace")
+
+    assert f"not replaced: session(s) {second.pk} of the same source hold comments" in out + err
+    assert "replaced and deleted" not in out + err
+    assert Session.objects.count() == 2 and Comment.objects.get().session == second
+    assert Review.objects.get().session == second and TourStop.objects.get().session == second
+    assert AuditEntry.objects.of_project(project).filter(action="session.delete").count() == 1

@@ -40,8 +40,7 @@ from .step_state import STEP_DEFAULTS
 
 NAME = "canonical"
 
-# Keys that only Replay's canonical events carry together; other formats' records never do.
-_SIGNATURE_KEYS = frozenset({"kind", "payload"})
+# Keys of other formats' records that no canonical event has.
 _FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
 # rlm-code's StepState fields (its variables and memory notes too, which state changes carry).
 _STEP_FIELDS = frozenset({*STEP_DEFAULTS, "variables", "memory_notes"})
@@ -321,20 +320,26 @@ def _note_meta(meta: SessionMeta, event: CanonicalEvent, problems: Problems) -> 
         meta.agent_id = event.agent_id
 
 
-def looks_canonical(record: dict[str, Any]) -> bool:
+def looks_like_an_event(record: dict[str, Any]) -> bool:
+    """A record shaped as a canonical event, whatever its kind: the one key every event has,
+    `kind`, as text; `payload`, when there, an object; none of another format's own keys."""
     return (
-        _SIGNATURE_KEYS <= record.keys()
-        and isinstance(record.get("kind"), str)
-        and record.get("kind") in ALL_KINDS
-        and isinstance(record.get("payload"), dict)
+        isinstance(record.get("kind"), str)
+        and isinstance(record.get("payload", {}), dict)
         and not (_FOREIGN_KEYS & record.keys())
     )
 
 
 def sniff(head: Head) -> bool:
-    """Every parsed head record is a canonical event (flux0 records also carry `kind` and
-    `payload`, but with `recording_id` and `offset`)."""
-    return bool(head.records) and all(looks_canonical(record) for record in head.records)
+    """Every parsed head record is shaped as a canonical event and one at least is of a known
+    kind. (`payload` is optional, so a live session's events as received may have none; a kind
+    unknown here is a problem on its line, not a file of no format. flux0 records also carry
+    `kind` and `payload`, but with `recording_id` and `offset`.)"""
+    return (
+        bool(head.records)
+        and all(looks_like_an_event(record) for record in head.records)
+        and any(record["kind"] in ALL_KINDS for record in head.records)
+    )
 
 
 def parse(source: Source, problems: Problems) -> Iterator[ParsedSession]:

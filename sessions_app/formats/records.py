@@ -27,7 +27,7 @@ from typing import IO, Any
 import orjson
 
 from ..canonical import Problems
-from . import LongLine, Source, cannot_store, iter_lines, load_json_line, read_blocks
+from . import LongLine, Source, cannot_store, load_json_line, numbered_lines, read_blocks
 from .json_documents import JsonDocument
 
 # Bytes read, at most, to find the end of the first line before deciding the container.
@@ -65,7 +65,7 @@ def iter_records(
     container = _container(first, body_keys, whole_file=whole_file)
     limit = source.max_record_bytes
     if container == "lines":
-        yield from _records_of_lines(iter_lines(blocks, limit=limit), problems, body_keys, limit=limit)
+        yield from _records_of_lines(numbered_lines(blocks, limit=limit), problems, body_keys, limit=limit)
         return
     key = body_keys[0] if container == "body" else None
     document = JsonDocument(source, problems, blocks=blocks)
@@ -80,7 +80,7 @@ def iter_records(
         # A JSON-lines file whose first line is a list (`[]`), say: the lines after it.
         problems.add(after.line, "line", "text after the end of the JSON document: read as JSON lines")
         yield from _records_of_lines(
-            iter_lines(after.rest, limit=limit), problems, body_keys, first_line=after.line, limit=limit
+            numbered_lines(after.rest, limit=limit, first=after.line), problems, body_keys, limit=limit
         )
     elif key is not None and not found and not document.stopped and not document.has_list(key):
         problems.add(None, "file", f'no top-level array or "{key}" list found')
@@ -135,14 +135,13 @@ _BODY_OPENING = re.compile(rb'\{\s*"[^"]*"\s*:\s*\[')
 
 
 def _records_of_lines(
-    lines: Iterable[bytes | LongLine],
+    lines: Iterable[tuple[int, bytes | LongLine]],
     problems: Problems,
     body_keys: tuple[str, ...],
     *,
-    first_line: int = 1,
     limit: int,
 ) -> Iterator[Record]:
-    for number, line in enumerate(lines, start=first_line):
+    for number, line in lines:
         if type(line) is LongLine:
             problems.add(number, "line", line.problem(limit))
             continue

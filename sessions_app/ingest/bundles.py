@@ -22,6 +22,7 @@ from ..bundle_reader import Bundle, BundleError, read_bundle
 from ..canonical import SessionMeta
 from ..comments import MAX_BODY
 from ..formats import BUNDLE_FORMAT
+from ..formats.fields import in_utc_range
 from ..models import Comment, CommentRevision, ImportJob, Project, RedactionRules, Review, Session
 from ..redaction import Redactor
 from .quotas import QuotaExceeded, check_bytes, check_new_session
@@ -61,6 +62,7 @@ def import_bundle(
     restored; a redacted event keeps its commitment in place of the value, so the chain still
     comes out as the bundle's (chain.redact_field)."""
     bundle = read_bundle(path, key=key, max_bytes=max_upload_bytes())
+    summary = _session_fields(bundle)
     if redactor is None:
         redactor = RedactionRules.redactor_for(project.pk)
     head = bundle.chain["head"]
@@ -71,8 +73,8 @@ def import_bundle(
     kept: ImportJob | None = None
     try:
         with transaction.atomic():
-            kept = _keep_original(bundle, project, created_by, redactor)
-            session = _restore(bundle, project, kept, redactor, created_by)
+            kept = _keep_original(bundle, summary["format"], project, created_by, redactor)
+            session = _restore(bundle, summary, project, kept, redactor, created_by)
             if kept is not None:
                 _record_restored(kept, session, name or path.name)
     except BundleError:
@@ -118,10 +120,15 @@ def _check_quotas(bundle: Bundle, project: Project) -> None:
 
 
 def _restore(
-    bundle: Bundle, project: Project, kept: ImportJob | None, redactor: Redactor | None, created_by: str
+    bundle: Bundle,
+    summary: dict[str, Any],
+    project: Project,
+    kept: ImportJob | None,
+    redactor: Redactor | None,
+    created_by: str,
 ) -> Session:
-    summary, head = bundle.session, bundle.chain["head"]
-    session = create_session(project=project, source_format=summary.get("format") or FORMAT_NAME,
+    head = bundle.chain["head"]
+    session = create_session(project=project, source_format=summary["format"] or FORMAT_NAME,
                              meta=_meta(summary), import_job=kept, redactor=redactor)  # fmt: skip
     append_stored_events(session=session, events=_stored(bundle), redactor=redactor,
                          redacted_by=created_by or "bundle import")  # fmt: skip
@@ -143,7 +150,9 @@ def _forget(kept: ImportJob | None) -> None:
         Path(kept.stored_path).unlink(missing_ok=True)
 
 
-def _keep_original(bundle: Bundle, project: Project, created_by: str, redactor: Redactor | None) -> ImportJob | None:
+def _keep_original(
+    bundle: Bundle, source_format: str, project: Project, created_by: str, redactor: Redactor | None
+) -> ImportJob | None:
     """The upload the bundle carries, kept as uploads are, so the imported session's original
     exports byte for byte as it did where it came from; under redaction rules, kept redacted
     or not at all, as the project's rules say."""
@@ -151,8 +160,7 @@ def _keep_original(bundle: Bundle, project: Project, created_by: str, redactor: 
     if name is None or (redactor is not None and not redactor.keep_originals):
         return None
     with bundle.open_original() as stream:
-        job = keep_stream(stream=stream, name=name, project=project, format=bundle.session.get("format") or "",
-                          created_by=created_by)  # fmt: skip
+        job = keep_stream(stream=stream, name=name, project=project, format=source_format, created_by=created_by)
     try:
         ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.DONE, detected_format=FORMAT_NAME,
                                                     finished_at=datetime.now(UTC))  # fmt: skip
@@ -183,16 +191,47 @@ def _record_restored(kept: ImportJob, session: Session, bundle_name: str) -> Non
     )  # fmt: skip
 
 
+# manifest.json's `session` as Replay writes it (bundles.session_summary): each text field and
+# the longest its column holds (None: any length).
+_SESSION_TEXTS = {
+    "format": 40, "source_session_id": 200, "run_id": 200, "agent_id": 200, "environment": 200, "model": 200,
+    "project": 200, "task": None, "final_answer": None,
+}  # fmt: skip
+
+
+def _session_fields(bundle: Bundle) -> dict[str, Any]:
+    """manifest.json's `session` and who exported it, each field checked: one of the wrong type,
+    longer than its column or out of range is refused by name, as a comment's field is (read
+    with str() a list became its Python text; an unknown status, "completed"; a long format or
+    a time without a UTC instant failed the write, blamed on the comments)."""
+    where = "manifest.json: session"
+    summary = bundle.session
+    fields: dict[str, Any] = {}
+    for name, most in _SESSION_TEXTS.items():
+        value = fields[name] = _text(summary, name, where)
+        if most is not None and len(value) > most:
+            raise BundleError(f"{where}: field {name}: {len(value):,} characters, at most {most}")
+    status = fields["status"] = _text(summary, "status", where) or Session.Status.COMPLETED
+    if status not in Session.Status.values:
+        known = ", ".join(Session.Status.values)
+        raise BundleError(f"{where}: field status: not one of {known}, got {_shown(status)}")
+    fields["completed"] = _flag(summary, "completed", where)
+    fields["started_at"] = _time(summary, "started_at", where)
+    fields["ended_at"] = _time(summary, "ended_at", where)
+    identity = summary.get("id")
+    if identity is not None and type(identity) is not int:
+        raise BundleError(f"{where}: field id: not a whole number, got {_shown(identity)}")
+    fields["id"] = identity
+    fields["exported_by"] = _text(bundle.manifest, "exported_by", "manifest.json")[:200]
+    return fields
+
+
 def _meta(summary: dict[str, Any]) -> SessionMeta:
     return SessionMeta(
-        source_session_id=str(summary.get("source_session_id") or "")[:200],
-        run_id=str(summary.get("run_id") or "")[:200],
-        agent_id=str(summary.get("agent_id") or "")[:200],
-        task=str(summary.get("task") or ""),
-        environment=str(summary.get("environment") or "")[:200],
-        model=str(summary.get("model") or "")[:200],
-        started_at=_when(summary.get("started_at")),
-    )
+        source_session_id=summary["source_session_id"], run_id=summary["run_id"], agent_id=summary["agent_id"],
+        task=summary["task"], environment=summary["environment"], model=summary["model"],
+        started_at=summary["started_at"],
+    )  # fmt: skip
 
 
 def _origin(summary: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
@@ -200,8 +239,8 @@ def _origin(summary: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
     of its own, never the session's metadata, which sources and clients write."""
     return {
         "fingerprint": bundle.fingerprint, "public_key": bundle.public_key, "pinned": bundle.pinned,
-        "exported_at": bundle.manifest.get("exported_at"), "exported_by": bundle.manifest.get("exported_by"),
-        "session": summary.get("id"), "project": summary.get("project"), "head": bundle.chain["head"],
+        "exported_at": bundle.manifest.get("exported_at"), "exported_by": summary["exported_by"],
+        "session": summary["id"], "project": summary["project"], "head": bundle.chain["head"],
     }  # fmt: skip
 
 
@@ -223,10 +262,10 @@ def _finish(session: Session, summary: dict[str, Any], bundle: Bundle, text: Cal
     fields = {
         "source_digest": bundle.chain["head"],
         "bundle_origin": _origin(summary, bundle),
-        "status": summary.get("status") if summary.get("status") in Session.Status.values else Session.Status.COMPLETED,
-        "completed": bool(summary.get("completed")),
-        "ended_at": _when(summary.get("ended_at")),
-        "final_answer": text(str(summary.get("final_answer") or "")),
+        "status": summary["status"],
+        "completed": summary["completed"],
+        "ended_at": summary["ended_at"],
+        "final_answer": text(summary["final_answer"]),
     }  # fmt: skip
     if fields["status"] == Session.Status.LIVE:  # nothing will append to an imported copy
         fields["status"] = Session.Status.INTERRUPTED
@@ -235,13 +274,15 @@ def _finish(session: Session, summary: dict[str, Any], bundle: Bundle, text: Cal
 
 
 def _when(value: Any) -> datetime | None:
+    """An ISO 8601 time with a UTC instant (UTC when it names no zone), or None."""
     if not value:
         return None
     try:
         parsed = datetime.fromisoformat(str(value))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    parsed = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return parsed if in_utc_range(parsed) else None
 
 
 def _restore_comments(session: Session, bundle: Bundle, text: Callable[[str], str], by: str) -> None:
@@ -338,15 +379,15 @@ def _flag(data: dict[str, Any], name: str, where: str) -> bool:
     return value
 
 
-def _time(data: dict[str, Any], name: str, where: str, latest: datetime) -> datetime | None:
-    """A restored time, no later than `latest`; None when the bundle gives none."""
+def _time(data: dict[str, Any], name: str, where: str, latest: datetime | None = None) -> datetime | None:
+    """A restored time, no later than `latest` when given; None when the bundle gives none."""
     value = data.get(name)
     if value is None or value == "":
         return None
     when = _when(value) if type(value) is str else None
     if when is None:
-        raise BundleError(f"{where}: field {name}: not a time (ISO 8601), got {_shown(value)}")
-    return min(when, latest)
+        raise BundleError(f"{where}: field {name}: not a time (ISO 8601, years 1-9999 in UTC), got {_shown(value)}")
+    return when if latest is None else min(when, latest)
 
 
 def _shown(value: Any) -> str:

@@ -23,13 +23,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .. import audit
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
 from ..deletion import note_shortened, tours_through
 from ..formats import GZIP_MAGIC, Source, detect, registry
-from ..models import ImportJob, Project, RedactionRules, Session
+from ..models import Comment, ImportJob, Project, RedactionRules, Review, Session, ShareLink, TourStop
 from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from ..worker_liveness import heartbeat, this_worker
@@ -186,10 +187,11 @@ def import_file(
         outcome = _import_bundle(path, project, uploader, display_name, progress.redactor)
         progress.finish([outcome], Problems(), FORMAT_NAME)
         return [outcome]
-    if _starts_as_zip(path) and zipfile.is_zipfile(path):
+    if _starts_as_zip(path):
         # A zip's stored members would otherwise be read as lines of text, its first and last
-        # records cut by the archive's own bytes.
-        outcome = ImportOutcome(path=path, error=f"{display_name}: {NOT_A_BUNDLE}")
+        # records cut by the archive's own bytes; so would a bundle cut off before its end.
+        why = NOT_A_BUNDLE if zipfile.is_zipfile(path) else CUT_ZIP
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {why}")
         progress.finish([outcome], Problems(), "")
         return [outcome]
     if format == FORMAT_NAME:
@@ -333,6 +335,17 @@ def _import_session(
                                  f"so session(s) {kept} of the same source are kept and this one is stored beside "
                                  "them; mend the file and import it again to replace them")  # fmt: skip
                     superseded = []
+                held = _holding_team_work(same_source, superseded)
+                if held:
+                    # What people wrote on a session is not the file's to delete: replacing
+                    # supersedes what was read, and the team's work stays, asked first on
+                    # its delete page.
+                    kept = ", ".join(map(str, held[:20])) + (" ..." if len(held) > 20 else "")
+                    problems.add(None, "replace", f"not replaced: session(s) {kept} of the same source hold "
+                                 "comments, sign-offs, tour stops or share links, or came from a bundle, so they "
+                                 "are kept and this one is stored beside them; delete them on their own page "
+                                 "if they are to go")  # fmt: skip
+                    superseded = [pk for pk in superseded if pk not in set(held)]
                 replaced = _replace(superseded, by=session, actor=replacer)
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
@@ -378,6 +391,22 @@ def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(hashlib.sha256(key).digest()[:8], "big", signed=True)]
         )
+
+
+def _holding_team_work(same_source: QuerySet[Session], superseded: list[int]) -> list[int]:
+    """Of the sessions a replace supersedes, those holding what people did with them: comments,
+    sign-offs, tour stops, share links that still open, or a bundle's origin (a restored review)."""
+    if not superseded:
+        return []
+    team_work = (
+        Exists(Comment.objects.filter(session=OuterRef("pk")))
+        | Exists(Review.objects.filter(session=OuterRef("pk")))
+        | Exists(TourStop.objects.filter(session=OuterRef("pk")))
+        | Exists(ShareLink.objects.active().filter(session=OuterRef("pk")))
+        | Q(bundle_origin__isnull=False)
+    )
+    wanted = set(superseded)
+    return [pk for pk in same_source.filter(team_work).order_by("pk").values_list("pk", flat=True) if pk in wanted]
 
 
 def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
@@ -514,6 +543,12 @@ CHOSEN_NOT_A_BUNDLE = (
 NOT_A_BUNDLE = (
     "a zip archive that is not a Replay evidence bundle (it has no manifest.json); "
     "upload the session files it holds, or a .gz of one"
+)
+
+
+CUT_ZIP = (
+    "a zip archive cut off or damaged: its directory, which ends the file, is missing; "
+    "send the whole file again (`unzip -t` checks it)"
 )
 
 
