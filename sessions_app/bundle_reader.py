@@ -45,6 +45,7 @@ from .chain import (
     removals,
     stored_commitments,
 )
+from .formats.fields import json_kind
 from .lookalikes import MAX_FILE_NAME_BYTES, hiding_characters, safe_file_name
 
 FORMAT = "replay-bundle/1"
@@ -239,9 +240,10 @@ def _manifest(data: bytes) -> dict[str, Any]:
         raise BundleError(f"manifest.json: not JSON ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(f"manifest.json: not a {FORMAT} manifest")
-    for field, kind in (("files", dict), ("chain", dict), ("session", dict), ("public_key", str)):
+    for field, kind, said in (("files", dict, "an object"), ("chain", dict, "an object"),
+                              ("session", dict, "an object"), ("public_key", str, "text")):  # fmt: skip
         if not isinstance(manifest.get(field), kind):
-            raise BundleError(f"manifest.json: field {field!r} is missing or not a {kind.__name__}")
+            raise BundleError(f"manifest.json: field {field!r} is missing or not {said}")
     return manifest
 
 
@@ -321,7 +323,7 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                 for name, value in zip(CONTENT_FIELDS, contents):
                     if value is not None and type(value) is not str:
                         raise BundleError(
-                            f"{where}: field {name}: not text (the event's stored JSON), got {type(value).__name__}"
+                            f"{where}: field {name}: not text (the event's stored JSON), got {json_kind(value)}"
                         )
                 stored_prev, stored_hash, salt = event["prev_hash"], event["hash"], event["salt"]
                 # A bundle of events with removed values (chain.redact_field) carries their
@@ -382,7 +384,7 @@ def _event_line(line: bytes, line_number: int) -> dict[str, Any]:
     except (orjson.JSONDecodeError, ijson.JSONError) as error:
         raise BundleError(f"{where}: not JSON ({error})") from None
     if not isinstance(event, dict):
-        raise BundleError(f"{where}: not an event (a JSON object), got {type(event).__name__}")
+        raise BundleError(f"{where}: not an event (a JSON object), got {json_kind(event)}")
     for name in _LINE_FIELDS:
         if name not in event:
             raise BundleError(f"{where}: field {name}: missing")

@@ -205,3 +205,13 @@ def test_an_integer_past_64_bits_beside_a_bare_nan_reads_as_orjson_reads_it(db, 
     # (A file with problems replaces nothing: the first one is kept, and that is said too.)
     assert [(p["line"], p["field"]) for p in outcome.problems] == [(None, "replace"), (2, "step")]
     assert "64 bits" in outcome.problems[1]["message"]
+
+
+def test_a_line_in_latin_1_is_a_problem_that_says_how_to_convert_the_file(db, tmp_path):
+    # One byte é (Latin-1) in a task: the line was dropped with no word on why.
+    bad = orjson.dumps({**GOOD_NATIVE[1], "data": {"error": "café"}}).replace("é".encode(), b"\xe9")
+    outcome = imported(native_file(tmp_path, bad))
+    assert outcome.events == 2
+    [problem] = outcome.problems
+    assert problem["line"] == 2 and problem["message"].startswith("invalid UTF-8 at byte ")
+    assert "iconv -f latin1 -t utf-8" in problem["message"]

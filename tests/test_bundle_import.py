@@ -298,6 +298,8 @@ def test_an_events_content_that_is_not_text_refuses_the_bundle_by_line_and_field
     # A list there reached the hashing: a traceback from the command, the upload and the verifier.
     import orjson
 
+    from sessions_app.formats.fields import json_kind
+
     with zipfile.ZipFile(bundle) as archive:
         lines = archive.read("events.jsonl").splitlines()
     event = orjson.loads(lines[1])
@@ -308,7 +310,7 @@ def test_an_events_content_that_is_not_text_refuses_the_bundle_by_line_and_field
     assert outcome.session is None
     assert outcome.error.endswith(
         f"events.jsonl line 2 (seq {event['seq']}): field {field}: not text (the event's stored JSON), "
-        f"got {type(value).__name__}"
+        f"got {json_kind(value)}"
     ), outcome.error
     assert not Session.objects.filter(project=elsewhere).exists()
 
@@ -323,7 +325,7 @@ def test_an_events_content_that_is_not_text_refuses_the_bundle_by_line_and_field
         (("set", "cost_usd", [1]), "line 2 (seq 1): field cost_usd: not a number"),
         (("set", "salt", 5), "line 2 (seq 1): field salt: not 32 hexadecimal digits"),
         (("set", "redacted", 5), "line 2 (seq 1): field redacted: an event with removed values has their record"),
-        (("line", b"[1, 2]"), "line 2: not an event (a JSON object), got list"),
+        (("line", b"[1, 2]"), "line 2: not an event (a JSON object), got a list"),
         (("line", b"not json"), "line 2: not JSON (invalid literal"),
     ],
 )  # fmt: skip

@@ -56,7 +56,7 @@ def test_an_absent_object_is_empty_and_one_of_another_type_is_reported():
     assert mapping_at({"data": [1]}, "data", "data", 4, problems) == {}
     assert messages(problems) == [
         (3, "data", "expected an object, got null"),
-        (4, "data", "expected an object, got an array"),
+        (4, "data", "expected an object, got a list"),
     ]
 
 

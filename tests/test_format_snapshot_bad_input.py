@@ -113,7 +113,9 @@ def test_blank_lines_after_the_snapshot_object_are_no_problem(snapshot, project,
     assert problems.count == 0 and session.step_count == 3
 
 
-@pytest.mark.parametrize(("steps", "kind"), [(5, "int"), (None, "null"), ("x", "str"), ({"step": 1}, "dict")])
+@pytest.mark.parametrize(
+    ("steps", "kind"), [(5, "a number"), (None, "null"), ("x", "text"), ({"step": 1}, "an object")]
+)
 @pytest.mark.parametrize("position", ["in_place", "last"])
 def test_steps_that_are_not_an_array_are_reported(snapshot, steps, kind, position, project, tmp_path):
     data = dict(snapshot)

@@ -37,10 +37,14 @@ from typing import IO, Any
 import orjson
 
 from ..canonical import CanonicalEvent, ParsedSession, Problems
+from .fields import json_kind
 
 BOM = b"\xef\xbb\xbf"
 GZIP_MAGIC = b"\x1f\x8b"
 HEAD_BYTES = 64 * 1024
+# JSON is UTF-8: what a problem of invalid UTF-8 adds, since a whole file in another encoding
+# (Latin-1, Windows-1252: "café" as one byte é) is the likely cause.
+NOT_UTF8 = " (JSON is UTF-8; a file in Latin-1 converts with `iconv -f latin1 -t utf-8`)"
 # Detection reads at least this many whole lines, however long (`Head.of`).
 HEAD_LINES = 3
 # A line (or a record of a JSON document) longer than this is a problem, never held whole in
@@ -251,7 +255,7 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
             if record is None:
                 continue
         if type(record) is not dict:
-            problems.add(number, "line", f"expected a JSON object, got {type(record).__name__}")
+            problems.add(number, "line", f"expected a JSON object, got {json_kind(record)}")
             continue
         if len(body) > _DEEP_LINE and not storable(number, record, body, problems):
             continue
@@ -340,7 +344,7 @@ def load_json_line(number: int, line: bytes, problems: Problems, *, last: bool =
         try:
             stripped.decode("utf-8")
         except UnicodeDecodeError as ude:
-            problems.add(number, "line", f"invalid UTF-8 at byte {ude.start}")
+            problems.add(number, "line", f"invalid UTF-8 at byte {ude.start}{NOT_UTF8}")
             return None
         value = _load_with_nan(stripped)
         if value is None:
@@ -350,7 +354,7 @@ def load_json_line(number: int, line: bytes, problems: Problems, *, last: bool =
             problems.add(number, "line", why)
             return None
     if not isinstance(value, dict):
-        problems.add(number, "line", f"expected a JSON object, got {type(value).__name__}")
+        problems.add(number, "line", f"expected a JSON object, got {json_kind(value)}")
         return None
     if not storable(number, value, stripped, problems, by_orjson=by_orjson):
         return None

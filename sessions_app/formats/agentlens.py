@@ -40,7 +40,7 @@ from ulid import ULID
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import amount, clip, parse_iso, payload_object, record_kind, text
+from .fields import amount, clip, json_kind, parse_iso, payload_object, record_kind, text
 from .records import DiscardProblems, Record, RecordSpool, iter_records
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
@@ -657,7 +657,7 @@ def _tokens(payload: dict[str, Any], key: str, line: int | None, problems: Probl
         problems.add(line, field, "null usage (no tokens counted)")
         return None
     if not isinstance(usage, dict):
-        problems.add(line, field, f"usage is a {type(usage).__name__}, not an object")
+        problems.add(line, field, f"usage is {json_kind(usage)}, not an object")
         return None
     return _token_total(usage, field, line, problems)
 
@@ -734,7 +734,7 @@ def _last_message(messages: Any, line: int | None, problems: Problems) -> str:
         elif value is not None:
             # join() refuses anything but text; the block stays whole in the event's payload.
             field = f"payload.messages[{len(messages) - 1}].content[{index}].text"
-            problems.add(line, field, f"a {type(value).__name__}, not text: left out of the step's prompt")
+            problems.add(line, field, f"{json_kind(value)}, not text: left out of the step's prompt")
     return "\n".join(texts)  # a line apart, as the other formats join text parts (a space doubled spaces)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..canonical import CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import amount, clip, number, parse_epoch_ms, record_kind, text
+from .fields import amount, clip, json_kind, number, parse_epoch_ms, record_kind, text
 from .records import iter_records
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
@@ -222,7 +222,7 @@ class _History:
         if "content" in record:
             content = record["content"]
             if not isinstance(content, list):
-                problems.add(line, "content", f"content is a {type(content).__name__}, not a list")
+                problems.add(line, "content", f"content is {json_kind(content)}, not a list")
                 content = []
             for index, block in enumerate(content):
                 if not isinstance(block, dict):
@@ -535,7 +535,7 @@ class _History:
             if required:
                 self.problems.add(line, key, f"missing {key}")
             return ""
-        self.problems.add(line, key, f"{key} is a {type(value).__name__}, not text")
+        self.problems.add(line, key, f"{key} is {json_kind(value)}, not text")
         return text(value)
 
     def _bool_field(self, record: dict[str, Any], key: str, line: int) -> bool:

@@ -83,7 +83,7 @@ def payload_object(value: Any, line: int | None, problems: Problems) -> dict[str
         problems.add(line, "payload", "null payload (taken as empty)")
         return {}
     if not isinstance(value, dict):
-        problems.add(line, "payload", f"payload is a {type(value).__name__}, not an object")
+        problems.add(line, "payload", f"payload is {json_kind(value)}, not an object")
         return {"value": value}
     return value
 
@@ -103,6 +103,24 @@ def too_many_containers(json_text: str) -> bool:
 
 def clip(value: str, limit: int) -> str:
     return value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words for a message ("got a list", "is null, not an
+    object"): never Python's type names (NoneType, dict, str)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"{json_kind(value)}"
 
 
 def preview(value: Any) -> str:
@@ -145,7 +163,7 @@ def iso_text(value: Any) -> Any:
     rest are refused as the schema says (pydantic would take a number for epoch seconds, or
     milliseconds, guessing which): ISO 8601 text or null."""
     if value is not None and not isinstance(value, (str, datetime)):
-        raise ValueError(f"expected ISO 8601 text, got {type(value).__name__}")
+        raise ValueError(f"expected ISO 8601 text, got {json_kind(value)}")
     return value
 
 

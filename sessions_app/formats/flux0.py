@@ -36,7 +36,7 @@ import orjson
 
 from ..canonical import INT64_MAX, INT64_MIN, CanonicalEvent, Kind, ParsedSession, Problems, SessionMeta
 from . import Head, Source
-from .fields import clip, parse_iso, payload_object, text
+from .fields import clip, json_kind, parse_iso, payload_object, text
 from .records import Record, RecordSpool, iter_records
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
@@ -160,7 +160,7 @@ def _ensure_structure(doc: Any, parts: list[str]) -> Any:
             raise PatchError("'-' in the middle of a path")
         if _is_index(part):
             if not isinstance(current, list):
-                raise PatchError(f"segment {part!r} indexes a {type(current).__name__}, not a list")
+                raise PatchError(f"segment {part!r} indexes {json_kind(current)}, not a list")
             # A missing parent is created only right at the end of its list: a far index
             # would have filled memory with millions of empty containers.
             position = _index_within(part, len(current))
@@ -171,7 +171,7 @@ def _ensure_structure(doc: Any, parts: list[str]) -> Any:
             current = current[position]
         else:
             if not isinstance(current, dict):
-                raise PatchError(f"segment {part!r} names a key of a {type(current).__name__}, not an object")
+                raise PatchError(f"segment {part!r} names a key of {json_kind(current)}, not an object")
             if part not in current:
                 current[part] = [] if _is_index(following) else {}
             elif _is_index(following) and not isinstance(current[part], list):
@@ -227,7 +227,7 @@ def apply_operation(doc: Any, operation: Any) -> Any:
             raise PatchError(f"replace of missing key {last!r}")
         parent[last] = value
         return doc
-    raise PatchError(f"cannot set {last!r} inside a {type(parent).__name__}")
+    raise PatchError(f"cannot set {last!r} inside {json_kind(parent)}")
 
 
 def content_text(content: Any) -> str:
@@ -389,11 +389,10 @@ class _Recording:
         source = payload.get("source")
         event_type = payload.get("type")
         correlation_id = payload.get("correlation_id") if isinstance(payload.get("correlation_id"), str) else ""
-        data = payload.get("data")
-        if data is not None and not isinstance(data, dict):
-            problems.add(line, "payload.data", f"data is a {type(data).__name__}, not an object")
+        data = payload.get("data", {})
+        if not isinstance(data, dict):  # null too: flux0's emitted events all carry their data
+            problems.add(line, "payload.data", f"data is {json_kind(data)}, not an object")
             data = {}
-        data = data or {}
         event.source_type = f"emitted.{event_type}" if isinstance(event_type, str) else "emitted"
         if source is None:
             problems.add(line, "payload.source", "missing source")

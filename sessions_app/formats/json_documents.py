@@ -44,7 +44,8 @@ from typing import Any
 import ijson
 
 from ..canonical import Problems
-from . import MAX_DEPTH, Source, read_blocks, size_text, too_long, whole_line_breaks
+from . import MAX_DEPTH, NOT_UTF8, Source, read_blocks, size_text, too_long, whole_line_breaks
+from .fields import json_kind
 
 _PIECE_BYTES = 1 << 16
 _STARTS = frozenset({"start_map", "start_array"})
@@ -304,7 +305,7 @@ class JsonDocument:
             event, value = next(events, ("", None))
             if event != "start_map":
                 if event:
-                    kind = "array" if event == "start_array" else type(value).__name__
+                    kind = "a list" if event == "start_array" else json_kind(value)
                     self.problems.add(feed.line, "line", f"expected a JSON object, got {kind}")
                 return
             yield from _members(events, feed, streamed)
@@ -391,7 +392,7 @@ class JsonDocument:
             )
         elif isinstance(error, UnicodeDecodeError) or "UTF8" in reason:
             self.problems.add(
-                line, "line", f"invalid UTF-8 at column {column}; the rest of the document could not be read"
+                line, "line", f"invalid UTF-8 at column {column}; the rest of the document could not be read{NOT_UTF8}"
             )
         else:
             self.problems.add(

@@ -36,7 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ..canonical import INT64_MAX, CanonicalEvent, Kind, without_nul
-from .fields import clip, text, too_many_containers
+from .fields import clip, json_kind, text, too_many_containers
 from .step_state import STEP_TEXT_LIMIT, unrewarded_step_state
 
 NAME = "otlp"
@@ -91,7 +91,7 @@ def read_request(body: bytes, *, json: bool) -> ExportTraceServiceRequest:
         except orjson.JSONDecodeError as exc:
             raise NotOtlp(f"the body is not JSON: {exc}") from None
         if not isinstance(document, dict):
-            raise NotOtlp(f"the body must be a JSON object (ExportTraceServiceRequest), got {type(document).__name__}")
+            raise NotOtlp(f"the body must be a JSON object (ExportTraceServiceRequest), got {json_kind(document)}")
         _check_size(document)  # before anything walks them
         _ids_as_base64(document)
         try:
@@ -209,7 +209,7 @@ def _within_limits(document: dict[str, Any]) -> None:
 
 def _an_object(value: Any, where: str) -> None:
     if not isinstance(value, dict):
-        raise NotOtlp(f"{where}: expected an object, got {'null' if value is None else type(value).__name__}")
+        raise NotOtlp(f"{where}: expected an object, got {json_kind(value)}")
 
 
 def _cut(container: Any, name: str) -> list[Any]:
@@ -260,7 +260,7 @@ def _hex_fields(container: Any, where: str, names: tuple[str, ...]) -> None:
         if value is None or value == "":
             continue
         if not isinstance(value, str):
-            raise NotOtlp(f"{where}.{name}: expected a hex string, got {type(value).__name__}")
+            raise NotOtlp(f"{where}.{name}: expected a hex string, got {json_kind(value)}")
         try:
             container[name] = base64.b64encode(bytes.fromhex(value)).decode()
         except ValueError:

@@ -28,6 +28,7 @@ import orjson
 
 from ..canonical import Problems
 from . import LongLine, Source, cannot_store, load_json_line, numbered_lines, read_blocks
+from .fields import json_kind
 from .json_documents import JsonDocument
 
 # Bytes read, at most, to find the end of the first line before deciding the container.
@@ -173,7 +174,7 @@ def _record(line: int, value: Any, problems: Problems, *, up_to: int | None = No
     and is known only to end on one of the lines from `line` to `up_to` says so."""
     if type(value) is not dict:
         where = f" (an element ending on one of lines {line}-{up_to})" if up_to and up_to != line else ""
-        problems.add(line, "line", f"expected a JSON object, got {type(value).__name__}{where}")
+        problems.add(line, "line", f"expected a JSON object, got {json_kind(value)}{where}")
         return None
     try:
         raw = orjson.dumps(value)

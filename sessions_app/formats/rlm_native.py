@@ -36,7 +36,7 @@ from ..canonical import (
     StateChange,
 )
 from . import Head, Source, parse_appended_sessions
-from .fields import in_utc_range
+from .fields import in_utc_range, json_kind
 from .step_state import STEP_DEFAULTS
 
 NAME = "rlm_native"
@@ -264,16 +264,8 @@ def number(value: Any, field: str, line: int | None, problems: Problems) -> floa
             return parsed
         problems.add(line, field, f"expected a number, got the string {value[:40]!r}")
         return None
-    problems.add(line, field, f"expected a number, got {_json_type(value)}")
+    problems.add(line, field, f"expected a number, got {json_kind(value)}")
     return None
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__
 
 
 def mapping(value: Any, field: str, line: int | None, problems: Problems) -> dict[str, Any]:
@@ -282,7 +274,7 @@ def mapping(value: Any, field: str, line: int | None, problems: Problems) -> dic
     if value is None:
         problems.add(line, field, "expected an object, got null")
     else:
-        problems.add(line, field, f"expected an object, got {_json_type(value)}")
+        problems.add(line, field, f"expected an object, got {json_kind(value)}")
     return {}
 
 
@@ -612,7 +604,7 @@ class Converter:
         if variables is not None and type(variables) is not dict:
             variables = mapping(variables, "data.variables", line, problems) or None
         if notes is not None and type(notes) is not list:
-            problems.add(line, "data.memory_notes", f"expected an array, got {_json_type(notes)}")
+            problems.add(line, "data.memory_notes", f"expected an array, got {json_kind(notes)}")
             notes = None
         changed = None
         replace = False
@@ -642,9 +634,7 @@ class Converter:
             event.state_change = StateChange(memory=notes)
             self.memory = notes
         else:
-            problems.add(
-                line, "data.notes", f"expected an array, got {_json_type(notes) if notes is not None else 'null'}"
-            )
+            problems.add(line, "data.notes", f"expected an array, got {json_kind(notes)}")
 
     def _variable_update(self, event, data, stamp, line, problems) -> None:
         # The recorder writes only a 200-character preview; it stands for the value until the

@@ -28,6 +28,7 @@ import orjson
 
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, ParsedSession, Problems, SessionMeta, StateChange
 from . import Head, Source, cannot_store
+from .fields import json_kind
 from .json_documents import JsonDocument
 from .rlm_native import mapping, number, parse_timestamp, text
 from .step_state import STEP_DEFAULTS
@@ -116,7 +117,7 @@ class SnapshotSteps:
         elif key in ("memory_notes", "variables", "metadata"):
             self.tail[key] = (value, line)
         elif key == _STEPS:  # an array arrives element by element, never as a member
-            kind = "null" if value is None else type(value).__name__
+            kind = json_kind(value)
             problems.add(line, key, f"expected an array of StepState objects, got {kind}: no steps read")
         elif key == "created_at":
             meta.ended_at = parse_timestamp(value)
@@ -142,7 +143,7 @@ class SnapshotSteps:
     def step_event(self, line: int, value: Any) -> CanonicalEvent | None:
         problems = self.problems
         if type(value) is not dict:
-            problems.add(line, "steps", f"expected a StepState object, got {type(value).__name__}")
+            problems.add(line, "steps", f"expected a StepState object, got {json_kind(value)}")
             return None
         state: dict[str, Any] = {}
         for name, default in STEP_DEFAULTS.items():

@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, Problems, SessionMeta, without_nul
 from ..formats import MAX_DEPTH
+from ..formats.fields import json_kind
 from ..models import IngestBatch, Project, Session
 from .quotas import check_new_session
 from .writer import (
@@ -285,7 +286,7 @@ def append_batch(
                 )
             name = format or detect_batch_format(records)
             if name is None and type(records[0]) is not dict:
-                got = type(records[0]).__name__
+                got = json_kind(records[0])
                 raise IngestError(
                     f"events[0].event: expected a JSON object, got {got}",
                     [{"index": 0, "field": "event", "message": f"expected a JSON object, got {got}"}],
@@ -384,7 +385,7 @@ def _convert(converter, name: str, records: list[Any]) -> tuple[list[CanonicalEv
         if type(record) is not dict:
             errors.append(
                 {"index": index, "field": "event",
-                 "message": f"expected a JSON object, got {type(record).__name__}"}
+                 "message": f"expected a JSON object, got {json_kind(record)}"}
             )  # fmt: skip
             continue
         try:
