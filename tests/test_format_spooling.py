@@ -158,3 +158,21 @@ def test_progress_moves_while_the_sessions_are_read_back_and_ends_at_the_file_si
     # Each session read back moves the bar; it does not sit at 100 % from the first one.
     assert per_session == sorted(per_session) and len(set(per_session)) == SESSIONS
     assert per_session[0] < path.stat().st_size // 10
+
+
+@pytest.mark.parametrize("run", [1, 3, 1 << 16])
+def test_records_read_back_by_sort_keys_come_in_key_order_ties_in_file_order(run, monkeypatch):
+    # Sorted in runs merged as read (one sort of them all held a Python object a record).
+    import random
+
+    monkeypatch.setattr(json_records, "_SORT_RUN", run)
+    rng = random.Random(7)
+    keys = [rng.randrange(12) for _ in range(100)]
+    spool = json_records.RecordSpool()
+    try:
+        for number, key in enumerate(keys, start=1):
+            spool.add("g", number, orjson.dumps({"n": number, "key": key}))
+        read = [record.value["n"] for record in spool.records("g", sort_keys=keys)]
+    finally:
+        spool.close()
+    assert read == sorted(range(1, 101), key=lambda n: keys[n - 1])  # sorted() is stable
