@@ -143,9 +143,18 @@ def test_the_demo_has_a_tour_through_its_failing_run_made_once():
     tour.stops.filter(title="How it ended").delete()  # edited since: a later run leaves it so
     setup_demo()
     assert Tour.objects.get().stops.count() == 2
-    # Its run imported again with --replace took every stop with it: the next run makes them
-    # again, through the run stored now (it printed a link to an empty tour).
-    call_command("import_sessions", str(session.import_job.stored_path), "--replace", stdout=StringIO())
+    # Imported again with --replace, its run is kept, with the tour's stops on it.
+    out = StringIO()
+    call_command("import_sessions", str(session.import_job.stored_path), "--replace", stdout=out, stderr=out)
+    assert f"not replaced: session(s) {session.pk} of the same source hold" in out.getvalue()
+    assert Tour.objects.get().stops.count() == 2
+    # Its run deleted took every stop with it: the next run makes them again, through the run
+    # stored now (it printed a link to an empty tour).
+    from sessions_app.access import Actor
+    from sessions_app.deletion import delete_session
+
+    for run in Session.objects.filter(run_id="demo_invoices_failed"):
+        delete_session(actor=Actor(user=demo_user()), session=run)
     assert not Session.objects.filter(pk=session.pk).exists() and Tour.objects.get().stops.count() == 0
     out = StringIO()
     call_command("setup_demo", stdout=out, stderr=StringIO())
