@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from . import audit
 from .access import Actor, NotVisible
@@ -55,7 +56,7 @@ def _clean_name(name: str, project_id: int) -> str:
     return name if redactor is None else redactor.text(name)[:MAX_NAME]
 
 
-def _refuse_a_twin(name: str, others: Any) -> None:
+def _refuse_a_twin(name: str, others: QuerySet[Checkpoint]) -> None:
     """A name that looks like another checkpoint's (lookalike letters: "АСМЕ" beside "ACME") is
     refused: the panel and "Replace the checkpoint …?" would show one for the other."""
     if twin := twin_in(name, others.values_list("name", flat=True).iterator()):

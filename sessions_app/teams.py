@@ -156,6 +156,18 @@ def members_of(project: Project) -> list[Membership]:
 
 
 @transaction.atomic  # the change and its audit entry, or neither
+def _active_key_like(user: AbstractBaseUser, name: str) -> str | None:
+    """The name of an active key of `user` that looks like `name` (lookalike letters), if any:
+    as written and folded as the name check folds them ("CI" and "Cl" look alike as they are,
+    "CI" and a Cyrillic "сі" once folded)."""
+    held = list(ApiKey.objects.active().filter(user=user).values_list("name", flat=True))
+    twin = twin_in(name, held)
+    if twin is None:
+        folded = {other.lower(): other for other in held}
+        twin = folded.get(twin_in(name.lower(), folded) or "")
+    return twin
+
+
 def create_key(
     *, actor: Actor | str, user: AbstractBaseUser, name: str, project: Project | None = None, read_only: bool = False,
     ip: str | None = None, default_project: Project | None = None,
@@ -181,15 +193,7 @@ def create_key(
     # it (one_active_key_name_per_user); the look first names the key in the way.
     same = _active_key_named(user, name[:200])
     if same is None:
-        held = ApiKey.objects.active().filter(user=user).values_list("name", flat=True)
-        # As written and folded as the name check folds them: "CI" and "Cl" look alike as they
-        # are, "CI" and a Cyrillic "сі" once folded.
-        held = list(held)
-        twin = twin_in(name[:200], held)
-        if twin is None:
-            folded = {other.lower(): other for other in held}
-            twin = folded.get(twin_in(name[:200].lower(), folded) or "")
-        if twin is not None:
+        if (twin := _active_key_like(user, name[:200])) is not None:
             raise TeamError(f"name: looks like {user.get_username()}'s active key {twin!r} (lookalike "
                             "letters); choose another name")  # fmt: skip
         try:
