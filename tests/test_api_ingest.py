@@ -656,3 +656,36 @@ def test_a_live_sessions_original_without_payloads_imports_again_as_canonical(ap
     outcome = import_file(path=path, project=project)[0]
     assert (outcome.format, outcome.events) == ("canonical", 6)
     assert [(p["line"], p["field"]) for p in outcome.problems] == [(4, "kind")], outcome.problems
+
+
+@pytest.mark.parametrize("answered_at", ["later batch", "nowhere"])
+def test_a_verify_while_the_next_batch_answers_a_call_finds_no_break(api, project, monkeypatch, answered_at):
+    # Verify counts the events, then reads them chunk by chunk; a live session's next batch
+    # stored a call's answer meanwhile and set the call's pair_seq past the count: the intact
+    # session was stored as broken at the call (a concurrency test). A pair past every event
+    # stored is no answer, and still found.
+    from sessions_app import verification
+
+    sid = new_session(api)["id"]
+    call = {"kind": "tool_call", "tool": "search", "pair_id": "c1", "payload": {"q": "x"}}
+    assert append(api, sid, [{"kind": "user_message", "payload": {"text": "hi"}}, call]).status_code == 200
+    read = verification._read
+    appended = []
+
+    def read_after_the_next_batch(*args, **kwargs):
+        if not appended:
+            answer = {"kind": "tool_response", "tool": "search", "pair_id": "c1", "payload": {"r": 1}}
+            assert append(api, sid, [answer]).status_code == 200
+            appended.append(True)
+            if answered_at == "nowhere":
+                Event.objects.filter(session_id=sid, seq=1).update(pair_seq=7)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(verification, "_read", read_after_the_next_batch)
+    result = verify_session(session=Session.objects.get(pk=sid))
+    assert Event.objects.filter(session_id=sid).count() == 3
+    if answered_at == "later batch":
+        assert result.valid and Session.objects.get(pk=sid).chain_broken_seq is None, result
+        assert chain_of(sid)[0]  # and verified whole once counted
+    else:
+        assert not result.valid and result.first_broken_seq == 1, result
