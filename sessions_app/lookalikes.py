@@ -91,7 +91,7 @@ def hidden_in_name(field: str, name: str) -> str:
 @cache
 def _prototypes() -> dict[str, str]:
     """Each character Unicode's confusables (TR39) map to a prototype, with that prototype
-    ("а" → "a", "Ｍ" → "M", "m" → "rn"): the data lists a prototype with its lookalikes, and a
+    ("а" → "a", "Ｍ" → "M"): the data lists a prototype with its lookalikes, and a
     lookalike with its one prototype. Loaded once, when first asked (about 1 MB of JSON)."""
     from confusable_homoglyphs.confusables import confusables_data
 
@@ -99,7 +99,12 @@ def _prototypes() -> dict[str, str]:
     for char, glyphs in confusables_data.items():
         if len(glyphs) == 1 and char in {g["c"] for g in confusables_data.get(glyphs[0]["c"], ())}:
             prototypes[char] = glyphs[0]["c"]
-    return prototypes
+    # An ASCII character the data draws as two ("m" as "rn", '"' as "''") is read apart from
+    # them in a list, and words differ by them ("Modern" and "Modem", "burn" and "bum" are two
+    # names, a review found refused as twins): it is its own prototype, and the lookalikes of
+    # the pair (a fullwidth "ｍ") are its.
+    pairs = {proto: char for char, proto in prototypes.items() if char.isascii() and proto.isascii() and len(proto) > 1}
+    return {char: pairs.get(proto, proto) for char, proto in prototypes.items() if char not in pairs.values()}
 
 
 def skeleton(name: str) -> str:
