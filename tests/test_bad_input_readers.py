@@ -215,3 +215,17 @@ def test_a_line_in_latin_1_is_a_problem_that_says_how_to_convert_the_file(db, tm
     [problem] = outcome.problems
     assert problem["line"] == 2 and problem["message"].startswith("invalid UTF-8 at byte ")
     assert "iconv -f latin1 -t utf-8" in problem["message"]
+
+
+def test_canonical_detection_takes_a_typo_on_one_line_but_not_another_logs_kinds(db, tmp_path):
+    good = {"kind": "user_message", "payload": {"text": "hi"}}
+    typo = {"kind": "llm_call", "tokenz": 3}
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in (good, typo, good)) + b"\n")
+    assert detect(Source(path=path)) == "canonical"
+    outcome = imported(path)
+    assert outcome.events == 2 and [(p["line"], p["field"]) for p in outcome.problems] == [(2, "tokenz")]
+    # Another log whose records have a `kind` among keys of their own is no canonical file.
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b"\n".join(orjson.dumps({"kind": "error", "msg": f"m{n}", "host": "a"}) for n in range(3)))
+    assert detect(Source(path=other)) is None

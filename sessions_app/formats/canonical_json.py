@@ -40,8 +40,6 @@ from .step_state import STEP_DEFAULTS
 
 NAME = "canonical"
 
-# Keys of other formats' records that no canonical event has.
-_FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
 # rlm-code's StepState fields (its variables and memory notes too, which state changes carry).
 _STEP_FIELDS = frozenset({*STEP_DEFAULTS, "variables", "memory_notes"})
 # The type each StepState field holds in rlm-code (its default's), and how a problem names it.
@@ -320,6 +318,12 @@ def _note_meta(meta: SessionMeta, event: CanonicalEvent, problems: Problems) -> 
         meta.agent_id = event.agent_id
 
 
+# The keys a canonical event may have (unknown ones are refused: CanonicalEventIn), and those of
+# other formats' records that no canonical event has.
+_EVENT_FIELDS = frozenset(CanonicalEventIn.model_fields)
+_FOREIGN_KEYS = frozenset({"event_type", "eventType", "recording_id", "offset", "type", "at"})
+
+
 def looks_like_an_event(record: dict[str, Any]) -> bool:
     """A record shaped as a canonical event, whatever its kind: the one key every event has,
     `kind`, as text; `payload`, when there, an object; none of another format's own keys."""
@@ -330,15 +334,22 @@ def looks_like_an_event(record: dict[str, Any]) -> bool:
     )
 
 
+def _is_an_event(record: dict[str, Any]) -> bool:
+    """A record that is a canonical event: of a known kind, with no key an event does not have."""
+    return record["kind"] in ALL_KINDS and record.keys() <= _EVENT_FIELDS
+
+
 def sniff(head: Head) -> bool:
-    """Every parsed head record is shaped as a canonical event and one at least is of a known
-    kind. (`payload` is optional, so a live session's events as received may have none; a kind
-    unknown here is a problem on its line, not a file of no format. flux0 records also carry
-    `kind` and `payload`, but with `recording_id` and `offset`.)"""
+    """Every parsed head record is shaped as a canonical event and one at least is one, of a
+    known kind and with no key an event does not have. (`payload` is optional, so a live
+    session's events as received may have none; a kind unknown here, or a typo of a key, is a
+    problem on its line, not a file of no format; another log whose records have a `kind` and
+    keys of their own is none. flux0 records also carry `kind` and `payload`, but with
+    `recording_id` and `offset`.)"""
     return (
         bool(head.records)
         and all(looks_like_an_event(record) for record in head.records)
-        and any(record["kind"] in ALL_KINDS for record in head.records)
+        and any(_is_an_event(record) for record in head.records)
     )
 
 
