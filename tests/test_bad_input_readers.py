@@ -229,3 +229,20 @@ def test_canonical_detection_takes_a_typo_on_one_line_but_not_another_logs_kinds
     other = tmp_path / "other.jsonl"
     other.write_bytes(b"\n".join(orjson.dumps({"kind": "error", "msg": f"m{n}", "host": "a"}) for n in range(3)))
     assert detect(Source(path=other)) is None
+
+
+def test_a_garbage_line_is_parsed_once_and_only_what_python_alone_reads_goes_to_it(tmp_path, monkeypatch):
+    # A gzip of a million lines of "x" is 2 KB: each had cost two orjson failures and Python's
+    # reader's (26 s of CPU a million, holding SQLite's write lock).
+    from sessions_app import formats
+    from sessions_app.canonical import Problems
+
+    tried = []
+    monkeypatch.setattr(formats, "_load_with_nan", lambda data: tried.append(data) or None)
+    path = tmp_path / "garbage.jsonl"
+    lines = [b"x", b"{not json", b'{"a": NaN}', b'{"a": "\\ud800"}', b"]"]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    problems = Problems()
+    assert list(formats.read_records(Source(path=path), problems)) == []
+    assert tried == lines[2:4]
+    assert [p.line for p in problems.items] == [1, 2, 3, 4, 5]

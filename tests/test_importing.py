@@ -999,3 +999,34 @@ def test_command_replace_says_what_it_deleted_and_the_audit_log_keeps_it(project
     assert Session.objects.count() == 2 and Comment.objects.get().session == second
     assert Review.objects.get().session == second and TourStop.objects.get().session == second
     assert AuditEntry.objects.of_project(project).filter(action="session.delete").count() == 1
+
+
+def _checkpoint_on(session, project):
+    from sessions_app import checkpoints
+
+    checkpoints.save_checkpoint(actor=Actor(user=member("mia", project, Role.MAINTAINER)), session=session,
+                                name="before the bad call", seq=1)  # fmt: skip
+
+
+def _redaction_in(session, project):
+    from sessions_app.stored_redaction import redact_text
+
+    payload = orjson.loads(Event.objects.get(session=session, seq=0).payload)
+    word = next(v for v in payload.values() if isinstance(v, str) and len(v) >= 4)
+    redact_text(session=session, seq=0, text=word, actor="mia")
+
+
+@pytest.mark.parametrize("work", [_checkpoint_on, _redaction_in])
+def test_replace_keeps_a_session_with_a_checkpoint_someone_set_or_a_value_redacted_since(project, tmp_path, work):
+    # Deleted without a word before: the checkpoint gone, the redacted value shown again.
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, run_id="one", steps=2)
+    first = import_file(path=path, project=project)[0].session
+    work(first, project)
+    [again] = import_file(path=path, project=project, replace=True)
+    assert again.replaced == [] and Session.objects.filter(pk=first.pk).exists()
+    [said] = [p["message"] for p in again.problems if p["field"] == "replace"]
+    assert said.startswith(f"not replaced: session(s) {first.pk} of the same source hold")
+    # Without them it is replaced, as asked.
+    [third] = import_file(path=path, project=project, replace=True)
+    assert third.replaced == [again.session.pk]

@@ -120,7 +120,7 @@ def json_kind(value: Any) -> str:
         return "a list"
     if isinstance(value, dict):
         return "an object"
-    return f"{json_kind(value)}"
+    return f"a {type(value).__name__}"
 
 
 def preview(value: Any) -> str:

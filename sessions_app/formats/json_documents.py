@@ -412,7 +412,10 @@ class _ItemLines:
         self._events = ijson.sendable_list()
         self._parser = _reader(exact).parse_coro(self._events, use_float=not exact)
         self._nesting = _Nesting(exact=exact)
-        self._starts: dict[int, int] = {}  # item index -> line, of the items not yet asked for
+        # (item index, line) of the items not yet asked for, in index order: asked in that order,
+        # the passed ones leave from the left (a scan of them all a call made a one-line list
+        # of a million items cost hours, a retest).
+        self._starts: deque[tuple[int, int]] = deque()
         self._count = 0  # items started so far
         self._line = 0  # lines sent so far
 
@@ -432,13 +435,13 @@ class _ItemLines:
             for path, event, _ in self._events:
                 if path == self._prefix and event not in _NOT_STARTS:
                     if self._count >= index:  # only what may still be asked: memory stays flat
-                        self._starts[self._count] = self._line
+                        self._starts.append((self._count, self._line))
                     self._count += 1
             del self._events[:]
-        line = self._starts.pop(index, None)
-        for passed in [n for n in self._starts if n < index]:
-            del self._starts[passed]
-        return line
+        starts = self._starts
+        while starts and starts[0][0] < index:
+            starts.popleft()
+        return starts.popleft()[1] if starts and starts[0][0] == index else None
 
 
 _NOT_STARTS = frozenset({"map_key", "end_map", "end_array"})

@@ -30,7 +30,18 @@ from .. import audit
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
 from ..deletion import note_shortened, tours_through
 from ..formats import GZIP_MAGIC, Source, detect, registry
-from ..models import Comment, ImportJob, Project, RedactionRules, Review, Session, ShareLink, TourStop
+from ..models import (
+    AuditEntry,
+    Comment,
+    Event,
+    ImportJob,
+    Project,
+    RedactionRules,
+    Review,
+    Session,
+    ShareLink,
+    TourStop,
+)
 from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from ..worker_liveness import heartbeat, this_worker
@@ -342,7 +353,8 @@ def _import_session(
                     # its delete page.
                     kept = ", ".join(map(str, held[:20])) + (" ..." if len(held) > 20 else "")
                     problems.add(None, "replace", f"not replaced: session(s) {kept} of the same source hold "
-                                 "comments, sign-offs, tour stops or share links, or came from a bundle, so they "
+                                 "comments, sign-offs, tour stops, share links, checkpoints set by people or values "
+                                 "redacted since, or came from a bundle, so they "
                                  "are kept and this one is stored beside them; delete them on their own page "
                                  "if they are to go")  # fmt: skip
                     superseded = [pk for pk in superseded if pk not in set(held)]
@@ -395,7 +407,10 @@ def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
 
 def _holding_team_work(same_source: QuerySet[Session], superseded: list[int]) -> list[int]:
     """Of the sessions a replace supersedes, those holding what people did with them: comments,
-    sign-offs, tour stops, share links that still open, or a bundle's origin (a restored review)."""
+    sign-offs, tour stops, share links that still open, a value redacted after the fact (a new
+    import would show it again), a checkpoint someone set or moved (the log's checkpoint.create
+    and checkpoint.change: a recording's own come back with it), or a bundle's origin (a
+    restored review)."""
     if not superseded:
         return []
     team_work = (
@@ -403,10 +418,21 @@ def _holding_team_work(same_source: QuerySet[Session], superseded: list[int]) ->
         | Exists(Review.objects.filter(session=OuterRef("pk")))
         | Exists(TourStop.objects.filter(session=OuterRef("pk")))
         | Exists(ShareLink.objects.active().filter(session=OuterRef("pk")))
+        | Exists(Event.objects.filter(session=OuterRef("pk"), redacted__isnull=False))
         | Q(bundle_origin__isnull=False)
     )
     wanted = set(superseded)
-    return [pk for pk in same_source.filter(team_work).order_by("pk").values_list("pk", flat=True) if pk in wanted]
+    held = {pk for pk in same_source.filter(team_work).values_list("pk", flat=True) if pk in wanted}
+    with_checkpoints = {
+        pk for pk in same_source.filter(checkpoints__isnull=False).values_list("pk", flat=True) if pk in wanted
+    } - held
+    # (a chunk a statement: a file may supersede more sessions than a statement binds values)
+    for part in batched(sorted(with_checkpoints), 500):
+        set_by_people = AuditEntry.objects.filter(
+            action__in=("checkpoint.create", "checkpoint.change"), target__in=[f"session:{pk}" for pk in part]
+        ).values_list("target", flat=True)
+        held.update(int(target.split(":", 1)[1]) for target in set_by_people)
+    return sorted(held)
 
 
 def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
