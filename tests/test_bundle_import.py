@@ -275,6 +275,8 @@ def _resigned(
         members = {n: archive.read(n) for n in archive.namelist()}
     manifest = orjson.loads(members["manifest.json"])
     manifest["session"].update(session or {})
+    if "exported_at" in manifest["session"]:  # the manifest's own, given with the session's
+        manifest["exported_at"] = manifest["session"].pop("exported_at")
     files = {**(files or {}), **{f"{name}.json": orjson.dumps(value) for name, value in replaced.items()}}
     for name, data in files.items():
         members[name] = data
@@ -408,6 +410,7 @@ def test_a_restored_comment_or_sign_off_of_the_wrong_type_refuses_the_bundle_by_
          "manifest.json: session: field started_at: not a time (ISO 8601, years 1-9999 in UTC)"),
         ({"ended_at": 5}, "manifest.json: session: field ended_at: not a time"),
         ({"id": "7"}, "manifest.json: session: field id: not a whole number, got '7'"),
+        ({"exported_at": {"a": [1, 2]}}, "manifest.json: field exported_at: not a time"),
     ],
 )  # fmt: skip
 def test_a_manifests_session_field_of_the_wrong_type_or_size_refuses_the_bundle_by_name(

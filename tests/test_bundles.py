@@ -289,6 +289,13 @@ def test_verify_bundle_prints_a_forged_manifests_words_without_letting_a_termina
     assert "by José Müller 山田" in verify(rezip(bundle, changes))
 
 
+def test_verify_bundle_says_a_manifest_names_no_export_time_or_exporter_rather_than_failing(bundle):
+    # A KeyError traceback before (a retest): the import takes such a bundle.
+    changes, _ = resign(lambda m: [m.pop("exported_at"), m.pop("exported_by")])
+    out = verify(rezip(bundle, changes))
+    assert "bundle OK" in out and "exported at no stated time by no one named" in out
+
+
 def test_a_changed_original_byte_is_named(bundle):
     message = refused(rezip(bundle, {"original/rlm_success.jsonl": flip_in(b"revenue", b"Revenue")}), server_key())
     assert message == (

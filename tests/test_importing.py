@@ -100,6 +100,20 @@ def test_a_zip_cut_off_before_its_end_is_refused_as_such_not_read_as_lines(proje
     assert not Session.objects.exists()
 
 
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut off"])
+def test_a_gzipped_zip_is_refused_as_such_not_read_as_lines(project, tmp_path, cut):
+    source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
+    packed = tmp_path / "runs.zip"
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_STORED) as archive:
+        archive.write(source, "rlm_success.jsonl")
+    data = packed.read_bytes()
+    gzipped = tmp_path / "runs.zip.gz"
+    gzipped.write_bytes(gzip.compress(data[: len(data) // 2] if cut else data))
+    (outcome,) = import_file(path=gzipped, project=project)
+    assert outcome.session is None and outcome.error == f"runs.zip.gz: {importing.GZIPPED_ZIP}"
+    assert not Session.objects.exists()
+
+
 def test_a_gzip_whose_bytes_end_like_a_zip_is_still_read_as_gzip(project, tmp_path):
     source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
     packed = tmp_path / "run.jsonl.gz"

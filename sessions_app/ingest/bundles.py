@@ -223,6 +223,8 @@ def _session_fields(bundle: Bundle) -> dict[str, Any]:
         raise BundleError(f"{where}: field id: not a whole number, got {_shown(identity)}")
     fields["id"] = identity
     fields["exported_by"] = _text(bundle.manifest, "exported_by", "manifest.json")[:200]
+    exported_at = _time(bundle.manifest, "exported_at", "manifest.json")
+    fields["exported_at"] = bundle.manifest["exported_at"] if exported_at is not None else None  # as written
     return fields
 
 
@@ -239,7 +241,7 @@ def _origin(summary: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
     of its own, never the session's metadata, which sources and clients write."""
     return {
         "fingerprint": bundle.fingerprint, "public_key": bundle.public_key, "pinned": bundle.pinned,
-        "exported_at": bundle.manifest.get("exported_at"), "exported_by": summary["exported_by"],
+        "exported_at": summary["exported_at"], "exported_by": summary["exported_by"],
         "session": summary["id"], "project": summary["project"], "head": bundle.chain["head"],
     }  # fmt: skip
 

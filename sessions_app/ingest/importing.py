@@ -205,6 +205,10 @@ def import_file(
         outcome = ImportOutcome(path=path, error=f"{display_name}: {why}")
         progress.finish([outcome], Problems(), "")
         return [outcome]
+    if _gzip_of_a_zip(path):
+        outcome = ImportOutcome(path=path, error=f"{display_name}: {GZIPPED_ZIP}")
+        progress.finish([outcome], Problems(), "")
+        return [outcome]
     if format == FORMAT_NAME:
         outcome = ImportOutcome(path=path, error=f"{display_name}: {CHOSEN_NOT_A_BUNDLE}")
         progress.finish([outcome], Problems(), "")
@@ -576,6 +580,24 @@ CUT_ZIP = (
     "a zip archive cut off or damaged: its directory, which ends the file, is missing; "
     "send the whole file again (`unzip -t` checks it)"
 )
+
+
+GZIPPED_ZIP = "a zip archive inside gzip: gunzip it first (an evidence bundle is imported as its .zip)"
+
+
+def _gzip_of_a_zip(path: Path) -> bool:
+    """A gzip whose content starts as a zip does (its members would be read as lines of text)."""
+    if not path.is_file():
+        return False
+    try:
+        with path.open("rb") as raw:
+            if raw.read(2) != GZIP_MAGIC:
+                return False
+            raw.seek(0)
+            with gzip.GzipFile(fileobj=raw) as stream:
+                return stream.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
+    except (OSError, EOFError, zlib.error):
+        return False  # a damaged gzip: the import reports what it can read
 
 
 def _starts_as_zip(path: Path) -> bool:
