@@ -72,12 +72,17 @@ def test_format_is_detected_by_content_whatever_the_name(project, tmp_path, writ
     assert outcomes[0].error is None and outcomes[0].steps > 0
 
 
-@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
-def test_a_zip_that_is_no_bundle_is_refused_as_such_not_read_as_lines(project, tmp_path, compression):
-    source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
+def _zip_of_a_run(tmp_path: Path, compression: int = zipfile.ZIP_STORED) -> Path:
+    """runs.zip, holding a demo run (no bundle)."""
     packed = tmp_path / "runs.zip"
     with zipfile.ZipFile(packed, "w", compression) as archive:
-        archive.write(source, "rlm_success.jsonl")
+        archive.write(Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl", "rlm_success.jsonl")
+    return packed
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_zip_that_is_no_bundle_is_refused_as_such_not_read_as_lines(project, tmp_path, compression):
+    packed = _zip_of_a_run(tmp_path, compression)
     (outcome,) = import_file(path=packed, project=project)
     assert outcome.session is None
     assert outcome.error == f"runs.zip: {importing.NOT_A_BUNDLE}"
@@ -87,10 +92,7 @@ def test_a_zip_that_is_no_bundle_is_refused_as_such_not_read_as_lines(project, t
 @pytest.mark.parametrize("kept", [0.5, 0.97])
 def test_a_zip_cut_off_before_its_end_is_refused_as_such_not_read_as_lines(project, tmp_path, kept):
     # Without its end record a zip is no zip to zipfile: its stored lines were imported as text.
-    source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
-    packed = tmp_path / "runs.zip"
-    with zipfile.ZipFile(packed, "w", zipfile.ZIP_STORED) as archive:
-        archive.write(source, "rlm_success.jsonl")
+    packed = _zip_of_a_run(tmp_path)
     data = packed.read_bytes()
     packed.write_bytes(data[: int(len(data) * kept)])
     assert not zipfile.is_zipfile(packed)
@@ -102,11 +104,7 @@ def test_a_zip_cut_off_before_its_end_is_refused_as_such_not_read_as_lines(proje
 
 @pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut off"])
 def test_a_gzipped_zip_is_refused_as_such_not_read_as_lines(project, tmp_path, cut):
-    source = Path(__file__).resolve().parent.parent / "demo" / "rlm_success.jsonl"
-    packed = tmp_path / "runs.zip"
-    with zipfile.ZipFile(packed, "w", zipfile.ZIP_STORED) as archive:
-        archive.write(source, "rlm_success.jsonl")
-    data = packed.read_bytes()
+    data = _zip_of_a_run(tmp_path).read_bytes()
     gzipped = tmp_path / "runs.zip.gz"
     gzipped.write_bytes(gzip.compress(data[: len(data) // 2] if cut else data))
     (outcome,) = import_file(path=gzipped, project=project)
