@@ -440,6 +440,21 @@ def test_a_line_that_ends_with_cr_alone_among_lf_lines_is_a_line_of_its_own(tmp_
     assert [line for line, _, _ in read_records(Source(path=path), Problems())] == [1, 2, 3]
 
 
+@pytest.mark.parametrize("block", [7, 150, 1 << 20])
+def test_a_blank_line_longer_than_the_limit_is_skipped_unsaid_and_a_long_record_said(block, tmp_path, monkeypatch):
+    # A line of spaces past the limit was "over the limit; skipped", as a record is (a retest).
+    monkeypatch.setattr(formats, "READ_BLOCK", block)
+    a, b = (orjson.dumps(r) for r in events(2))
+    text = a + b"\n" + b" \t" * 250 + b"\n" + b"x" * 500 + b"\n" + b"  " * 300 + b"\n" + b + b"\n" + b" " * 400
+    problems = Problems()
+    found = [
+        (n, raw)
+        for n, _, raw in read_records(Source(path=write(tmp_path, text, "l.jsonl"), max_record_bytes=300), problems)
+    ]
+    assert found == [(1, a.decode()), (5, b.decode())]
+    assert [(p.line, p.message.split(" long")[0]) for p in problems.items] == [(3, "501 bytes")]
+
+
 @pytest.mark.parametrize("block", [2, 7, 1 << 20])
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
 def test_blank_lines_keep_the_numbering_and_are_never_parsed(newline, block, tmp_path, monkeypatch):

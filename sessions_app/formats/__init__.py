@@ -131,6 +131,7 @@ def numbered_lines(
     held: list[bytes] = []  # the start of a line that the blocks so far leave open
     held_size = 0
     skipped = -1  # while passing over a line longer than the limit: its bytes so far
+    blank = True  # and whether they were all white space (a blank line, however long)
     for block in whole_line_breaks(blocks):
         lines = block.splitlines(keepends=True)
         if skipped >= 0 or held:
@@ -138,16 +139,19 @@ def numbered_lines(
             piece = lines[0]
             if skipped >= 0:
                 skipped += len(piece)
+                blank = blank and piece.isspace()
             else:
                 held.append(piece)
                 held_size += len(piece)
                 if limit is not None and held_size > limit:
+                    blank = all(part.isspace() for part in held)
                     held, held_size, skipped = [], 0, held_size
             if piece[-1] not in _LINE_ENDS:  # no line break in the whole block
                 continue
             number += 1
             if skipped >= 0:
-                yield number, LongLine(skipped)
+                if not blank:
+                    yield number, LongLine(skipped)
                 skipped = -1
             else:
                 line = b"".join(held)
@@ -160,7 +164,7 @@ def numbered_lines(
         if lines[-1][-1] not in _LINE_ENDS:
             last = lines.pop()
             if limit is not None and len(last) > limit:
-                skipped = len(last)
+                skipped, blank = len(last), last.isspace()
             else:
                 held, held_size = [last], len(last)
         long_lines = limit is not None and len(block) > limit  # only then can a line within it be too long
@@ -171,7 +175,8 @@ def numbered_lines(
             yield number, (LongLine(len(line)) if long_lines and len(line) > limit else line)
     number += 1
     if skipped >= 0:
-        yield number, LongLine(skipped)
+        if not blank:
+            yield number, LongLine(skipped)
     elif held and not (line := b"".join(held)).isspace():
         yield number, line
 
