@@ -246,3 +246,26 @@ def test_a_garbage_line_is_parsed_once_and_only_what_python_alone_reads_goes_to_
     assert list(formats.read_records(Source(path=path), problems)) == []
     assert tried == lines[2:4]
     assert [p.line for p in problems.items] == [1, 2, 3, 4, 5]
+
+
+def test_a_file_is_read_no_further_after_a_long_run_of_lines_that_give_no_record(tmp_path, monkeypatch):
+    # A 2 KB gzip holds a million lines of garbage, each a problem to find while the import
+    # holds its transaction: past a run of them the rest is not read, and that is said.
+    from sessions_app import formats
+    from sessions_app.canonical import Problems
+    from sessions_app.formats import records
+
+    monkeypatch.setattr(formats, "MAX_UNUSABLE_RUN", 3)
+    monkeypatch.setattr(records, "MAX_UNUSABLE_RUN", 3)
+    good = b'{"id": 1}'
+    path = tmp_path / "garbage.jsonl"
+    path.write_bytes(b"\n".join([good, b"x", b"\n\n", b"x", good, b"x", b"1", b"[]", good, good]) + b"\n")
+    for read in (
+        lambda problems: [n for n, _, _ in formats.read_records(Source(path=path), problems)],
+        lambda problems: [r.line for r in records.iter_records(Source(path=path), problems)],
+    ):
+        problems = Problems()
+        assert read(problems) == [1, 7]  # blank lines do not count
+        said = [(p.line, p.field) for p in problems.items]
+        assert said == [(2, "line"), (6, "line"), (8, "line"), (9, "line"), (10, "line"), (11, "file")]
+        assert problems.items[-1].message.startswith("read no further than line 11: the 3 lines before it")

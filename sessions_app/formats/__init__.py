@@ -249,7 +249,12 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
     decode_error = orjson.JSONDecodeError
     limit = source.max_record_bytes
     blocks = read_blocks(source, problems, on_bytes=source.on_bytes)
+    unusable = 0  # lines in a row that gave no record
     for number, line in numbered_lines(blocks, limit=limit):
+        if unusable == MAX_UNUSABLE_RUN:
+            problems.add(number, "file", gave_up(number))
+            return
+        unusable += 1
         if type(line) is LongLine:
             problems.add(number, "line", line.problem(limit))
             continue
@@ -265,10 +270,24 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
             continue
         if len(body) > _DEEP_LINE and not storable(number, record, body, problems):
             continue
+        unusable = 0
         yield number, record, body.decode("utf-8")
 
 
 Record = tuple[int, dict[str, Any], str]  # (line, parsed record, raw text)
+
+# Lines in a row that give no record after which a JSON-lines file is read no further: a small
+# gzip holds millions of lines of garbage, each a problem to find, while an import holds its
+# session's transaction open (SQLite's one writer waits). Blank lines do not count.
+MAX_UNUSABLE_RUN = 100_000
+
+
+def gave_up(number: int) -> str:
+    """The problem of a file read no further at line `number` (MAX_UNUSABLE_RUN)."""
+    return (
+        f"read no further than line {number:,}: the {MAX_UNUSABLE_RUN:,} lines before it gave no record "
+        "(a file of something else, or damaged); the records before them are kept"
+    )
 
 
 def parse_appended_sessions(

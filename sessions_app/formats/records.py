@@ -28,7 +28,7 @@ from typing import IO, Any
 import orjson
 
 from ..canonical import Problems
-from . import LongLine, Source, cannot_store, load_json_line, numbered_lines, read_blocks
+from . import MAX_UNUSABLE_RUN, LongLine, Source, cannot_store, gave_up, load_json_line, numbered_lines, read_blocks
 from .fields import json_kind
 from .json_documents import JsonDocument
 
@@ -143,7 +143,12 @@ def _records_of_lines(
     *,
     limit: int,
 ) -> Iterator[Record]:
+    unusable = 0  # lines in a row that gave no record
     for number, line in lines:
+        if unusable == MAX_UNUSABLE_RUN:
+            problems.add(number, "file", gave_up(number))
+            return
+        unusable += 1
         if type(line) is LongLine:
             problems.add(number, "line", line.problem(limit))
             continue
@@ -153,6 +158,7 @@ def _records_of_lines(
         value = load_json_line(number, body, problems, last=line[-1:] not in b"\r\n")
         if value is None:
             continue
+        unusable = 0
         listed = _body_list_key(value, body_keys)
         if listed is None:
             yield Record(number, body, value)
