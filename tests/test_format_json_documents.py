@@ -559,3 +559,14 @@ def test_a_document_of_objects_only_is_read_once(tmp_path, monkeypatch):
     records = events(50)
     found, problems = read(write(tmp_path, pretty(records)))
     assert [value for _, value in found] == records and problems == []
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+def test_a_nan_after_a_syntax_error_is_not_taken_for_the_stop_nor_reported(newline, tmp_path):
+    # The syntax error on line 3 stops the document; the NaN on line 4 is never read. It had
+    # been reported "read as null" on that line, the syntax error after it.
+    text = newline.join([b"[", b'{"id": 0},', b'{"id": 1,,},', b'{"id": 2, "v": NaN}', b"]"])
+    found, problems = read(write(tmp_path, text), body_keys=())
+    assert [value for _, value in found] == [{"id": 0}]
+    assert [(line, field) for line, field, _ in problems] == [(3, "line")]
+    assert problems[0][2].startswith("malformed JSON")

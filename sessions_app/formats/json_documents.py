@@ -253,7 +253,7 @@ class JsonDocument:
             except _BAD_INPUT as error:
                 if _reason(error) == _OVERFLOW and not self._exact:
                     raise _ExactNumbers(index + 1) from None
-                if self._stopped_at_non_finite(feed.offset):
+                if self._stopped_at_non_finite(feed.last_line):
                     raise _NonFinite(index + 1) from None
                 self._stop(error, feed.offset)
                 return None
@@ -313,7 +313,7 @@ class JsonDocument:
         except _BAD_INPUT as error:
             if _reason(error) == _OVERFLOW and not self._exact:
                 raise _ExactNumbers from None
-            if self._stopped_at_non_finite(feed.offset):
+            if self._stopped_at_non_finite(feed.last_line):
                 raise _NonFinite from None
             self._stop(error, feed.offset)
         except _TooLong:
@@ -350,21 +350,23 @@ class JsonDocument:
         blocks = _one_line_break(read_blocks(self.source))
         return _blanked(blocks, self._long) if self._long else blocks
 
-    def _stopped_at_non_finite(self, failed_at: int) -> bool:
-        """Whether the document holds a bare NaN, Infinity or -Infinity (not yet read as null):
-        found in one pass at the first stop, whatever the parser said there (the exact reader
-        stops past the word); a stop for another reason is met again, and said, in the next
-        reading."""
+    def _stopped_at_non_finite(self, failed_line: int) -> bool:
+        """Whether the reading stopped at a bare NaN, Infinity or -Infinity (not yet read as
+        null): the document's first is on the line the parser stopped on or before it, whatever
+        the parser said there (the exact reader stops past the word); one after it is not what
+        stopped the reading, nor read (a syntax error before it had been taken for it, and the
+        word reported on a line never read: a review). A stop for another reason is met again,
+        and said, in the next reading."""
         if self._non_finite:
             return False
 
         def found(line: int, word: bytes) -> None:
-            raise _NonFinite
+            raise _NonFinite(line)
 
         try:
             deque(_nulled(self._raw_blocks(), on_word=found), maxlen=0)
-        except _NonFinite:
-            return True
+        except _NonFinite as first:
+            return first.args[0] <= failed_line
         return False
 
     def _find_non_finite(self) -> None:
