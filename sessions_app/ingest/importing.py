@@ -361,7 +361,8 @@ def _import_session(
                                  "redacted since, or came from a bundle, so they "
                                  "are kept and this one is stored beside them; delete them on their own page "
                                  "if they are to go")  # fmt: skip
-                    superseded = [pk for pk in superseded if pk not in set(held)]
+                    kept_ids = set(held)
+                    superseded = [pk for pk in superseded if pk not in kept_ids]
                 replaced = _replace(superseded, by=session, actor=replacer)
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
@@ -582,6 +583,9 @@ CUT_ZIP = (
 )
 
 
+# A zip's first bytes: a member's header, or an empty archive's end record.
+_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
+
 GZIPPED_ZIP = "a zip archive inside gzip: gunzip it first (an evidence bundle is imported as its .zip)"
 
 
@@ -595,7 +599,7 @@ def _gzip_of_a_zip(path: Path) -> bool:
                 return False
             raw.seek(0)
             with gzip.GzipFile(fileobj=raw) as stream:
-                return stream.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
+                return stream.read(4) in _ZIP_STARTS
     except (OSError, EOFError, zlib.error):
         return False  # a damaged gzip: the import reports what it can read
 
@@ -607,7 +611,7 @@ def _starts_as_zip(path: Path) -> bool:
     if not path.is_file():
         return False
     with path.open("rb") as stream:
-        return stream.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
+        return stream.read(4) in _ZIP_STARTS
 
 
 def _unreadable(path: Path) -> str:
