@@ -155,7 +155,6 @@ def members_of(project: Project) -> list[Membership]:
     return list(Membership.objects.filter(project=project).select_related("user").order_by("user__username"))
 
 
-@transaction.atomic  # the change and its audit entry, or neither
 def _active_key_like(user: AbstractBaseUser, name: str) -> str | None:
     """The name of an active key of `user` that looks like `name` (lookalike letters), if any:
     as written and folded as the name check folds them ("CI" and "Cl" look alike as they are,
@@ -168,6 +167,7 @@ def _active_key_like(user: AbstractBaseUser, name: str) -> str | None:
     return twin
 
 
+@transaction.atomic  # the change and its audit entry, or neither
 def create_key(
     *, actor: Actor | str, user: AbstractBaseUser, name: str, project: Project | None = None, read_only: bool = False,
     ip: str | None = None, default_project: Project | None = None,

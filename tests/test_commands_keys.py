@@ -197,3 +197,18 @@ def test_a_key_revoked_twice_at_once_is_audited_once_and_no_key_is_made_for_an_i
     with pytest.raises(teams.TeamError, match="user: kai is not active"):
         teams.create_key(actor="ada", user=user, name="again")
     assert not ApiKey.objects.filter(name="again").exists()
+
+
+def test_a_key_is_made_with_its_audit_entry_or_not_at_all(monkeypatch):
+    # The atomic decorator had slipped onto the lookalike helper above create_key: a failed log
+    # entry left an active key whose secret was never shown, and its name taken.
+    from sessions_app import audit, teams
+
+    def broken(**kwargs):
+        raise RuntimeError("the log is out of reach")
+
+    user = member("kai")
+    monkeypatch.setattr(audit, "record", broken)
+    with pytest.raises(RuntimeError):
+        teams.create_key(actor="ada", user=user, name="ci")
+    assert not ApiKey.objects.filter(user=user).exists()
