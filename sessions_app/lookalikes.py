@@ -101,17 +101,18 @@ def _prototypes() -> dict[str, str]:
             prototypes[char] = glyphs[0]["c"]
     # An ASCII character the data draws as two ("m" as "rn", '"' as "''") is read apart from
     # them in a list, and words differ by them ("Modern" and "Modem", "burn" and "bum" are two
-    # names, a review found refused as twins): it is its own prototype, and the lookalikes of
-    # the pair (a fullwidth "ｍ") are its.
+    # names): it is its own prototype, and the lookalikes the data gives the pair are its.
     pairs = {proto: char for char, proto in prototypes.items() if char.isascii() and proto.isascii() and len(proto) > 1}
     return {char: pairs.get(proto, proto) for char, proto in prototypes.items() if char not in pairs.values()}
 
 
 def skeleton(name: str) -> str:
     """What `name` looks like (TR39's skeleton): each character as the prototype of its
-    lookalikes, so "ACME", "АСМЕ" (Cyrillic) and "ＡＣＭＥ" have one skeleton, and "Acme" another."""
+    lookalikes, so "ACME", "АСМЕ" (Cyrillic) and "ＡＣＭＥ" have one skeleton, and "Acme" another.
+    Compatibility forms are taken apart first (NFKD): the confusables data lists no lowercase
+    fullwidth letter, so "ｄｅｐｌｏｙ" would otherwise pass for a name of its own beside "deploy"."""
     prototypes = _prototypes()
-    decomposed = unicodedata.normalize("NFD", name)
+    decomposed = unicodedata.normalize("NFKD", name)
     return unicodedata.normalize("NFD", "".join(prototypes.get(ch, ch) for ch in decomposed))
 
 

@@ -162,6 +162,10 @@ def test_names_alike_in_another_spelling_or_script_are_one_name_or_refused(admin
     from sessions_app.lookalikes import skeleton
 
     assert skeleton("\u217fodem") == skeleton("modem") != skeleton("rnodem")
+    # Lowercase fullwidth letters, which the confusables data does not list, look alike too.
+    assert post("/api/projects", {"name": "deploy", "slug": "deploy"}).status_code == 201
+    fullwidth = post("/api/projects", {"name": "\uff44\uff45\uff50\uff4c\uff4f\uff59", "slug": "deploy-2"})
+    assert fullwidth.status_code == 400 and "looks like another project's name" in fullwidth.json()["detail"]
     assert admin.post("/account/keys/", {"name": "Cope"}).status_code in (200, 302)
     key_twin = admin.post("/account/keys/", {"name": "\u0441\u043e\u0440\u0435"})  # Cyrillic, folded as keys are
     assert (
