@@ -570,3 +570,11 @@ def test_a_nan_after_a_syntax_error_is_not_taken_for_the_stop_nor_reported(newli
     assert [value for _, value in found] == [{"id": 0}]
     assert [(line, field) for line, field, _ in problems] == [(3, "line")]
     assert problems[0][2].startswith("malformed JSON")
+    # A NaN read before the error is reported; one after it, never read, is not.
+    text = newline.join(
+        [b"[", b'{"a": NaN},', b'{"a": 2},', b'{"a": 3,,},', b'{"a": 4},', b'{"a": Infinity},', b'{"a": 6}', b"]"]
+    )
+    found, problems = read(write(tmp_path, text), body_keys=())
+    assert [value for _, value in found] == [{"a": None}, {"a": 2}]
+    said = sorted((line, message.split(":")[0]) for line, _, message in problems)
+    assert said == [(2, "NaN"), (4, "malformed JSON at column 9")]

@@ -165,6 +165,7 @@ class JsonDocument:
         self._given = blocks
         self.after: After | None = None
         self.stopped = False  # at a syntax error, reported
+        self._stopped_line: int | None = None  # and its line: no line after it was read
         self._exact = False  # numbers read exactly (an integer past 64 bits was met), then made floats
         # Byte ranges of the records over the limit: blanked (`_blanked`) in every later reading.
         self._long: list[tuple[int, int]] = []
@@ -182,6 +183,10 @@ class JsonDocument:
         stopped once it has read about that much of it (within a piece, 64 KiB), the item's bytes
         are found (`_item_range`) and blanked, and the document is read again from the item after
         it; after LONG_RECORDS_PASSED of them, the rest of the document is not read."""
+        yield from self._read_items(prefix)
+        self._say_non_finite()
+
+    def _read_items(self, prefix: str) -> Iterator[tuple[int, int, Any]]:
         blocks = self._first_blocks()
         done = 0  # items dealt with by the readings so far: a re-reading passes over them
         while True:
@@ -200,7 +205,7 @@ class JsonDocument:
             limit = self.source.max_record_bytes
             found = _item_range(self._raw_blocks(), prefix, index)
             if found is None or len(self._long) >= LONG_RECORDS_PASSED:
-                self.stopped = True
+                self._stop_on(line)
                 self.problems.add(line, "line", f"a value over the limit of {size_text(limit)} "
                                   "(REPLAY_MAX_RECORD_BYTES); the rest of the document could not be read")  # fmt: skip
                 return
@@ -247,7 +252,7 @@ class JsonDocument:
             except _TooLong:
                 return index + 1, feed.line
             except _TooDeep as why:
-                self.stopped = True
+                self._stop_on(feed.line)
                 self.problems.add(feed.line, "line", f"{why}; the rest of the document could not be read")
                 return None
             except _BAD_INPUT as error:
@@ -282,6 +287,10 @@ class JsonDocument:
         """(line, key, value, is an item of `streamed`) of each member of the top-level object,
         in order, the list at `streamed` given item by item. The line is where a member's key
         or an item starts. A document that is no object is a problem."""
+        yield from self._read_members(streamed)
+        self._say_non_finite()
+
+    def _read_members(self, streamed: str) -> Iterator[tuple[int, str, Any, bool]]:
         blocks, given = self._first_blocks(), 0  # given: members and items handed over so far
         while True:
             try:
@@ -318,7 +327,7 @@ class JsonDocument:
             self._stop(error, feed.offset)
         except _TooLong:
             # A member or step is built in Python from ijson's events: it is not read on past.
-            self.stopped = True
+            self._stop_on(feed.building_line)
             limit = size_text(self.source.max_record_bytes)
             self.problems.add(feed.building_line, "line", f"a value over the limit of {limit} "
                               "(REPLAY_MAX_RECORD_BYTES); the rest of the document could not be read")  # fmt: skip
@@ -370,16 +379,31 @@ class JsonDocument:
         return False
 
     def _find_non_finite(self) -> None:
-        """Every bare NaN, Infinity and -Infinity of the document (but in records over the
-        limit, never read), each reported on its line and read as null from the next reading on,
-        as the JSON-lines reader reads them."""
+        """Read every bare NaN, Infinity and -Infinity of the document as null from the next
+        reading on, as the JSON-lines reader reads them (`_say_non_finite` reports them)."""
         self._non_finite = True
-        said = self.problems.add
+
+    def _say_non_finite(self) -> None:
+        """Report each bare NaN, Infinity and -Infinity read as null on its line (but in records
+        over the limit, never read), once the readings are over: none past the line they stopped
+        on, which no reading read (a syntax error after the first NaN, a review found, had each
+        NaN after it reported as read)."""
+        if not self._non_finite:
+            return
+        said, last = self.problems.add, self._stopped_line
 
         def report(line: int, word: bytes) -> None:
+            if last is not None and line > last:
+                raise _NonFinite(line)
             said(line, "line", f"{word.decode()}: JSON has no such number; read as null")
 
-        deque(_nulled(self._raw_blocks(), on_word=report), maxlen=0)
+        try:
+            deque(_nulled(self._raw_blocks(), on_word=report), maxlen=0)
+        except _NonFinite:
+            pass  # past the last line read
+
+    def _stop_on(self, line: int) -> None:
+        self.stopped, self._stopped_line = True, line
 
     def _stop(self, error: Exception, failed_at: int) -> None:
         line, column, ended, rest = _locate(self._blocks(), failed_at, exact=self._exact)
@@ -387,7 +411,7 @@ class JsonDocument:
         if reason == "trailing garbage":
             self.after = After(line, column, rest)
             return
-        self.stopped = True
+        self._stop_on(line)
         if ended:
             self.problems.add(
                 line, "line", "file ends inside the JSON document (truncated); the rest could not be read"
