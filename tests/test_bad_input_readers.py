@@ -267,5 +267,43 @@ def test_a_file_is_read_no_further_after_a_long_run_of_lines_that_give_no_record
         problems = Problems()
         assert read(problems) == [1, 7]  # blank lines do not count
         said = [(p.line, p.field) for p in problems.items]
-        assert said == [(2, "line"), (6, "line"), (8, "line"), (9, "line"), (10, "line"), (11, "file")]
+        assert said == [(2, "line"), (6, "line"), (8, "line"), (9, "line"), (10, "line"), (None, "file")]
         assert problems.items[-1].message.startswith("read no further than line 11: the 3 lines before it")
+
+
+def test_a_file_read_no_further_says_so_among_the_problems_kept(db, tmp_path):
+    # At the real run: its 100,000 line problems came first in line order, so the note that the
+    # rest was not read, on the line after them, was never among the 1,000 problems kept.
+    from sessions_app.formats import MAX_UNUSABLE_RUN
+
+    first, last = (orjson.dumps(r) for r in GOOD_NATIVE)
+    path = tmp_path / "garbage.jsonl"
+    path.write_bytes(first + b"\n" + b"xx\n" * MAX_UNUSABLE_RUN + last + b"\n")
+    outcome = imported(path)
+    assert outcome.events == 1
+    assert outcome.problems[0] == {
+        "line": None,
+        "field": "file",
+        "message": f"read no further than line {MAX_UNUSABLE_RUN + 2:,}: the {MAX_UNUSABLE_RUN:,} lines before it "
+        "gave no record (a file of something else, or damaged); the records before them are kept",
+    }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"event_type": "error", "step": 1, "data": {"error": "x", "latency": 1e400}, "run_id": "r1"}',
+        b'{"event_type": "error", "step": 1, "data": {"error": "x", "latency": -1E+999}, "run_id": "r1"}',
+        b'{"event_type": "error", "step": 1, "data": {"error": "x"}, "run_id": "r1"}\x0b',
+        b'{"event_type": "error", "step": 1, "data": {"error": "x"}, "run_id": "r1"}\x0c',
+    ],
+    ids=["1e400", "-1E+999", "vertical tab", "form feed"],
+)
+def test_a_line_python_reads_and_orjson_refuses_is_still_imported(db, tmp_path, line):
+    # A number past a double (Python reads it as infinity, stored as null) and a line ending in
+    # a vertical tab or form feed (white space to Python, not to JSON) imported before orjson
+    # read lines first; they had become "malformed JSON".
+    outcome = imported(native_file(tmp_path, line))
+    assert (outcome.events, outcome.problems) == (3, [])
+    stored = Event.objects.get(session=outcome.session, seq=1)
+    assert stored.kind == "error" and orjson.loads(stored.payload)["error"] == "x"

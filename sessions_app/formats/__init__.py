@@ -252,7 +252,7 @@ def read_records(source: Source, problems: Problems) -> Iterator[tuple[int, dict
     unusable = 0  # lines in a row that gave no record
     for number, line in numbered_lines(blocks, limit=limit):
         if unusable == MAX_UNUSABLE_RUN:
-            problems.add(number, "file", gave_up(number))
+            problems.add(None, "file", gave_up(number))  # the file's own: kept before any line's
             return
         unusable += 1
         if type(line) is LongLine:
@@ -283,7 +283,8 @@ MAX_UNUSABLE_RUN = 100_000
 
 
 def gave_up(number: int) -> str:
-    """The problem of a file read no further at line `number` (MAX_UNUSABLE_RUN)."""
+    """The problem of a file read no further at line `number` (MAX_UNUSABLE_RUN): the file's
+    own, with no line, as a line's would not be kept past the 1,000 lines before it."""
     return (
         f"read no further than line {number:,}: the {MAX_UNUSABLE_RUN:,} lines before it gave no record "
         "(a file of something else, or damaged); the records before them are kept"
@@ -366,8 +367,8 @@ def load_json_line(
         return None
     by_orjson = True
     try:
-        if failed is not None:
-            raise failed
+        if failed is not None and len(stripped) == len(line):
+            raise failed  # orjson's error on these very bytes (a vertical tab is stripped here only)
         value = orjson.loads(stripped)
     except orjson.JSONDecodeError as exc:
         by_orjson = False
@@ -394,8 +395,9 @@ def load_json_line(
 
 
 # What Python's json reads and orjson refuses: bare NaN and Infinity, integers past 64 bits (19
-# digits and more), escapes of lone surrogates.
-_ONLY_PYTHON_READS = re.compile(rb"NaN|Infinity|[0-9]{19}|\\u[dD][89a-fA-F]")
+# digits and more), numbers past a double (an exponent of three digits: 1e400), escapes of lone
+# surrogates.
+_ONLY_PYTHON_READS = re.compile(rb"NaN|Infinity|[0-9]{19}|[eE]\+?[0-9]{3}|\\u[dD][89a-fA-F]")
 
 
 def _load_with_nan(data: bytes) -> Any:

@@ -146,7 +146,7 @@ def _records_of_lines(
     unusable = 0  # lines in a row that gave no record
     for number, line in lines:
         if unusable == MAX_UNUSABLE_RUN:
-            problems.add(number, "file", gave_up(number))
+            problems.add(None, "file", gave_up(number))  # the file's own: kept before any line's
             return
         unusable += 1
         if type(line) is LongLine:
