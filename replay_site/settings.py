@@ -241,7 +241,7 @@ SIGNING_KEY_FILE = Path(env_str("REPLAY_SIGNING_KEY_FILE", str(DATA_DIR / "signi
 MCP_KEY = env_str("REPLAY_MCP_KEY", "")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "replay_site.admin_site.ReplayAdminConfig",  # django.contrib.admin, for superusers only
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -4,10 +4,13 @@ Every change to them goes through the product, which checks it (a project's name
 lookalikes, a member change against the last admin, a deletion against the tours it shortens)
 and leaves its entry in the project's audit log; an edit here would do neither, and one to a
 sealed record (a session, an event, a keyframe) is what verification reports as tampering. Users
-(Django's own admin) are the site's accounts and stay editable here.
+(Django's own admin) are the site's accounts and stay editable here; groups, which only grant
+permissions a superuser holds anyway, are not shown. Only superusers get in
+(replay_site/admin_site.py).
 """
 
 from django.contrib import admin
+from django.contrib.auth.models import Group
 from django_q import admin as _django_q_admin  # noqa: F401  (its models registered, then replaced below)
 from django_q.models import Failure, OrmQ, Schedule, Success
 
@@ -114,3 +117,6 @@ for _model in (Schedule, Success, Failure, OrmQ):
         _shown = type(admin.site.get_model_admin(_model))
         admin.site.unregister(_model)
         admin.site.register(_model, type(f"ReadOnly{_shown.__name__}", (ReadOnlyAdmin, _shown), {"actions": []}))
+
+# Groups grant model permissions, which nobody but a superuser (holding them all) uses here.
+admin.site.unregister(Group)

@@ -487,6 +487,28 @@ def test_the_site_log_is_read_by_superusers_in_the_admin_and_not_offered_in_a_pr
     assert AuditEntry.objects.filter(pk=entry.pk).exists()
 
 
+def test_the_admin_site_lets_in_superusers_only(acme, client, django_user_model):
+    # Django's own check lets in any active staff user with the permissions it is given: a staff
+    # viewer of one project, given "view event" and "view audit entry", read every project's
+    # events and the site's sign-ins there.
+    from django.contrib.auth.models import Permission
+
+    audit.record(action="auth.login", actor="ana", target="user:ana", ip="10.0.0.9")
+    vic = member("vic", acme, Role.VIEWER)
+    vic.is_staff = True
+    vic.save()
+    vic.user_permissions.set(Permission.objects.filter(codename__in=["view_event", "view_auditentry", "add_group"]))
+    client.force_login(vic)
+    for page in ("/admin/", "/admin/sessions_app/event/", "/admin/sessions_app/auditentry/", "/admin/auth/group/add/"):
+        response = client.get(page, {"log__exact": "site"} if "audit" in page else {})
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), page
+    root = django_user_model.objects.create_superuser("root", "root@example.org", "pw-root-12345")
+    client.force_login(root)
+    assert client.get("/admin/sessions_app/event/").status_code == 200
+    assert client.get("/admin/auth/user/").status_code == 200
+    assert client.get("/admin/auth/group/").status_code == 404  # not shown: permissions are a superuser's
+
+
 def test_a_log_longer_than_a_chunk_verifies_and_exports_whole(acme, monkeypatch):
     # Both read the log in keyset chunks: a mistake at a chunk's end made a long log (over 2,000
     # entries) a false tamper alarm, and its export a first chunk only.
