@@ -146,6 +146,21 @@
   document.addEventListener("htmx:afterRequest", function (event) {
     if (failedPath && pathOf(event.detail) === failedPath && succeeded(event.detail)) clearRequestError();
   });
+  // A change refused outright (403: the role was lowered meanwhile; 404: the session was deleted)
+  // answers with the site's refusal (replay_site/errors.py), not with the panel: swapped over the
+  // panel, it took the panel's id, what was typed and the form with it, and every later press
+  // of the form had nowhere to go. The reason goes to the page alert; the panel stays as it was.
+  // A refused read (a step, a pager) still shows its reason where the content would have been.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const detail = event.detail;
+    const status = detail.xhr ? detail.xhr.status : 0;
+    if ((status !== 403 && status !== 404) || !detail.requestConfig || detail.requestConfig.verb === "get") return;
+    const answer = new DOMParser().parseFromString(detail.xhr.responseText, "text/html");
+    const reason = answer.getElementById("refusal");
+    if (!reason) return; // a panel's own answer (its form with the error beside the field)
+    detail.shouldSwap = false;
+    requestError(detail, reason.textContent.trim() + " Nothing on this page changed; what you typed is kept.");
+  });
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("[data-dismiss-error]")) clearRequestError();
   });

@@ -325,6 +325,27 @@ def test_a_refusal_swaps_in_and_a_failed_request_shows_the_page_alert(watched, r
     assert "needs a verdict" in refusal.inner_text()
     assert alert.is_hidden()
 
+    # A comment refused outright (the role lowered meanwhile: 403) leaves the panel, its form and
+    # what was typed as they were, and says why in the alert; the role back, the same press works.
+    # The refusal had been swapped over the panel: its id gone, every later press went nowhere.
+    from sessions_app.models import Membership
+
+    rita = Membership.objects.filter(project=talk.project, user__username="rita")
+    role = rita.get().role
+    rita.update(role=Role.VIEWER)
+    wait_for_settle(page)
+    page.fill("#comment-body", "typed before the role changed")
+    page.click("#comment-form button[type=submit]")
+    wait_until(page, "!document.getElementById('request-error').hidden")
+    assert "Not allowed (HTTP 403)" in alert.inner_text() and "reviewer role" in alert.inner_text()
+    assert page.locator("#comment-threads article.thread").count() == 1
+    assert page.input_value("#comment-body") == "typed before the role changed"
+    rita.update(role=role)
+    page.click("#comment-form button[type=submit]")
+    page.locator("#comment-threads article.thread").nth(1).wait_for()
+    assert alert.is_hidden()
+    wait_for_settle(page)
+
     # The server failing (500) is not swapped over the page: the alert region says so.
     page.route("**/comments/", lambda route: route.fulfill(status=500, body="<h1>Server Error</h1>"))
     wait_for_settle(page)  # the refusal swapped a new comment form in: htmx's only once settled
@@ -341,9 +362,9 @@ def test_a_refusal_swaps_in_and_a_failed_request_shows_the_page_alert(watched, r
     wait_until(page, "document.getElementById('request-error').textContent.includes('reach')")
     page.unroute("**/comments/")
     page.click("#comment-form button[type=submit]")
-    page.locator("#comment-threads article.thread").nth(1).wait_for()
+    page.locator("#comment-threads article.thread").nth(2).wait_for()
     assert alert.is_hidden()
     # What the browser and htmx logged about the provoked failures, and nothing else.
-    expect_console_errors(watch, "status of 400", "Response Status Error Code 500", "htmx:sendError")
+    expect_console_errors(watch, "status of 400", "status of 403", "Response Status Error Code 500", "htmx:sendError")
     watch.errors = [e for e in watch.errors if not any(known in e for known in PROVOKED)]
     watch.assert_clean()
