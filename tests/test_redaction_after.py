@@ -281,6 +281,10 @@ def test_verify_stays_valid_and_lists_the_redactions(stored, maintainer, viewer)
     assert b"verified at" in page.content and b"5 redactions" in page.content
     listed = viewer.get(f"/sessions/{stored.pk}/redactions/", HTTP_HX_REQUEST="true").content.decode()
     assert "5 events with redacted values" in listed and "state_change" in listed and "mia" in listed
+    # Each removal's time as every time on the page reads (it had shown "2026-11-29T02:55").
+    when = re.findall(r'<time datetime="([^"]+)">([^<]+)</time></td></tr>', listed)
+    assert len(when) == 5 and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", shown) for _, shown in when), when
+    assert all(moment.endswith("+00:00") for moment, _ in when)
 
 
 @pytest.mark.parametrize("seq", [TAMPERED_SEQ % SMALL, SMALL_SEQS[0]])

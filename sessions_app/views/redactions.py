@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -88,6 +89,7 @@ def redact_with_rules(request: HttpRequest, session_id: int) -> HttpResponse:
 def _list(request: HttpRequest, session: Session, *, message: str = "", error: str = "",
           status: int = 200) -> HttpResponse:  # fmt: skip
     entries, _ = stored_redaction.list_redactions(session=session, limit=LISTED, count_all=False)
+    entries = [{**entry, "when": _moment(entry["at"])} for entry in entries]
     count = stored_redaction.count_redacted_events(session=session)
     runs = list(RedactionJob.objects.filter(session=session)[:JOBS_SHOWN])
     context = {
@@ -97,3 +99,13 @@ def _list(request: HttpRequest, session: Session, *, message: str = "", error: s
     response = render(request, LIST_PARTIAL, context, status=status)
     patch_vary_headers(response, ["HX-Request"])
     return response
+
+
+def _moment(at: str) -> datetime | None:
+    """A removal's time, recorded as ISO 8601 text in the event's `redacted` column, as the page
+    shows every time (a bundle restored from elsewhere may hold any text there)."""
+    try:
+        moment = datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        return None
+    return moment.astimezone(UTC) if moment.tzinfo is not None else None
