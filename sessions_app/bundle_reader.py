@@ -331,7 +331,7 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                 commits = stored_commitments(salt, event.get("redacted"), contents)
             except (TypeError, ValueError) as error:
                 # A value of the wrong type stopped the hashing: named by its field, as the
-                # check after the link would name it, never by Python's words (a retest).
+                # check after the link would name it, never by Python's words.
                 raise BundleError(f"{where}: {_shape_problem(event, error)}") from None
             if event.get("redacted") is not None:
                 try:
@@ -341,7 +341,7 @@ def _check_chain(archive: zipfile.ZipFile, manifest: dict[str, Any]) -> tuple[in
                 found = removals(seq, form)
                 if len(found) > MAX_REMOVALS_AN_EVENT or len(removed) + len(found) > MAX_REMOVALS:
                     # Each kept until redactions.json is checked: labels by the thousand on
-                    # every line of a small zip had taken gigabytes (a retest).
+                    # every line of a small zip had taken gigabytes.
                     raise BundleError(f"{where}: field redacted: more removals than a bundle may list")
                 removed.update((entry["seq"], entry["field"], entry["label"]) for entry in found)
                 edited = edited_after_redaction(form, contents)
@@ -404,7 +404,7 @@ def _shape_problem(event: dict[str, Any], error: Exception) -> str:
 
 # An event line is one flat object: its content is JSON *text*. Counting brackets is a bound (they
 # may stand in strings too); past it, a parse that builds nothing counts what is really nested
-# before orjson builds it: 63 MiB of `[{},...]` on one line had taken 2 GB (a retest).
+# before orjson builds it: 63 MiB of `[{},...]` on one line had taken 2 GB.
 _BRACES_CHEAP = 10_000
 _LINE_CONTAINERS = 16
 

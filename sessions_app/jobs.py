@@ -72,7 +72,7 @@ def run_import(*, job_id: int) -> None:
 
 
 # Attempts of an import whose worker stopped under it: one that stops every worker it is given (out
-# of memory, a crash) fails after these, instead of taking down worker after worker (a retest).
+# of memory, a crash) fails after these, instead of taking down worker after worker.
 MAX_ATTEMPTS = 3
 
 

@@ -66,7 +66,7 @@ def shown_plainly(text: str) -> str:
 def as_picked(name: str) -> str:
     """A name people pick, in the one spelling of what it shows (NFC): "é" as one character or
     as "e" and its accent is one name, so a second "Café" is the first's duplicate, not a twin
-    only the bytes tell apart (a hostile-input review)."""
+    only the bytes tell apart."""
     return unicodedata.normalize("NFC", name)
 
 

@@ -4,7 +4,7 @@ sanitised HTML, and that HTML kept beside the text it was made from.
 Rendering is markdown-it-py, pure Python: about 15 µs a character for text made of `[`, `<` or
 `*` (linear, but slow). Rendered on every view, the comments of 40 such 10,000-character
 comments took 3.2 s to list, and a tour page of 200 such stops 21 s, for anyone holding a share
-link to it (a hostile-input review; bench/markdown_bench.py). So the HTML is made once, when the text is written, and kept in the row
+link to it (bench/markdown_bench.py). So the HTML is made once, when the text is written, and kept in the row
 (`<field>_html`) with the digest of the text and renderer it was made from
 (`<field>_html_of`): a page reads it; a text changed by a path that did not keep its HTML (a
 bulk update, a row from before the HTML was kept) or a renderer changed since is rendered

@@ -51,7 +51,7 @@ def _without_sessions(jobs: QuerySet) -> QuerySet:
 def jobs_holding(sessions: QuerySet) -> set[int]:
     """The uploads whose files hold these sessions' records, read before they are deleted: each
     one's own, and every other upload of its project that recognised it as a duplicate (the same
-    records in another file: a retest read a deleted session there)."""
+    records in another file: a deleted session's could be read there)."""
     rows = list(sessions.order_by().values_list("pk", "import_job_id", "project_id"))
     held = {job for _, job, _ in rows if job is not None}
     pks = {pk for pk, _, _ in rows}

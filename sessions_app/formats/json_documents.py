@@ -363,8 +363,7 @@ class JsonDocument:
         """Whether the reading stopped at a bare NaN, Infinity or -Infinity (not yet read as
         null): the document's first is on the line the parser stopped on or before it, whatever
         the parser said there (the exact reader stops past the word); one after it is not what
-        stopped the reading, nor read (a syntax error before it had been taken for it, and the
-        word reported on a line never read: a review). A stop for another reason is met again,
+        stopped the reading, nor read (a syntax error before it had been taken for it). A stop for another reason is met again,
         and said, in the next reading."""
         if self._non_finite:
             return False
@@ -386,8 +385,7 @@ class JsonDocument:
     def _say_non_finite(self) -> None:
         """Report each bare NaN, Infinity and -Infinity read as null on its line (but in records
         over the limit, never read), once the readings are over: none past the line they stopped
-        on, which no reading read (a syntax error after the first NaN, a review found, had each
-        NaN after it reported as read)."""
+        on, which no reading read."""
         if not self._non_finite:
             return
         said, last = self.problems.add, self._stopped_line
@@ -440,7 +438,7 @@ class _ItemLines:
         self._nesting = _Nesting(exact=exact)
         # (item index, line) of the items not yet asked for, in index order: asked in that order,
         # the passed ones leave from the left (a scan of them all a call made a one-line list
-        # of a million items cost hours, a retest).
+        # of a million items cost hours).
         self._starts: deque[tuple[int, int]] = deque()
         self._count = 0  # items started so far
         self._line = 0  # lines sent so far

@@ -349,7 +349,7 @@ _SORT_RUN = 1 << 16
 def _frames_sorted(stream: IO[bytes], sort_keys: Sequence[int]) -> Iterator[tuple[int, bytes]]:
     """The frames in the order of their `sort_keys`, ties in file order. Sorted in runs kept as
     arrays (16 bytes a record) and merged as they are read: one sort of them all held a Python
-    object a record, 84 MiB a million records (a review)."""
+    object a record, 84 MiB a million records."""
     positions = _frame_positions(stream)
     runs = []
     for start in range(0, len(positions), _SORT_RUN):

@@ -92,7 +92,7 @@ def import_bundle(
         raise BundleError(f"the bundle's comments or sign-offs are not as Replay writes them ({exc})") from None
     except BaseException:
         # Anything else (a bug, the worker stopped): the kept copy goes with the rolled-back row,
-        # or it would stay on disk with no job to count, redact or delete it (a retest).
+        # or it would stay on disk with no job to count, redact or delete it.
         _forget(kept)
         raise
     session.refresh_from_db()
@@ -106,7 +106,7 @@ def _check_quotas(bundle: Bundle, project: Project) -> None:
     size, which may be a thousandth of that."""
     with zipfile.ZipFile(bundle.path) as archive:
         # With the original it carries, kept as an upload is (a 50 MB original had been kept in
-        # a project of 1 MB, a retest).
+        # a project of 1 MB).
         size = sum(
             i.file_size
             for i in archive.infolist()

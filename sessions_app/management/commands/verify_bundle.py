@@ -50,7 +50,7 @@ class Command(BaseCommand):
             f"  comments: {len(bundle.comments)} thread{'' if len(bundle.comments) == 1 else 's'}; "
             f"sign-offs: {len(bundle.reviews)}",
             _redactions(bundle.redactions),
-            # (a bundle that names neither still verifies: say so, not a traceback, a retest)
+            # (a bundle that names neither still verifies: say so, not a traceback)
             f"  exported {_plain(bundle.manifest.get('exported_at') or 'at no stated time')} "
             f"by {_plain(bundle.manifest.get('exported_by') or 'no one named')}",
         ]
