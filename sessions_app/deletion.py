@@ -4,18 +4,21 @@ clean-up in the same way.
 
 Who may call it at all (maintainer and up) is the caller's `access.session_for`. Retention and
 an import with `replace` delete sessions in bulk and say so in their own ways (retention.py,
-ingest/importing.py).
+ingest/importing.py); `holding_team_work` names the sessions a replace must keep.
 """
 
 from __future__ import annotations
 
-from django.db import transaction
-from django.db.models import Count, QuerySet
+from itertools import batched
+
+from django.db import connection, transaction
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from . import audit, originals
 from .access import Actor, NotVisible
-from .models import Session, Tour, TourStop
+from .models import AuditEntry, Comment, Review, Session, ShareLink, Tour, TourStop
+from .models.audit import log_name
 
 
 def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> int:
@@ -62,3 +65,35 @@ def tours_through(sessions: Session | QuerySet[Session]) -> list[tuple[Tour, int
     counts = TourStop.objects.filter(**where).values("tour_id").annotate(n=Count("id"))
     stops = {row["tour_id"]: row["n"] for row in counts}
     return [(tour, stops[tour.pk]) for tour in Tour.objects.filter(pk__in=stops).order_by("title", "id")]
+
+
+# What people did with a session, as its project's log names it: a checkpoint set or moved (a
+# recording's own come back with it), a value redacted after the fact (an import would show it
+# again). Read from the log, on its (log, action) index: a scan of every event of every session
+# for a redacted one ran while an import held the write lock.
+_DONE_BY_PEOPLE = ("checkpoint.create", "checkpoint.change", "session.redact")
+
+
+def holding_team_work(sessions: QuerySet[Session], among: list[int], *, project_id: int) -> list[int]:
+    """Of the sessions `among` (all of `sessions`, a project's), those holding what people did
+    with them, which an import's `replace` must not delete: comments, sign-offs, tour stops,
+    share links that still open, checkpoints set or moved, values redacted since, or a bundle's
+    origin (a restored review)."""
+    if not among:
+        return []
+    team_work = (
+        Exists(Comment.objects.filter(session=OuterRef("pk")))
+        | Exists(Review.objects.filter(session=OuterRef("pk")))
+        | Exists(TourStop.objects.filter(session=OuterRef("pk")))
+        | Exists(ShareLink.objects.active().filter(session=OuterRef("pk")))
+        | Q(bundle_origin__isnull=False)
+    )
+    # `among` is matched here, not sent as pk__in: it may hold more ids than a statement binds.
+    wanted = set(among)
+    held = {pk for pk in sessions.filter(team_work).values_list("pk", flat=True) if pk in wanted}
+    for part in batched(sorted(wanted - held), min(500, (connection.features.max_query_params or 1000) // 2)):
+        logged = AuditEntry.objects.filter(
+            log=log_name(project_id), action__in=_DONE_BY_PEOPLE, target__in=[f"session:{pk}" for pk in part]
+        ).values_list("target", flat=True)
+        held.update(int(target.removeprefix("session:")) for target in logged)
+    return sorted(held)

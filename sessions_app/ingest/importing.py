@@ -23,24 +23,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .. import audit
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
-from ..deletion import note_shortened, tours_through
+from ..deletion import holding_team_work, note_shortened, tours_through
 from ..formats import GZIP_MAGIC, Source, detect, registry
 from ..models import (
-    AuditEntry,
-    Comment,
-    Event,
     ImportJob,
     Project,
     RedactionRules,
-    Review,
     Session,
-    ShareLink,
-    TourStop,
 )
 from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
@@ -350,7 +343,7 @@ def _import_session(
                                  f"so session(s) {kept} of the same source are kept and this one is stored beside "
                                  "them; mend the file and import it again to replace them")  # fmt: skip
                     superseded = []
-                held = _holding_team_work(same_source, superseded)
+                held = holding_team_work(same_source, superseded, project_id=project.pk)
                 if held:
                     # What people wrote on a session is not the file's to delete: replacing
                     # supersedes what was read, and the team's work stays, asked first on
@@ -408,36 +401,6 @@ def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(hashlib.sha256(key).digest()[:8], "big", signed=True)]
         )
-
-
-def _holding_team_work(same_source: QuerySet[Session], superseded: list[int]) -> list[int]:
-    """Of the sessions a replace supersedes, those holding what people did with them: comments,
-    sign-offs, tour stops, share links that still open, a value redacted after the fact (a new
-    import would show it again), a checkpoint someone set or moved (the log's checkpoint.create
-    and checkpoint.change: a recording's own come back with it), or a bundle's origin (a
-    restored review)."""
-    if not superseded:
-        return []
-    team_work = (
-        Exists(Comment.objects.filter(session=OuterRef("pk")))
-        | Exists(Review.objects.filter(session=OuterRef("pk")))
-        | Exists(TourStop.objects.filter(session=OuterRef("pk")))
-        | Exists(ShareLink.objects.active().filter(session=OuterRef("pk")))
-        | Exists(Event.objects.filter(session=OuterRef("pk"), redacted__isnull=False))
-        | Q(bundle_origin__isnull=False)
-    )
-    wanted = set(superseded)
-    held = {pk for pk in same_source.filter(team_work).values_list("pk", flat=True) if pk in wanted}
-    with_checkpoints = {
-        pk for pk in same_source.filter(checkpoints__isnull=False).values_list("pk", flat=True) if pk in wanted
-    } - held
-    # (a chunk a statement: a file may supersede more sessions than a statement binds values)
-    for part in batched(sorted(with_checkpoints), 500):
-        set_by_people = AuditEntry.objects.filter(
-            action__in=("checkpoint.create", "checkpoint.change"), target__in=[f"session:{pk}" for pk in part]
-        ).values_list("target", flat=True)
-        held.update(int(target.split(":", 1)[1]) for target in set_by_people)
-    return sorted(held)
 
 
 def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
