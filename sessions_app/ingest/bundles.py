@@ -192,10 +192,12 @@ def _record_restored(kept: ImportJob, session: Session, bundle_name: str) -> Non
 
 
 # manifest.json's `session` as Replay writes it (bundles.session_summary): each text field and
-# the longest its column holds (None: any length).
+# the column it is stored in, whose max_length bounds it (None: any length).
 _SESSION_TEXTS = {
-    "format": 40, "source_session_id": 200, "run_id": 200, "agent_id": 200, "environment": 200, "model": 200,
-    "project": 200, "task": None, "final_answer": None,
+    "format": (Session, "source_format"), "source_session_id": (Session, "source_session_id"),
+    "run_id": (Session, "run_id"), "agent_id": (Session, "agent_id"), "environment": (Session, "environment"),
+    "model": (Session, "model"), "project": (Project, "name"), "task": (Session, "task"),
+    "final_answer": (Session, "final_answer"),
 }  # fmt: skip
 
 
@@ -207,7 +209,8 @@ def _session_fields(bundle: Bundle) -> dict[str, Any]:
     where = "manifest.json: session"
     summary = bundle.session
     fields: dict[str, Any] = {}
-    for name, most in _SESSION_TEXTS.items():
+    for name, (model, column) in _SESSION_TEXTS.items():
+        most = model._meta.get_field(column).max_length
         value = fields[name] = _text(summary, name, where)
         if most is not None and len(value) > most:
             raise BundleError(f"{where}: field {name}: {len(value):,} characters, at most {most}")
