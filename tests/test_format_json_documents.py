@@ -125,7 +125,7 @@ def test_elements_that_are_not_objects_are_problems_and_the_rest_imports(tmp_pat
     assert found == [(1, a), (1, b), (1, c)]
     assert problems == [
         (1, "line", "expected a JSON object, got a number"),
-        (1, "line", "expected a JSON object, got text"),
+        (1, "line", "expected a JSON object, got a string"),
         (1, "line", "expected a JSON object, got a list"),
     ]
     # One element a line: each on its own line, the ones that are no object placed by a second
@@ -134,7 +134,7 @@ def test_elements_that_are_not_objects_are_problems_and_the_rest_imports(tmp_pat
     assert found == [(2, a), (4, b), (7, c)]
     assert problems == [
         (3, "line", "expected a JSON object, got a number"),
-        (5, "line", "expected a JSON object, got text"),
+        (5, "line", "expected a JSON object, got a string"),
         (6, "line", "expected a JSON object, got a list"),
     ]
 
@@ -542,7 +542,12 @@ def test_an_element_that_is_no_object_is_a_problem_on_the_line_it_starts_on(newl
     lines = text.splitlines()
     expected = [
         (next(n for n, line in enumerate(lines, start=1) if line == marker), kind)
-        for marker, kind in ((b"    7,", "number"), (b'    "text",', "text"), (b"    [", "list"), (b"    null", "null"))
+        for marker, kind in (
+            (b"    7,", "number"),
+            (b'    "text",', "string"),
+            (b"    [", "list"),
+            (b"    null", "null"),
+        )
     ]
     found, problems = read(write(tmp_path, text))
     assert [value for _, value in found] == good

@@ -114,7 +114,7 @@ def test_blank_lines_after_the_snapshot_object_are_no_problem(snapshot, project,
 
 
 @pytest.mark.parametrize(
-    ("steps", "kind"), [(5, "a number"), (None, "null"), ("x", "text"), ({"step": 1}, "an object")]
+    ("steps", "kind"), [(5, "a number"), (None, "null"), ("x", "a string"), ({"step": 1}, "an object")]
 )
 @pytest.mark.parametrize("position", ["in_place", "last"])
 def test_steps_that_are_not_an_array_are_reported(snapshot, steps, kind, position, project, tmp_path):
@@ -125,7 +125,7 @@ def test_steps_that_are_not_an_array_are_reported(snapshot, steps, kind, positio
     text = json.dumps(data, indent=2)
     (session,), problems = imported(text, tmp_path, project)
     assert problem_keys(problems) == [(line_of(text, '"steps"'), "steps")]
-    assert problems.items[0].message == f"expected an array of StepState objects, got {kind}: no steps read"
+    assert problems.items[0].message == f"expected a list of StepState objects, got {kind}: no steps read"
     assert session.step_count == 0
     assert session.source_session_id == data["session_id"]
     # The snapshot's final variables still arrive, as the state event the missing steps leave.

@@ -389,7 +389,10 @@ def test_a_json_body_that_is_not_otlp_is_a_400_naming_the_field(api, project):
     for body, said in (
         ({"resourceSpans": [7]}, "resourceSpans[0]: expected an object, got a number"),
         ({"resourceSpans": [None]}, "resourceSpans[0]: expected an object, got null"),
-        ({"resourceSpans": [{"scopeSpans": ["zz"]}]}, "resourceSpans[0].scopeSpans[0]: expected an object, got text"),
+        (
+            {"resourceSpans": [{"scopeSpans": ["zz"]}]},
+            "resourceSpans[0].scopeSpans[0]: expected an object, got a string",
+        ),
         ({"resourceSpans": [{"scopeSpans": [{"spans": [1]}]}]}, "resourceSpans[0].scopeSpans[0].spans[0]: expected"),
     ):
         response = post(api, orjson.dumps(body), content_type="application/json")

@@ -10,6 +10,7 @@ from ninja import Field, Schema
 from pydantic import AfterValidator, ValidationInfo, field_validator, model_validator
 from pydantic import Field as Bounds
 
+from ..formats.fields import json_kind
 from ..models.bounds import MAX_ID, MAX_POSITION
 
 
@@ -83,9 +84,11 @@ def _kinds(annotation: Any) -> frozenset[type]:
 
 
 def _json_name(value: Any) -> str:
+    """The value as a body's reader names it: true or false and numbers as written, the rest by
+    their JSON kind (formats.fields.json_kind, as a file's problems name them)."""
     if isinstance(value, bool):
         return str(value).lower()
-    return "a string" if isinstance(value, str) else repr(value)
+    return repr(value) if isinstance(value, int | float) else json_kind(value)
 
 
 class DetailOut(Schema):

@@ -115,7 +115,7 @@ def json_kind(value: Any) -> str:
     if isinstance(value, int | float):
         return "a number"
     if isinstance(value, str):
-        return "text"
+        return "a string"
     if isinstance(value, list | tuple):
         return "a list"
     if isinstance(value, dict):

@@ -604,7 +604,7 @@ class Converter:
         if variables is not None and type(variables) is not dict:
             variables = mapping(variables, "data.variables", line, problems) or None
         if notes is not None and type(notes) is not list:
-            problems.add(line, "data.memory_notes", f"expected an array, got {json_kind(notes)}")
+            problems.add(line, "data.memory_notes", f"expected a list, got {json_kind(notes)}")
             notes = None
         changed = None
         replace = False
@@ -634,7 +634,7 @@ class Converter:
             event.state_change = StateChange(memory=notes)
             self.memory = notes
         else:
-            problems.add(line, "data.notes", f"expected an array, got {json_kind(notes)}")
+            problems.add(line, "data.notes", f"expected a list, got {json_kind(notes)}")
 
     def _variable_update(self, event, data, stamp, line, problems) -> None:
         # The recorder writes only a 200-character preview; it stands for the value until the

@@ -118,7 +118,7 @@ class SnapshotSteps:
             self.tail[key] = (value, line)
         elif key == _STEPS:  # an array arrives element by element, never as a member
             kind = json_kind(value)
-            problems.add(line, key, f"expected an array of StepState objects, got {kind}: no steps read")
+            problems.add(line, key, f"expected a list of StepState objects, got {kind}: no steps read")
         elif key == "created_at":
             meta.ended_at = parse_timestamp(value)
             if meta.ended_at is None and value is not None:
@@ -171,7 +171,7 @@ class SnapshotSteps:
         if variables is not None and type(variables) is not dict:
             variables = mapping(variables, f"steps[{self.steps}].variables", line, problems) or None
         if memory is not None and type(memory) is not list:
-            problems.add(line, f"steps[{self.steps}].memory_notes", "expected an array")
+            problems.add(line, f"steps[{self.steps}].memory_notes", "expected a list")
             memory = None
         self.last_variables, self.last_memory = variables, memory
         self.steps += 1
