@@ -231,7 +231,7 @@ def test_json_patch_add_and_replace_follow_rfc_6902_on_the_paths_flux0_uses():
         (["a"], {"op": "add", "path": "/5", "value": "x"}, "past the end"),
         ({}, {"op": "replace", "path": "/missing", "value": 1}, "replace of missing key"),
         (["a"], {"op": "replace", "path": "/-", "value": 1}, "replace cannot target '-'"),
-        ("text", {"op": "add", "path": "/-", "value": 1}, "cannot set '-' inside text"),
+        ("text", {"op": "add", "path": "/-", "value": 1}, "cannot set '-' inside a string"),
         ({}, {"op": "add", "path": "no-slash", "value": 1}, "does not start with '/'"),
         ({}, {"op": "add", "path": "/k"}, "missing value"),
         ({}, "add", "operation is not an object"),
@@ -249,7 +249,7 @@ def test_json_patch_operations_it_cannot_apply_raise_patch_errors(doc, operation
         ({"a": []}, "/a/5000000/b", "index 5000000 is past the end of an array of 0"),
         (None, "/5000000/b", "index 5000000 is past the end of an array of 0"),
         (["x"], "/" + "9" * 5000, "past the end of an array of 1"),  # more digits than int() takes
-        (["x"], "/" + "0" * 5000 + "/b", "cannot set 'b' inside text"),  # index 0, however written
+        (["x"], "/" + "0" * 5000 + "/b", "cannot set 'b' inside a string"),  # index 0, however written
         # "²".isdigit() is true but int() refuses it: it is a key, which a list does not have.
         ({"a": []}, "/a/²/b", "segment '²' names a key of a list"),
         (["x"], "/²", "'²' is not an array index"),
@@ -443,7 +443,9 @@ def test_a_reasoning_document_is_kept_apart_from_the_reply_it_preceded(project, 
     assert "The customer is upset" not in step_state(closing)["output"]
 
 
-@pytest.mark.parametrize("data, said", [(None, "null"), ([1], "a list"), ("x", "text")], ids=["null", "list", "text"])
+@pytest.mark.parametrize(
+    "data, said", [(None, "null"), ([1], "a list"), ("x", "a string")], ids=["null", "list", "text"]
+)
 def test_an_emitted_events_data_that_is_no_object_is_reported_and_the_event_kept(project, tmp_path, data, said):
     # `data: null` was taken as no data, unsaid (flux0's emitted events all carry theirs).
     lines = records()
