@@ -689,3 +689,19 @@ def test_a_verify_while_the_next_batch_answers_a_call_finds_no_break(api, projec
         assert chain_of(sid)[0]  # and verified whole once counted
     else:
         assert not result.valid and result.first_broken_seq == 1, result
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
+def test_a_non_finite_number_in_a_live_variable_is_stored_as_null(api, project, number):
+    # Python's json read NaN, Infinity and 1e400 as floats the session's stored state (a JSON
+    # column) refuses: a 500, on SQLite and PostgreSQL.
+    sid = new_session(api)["id"]
+    body = (
+        '{"format": "rlm_native", "events": [{"event_type": "step_end", "step": 1, "run_id": "r",'
+        ' "timestamp": "2026-02-08T10:00:00+00:00", "data": {"action": {}, "observation": {},'
+        ' "variables": {"g": {"a": ' + number + ', "b": 2}}}}]}'
+    ).encode()
+    response = post_json(api, f"/api/sessions/{sid}/events", body)
+    assert response.status_code == 200, response.content
+    stored = Event.objects.get(session_id=sid)
+    assert orjson.loads(stored.state_change)["variables"] == {"g": {"a": None, "b": 2}}

@@ -307,3 +307,18 @@ def test_a_line_python_reads_and_orjson_refuses_is_still_imported(db, tmp_path, 
     assert (outcome.events, outcome.problems) == (3, [])
     stored = Event.objects.get(session=outcome.session, seq=1)
     assert stored.kind == "error" and orjson.loads(stored.payload)["error"] == "x"
+
+
+@pytest.mark.parametrize("number", [b"1e400", b"-1E+999", b"NaN", b"Infinity"])
+def test_a_non_finite_number_in_a_variable_is_stored_as_null_not_a_failed_import(db, tmp_path, number):
+    # A variable's value reaches the session's stored state (ingest_state, a JSON column) as
+    # the converter holds it: 1e400 read as infinity there failed the whole import ("CHECK
+    # constraint failed: JSON_VALID", "invalid input syntax for type json").
+    line = (
+        b'{"event_type": "step_end", "timestamp": "2026-02-08T10:00:00.5+00:00", "step": 1, "run_id": "r1",'
+        b' "data": {"action": {}, "observation": {}, "variables": {"growth": {"a": ' + number + b', "b": 2}}}}'
+    )
+    outcome = imported(native_file(tmp_path, line))
+    assert outcome.error is None and outcome.events == 3
+    stored = Event.objects.get(session=outcome.session, seq=1)
+    assert orjson.loads(stored.state_change)["variables"] == {"growth": {"a": None, "b": 2}}

@@ -583,3 +583,19 @@ def test_a_nan_after_a_syntax_error_is_not_taken_for_the_stop_nor_reported(newli
     assert [value for _, value in found] == [{"a": None}, {"a": 2}]
     said = sorted((line, message.split(":")[0]) for line, _, message in problems)
     assert said == [(2, "NaN"), (4, "malformed JSON at column 9")]
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["array", "events body"])
+def test_a_number_past_a_double_is_read_as_null_and_the_document_goes_on(body, tmp_path):
+    # yajl refuses 1e400 ("numeric (floating point) overflow") when it reads doubles: the
+    # document stopped there, though a JSON line holding it is read (as null).
+    a, b, c = events(3)
+    big = {"id": "big", "v": 1.5, "w": [2.5]}
+    text = pretty({"events": [a, big, b, c]} if body else [a, big, b, c])
+    text = text.replace(b"1.5", b"1e400").replace(b"2.5", b"-1E+999")
+    found, problems = read(write(tmp_path, text))
+    assert [value["id"] for _, value in found] == ["e0", "big", "e1", "e2"]
+    assert dict(found)[next(line for line, value in found if value["id"] == "big")] == {
+        "id": "big", "v": None, "w": [None],
+    }  # fmt: skip
+    assert problems == []

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -401,19 +402,33 @@ _ONLY_PYTHON_READS = re.compile(rb"NaN|Infinity|[0-9]{19}|[eE]\+?[0-9]{3}|\\u[dD
 
 
 def _load_with_nan(data: bytes) -> Any:
-    """The stdlib parser, which accepts the bare NaN / Infinity rlm-code may write. JSON has no
-    such values (orjson would write them back as null, and the database's JSON checks refuse
-    them), so they are read as null; a numeric field holding one is then reported as null."""
-    import json
-
+    """`load_python_json`, None for what it cannot read."""
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_constant_as_null, parse_int=int_as_orjson_reads)
+        return load_python_json(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested too deep
         return None
 
 
+def load_python_json(text: str) -> Any:
+    """The stdlib parser, which accepts the bare NaN / Infinity rlm-code may write and numbers
+    past a double (1e400, read as infinity). JSON has no such values (orjson would write them
+    back as null, and the database's JSON checks refuse them: a variable holding one failed the
+    whole import, as it failed the session's stored state), so they are read as null; a numeric
+    field holding one is then reported as null. Raises what `json.loads` raises."""
+    import json
+
+    return json.loads(
+        text, parse_constant=_constant_as_null, parse_int=int_as_orjson_reads, parse_float=_finite_or_null
+    )
+
+
 def _constant_as_null(name: str) -> None:
     return None
+
+
+def _finite_or_null(digits: str) -> float | None:
+    value = float(digits)
+    return value if math.isfinite(value) else None
 
 
 def int_as_orjson_reads(digits: str) -> int | float | None:

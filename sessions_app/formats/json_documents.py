@@ -15,11 +15,11 @@ in Python: for an rlm snapshot, whose members and steps all need their lines; 20
 (16 MB) read in about 1.3 s.
 
 yajl reads numbers as doubles and 64-bit integers; an integer past 64 bits (an rlm snapshot of a
-variable holding factorial(25)) is a syntax error to it that way. The reading then goes on from
+variable holding factorial(25)) or a number past a double (1e400) is a syntax error to it that way. The reading then goes on from
 the record it stopped at with exact numbers (Python integers and Decimals, read by ijson's
 pure-Python parser: see _EXACT_READER), each value then made what the fast reading gives
 (`_as_read`): a decimal is a float, an integer past 64 bits the float it rounds to, as orjson
-reads a JSON line. Only such a document pays for it; an integer of more than 4,300 digits ends
+reads a JSON line (null past any float). Only such a document pays for it; an integer of more than 4,300 digits ends
 it, as a syntax error does.
 
 A syntax error ends the document: the parser cannot go on past it. What came before it is kept;
@@ -75,8 +75,10 @@ class _NonFinite(Exception):
     and read as null, and the document is read again from the record it stopped at."""
 
 
-# What yajl says of an integer past 64 bits when it reads numbers as doubles.
-_OVERFLOW = "integer overflow"
+# What yajl says of an integer past 64 bits, and of a number past a double (1e400), when it reads
+# numbers as doubles: both are read again exactly, and stored as the float they round to (null
+# past any float), as the JSON-lines reader stores them.
+_OVERFLOWS = ("integer overflow", "numeric (floating point) overflow")
 # Exact numbers are read by ijson's pure-Python parser: yajl2_c's, asked for them, makes each
 # integer with int(), whose refusal of more than 4,300 digits (sys.int_max_str_digits) it does
 # not hand on: the worker crashed (a segmentation fault, or a SystemError). About 20 times
@@ -256,7 +258,7 @@ class JsonDocument:
                 self.problems.add(feed.line, "line", f"{why}; the rest of the document could not be read")
                 return None
             except _BAD_INPUT as error:
-                if _reason(error) == _OVERFLOW and not self._exact:
+                if _reason(error) in _OVERFLOWS and not self._exact:
                     raise _ExactNumbers(index + 1) from None
                 if self._stopped_at_non_finite(feed.last_line):
                     raise _NonFinite(index + 1) from None
@@ -320,7 +322,7 @@ class JsonDocument:
             yield from _members(events, feed, streamed)
             deque(events, maxlen=0)  # the rest: only text after the object, if anything
         except _BAD_INPUT as error:
-            if _reason(error) == _OVERFLOW and not self._exact:
+            if _reason(error) in _OVERFLOWS and not self._exact:
                 raise _ExactNumbers from None
             if self._stopped_at_non_finite(feed.last_line):
                 raise _NonFinite from None

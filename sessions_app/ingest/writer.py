@@ -74,9 +74,13 @@ def state_of_session(session: Session) -> WriterState:
 def save_state_to(state: WriterState, session: Session) -> None:
     for column, field in SESSION_STATE.items():
         setattr(session, column, getattr(state, field))
-    saved = {name: getattr(state, name) for name in SAVED_FIELDS}
-    # The agent's variables and the converter's memory of the source, as JSON the database takes.
-    if b"\\u0000" in orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS):
+    # The agent's variables and the converter's memory of the source, as JSON the database takes:
+    # as orjson writes it (a NaN or infinity a live batch's variable held is null, as in the
+    # stored events; written as Python's json writes it, the column refused it: a 500), without
+    # the NUL character.
+    dumped = orjson.dumps({name: getattr(state, name) for name in SAVED_FIELDS}, option=orjson.OPT_NON_STR_KEYS)
+    saved = orjson.loads(dumped)
+    if b"\\u0000" in dumped:
         saved = json_without_nul(saved)
     session.ingest_state = saved
     if session.started_at is None and state.first_ts_ms is not None:
