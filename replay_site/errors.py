@@ -51,6 +51,24 @@ def forbidden_page(request: HttpRequest, exception: Exception) -> HttpResponse:
     return refusal(request, status=403, title="Not allowed", reason=reason)
 
 
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """Django's CSRF refusal (settings.CSRF_FAILURE_VIEW) as the site's refusal: a form sent
+    from a page older than the browser's sign-in (signed in again in another tab) or through a
+    proxy that changes the origin. Django's own page has no #refusal, so a panel's form that
+    met it was swapped away whole, with what had been typed (static/js/replay.js keeps the
+    panel for a refusal). Django's `reason` names the cookie or the header; it is logged by
+    Django, the user is told what to do."""
+    if _under_api(request):
+        return JsonResponse({"detail": "CSRF check failed: send the page's CSRF token, or use an API key"}, status=403)
+    return refusal(
+        request,
+        status=403,
+        title="Not sent",
+        reason="this page is out of date (you may have signed in again since it was opened); "
+        "reload it and send the form again",
+    )
+
+
 def _message(exception: Exception) -> str:
     return exception.args[0] if exception.args and isinstance(exception.args[0], str) else ""
 

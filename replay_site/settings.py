@@ -430,6 +430,8 @@ SESSION_COOKIE_HTTPONLY = True
 # No script reads the cookie (replay.js sends the token from the page's meta tag): out of reach of
 # scripts, as the session cookie is.
 CSRF_COOKIE_HTTPONLY = True
+# The site's refusal (its #refusal keeps a panel and what was typed in it), not Django's page.
+CSRF_FAILURE_VIEW = "replay_site.errors.csrf_failure"
 # Off by default so `make run` works over plain http on 127.0.0.1; production turns it on
 # (docs/deployment.md), which is what `check --deploy` asks for.
 SESSION_COOKIE_SECURE = env_bool("REPLAY_SECURE_COOKIES", False)

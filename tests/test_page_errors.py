@@ -106,3 +106,23 @@ def test_pages_read_without_writing(page, make_session):
         assert response.status_code == 200, url
         writes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
         assert writes == [], (url, writes)
+
+
+def test_a_form_sent_with_a_stale_csrf_token_is_the_sites_refusal(make_session):
+    # Django's own CSRF page has no #refusal: replay.js let it replace a panel's form, and what
+    # had been typed in it, whole (a sign-in again in another tab makes every open page stale).
+    session = make_session(events=3)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(member("pia"))
+    client.get(f"/sessions/{session.pk}/")  # sets the CSRF cookie
+    url = f"/sessions/{session.pk}/comments/"
+    stale = {"X-CSRFToken": "x" * 64}
+    answer = client.post(url, {"seq": 1, "body": "kept"}, headers={**stale, "HX-Request": "true"})
+    assert answer.status_code == 403
+    text = answer.content.decode()
+    assert text.strip().startswith('<p id="refusal"') and "this page is out of date" in text and "reload it" in text
+    whole = client.post(url, {"seq": 1, "body": "kept"}, headers=stale)
+    assert whole.status_code == 403 and 'id="refusal"' in whole.content.decode()
+    assert "<html" in whole.content.decode() and not Comment.objects.exists()
+    refused = client.delete(f"/api/sessions/{session.pk}", headers=stale)
+    assert refused.status_code == 403 and refused["Content-Type"].startswith("application/json")

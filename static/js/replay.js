@@ -159,7 +159,8 @@
     const reason = answer.getElementById("refusal");
     if (!reason) return; // a panel's own answer (its form with the error beside the field)
     detail.shouldSwap = false;
-    requestError(detail, reason.textContent.trim() + " Nothing on this page changed; what you typed is kept.");
+    const said = reason.textContent.trim();
+    requestError(detail, said + (/[.!?]$/.test(said) ? " " : ". ") + "Nothing on this page changed; what you typed is kept.");
   });
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("[data-dismiss-error]")) clearRequestError();

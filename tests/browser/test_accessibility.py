@@ -340,7 +340,22 @@ def test_a_refusal_swaps_in_and_a_failed_request_shows_the_page_alert(watched, r
     assert "Not allowed (HTTP 403)" in alert.inner_text() and "reviewer role" in alert.inner_text()
     assert page.locator("#comment-threads article.thread").count() == 1
     assert page.input_value("#comment-body") == "typed before the role changed"
+    assert "project. Nothing on this page changed" in alert.inner_text()
     rita.update(role=role)
+    # A page older than the browser's CSRF token (signed in again in another tab): the site's
+    # refusal, said in the alert, the panel kept. Django's own page had replaced the panel whole.
+    token = page.get_attribute('meta[name="csrf-token"]', "content")
+    stale = """(token) => {
+        document.querySelector('meta[name="csrf-token"]').content = token;
+        document.querySelectorAll('input[name=csrfmiddlewaretoken]').forEach((i) => { i.value = token; });
+    }"""
+    page.evaluate(stale, "x" * 64)
+    page.click("#comment-form button[type=submit]")
+    wait_until(page, "document.getElementById('request-error').textContent.includes('out of date')")
+    assert "Not sent (HTTP 403)" in alert.inner_text()
+    assert page.locator("#comment-threads article.thread").count() == 1
+    assert page.input_value("#comment-body") == "typed before the role changed"
+    page.evaluate(stale, token)
     page.click("#comment-form button[type=submit]")
     page.locator("#comment-threads article.thread").nth(1).wait_for()
     assert alert.is_hidden()
