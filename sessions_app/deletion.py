@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from itertools import batched
 
+import orjson
 from django.db import connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from . import audit, originals
 from .access import Actor, NotVisible
-from .models import AuditEntry, Comment, Review, Session, ShareLink, Tour, TourStop
+from .models import AuditEntry, Checkpoint, Comment, Review, Session, ShareLink, Tour, TourStop
 from .models.audit import log_name
 
 
@@ -91,9 +92,38 @@ def holding_team_work(sessions: QuerySet[Session], among: list[int], *, project_
     # `among` is matched here, not sent as pk__in: it may hold more ids than a statement binds.
     wanted = set(among)
     held = {pk for pk in sessions.filter(team_work).values_list("pk", flat=True) if pk in wanted}
-    for part in batched(sorted(wanted - held), min(500, (connection.features.max_query_params or 1000) // 2)):
+    size = min(500, (connection.features.max_query_params or 1000) // 2)
+    touched: set[int] = set()  # the checkpoints set or moved
+    for part in batched(sorted(wanted - held), size):
         logged = AuditEntry.objects.filter(
             log=log_name(project_id), action__in=_DONE_BY_PEOPLE, target__in=[f"session:{pk}" for pk in part]
-        ).values_list("target", flat=True)
-        held.update(int(target.removeprefix("session:")) for target in logged)
+        ).values_list("target", "action", "detail")
+        for target, action, text in logged:
+            pk, detail = int(target.removeprefix("session:")), _detail(text)
+            if action == "session.redact":
+                if _removed_something(detail):
+                    held.add(pk)
+            elif isinstance(detail.get("checkpoint"), int):
+                touched.add(detail["checkpoint"])
+            else:  # an entry of an unknown shape: kept, as a checkpoint would be
+                held.add(pk)
+    # Only while that checkpoint is still there: one set and deleted since leaves nothing to lose.
+    for ids in batched(sorted(touched), size):
+        held.update(Checkpoint.objects.filter(pk__in=ids).values_list("session_id", flat=True))
     return sorted(held)
+
+
+def _detail(text: str) -> dict:
+    try:
+        detail = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return detail if isinstance(detail, dict) else {}
+
+
+def _removed_something(detail: dict) -> bool:
+    """Whether a `session.redact` entry removed a value (a rules run may find none to remove); an
+    entry of an unknown shape is taken to have, so the session is kept."""
+    if "events" not in detail:
+        return True
+    return any(detail.get(name) for name in ("events", "session_fields", "original", "elsewhere"))

@@ -1042,3 +1042,36 @@ def test_replace_keeps_a_session_with_a_checkpoint_someone_set_or_a_value_redact
     # Without them it is replaced, as asked.
     [third] = import_file(path=path, project=project, replace=True)
     assert third.replaced == [again.session.pk]
+
+
+def _checkpoint_set_and_deleted(session, project):
+    from sessions_app import checkpoints
+
+    actor = Actor(user=member("mia", project, Role.MAINTAINER))
+    checkpoint = checkpoints.save_checkpoint(actor=actor, session=session, name="a second look", seq=1)
+    checkpoints.delete_checkpoint(actor=actor, checkpoint=checkpoint)
+
+
+def _rules_run_that_removed_nothing(session, project):
+    from sessions_app.models import RedactionRules
+    from sessions_app.stored_redaction import redact_with_rules, start_rules_job
+
+    RedactionRules.objects.create(
+        project=project, detectors=[], custom=[{"label": "secret", "pattern": "no such secret anywhere"}]
+    )
+    result = redact_with_rules(job=start_rules_job(session=session, actor="mia"))
+    assert result.seqs == [] and not result.session_fields
+    RedactionRules.objects.filter(project=project).delete()
+
+
+@pytest.mark.parametrize("work", [_checkpoint_set_and_deleted, _rules_run_that_removed_nothing])
+def test_replace_replaces_a_session_whose_team_work_left_nothing(project, tmp_path, work):
+    # Its log names a checkpoint or a redaction, but nothing of it is left to lose: kept anyway,
+    # the session could not be replaced at all.
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, run_id="one", steps=2)
+    first = import_file(path=path, project=project)[0].session
+    work(first, project)
+    [again] = import_file(path=path, project=project, replace=True)
+    assert again.replaced == [first.pk] and not Session.objects.filter(pk=first.pk).exists()
+    assert [p for p in again.problems if p["field"] == "replace"] == []
