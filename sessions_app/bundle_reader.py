@@ -553,7 +553,7 @@ def _entries(events: Iterator[tuple[str, Any]], name: str, most: int) -> Iterato
     nests deeper than MAX_DEPTH or holds more than `most` objects and lists in all (one entry of
     a million `{}` is one entry). ijson's path-naming parser makes every event of a read buffer
     with its whole path before handing any over: a list 100,000 deep (27 KB) took 10 GB before
-    a guard on those events could see the first one (a hostile sweep)."""
+    a guard on those events could see the first one."""
     first = next(events, None)
     if first is None or first[0] != "start_array":
         raise BundleError(f"{name}: not a list")

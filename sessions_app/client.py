@@ -277,7 +277,7 @@ class RemoteRecorder:
         )
         self.flush()
         # After the flush: a session whose records all waited for it is created by it, and its
-        # snapshot named no session ("session_id": "", a newcomer's walkthrough of the docs).
+        # snapshot named no session ("session_id": "").
         snapshot = self.get_snapshot()
         self._send_with_retries(
             "POST",

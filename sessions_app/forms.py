@@ -500,7 +500,7 @@ class TourStopAddForm(forms.Form):
             self.add_error("new_tour", "Pick a tour, or give a new tour a title.")
         elif data.get("tour") and data.get("new_tour"):
             # Which one was meant? The title had been dropped without a word, the stop added to
-            # the tour the picker showed (a walkthrough's stop landed in another team's tour).
+            # the tour the picker showed (a stop had landed in another team's tour).
             self.add_error("new_tour", "Pick “a new tour” to make one with this title, or clear the title.")
         return data
 

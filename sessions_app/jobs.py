@@ -113,7 +113,7 @@ def _import(job: ImportJob) -> None:
             _fail(job, too_large_message(size, what="decompressed upload"))
             return
         # What a gzip holds is what its sessions will store: the quota was checked on what its
-        # last member states, which a file of several members can understate (review). The
+        # last member states, which a file of several members can understate. The
         # upload itself is counted already, at its size on disk.
         try:
             check_bytes(project=job.project, size=size - path.stat().st_size, what="gzip's content past its own size")

@@ -49,7 +49,7 @@ class BodyIn(Schema, extra="forbid"):
     @classmethod
     def _json_types_as_declared(cls, value: Any, info: ValidationInfo) -> Any:
         # pydantic's lax mode reads true as 1 for a number: `{"expires_in_days": true}` made a
-        # link of one day, `{"seq": true}` would name event #2 (security sweep); "7" as 7 and 3.0
+        # link of one day, `{"seq": true}` would name event #2; "7" as 7 and 3.0
         # as 3, which a client then believes the API takes; and "yes" or 1 as true
         # (`{"allow_export": "yes"}` allowed exports).
         annotation = cls.model_fields[info.field_name].annotation

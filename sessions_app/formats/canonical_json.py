@@ -103,7 +103,7 @@ class CanonicalEventIn(BaseModel):
     @classmethod
     def _known_step_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         # As the event's own fields: a misspelt StepState field ("action_typ") was dropped
-        # without a word, and the step showed empty (a walkthrough's first live session).
+        # without a word, and the step showed empty.
         unknown = sorted(set(value or ()) - _STEP_FIELDS)
         if unknown:
             raise ValueError(

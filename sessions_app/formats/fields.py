@@ -90,7 +90,7 @@ def payload_object(value: Any, line: int | None, problems: Problems) -> dict[str
 
 # JSON text decoded to be read (shown, or searched for messages) holds at most this many
 # objects and arrays: decoded, each costs some hundred bytes, so 990,000 characters of "[]," made
-# 18 MB and forty of them nearly a gigabyte for one page (security sweep). Text costs no more
+# 18 MB and forty of them nearly a gigabyte for one page. Text costs no more
 # decoded than as it is, and is never what makes a value pass this.
 DECODED_CONTAINERS_LIMIT = 20_000
 

@@ -67,7 +67,7 @@ VALUES_LIMIT = 10_000
 SPANS_LIMIT = 10_000
 # Attributes, events and links a request may hold in all (a batch of 512 spans of 30 attributes
 # holds some 15,000): the per-span limits alone left 10,000 spans of 1,000 empty events each,
-# 5 s and 1.3 GiB for a 57 KB gzip (security sweep).
+# 5 s and 1.3 GiB for a 57 KB gzip.
 ITEMS_PER_REQUEST = 200_000
 
 

@@ -62,7 +62,7 @@ UNRECOGNISED = "not a recognised session format (nothing importable)"
 
 def _unrecognised_note(display_name: str, path: Path) -> str:
     """What more the file's first bytes say of a file no format took (read once):
-    - named .gz but not gzip, said since its name promised otherwise (the walkthrough's case); a
+    - named .gz but not gzip, said since its name promised otherwise; a
       real gzip that holds nothing importable (only blank lines) is not told it is no gzip;
     - UTF-16 text (what Windows PowerShell 5.1's `>` writes): every format reads UTF-8, and
       "not a recognised format" left its owner guessing."""

@@ -23,7 +23,7 @@ MAX_PAGE = 5000
 # the stored text): past this many characters, or past formats.fields.DECODED_CONTAINERS_LIMIT
 # objects and arrays, it is left undecoded and a stand-in says so. One event of 23 MB (up to the
 # API's body limit) took 2 GiB and 6 s to show in the player, for every viewer of it, and forty
-# of 990,000 characters of "[]," 860 MB (security sweep); the API's replay page returns it whole.
+# of 990,000 characters of "[]," 860 MB; the API's replay page returns it whole.
 DECODED_PAYLOAD_LIMIT = 1_000_000
 SEARCH_FANOUT = 32  # probes per query of the filtered-offset search
 LLM_KINDS = (Kind.LLM_CALL, Kind.LLM_RESPONSE)

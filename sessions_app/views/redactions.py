@@ -106,6 +106,8 @@ def _moment(at: str) -> datetime | None:
     shows every time (a bundle restored from elsewhere may hold any text there)."""
     try:
         moment = datetime.fromisoformat(at)
-    except (TypeError, ValueError):
+        # OverflowError: a time at either end of the calendar that UTC takes past it
+        # ("0001-01-01T00:00:00+14:00").
+        return moment.astimezone(UTC) if moment.tzinfo is not None else None
+    except (TypeError, ValueError, OverflowError):
         return None
-    return moment.astimezone(UTC) if moment.tzinfo is not None else None

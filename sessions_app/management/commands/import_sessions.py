@@ -83,7 +83,7 @@ class Command(BaseCommand):
                     reported.add(outcome.path)
         if failed:
             # A session format that imports nothing used to end with status 0: a script went on
-            # as if the file were stored (newcomer walkthrough: `import_sessions notes.txt && ...`).
+            # as if the file were stored (`import_sessions notes.txt && ...`).
             said = [f"{unreadable} could not be read"] if unreadable else []
             if failed > unreadable:
                 said.append(f"{failed - unreadable} imported nothing")
@@ -118,8 +118,8 @@ class Command(BaseCommand):
 
     def _print(self, outcome: ImportOutcome, *, with_problems: bool) -> None:
         # Every line through shown_plainly: a file's name is anyone's words, and one holding a
-        # terminal's escape sequences had set the title and cleared the screen (a hostile-input
-        # review); problem messages escape the values they quote already.
+        # terminal's escape sequences had set the title and cleared the screen; problem messages
+        # escape the values they quote already.
         def out(line: str) -> None:
             self.stdout.write(shown_plainly(line))
 
