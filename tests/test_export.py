@@ -125,3 +125,21 @@ def test_exports_stream_a_chunk_of_events_at_a_time(make_session, monkeypatch):
     session = make_session(events=1000)
     assert len(list(exporting.export_original(session=session))) == 10
     assert len(list(exporting.export_native_jsonl(session=session))) >= 10
+
+
+@pytest.mark.parametrize(
+    "demo", ["agentlens_deploy_review.json", "daycare_interrupted.jsonl", "flux0_support_chat.jsonl"]
+)
+def test_a_snapshot_export_of_every_format_imports_back_by_detection(tmp_path, demo):
+    # The snapshot of an AgentLens session is one line holding "eventType" in its steps: the
+    # sniffer took that for a JSON-lines session's event and refused the file.
+    from pathlib import Path
+
+    from sessions_app.ingest.importing import import_file
+
+    session = import_one(Path(__file__).parent.parent / "demo" / demo)
+    exported = tmp_path / "snapshot.json"
+    write(exported, exporting.export_snapshot(session=session))
+    [again] = import_file(path=exported, project=Project.get_default())
+    assert again.error is None and again.session.source_format == "rlm_snapshot"
+    assert again.session.step_count == session.step_count

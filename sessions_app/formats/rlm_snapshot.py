@@ -18,12 +18,14 @@ a named checkpoint at its step.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import ijson
 import orjson
 
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, ParsedSession, Problems, SessionMeta, StateChange
@@ -46,10 +48,33 @@ def sniff(head: Head) -> bool:
     text_ = head.text.lstrip()
     if not text_.startswith(b"{"):
         return False
-    first_line = text_.splitlines()[0]
-    if b'"event_type"' in first_line or b'"eventType"' in first_line:
+    # An event's own key at the top of the first record: a JSON-lines session. Only at the top:
+    # Replay's snapshot of an AgentLens session, one line, holds "eventType" in its steps.
+    if not _EVENT_KEYS.isdisjoint(_top_keys(text_)):
         return False
     return all(f'"{key}"'.encode() in text_ for key in _HEADER_KEYS)
+
+
+_EVENT_KEYS = frozenset({"event_type", "eventType"})
+_DEPTH = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
+
+
+def _top_keys(data: bytes) -> set[str]:
+    """The top-level keys of the JSON object `data` starts with, as far as `data` reaches (the
+    head of a file: cut anywhere). Read without paths (ijson's basic_parse): a head nested
+    thousands deep costs no more than a flat one."""
+    keys: set[str] = set()
+    depth = 0
+    try:
+        for event, value in ijson.basic_parse(io.BytesIO(data)):
+            if event == "map_key" and depth == 1:
+                keys.add(value)
+            depth += _DEPTH.get(event, 0)
+            if depth == 0:
+                break  # the first record's end
+    except (ijson.JSONError, UnicodeDecodeError):  # the head's cut, or not JSON
+        pass
+    return keys
 
 
 def is_store(path: Path) -> bool:
