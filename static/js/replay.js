@@ -165,6 +165,15 @@
   document.addEventListener("click", function (event) {
     if (event.target.closest && event.target.closest("[data-dismiss-error]")) clearRequestError();
   });
+  // A compare pick (A or B on the sessions list) goes into the address as it is made, as a
+  // filter does: a reload or a copied link keeps it (it had waited for the next filter or page).
+  document.addEventListener("change", function (event) {
+    const input = event.target;
+    if (!input.matches || !input.matches('input[type="radio"][form="compare-form"]')) return;
+    const url = new URL(window.location.href);
+    url.searchParams.set(input.name, input.value);
+    history.replaceState(history.state, "", url);
+  });
   // A tour's stops are replaced whole by a move, an edit or a delete: htmx keeps the focus on a
   // control of the same id (each stop's buttons have their own), and where that control is gone
   // (a stop moved to the top has no "Up") the moved stop itself takes it, not the page.

@@ -95,6 +95,11 @@ def test_two_sessions_on_different_list_pages_compare(watched, lists):
     expect(page.locator("#compare-picks")).to_contain_text("B = run-b")
     expect(_radio(page, "b", b)).to_be_checked()
     _radio(page, "a", a).check()
+    # Both picks are in the address as they are made: a reload keeps them (it had kept neither).
+    assert page.evaluate("new URL(location.href).searchParams.get('a')") == str(a.pk)
+    page.reload()
+    expect(_radio(page, "a", a)).to_be_checked()
+    expect(page.locator("#compare-picks")).to_contain_text("B = run-b")
     page.click("#session-table .compare-button")
     page.wait_for_url("**/compare/?*")
     assert f"a={a.pk}" in page.url and f"b={b.pk}" in page.url
