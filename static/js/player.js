@@ -511,9 +511,23 @@
     if (event.detail.elt && event.detail.elt.id === "controls" && (!event.detail.successful || refused)) {
       player.awaiting = false;
       player.pendingSteps = 0;
-      if (player.playing) setPlaying(false, "Stopped: the next event could not be loaded.");
+      const stopped = player.playing ? "Stopped: the next event could not be loaded. " : "";
+      if (player.playing) setPlaying(false, stopped.trim());
+      if (refused && !$("step-list")) closePlayer(stopped, xhr.status);
     }
   });
+  // A refusal took the step list's place (the session deleted, or closed to you, meanwhile):
+  // there is nothing left to step through. The controls had stayed on and went nowhere, without
+  // a word; they are turned off, and the status line says what to do.
+  function closePlayer(stopped, code) {
+    const form = $("controls");
+    if (form) {
+      Array.prototype.forEach.call(form.querySelectorAll("button, input, select"), function (control) {
+        control.disabled = true;
+      });
+    }
+    status(stopped + "This session can no longer be shown (HTTP " + code + "; the reason is where the events were). Reload the page.");
+  }
   document.addEventListener("htmx:historyRestore", function () {
     setPlaying(false);
     if (player.source) { player.source.close(); player.source = null; }

@@ -184,6 +184,10 @@ def test_play_advances_at_the_chosen_speed_and_stops_at_the_next_user_message(wa
     page.keyboard.press(" ")
     page.wait_for_selector('#play[aria-pressed="false"]', timeout=10_000)
     wait_until(page, "document.getElementById('play-status').textContent.startsWith('Stopped: the next event')")
+    # Nothing is left to step through: the controls are off and say so (they had stayed on and
+    # every later press went nowhere, without a word).
+    assert "can no longer be shown (HTTP 404" in page.inner_text("#play-status")
+    assert page.locator("#play").is_disabled() and page.locator("#speed").is_disabled()
     page.unroute(f"**/sessions/{talk.pk}/?**")
     watch.errors[:] = [e for e in watch.errors if "404" not in e]  # the console reports the refused frame
 
