@@ -8,6 +8,7 @@
 
 (function () {
   const IDLE_MAX_MS = 1500; // a recorded gap longer than this (after speed) is compressed
+  const LATE_MS = 60; // a frame that came this much later than its recorded gap: playback is behind
   const DRAG_EVERY_MS = 120; // while scrubbing, at most one step request per this interval
   const FOLLOW_EVERY_MS = 300; // a live session's player jumps to new events at most this often
   const player = { playing: false, timer: null, stopAt: null, dragging: false, dragTimer: null,
@@ -105,6 +106,11 @@
         note = "Idle " + humanMs(gap) + " compressed to " + (IDLE_MAX_MS / 1000) + " s";
         delay = IDLE_MAX_MS;
       }
+    }
+    // Each event is one request: where the recorded gaps are shorter than a request takes, the
+    // player falls behind the recording, and says so rather than claim the recorded time.
+    if (recordedPace() && performance.now() - player.frameAskedAt > delay + LATE_MS) {
+      note += " (behind: each event takes longer to load than its recorded gap)";
     }
     // Playing to a tour's stop: stop there even when a filter hides its event.
     const arriving = tourStop && target >= tourStop.seq ? tourStop.number : null;

@@ -202,6 +202,25 @@ def test_recorded_pace_follows_the_real_gaps(watched, analyst, talk):
     elapsed = time.monotonic() - started
     assert frame(page)["seq"] == turn_length()
     assert elapsed >= 0.9 * turn_length() * 0.2
+    assert "behind" not in page.inner_text("#play-status")
+    # Each event slower to load (400 ms) than its recorded gap at 5x (200 ms): the player says it
+    # is behind the recording (it had claimed "in recorded time" while running at half of it).
+    said = []
+    page.expose_function("noteStatus", lambda text: said.append(text))
+    page.evaluate("new MutationObserver(() => noteStatus(document.getElementById('play-status').textContent))"
+                  ".observe(document.getElementById('play-status'), {childList: true, characterData: true, subtree: true})")  # fmt: skip
+
+    def slowly(route):
+        time.sleep(0.4)
+        route.continue_()
+
+    page.route(f"**/sessions/{talk.pk}/?**", slowly)
+    page.click("#start")
+    settle(page)
+    page.click("#play")
+    page.wait_for_selector('#play[aria-pressed="false"]', timeout=20_000)
+    page.unroute(f"**/sessions/{talk.pk}/?**")
+    assert any("Playing in recorded time at 5× (behind: each event takes longer" in text for text in said), said
     watch.assert_clean()
 
 
