@@ -599,3 +599,14 @@ def test_a_number_past_a_double_is_read_as_null_and_the_document_goes_on(body, t
         "id": "big", "v": None, "w": [None],
     }  # fmt: skip
     assert problems == []
+
+
+def test_a_nan_after_the_syntax_error_of_a_one_line_document_is_not_reported(tmp_path):
+    # The words past the stop were left out by their line: on the stop's own line (a document
+    # written on one line) one after the error was still said to be "read as null".
+    text = b'[{"id": "e0", "a": NaN}, {"id": "e1", "a": 2}, {"id": "e2", "a": 3,,}, {"id": "e3", "a": Infinity}]'
+    found, problems = read(write(tmp_path, text))
+    assert [value["id"] for _, value in found] == ["e0", "e1"]
+    said = [message for _, _, message in problems]
+    assert "NaN: JSON has no such number; read as null" in said
+    assert not any(message.startswith("Infinity") for message in said), said

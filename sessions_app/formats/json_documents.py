@@ -168,6 +168,7 @@ class JsonDocument:
         self.after: After | None = None
         self.stopped = False  # at a syntax error, reported
         self._stopped_line: int | None = None  # and its line: no line after it was read
+        self._stopped_at: int | None = None  # and the byte of a syntax error that stopped it
         self._exact = False  # numbers read exactly (an integer past 64 bits was met), then made floats
         # Byte ranges of the records over the limit: blanked (`_blanked`) in every later reading.
         self._long: list[tuple[int, int]] = []
@@ -370,7 +371,7 @@ class JsonDocument:
         if self._non_finite:
             return False
 
-        def found(line: int, word: bytes) -> None:
+        def found(line: int, word: bytes, offset: int) -> None:
             raise _NonFinite(line)
 
         try:
@@ -386,14 +387,14 @@ class JsonDocument:
 
     def _say_non_finite(self) -> None:
         """Report each bare NaN, Infinity and -Infinity read as null on its line (but in records
-        over the limit, never read), once the readings are over: none past the line they stopped
-        on, which no reading read."""
+        over the limit, never read), once the readings are over: none past where they stopped
+        (the byte of a syntax error; else the line), which no reading read."""
         if not self._non_finite:
             return
-        said, last = self.problems.add, self._stopped_line
+        said, last, stop = self.problems.add, self._stopped_line, self._stopped_at
 
-        def report(line: int, word: bytes) -> None:
-            if last is not None and line > last:
+        def report(line: int, word: bytes, offset: int) -> None:
+            if (stop is not None and offset > stop) or (last is not None and line > last):
                 raise _NonFinite(line)
             said(line, "line", f"{word.decode()}: JSON has no such number; read as null")
 
@@ -402,16 +403,17 @@ class JsonDocument:
         except _NonFinite:
             pass  # past the last line read
 
-    def _stop_on(self, line: int) -> None:
-        self.stopped, self._stopped_line = True, line
+    def _stop_on(self, line: int, offset: int | None = None) -> None:
+        self.stopped, self._stopped_line, self._stopped_at = True, line, offset
 
     def _stop(self, error: Exception, failed_at: int) -> None:
-        line, column, ended, rest = _locate(self._blocks(), failed_at, exact=self._exact)
+        line, column, ended, rest, at = _locate(self._blocks(), failed_at, exact=self._exact)
         reason = _reason(error)
         if reason == "trailing garbage":
             self.after = After(line, column, rest)
             return
-        self._stop_on(line)
+        # The byte, when it is of the text `_say_non_finite` reads (NaN read as null by now).
+        self._stop_on(line, at if self._non_finite else None)
         if ended:
             self.problems.add(
                 line, "line", "file ends inside the JSON document (truncated); the rest could not be read"
@@ -712,18 +714,19 @@ class _Feed:
                     line += 1
 
 
-def _locate(blocks: Iterator[bytes], failed_at: int, *, exact: bool) -> tuple[int, int, bool, Iterator[bytes]]:
+def _locate(blocks: Iterator[bytes], failed_at: int, *, exact: bool) -> tuple[int, int, bool, Iterator[bytes], int]:
     """Where the parser stops, fed the document again: (line, column, whether it stopped at the
-    end, for a text after the document the bytes from there on). Up to `failed_at`, where the
-    piece the first reading failed in starts, it is fed in blocks; then a byte at a time."""
+    end, for a text after the document the bytes from there on, the offset of the byte). Up to
+    `failed_at`, where the piece the first reading failed in starts, it is fed in blocks; then a
+    byte at a time."""
     spot = _Spot()
     try:
         deque(_reader(exact).basic_parse(spot.feed(blocks, failed_at), use_float=not exact), maxlen=0)
     except _BAD_INPUT:
         pass
     if spot.ended:  # a truncated document: where its last character is
-        return spot.last_line, spot.last_column, True, iter(())
-    return spot.line, spot.column, False, spot.rest
+        return spot.last_line, spot.last_column, True, iter(()), spot.offset
+    return spot.line, spot.column, False, spot.rest, spot.offset
 
 
 class _Spot:
@@ -731,6 +734,7 @@ class _Spot:
 
     def __init__(self) -> None:
         self.line = self.column = 1
+        self.offset = 0  # of the byte read last
         self.last_line = self.last_column = 1  # of the last byte that is not whitespace
         self.ended = False
         self._pieces: Iterator[bytes] = iter(())
@@ -767,7 +771,7 @@ class _Spot:
                 column = whole - head.rfind(b"\n") if breaks else column + whole
             for index in range(whole, len(block)):
                 byte = block[index : index + 1]
-                self.line, self.column = line, column
+                self.line, self.column, self.offset = line, column, offset + index
                 self._at = (block, index, blocks)
                 if byte not in _WHITESPACE:
                     self.last_line, self.last_column = line, column
@@ -922,12 +926,14 @@ _INSIDE_STRINGS = re.compile(rb'\\.|"', re.DOTALL)
 _LONGEST_WORD = len(b"-Infinity")
 
 
-def _nulled(blocks: Iterable[bytes], on_word: Callable[[int, bytes], None] | None = None) -> Iterator[bytes]:
+def _nulled(blocks: Iterable[bytes], on_word: Callable[[int, bytes, int], None] | None = None) -> Iterator[bytes]:
     """The document with each bare NaN, Infinity and -Infinity outside strings written as null
-    (`on_word`: told each, with its line), as it streams: memory holds a block and the few bytes
-    that may begin a word or an escape at its end. "NaN" grows by a byte: every reading goes
-    through here, so the offsets readings compare are all of this text."""
+    (`on_word`: told each, with its line and the offset of its null in the text written), as it
+    streams: memory holds a block and the few bytes that may begin a word or an escape at its
+    end. "NaN" grows by a byte: every reading goes through here, so the offsets readings compare
+    are all of this text."""
     inside, carry, line = False, b"", 1  # line: of the text's byte at `seen`
+    written = 0  # the bytes yielded so far
     for block in chain(blocks, [b""]):
         last = not block
         text = carry + block
@@ -944,13 +950,15 @@ def _nulled(blocks: Iterable[bytes], on_word: Callable[[int, bytes], None] | Non
                 if on_word is not None:
                     line += text.count(b"\n", seen, found.start())
                     seen = found.start()
-                    on_word(line, found.group())
+                    on_word(line, found.group(), written + len(out) - 4)
         cut = len(text) if last else max(position, len(text) - _LONGEST_WORD)
         if on_word is not None:
             line += text.count(b"\n", seen, cut)
         carry = text[cut:]
         if not copied:  # nothing written as null: the text itself
+            written += cut
             yield text[:cut]
             continue
         out += memoryview(text)[copied:cut]
+        written += len(out)
         yield bytes(out)
