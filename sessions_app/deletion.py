@@ -126,4 +126,6 @@ def _removed_something(detail: dict) -> bool:
     entry of an unknown shape is taken to have, so the session is kept."""
     if "events" not in detail:
         return True
-    return any(detail.get(name) for name in ("events", "session_fields", "original", "elsewhere"))
+    # The original kept "deleted" (the rules keep none) or "unchanged" removed no value from it.
+    removed = any(detail.get(name) for name in ("events", "session_fields", "elsewhere"))
+    return removed or detail.get("original") == "rewritten"

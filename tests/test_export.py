@@ -143,3 +143,17 @@ def test_a_snapshot_export_of_every_format_imports_back_by_detection(tmp_path, d
     [again] = import_file(path=exported, project=Project.get_default())
     assert again.error is None and again.session.source_format == "rlm_snapshot"
     assert again.session.step_count == session.step_count
+
+
+def test_a_json_lines_file_whose_first_line_holds_a_nan_is_not_taken_for_a_snapshot(tmp_path):
+    # The top-level keys were read with ijson, which stops at a bare NaN: the event's own key
+    # after it went unseen, and snapshot-like words further on made the file a snapshot of nothing.
+    from sessions_app.formats import Source, detect
+
+    line = (
+        b'{"elapsed": NaN, "event_type": "session_start", "timestamp": "2026-02-08T10:00:00+00:00", "step": 0,'
+        b' "data": {"task": "t", "config": {"snapshot_id": 1, "session_id": "s", "total_steps": 3}}, "run_id": "r1"}'
+    )
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(line + b"\n")
+    assert detect(Source(path=path)) == "rlm_native"

@@ -610,3 +610,11 @@ def test_a_nan_after_the_syntax_error_of_a_one_line_document_is_not_reported(tmp
     said = [message for _, _, message in problems]
     assert "NaN: JSON has no such number; read as null" in said
     assert not any(message.startswith("Infinity") for message in said), said
+
+
+def test_the_column_of_a_syntax_error_is_the_files_after_a_nan_on_its_line(tmp_path):
+    # Counted in the text read, where NaN is "null" (a byte longer) and Infinity four shorter.
+    text = b'[{"id": "e0", "a": NaN}, {"id": "e1", "a": -Infinity}, {"id": "e2", "a": 3,,}]'
+    _, problems = read(write(tmp_path, text))
+    said = [message for _, _, message in problems if message.startswith("malformed")]
+    assert said and said[0].startswith(f"malformed JSON at column {text.index(b',,') + 2}:"), said

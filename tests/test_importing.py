@@ -22,7 +22,7 @@ from sessions_app import comments, reviews, sharing, tours
 from sessions_app.access import Actor
 from sessions_app.canonical import Kind, Problems
 from sessions_app.ingest import importing
-from sessions_app.ingest.importing import import_file
+from sessions_app.ingest.importing import import_file, import_local_file
 from sessions_app.models import AuditEntry, Comment, Event, ImportJob, Project, Role, Session, TourStop
 
 from .builders_ingest import watch_job_progress
@@ -1064,14 +1064,17 @@ def _rules_run_that_removed_nothing(session, project):
     RedactionRules.objects.filter(project=project).delete()
 
 
+@pytest.mark.parametrize("kept", [False, True], ids=["file not kept", "file kept"])
 @pytest.mark.parametrize("work", [_checkpoint_set_and_deleted, _rules_run_that_removed_nothing])
-def test_replace_replaces_a_session_whose_team_work_left_nothing(project, tmp_path, work):
+def test_replace_replaces_a_session_whose_team_work_left_nothing(project, tmp_path, work, kept):
     # Its log names a checkpoint or a redaction, but nothing of it is left to lose: kept anyway,
-    # the session could not be replaced at all.
+    # the session could not be replaced at all. (A kept file, as an upload's, is one the rules
+    # run deletes or leaves unchanged: no value removed either.)
     path = tmp_path / "full.jsonl"
     record_full_session(path, run_id="one", steps=2)
-    first = import_file(path=path, project=project)[0].session
+    load = import_local_file if kept else import_file
+    first = load(path=path, project=project)[0].session
     work(first, project)
-    [again] = import_file(path=path, project=project, replace=True)
+    [again] = load(path=path, project=project, replace=True)
     assert again.replaced == [first.pk] and not Session.objects.filter(pk=first.pk).exists()
     assert [p for p in again.problems if p["field"] == "replace"] == []

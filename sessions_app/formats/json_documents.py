@@ -15,12 +15,12 @@ in Python: for an rlm snapshot, whose members and steps all need their lines; 20
 (16 MB) read in about 1.3 s.
 
 yajl reads numbers as doubles and 64-bit integers; an integer past 64 bits (an rlm snapshot of a
-variable holding factorial(25)) or a number past a double (1e400) is a syntax error to it that way. The reading then goes on from
-the record it stopped at with exact numbers (Python integers and Decimals, read by ijson's
-pure-Python parser: see _EXACT_READER), each value then made what the fast reading gives
-(`_as_read`): a decimal is a float, an integer past 64 bits the float it rounds to, as orjson
-reads a JSON line (null past any float). Only such a document pays for it; an integer of more than 4,300 digits ends
-it, as a syntax error does.
+variable holding factorial(25)) or a number past a double (1e400) is a syntax error to it that
+way. The reading then goes on from the record it stopped at with exact numbers (Python integers
+and Decimals, read by ijson's pure-Python parser: see _EXACT_READER), each value then made what
+the fast reading gives (`_as_read`): a decimal is a float, an integer past 64 bits the float it
+rounds to, as orjson reads a JSON line (null past any float). Only such a document pays for it;
+an integer of more than 4,300 digits ends it, as a syntax error does.
 
 A syntax error ends the document: the parser cannot go on past it. What came before it is kept;
 the error is one problem naming its line and column, found by feeding the document again, in
@@ -366,8 +366,8 @@ class JsonDocument:
         """Whether the reading stopped at a bare NaN, Infinity or -Infinity (not yet read as
         null): the document's first is on the line the parser stopped on or before it, whatever
         the parser said there (the exact reader stops past the word); one after it is not what
-        stopped the reading, nor read (a syntax error before it had been taken for it). A stop for another reason is met again,
-        and said, in the next reading."""
+        stopped the reading, nor read (a syntax error before it had been taken for it). A stop
+        for another reason is met again, and said, in the next reading."""
         if self._non_finite:
             return False
 
@@ -403,6 +403,24 @@ class JsonDocument:
         except _NonFinite:
             pass  # past the last line read
 
+    def _grown_before(self, line: int, at: int) -> int:
+        """How many bytes `line` grew before byte `at` of the text read, its words read as null
+        ("NaN" one more, "Infinity" four fewer): the file's column is that many fewer."""
+        grown = 0
+
+        def count(word_line: int, word: bytes, offset: int) -> None:
+            nonlocal grown
+            if offset >= at:
+                raise _NonFinite(word_line)
+            if word_line == line:
+                grown += 4 - len(word)
+
+        try:
+            deque(_nulled(self._raw_blocks(), on_word=count), maxlen=0)
+        except _NonFinite:
+            pass  # past the stop
+        return grown
+
     def _stop_on(self, line: int, offset: int | None = None) -> None:
         self.stopped, self._stopped_line, self._stopped_at = True, line, offset
 
@@ -414,6 +432,8 @@ class JsonDocument:
             return
         # The byte, when it is of the text `_say_non_finite` reads (NaN read as null by now).
         self._stop_on(line, at if self._non_finite else None)
+        if self._non_finite:
+            column -= self._grown_before(line, at)
         if ended:
             self.problems.add(
                 line, "line", "file ends inside the JSON document (truncated); the rest could not be read"

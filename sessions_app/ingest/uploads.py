@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from django.conf import settings
 from django.core.files.move import file_move_safe
@@ -77,14 +77,18 @@ def check_declared_size(content_length: str | int | None) -> int:
 
 
 @contextmanager
-def upload_atomically(**accept: Any) -> Iterator[ImportJob]:
+def upload_atomically(
+    *, uploaded_file: UploadedFile, project: Project, format: str = "", created_by: str = ""
+) -> Iterator[ImportJob]:
     """`accept_upload` in one transaction with what the caller does with its job (queues it, logs
     it): all or none of it. Whatever fails, the commit too, takes the kept file with it (a file
-    without a job is one nothing would ever delete); an upload logged nowhere is no upload."""
+    without a job is one nothing would ever delete); an upload logged nowhere is no upload.
+    Called outside any transaction (a view's): an outer one rolled back later would leave the
+    file behind."""
     job = None
     try:
         with transaction.atomic():
-            job = accept_upload(**accept)
+            job = accept_upload(uploaded_file=uploaded_file, project=project, format=format, created_by=created_by)
             yield job
     except BaseException:
         if job is not None:
