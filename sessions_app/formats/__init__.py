@@ -452,6 +452,9 @@ class Head:
     source: Source
     text: bytes = b""
     records: list[dict[str, Any]] = field(default_factory=list)
+    # Whether the first line read whole is the first of `records` (a JSON-lines file's first
+    # record, or a JSON document written on one line); a cut or pretty-printed one is not.
+    first_line_read: bool = False
 
     @classmethod
     def of(cls, source: Source, *, max_records: int = 20) -> Head:
@@ -469,14 +472,16 @@ class Head:
         if text.startswith(BOM):
             text = text[3:]
         records = []
-        for line in text.splitlines()[:max_records]:
+        first_line_read = False
+        for index, line in enumerate(text.splitlines()[:max_records]):
             try:
                 value = orjson.loads(line)
             except orjson.JSONDecodeError:
                 value = _load_with_nan(line.strip())
             if isinstance(value, dict):
                 records.append(value)
-        return cls(source=source, text=text, records=records)
+                first_line_read = first_line_read or index == 0
+        return cls(source=source, text=text, records=records, first_line_read=first_line_read)
 
 
 # Each format's NAME and its module, in detection order (most specific first).

@@ -29,7 +29,7 @@ import ijson
 import orjson
 
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, ParsedSession, Problems, SessionMeta, StateChange
-from . import Head, Source, cannot_store, load_python_json
+from . import Head, Source, cannot_store
 from .fields import json_kind
 from .json_documents import JsonDocument
 from .rlm_native import mapping, number, parse_timestamp, text
@@ -50,7 +50,7 @@ def sniff(head: Head) -> bool:
         return False
     # An event's own key at the top of the first record: a JSON-lines session. Only at the top:
     # Replay's snapshot of an AgentLens session, one line, holds "eventType" in its steps.
-    if not _EVENT_KEYS.isdisjoint(_first_keys(text_)):
+    if not _EVENT_KEYS.isdisjoint(_first_keys(head)):
         return False
     return all(f'"{key}"'.encode() in text_ for key in _HEADER_KEYS)
 
@@ -59,19 +59,13 @@ _EVENT_KEYS = frozenset({"event_type", "eventType"})
 _DEPTH = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
 
 
-def _first_keys(text_: bytes) -> set[str]:
-    """The top-level keys of the first record: its line read whole when the head holds it (with
-    Python's reader too, as a JSON-lines reader reads a line holding a bare NaN), else as far as
-    the head reaches."""
-    first_line = text_.split(b"\n", 1)[0]
-    try:
-        value = orjson.loads(first_line)
-    except orjson.JSONDecodeError:
-        try:
-            value = load_python_json(first_line.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            value = None
-    return set(value) if isinstance(value, dict) else _top_keys(text_)
+def _first_keys(head: Head) -> set[str]:
+    """The top-level keys of the first record: as the head read its first line (with Python's
+    reader too, as a JSON-lines reader reads a line holding a bare NaN), else as far as the
+    head's bytes reach."""
+    if head.first_line_read:
+        return set(head.records[0])
+    return _top_keys(head.text.lstrip())
 
 
 def _top_keys(data: bytes) -> set[str]:
