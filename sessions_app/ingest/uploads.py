@@ -11,15 +11,13 @@ import re
 import shutil
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from django.conf import settings
 from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
 from django.utils import timezone
 
 from replay_site.files import private_folder
@@ -74,26 +72,6 @@ def check_declared_size(content_length: str | int | None) -> int:
     if length > max_upload_bytes() + MULTIPART_ENVELOPE:
         raise UploadTooLarge(too_large_message(length))
     return length
-
-
-@contextmanager
-def upload_atomically(
-    *, uploaded_file: UploadedFile, project: Project, format: str = "", created_by: str = ""
-) -> Iterator[ImportJob]:
-    """`accept_upload` in one transaction with what the caller does with its job (queues it, logs
-    it): all or none of it. Whatever fails, the commit too, takes the kept file with it (a file
-    without a job is one nothing would ever delete); an upload logged nowhere is no upload.
-    Called outside any transaction (a view's): an outer one rolled back later would leave the
-    file behind."""
-    job = None
-    try:
-        with transaction.atomic():
-            job = accept_upload(uploaded_file=uploaded_file, project=project, format=format, created_by=created_by)
-            yield job
-    except BaseException:
-        if job is not None:
-            Path(job.stored_path).unlink(missing_ok=True)
-        raise
 
 
 def accept_upload(
