@@ -33,6 +33,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
@@ -417,17 +418,19 @@ def load_python_json(text: str) -> Any:
     field holding one is then reported as null. Raises what `json.loads` raises."""
     import json
 
-    return json.loads(
-        text, parse_constant=_constant_as_null, parse_int=int_as_orjson_reads, parse_float=_finite_or_null
-    )
+    return json.loads(text, parse_constant=_constant_as_null, parse_int=int_as_orjson_reads, parse_float=finite_or_null)
 
 
 def _constant_as_null(name: str) -> None:
     return None
 
 
-def _finite_or_null(digits: str) -> float | None:
-    value = float(digits)
+def finite_or_null(number: str | int | Decimal) -> float | None:
+    """The float a number rounds to, null past any float (JSON cannot write infinity)."""
+    try:
+        value = float(number)
+    except OverflowError:
+        return None
     return value if math.isfinite(value) else None
 
 

@@ -30,8 +30,8 @@ to the caller (`after`), which may read it some other way.
 
 from __future__ import annotations
 
+import io
 import json
-import math
 import re
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -44,7 +44,7 @@ from typing import Any
 import ijson
 
 from ..canonical import Problems
-from . import MAX_DEPTH, NOT_UTF8, Source, read_blocks, size_text, too_long, whole_line_breaks
+from . import MAX_DEPTH, NOT_UTF8, Source, finite_or_null, read_blocks, size_text, too_long, whole_line_breaks
 from .fields import json_kind
 
 _PIECE_BYTES = 1 << 16
@@ -106,6 +106,24 @@ _DEEPEST = 2 * MAX_DEPTH
 _PATHS_BUDGET = 64 * 1024 * 1024
 _LEVEL = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
 _EVENT_NAME = itemgetter(0)
+
+
+def top_level_keys(data: bytes) -> set[str]:
+    """The top-level keys of the JSON object `data` starts with, as far as `data` reaches (a
+    file's head: cut anywhere). Read without paths (ijson's basic_parse), as _Nesting reads: a
+    head nested thousands deep costs no more than a flat one."""
+    keys: set[str] = set()
+    depth = 0
+    try:
+        for event, value in ijson.basic_parse(io.BytesIO(data)):
+            if event == "map_key" and depth == 1:
+                keys.add(value)
+            depth += _LEVEL.get(event, 0)
+            if depth == 0:
+                break  # the first record's end
+    except (ijson.JSONError, UnicodeDecodeError):  # the head's cut, or not JSON
+        pass
+    return keys
 
 
 class _Nesting:
@@ -589,18 +607,10 @@ def _as_read(value: Any) -> Any:
                 value[index] = _as_read(item)
         return value
     if type(value) is int and not -(2**63) <= value < 2**64:
-        return _finite(value)
+        return finite_or_null(value)
     if isinstance(value, Decimal):
-        return _finite(value)
+        return finite_or_null(value)
     return value
-
-
-def _finite(number: int | Decimal) -> float | None:
-    try:
-        value = float(number)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 _CONTAINERS_AND_NUMBERS = frozenset({dict, list, int, Decimal})

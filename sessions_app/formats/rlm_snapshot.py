@@ -18,20 +18,18 @@ a named checkpoint at its step.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import ijson
 import orjson
 
 from ..canonical import CanonicalEvent, CheckpointSpec, Kind, ParsedSession, Problems, SessionMeta, StateChange
 from . import Head, Source, cannot_store
 from .fields import json_kind
-from .json_documents import JsonDocument
+from .json_documents import JsonDocument, top_level_keys
 from .rlm_native import mapping, number, parse_timestamp, text
 from .step_state import STEP_DEFAULTS
 
@@ -56,7 +54,6 @@ def sniff(head: Head) -> bool:
 
 
 _EVENT_KEYS = frozenset({"event_type", "eventType"})
-_DEPTH = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
 
 
 def _first_keys(head: Head) -> set[str]:
@@ -65,25 +62,7 @@ def _first_keys(head: Head) -> set[str]:
     head's bytes reach."""
     if head.first_line_read:
         return set(head.records[0])
-    return _top_keys(head.text.lstrip())
-
-
-def _top_keys(data: bytes) -> set[str]:
-    """The top-level keys of the JSON object `data` starts with, as far as `data` reaches (the
-    head of a file: cut anywhere). Read without paths (ijson's basic_parse): a head nested
-    thousands deep costs no more than a flat one."""
-    keys: set[str] = set()
-    depth = 0
-    try:
-        for event, value in ijson.basic_parse(io.BytesIO(data)):
-            if event == "map_key" and depth == 1:
-                keys.add(value)
-            depth += _DEPTH.get(event, 0)
-            if depth == 0:
-                break  # the first record's end
-    except (ijson.JSONError, UnicodeDecodeError):  # the head's cut, or not JSON
-        pass
-    return keys
+    return top_level_keys(head.text.lstrip())
 
 
 def is_store(path: Path) -> bool:
