@@ -792,3 +792,21 @@ def test_names_a_bundle_restores_cannot_turn_the_text_after_them(bundle, session
     assert turned not in page
     for name in ("mallory", "ceo", "eve", "rex"):
         assert f"<bdi>{name}\\u202e</bdi>" in page, name
+
+
+def test_the_bundle_a_kept_original_came_in_is_named_plainly(bundle, elsewhere, client, tmp_path):
+    # A bundle imported by its path (no upload's cleaned name) is named by its file's name, and a
+    # right-to-left override in it would turn the name around where the imports list and the
+    # job's page say which bundle carried the original: written out as its code point there,
+    # as an upload's own name is.
+    renamed = tmp_path / "evidence\u202eelif.zip"
+    renamed.write_bytes(bundle.read_bytes())
+    (outcome,) = import_file(path=renamed, project=elsewhere)
+    kept = ImportJob.objects.get(pk=outcome.session.import_job_id)
+    assert "\u202e" in kept.carried_by
+    client.force_login(member("max", elsewhere, Role.MAINTAINER))
+    for url in ("/imports/", f"/imports/{kept.pk}/", "/sessions/"):
+        page = client.get(url)
+        text = page.content.decode()
+        assert page.status_code == 200 and "\u202e" not in text, url
+    assert "evidence\\u202eelif.zip" in client.get(f"/imports/{kept.pk}/").content.decode()
