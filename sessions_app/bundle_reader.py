@@ -411,7 +411,7 @@ _LINE_CONTAINERS = 16
 
 def _nested(line: bytes) -> bool:
     containers = 0
-    for kind, _value in ijson.basic_parse(line):
+    for kind, _value in ijson.basic_parse(line, use_float=True):  # see json_documents._EXACT_READER
         if kind in ("start_map", "start_array"):
             containers += 1
             if containers > _LINE_CONTAINERS:

@@ -520,3 +520,28 @@ def test_a_folder_entry_climbing_out_of_the_bundle_is_refused(bundle, tmp_path):
             out.writestr(member, source.read(member))
         out.writestr(zipfile.ZipInfo("../outside/"), b"")
     assert refused(target, server_key()) == "bundle NOT OK: '../outside/': not a plain path inside the bundle"
+
+
+def test_an_event_line_with_an_integer_past_4300_digits_is_refused_and_the_process_stays_sound():
+    # A line with many brackets is first parsed by ijson's C parser to count what nests; asked for
+    # exact numbers, it makes each integer with int(), whose refusal past 4,300 digits it does not
+    # hand on (a SystemError at the next call, then a segmentation fault). In a process of its
+    # own, as it would crash the suite's.
+    import subprocess
+    import sys
+
+    script = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'replay_site.settings'); django.setup()\n"
+        "from sessions_app.bundle_reader import BundleError, _event_line\n"
+        "line = b'{\"seq\": 9' + b'9' * 5000 + b', \"payload\": \"' + b'{' * 10001 + b'\"}'\n"
+        "said = []\n"
+        "for _ in range(3):\n"
+        "    try:\n"
+        "        _event_line(line, 1)\n"
+        "    except BundleError as error:\n"
+        "        said.append(str(error)[:40])\n"
+        "print(said)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-400:])
+    assert done.stdout.count("events.jsonl line 1") == 3, done.stdout

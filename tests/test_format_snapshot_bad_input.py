@@ -329,3 +329,36 @@ def test_a_snapshot_without_steps_but_with_its_id_is_no_such_problem(tmp_path):
     for session in rlm_snapshot.parse(Source(path=path), problems):
         list(session.events)
     assert not [p for p in problems.to_list() if p["field"] == "steps"]
+
+
+def test_detecting_a_head_with_an_integer_past_4300_digits_leaves_the_process_sound(tmp_path):
+    # The head's top-level keys are read by ijson's C parser: asked for exact numbers, it makes
+    # each integer with int(), whose refusal past 4,300 digits it does not hand on (a SystemError
+    # at the next call, then a segmentation fault: a worker's every later job). In a process of
+    # its own, as it would crash the suite's.
+    import subprocess
+    import sys
+
+    path = tmp_path / "big.json"
+    path.write_text('{\n  "steps": [],\n  "n": 9' + "9" * 5000 + "\n}\n")
+    script = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'replay_site.settings'); django.setup()\n"
+        "from pathlib import Path; from sessions_app.formats import Source, detect\n"
+        f"print([detect(Source(path=Path({str(path)!r}))) for _ in range(3)])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[None, None, None]", (done.returncode, done.stderr[-300:])
+
+
+def test_the_head_s_keys_are_read_no_deeper_than_a_document_may_nest():
+    # Past the depth at which a document stops (twice MAX_DEPTH) nothing is read: a one-line
+    # head of millions of "[" cost seconds of detection for nothing.
+    from sessions_app.formats import MAX_DEPTH
+    from sessions_app.formats.json_documents import top_level_keys
+
+    deep = 2 * MAX_DEPTH + 5
+    head = b'{"snapshot_id": 1, "a": ' + b"[" * deep + b"]" * deep + b', "b": 2}'
+    assert top_level_keys(head) == {"snapshot_id", "a"}
+    shallow = 2 * MAX_DEPTH - 5
+    head = b'{"snapshot_id": 1, "a": ' + b"[" * shallow + b"]" * shallow + b', "b": 2}'
+    assert top_level_keys(head) == {"snapshot_id", "a", "b"}

@@ -111,16 +111,18 @@ _EVENT_NAME = itemgetter(0)
 def top_level_keys(data: bytes) -> set[str]:
     """The top-level keys of the JSON object `data` starts with, as far as `data` reaches (a
     file's head: cut anywhere). Read without paths (ijson's basic_parse), as _Nesting reads: a
-    head nested thousands deep costs no more than a flat one."""
+    head nested thousands deep costs no more than a flat one; and no deeper than a document may
+    nest (_DEEPEST), where reading it would stop. Numbers as floats, as _Nesting reads them
+    unless asked for exact ones (see _EXACT_READER: a long integer crashed the process)."""
     keys: set[str] = set()
     depth = 0
     try:
-        for event, value in ijson.basic_parse(io.BytesIO(data)):
+        for event, value in ijson.basic_parse(io.BytesIO(data), use_float=True):
             if event == "map_key" and depth == 1:
                 keys.add(value)
             depth += _LEVEL.get(event, 0)
-            if depth == 0:
-                break  # the first record's end
+            if depth == 0 or depth > _DEEPEST:
+                break  # the first record's end, or as deep as a document is read
     except (ijson.JSONError, UnicodeDecodeError):  # the head's cut, or not JSON
         pass
     return keys
