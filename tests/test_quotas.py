@@ -221,6 +221,43 @@ def test_an_import_stops_adding_sessions_at_the_quota_with_a_problem(project, tm
     ]
 
 
+
+def test_a_file_already_stored_is_said_so_at_the_quota_not_refused(project, tmp_path):
+    # The same file twice is one session (README): at the quota too, it is found stored, not
+    # refused as a session more. A new session of the same file still meets the quota.
+    path = write_canonical_file(tmp_path / "two.jsonl", sessions=2, events=4)
+    first = import_file(path=path, project=project)
+    assert [o.duplicate for o in first] == [False, False]
+    project.max_sessions = 2
+    project.save()
+    again = import_file(path=path, project=project)
+    assert [(o.session.pk, o.duplicate) for o in again] == [(o.session.pk, True) for o in first]
+    assert again[0].problems == [] and Session.objects.count() == 2
+    grown = write_canonical_file(tmp_path / "three.jsonl", sessions=3, events=4)
+    outcomes = import_file(path=grown, project=project)
+    assert [o.duplicate for o in outcomes] == [True, True] and Session.objects.count() == 2
+    assert [(p["field"], p["message"]) for p in outcomes[0].problems] == [
+        ("session", "file-session-2 not imported: project default's sessions quota is reached")
+    ]
+
+
+def test_a_replacing_import_at_the_quota_replaces_one_by_one(project, tmp_path):
+    # Replacing deletes the session it supersedes as it adds its successor: at the quota, the
+    # count stays within it. One that supersedes nothing is still one more, and refused.
+    path = write_canonical_file(tmp_path / "two.jsonl", sessions=2, events=4)
+    before = {o.session.pk for o in import_file(path=path, project=project)}
+    project.max_sessions = 2
+    project.save()
+    changed = write_canonical_file(tmp_path / "changed.jsonl", sessions=3, events=5)
+    outcomes = import_file(path=changed, project=project, replace=True)
+    stored = [o for o in outcomes if o.session is not None]
+    assert len(stored) == 2 and not any(o.duplicate for o in stored)
+    assert sorted(pk for o in stored for pk in o.replaced) == sorted(before)
+    assert set(Session.objects.values_list("pk", flat=True)) == {o.session.pk for o in stored}
+    assert [(p["field"], p["message"]) for p in outcomes[0].problems] == [
+        ("session", "file-session-2 not imported: project default's sessions quota is reached")
+    ]
+
 # --- the upload page and the project page ---------------------------------------------------
 
 

@@ -39,7 +39,7 @@ from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from ..worker_liveness import heartbeat, this_worker
 from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
-from .quotas import sessions_left
+from .quotas import limits_of, sessions_left
 from .uploads import display_name, keep_local_file, settle_original
 from .writer import (
     append_events,
@@ -47,6 +47,8 @@ from .writer import (
     collector_paused,
     create_session,
     finish_session,
+    short_text,
+    text_redactor,
 )
 
 logger = logging.getLogger(__name__)
@@ -154,6 +156,11 @@ class _Duplicate(Exception):
 
 class _Empty(Exception):
     """Raised inside a session's transaction to roll back a session without events."""
+
+
+class _OverQuota(Exception):
+    """Raised inside a session's transaction to roll back a session one more than the project's
+    sessions quota allows (a replacing import's that superseded nothing)."""
 
 
 def import_file(
@@ -294,16 +301,20 @@ def _import_session(
 ) -> ImportOutcome | None:
     """Store one session of a file (`replacer`: who the sessions a `replace` supersedes are
     deleted by, in the audit log)."""
-    if sessions_left(project) == 0:
-        # The upload was admitted with room for a session; a file holding more than the quota
-        # leaves allows stops adding them here (each one read through, so the next is found).
-        for _ in parsed.events:
-            pass
-        name = parsed.meta.source_session_id or "a session"
-        problems.add(None, "session", f"{name} not imported: project {project.slug}'s sessions quota is reached")
-        return None
     digest = hashlib.sha256()
     events = _fingerprinted(parsed.events, digest)
+    at_quota = sessions_left(project) == 0
+    if at_quota and not replace:
+        # The upload was admitted with room for a session; a file holding more than the quota
+        # leaves allows stops adding them here. Each is read through (so the next is found) and
+        # fingerprinted: one stored before is found as at any time, not refused as one more.
+        for _ in events:
+            pass
+        stored = _stored_before(parsed, project, fmt, digest.hexdigest(), redactor)
+        if stored is not None:
+            return _duplicate_outcome(path, fmt, stored)
+        _over_quota(parsed, project, problems)
+        return None
     counted = redactor.counts.copy() if redactor is not None else None
     try:
         with bulk_write_cache(), transaction.atomic():
@@ -357,15 +368,17 @@ def _import_session(
                     kept_ids = set(held)
                     superseded = [pk for pk in superseded if pk not in kept_ids]
                 replaced = _replace(superseded, by=session, actor=replacer)
+                if at_quota and _past_quota(project):
+                    raise _OverQuota  # it superseded nothing: one more than the quota allows
+    except _OverQuota:
+        _over_quota(parsed, project, problems)
+        return None
     except _Empty:
         for _ in events:  # finish reading the session so the next one starts at its line
             pass
         return None
     except _Duplicate as dup:
-        return ImportOutcome(
-            path=path, session=dup.existing, format=fmt, events=dup.existing.event_count,
-            steps=dup.existing.step_count, duplicate=True,
-        )  # fmt: skip
+        return _duplicate_outcome(path, fmt, dup.existing)
     created.add(session.pk)
     progress.session_done(session.event_count)
     return ImportOutcome(
@@ -373,6 +386,37 @@ def _import_session(
         steps=session.step_count, redactions=None if redactor is None else dict(redactor.counts - counted),
         replaced=replaced if replace else [],
     )  # fmt: skip
+
+
+def _duplicate_outcome(path: Path, fmt: str, existing: Session) -> ImportOutcome:
+    return ImportOutcome(
+        path=path, session=existing, format=fmt, events=existing.event_count, steps=existing.step_count,
+        duplicate=True,
+    )  # fmt: skip
+
+
+def _stored_before(
+    parsed: ParsedSession, project: Project, fmt: str, digest: str, redactor: Redactor | None
+) -> Session | None:
+    """The session of the project this one, read through, is (the same source session with the
+    same fingerprint), as the duplicate check in `_import_session` finds it once it is stored:
+    its source id as create_session stores it."""
+    name = short_text(text_redactor(redactor), parsed.meta.source_session_id)
+    return (
+        Session.objects.filter(project=project, source_format=fmt, source_session_id=name, source_digest=digest)
+        .order_by("pk")
+        .first()
+    )
+
+
+def _over_quota(parsed: ParsedSession, project: Project, problems: Problems) -> None:
+    name = parsed.meta.source_session_id or "a session"
+    problems.add(None, "session", f"{name} not imported: project {project.slug}'s sessions quota is reached")
+
+
+def _past_quota(project: Project) -> bool:
+    _, max_sessions = limits_of(project)
+    return max_sessions is not None and Session.objects.filter(project=project).count() > max_sessions
 
 
 def _import_bundle(
