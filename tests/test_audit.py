@@ -278,7 +278,7 @@ def test_entries_come_newest_first_with_every_field(acme, reviewer):
     assert datetime.fromisoformat(top["at"]) == second.at
 
 
-def test_entries_filter_by_actor_action_and_since(acme, reviewer, monkeypatch):
+def test_entries_filter_by_actor_action_and_since(acme, reviewer, page, monkeypatch):
     day = datetime(2026, 3, 1, 12, tzinfo=UTC)
     log(acme, action="member.add", actor="ada", at=day, monkeypatch=monkeypatch)
     log(acme, action="session.export", actor="bob", at=day + timedelta(days=1), monkeypatch=monkeypatch)
@@ -305,6 +305,14 @@ def test_entries_filter_by_actor_action_and_since(acme, reviewer, monkeypatch):
             assert seqs(since="2026-03-02T12:00:00") == [2, 1]
             assert seqs(since="2026-03-02T12:00:01") == [2]
             assert seqs(until="2026-03-02T12:00:00", since="2026-03-01") == [0]
+    # A date as `until` includes its day, as the page's "until" does: the same dates give the
+    # same entries on both.
+    assert seqs(since=day.date().isoformat(), until=day.date().isoformat()) == [0]
+    assert seqs(until=(day + timedelta(days=1)).date().isoformat()) == [1, 0]
+    assert seqs(until=(day - timedelta(days=1)).date().isoformat()) == []
+    assert seqs(until="9999-12-31") == [2, 1, 0]
+    days = {"since": day.date().isoformat(), "until": (day + timedelta(days=1)).date().isoformat()}
+    assert re.findall(r'data-seq="(\d+)"', page.get("/projects/acme/audit/", days).content.decode()) == ["1", "0"]
 
 
 def test_dates_at_the_ends_of_time_filter_or_are_refused_naming_the_parameter(acme, reviewer, page, monkeypatch):

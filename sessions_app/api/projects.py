@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 
 from django.core.exceptions import PermissionDenied
@@ -11,7 +12,7 @@ from django.utils.http import content_disposition_header
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from .. import access, audit, teams
 from ..models import Project, Role
@@ -87,11 +88,27 @@ def _in_utc(value: datetime | None) -> datetime | None:
         raise ValueError("out of range: no such moment in UTC") from None
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _through_its_day(value: Any) -> Any:
+    """An `until` given as a date includes its day, as the audit page's "until" does: the
+    midnight after it (none past the last day there is: it bounds nothing)."""
+    if isinstance(value, str) and _DATE.fullmatch(value):
+        try:
+            return datetime.combine(date.fromisoformat(value) + timedelta(days=1), time.min, tzinfo=UTC)
+        except OverflowError:
+            return None
+        except ValueError:
+            return value  # not a day of the calendar: refused by the datetime's own check, naming it
+    return value
+
+
 class AuditQuery(Schema):
     actor: str = Field("", max_length=200)
     action: str = Field("", max_length=40)
     since: Annotated[datetime | None, AfterValidator(_in_utc)] = None
-    until: Annotated[datetime | None, AfterValidator(_in_utc)] = None
+    until: Annotated[datetime | None, BeforeValidator(_through_its_day), AfterValidator(_in_utc)] = None
     before: int | None = Field(None, ge=0, le=MAX_POSITION, description="seq cursor: entries older than this")
     limit: int = Field(50, ge=1, le=500)
 
