@@ -115,6 +115,16 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
              tours.StopSpec(session=a.pk, seq=3, title="Elsewhere", narration="Another run.")]  # fmt: skip
     tours.set_stops(actor=Actor(user=ada), tour=tour, stops=stops)
     _, token = sharing.create_link(actor=Actor(user=ada), session=talk, note="for the newcomer")
+    # Names and notes people give may be one unbroken word too (at most as long as each field
+    # allows): a project's name in every project picker, a tour's title and description, a
+    # stop's title, a share link's note.
+    long_project = Project.objects.create(name="P" * 200, slug="long-name")
+    member("ada", long_project, Role.ADMIN)
+    long_tour = tours.create_tour(actor=Actor(user=ada), project=Project.get_default(), title="T" * 200,
+                                  description="D" * 400)  # fmt: skip
+    tours.set_stops(actor=Actor(user=ada), tour=long_tour,
+                    stops=[tours.StopSpec(session=talk.pk, seq=18, title="S" * 200, narration="N" * 400)])  # fmt: skip
+    sharing.create_link(actor=Actor(user=ada), session=talk, note="L" * 200)
     # A sign-off whose events were edited after it, as a verification then finds: its warning.
     signed_events = conversation_events(turns=1)
     # A recorded value that is one long word, as an agent's JSON often is: the search page shows it.
@@ -124,7 +134,7 @@ def reviewed(transactional_db, tmp_path: Path) -> dict:
     Event.objects.filter(session=signed, seq=5).update(payload='{"edited": true}')
     verify_session(session=signed)
     return {"talk": talk, "thread": thread, "a": a, "b": b, "project": Project.get_default(), "tour": tour,
-            "share": f"/s/{token}", "signed": signed}  # fmt: skip
+            "share": f"/s/{token}", "signed": signed, "long_tour": long_tour, "long_project": long_project}  # fmt: skip
 
 
 def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
@@ -139,6 +149,10 @@ def test_no_serious_or_critical_axe_violation_on_any_page(watched, reviewed):
     page.locator("#comment-threads article.thread").wait_for()
     page.locator("#charts").scroll_into_view_if_needed()
     wait_until(page, "document.querySelectorAll('#charts .chart[data-ready=true]').length === 4", timeout=30)
+    # Back at the top: scrolled down to the charts, whichever control then sat under the sticky
+    # player controls counted as obscured (axe's target-size), as any would scrolled beneath
+    # them; a control the keyboard focuses is scrolled clear of them (scroll-padding-top).
+    page.evaluate("window.scrollTo(0, 0)")
     problems.append(accessibility_problems(page, "player (errors, checkpoints, comments, sign-offs, charts)"))
 
     # The broken sign-off's warning wraps inside the sidebar instead of running under the steps.
@@ -208,6 +222,9 @@ def test_pages_fit_a_phone_and_stay_accessible_there(browser, live_server, revie
             (f"/projects/{reviewed['project'].slug}/audit/", "#audit-entries tr[data-seq]", "audit page"),
             (f"/projects/{reviewed['project'].slug}/", "#members", "project page"),
             ("/imports/", "#import-table", "imports page"),
+            (f"/tours/{reviewed['long_tour'].pk}/", "#tour-stops li", "tour page of long words"),
+            (f"/tours/{reviewed['long_tour'].pk}/play/?stop=1", "#tour-narration", "tour of long words, played"),
+            (f"/projects/{reviewed['long_project'].slug}/", "#members", "project page of a long name"),
         ]
         for path, ready, name in pages:
             page.goto(path)
