@@ -104,14 +104,16 @@ class Actor:
     def project_limit(self) -> int | None:
         return self.key.project_id if self.key is not None else None
 
-    def narrow(self, project_id: int, role: Role | str | None) -> Role | None:
-        """The role this actor has in a project, given the user's own role there (or None)."""
+    def narrow(self, project_id: int, role: Role | str | None, *, reading: bool = False) -> Role | None:
+        """The role this actor has in a project, given the user's own role there (or None). A
+        read-only key acts as a viewer, which writes nothing; `reading`: for a read that needs
+        more than a viewer's role (the audit log), it keeps its user's, as reading writes nothing."""
         if self.user is None or not self.user.is_active:
             return None
         if self.project_limit is not None and self.project_limit != project_id:
             return None
         effective = Role.ADMIN if self.is_superuser else (Role(role) if role else None)
-        if effective is not None and self.read_only:
+        if effective is not None and self.read_only and not reading:
             return Role.VIEWER
         return effective
 
@@ -245,15 +247,25 @@ def _as_actor(who: HttpRequest | Actor) -> Actor:
     return who if isinstance(who, Actor) else actor_of(who)
 
 
-def check(actor: Actor, *, project_id: int, role: Role | str | None, need: Role, what: str) -> None:
-    """The one permission check: 404 outside the project, 403 inside it below `need`."""
-    _require(actor.narrow(project_id, role), need=need, what=what)
+def check(
+    actor: Actor, *, project_id: int, role: Role | str | None, need: Role, what: str, reading: bool = False
+) -> None:
+    """The one permission check: 404 outside the project, 403 inside it below `need` (said to be
+    the key's doing where only its being read-only stands in the way)."""
+    _require(actor.narrow(project_id, role, reading=reading), need=need, what=what, held=_held(actor, project_id, role))
 
 
-def _require(effective: Role | None, *, need: Role, what: str) -> None:
+def _held(actor: Actor, project_id: int, role: Role | str | None) -> Role | None:
+    """The role a read-only key's user holds in the project (None for any other caller)."""
+    return actor.narrow(project_id, role, reading=True) if actor.read_only else None
+
+
+def _require(effective: Role | None, *, need: Role, what: str, held: Role | None = None) -> None:
     if effective is None:
         raise NotVisible(f"{what} not found")
     if not effective.includes(need):
+        if held is not None and held.includes(need):  # the user may; their read-only key may not
+            raise PermissionDenied(f"{what}: a read-only key writes nothing (it acts as a viewer)")
         raise PermissionDenied(f"{what}: this needs the {need.label.lower()} role in its project")
 
 
@@ -312,10 +324,11 @@ def _object_for(
     found = _lookup(model, with_role=with_role).get([actor.user.pk, pk] if with_role else [pk])
     if found is None:
         raise NotVisible(f"{what} not found")
-    effective = actor.narrow(found.project_id, getattr(found, "member_role", None))
+    role = getattr(found, "member_role", None)
+    effective = actor.narrow(found.project_id, role)
     if effective is None and shared and actor.grant_on(found) is not None:
         effective = Role.VIEWER
-    _require(effective, need=need, what=what)
+    _require(effective, need=need, what=what, held=_held(actor, found.project_id, role))
     return found
 
 
@@ -404,8 +417,8 @@ def tour_for(who: HttpRequest | Actor, tour_id: int, *, need: Role = Role.VIEWER
     return _object_for(_as_actor(who), Tour, tour_id, f"tour {tour_id}", need)
 
 
-def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER) -> Project:
-    """The project, if the caller's role in it is at least `need`."""
+def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER, reading: bool = False) -> Project:
+    """The project, if the caller's role in it is at least `need` (`reading`: see Actor.narrow)."""
     actor = _as_actor(who)
     what = f"project {slug!r}"
     if actor.user is None or "\x00" in slug:  # no slug holds one (and PostgreSQL refuses it)
@@ -414,8 +427,9 @@ def project_for(who: HttpRequest | Actor, slug: str, *, need: Role = Role.VIEWER
         project = _with_role(Project.objects.all(), actor, "id").get(slug=slug)
     except Project.DoesNotExist:
         raise NotVisible(f"{what} not found")
-    check(actor, project_id=project.pk, role=getattr(project, "member_role", None), need=need, what=what)
-    project.role = actor.narrow(project.pk, getattr(project, "member_role", None))
+    role = getattr(project, "member_role", None)
+    check(actor, project_id=project.pk, role=role, need=need, what=what, reading=reading)
+    project.role = actor.narrow(project.pk, role, reading=reading)
     return project
 
 

@@ -579,3 +579,21 @@ def test_every_change_is_logged_in_the_same_transaction_as_its_audit_entry():
                 unguarded.append(name)
     assert unguarded == [], unguarded
     assert "teams.py:create_key" not in _ENTRY_ONLY
+
+
+def test_a_read_only_key_reads_the_log_its_user_may_read_and_says_why_it_writes_nothing(acme):
+    # An auditor's read-only key pulls the log (a read): it keeps its user's reads and loses
+    # only writes (TEAMS.md). A viewer's key stays a viewer's.
+    rita = member("rita", acme, Role.REVIEWER)
+    key = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(rita, read_only=True)}")
+    log(acme)
+    for path in ("/api/projects/acme/audit", "/api/projects/acme/audit/export", "/api/projects/acme/audit/verify"):
+        assert key.get(path).status_code == 200, path
+    viewer = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('vic', acme, Role.VIEWER), read_only=True)}")
+    refused = viewer.get("/api/projects/acme/audit")
+    assert refused.status_code == 403 and "read-only" not in refused.json()["detail"]
+    # A write the user's role allows is refused as the key's doing, not the role's.
+    session = create_session(project=acme, source_format="canonical", meta=SessionMeta())
+    append_events(session=session, events=synthetic_events(3))
+    said = key.post(f"/api/sessions/{session.pk}/comments", {"seq": 0, "body": "x"}, content_type="application/json")
+    assert said.status_code == 403 and "read-only key" in said.json()["detail"], said.content

@@ -197,7 +197,7 @@ def remove_member(request: HttpRequest, slug: str, username: str):
 def audit_log(request: HttpRequest, slug: str, query: Query[AuditQuery]):
     """The project's audit log, newest first, filtered by actor, action and time; reviewers,
     maintainers and admins."""
-    project = access.project_for(request, slug, need=Role.REVIEWER)
+    project = access.project_for(request, slug, need=Role.REVIEWER, reading=True)
     found = audit.entries_of(project=project, actor=query.actor, action=query.action, since=query.since,
                              until=query.until, before=query.before)  # fmt: skip
     rows = list(found[: query.limit + 1])
@@ -209,7 +209,7 @@ def audit_log(request: HttpRequest, slug: str, query: Query[AuditQuery]):
 @router.get("/projects/{slug}/audit/export", response={200: None, **DENIED}, url_name="audit_export")
 def audit_export(request: HttpRequest, slug: str):
     """The whole log as JSON lines, oldest first, with each entry's links."""
-    project = access.project_for(request, slug, need=Role.REVIEWER)
+    project = access.project_for(request, slug, need=Role.REVIEWER, reading=True)
     response = StreamingHttpResponse(audit.export_lines(project=project), content_type="application/x-ndjson")
     response["Content-Disposition"] = content_disposition_header(True, f"audit-{project.slug}.jsonl")
     return response
@@ -218,5 +218,5 @@ def audit_export(request: HttpRequest, slug: str):
 @router.get("/projects/{slug}/audit/verify", response={200: AuditVerifyOut, **DENIED}, url_name="audit_verify")
 def audit_verify(request: HttpRequest, slug: str):
     """Walk the project's log link by link; the first entry that does not hold is named."""
-    project = access.project_for(request, slug, need=Role.REVIEWER)
+    project = access.project_for(request, slug, need=Role.REVIEWER, reading=True)
     return audit.verify_log(project=project).to_dict()

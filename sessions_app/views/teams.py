@@ -259,7 +259,7 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
-    project = access.project_for(request, slug, need=Role.REVIEWER)
+    project = access.project_for(request, slug, need=Role.REVIEWER, reading=True)
     return render_page(request, "sessions_app/audit.html", "audit-entries", _audit_context(request, project))
 
 
@@ -290,7 +290,7 @@ def _audit_context(request: HttpRequest, project: Project) -> dict[str, Any]:
 @login_required
 @require_GET
 def audit_export(request: HttpRequest, slug: str) -> HttpResponse:
-    project = access.project_for(request, slug, need=Role.REVIEWER)
+    project = access.project_for(request, slug, need=Role.REVIEWER, reading=True)
     response = StreamingHttpResponse(audit.export_lines(project=project), content_type="application/x-ndjson")
     response["Content-Disposition"] = content_disposition_header(True, f"audit-{project.slug}.jsonl")
     return response
@@ -299,7 +299,7 @@ def audit_export(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def audit_verify(request: HttpRequest, slug: str) -> HttpResponse:
-    project = access.project_for(request, slug, need=Role.REVIEWER)
+    project = access.project_for(request, slug, need=Role.REVIEWER, reading=True)
     context = {"project": project, "verification": audit.verify_log(project=project)}
     if wants_partial(request):
         return render(request, "sessions_app/audit.html#log-verification", context)
