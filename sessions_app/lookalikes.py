@@ -9,6 +9,7 @@ tools as a folder. Pure functions (bundle_reader.py, which needs no database, us
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 from functools import cache
@@ -61,6 +62,19 @@ def shown_plainly(text: str) -> str:
     sequences among them) written as its code point, `\\u001b`: for printing text that came
     from elsewhere where nothing escapes it (verify_bundle prints a bundle's manifest)."""
     return "".join(f"\\u{ord(ch):04x}" if _hides(ch) else ch for ch in text)
+
+
+# The embeddings, overrides and isolates: each turns the direction of the text after it, so that
+# "need work \u202eevorppa" reads "need work approve". Prose needs none of them (a right-to-left
+# script is shown right to left by its letters; the marks U+200E/U+200F stay).
+_DIRECTION_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def directions_written_out(text: str) -> str:
+    """What people write as prose (a comment, a tour's narration, a sign-off's note) with each
+    direction control written as its code point, `\\u202e`: as names are (`shown_plainly`), but
+    line breaks, tabs and every other character kept, as prose needs them."""
+    return _DIRECTION_CONTROLS.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
 
 
 def as_picked(name: str) -> str:

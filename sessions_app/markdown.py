@@ -28,7 +28,7 @@ from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 
-from .lookalikes import without_hidden
+from .lookalikes import directions_written_out, without_hidden
 
 # What CommonMark produces once images are off (an image's `!` stays text, its target a link):
 # nothing that loads from elsewhere, so a page holding comments makes no outside request.
@@ -41,7 +41,7 @@ URL_SCHEMES = {"http", "https", "mailto"}
 # Part of every kept HTML's digest: change it with anything that changes what render_markdown
 # makes (the tags allowed, a render rule), and every kept HTML is made again when next read.
 # The libraries' versions are part of it: an upgrade (a sanitiser's fix) makes every kept HTML again.
-RENDERER = f"markdown-it-py {markdown_it.__version__} commonmark, images as links, nh3 {nh3.__version__}: 1"
+RENDERER = f"markdown-it-py {markdown_it.__version__} commonmark, images as links, nh3 {nh3.__version__}: 2 (direction controls written out)"
 # The HTML read for a one-line preview (the Discussion list shows 160 characters): a few
 # links' worth more than that, so a list of hundreds cleans a few KB each.
 PREVIEW_HTML = 2_000
@@ -69,8 +69,9 @@ def _image_as_link(renderer: Any, tokens: list[Any], idx: int, options: Any, env
 
 def render_markdown(text: str) -> SafeString:
     """Markdown as HTML that is safe to put in a page: sanitised after rendering, so even a
-    renderer bug cannot let a script, an event handler or an outside image through."""
-    rendered = _markdown().render(text)
+    renderer bug cannot let a script, an event handler or an outside image through. A direction
+    control is shown as its code point (lookalikes.directions_written_out)."""
+    rendered = _markdown().render(directions_written_out(text))
     cleaned = nh3.clean(
         rendered, tags=ALLOWED_TAGS, attributes=ALLOWED_ATTRIBUTES, url_schemes=URL_SCHEMES,
         link_rel="noopener nofollow", clean_content_tags={"script", "style"},

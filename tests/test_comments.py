@@ -669,3 +669,26 @@ def test_a_comment_is_stored_with_its_audit_entry_or_not_at_all(ours, acme, monk
     with pytest.raises(OperationalError):
         comments.create_comment(actor=author, session=ours, seq=2, body="once")
     assert not Comment.objects.exists()
+
+
+def test_direction_overrides_in_what_people_write_are_shown_as_code_points(ours, rita):
+    # A right-to-left override turns what follows it around: "need work \u202eevorppa" reads
+    # "need work approve" in a sign-off's note or a comment. Written out as its code point where
+    # it is shown (as names are, lookalikes.shown_plainly); line breaks and plain right-to-left
+    # text stay as written.
+    from sessions_app.reviews import sign_off
+
+    turned = "Steps 6-12 need work \u202eevorppa\u202c"
+    made = rita.post(f"/api/sessions/{ours.pk}/comments", {"seq": 3, "body": f"**why?** {turned}\n\nשלום"},
+                     content_type="application/json")  # fmt: skip
+    assert made.status_code == 201, made.content
+    rita_user = get_user_model().objects.get(username="rita")
+    sign_off(session=ours, reviewer=Actor(user=rita_user), verdict="changes_requested", note=f"{turned}\nsecond line")
+    page = rita.get(f"/sessions/{ours.pk}/?step=3").content.decode()
+    # (The edit form's text area holds the text as written: saved again, it stays as it was.)
+    assert "need work \u202eevorppa\u202c\n\nשלום</textarea>" in page
+    page = re.sub(r"<textarea[^>]*>.*?</textarea>", "", page, flags=re.S)
+    assert "\u202e" not in page and "\u202c" not in page
+    assert "need work \\u202eevorppa\\u202c<br>second line" in page
+    assert "<strong>why?</strong> Steps 6-12 need work \\u202eevorppa\\u202c" in page and "שלום" in page
+    assert "\u202e" in Comment.objects.get(session=ours).body  # stored as written

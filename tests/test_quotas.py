@@ -221,7 +221,6 @@ def test_an_import_stops_adding_sessions_at_the_quota_with_a_problem(project, tm
     ]
 
 
-
 def test_a_file_already_stored_is_said_so_at_the_quota_not_refused(project, tmp_path):
     # The same file twice is one session (README): at the quota too, it is found stored, not
     # refused as a session more. A new session of the same file still meets the quota.
@@ -257,6 +256,7 @@ def test_a_replacing_import_at_the_quota_replaces_one_by_one(project, tmp_path):
     assert [(p["field"], p["message"]) for p in outcomes[0].problems] == [
         ("session", "file-session-2 not imported: project default's sessions quota is reached")
     ]
+
 
 # --- the upload page and the project page ---------------------------------------------------
 

@@ -53,7 +53,12 @@
     });
     return node;
   }
-  function user(text) { return el("bdi", null, text); }
+  // A direction control (embedding, override, isolate) written as its code point, "\u202e", as
+  // the server's pages show what people wrote: inside its <bdi> it still turned the words after it.
+  function written(text) {
+    return String(text).replace(/[\u202a-\u202e\u2066-\u2069]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  }
+  function user(text) { return el("bdi", null, written(text)); }
   // A key's fingerprint in fours, as verify_bundle and the player write it.
   function grouped(fingerprint) { return String(fingerprint).replace(/(.{4})(?=.)/g, "$1 "); }
   // A stored time (ISO 8601, microseconds and offset, as the server writes it) shown to the
@@ -223,7 +228,7 @@
     if (comment.redacted_at) line(meta, [" · ", el("span", "redacted", "changed by a redaction by "), user(comment.redacted_by), " ", when(comment.redacted_at)]);
     node.appendChild(meta);
     // A block of its own, so its text is isolated from the lines around it.
-    node.appendChild(comment.deleted_at ? line(el("div", "body"), ["(deleted ", when(comment.deleted_at), ")"]) : el("div", "body", comment.body));
+    node.appendChild(comment.deleted_at ? line(el("div", "body"), ["(deleted ", when(comment.deleted_at), ")"]) : el("div", "body", written(comment.body)));
     return node;
   }
 

@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import highlighting, signing
-from ..lookalikes import shown_plainly
+from ..lookalikes import directions_written_out, shown_plainly
 from ..replay.display import UNPRICED, duration, duration_ms, kind_icon, offset, one_based, usd
 from ..replay.frames import ClippedValue, clip_block, display_text, json_display_text
 
@@ -26,6 +26,13 @@ def plain(text: Any) -> str:
     override inside it still reverses it ("ses_approved\u202edesiler_" read "ses_approved_relised").
     Names people pick are refused such characters instead (lookalikes.py)."""
     return shown_plainly(str(text or ""))
+
+
+@register.filter
+def prose(text: Any) -> str:
+    """Plain text people wrote (a sign-off's note) with its direction controls written out
+    (lookalikes.directions_written_out); its line breaks stay for `linebreaksbr`."""
+    return directions_written_out(str(text or ""))
 
 
 @register.filter
