@@ -216,7 +216,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.file.is_file():
-        sys.exit(f"{args.file} is missing: bench/import_bench.py generates it (see docs/benchmarks.md)")
+        sys.exit(
+            f"{args.file} is missing: `bench/import_bench.py --runs 1 --no-postgres --keep` generates and keeps it (docs/benchmarks.md)"
+        )
     work = Path(tempfile.mkdtemp(prefix="replay-load-"))
     if not os.environ.get("DATABASE_URL"):
         os.environ["DATABASE_URL"] = f"sqlite:///{work / 'load.sqlite3'}"

@@ -58,7 +58,9 @@ def main() -> None:
         import load_bench  # the same session, viewer, cookie and keys as the load benchmark
 
         if not args.file.is_file():
-            sys.exit(f"{args.file} is missing: bench/import_bench.py generates it (see docs/benchmarks.md)")
+            sys.exit(
+                f"{args.file} is missing: `bench/import_bench.py --runs 1 --no-postgres --keep` generates and keeps it (docs/benchmarks.md)"
+            )
         setup_file.write_text(json.dumps(load_bench.prepare(args.file)))
     setup = json.loads(setup_file.read_text())
 
