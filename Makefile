@@ -1,5 +1,5 @@
 # Replay: `make run` starts the dashboard with demo sessions, `make test` runs every test.
-# Both set up everything they need on a fresh machine (a .venv, the project, Chromium).
+# Both set up everything they need on a fresh machine (a .venv, the project, Chromium, PostgreSQL).
 
 SHELL := /bin/bash
 VENV := .venv
@@ -9,7 +9,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-sqlite test-postgres install install-dev browser migrate demo bench clean help
+.PHONY: run test test-sqlite test-postgres install install-dev browser postgres migrate demo bench clean help
 
 help:
 	@echo "make run    start the dashboard (web + worker) with demo sessions on http://$(HOST):$(PORT)/"
@@ -19,6 +19,7 @@ help:
 	@echo "make test-postgres ARGS=tests/test_x.py  the same on a throw-away PostgreSQL"
 	@echo "make install      the project into .venv (install-dev: with the test tools and rlm-code)"
 	@echo "make browser      Debian's chromium and chromium-driver for the browser tests (apt)"
+	@echo "make postgres     Debian's postgresql for the PostgreSQL pass, where initdb is missing (apt)"
 	@echo "make migrate      the database's tables; make demo: those and the demo sessions"
 	@echo "make clean  the caches, the second CPython's venv and collected static files (var/'s data stays)"
 
@@ -70,6 +71,16 @@ browser:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
+# The PostgreSQL pass starts a throw-away server of its own (.ci/with_postgres.py) from the
+# server's programs (initdb, pg_ctl, postgres): Debian's postgresql package where they are missing.
+postgres:
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO=sudo; else \
+	    echo "error: PostgreSQL is missing; install the Debian package postgresql" >&2; exit 1; fi; \
+	  echo "Installing Debian package postgresql"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+	fi
+
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 
@@ -88,7 +99,7 @@ run: demo
 # other Python's SQLite pass, then the PostgreSQL pass split in two halves (test files
 # alternately by size), each with its own throw-away server. Each side's output is printed
 # whole once it is done.
-test: $(DEV_STAMP) $(ALT_STAMP) browser
+test: $(DEV_STAMP) $(ALT_STAMP) browser postgres
 	@rc=0; mkdir -p var; \
 	echo "=== ruff (lint and format) ==="; \
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . || rc=1; \
@@ -115,10 +126,10 @@ test: $(DEV_STAMP) $(ALT_STAMP) browser
 test-sqlite: $(DEV_STAMP)
 	$(PY) -m pytest $(ARGS)
 
-test-postgres: $(DEV_STAMP)
+test-postgres: $(DEV_STAMP) postgres
 	$(PY) .ci/with_postgres.py -- $(PY) -m pytest $(ARGS)
 
-bench: $(DEV_STAMP)
+bench: $(DEV_STAMP) postgres
 	$(PY) bench/import_bench.py
 	$(PY) bench/replay_bench.py
 
