@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.middleware.csrf import REASON_NO_CSRF_COOKIE, REASON_NO_REFERER
 from django.shortcuts import render
 from django.views.defaults import bad_request
 
@@ -60,12 +61,24 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     Django, the user is told what to do."""
     if _under_api(request):
         return JsonResponse({"detail": "CSRF check failed: send the page's CSRF token, or use an API key"}, status=403)
-    return refusal(
-        request,
-        status=403,
-        title="Not sent",
-        reason="this page is out of date (you may have signed in again since it was opened); "
-        "reload it and send the form again",
+    return refusal(request, status=403, title="Not sent", reason=_what_would_help(reason))
+
+
+def _what_would_help(reason: str) -> str:
+    """What a CSRF refusal tells the user to do, by Django's reason: reloading helps a stale
+    page only, and a page at an address the server does not trust, or a browser that sends no
+    cookies, is refused again however often it is reloaded."""
+    if reason.startswith(("Origin checking failed", "Referer checking failed - ")) and reason != REASON_NO_REFERER:
+        return (
+            "this page's address is not one the server trusts for forms, so reloading will not help: "
+            "its operator lists the address it is reached at in REPLAY_CSRF_TRUSTED_ORIGINS (docs/deployment.md)"
+        )
+    if reason == REASON_NO_REFERER:
+        return "the browser sent no Referer header, which a form sent over HTTPS needs: allow it for this site"
+    if reason == REASON_NO_CSRF_COOKIE:
+        return "the browser did not send this site's cookies: allow cookies for this site, then reload and send the form again"
+    return (
+        "this page is out of date (you may have signed in again since it was opened); reload it and send the form again"
     )
 
 

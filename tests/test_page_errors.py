@@ -126,3 +126,26 @@ def test_a_form_sent_with_a_stale_csrf_token_is_the_sites_refusal(make_session):
     assert "<html" in whole.content.decode() and not Comment.objects.exists()
     refused = client.delete(f"/api/sessions/{session.pk}", headers=stale)
     assert refused.status_code == 403 and refused["Content-Type"].startswith("application/json")
+
+
+def test_a_csrf_refusal_says_what_would_help(make_session):
+    # "Reload it" helps a stale page only: a page at an address the server does not trust (a
+    # proxy without REPLAY_CSRF_TRUSTED_ORIGINS) or a browser that sends no cookies would be
+    # refused again, reloaded or not.
+    session = make_session(events=3)
+    url = f"/sessions/{session.pk}/comments/"
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(member("pia"))
+    client.get(f"/sessions/{session.pk}/")
+    token = client.cookies["csrftoken"].value
+    elsewhere = client.post(
+        url, {"seq": 1, "body": "x"}, headers={"X-CSRFToken": token, "Origin": "https://replay.example.com"}
+    )
+    text = elsewhere.content.decode()
+    assert elsewhere.status_code == 403 and "REPLAY_CSRF_TRUSTED_ORIGINS" in text and "reload it" not in text
+    no_cookie = Client(enforce_csrf_checks=True)
+    no_cookie.force_login(member("pia"))
+    refused = no_cookie.post(url, {"seq": 1, "body": "x"}, headers={"X-CSRFToken": token})
+    text = refused.content.decode()
+    assert refused.status_code == 403 and "allow cookies" in text, text[-600:]
+    assert not Comment.objects.exists()
