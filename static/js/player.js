@@ -12,7 +12,7 @@
   const DRAG_EVERY_MS = 120; // while scrubbing, at most one step request per this interval
   const FOLLOW_EVERY_MS = 300; // a live session's player jumps to new events at most this often
   const player = { playing: false, timer: null, stopAt: null, dragging: false, dragTimer: null,
-                   pendingSeq: null, source: null, liveLast: -1, followTimer: null, frameAskedAt: 0,
+                   pendingSeq: null, source: null, liveLast: -1, followTimer: null, frameAskedAt: 0, frameLoadMs: 0,
                    awaiting: false, pendingSteps: 0 };
   const STEP_WAIT_MAX_MS = 5000; // a step asked for longer ago than this no longer holds the presses back
   // Tour mode: the stop ({number, seq}) that "play to next stop" pauses at, while it plays.
@@ -65,7 +65,10 @@
       tourStop = null;
       pushNextFrame = false; // a stop left by playing that never got its first frame: no push later
     }
-    if (on) player.frameAskedAt = performance.now();
+    if (on) {
+      player.frameAskedAt = performance.now();
+      player.frameLoadMs = 0;
+    }
     // While playing, a tour's "Back to the stop" would be about a stop being left behind on
     // purpose (playing to the next one, or on from this one): the page hides it meanwhile.
     document.body.classList.toggle("playing", on);
@@ -108,8 +111,10 @@
       }
     }
     // Each event is one request: where the recorded gaps are shorter than a request takes, the
-    // player falls behind the recording, and says so rather than claim the recorded time.
-    if (recordedPace() && performance.now() - player.frameAskedAt > delay + LATE_MS) {
+    // player falls behind the recording, and says so rather than claim the recorded time. The
+    // frame's own load time tells (a speed picked within a gap, long after the frame came, is
+    // no sign of it).
+    if (recordedPace() && player.frameLoadMs > delay + LATE_MS) {
       note += " (behind: each event takes longer to load than its recorded gap)";
     }
     // Playing to a tour's stop: stop there even when a filter hides its event.
@@ -158,6 +163,7 @@
 
   function afterFrame() {
     const f = frame();
+    if (player.awaiting) player.frameLoadMs = performance.now() - player.frameAskedAt;
     player.awaiting = false;
     showTourPlaying(); // the narration panel comes again with every frame
     if (!f) return;
