@@ -122,10 +122,6 @@ class RedactionResult:
     session_fields: dict[str, str] = field(default_factory=dict)
     at: str = ""
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.seqs or self.elsewhere or self.original in ("rewritten", "deleted"))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "events": len(self.seqs),
