@@ -215,7 +215,7 @@ def _locked(comment: Comment) -> Comment:
     """`comment` as stored now, its row locked to the end of the caller's transaction: a
     delete, an edit or a redaction that committed since the caller loaded it is seen, and
     none starts until this one ends (an edit racing a delete wrote the deleted text back)."""
-    fresh = Comment.objects.select_for_update().filter(pk=comment.pk).first()
+    fresh = Comment.objects.select_for_update(no_key=True).filter(pk=comment.pk).first()
     if fresh is None:  # deleted with its session since it was loaded
         raise NotVisible(f"comment {comment.pk} not found")
     for name in ("body", "deleted_at", "edited_at", "resolved_at", "resolved_by"):

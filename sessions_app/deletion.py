@@ -31,19 +31,22 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
     with transaction.atomic():
         # The live writer appends under this row's lock (ingest/live.py), so the count read under
         # it is the number of events that go, not the one the caller loaded a moment ago.
-        locked = Session.objects.select_for_update().filter(pk=session_id)
+        locked = Session.objects.select_for_update(no_key=True).filter(pk=session_id)
         events = locked.values_list("event_count", flat=True).first()
         if events is None:  # deleted by someone else since the caller looked it up
             raise NotVisible(f"session {session_id} not found")
         holding = originals.jobs_holding(locked)
         shortened = tours_through(session)
-        session.delete()
-        originals.note_orphans(job_ids=holding)
         detail = {"events": events, "source_session_id": session.source_session_id}
         if shortened:
             detail["tour_stops"] = {str(tour.pk): stops for tour, stops in shortened}
+        # The log's head before the row goes: a comment (a review, a stop) on the session that
+        # holds the head checks its key at commit, which the delete's lock would block while
+        # this waited for the head (tests/test_lock_order.py).
         audit.record(action="session.delete", actor=actor, project=session.project_id,
                      target=f"session:{session_id}", detail=detail, ip=ip)  # fmt: skip
+        session.delete()
+        originals.note_orphans(job_ids=holding)
         note_shortened(shortened, actor=actor, ip=ip, with_session=session_id)
     return events
 

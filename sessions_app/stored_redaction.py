@@ -287,7 +287,7 @@ def _redact_session(
         with transaction.atomic():
             # The session row locked: a live append (which locks it too) waits, so the saved writer
             # state and the keyframes are redacted as one.
-            locked = Session.objects.select_for_update().filter(pk=session.pk).first()
+            locked = Session.objects.select_for_update(no_key=True).filter(pk=session.pk).first()
             if locked is None:  # deleted while its events were being redacted: they went with it
                 raise NotVisible(f"session {session.pk} not found")
             _redact_session_row(locked, redactor, result)

@@ -165,7 +165,7 @@ def _checked(*, actor: Actor, tour: Tour, stops: Sequence[StopSpec], listed: boo
 def _current(tour: Tour) -> list[TourStop]:
     """The tour's stops in order, its row locked first: two maintainers adding a stop at once
     each see the other's (PostgreSQL; SQLite writes one transaction at a time anyway)."""
-    Tour.objects.select_for_update().filter(pk=tour.pk).values_list("pk").first()
+    Tour.objects.select_for_update(no_key=True).filter(pk=tour.pk).values_list("pk").first()
     return list(TourStop.objects.filter(tour=tour).order_by("position"))
 
 

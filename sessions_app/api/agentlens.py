@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from django.db import transaction
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
@@ -133,19 +134,20 @@ def ingest_agentlens_events(request: HttpRequest, query: Query[EventsQuery]):
         check_bytes(project=project, size=declared_length(request), what="batch")
         batch = read_body(request, AgentLensBatchIn)
         events = [_record(event) for event in batch.events]
-        result = agentlens_events.ingest_agentlens_events(project=project, events=events)
+        # The batch and the entries of the sessions it made together, as POST /api/sessions.
+        with transaction.atomic():
+            result = agentlens_events.ingest_agentlens_events(project=project, events=events)
+            audit.record_request_many(request, action="session.create_live", project=project, entries=[
+                (f"session:{outcome.session.pk}",
+                 {"source_session_id": outcome.session.source_session_id, "via": "POST /api/events"})
+                for outcome in result.sessions if outcome.created
+            ])  # fmt: skip
     except BadRequest as exc:
         return _refused(exc.status, exc.detail, exc.errors)
     except IngestError as exc:
         return _refused(exc.status, exc.message, exc.errors)
     except QuotaExceeded as exc:
         return _refused(exc.status, exc.message, [])
-    for outcome in result.sessions:
-        if outcome.created:
-            audit.record_request(
-                request, action="session.create_live", project=project, target=f"session:{outcome.session.pk}",
-                detail={"source_session_id": outcome.session.source_session_id, "via": "POST /api/events"},
-            )  # fmt: skip
     ended = [outcome.session.pk for outcome in result.sessions if outcome.ended]
     if ended:
         jobs.enqueue_verify_after_commit(session_ids=ended)  # "verified when they end"

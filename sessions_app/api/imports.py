@@ -11,7 +11,7 @@ from ninja import Field, Router, Schema, Status
 
 from .. import access, audit, jobs
 from ..ingest.quotas import QuotaExceeded, check_upload
-from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size
+from ..ingest.uploads import UploadRejected, check_declared_size, upload_atomically
 from ..models import Project
 from .auth import who
 from .responses import BadRequest, error
@@ -130,12 +130,10 @@ def create_import(request: HttpRequest):
             raise BadRequest(400, f"file: one file per upload, {len(files)} were sent (send each on its own)")
         uploaded = files[0]
         project = _project_of_the_body(request, project)
-        job = accept_upload(
-            uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
-            created_by=who(request),
-        )  # fmt: skip
-        jobs.enqueue_import_after_commit(job_id=job.pk)
-        audit.record_upload(request, job)
+        with upload_atomically(uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
+                               created_by=who(request)) as job:  # fmt: skip
+            jobs.enqueue_import_after_commit(job_id=job.pk)
+            audit.record_upload(request, job)
     except (BadRequest, UploadRejected, QuotaExceeded) as exc:
         return error(exc)
     status_url = reverse("api:import_status", kwargs={"job_id": job.pk})

@@ -159,19 +159,22 @@ def create_session(request: HttpRequest):
             task=data.task, environment=data.environment, model=data.model,
             started_at=data.started_at, metadata=data.metadata,
         )  # fmt: skip
-        session, created = live_ingest.create_live_session(
-            project=project, meta=meta, format=data.format, idempotency_key=data.idempotency_key
-        )
+        # The session and its entry together: a session made and its entry failed was never
+        # logged, since a retry (the same idempotency key) finds it made.
+        with transaction.atomic():
+            session, created = live_ingest.create_live_session(
+                project=project, meta=meta, format=data.format, idempotency_key=data.idempotency_key
+            )
+            if created:
+                audit.record_request(
+                    request,
+                    action="session.create_live",
+                    project=project,
+                    target=f"session:{session.pk}",
+                    detail={"source_session_id": session.source_session_id},
+                )
     except (BadRequest, IngestError, QuotaExceeded) as exc:
         return error(exc)
-    if created:
-        audit.record_request(
-            request,
-            action="session.create_live",
-            project=project,
-            target=f"session:{session.pk}",
-            detail={"source_session_id": session.source_session_id},
-        )
     return Status(201 if created else 200, {
         **{f: getattr(session, f) for f in ("id", "status", "source_format", "source_session_id",
                                             "run_id", "task", "environment", "model", "created_at")},

@@ -101,7 +101,7 @@ def ingest_agentlens_events(
     with transaction.atomic():
         found = {source_id: _live_session(project, source_id, group[0]) for source_id, group in groups.items()}
         # Locked in one order (by id): two batches naming the same sessions cannot deadlock.
-        locked = Session.objects.select_for_update().filter(pk__in=[s.pk for s, _ in found.values()])
+        locked = Session.objects.select_for_update(no_key=True).filter(pk__in=[s.pk for s, _ in found.values()])
         sessions = {session.pk: session for session in locked.order_by("pk")}
         for source_id, group in groups.items():
             session, created = found[source_id]
@@ -144,7 +144,7 @@ def _live_session(project: Project, source_id: str, first: PostedEvent) -> tuple
         return existing, False
     # Two first batches of one session at once: the project's row makes them take turns, and
     # the second finds the session the first made.
-    Project.objects.select_for_update().filter(pk=project.pk).first()
+    Project.lock(project.pk)
     existing = _kept(project, source_id).first()
     if existing is not None:
         return existing, False

@@ -107,7 +107,7 @@ def create_live_session(
     with transaction.atomic():
         # Lock the project row so two retries of one create cannot both miss each other, and two
         # creates cannot both take the last session its quota allows.
-        Project.objects.select_for_update().filter(pk=project.pk).first()
+        Project.lock(project.pk)
         if idempotency_key:
             existing = (
                 Session.objects.filter(project=project, metadata__idempotency_key=idempotency_key)
@@ -275,7 +275,7 @@ def append_batch(
     digest = request_digest({"format": format, "events": records}) if idempotency_key else ""
     try:
         with transaction.atomic():
-            session = Session.objects.select_for_update().get(pk=session_id)
+            session = Session.objects.select_for_update(no_key=True).get(pk=session_id)
             if idempotency_key:
                 done = IngestBatch.objects.filter(session=session, idempotency_key=idempotency_key).first()
                 if done is not None:
@@ -462,7 +462,7 @@ def end_live_session(*, session_id: int, status: str, final_answer: str | None =
             f"final_answer: {_LONE_SURROGATE}", [{"index": None, "field": "final_answer", "message": _LONE_SURROGATE}]
         )
     with transaction.atomic():
-        session = Session.objects.select_for_update().get(pk=session_id)
+        session = Session.objects.select_for_update(no_key=True).get(pk=session_id)
         if session.status == status:
             return session, False
         if session.status != Session.Status.LIVE:

@@ -132,7 +132,7 @@ def stage_spans(*, project: Project, records: Iterable[dict[str, Any]]) -> Stage
     with transaction.atomic(savepoint=False):
         # One writer per project at a time: two requests racing would make its sessions twice.
         # The settling takes the same lock first, so neither waits on the other's rows.
-        Project.objects.select_for_update().filter(pk=project.pk).first()
+        Project.lock(project.pk)
         with planned_for_values():
             traces = {
                 t.trace_id: t
@@ -491,13 +491,13 @@ def _settle_chunk(
     with transaction.atomic():
         # The lock every export request of the project takes first: neither side then waits on
         # rows the other holds.
-        list(Project.objects.select_for_update().filter(pk=project_id).values_list("pk"))
+        Project.lock(project_id)
         # The transaction's sessions (whole rows, locked: the writer appends with them as they
         # are) and their waiting spans, each read in one query for all of them, not two for
         # every session: building an ORM query cost more than settling a small session's spans
         # (bench/otlp_bench.py). Under the project's lock nothing stages a span of them
         # meanwhile, so what is read here is what each session settles.
-        tops = Session.objects.select_for_update().in_bulk(chunk)
+        tops = Session.objects.select_for_update(no_key=True).in_bulk(chunk)
         waiting = _waiting_spans(chunk, quiet_since, orphaned_since)
         # The rules read once for the transaction's sessions, not by each of the writer's calls
         # (some four look-ups a session).
@@ -694,7 +694,9 @@ class _Placement:
     def _session(self, pk: int) -> Session:
         if pk not in self._sessions:
             found = self._locked.get(pk)
-            self._sessions[pk] = found if found is not None else Session.objects.select_for_update().get(pk=pk)
+            self._sessions[pk] = (
+                found if found is not None else Session.objects.select_for_update(no_key=True).get(pk=pk)
+            )
         return self._sessions[pk]
 
     def touched(self) -> list[int]:

@@ -11,13 +11,15 @@ import re
 import shutil
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
 from django.utils import timezone
 
 from replay_site.files import private_folder
@@ -72,6 +74,22 @@ def check_declared_size(content_length: str | int | None) -> int:
     if length > max_upload_bytes() + MULTIPART_ENVELOPE:
         raise UploadTooLarge(too_large_message(length))
     return length
+
+
+@contextmanager
+def upload_atomically(**accept: Any) -> Iterator[ImportJob]:
+    """`accept_upload` in one transaction with what the caller does with its job (queues it, logs
+    it): all or none of it. Whatever fails, the commit too, takes the kept file with it (a file
+    without a job is one nothing would ever delete); an upload logged nowhere is no upload."""
+    job = None
+    try:
+        with transaction.atomic():
+            job = accept_upload(**accept)
+            yield job
+    except BaseException:
+        if job is not None:
+            Path(job.stored_path).unlink(missing_ok=True)
+        raise
 
 
 def accept_upload(

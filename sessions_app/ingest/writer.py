@@ -449,7 +449,7 @@ def _append(
     # a savepoint for each session) that already undoes this append if it fails: no savepoint
     # of its own then.
     with transaction.atomic(savepoint=not locked_by_caller):
-        locked = session if locked_by_caller else Session.objects.select_for_update().get(pk=session.pk)
+        locked = session if locked_by_caller else Session.objects.select_for_update(no_key=True).get(pk=session.pk)
         state = state_of_session(locked)
         first_seq = state.next_seq
         rows = EventRows(
@@ -564,7 +564,7 @@ def finish_session(
     """Close a session: status, end time, final answer and the totals the source states."""
     redactor = redactor_of(session.project_id, redactor)
     with transaction.atomic():
-        locked = Session.objects.select_for_update().get(pk=session.pk)
+        locked = Session.objects.select_for_update(no_key=True).get(pk=session.pk)
         _close(locked, redactor, meta=meta, status=status, final_answer=final_answer)
         locked.seal_header()
         locked.save()

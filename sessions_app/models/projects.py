@@ -77,8 +77,13 @@ class Project(models.Model):
         """Lock the project's row to the end of the transaction, so what changes its team and
         what depends on the team are taken one after the other: two admins demoting each other
         (the second then sees one admin left), a member removed while making a share link (the
-        removal then revokes it, or the link is refused)."""
-        list(cls.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True))
+        removal then revokes it, or the link is refused); the quota's writers take it too.
+
+        FOR NO KEY UPDATE, not FOR UPDATE: a row inserted meanwhile that references the project
+        (an audit entry, a job) checks its key with FOR KEY SHARE, which FOR UPDATE blocks. An
+        audit write holding its log's head then waited on this lock while its holder waited for
+        the head: a deadlock (tests/test_lock_order.py)."""
+        list(cls.objects.select_for_update(no_key=True).filter(pk=pk).values_list("pk", flat=True))
 
 
 class Membership(models.Model):

@@ -41,7 +41,7 @@ class SessionQuerySet(models.QuerySet):
         whole-row write in between cannot leave a seal of values it replaced."""
         fields = set(fields)
         with transaction.atomic():
-            rows = self.order_by().select_for_update().values_list("pk", "header_seal", *HEADER_FIELDS)
+            rows = self.order_by().select_for_update(no_key=True).values_list("pk", "header_seal", *HEADER_FIELDS)
             for pk, seal, *values in rows:
                 kept = {name: digest for name, digest in header_digests(seal).items() if name not in fields}
                 sealed = header_seal(dict(zip(HEADER_FIELDS, values)), keep=kept)

@@ -243,7 +243,7 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
         return _project_page(request, project, status=400, settings_form=form)
     new = form.project_fields()
     with transaction.atomic():  # the row locked, so "from" is the value this change replaced
-        old = Project.objects.select_for_update().values(*new).get(pk=project.pk)
+        old = Project.objects.select_for_update(no_key=True).values(*new).get(pk=project.pk)  # as Project.lock
         changed = {name: {"from": old[name], "to": value} for name, value in new.items() if old[name] != value}
         if changed:
             Project.objects.filter(pk=project.pk).update(**{name: change["to"] for name, change in changed.items()})

@@ -1,0 +1,223 @@
+"""Row locks that only make writers take turns (FOR NO KEY UPDATE) never block another's key
+check, on PostgreSQL, for real: two connections, each stopped where the other's lock is taken,
+must both commit (neither is made a deadlock's victim).
+
+An audit entry's insert checks its project foreign key with FOR KEY SHARE on the project's row,
+which a plain FOR UPDATE blocks: a writer holding the project's lock (a live create's quota, a
+team change) and then asking for the head met an audit write holding the head and checking its
+key (fresh-clone CI, tests/test_scale_out.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection, transaction
+
+from sessions_app import audit, teams
+from sessions_app.canonical import SessionMeta
+from sessions_app.ingest import live
+from sessions_app.ingest.uploads import upload_atomically
+from sessions_app.models import AuditEntry, Project
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+WAIT = 3  # seconds: past PostgreSQL's deadlock_timeout (1 s), so a cycle is found meanwhile
+
+
+@pytest.fixture(autouse=True)
+def _postgres_only() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's: SQLite's IMMEDIATE transactions take the database")
+
+
+def _run(*targets) -> list[str]:
+    failures: list[str] = []
+
+    def run(name: str, target) -> None:
+        try:
+            target()
+        except Exception as exc:  # noqa: BLE001 - the failure is the finding
+            context = [line for line in str(exc).splitlines() if "while" in line]
+            failures.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0]} {context}")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(f"t{n}", t), name=f"t{n}") for n, t in enumerate(targets)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return failures
+
+
+def _create(project: Project) -> None:
+    # POST /api/sessions: the session and its entry in one transaction (api/live.py).
+    with transaction.atomic():
+        session, _ = live.create_live_session(project=project, meta=SessionMeta(task="t"))
+        audit.record(action="session.create_live", actor="a", project=project, target=f"session:{session.pk}")
+
+
+def _add_member(project: Project) -> None:
+    get_user_model().objects.create_user("newcomer")
+    teams.set_member(actor="admin", project=project, username="newcomer", role="viewer")
+
+
+@pytest.mark.parametrize("head", ["made", "not made yet"])
+@pytest.mark.parametrize("holder", [_create, _add_member], ids=["live create", "member add"])
+def test_a_writer_holding_the_projects_lock_and_an_entry_holding_the_head_both_commit(monkeypatch, head, holder):
+    project = Project.get_default()
+    if head == "made":
+        audit.record(action="project.change", actor="setup", project=project)
+    holds_project, holds_head = threading.Event(), threading.Event()
+    log_name, entry_hash = audit.log_name, audit.entry_hash
+
+    def pausing_log_name(project_id):
+        # The holder reaches its entry with the project's row locked: let the other take the head.
+        if threading.current_thread().name == "t0":
+            holds_project.set()
+            holds_head.wait(WAIT)
+        return log_name(project_id)
+
+    def signalling_entry_hash(**values):
+        if threading.current_thread().name == "t1":
+            holds_head.set()  # the head is this transaction's; the entry's insert comes next
+        return entry_hash(**values)
+
+    monkeypatch.setattr(audit, "log_name", pausing_log_name)
+    monkeypatch.setattr(audit, "entry_hash", signalling_entry_hash)
+
+    def entry() -> None:  # a session ended, a comment: any entry in the project's log
+        holds_project.wait(WAIT)
+        audit.record(action="session.end", actor="b", project=project, target="session:0")
+
+    assert _run(lambda: holder(project), entry) == []
+    assert audit.verify_log(project=project).valid
+    assert AuditEntry.objects.filter(action="session.end").count() == 1
+
+
+def test_two_uploads_each_referencing_the_project_both_commit(settings, tmp_path):
+    # Each upload's job references the project (FOR KEY SHARE) before its entry locks the
+    # project's row: a FOR UPDATE there waits on the other's key share, both ways round.
+    project = Project.get_default()
+    both_made = threading.Barrier(2, timeout=WAIT)
+
+    def upload(n: int) -> None:
+        file = SimpleUploadedFile(f"{n}.jsonl", b'{"kind": "message", "payload": {"text": "hi"}}\n')
+        with upload_atomically(uploaded_file=file, project=project, format="", created_by="u") as job:
+            both_made.wait()
+            audit.record(action="session.import", actor="u", project=project, target=f"import:{job.pk}")
+
+    assert _run(lambda: upload(0), lambda: upload(1)) == []
+    assert AuditEntry.objects.filter(action="session.import").count() == 2
+
+
+def test_a_session_deleted_while_its_projects_otlp_spans_settle_both_commit(monkeypatch, make_session):
+    # The deletion holds the session's row and then writes its entry; the settling takes the
+    # project's row and then its sessions' (ingest/traces.py). An entry that took the project's
+    # row before its head would close that circle.
+    from sessions_app.deletion import delete_session
+    from sessions_app.models import Session
+
+    session = make_session(events=3)
+    pk = session.pk  # the deletion clears the instance's
+    project = Project.get_default()
+    holds_session, holds_project = threading.Event(), threading.Event()
+    log_name = audit.log_name
+
+    def pausing_log_name(project_id):
+        if threading.current_thread().name == "t0":
+            holds_session.set()
+            holds_project.wait(WAIT)
+        return log_name(project_id)
+
+    monkeypatch.setattr(audit, "log_name", pausing_log_name)
+
+    def settle() -> None:  # the locks of traces._settle_chunk, in its order
+        holds_session.wait(WAIT)
+        with transaction.atomic():
+            Project.lock(project.pk)
+            holds_project.set()
+            Session.objects.select_for_update().in_bulk([pk])
+
+    assert _run(lambda: delete_session(actor="a", session=session), settle) == []
+    assert not Session.objects.filter(pk=pk).exists()
+
+
+def test_a_session_ended_while_a_comment_on_it_is_logged_both_commit(monkeypatch, make_session):
+    # The end holds the session's row (FOR UPDATE) and then asks for the head; the comment holds
+    # the head and, committing, checks its session key (FOR KEY SHARE: Django's foreign keys are
+    # checked at commit on PostgreSQL, DEFERRABLE INITIALLY DEFERRED).
+    from sessions_app.access import Actor
+    from sessions_app.comments import create_comment
+    from sessions_app.models import Comment, Session
+
+    session = make_session(events=3)
+    Session.objects.filter(pk=session.pk).update(status=Session.Status.LIVE)
+    mia = Actor(user=get_user_model().objects.create_user("mia"))
+    holds_session, holds_head = threading.Event(), threading.Event()
+    log_name, entry_hash = audit.log_name, audit.entry_hash
+
+    def pausing_log_name(project_id):
+        if threading.current_thread().name == "t0":
+            holds_session.set()
+            holds_head.wait(WAIT)
+        return log_name(project_id)
+
+    def signalling_entry_hash(**values):
+        if threading.current_thread().name == "t1":
+            holds_head.set()
+        return entry_hash(**values)
+
+    monkeypatch.setattr(audit, "log_name", pausing_log_name)
+    monkeypatch.setattr(audit, "entry_hash", signalling_entry_hash)
+
+    def end() -> None:  # POST /api/sessions/{id}/end (api/live.py)
+        with transaction.atomic():
+            ended, _ = live.end_live_session(session_id=session.pk, status="completed")
+            audit.record(action="session.end", actor="a", project=ended.project_id, target=f"session:{ended.pk}")
+
+    def comment() -> None:
+        holds_session.wait(WAIT)
+        create_comment(actor=mia, session=session, body="hi", seq=0)
+
+    assert _run(end, comment) == []
+    assert Comment.objects.count() == 1
+    assert Session.objects.get(pk=session.pk).status == "completed"
+
+
+def test_a_session_deleted_while_a_comment_on_it_is_logged_never_deadlocks(monkeypatch, make_session):
+    from sessions_app.access import Actor
+    from sessions_app.comments import create_comment
+    from sessions_app.deletion import delete_session
+    from sessions_app.models import Comment, Session
+
+    session = make_session(events=3)
+    pk = session.pk  # the deletion clears the instance's
+    mia = Actor(user=get_user_model().objects.create_user("mia"))
+    holds_session, holds_head = threading.Event(), threading.Event()
+    log_name, entry_hash = audit.log_name, audit.entry_hash
+
+    def pausing_log_name(project_id):
+        if threading.current_thread().name == "t0":
+            holds_session.set()
+            holds_head.wait(WAIT)
+        return log_name(project_id)
+
+    def signalling_entry_hash(**values):
+        if threading.current_thread().name == "t1":
+            holds_head.set()
+        return entry_hash(**values)
+
+    monkeypatch.setattr(audit, "log_name", pausing_log_name)
+    monkeypatch.setattr(audit, "entry_hash", signalling_entry_hash)
+
+    def comment() -> None:
+        holds_session.wait(WAIT)
+        create_comment(actor=mia, session=Session.objects.get(pk=pk), body="hi", seq=0)
+
+    failures = _run(lambda: delete_session(actor="a", session=session), comment)
+    assert not [f for f in failures if "deadlock" in f], failures
+    assert not Session.objects.filter(pk=pk).exists() and not Comment.objects.exists()
