@@ -65,29 +65,37 @@ def _add_member(project: Project) -> None:
     teams.set_member(actor="admin", project=project, username="newcomer", role="viewer")
 
 
+def _crossing(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Thread t0 stopped where it asks for the log's head (`audit.log_name`), holding its first
+    lock, until thread t1 holds the head (t1 reached `audit.entry_hash`; its entry's insert comes
+    next): the events (t0 holds its lock, t1 holds the head)."""
+    holds_lock, holds_head = threading.Event(), threading.Event()
+    log_name, entry_hash = audit.log_name, audit.entry_hash
+
+    def pausing_log_name(project_id):
+        if threading.current_thread().name == "t0":
+            holds_lock.set()
+            holds_head.wait(WAIT)
+        return log_name(project_id)
+
+    def signalling_entry_hash(**values):
+        if threading.current_thread().name == "t1":
+            holds_head.set()
+        return entry_hash(**values)
+
+    monkeypatch.setattr(audit, "log_name", pausing_log_name)
+    monkeypatch.setattr(audit, "entry_hash", signalling_entry_hash)
+    return holds_lock, holds_head
+
+
 @pytest.mark.parametrize("head", ["made", "not made yet"])
 @pytest.mark.parametrize("holder", [_create, _add_member], ids=["live create", "member add"])
 def test_a_writer_holding_the_projects_lock_and_an_entry_holding_the_head_both_commit(monkeypatch, head, holder):
     project = Project.get_default()
     if head == "made":
         audit.record(action="project.change", actor="setup", project=project)
-    holds_project, holds_head = threading.Event(), threading.Event()
-    log_name, entry_hash = audit.log_name, audit.entry_hash
-
-    def pausing_log_name(project_id):
-        # The holder reaches its entry with the project's row locked: let the other take the head.
-        if threading.current_thread().name == "t0":
-            holds_project.set()
-            holds_head.wait(WAIT)
-        return log_name(project_id)
-
-    def signalling_entry_hash(**values):
-        if threading.current_thread().name == "t1":
-            holds_head.set()  # the head is this transaction's; the entry's insert comes next
-        return entry_hash(**values)
-
-    monkeypatch.setattr(audit, "log_name", pausing_log_name)
-    monkeypatch.setattr(audit, "entry_hash", signalling_entry_hash)
+    # The holder reaches its entry with the project's row locked: the other takes the head.
+    holds_project, _ = _crossing(monkeypatch)
 
     def entry() -> None:  # a session ended, a comment: any entry in the project's log
         holds_project.wait(WAIT)
@@ -157,22 +165,7 @@ def test_a_session_ended_while_a_comment_on_it_is_logged_both_commit(monkeypatch
     session = make_session(events=3)
     Session.objects.filter(pk=session.pk).update(status=Session.Status.LIVE)
     mia = Actor(user=get_user_model().objects.create_user("mia"))
-    holds_session, holds_head = threading.Event(), threading.Event()
-    log_name, entry_hash = audit.log_name, audit.entry_hash
-
-    def pausing_log_name(project_id):
-        if threading.current_thread().name == "t0":
-            holds_session.set()
-            holds_head.wait(WAIT)
-        return log_name(project_id)
-
-    def signalling_entry_hash(**values):
-        if threading.current_thread().name == "t1":
-            holds_head.set()
-        return entry_hash(**values)
-
-    monkeypatch.setattr(audit, "log_name", pausing_log_name)
-    monkeypatch.setattr(audit, "entry_hash", signalling_entry_hash)
+    holds_session, _ = _crossing(monkeypatch)
 
     def end() -> None:  # POST /api/sessions/{id}/end (api/live.py)
         with transaction.atomic():
@@ -197,22 +190,7 @@ def test_a_session_deleted_while_a_comment_on_it_is_logged_never_deadlocks(monke
     session = make_session(events=3)
     pk = session.pk  # the deletion clears the instance's
     mia = Actor(user=get_user_model().objects.create_user("mia"))
-    holds_session, holds_head = threading.Event(), threading.Event()
-    log_name, entry_hash = audit.log_name, audit.entry_hash
-
-    def pausing_log_name(project_id):
-        if threading.current_thread().name == "t0":
-            holds_session.set()
-            holds_head.wait(WAIT)
-        return log_name(project_id)
-
-    def signalling_entry_hash(**values):
-        if threading.current_thread().name == "t1":
-            holds_head.set()
-        return entry_hash(**values)
-
-    monkeypatch.setattr(audit, "log_name", pausing_log_name)
-    monkeypatch.setattr(audit, "entry_hash", signalling_entry_hash)
+    holds_session, _ = _crossing(monkeypatch)
 
     def comment() -> None:
         holds_session.wait(WAIT)
