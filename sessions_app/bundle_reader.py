@@ -46,6 +46,7 @@ from .chain import (
     stored_commitments,
 )
 from .formats.fields import json_kind
+from .formats.json_documents import basic_events, overflowed
 from .lookalikes import MAX_FILE_NAME_BYTES, hiding_characters, safe_file_name
 
 FORMAT = "replay-bundle/1"
@@ -410,12 +411,19 @@ _LINE_CONTAINERS = 16
 
 
 def _nested(line: bytes) -> bool:
-    containers = 0
-    for kind, _value in ijson.basic_parse(line, use_float=True):  # see json_documents._EXACT_READER
-        if kind in ("start_map", "start_array"):
-            containers += 1
-            if containers > _LINE_CONTAINERS:
-                return True
+    for exact in (False, True):  # an integer past 64 bits, which orjson reads: read again exactly
+        containers = 0
+        try:
+            for kind, _value in basic_events(line, exact=exact):
+                if kind in ("start_map", "start_array"):
+                    containers += 1
+                    if containers > _LINE_CONTAINERS:
+                        return True
+        except ijson.JSONError as error:
+            if exact or not overflowed(error):
+                raise
+            continue
+        return False
     return False
 
 

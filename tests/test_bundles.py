@@ -545,3 +545,13 @@ def test_an_event_line_with_an_integer_past_4300_digits_is_refused_and_the_proce
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-400:])
     assert done.stdout.count("events.jsonl line 1") == 3, done.stdout
+
+
+def test_an_event_line_of_many_brackets_with_an_integer_past_64_bits_reads_as_orjson_reads_it():
+    # Its brackets are counted by yajl's floats, which stop at an integer past 64 bits: read again
+    # exactly, the line is what orjson makes of it (the integer as the double it rounds to).
+    from sessions_app.bundle_reader import _event_line
+
+    line = b'{"seq": 1, "big": 18446744073709551616, "payload": "' + b"{" * 10001 + b'"}'
+    with pytest.raises(BundleError, match="line 1: field kind: missing"):  # read, then checked
+        _event_line(line, 1)

@@ -362,3 +362,10 @@ def test_the_head_s_keys_are_read_no_deeper_than_a_document_may_nest():
     shallow = 2 * MAX_DEPTH - 5
     head = b'{"snapshot_id": 1, "a": ' + b"[" * shallow + b"]" * shallow + b', "b": 2}'
     assert top_level_keys(head) == {"snapshot_id", "a", "b"}
+
+
+def test_the_head_s_keys_are_read_past_an_integer_yajl_s_floats_cannot_hold():
+    from sessions_app.formats.json_documents import top_level_keys
+
+    assert top_level_keys(b'{"n": 18446744073709551616, "event_type": "x"}') == {"n", "event_type"}
+    assert top_level_keys(b'{"n": 1e400, "steps": [], "snapshot_id": 1}') == {"n", "steps", "snapshot_id"}

@@ -108,23 +108,41 @@ _LEVEL = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
 _EVENT_NAME = itemgetter(0)
 
 
+def basic_events(data: bytes, *, exact: bool = False) -> Iterator[tuple[str, Any]]:
+    """ijson's events of `data` without paths (basic_parse): numbers as floats, or `exact` by the
+    pure-Python reader (see _EXACT_READER: yajl's C parser, asked for exact numbers, crashed the
+    process on an integer past 4,300 digits; the pure-Python one raises a ValueError for it)."""
+    if exact:
+        return _EXACT_READER.basic_parse(io.BytesIO(data))
+    return ijson.basic_parse(io.BytesIO(data), use_float=True)
+
+
+def overflowed(error: Exception) -> bool:
+    """Whether yajl stopped at a number it cannot read as a float (an integer past 64 bits, a
+    float past a double): `basic_events(..., exact=True)` reads it."""
+    return any(overflow in str(error) for overflow in _OVERFLOWS)
+
+
 def top_level_keys(data: bytes) -> set[str]:
     """The top-level keys of the JSON object `data` starts with, as far as `data` reaches (a
-    file's head: cut anywhere). Read without paths (ijson's basic_parse), as _Nesting reads: a
-    head nested thousands deep costs no more than a flat one; and no deeper than a document may
-    nest (_DEEPEST), where reading it would stop. Numbers as floats, as _Nesting reads them
-    unless asked for exact ones (see _EXACT_READER: a long integer crashed the process)."""
+    file's head: cut anywhere). Read without paths (`basic_events`), as _Nesting reads: a head
+    nested thousands deep costs no more than a flat one; and no deeper than a document may nest
+    (_DEEPEST), where reading it would stop. A number yajl cannot read as a float: read again,
+    exactly."""
     keys: set[str] = set()
-    depth = 0
-    try:
-        for event, value in ijson.basic_parse(io.BytesIO(data), use_float=True):
-            if event == "map_key" and depth == 1:
-                keys.add(value)
-            depth += _LEVEL.get(event, 0)
-            if depth == 0 or depth > _DEEPEST:
-                break  # the first record's end, or as deep as a document is read
-    except (ijson.JSONError, UnicodeDecodeError):  # the head's cut, or not JSON
-        pass
+    for exact in (False, True):
+        keys, depth = set(), 0
+        try:
+            for event, value in basic_events(data, exact=exact):
+                if event == "map_key" and depth == 1:
+                    keys.add(value)
+                depth += _LEVEL.get(event, 0)
+                if depth == 0 or depth > _DEEPEST:
+                    break  # the first record's end, or as deep as a document is read
+        except (ijson.JSONError, UnicodeDecodeError, ValueError) as error:  # the head's cut, or not JSON
+            if not exact and overflowed(error):
+                continue
+        return keys
     return keys
 
 
