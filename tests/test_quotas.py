@@ -258,6 +258,36 @@ def test_a_replacing_import_at_the_quota_replaces_one_by_one(project, tmp_path):
     ]
 
 
+def test_a_replacement_takes_its_place_in_a_project_already_past_a_lowered_quota(project, tmp_path):
+    # A quota lowered below what the project holds: replacing one session keeps the count, so it
+    # is no session more.
+    path = write_canonical_file(tmp_path / "three.jsonl", sessions=3, events=4)
+    before = {o.session.pk for o in import_file(path=path, project=project)}
+    project.max_sessions = 2
+    project.save()
+    changed = write_canonical_file(tmp_path / "one.jsonl", sessions=1, events=5)
+    (outcome,) = import_file(path=changed, project=project, replace=True)
+    assert outcome.session is not None and len(outcome.replaced) == 1 and outcome.replaced[0] in before
+    assert outcome.problems == [] and Session.objects.count() == 3
+
+
+def test_a_replacement_that_would_be_kept_beside_at_the_quota_is_refused_saying_only_that(project, tmp_path):
+    # A session people commented on is kept, and its replacement would be stored beside it: one
+    # more than the quota allows. Refused, and said once (not "stored beside" and then refused).
+    from sessions_app.models import Comment
+
+    (first,) = import_file(path=write_canonical_file(tmp_path / "one.jsonl", sessions=1, events=4), project=project)
+    Comment.objects.create(session=first.session, seq=1, author_name="rita", body="keep me")
+    project.max_sessions = 1
+    project.save()
+    changed = write_canonical_file(tmp_path / "changed.jsonl", sessions=1, events=5)
+    (outcome,) = import_file(path=changed, project=project, replace=True)
+    assert outcome.session is None and Session.objects.get().pk == first.session.pk
+    assert [(p["field"], p["message"]) for p in outcome.problems] == [
+        ("session", "file-session-0 not imported: project default's sessions quota is reached")
+    ]
+
+
 # --- the upload page and the project page ---------------------------------------------------
 
 

@@ -39,7 +39,7 @@ from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from ..worker_liveness import heartbeat, this_worker
 from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
-from .quotas import limits_of, sessions_left
+from .quotas import sessions_left
 from .uploads import display_name, keep_local_file, settle_original
 from .writer import (
     append_events,
@@ -346,30 +346,29 @@ def _import_session(
             if replace:
                 superseded = [pk for pk in same_source.values_list("pk", flat=True) if pk not in created]
                 damaged = problems.count - problems_before  # (read since the session before ended)
-                if superseded and damaged:
-                    # A damaged session (lines skipped or repaired) never deletes what is stored,
-                    # with its comments and sign-offs: it is kept beside them.
-                    kept = ", ".join(map(str, superseded[:20])) + (" ..." if len(superseded) > 20 else "")
+                # A damaged session (lines skipped or repaired) never deletes what is stored, with
+                # its comments and sign-offs: it is kept beside them. Nor does a replacement delete
+                # what people wrote on a session: replacing supersedes what was read, and the team's
+                # work stays, asked first on its delete page.
+                kept_whole = superseded if damaged else []
+                held = [] if damaged else holding_team_work(same_source, superseded, project_id=project.pk)
+                taken = [pk for pk in superseded if pk not in set(held)] if not damaged else []
+                if at_quota and not taken:
+                    # Stored beside the sessions it was to replace: one more than the quota allows.
+                    raise _OverQuota
+                if kept_whole:
+                    kept = ", ".join(map(str, kept_whole[:20])) + (" ..." if len(kept_whole) > 20 else "")
                     problems.add(None, "replace", f"not replaced: its part of the file has {damaged} problem(s), "
                                  f"so session(s) {kept} of the same source are kept and this one is stored beside "
                                  "them; mend the file and import it again to replace them")  # fmt: skip
-                    superseded = []
-                held = holding_team_work(same_source, superseded, project_id=project.pk)
                 if held:
-                    # What people wrote on a session is not the file's to delete: replacing
-                    # supersedes what was read, and the team's work stays, asked first on
-                    # its delete page.
                     kept = ", ".join(map(str, held[:20])) + (" ..." if len(held) > 20 else "")
                     problems.add(None, "replace", f"not replaced: session(s) {kept} of the same source hold "
                                  "comments, sign-offs, tour stops, share links, checkpoints set by people or values "
                                  "redacted since, or came from a bundle, so they "
                                  "are kept and this one is stored beside them; delete them on their own page "
                                  "if they are to go")  # fmt: skip
-                    kept_ids = set(held)
-                    superseded = [pk for pk in superseded if pk not in kept_ids]
-                replaced = _replace(superseded, by=session, actor=replacer)
-                if at_quota and _past_quota(project):
-                    raise _OverQuota  # it superseded nothing: one more than the quota allows
+                replaced = _replace(taken, by=session, actor=replacer)
     except _OverQuota:
         _over_quota(parsed, project, problems)
         return None
@@ -412,11 +411,6 @@ def _stored_before(
 def _over_quota(parsed: ParsedSession, project: Project, problems: Problems) -> None:
     name = parsed.meta.source_session_id or "a session"
     problems.add(None, "session", f"{name} not imported: project {project.slug}'s sessions quota is reached")
-
-
-def _past_quota(project: Project) -> bool:
-    _, max_sessions = limits_of(project)
-    return max_sessions is not None and Session.objects.filter(project=project).count() > max_sessions
 
 
 def _import_bundle(
