@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
-from django.middleware.csrf import REASON_NO_CSRF_COOKIE, REASON_NO_REFERER
+from django.middleware.csrf import REASON_INSECURE_REFERER, REASON_NO_CSRF_COOKIE, REASON_NO_REFERER
 from django.shortcuts import render
 from django.views.defaults import bad_request
 
@@ -68,7 +68,9 @@ def _what_would_help(reason: str) -> str:
     """What a CSRF refusal tells the user to do, by Django's reason: reloading helps a stale
     page only, and a page at an address the server does not trust, or a browser that sends no
     cookies, is refused again however often it is reloaded."""
-    if reason.startswith(("Origin checking failed", "Referer checking failed - ")) and reason != REASON_NO_REFERER:
+    if reason == REASON_INSECURE_REFERER:
+        return "this page was opened over http, and the site takes forms over https only: open it at its https address"
+    if reason.endswith("does not match any trusted origins."):  # Django's REASON_BAD_ORIGIN, REASON_BAD_REFERER
         return (
             "this page's address is not one the server trusts for forms, so reloading will not help: "
             "its operator lists the address it is reached at in REPLAY_CSRF_TRUSTED_ORIGINS (docs/deployment.md)"

@@ -265,7 +265,9 @@ def _require(effective: Role | None, *, need: Role, what: str, held: Role | None
         raise NotVisible(f"{what} not found")
     if not effective.includes(need):
         if held is not None and held.includes(need):  # the user may; their read-only key may not
-            raise PermissionDenied(f"{what}: a read-only key writes nothing (it acts as a viewer)")
+            raise PermissionDenied(
+                f"{what}: a read-only key acts as a viewer (it keeps its user's role only to read the audit log)"
+            )
         raise PermissionDenied(f"{what}: this needs the {need.label.lower()} role in its project")
 
 

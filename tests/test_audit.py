@@ -592,7 +592,7 @@ def test_a_read_only_key_reads_the_log_its_user_may_read_and_says_why_it_writes_
     session = create_session(project=acme, source_format="canonical", meta=SessionMeta())
     append_events(session=session, events=synthetic_events(3))
     said = key.post(f"/api/sessions/{session.pk}/comments", {"seq": 0, "body": "x"}, content_type="application/json")
-    assert said.status_code == 403 and "read-only key" in said.json()["detail"], said.content
+    assert said.status_code == 403 and "a read-only key acts as a viewer" in said.json()["detail"], said.content
 
 
 @pytest.mark.parametrize("where", ["POST /api/sessions", "POST /api/events", "POST /api/imports", "upload page"])

@@ -148,4 +148,11 @@ def test_a_csrf_refusal_says_what_would_help(make_session):
     refused = no_cookie.post(url, {"seq": 1, "body": "x"}, headers={"X-CSRFToken": token})
     text = refused.content.decode()
     assert refused.status_code == 403 and "allow cookies" in text, text[-600:]
+    # Over https, a form from a page opened over http: no trusted origin helps, https does.
+    insecure = client.post(
+        url, {"seq": 1, "body": "x"}, secure=True,
+        headers={"X-CSRFToken": token, "Referer": f"http://testserver/sessions/{session.pk}/"},
+    )  # fmt: skip
+    text = insecure.content.decode()
+    assert insecure.status_code == 403 and "https address" in text and "REPLAY_CSRF_TRUSTED_ORIGINS" not in text
     assert not Comment.objects.exists()
