@@ -67,6 +67,30 @@ def test_upload_is_kept_under_a_generated_name_never_the_clients(project, data_d
     assert (job.status, job.created_by, job.bytes_total) == ("queued", "ann", source.stat().st_size)
 
 
+def test_an_upload_is_kept_before_the_transaction_that_makes_its_job(transactional_db, data_dir, tmp_path, monkeypatch):
+    # Moved across file systems a kept file is copied (up to the upload limit), and SQLite's
+    # write lock, taken when the transaction begins, held every other writer meanwhile.
+    from sessions_app.ingest import uploads
+    from sessions_app.models import Project
+
+    stored_in_a_transaction = []
+    store = uploads._store
+
+    def watched(*args):
+        stored_in_a_transaction.append(connection.in_atomic_block)
+        return store(*args)
+
+    monkeypatch.setattr(uploads, "_store", watched)
+    source = write_canonical_file(tmp_path / "x.jsonl", events=8)
+    with uploads.upload_atomically(uploaded_file=upload_of(source), project=Project.get_default()) as job:
+        assert connection.in_atomic_block
+    assert stored_in_a_transaction == [False] and Path(job.stored_path).is_file()
+    with pytest.raises(RuntimeError):  # and a failure inside still takes the kept file with it
+        with uploads.upload_atomically(uploaded_file=upload_of(source), project=Project.get_default()) as failed:
+            raise RuntimeError("the entry could not be written")
+    assert not Path(failed.stored_path).exists() and not ImportJob.objects.filter(pk=failed.pk).exists()
+
+
 def test_upload_is_enqueued_only_after_its_transaction_commits(
     project, data_dir, tmp_path, django_capture_on_commit_callbacks
 ):

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from django.conf import settings
 from django.core.files.move import file_move_safe
@@ -77,18 +77,27 @@ def check_declared_size(content_length: str | int | None) -> int:
 
 
 @contextmanager
-def upload_atomically(**accept: Any) -> Iterator[ImportJob]:
-    """`accept_upload` in one transaction with what the caller does with its job (queues it, logs
-    it): all or none of it. Whatever fails, the commit too, takes the kept file with it (a file
-    without a job is one nothing would ever delete); an upload logged nowhere is no upload."""
-    job = None
+def upload_atomically(
+    *,
+    uploaded_file: UploadedFile,
+    project: Project,
+    format: str = "",
+    created_by: str = "",
+    replace: bool = False,
+) -> Iterator[ImportJob]:
+    """`accept_upload` with what the caller does with its job (queues it, logs it) in one
+    transaction with the job: all or none of it. Whatever fails, the commit too, takes the kept
+    file with it (a file without a job is one nothing would ever delete); an upload logged
+    nowhere is no upload. The file is kept before the transaction begins: moved across file
+    systems it is copied, up to the upload limit, and SQLite's write lock, which the
+    transaction takes, would have held every other writer meanwhile."""
+    stored, job = _kept_upload(uploaded_file, project, format), None
     try:
         with transaction.atomic():
-            job = accept_upload(**accept)
+            job = _upload_job(stored, uploaded_file, project, format, created_by, replace)
             yield job
     except BaseException:
-        if job is not None:
-            Path(job.stored_path).unlink(missing_ok=True)
+        stored.unlink(missing_ok=True)
         raise
 
 
@@ -106,6 +115,16 @@ def accept_upload(
     The stored name is generated (never derived from the client's file name); the client's
     name is kept on the job for display only.
     """
+    stored = _kept_upload(uploaded_file, project, format)
+    try:
+        return _upload_job(stored, uploaded_file, project, format, created_by, replace)
+    except BaseException:
+        stored.unlink(missing_ok=True)
+        raise
+
+
+def _kept_upload(uploaded_file: UploadedFile, project: Project, format: str) -> Path:
+    """The uploaded file checked (its format, size and the project's quotas) and kept: where."""
     if format and format not in known_formats():
         known = ", ".join(sorted(known_formats()))
         raise UploadRejected(f"Unknown format {format!r}; known formats: {known}.")
@@ -120,23 +139,21 @@ def accept_upload(
     # with 6 MiB left, security sweep; jobs._import checks the whole once decompressed).
     # QuotaExceeded: 413 past the bytes, 409 the sessions.
     check_upload(project=project, size=max(size, stated))
+    return _store(uploaded_file, display_name(uploaded_file.name or "upload"))
 
-    original_name = display_name(uploaded_file.name or "upload")
-    stored = _store(uploaded_file, original_name)
-    try:
-        job = ImportJob.objects.create(
-            project=project,
-            original_name=original_name,
-            stored_path=str(stored),
-            requested_format=format,
-            replace=replace,
-            bytes_total=size,
-            created_by=created_by[:150],
-        )
-    except BaseException:
-        stored.unlink(missing_ok=True)
-        raise
-    return job
+
+def _upload_job(
+    stored: Path, uploaded_file: UploadedFile, project: Project, format: str, created_by: str, replace: bool
+) -> ImportJob:
+    return ImportJob.objects.create(
+        project=project,
+        original_name=display_name(uploaded_file.name or "upload"),
+        stored_path=str(stored),
+        requested_format=format,
+        replace=replace,
+        bytes_total=uploaded_file.size or 0,
+        created_by=created_by[:150],
+    )
 
 
 def keep_local_file(
