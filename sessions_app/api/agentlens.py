@@ -17,7 +17,7 @@ from ..formats.fields import in_utc_range
 from ..ingest import agentlens_events
 from ..ingest.live import IngestError
 from ..ingest.quotas import QuotaExceeded, check_bytes
-from ..models import Role
+from ..models import Project, Role
 from .bodies import declared_length, json_body, read_body
 from .responses import BadRequest
 from .schemas import ErrorOut, ProblemOut
@@ -133,15 +133,7 @@ def ingest_agentlens_events(request: HttpRequest, query: Query[EventsQuery]):
     try:
         check_bytes(project=project, size=declared_length(request), what="batch")
         batch = read_body(request, AgentLensBatchIn)
-        events = [_record(event) for event in batch.events]
-        # The batch and the entries of the sessions it made together, as POST /api/sessions.
-        with transaction.atomic():
-            result = agentlens_events.ingest_agentlens_events(project=project, events=events)
-            audit.record_request_many(request, action="session.create_live", project=project, entries=[
-                (f"session:{outcome.session.pk}",
-                 {"source_session_id": outcome.session.source_session_id, "via": "POST /api/events"})
-                for outcome in result.sessions if outcome.created
-            ])  # fmt: skip
+        result = _ingest_logged(request, project, [_record(event) for event in batch.events])
     except BadRequest as exc:
         return _refused(exc.status, exc.detail, exc.errors)
     except IngestError as exc:
@@ -161,6 +153,20 @@ def ingest_agentlens_events(request: HttpRequest, query: Query[EventsQuery]):
         ],
         "warnings": result.warnings,
     })  # fmt: skip
+
+
+@transaction.atomic
+def _ingest_logged(
+    request: HttpRequest, project: Project, events: list[dict[str, Any]]
+) -> agentlens_events.EventsResult:
+    """The batch and the entries of the sessions it made, together, as POST /api/sessions."""
+    result = agentlens_events.ingest_agentlens_events(project=project, events=events)
+    audit.record_request_many(request, action="session.create_live", project=project, entries=[
+        (f"session:{outcome.session.pk}", {"source_session_id": outcome.session.source_session_id,
+                                           "via": "POST /api/events"})
+        for outcome in result.sessions if outcome.created
+    ])  # fmt: skip
+    return result
 
 
 def _record(event: AgentLensEventIn) -> dict[str, Any]:
