@@ -559,8 +559,9 @@ def test_every_change_is_logged_in_the_same_transaction_as_its_audit_entry():
         """Whether each audit.record call under `node` runs inside an atomic block."""
         if isinstance(node, ast.Call) and ast.unparse(node.func).startswith("audit.record"):
             return [guarded]
-        # `transaction.atomic()`, or a workflow's own atomic block (ingest/uploads.upload_atomically).
-        if isinstance(node, ast.With) and any("atomic" in ast.unparse(i.context_expr) for i in node.items):
+        # `transaction.atomic()`, or a workflow's own atomic block (ingest/uploads.accept_upload).
+        atomic = ("atomic", "accept_upload(")
+        if isinstance(node, ast.With) and any(a in ast.unparse(i.context_expr) for i in node.items for a in atomic):
             guarded = True
         return [g for child in ast.iter_child_nodes(node) for g in entries(child, guarded)]
 

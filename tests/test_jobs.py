@@ -44,6 +44,13 @@ def upload_of(path: Path, name: str | None = None) -> SimpleUploadedFile:
     return SimpleUploadedFile(name or path.name, path.read_bytes())
 
 
+def accepted(**upload) -> ImportJob:
+    """The job `accept_upload` makes, its transaction committed (the API's and the form's, without
+    their queueing and logging)."""
+    with accept_upload(**upload) as job:
+        return job
+
+
 def queued_import_job_ids() -> list[int]:
     return [
         task.task["kwargs"]["job_id"]
@@ -57,7 +64,7 @@ def queued_import_job_ids() -> list[int]:
 
 def test_upload_is_kept_under_a_generated_name_never_the_clients(project, data_dir, tmp_path):
     source = write_canonical_file(tmp_path / "x.jsonl", events=8)
-    job = accept_upload(uploaded_file=upload_of(source, "../../etc/passwd.jsonl"), project=project, created_by="ann")
+    job = accepted(uploaded_file=upload_of(source, "../../etc/passwd.jsonl"), project=project, created_by="ann")
     stored = Path(job.stored_path)
     assert stored.is_file() and stored.read_bytes() == source.read_bytes()
     assert stored.resolve().is_relative_to(data_dir.resolve())
@@ -82,11 +89,11 @@ def test_an_upload_is_kept_before_the_transaction_that_makes_its_job(transaction
 
     monkeypatch.setattr(uploads, "_store", watched)
     source = write_canonical_file(tmp_path / "x.jsonl", events=8)
-    with uploads.upload_atomically(uploaded_file=upload_of(source), project=Project.get_default()) as job:
+    with uploads.accept_upload(uploaded_file=upload_of(source), project=Project.get_default()) as job:
         assert connection.in_atomic_block
     assert stored_in_a_transaction == [False] and Path(job.stored_path).is_file()
     with pytest.raises(RuntimeError):  # and a failure inside still takes the kept file with it
-        with uploads.upload_atomically(uploaded_file=upload_of(source), project=Project.get_default()) as failed:
+        with uploads.accept_upload(uploaded_file=upload_of(source), project=Project.get_default()) as failed:
             raise RuntimeError("the entry could not be written")
     assert not Path(failed.stored_path).exists() and not ImportJob.objects.filter(pk=failed.pk).exists()
 
@@ -96,7 +103,7 @@ def test_upload_is_enqueued_only_after_its_transaction_commits(
 ):
     source = write_canonical_file(tmp_path / "x.jsonl", events=8)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        job = accept_upload(uploaded_file=upload_of(source), project=project)
+        job = accepted(uploaded_file=upload_of(source), project=project)
         jobs.enqueue_import_after_commit(job_id=job.pk)  # what the API and the upload form do
         assert queued_import_job_ids() == []
     assert len(callbacks) == 1
@@ -108,7 +115,7 @@ def test_upload_over_the_size_limit_is_refused_with_a_clear_message(project, dat
     settings.MAX_UPLOAD_MB = 1
     too_big = SimpleUploadedFile("big.jsonl", b"x" * (1024 * 1024 + 1))
     with pytest.raises(UploadTooLarge) as refused:
-        accept_upload(uploaded_file=too_big, project=project)
+        accepted(uploaded_file=too_big, project=project)
     assert refused.value.status == 413
     assert "REPLAY_MAX_UPLOAD_MB" in refused.value.message and "1 MB" in refused.value.message
     assert not ImportJob.objects.exists()
@@ -119,7 +126,7 @@ def test_gzip_stating_a_decompressed_size_over_the_limit_is_refused_at_upload(pr
     bomb = gzip.compress(b"\n" * (3 * 1024 * 1024))  # 3 MB of newlines: a few KB compressed
     assert len(bomb) < 1024 * 1024
     with pytest.raises(UploadTooLarge) as refused:
-        accept_upload(uploaded_file=SimpleUploadedFile("b.jsonl.gz", bomb), project=project)
+        accepted(uploaded_file=SimpleUploadedFile("b.jsonl.gz", bomb), project=project)
     assert "decompressed upload" in refused.value.message
     # A cut file's last 4 bytes are no size: the message says where its figure comes from.
     assert "the gzip file's last 4 bytes state" in refused.value.message and "gzip -t" in refused.value.message
@@ -131,7 +138,7 @@ def test_a_cut_gzip_whose_trailer_states_more_than_deflate_can_make_is_called_cu
     stated = int.from_bytes(cut[-4:], "little")
     assert stated > 1032 * len(cut)
     with pytest.raises(UploadRejected) as refused:
-        accept_upload(uploaded_file=SimpleUploadedFile("cut.jsonl.gz", cut), project=project)
+        accepted(uploaded_file=SimpleUploadedFile("cut.jsonl.gz", cut), project=project)
     assert refused.value.status == 400 and refused.value.message.startswith("The gzip file is cut off or damaged")
     assert f"state {stated:,} bytes" in refused.value.message and "of its 300" in refused.value.message
     assert not ImportJob.objects.exists()
@@ -141,7 +148,7 @@ def test_gzip_hiding_its_size_fails_the_job_once_decompressed_past_the_limit(pro
     settings.MAX_UPLOAD_MB = 1
     # Two gzip members: the trailer of the last (tiny) one is all a quick look can see.
     bomb = gzip.compress(b"\n" * (3 * 1024 * 1024)) + gzip.compress(b"\n")
-    job = accept_upload(uploaded_file=SimpleUploadedFile("b.jsonl.gz", bomb), project=project)
+    job = accepted(uploaded_file=SimpleUploadedFile("b.jsonl.gz", bomb), project=project)
     jobs.run_import(job_id=job.pk)
     job.refresh_from_db()
     assert job.status == "failed"
@@ -154,7 +161,7 @@ def test_gzip_hiding_its_size_fails_the_job_once_decompressed_past_the_limit(pro
 
 def test_run_import_imports_every_session_of_the_upload(project, data_dir, tmp_path):
     source = write_canonical_file(tmp_path / "three.jsonl.gz", sessions=3, events=10, compress=True)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    job = accepted(uploaded_file=upload_of(source), project=project)
     jobs.run_import(job_id=job.pk)
     job.refresh_from_db()
     assert job.status == "done" and job.detected_format == "canonical"
@@ -166,7 +173,7 @@ def test_run_import_imports_every_session_of_the_upload(project, data_dir, tmp_p
 
 def test_run_import_of_a_finished_job_does_nothing(project, data_dir, tmp_path):
     source = write_canonical_file(tmp_path / "one.jsonl", events=10)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    job = accepted(uploaded_file=upload_of(source), project=project)
     jobs.run_import(job_id=job.pk)
     jobs.run_import(job_id=job.pk)  # delivered twice by the broker
     assert Session.objects.count() == 1
@@ -174,7 +181,7 @@ def test_run_import_of_a_finished_job_does_nothing(project, data_dir, tmp_path):
 
 def test_run_import_reports_a_missing_stored_file_on_the_job(project, data_dir, tmp_path):
     source = write_canonical_file(tmp_path / "one.jsonl", events=10)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    job = accepted(uploaded_file=upload_of(source), project=project)
     Path(job.stored_path).unlink()
     jobs.run_import(job_id=job.pk)
     job.refresh_from_db()
@@ -183,7 +190,7 @@ def test_run_import_reports_a_missing_stored_file_on_the_job(project, data_dir, 
 
 def test_rerun_after_an_interruption_discards_half_written_sessions(project, data_dir, tmp_path, make_session):
     source = write_canonical_file(tmp_path / "two.jsonl", sessions=2, events=10)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    job = accepted(uploaded_file=upload_of(source), project=project)
     # What a killed attempt can leave: the job RUNNING and a session still live under it.
     ImportJob.objects.filter(pk=job.pk).update(status="running", started_at=timezone.now())
     partial = make_session(events=5, source_session_id="file-session-1")
@@ -201,7 +208,7 @@ def test_an_import_that_stopped_its_worker_three_times_fails_instead_of_stopping
     """A file that kills every worker it is given (out of memory) would otherwise be queued again
     each minute forever (a retest's bundle took down worker after worker)."""
     source = write_canonical_file(tmp_path / "one.jsonl", events=10)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    job = accepted(uploaded_file=upload_of(source), project=project)
     ImportJob.objects.filter(pk=job.pk).update(status="running", started_at=timezone.now(), attempts=2)
     assert jobs.requeue_stalled_imports() == {"requeued": [job.pk], "given_up": []}  # its worker is gone: again
     ImportJob.objects.filter(pk=job.pk).update(attempts=jobs.MAX_ATTEMPTS)
@@ -220,7 +227,7 @@ def test_an_import_that_stopped_its_worker_three_times_fails_instead_of_stopping
 
 def test_a_job_whose_worker_lives_is_neither_requeued_nor_taken_by_a_second_worker(project, data_dir, tmp_path):
     source = write_canonical_file(tmp_path / "one.jsonl", events=10)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    job = accepted(uploaded_file=upload_of(source), project=project)
     # This very process is the worker running it.
     ImportJob.objects.filter(pk=job.pk).update(status="running", worker=this_worker(), attempts=1,
                                                started_at=timezone.now())  # fmt: skip
@@ -481,7 +488,7 @@ def test_an_upload_is_imported_by_a_real_qcluster_worker(worker_db, data_dir, tm
 def test_an_import_killed_mid_way_and_run_again_gives_the_same_sessions_once(worker_db, data_dir, tmp_path, project):
     sessions, events = 16, 2500
     source = write_canonical_file(tmp_path / "big.jsonl", sessions=sessions, events=events)
-    job = accept_upload(uploaded_file=upload_of(source), project=project)
+    job = accepted(uploaded_file=upload_of(source), project=project)
     jobs.enqueue_import_after_commit(job_id=job.pk)  # autocommit: queued at once
     worker_db.push()
     log = tmp_path / "qcluster.log"
@@ -624,7 +631,7 @@ def test_an_imported_upload_and_a_command_line_import_each_queue_their_sessions_
 
     source = write_canonical_file(tmp_path / "up.jsonl", events=6)
     with django_capture_on_commit_callbacks(execute=True):
-        job = accept_upload(uploaded_file=upload_of(source), project=project, created_by="ann")
+        job = accepted(uploaded_file=upload_of(source), project=project, created_by="ann")
     with django_capture_on_commit_callbacks(execute=True):
         jobs.run_import(job_id=job.pk)
     uploaded = Session.objects.get(import_job=job)

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from sessions_app import audit, teams
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest import live
-from sessions_app.ingest.uploads import upload_atomically
+from sessions_app.ingest.uploads import accept_upload
 from sessions_app.models import AuditEntry, Project
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -114,7 +114,7 @@ def test_two_uploads_each_referencing_the_project_both_commit(settings, tmp_path
 
     def upload(n: int) -> None:
         file = SimpleUploadedFile(f"{n}.jsonl", b'{"kind": "message", "payload": {"text": "hi"}}\n')
-        with upload_atomically(uploaded_file=file, project=project, format="", created_by="u") as job:
+        with accept_upload(uploaded_file=file, project=project, format="", created_by="u") as job:
             both_made.wait()
             audit.record(action="session.import", actor="u", project=project, target=f"import:{job.pk}")
 

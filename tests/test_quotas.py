@@ -240,13 +240,19 @@ def test_a_file_already_stored_is_said_so_at_the_quota_not_refused(project, tmp_
     ]
 
 
+def stored_then_capped(project: Project, tmp_path: Path, *, sessions: int, quota: int) -> set[int]:
+    """The ids of `sessions` sessions of a file imported, then the project's quota set."""
+    path = write_canonical_file(tmp_path / "stored.jsonl", sessions=sessions, events=4)
+    stored = {o.session.pk for o in import_file(path=path, project=project)}
+    project.max_sessions = quota
+    project.save()
+    return stored
+
+
 def test_a_replacing_import_at_the_quota_replaces_one_by_one(project, tmp_path):
     # Replacing deletes the session it supersedes as it adds its successor: at the quota, the
     # count stays within it. One that supersedes nothing is still one more, and refused.
-    path = write_canonical_file(tmp_path / "two.jsonl", sessions=2, events=4)
-    before = {o.session.pk for o in import_file(path=path, project=project)}
-    project.max_sessions = 2
-    project.save()
+    before = stored_then_capped(project, tmp_path, sessions=2, quota=2)
     changed = write_canonical_file(tmp_path / "changed.jsonl", sessions=3, events=5)
     outcomes = import_file(path=changed, project=project, replace=True)
     stored = [o for o in outcomes if o.session is not None]
@@ -261,10 +267,7 @@ def test_a_replacing_import_at_the_quota_replaces_one_by_one(project, tmp_path):
 def test_a_replacement_takes_its_place_in_a_project_already_past_a_lowered_quota(project, tmp_path):
     # A quota lowered below what the project holds: replacing one session keeps the count, so it
     # is no session more.
-    path = write_canonical_file(tmp_path / "three.jsonl", sessions=3, events=4)
-    before = {o.session.pk for o in import_file(path=path, project=project)}
-    project.max_sessions = 2
-    project.save()
+    before = stored_then_capped(project, tmp_path, sessions=3, quota=2)
     changed = write_canonical_file(tmp_path / "one.jsonl", sessions=1, events=5)
     (outcome,) = import_file(path=changed, project=project, replace=True)
     assert outcome.session is not None and len(outcome.replaced) == 1 and outcome.replaced[0] in before

@@ -11,7 +11,7 @@ from ninja import Field, Router, Schema, Status
 
 from .. import access, audit, jobs
 from ..ingest.quotas import QuotaExceeded, check_upload
-from ..ingest.uploads import UploadRejected, check_declared_size, upload_atomically
+from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size
 from ..models import Project
 from .auth import who
 from .responses import BadRequest, error
@@ -130,7 +130,7 @@ def create_import(request: HttpRequest):
             raise BadRequest(400, f"file: one file per upload, {len(files)} were sent (send each on its own)")
         uploaded = files[0]
         project = _project_of_the_body(request, project)
-        with upload_atomically(uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
+        with accept_upload(uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
                                created_by=who(request)) as job:  # fmt: skip
             jobs.enqueue_import_after_commit(job_id=job.pk)
             audit.record_upload(request, job)

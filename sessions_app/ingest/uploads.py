@@ -1,5 +1,5 @@
 """Accepting an uploaded file: keep the original under REPLAY_DATA_DIR and create its ImportJob.
-The API (POST /api/imports) and the dashboard's upload form both call `accept_upload`, then queue
+The API (POST /api/imports) and the dashboard's upload form both call `accept_upload`, and queue
 the import (jobs.enqueue_import_after_commit); it runs in a worker (sessions_app/jobs.py).
 """
 
@@ -77,30 +77,6 @@ def check_declared_size(content_length: str | int | None) -> int:
 
 
 @contextmanager
-def upload_atomically(
-    *,
-    uploaded_file: UploadedFile,
-    project: Project,
-    format: str = "",
-    created_by: str = "",
-    replace: bool = False,
-) -> Iterator[ImportJob]:
-    """`accept_upload` with what the caller does with its job (queues it, logs it) in one
-    transaction with the job: all or none of it. Whatever fails, the commit too, takes the kept
-    file with it (a file without a job is one nothing would ever delete); an upload logged
-    nowhere is no upload. The file is kept before the transaction begins: moved across file
-    systems it is copied, up to the upload limit, and SQLite's write lock, which the
-    transaction takes, would have held every other writer meanwhile."""
-    stored, job = _kept_upload(uploaded_file, project, format), None
-    try:
-        with transaction.atomic():
-            job = _upload_job(stored, uploaded_file, project, format, created_by, replace)
-            yield job
-    except BaseException:
-        stored.unlink(missing_ok=True)
-        raise
-
-
 def accept_upload(
     *,
     uploaded_file: UploadedFile,
@@ -108,16 +84,23 @@ def accept_upload(
     format: str = "",
     created_by: str = "",
     replace: bool = False,
-) -> ImportJob:
-    """Keep the uploaded file and create its job; raises UploadRejected / UploadTooLarge, or
-    quotas.QuotaExceeded when the project's quotas leave no room for it.
+) -> Iterator[ImportJob]:
+    """Keep the uploaded file and create its job, in one transaction with what the caller does
+    with the job in the block (queues it, logs it): all or none of it. Raises UploadRejected /
+    UploadTooLarge, or quotas.QuotaExceeded when the project's quotas leave no room for it.
 
-    The stored name is generated (never derived from the client's file name); the client's
-    name is kept on the job for display only.
+    Whatever fails, the commit too, takes the kept file with it (a file without a job is one
+    nothing would ever delete); an upload logged nowhere is no upload. The file is kept before
+    the transaction begins: moved across file systems it is copied, up to the upload limit, and
+    SQLite's write lock, which the transaction takes, would have held every other writer
+    meanwhile. The stored name is generated (never derived from the client's file name); the
+    client's name is kept on the job for display only.
     """
-    stored = _kept_upload(uploaded_file, project, format)
+    stored, job = _kept_upload(uploaded_file, project, format), None
     try:
-        return _upload_job(stored, uploaded_file, project, format, created_by, replace)
+        with transaction.atomic():
+            job = _upload_job(stored, uploaded_file, project, format, created_by, replace)
+            yield job
     except BaseException:
         stored.unlink(missing_ok=True)
         raise

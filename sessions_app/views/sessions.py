@@ -22,7 +22,7 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from .. import access, audit, deletion, jobs
 from ..forms import PlayerForm, SessionFilterForm, UploadForm, error_text
 from ..ingest.quotas import QuotaExceeded
-from ..ingest.uploads import UploadRejected, check_declared_size, display_name, upload_atomically
+from ..ingest.uploads import UploadRejected, accept_upload, check_declared_size, display_name
 from ..models import Project, Role, Session
 from ..replay import exports
 from ..replay.listing import list_sessions, recent_jobs
@@ -98,7 +98,7 @@ def upload(request: HttpRequest) -> HttpResponse:
             return _upload_answer(request, [str(exc)])
         for uploaded in form.cleaned_data["files"]:
             try:
-                with upload_atomically(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
+                with accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
                                        created_by=request.user.get_username()) as job:  # fmt: skip
                     jobs.enqueue_import_after_commit(job_id=job.pk)
                     audit.record_upload(request, job)
