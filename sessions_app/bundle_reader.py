@@ -46,7 +46,7 @@ from .chain import (
     stored_commitments,
 )
 from .formats.fields import json_kind
-from .formats.json_documents import basic_events, overflowed
+from .formats.json_documents import read_events
 from .lookalikes import MAX_FILE_NAME_BYTES, hiding_characters, safe_file_name
 
 FORMAT = "replay-bundle/1"
@@ -411,20 +411,16 @@ _LINE_CONTAINERS = 16
 
 
 def _nested(line: bytes) -> bool:
-    for exact in (False, True):  # an integer past 64 bits, which orjson reads: read again exactly
+    def deeper(events: Iterator[tuple[str, Any]]) -> bool:
         containers = 0
-        try:
-            for kind, _value in basic_events(line, exact=exact):
-                if kind in ("start_map", "start_array"):
-                    containers += 1
-                    if containers > _LINE_CONTAINERS:
-                        return True
-        except ijson.JSONError as error:
-            if exact or not overflowed(error):
-                raise
-            continue
+        for kind, _value in events:
+            if kind in ("start_map", "start_array"):
+                containers += 1
+                if containers > _LINE_CONTAINERS:
+                    return True
         return False
-    return False
+
+    return read_events(line, deeper)
 
 
 def _check_redactions(

@@ -131,7 +131,7 @@ def create_import(request: HttpRequest):
         uploaded = files[0]
         project = _project_of_the_body(request, project)
         with accept_upload(uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
-                               created_by=who(request)) as job:  # fmt: skip
+                           created_by=who(request)) as job:  # fmt: skip
             jobs.enqueue_import_after_commit(job_id=job.pk)
             audit.record_upload(request, job)
     except (BadRequest, UploadRejected, QuotaExceeded) as exc:

@@ -108,7 +108,7 @@ _LEVEL = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1}
 _EVENT_NAME = itemgetter(0)
 
 
-def basic_events(data: bytes, *, exact: bool = False) -> Iterator[tuple[str, Any]]:
+def _basic_events(data: bytes, *, exact: bool = False) -> Iterator[tuple[str, Any]]:
     """ijson's events of `data` without paths (basic_parse): numbers as floats, or `exact` by the
     pure-Python reader (see _EXACT_READER: yajl's C parser, asked for exact numbers, crashed the
     process on an integer past 4,300 digits; the pure-Python one raises a ValueError for it)."""
@@ -117,32 +117,44 @@ def basic_events(data: bytes, *, exact: bool = False) -> Iterator[tuple[str, Any
     return ijson.basic_parse(io.BytesIO(data), use_float=True)
 
 
-def overflowed(error: Exception) -> bool:
+def _overflowed(error: Exception) -> bool:
     """Whether yajl stopped at a number it cannot read as a float (an integer past 64 bits, a
-    float past a double): `basic_events(..., exact=True)` reads it."""
+    float past a double): `_basic_events(..., exact=True)` reads it."""
     return any(overflow in str(error) for overflow in _OVERFLOWS)
+
+
+def read_events[T](data: bytes, visit: Callable[[Iterator[tuple[str, Any]]], T]) -> T:
+    """`visit` of `data`'s `_basic_events`, read again from the start, exactly, where yajl's floats
+    stop at a number they cannot hold (orjson reads it). Any other error is the caller's."""
+    try:
+        return visit(_basic_events(data))
+    except ijson.JSONError as error:
+        if not _overflowed(error):
+            raise
+    return visit(_basic_events(data, exact=True))
 
 
 def top_level_keys(data: bytes) -> set[str]:
     """The top-level keys of the JSON object `data` starts with, as far as `data` reaches (a
-    file's head: cut anywhere). Read without paths (`basic_events`), as _Nesting reads: a head
+    file's head: cut anywhere). Read without paths (`read_events`), as _Nesting reads: a head
     nested thousands deep costs no more than a flat one; and no deeper than a document may nest
-    (_DEEPEST), where reading it would stop. A number yajl cannot read as a float: read again,
-    exactly."""
+    (_DEEPEST), where reading it would stop."""
     keys: set[str] = set()
-    for exact in (False, True):
-        keys, depth = set(), 0
-        try:
-            for event, value in basic_events(data, exact=exact):
-                if event == "map_key" and depth == 1:
-                    keys.add(value)
-                depth += _LEVEL.get(event, 0)
-                if depth == 0 or depth > _DEEPEST:
-                    break  # the first record's end, or as deep as a document is read
-        except (ijson.JSONError, UnicodeDecodeError, ValueError) as error:  # the head's cut, or not JSON
-            if not exact and overflowed(error):
-                continue
-        return keys
+
+    def visit(events: Iterator[tuple[str, Any]]) -> None:
+        keys.clear()
+        depth = 0
+        for event, value in events:
+            if event == "map_key" and depth == 1:
+                keys.add(value)
+            depth += _LEVEL.get(event, 0)
+            if depth == 0 or depth > _DEEPEST:
+                return  # the first record's end, or as deep as a document is read
+
+    try:
+        read_events(data, visit)
+    except (ijson.JSONError, UnicodeDecodeError, ValueError):  # the head's cut, or not JSON
+        pass
     return keys
 
 

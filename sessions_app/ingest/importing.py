@@ -350,9 +350,12 @@ def _import_session(
                 # its comments and sign-offs: it is kept beside them. Nor does a replacement delete
                 # what people wrote on a session: replacing supersedes what was read, and the team's
                 # work stays, asked first on its delete page.
-                kept_whole = superseded if damaged else []
-                held = [] if damaged else holding_team_work(same_source, superseded, project_id=project.pk)
-                taken = [pk for pk in superseded if pk not in set(held)] if not damaged else []
+                if damaged:
+                    kept_whole, held, taken = superseded, [], []
+                else:
+                    kept_whole, held = [], holding_team_work(same_source, superseded, project_id=project.pk)
+                    kept_ids = set(held)
+                    taken = [pk for pk in superseded if pk not in kept_ids]
                 if at_quota and not taken:
                     # Stored beside the sessions it was to replace: one more than the quota allows.
                     raise _OverQuota

@@ -99,7 +99,7 @@ def upload(request: HttpRequest) -> HttpResponse:
         for uploaded in form.cleaned_data["files"]:
             try:
                 with accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
-                                       created_by=request.user.get_username()) as job:  # fmt: skip
+                                   created_by=request.user.get_username()) as job:  # fmt: skip
                     jobs.enqueue_import_after_commit(job_id=job.pk)
                     audit.record_upload(request, job)
             except (UploadRejected, QuotaExceeded) as exc:
