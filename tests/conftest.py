@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
+from django.test.utils import override_settings
 
 from sessions_app.canonical import CanonicalEvent, Kind, SessionMeta, StateChange
 from sessions_app.ingest.writer import append_events, create_session
@@ -19,6 +21,21 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "browser" in item.path.parent.parts[-1:]:
             item.add_marker(pytest.mark.browser)
+
+
+class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """The production hasher with one round: its 1.2 million cost 0.8 s a password here, which
+    made the users the suite's main cost. Each hash names its own rounds, so a server the tests
+    start in a subprocess (with the production list) still checks these passwords."""
+
+    iterations = 1
+
+
+@pytest.fixture(autouse=True, scope="session")
+def quick_password_hashing():
+    # override_settings, not an assignment: its signal clears Django's cache of the hashers.
+    with override_settings(PASSWORD_HASHERS=["tests.conftest.QuickPBKDF2PasswordHasher"]):
+        yield
 
 
 T0 = datetime(2026, 2, 8, 10, 30, tzinfo=UTC)
