@@ -1,7 +1,8 @@
 """Background jobs: the only module that imports django_q.
 
-Each job is a pair: `enqueue_x` (called after the triggering transaction commits, with ids, never
-model instances) and `run_x` (what a qcluster worker executes). Progress lives on database rows
+Each job is a pair: `enqueue_x` (called with ids, never model instances; an import's in its job's
+transaction, the others once the triggering transaction commits) and `run_x` (what a qcluster
+worker executes). Progress lives on database rows
 (ImportJob, RedactionJob) that pages poll.
 
 A `run_x` imports its workflow inside the function: every page that queues a job imports this
@@ -39,12 +40,11 @@ CLEANUP_HOUR_UTC = 3  # a quiet hour for the daily clean-up
 
 
 def enqueue_import(*, job_id: int) -> str:
+    """Queue a job's import. In the job's own transaction, where there is one: the broker is
+    django-q2's ORM on this database (settings.Q_CLUSTER), so its task is committed with the job
+    or not at all, and no worker sees it before the job. Queued after the commit instead, a
+    broker that failed then left a job that nothing would ever run."""
     return async_task("sessions_app.jobs.run_import", job_id=job_id, task_name=f"import-{job_id}", group="imports")
-
-
-def enqueue_import_after_commit(*, job_id: int) -> None:
-    """Queue the import once the job row is committed (a worker must find it)."""
-    transaction.on_commit(lambda: enqueue_import(job_id=job_id))
 
 
 def run_import(*, job_id: int) -> None:

@@ -132,7 +132,7 @@ def create_import(request: HttpRequest):
         project = _project_of_the_body(request, project)
         with accept_upload(uploaded_file=uploaded, project=project, format=request.POST.get("format", ""),
                            created_by=who(request)) as job:  # fmt: skip
-            jobs.enqueue_import_after_commit(job_id=job.pk)
+            jobs.enqueue_import(job_id=job.pk)
             audit.record_upload(request, job)
     except (BadRequest, UploadRejected, QuotaExceeded) as exc:
         return error(exc)

@@ -1,6 +1,6 @@
 """Accepting an uploaded file: keep the original under REPLAY_DATA_DIR and create its ImportJob.
 The API (POST /api/imports) and the dashboard's upload form both call `accept_upload`, and queue
-the import (jobs.enqueue_import_after_commit); it runs in a worker (sessions_app/jobs.py).
+the import (jobs.enqueue_import, in the job's transaction); it runs in a worker (sessions_app/jobs.py).
 """
 
 from __future__ import annotations
@@ -89,20 +89,29 @@ def accept_upload(
     with the job in the block (queues it, logs it): all or none of it. Raises UploadRejected /
     UploadTooLarge, or quotas.QuotaExceeded when the project's quotas leave no room for it.
 
-    Whatever fails, the commit too, takes the kept file with it (a file without a job is one
-    nothing would ever delete); an upload logged nowhere is no upload. The file is kept before
-    the transaction begins: moved across file systems it is copied, up to the upload limit, and
-    SQLite's write lock, which the transaction takes, would have held every other writer
-    meanwhile. The stored name is generated (never derived from the client's file name); the
-    client's name is kept on the job for display only.
+    Whatever fails before the commit, the commit too, takes the kept file with it (a file
+    without a job is one nothing would ever delete); an upload logged nowhere is no upload. What
+    fails after it (a callback of the commit) leaves the committed job its file. The file is kept
+    before the transaction begins: moved across file systems it is copied, up to the upload
+    limit, and SQLite's write lock, which the transaction takes, would have held every other
+    writer meanwhile. The stored name is generated (never derived from the client's file name);
+    the client's name is kept on the job for display only.
     """
-    stored, job = _kept_upload(uploaded_file, project, format), None
+    stored = _kept_upload(uploaded_file, project, format)
+    committed = False
+
+    def on_commit() -> None:
+        nonlocal committed
+        committed = True
+
     try:
         with transaction.atomic():
-            job = _upload_job(stored, uploaded_file, project, format, created_by, replace)
-            yield job
+            # The first of the commit's callbacks: any other one that raises comes after it.
+            transaction.on_commit(on_commit)
+            yield _upload_job(stored, uploaded_file, project, format, created_by, replace)
     except BaseException:
-        stored.unlink(missing_ok=True)
+        if not committed:
+            stored.unlink(missing_ok=True)
         raise
 
 

@@ -100,7 +100,7 @@ def upload(request: HttpRequest) -> HttpResponse:
             try:
                 with accept_upload(uploaded_file=uploaded, project=project, format=form.cleaned_data["format"],
                                    created_by=request.user.get_username()) as job:  # fmt: skip
-                    jobs.enqueue_import_after_commit(job_id=job.pk)
+                    jobs.enqueue_import(job_id=job.pk)
                     audit.record_upload(request, job)
             except (UploadRejected, QuotaExceeded) as exc:
                 errors.append(f"{display_name(uploaded.name or '')}: {exc.message}")
