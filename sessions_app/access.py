@@ -44,6 +44,23 @@ class NotVisible(Http404):
     """404: the object does not exist, or the caller may not know that it does."""
 
 
+def hold(model: type[Session] | type[Tour], *pks: int) -> None:
+    """Lock these sessions' (or tours') rows to the end of the caller's transaction, or raise
+    NotVisible for one that is gone: what a writer hangs on them (a comment, a sign-off, a stop,
+    a link, a checkpoint) then commits before their delete begins, or finds them gone (a 404),
+    where it failed its foreign key at commit (a 500, RACES). In lock order: after Project.lock,
+    sessions before tours, both before the log's head (deletion.delete_session's order). FOR NO
+    KEY UPDATE, as Project.lock says why."""
+    wanted = sorted(set(pks))
+    if not wanted:
+        return
+    found = set(model.objects.select_for_update(no_key=True).filter(pk__in=wanted).order_by("pk")
+                .values_list("pk", flat=True))  # fmt: skip
+    for pk in wanted:
+        if pk not in found:
+            raise NotVisible(f"{model._meta.verbose_name} {pk} not found")
+
+
 @dataclass(frozen=True)
 class ShareGrant:
     """What one active share link opened in this browser lets it read: one session, or one tour

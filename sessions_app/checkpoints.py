@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from . import audit
-from .access import Actor, NotVisible
+from .access import Actor, NotVisible, hold
 from .canonical import without_nul
 from .ingest.writer import redactor_of, set_checkpoint
 from .lookalikes import as_picked, hidden_in_name, twin_in
@@ -112,6 +112,7 @@ def save_checkpoint(
 ) -> Checkpoint:
     """Name event `seq`. A name already in use raises CheckpointExists (saying where it is)
     unless `replace`, which moves it: never a silent overwrite."""
+    hold(Session, session.pk)
     name = _clean_name(name, session.project_id)
     if not 0 <= seq < session.event_count:
         span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 
 from . import audit, markdown
-from .access import Actor, NotVisible
+from .access import Actor, NotVisible, hold
 from .models import Comment, CommentRevision, Role, Session
 
 MAX_BODY = 10_000  # characters of Markdown
@@ -203,6 +203,7 @@ def create_comment(
         span = f"its seqs are 0 to {session.event_count - 1}" if session.event_count else "it has no events"
         raise CommentError(f"seq: session {session.pk} has no event at seq {seq} ({span})")
     with transaction.atomic():  # the comment and its audit entry, or neither
+        hold(Session, session.pk)
         comment = Comment.objects.create(session=session, seq=seq, parent=thread, author=actor.user,
                                          author_name=actor.name, body=body)  # fmt: skip
         detail = {"comment": comment.pk, "seq": seq} | ({"parent": thread.pk} if thread else {})

@@ -37,6 +37,10 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
             raise NotVisible(f"session {session_id} not found")
         holding = originals.jobs_holding(locked)
         shortened = tours_through(session)
+        # The tours it shortens before the log's head, in access.hold's order: a stop added to one
+        # of them (holding its session, then the tour, then the head) waits for this or this for it.
+        list(Tour.objects.select_for_update(no_key=True).filter(pk__in=[tour.pk for tour, _ in shortened])
+             .order_by("pk").values_list("pk", flat=True))  # fmt: skip
         detail = {"events": events, "source_session_id": session.source_session_id}
         if shortened:
             detail["tour_stops"] = {str(tour.pk): stops for tour, stops in shortened}

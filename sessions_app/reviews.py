@@ -12,7 +12,7 @@ import hashlib
 from django.db import transaction
 
 from . import audit
-from .access import Actor
+from .access import Actor, hold
 from .models import Review, Session
 from .verification import VerificationRunning, verify_once
 
@@ -56,8 +56,9 @@ def sign_off(*, session: Session, reviewer: Actor, verdict: str, note: str = "",
     # not checked, so they are not signed.
     # The session's own fields as they were verified, read with nothing between: what the sign-off
     # pins as the event chain's head pins the events.
-    seal = Session.objects.filter(pk=session.pk).values_list("header_seal", flat=True).get()
     with transaction.atomic():
+        hold(Session, session.pk)
+        seal = Session.objects.filter(pk=session.pk).values_list("header_seal", flat=True).get()
         review = Review.objects.create(
             session=session,
             reviewer=reviewer.user,

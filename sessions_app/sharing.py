@@ -61,6 +61,10 @@ def create_link(
     # between had their links revoked already, and this one would have stayed (and reopened
     # were they given their role back). Their removal waits for this lock, or this for theirs.
     Project.lock(target.project_id)
+    if session is not None:
+        access.hold(Session, session.pk)
+    else:
+        access.hold(Tour, tour.pk)
     fresh = Membership.objects.filter(project_id=target.project_id, user=actor.user).values_list("role", flat=True)
     access.check(actor, project_id=target.project_id, role=fresh.first(), need=Role.MAINTAINER, what="share link")
     token = ShareLink.new_token()

@@ -48,7 +48,7 @@ from django.db.models import Model, Q
 from django.utils import timezone
 
 from . import audit, markdown
-from .access import Actor, NotVisible
+from .access import Actor, NotVisible, hold
 from .chain import (
     CONTENT_FIELDS,
     HEADER_FIELDS,
@@ -183,9 +183,11 @@ def start_rules_job(*, session: Session, actor: Actor | str, ip: str | None = No
     after commit: jobs.enqueue_redaction_after_commit). RedactionRefused when no rule is on."""
     if RedactionRules.redactor_for(session.project_id) is None:
         raise RedactionRefused("rules", "the project has no redaction rule on: turn some on in its settings first")
-    return RedactionJob.objects.create(
-        session=session, requested_by=_name(actor)[:200], requested_ip=ip, events_total=session.event_count
-    )
+    with transaction.atomic():
+        hold(Session, session.pk)
+        return RedactionJob.objects.create(
+            session=session, requested_by=_name(actor)[:200], requested_ip=ip, events_total=session.event_count
+        )
 
 
 def redact_with_rules(*, job: RedactionJob) -> RedactionResult:

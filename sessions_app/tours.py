@@ -13,7 +13,7 @@ tour's project and visible to the actor, their seqs exist) is checked here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from . import audit, markdown
-from .access import Actor, NotVisible, sessions_visible_to
+from .access import Actor, NotVisible, hold, sessions_visible_to
 from .lookalikes import as_picked, hidden_in_name
 from .models import Project, Session, ShareLink, Tour, TourStop
 
@@ -162,10 +162,13 @@ def _checked(*, actor: Actor, tour: Tour, stops: Sequence[StopSpec], listed: boo
     return cleaned
 
 
-def _current(tour: Tour) -> list[TourStop]:
+def _current(tour: Tour, *, stopping_on: Iterable[int] = ()) -> list[TourStop]:
     """The tour's stops in order, its row locked first: two maintainers adding a stop at once
-    each see the other's (PostgreSQL; SQLite writes one transaction at a time anyway)."""
-    Tour.objects.select_for_update(no_key=True).filter(pk=tour.pk).values_list("pk").first()
+    each see the other's (PostgreSQL; SQLite writes one transaction at a time anyway). The
+    sessions of new stops (`stopping_on`) are held before it (access.hold's order). NotVisible
+    when any of them, or the tour, was deleted since the caller looked it up."""
+    hold(Session, *stopping_on)
+    hold(Tour, tour.pk)
     return list(TourStop.objects.filter(tour=tour).order_by("position"))
 
 
@@ -279,8 +282,8 @@ def set_stops(*, actor: Actor, tour: Tour, stops: Sequence[StopSpec], ip: str | 
     """Replace the tour's stops with `stops`, in order: the whole list, checked whole first."""
     cleaned = _checked(actor=actor, tour=tour, stops=stops)
     with transaction.atomic():
-        before = {stop.session_id for stop in _current(tour)}
         sessions = {stop.session for stop in cleaned}
+        before = {stop.session_id for stop in _current(tour, stopping_on=sessions)}
         reached = _links_newly_reaching(tour, before, sessions)
         _write(tour=tour, stops=cleaned)
         _record("tour.change", actor=actor, tour=tour, ip=ip, stops=len(cleaned), sessions=sorted(sessions),
@@ -299,7 +302,7 @@ def add_stop(
     added = StopSpec(session=session.pk, seq=seq, title=title, narration=narration)
     (added,) = _checked(actor=actor, tour=tour, stops=[added], listed=False)
     with transaction.atomic():
-        current = _current(tour)
+        current = _current(tour, stopping_on=[session.pk])
         if len(current) >= MAX_STOPS:
             raise TourError(f"tour: a tour holds at most {MAX_STOPS} stops")
         position = len(current) if position is None else position

@@ -29,6 +29,7 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
+from .access import hold
 from .chain import (
     CONTENT_FIELDS,
     GENESIS_HASH,
@@ -134,6 +135,7 @@ def one_at_a_time(session: Session) -> Iterator[None]:
     for a session, however many ask."""
     now = timezone.now()
     with transaction.atomic():
+        hold(Session, session.pk)
         run, made = VerificationRun.objects.select_for_update().get_or_create(session=session,
                                                                               defaults={"started_at": now})  # fmt: skip
         if not made:

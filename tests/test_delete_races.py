@@ -1,0 +1,147 @@
+"""A writer whose session (or tour) is deleted between its lookup and its write: a 404 saying so,
+nothing half-written, no audit entry for what is gone. Each race is made deterministic by
+deleting (committed) right after the step before the write; a helper's sweep (RACES) found every
+one of these answering a 500 (the foreign key failed at commit)."""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+import pytest
+from django.db import connection
+from django.test import Client
+
+from sessions_app import access, audit, comments, tours
+from sessions_app.access import Actor
+from sessions_app.deletion import delete_session
+from sessions_app.models import (
+    AuditEntry,
+    Checkpoint,
+    Comment,
+    RedactionJob,
+    RedactionRules,
+    Review,
+    Role,
+    Session,
+    ShareLink,
+    Tour,
+    TourStop,
+    VerificationRun,
+)
+
+from .builders_teams import acme, key_of, member, recorded  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def deleted_after(monkeypatch, module, name: str, delete) -> None:
+    """`module.name` runs, then `delete()` (once)."""
+    original, done = getattr(module, name), []
+
+    def wrapped(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if not done:
+            done.append(True)  # first: the delete may call it too
+            delete()
+        return result
+
+    monkeypatch.setattr(module, name, wrapped)
+
+
+def deleting(session_pk: int):
+    return lambda: delete_session(actor="racer", session=Session.objects.get(pk=session_pk))
+
+
+WRITERS = {
+    "comment": ("post", "/api/sessions/{s}/comments", {"seq": 0, "body": "hi"}),
+    "sign-off": ("post", "/api/sessions/{s}/reviews", {"verdict": "approved"}),
+    "verify": ("post", "/api/sessions/{s}/verify", {}),
+    "share link": ("post", "/api/sessions/{s}/share-links", {}),
+    "checkpoint": ("post", "/api/sessions/{s}/checkpoints", {"name": "cp", "seq": 0}),
+    "rules job": ("post", "/api/sessions/{s}/redactions/apply-rules", {}),
+}
+LEFT = (Comment, Review, ShareLink, Checkpoint, RedactionJob, VerificationRun, TourStop)
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_writer_on_a_session_deleted_after_its_lookup_gets_a_404_and_writes_nothing(monkeypatch, acme, writer):
+    method, url, body = WRITERS[writer]
+    RedactionRules.objects.create(project=acme, detectors=["email"])
+    session = recorded(acme, events=5)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('ada', acme, Role.ADMIN))}")
+    deleted_after(monkeypatch, access, "session_for", deleting(session.pk))
+    response = getattr(client, method)(url.format(s=session.pk), orjson.dumps(body), content_type="application/json")
+    assert response.status_code == 404, response.content
+    assert b"not found" in response.content
+    assert not any(model.objects.filter(session_id=session.pk).exists() for model in LEFT)
+    log = AuditEntry.objects.filter(target=f"session:{session.pk}").values_list("action", flat=True)
+    assert list(log) == ["session.delete"]
+
+
+def test_a_comment_from_the_page_on_a_session_just_deleted_is_a_404(monkeypatch, acme):
+    session = recorded(acme, events=5)
+    client = Client()
+    client.force_login(member("ada", acme, Role.ADMIN))
+    deleted_after(monkeypatch, access, "session_for", deleting(session.pk))
+    response = client.post(f"/sessions/{session.pk}/comments/", {"seq": 0, "body": "hi"})
+    assert response.status_code == 404 and not Comment.objects.exists()
+
+
+def test_a_comment_whose_session_goes_after_every_check_is_a_404(monkeypatch, acme):
+    # The delete commits from another connection as the comment's transaction begins: past the
+    # lookup and the comment's own checks, so only a look inside the transaction sees it.
+    session = recorded(acme, events=3)
+    mia = Actor(user=member("mia", acme, Role.REVIEWER))
+
+    def in_another_connection() -> None:
+        def remove() -> None:
+            deleting(session.pk)()
+            connection.close()
+
+        thread = threading.Thread(target=remove)
+        thread.start()
+        thread.join(10)
+
+    deleted_after(monkeypatch, comments.transaction, "atomic", in_another_connection)
+    with pytest.raises(access.NotVisible):
+        comments.create_comment(actor=mia, session=session, body="hi", seq=0)
+    assert not Comment.objects.exists()
+
+
+def test_stops_on_a_session_deleted_after_they_were_checked_are_a_404(monkeypatch, acme):
+    session = recorded(acme, events=3)
+    user = member("ada", acme, Role.ADMIN)
+    tour = tours.create_tour(actor=Actor(user=user), project=acme, title="T")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(user)}")
+    deleted_after(monkeypatch, tours, "_checked", deleting(session.pk))
+    stops = [{"session": session.pk, "seq": 0, "title": "x"}]
+    response = client.put(f"/api/tours/{tour.pk}/stops", orjson.dumps(stops), content_type="application/json")
+    assert response.status_code == 404, response.content
+    assert not TourStop.objects.exists()
+
+
+@pytest.mark.parametrize("writer", ["share link", "stops"])
+def test_a_writer_on_a_tour_deleted_after_its_lookup_gets_a_404(monkeypatch, acme, writer):
+    session = recorded(acme, events=3)
+    user = member("ada", acme, Role.ADMIN)
+    tour = tours.create_tour(actor=Actor(user=user), project=acme, title="T")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(user)}")
+    delete = lambda: tours.delete_tour(actor=Actor(user=user), tour=Tour.objects.get(pk=tour.pk))  # noqa: E731
+    deleted_after(monkeypatch, access, "tour_for", delete)
+    if writer == "share link":
+        response = client.post(f"/api/tours/{tour.pk}/share-links", b"{}", content_type="application/json")
+    else:
+        stops = [{"session": session.pk, "seq": 0, "title": "x"}]
+        response = client.put(f"/api/tours/{tour.pk}/stops", orjson.dumps(stops), content_type="application/json")
+    assert response.status_code == 404, response.content
+    assert not ShareLink.objects.exists() and not TourStop.objects.exists()
+    assert not AuditEntry.objects.filter(action__in=["share_link.create", "tour.change"]).exists()
+
+
+def test_the_audit_log_still_verifies_after_the_races(monkeypatch, acme):
+    session = recorded(acme, events=3)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('ada', acme, Role.ADMIN))}")
+    deleted_after(monkeypatch, access, "session_for", deleting(session.pk))
+    client.post(f"/api/sessions/{session.pk}/comments", b'{"seq": 0, "body": "x"}', content_type="application/json")
+    assert audit.verify_log(project=acme).valid
