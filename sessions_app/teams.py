@@ -72,6 +72,14 @@ class MemberChange:
     links_revoked: int = 0
 
 
+def _no_user(username: str) -> TeamError:
+    # Said how one is made: a project admin cannot make accounts, and was left at a dead end.
+    return TeamError(
+        f"username: no active user {username!r}; accounts are made by the server's operator "
+        "(manage.py create_user) or a superuser"
+    )
+
+
 def set_member(
     *, actor: Actor, project: Project, username: str, role: str, ip: str | None = None, add_only: bool = False
 ) -> MemberChange:
@@ -80,17 +88,16 @@ def set_member(
     member already is refused, naming their role, rather than changed without a word."""
     if role not in Role.values:
         raise TeamError(f"role: one of {', '.join(Role.values)}")
-    user = (
-        get_user_model().objects.filter(username=username, is_active=True).first() if "\x00" not in username else None
-    )
+    users = get_user_model().objects.filter(username=username, is_active=True)
+    user = users.first() if "\x00" not in username else None
     if user is None:
-        # Said how one is made: a project admin cannot make accounts, and was left at a dead end.
-        raise TeamError(
-            f"username: no active user {username!r}; accounts are made by the server's operator "
-            "(manage.py create_user) or a superuser"
-        )
+        raise _no_user(username)
     with transaction.atomic():
         Project.lock(project.pk)
+        # Held to the commit, as the project: a user deleted (or deactivated) since the look above
+        # failed the membership's key at commit, a 500 (RACES).
+        if users.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk", flat=True).first() is None:
+            raise _no_user(username)
         current = Membership.objects.select_for_update().filter(project=project, user=user).first()
         if current is not None and add_only:
             raise TeamError(

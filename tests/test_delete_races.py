@@ -145,3 +145,20 @@ def test_the_audit_log_still_verifies_after_the_races(monkeypatch, acme):
     deleted_after(monkeypatch, access, "session_for", deleting(session.pk))
     client.post(f"/api/sessions/{session.pk}/comments", b'{"seq": 0, "body": "x"}', content_type="application/json")
     assert audit.verify_log(project=acme).valid
+
+
+def test_a_member_added_as_their_account_is_deleted_is_refused_with_a_400(monkeypatch, acme):
+    from django.contrib.auth import get_user_model
+
+    from sessions_app.models import Membership, Project
+
+    newbie = get_user_model().objects.create_user("newbie")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('ada', acme, Role.ADMIN))}")
+    # In the change's own transaction, after its lock: where another connection's delete would
+    # land on SQLite (one writer at a time) as on PostgreSQL (the user's row not yet held).
+    deleted_after(monkeypatch, Project, "lock", newbie.delete)
+    body = b'{"username": "newbie", "role": "viewer"}'
+    response = client.post("/api/projects/acme/members", body, content_type="application/json")
+    assert response.status_code == 400 and b"no active user 'newbie'" in response.content
+    assert not Membership.objects.filter(user_id=newbie.pk).exists()
+    assert not AuditEntry.objects.filter(action="member.add", target="user:newbie").exists()
