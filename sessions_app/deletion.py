@@ -37,10 +37,7 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
             raise NotVisible(f"session {session_id} not found")
         holding = originals.jobs_holding(locked)
         shortened = tours_through(session)
-        # The tours it shortens before the log's head, in access.hold's order: a stop added to one
-        # of them (holding its session, then the tour, then the head) waits for this or this for it.
-        list(Tour.objects.select_for_update(no_key=True).filter(pk__in=[tour.pk for tour, _ in shortened])
-             .order_by("pk").values_list("pk", flat=True))  # fmt: skip
+        lock_tours(shortened)
         detail = {"events": events, "source_session_id": session.source_session_id}
         if shortened:
             detail["tour_stops"] = {str(tour.pk): stops for tour, stops in shortened}
@@ -53,6 +50,14 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
         originals.note_orphans(job_ids=holding)
         note_shortened(shortened, actor=actor, ip=ip, with_session=session_id)
     return events
+
+
+def lock_tours(shortened: list[tuple[Tour, int]]) -> None:
+    """Lock the tours a deletion shortens, before it takes the log's head (access.hold's order):
+    a stop added to one (holding its session, then the tour, then the head) waits for the
+    deletion, or the deletion for it, never each for the other."""
+    tours = Tour.objects.select_for_update(no_key=True).filter(pk__in=[tour.pk for tour, _ in shortened])
+    list(tours.order_by("pk").values_list("pk", flat=True))
 
 
 def note_shortened(shortened: list[tuple[Tour, int]], *, actor: Actor | str, ip: str | None = None,

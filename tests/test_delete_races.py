@@ -162,3 +162,42 @@ def test_a_member_added_as_their_account_is_deleted_is_refused_with_a_400(monkey
     assert response.status_code == 400 and b"no active user 'newbie'" in response.content
     assert not Membership.objects.filter(user_id=newbie.pk).exists()
     assert not AuditEntry.objects.filter(action="member.add", target="user:newbie").exists()
+
+
+def test_a_comment_made_as_a_replace_import_decides_what_to_keep_is_kept_or_refused(monkeypatch, acme, tmp_path):
+    # PostgreSQL's row locks: the replace's transaction holds what it may delete before it looks
+    # for people's work on it. A comment committed just after that look was deleted with its
+    # session, though its writer was told it was saved (RACES M1). (SQLite writes one
+    # transaction at a time: the comment waits for the import whatever it holds.)
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's")
+    from sessions_app.ingest import importing
+
+    from .builders_rlm import record_full_session
+
+    path = tmp_path / "full.jsonl"
+    record_full_session(path, steps=3)
+    first = importing.import_file(path=path, project=acme)[0].session
+    rita = Actor(user=member("rita", acme, Role.REVIEWER))
+    said: list[object] = []
+
+    def comment() -> None:
+        try:
+            said.append(comments.create_comment(actor=rita, session=first, seq=1, body="keep this").pk)
+        except access.NotVisible as exc:
+            said.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=comment)
+
+    def then_a_comment() -> None:
+        thread.start()
+        thread.join(2)  # it commits at once, or waits for the import's lock
+
+    deleted_after(monkeypatch, importing, "holding_team_work", then_a_comment)
+    [outcome] = importing.import_file(path=path, project=acme, replace=True)
+    thread.join(10)
+    kept = Session.objects.filter(pk=first.pk).exists()
+    assert (kept and isinstance(said[0], int)) or (not kept and isinstance(said[0], access.NotVisible)), said
+    assert Comment.objects.filter(session_id=first.pk).count() == (1 if kept else 0)

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from .. import audit
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
-from ..deletion import holding_team_work, note_shortened, tours_through
+from ..deletion import holding_team_work, lock_tours, note_shortened, tours_through
 from ..formats import GZIP_MAGIC, Source, detect, registry
 from ..models import (
     ImportJob,
@@ -353,6 +353,9 @@ def _import_session(
                 if damaged:
                     kept_whole, held, taken = superseded, [], []
                 else:
+                    # Held first: a comment (a stop, a link) on one of them is then seen below,
+                    # or waits and finds it gone (a 404); it was deleted with it, unsaid (RACES).
+                    _hold(superseded)
                     kept_whole, held = [], holding_team_work(same_source, superseded, project_id=project.pk)
                     kept_ids = set(held)
                     taken = [pk for pk in superseded if pk not in kept_ids]
@@ -444,6 +447,13 @@ def _one_at_a_time(project: Project, fmt: str, session: Session) -> None:
         )
 
 
+def _hold(session_ids: list[int]) -> None:
+    """Lock these sessions' rows to the end of the import's transaction (access.hold's lock, a
+    chunk a statement: a file may supersede more sessions than a statement binds values)."""
+    for part in batched(sorted(session_ids), min(2000, (connection.features.max_query_params or 2000) // 2)):
+        list(Session.objects.select_for_update(no_key=True).filter(pk__in=part).order_by("pk").values_list("pk"))
+
+
 def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
     """Delete the sessions a `replace` import supersedes, a chunk a statement, and return their
     ids. Events, snapshots, checkpoints, comments, sign-offs and tour stops go too, through the
@@ -456,6 +466,7 @@ def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
         gone = list(replaced.values_list("pk", "event_count", "source_session_id"))
         jobs = jobs_holding(replaced)
         shortened = tours_through(replaced)
+        lock_tours(shortened)
         replaced.delete()
         note_orphans(job_ids=jobs)
         audit.record_many(action="session.delete", actor=actor, project=by.project_id, entries=[
