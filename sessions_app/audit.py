@@ -20,9 +20,9 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
-from .access import Actor, actor_of
+from .access import Actor, actor_of, hold
 from .chain import GENESIS_HASH, link_hash, ts_text
-from .models import AuditEntry, AuditLog, Project, log_name
+from .models import AuditEntry, AuditLog, Project, Session, log_name
 
 # One dotted name per action (docs/teams.md), so filters and exports stay stable.
 ACTIONS = (
@@ -152,11 +152,16 @@ def record_request_many(
 
 def record_on_session(request: HttpRequest, action: str, session: Any, **detail: Any) -> AuditEntry:
     """`record_request()` for an action on one session: its project's log, `session:<id>`. A
-    share link's visitor is named by the link that opens this session to it (`share:<id>`)."""
+    share link's visitor is named by the link that opens this session to it (`share:<id>`).
+    NotVisible when the session was deleted since the caller looked it up: no entry names a
+    session gone before it (an export of it would be of nothing)."""
     actor = actor_of(request)
     grant = actor.grant_on(session) if actor.user is None else None
-    return record(action=action, actor=f"share:{grant.link_id}" if grant else actor, project=session.project_id,
-                  target=f"session:{session.pk}", detail=detail, ip=client_ip(request))  # fmt: skip
+    with transaction.atomic():
+        hold(Session, session.pk)
+        return record(action=action, actor=f"share:{grant.link_id}" if grant else actor,
+                      project=session.project_id, target=f"session:{session.pk}", detail=detail,
+                      ip=client_ip(request))  # fmt: skip
 
 
 def record_file_import(*, actor: str, project: Project, outcomes: list[Any]) -> list[AuditEntry]:

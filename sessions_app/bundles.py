@@ -34,6 +34,7 @@ from django.db import connection
 from django.utils import timezone
 
 from . import signing
+from .access import NotVisible
 from .bundle_reader import FORMAT
 from .chain import CONTENT_FIELDS, GENESIS_HASH, RECORDED_FIELDS, parse_redacted, recorded_values, removals
 from .lookalikes import safe_file_name
@@ -71,11 +72,19 @@ def bundle_filename(session: Session) -> str:
 
 
 def stream_bundle(*, session: Session, exported_by: str) -> Iterator[bytes]:
-    """The bundle of `session` as it is written, chunk by chunk (see the module docstring)."""
-    key = signing.server_key()
+    """The bundle of `session` as it is written, chunk by chunk (see the module docstring).
+    What it covers is read now, in the caller's view (NotVisible when the session was deleted
+    since its lookup: a 404, where the stream raised once the download had begun)."""
     # Count and head are written together by ingest; a live session that grows while we read
     # is bundled as it was here.
-    count, head = Session.objects.filter(pk=session.pk).values_list("event_count", "head_hash").get()
+    found = Session.objects.filter(pk=session.pk).values_list("event_count", "head_hash").first()
+    if found is None:
+        raise NotVisible(f"session {session.pk} not found")
+    return _bundle(session, *found, exported_by=exported_by)
+
+
+def _bundle(session: Session, count: int, head: str, *, exported_by: str) -> Iterator[bytes]:
+    key = signing.server_key()
     exported_at = timezone.now()
     sink = _Sink()
     files: dict[str, str] = {}

@@ -201,3 +201,46 @@ def test_a_comment_made_as_a_replace_import_decides_what_to_keep_is_kept_or_refu
     kept = Session.objects.filter(pk=first.pk).exists()
     assert (kept and isinstance(said[0], int)) or (not kept and isinstance(said[0], access.NotVisible)), said
     assert Comment.objects.filter(session_id=first.pk).count() == (1 if kept else 0)
+
+
+DOWNLOADS = ["/api/sessions/{s}/bundle", "/api/sessions/{s}/export?format=jsonl", "/sessions/{s}/export/?format=jsonl"]
+
+
+@pytest.mark.parametrize("url", DOWNLOADS)
+def test_a_download_of_a_session_deleted_after_its_lookup_is_a_404_and_logs_nothing(monkeypatch, acme, url):
+    session = recorded(acme, events=6)
+    user = member("ada", acme, Role.ADMIN)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(user)}")
+    client.force_login(user)
+    deleted_after(monkeypatch, access, "session_for", deleting(session.pk))
+    response = client.get(url.format(s=session.pk))
+    assert response.status_code == 404
+    assert list(AuditEntry.objects.filter(target=f"session:{session.pk}").values_list("action", flat=True)) == [
+        "session.delete"
+    ]
+
+
+@pytest.mark.parametrize("url", DOWNLOADS[:2])
+def test_a_download_whose_session_is_deleted_midway_is_cut_short_never_signed_whole(monkeypatch, acme, url):
+    from sessions_app import bundles
+    from sessions_app.replay import exports
+
+    monkeypatch.setattr(exports, "CHUNK", 2)
+    session = recorded(acme, events=6)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(member('ada', acme, Role.ADMIN))}")
+    chunks = exports.event_chunks
+
+    def deleted_after_the_first(*args, **kwargs):
+        for n, rows in enumerate(chunks(*args, **kwargs)):
+            yield rows
+            if n == 0:
+                deleting(session.pk)()
+
+    monkeypatch.setattr(exports, "event_chunks", deleted_after_the_first)
+    monkeypatch.setattr(bundles, "event_chunks", deleted_after_the_first)
+    response = client.get(url.format(s=session.pk))
+    sent = []
+    with pytest.raises(access.NotVisible, match="deleted while it was exported"):
+        for part in response.streaming_content:
+            sent.append(part)
+    assert b"manifest.sig" not in b"".join(sent)
