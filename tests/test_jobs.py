@@ -110,6 +110,19 @@ def test_an_uploads_task_is_committed_with_its_job_or_not_at_all(transactional_d
     assert queued_import_job_ids() == [job.pk]
 
 
+def test_a_store_that_stops_midway_leaves_no_partial_file(project, data_dir):
+    class DiskFull(SimpleUploadedFile):
+        def chunks(self, chunk_size=None):
+            yield b'{"partial": 1}\n'
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        with accept_upload(uploaded_file=DiskFull("x.jsonl", b'{"a": 1}\n' * 100), project=project):
+            pass
+    assert [path for path in data_dir.rglob("*") if path.is_file()] == []
+    assert not ImportJob.objects.exists()
+
+
 def test_a_commit_callback_that_fails_leaves_the_committed_job_its_file(transactional_db, project, data_dir, tmp_path):
     # Review: the queueing ran on commit and, failing there, took the file of a job already
     # committed (queued for ever, its bytes counted against the quota, its entry in the log).

@@ -232,15 +232,20 @@ def _new_stored_path(suffix: str) -> Path:
 def _store(uploaded_file: UploadedFile, original_name: str) -> Path:
     target = _new_stored_path(_kept_suffix(original_name))
     temporary_path = getattr(uploaded_file, "temporary_file_path", None)
-    if temporary_path is not None:
-        # Large uploads are already on disk: a rename, not a second copy of a 1 GB file.
-        file_move_safe(temporary_path(), str(target), allow_overwrite=False)
-    else:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-        with os.fdopen(fd, "wb") as out:
-            for chunk in uploaded_file.chunks():
-                out.write(chunk)
-    os.chmod(target, 0o640)
+
+    def copy() -> None:
+        if temporary_path is not None:
+            # Large uploads are already on disk: a rename, not a second copy of a 1 GB file (a
+            # copy across file systems, which may stop midway as the other does).
+            file_move_safe(temporary_path(), str(target), allow_overwrite=False)
+        else:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+            with os.fdopen(fd, "wb") as out:
+                for chunk in uploaded_file.chunks():
+                    out.write(chunk)
+        os.chmod(target, 0o640)
+
+    _copied(copy, target)
     return target
 
 
