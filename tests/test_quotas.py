@@ -373,3 +373,25 @@ def test_the_production_server_answers_the_413_at_once_too(served, path):
     host, port = base.removeprefix("http://").split(":")
     answer, body, seconds = _ask(host, int(port), path)  # 10 GiB, past REPLAY_MAX_UPLOAD_MB's 1024
     assert answer.status == 413 and b"REPLAY_MAX_UPLOAD_MB" in body and seconds < 5
+
+
+def test_an_import_and_a_live_create_never_both_take_the_last_place(db, tmp_path, monkeypatch):
+    # The importer's first count, before its session's transaction and without the lock, saw
+    # room; a live create took the last place meanwhile (review). Counted again under the lock.
+    from sessions_app.canonical import SessionMeta
+    from sessions_app.ingest import importing, live
+
+    project = Project.get_default()
+    project.max_sessions = 1
+    project.save()
+    left = importing.sessions_left
+
+    def then_a_live_create(of: Project) -> int | None:
+        room = left(of)
+        live.create_live_session(project=of, meta=SessionMeta(task="live"))
+        return room
+
+    monkeypatch.setattr(importing, "sessions_left", then_a_live_create)
+    (outcome,) = import_file(path=write_canonical_file(tmp_path / "one.jsonl", events=4), project=project)
+    assert outcome.session is None and Session.objects.count() == 1
+    assert any("quota" in problem["message"] for problem in outcome.problems), outcome.problems

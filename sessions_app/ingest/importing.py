@@ -39,7 +39,7 @@ from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from ..worker_liveness import heartbeat, this_worker
 from .bundles import FORMAT_NAME, BundleError, import_bundle, is_bundle
-from .quotas import sessions_left
+from .quotas import past_the_sessions_quota, sessions_left
 from .uploads import display_name, keep_local_file, settle_original
 from .writer import (
     append_events,
@@ -343,6 +343,11 @@ def _import_session(
             existing = next((s for s in same if not replace or s.pk in created), None)
             if existing is not None:
                 raise _Duplicate(existing)
+            # Counted again, now that no other writer can take a place meanwhile: the count above
+            # was taken before this session's transaction, without the lock.
+            at_quota = past_the_sessions_quota(project)
+            if at_quota and not replace:
+                raise _OverQuota
             if replace:
                 superseded = [pk for pk in same_source.values_list("pk", flat=True) if pk not in created]
                 damaged = problems.count - problems_before  # (read since the session before ended)
