@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
 from django.core.exceptions import PermissionDenied
@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BeforeValidator
 from .. import access, audit, teams
 from ..models import Project, Role
 from ..models.bounds import MAX_POSITION
+from ..replay.listing import day_start
 from .schemas import BodyIn, DetailOut, Text
 
 router = Router(tags=["projects"])
@@ -96,11 +97,10 @@ def _through_its_day(value: Any) -> Any:
     midnight after it (none past the last day there is: it bounds nothing)."""
     if isinstance(value, str) and _DATE.fullmatch(value):
         try:
-            return datetime.combine(date.fromisoformat(value) + timedelta(days=1), time.min, tzinfo=UTC)
-        except OverflowError:
-            return None
+            day = date.fromisoformat(value)
         except ValueError:
             return value  # not a day of the calendar: refused by the datetime's own check, naming it
+        return day_start(day, days_after=1)
     return value
 
 
