@@ -188,6 +188,8 @@ def create_comment(
     thread = None
     if parent is not None:
         thread = Comment.objects.filter(session=session, pk=parent).first()
+        if thread is None and not Session.objects.filter(pk=session.pk).exists():  # deleted since its lookup
+            raise NotVisible(f"session {session.pk} not found")
         if thread is None:
             raise CommentError(f"parent: session {session.pk} has no comment {parent}")
         if thread.parent_id is not None:

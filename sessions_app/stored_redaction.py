@@ -166,6 +166,8 @@ def redact_text(
     redactor = literal_redactor(wanted, label)
     candidates = _stored_forms(wanted)
     if not _events_hold(session, redactor, candidates):
+        if not Session.objects.filter(pk=session.pk).exists():  # deleted since its lookup: no events
+            raise NotVisible(f"session {session.pk} not found")
         # Checked before anything is rewritten: a selection is made in what the player shows of
         # the events (the context panel: this event, the history, the step, the variables ...),
         # and a text that is only elsewhere (someone's comment or sign-off note) must not be
