@@ -25,6 +25,7 @@ import hashlib
 import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -71,16 +72,30 @@ def bundle_filename(session: Session) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:100] + ".replay-bundle.zip"
 
 
-def stream_bundle(*, session: Session, exported_by: str) -> Iterator[bytes]:
-    """The bundle of `session` as it is written, chunk by chunk (see the module docstring).
-    What it covers is read now, in the caller's view (NotVisible when the session was deleted
-    since its lookup: a 404, where the stream raised once the download had begun)."""
+@dataclass(frozen=True)
+class BundleStream:
+    """A bundle as it is written, chunk by chunk (iterate it), and what it covers: its events
+    and their chain's head, which its audit entry names."""
+
+    events: int
+    head: str
+    chunks: Iterator[bytes]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.chunks
+
+
+def stream_bundle(*, session: Session, exported_by: str) -> BundleStream:
+    """The bundle of `session` (see the module docstring). What it covers is read now, in the
+    caller's view (NotVisible when the session was deleted since its lookup: a 404, where the
+    stream raised once the download had begun)."""
     # Count and head are written together by ingest; a live session that grows while we read
     # is bundled as it was here.
     found = Session.objects.filter(pk=session.pk).values_list("event_count", "head_hash").first()
     if found is None:
         raise NotVisible(f"session {session.pk} not found")
-    return _bundle(session, *found, exported_by=exported_by)
+    count, head = found
+    return BundleStream(count, head, _bundle(session, count, head, exported_by=exported_by))
 
 
 def _bundle(session: Session, count: int, head: str, *, exported_by: str) -> Iterator[bytes]:
@@ -103,6 +118,10 @@ def _bundle(session: Session, count: int, head: str, *, exported_by: str) -> Ite
         # Of the events bundled: a comment or a sign-off made on a live session meanwhile, on an
         # event past `count`, is not (the bundle would not restore).
         comments, reviews = comment_threads(session, count), sign_offs(session, count)
+        if not Session.objects.filter(pk=session.pk).exists():
+            # Deleted since its events were read: its comments and sign-offs went with it, and
+            # a bundle signed without them would say there were none (review).
+            raise NotVisible(f"session {session.pk} was deleted while it was exported; the download is cut short")
         files["comments.json"] = yield from _member(
             bundle, sink, "comments.json", [orjson.dumps(comments, option=_PRETTY)]
         )

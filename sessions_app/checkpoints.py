@@ -137,6 +137,7 @@ def save_checkpoint(
 def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: str | None = None) -> Checkpoint:
     """Give a checkpoint another name; a name another checkpoint holds raises CheckpointExists
     (rename or delete that one first)."""
+    hold(Session, checkpoint.session_id)  # before the checkpoint's row: access.hold's order (review)
     name = _clean_name(name, checkpoint.session.project_id)
     if name == checkpoint.name:
         return checkpoint
@@ -160,6 +161,7 @@ def rename_checkpoint(*, actor: Actor, checkpoint: Checkpoint, name: str, ip: st
 
 @transaction.atomic  # the change and its audit entry, or neither
 def delete_checkpoint(*, actor: Actor, checkpoint: Checkpoint, ip: str | None = None) -> None:
+    hold(Session, checkpoint.session_id)  # before the checkpoint's row: access.hold's order (review)
     checkpoint_id = checkpoint.pk  # None once deleted
     checkpoint.delete()
     audit.record(action="checkpoint.delete", actor=actor, project=checkpoint.session.project_id,

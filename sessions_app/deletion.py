@@ -36,8 +36,11 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
         if events is None:  # deleted by someone else since the caller looked it up
             raise NotVisible(f"session {session_id} not found")
         holding = originals.jobs_holding(locked)
+        lock_tours(tours_through(session))
+        # Counted under the lock: a tour rewritten meanwhile no longer stops here (review). None
+        # can gain a stop here: its writer holds this session first.
         shortened = tours_through(session)
-        lock_tours(shortened)
+        lock_links(ShareLink.objects.filter(session_id=session_id))
         detail = {"events": events, "source_session_id": session.source_session_id}
         if shortened:
             detail["tour_stops"] = {str(tour.pk): stops for tour, stops in shortened}
@@ -58,6 +61,13 @@ def lock_tours(shortened: list[tuple[Tour, int]]) -> None:
     deletion, or the deletion for it, never each for the other."""
     tours = Tour.objects.select_for_update(no_key=True).filter(pk__in=[tour.pk for tour, _ in shortened])
     list(tours.order_by("pk").values_list("pk", flat=True))
+
+
+def lock_links(links: QuerySet[ShareLink]) -> None:
+    """Lock the share links a deletion takes with it (the database's cascade), before the log's
+    head: a link opened or revoked meanwhile takes its row, then the head, and the cascade had
+    waited for its row while holding the head, a deadlock (review)."""
+    list(links.select_for_update().order_by("pk").values_list("pk", flat=True))
 
 
 def note_shortened(shortened: list[tuple[Tour, int]], *, actor: Actor | str, ip: str | None = None,

@@ -72,6 +72,14 @@ class MemberChange:
     links_revoked: int = 0
 
 
+def hold_the_account_deleted(sender: type, instance: object, **kwargs: object) -> None:
+    """pre_delete of a user (the admin's delete, a command): the account's row is locked before
+    Django deletes its memberships, so a role being set meanwhile (which holds the row, then the
+    membership's) is waited for, or waits: they took the two the other way round, a deadlock
+    (review)."""
+    list(sender.objects.select_for_update().filter(pk=instance.pk).values_list("pk", flat=True))
+
+
 def _no_user(username: str) -> TeamError:
     # Said how one is made: a project admin cannot make accounts, and was left at a dead end.
     return TeamError(

@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 
 from . import audit, markdown
 from .access import Actor, NotVisible, hold, sessions_visible_to
+from .deletion import lock_links
 from .lookalikes import as_picked, hidden_in_name
 from .models import Project, Session, ShareLink, Tour, TourStop
 
@@ -271,6 +272,7 @@ def delete_tour(*, actor: Actor, tour: Tour, ip: str | None = None) -> int:
     tour_id = tour.pk
     with transaction.atomic():
         stops = len(_current(tour))
+        lock_links(ShareLink.objects.filter(tour=tour))
         links = ShareLink.objects.active().filter(tour=tour).count()
         _record("tour.delete", actor=actor, tour=tour, ip=ip, stops=stops, **({"share_links": links} if links else {}))
         tour.delete()

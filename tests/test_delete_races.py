@@ -250,3 +250,45 @@ def test_a_download_whose_session_is_deleted_midway_is_cut_short_never_signed_wh
         for part in response.streaming_content:
             sent.append(part)
     assert b"manifest.sig" not in b"".join(sent)
+
+
+def test_a_bundle_whose_session_goes_after_its_events_is_never_signed_without_its_comments(monkeypatch, acme):
+    from sessions_app import bundles
+
+    session = recorded(acme, events=6)
+    ada = member("ada", acme, Role.ADMIN)
+    comments.create_comment(actor=Actor(user=ada), session=session, body="a finding", seq=0)
+    threads = bundles.comment_threads
+
+    def deleted_first(*args):  # between the events (read) and the comments
+        deleting(session.pk)()
+        return threads(*args)
+
+    monkeypatch.setattr(bundles, "comment_threads", deleted_first)
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(ada)}").get(f"/api/sessions/{session.pk}/bundle")
+    sent = []
+    with pytest.raises(access.NotVisible, match="deleted while it was exported"):
+        for part in response.streaming_content:
+            sent.append(part)
+    assert b"manifest.sig" not in b"".join(sent)
+
+
+def test_a_bundles_audit_entry_names_the_events_it_holds_of_a_growing_session(monkeypatch, acme):
+    import io
+    import zipfile
+
+    from sessions_app.canonical import SessionMeta
+    from sessions_app.ingest.writer import append_events, create_session
+
+    from .conftest import synthetic_events
+
+    session = create_session(project=acme, source_format="canonical", meta=SessionMeta(source_session_id="live"))
+    append_events(session=session, events=synthetic_events(3))
+    ada = member("ada", acme, Role.ADMIN)
+    grown = lambda: append_events(session=Session.objects.get(pk=session.pk), events=synthetic_events(2, start=3))  # noqa: E731
+    deleted_after(monkeypatch, access, "session_for", grown)  # grows after the lookup
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {key_of(ada)}").get(f"/api/sessions/{session.pk}/bundle")
+    with zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content))) as bundle:
+        chain = orjson.loads(bundle.read("manifest.json"))["chain"]
+    logged = orjson.loads(AuditEntry.objects.get(action="bundle.export").detail)
+    assert (logged["events"], logged["head"]) == (chain["last_seq"] + 1, chain["head"]) == (5, logged["head"])

@@ -10,17 +10,19 @@ key (fresh-clone CI, tests/test_scale_out.py)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection, transaction
+from django.test import Client
 
-from sessions_app import audit, teams
+from sessions_app import access, audit, checkpoints, deletion, sharing, teams, tours
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest import live
 from sessions_app.ingest.uploads import accept_upload
-from sessions_app.models import AuditEntry, Project
+from sessions_app.models import AuditEntry, Checkpoint, Membership, Project, Role, Session, Tour
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -199,3 +201,137 @@ def test_a_session_deleted_while_a_comment_on_it_is_logged_never_deadlocks(monke
     failures = _run(lambda: delete_session(actor="a", session=session), comment)
     assert not [f for f in failures if "deadlock" in f], failures
     assert not Session.objects.filter(pk=pk).exists() and not Comment.objects.exists()
+
+
+# Writers racing a delete of what they hang on (a review's finds): each takes its locks in the
+# delete's order (the session, its tours and links, then the log's head), so one waits for the
+# other and both end cleanly: the writer's 404 is no failure here, a deadlock is.
+
+
+def _pausing_at_the_head(monkeypatch, seconds: float = 1.0) -> threading.Event:
+    """Thread t0 stopped for `seconds` the first time it asks for the log's head, holding what
+    it locked before; the event says it got there."""
+    there, log_name = threading.Event(), audit.log_name
+
+    def pausing(project_id):
+        if threading.current_thread().name == "t0" and not there.is_set():
+            there.set()
+            time.sleep(seconds)
+        return log_name(project_id)
+
+    monkeypatch.setattr(audit, "log_name", pausing)
+    return there
+
+
+def _gone_is_fine(write):
+    def run() -> None:
+        try:
+            write()
+        except access.NotVisible:
+            pass  # the session went first: a 404, as it should
+
+    return run
+
+
+@pytest.mark.parametrize("writer", ["rename a checkpoint", "delete a checkpoint", "open a link", "revoke a link"])
+def test_a_writer_and_the_delete_of_its_session_both_end(monkeypatch, make_session, writer):
+    session = make_session(events=3)
+    ada = access.Actor(user=get_user_model().objects.create_superuser("ada"))
+    checkpoint = checkpoints.save_checkpoint(actor=ada, session=session, name="cp", seq=0)
+    link, token = sharing.create_link(actor=ada, session=session)
+    there = _pausing_at_the_head(monkeypatch)
+    stored = Checkpoint.objects.select_related("session")
+    writes = {
+        "rename a checkpoint": lambda: checkpoints.rename_checkpoint(
+            actor=ada, checkpoint=stored.get(pk=checkpoint.pk), name="renamed"
+        ),
+        "delete a checkpoint": lambda: checkpoints.delete_checkpoint(
+            actor=ada, checkpoint=stored.get(pk=checkpoint.pk)
+        ),
+        "open a link": lambda: sharing.open_link(token=token),
+        "revoke a link": lambda: sharing.revoke_link(actor=ada, link=link),
+    }
+
+    def delete() -> None:
+        there.wait(WAIT)
+        deletion.delete_session(actor=ada, session=Session.objects.get(pk=session.pk))
+
+    assert _run(_gone_is_fine(writes[writer]), delete) == []
+    assert not Session.objects.filter(pk=session.pk).exists()
+
+
+def test_a_tours_link_opened_as_the_tour_is_deleted_both_end(monkeypatch, make_session, project):
+    ada = access.Actor(user=get_user_model().objects.create_superuser("ada"))
+    tour = tours.create_tour(actor=ada, project=project, title="T")
+    _, token = sharing.create_link(actor=ada, tour=tour)
+    there = _pausing_at_the_head(monkeypatch)
+
+    def delete() -> None:
+        there.wait(WAIT)
+        tours.delete_tour(actor=ada, tour=Tour.objects.get(pk=tour.pk))
+
+    assert _run(lambda: sharing.open_link(token=token), delete) == []
+    assert not Tour.objects.exists()
+
+
+def test_a_stop_on_a_new_tour_from_the_player_and_the_sessions_delete_both_end(monkeypatch, make_session, project):
+    # The player's "add to a new tour": the tour (and its entry, the log's head) and its first
+    # stop in one transaction. It held the head, then asked for the session the delete held.
+    session = make_session(events=3)
+    ada = get_user_model().objects.create_superuser("ada")
+    client = Client(raise_request_exception=False)
+    client.force_login(ada)
+    audit.record(action="project.change", actor="setup", project=project)  # the head is made
+    at_the_stop, add_stop = threading.Event(), tours.add_stop
+
+    def pausing_add_stop(**kwargs):
+        at_the_stop.set()
+        time.sleep(1.0)  # the delete takes the session meanwhile, or waits for it
+        return add_stop(**kwargs)
+
+    monkeypatch.setattr(tours, "add_stop", pausing_add_stop)
+    answers = []
+
+    def add() -> None:
+        form = {"step": 0, "new_tour": "New", "title": "x"}
+        answers.append(client.post(f"/sessions/{session.pk}/tour-stops/", form).status_code)
+
+    def delete() -> None:
+        at_the_stop.wait(WAIT)
+        deletion.delete_session(actor="b", session=Session.objects.get(pk=session.pk))
+
+    assert _run(add, delete) == []
+    assert answers[0] in (200, 302, 404) and not Session.objects.filter(pk=session.pk).exists()
+
+
+@pytest.mark.parametrize("member", [True, False], ids=["role change", "member add"])
+def test_a_members_role_set_as_their_account_is_deleted_both_end(member):
+    # Django deletes the account's memberships first, then its row; the role change held the
+    # row, then asked for the membership's (a deadlock); an add committed a membership whose
+    # account was gone (the delete failed its key).
+    project = Project.get_default()
+    user = get_user_model().objects.create_user("x")
+    if member:
+        Membership.objects.create(project=project, user=user, role=Role.VIEWER)
+    at_the_membership = threading.Event()
+
+    def pause(execute, sql, params, many, context):
+        if "sessions_app_membership" in sql and "FOR UPDATE" in sql and not at_the_membership.is_set():
+            at_the_membership.set()
+            time.sleep(0.5)  # the delete takes the membership meanwhile
+        return execute(sql, params, many, context)
+
+    def change() -> None:
+        with connection.execute_wrapper(pause):
+            try:
+                teams.set_member(actor="admin", project=project, username="x", role=Role.REVIEWER)
+            except teams.TeamError:
+                pass  # the account went first: a 400 naming it
+
+    def delete() -> None:
+        at_the_membership.wait(WAIT)
+        with transaction.atomic():
+            get_user_model().objects.get(username="x").delete()
+
+    assert _run(change, delete) == []
+    assert not get_user_model().objects.filter(username="x").exists() and not Membership.objects.exists()

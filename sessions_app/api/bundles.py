@@ -32,7 +32,7 @@ def bundle(request: HttpRequest, session_id: Id):
     original upload, comments, sign-offs, a signed manifest and an offline player (docs/bundles.md)."""
     session = access.session_for(request, session_id)
     stream = bundles.stream_bundle(session=session, exported_by=access.actor_of(request).name)
-    audit.record_on_session(request, "bundle.export", session, events=session.event_count, head=session.head_hash)
+    audit.record_on_session(request, "bundle.export", session, events=stream.events, head=stream.head)
     response = StreamingHttpResponse(stream, content_type="application/zip")
     response["Content-Disposition"] = content_disposition_header(True, bundles.bundle_filename(session))
     return response

@@ -137,6 +137,8 @@ def past_the_sessions_quota(project: Project) -> bool:
     """Whether the project holds more sessions than its quota, the caller's own new one (not yet
     committed) counted: asked last, under Project.lock to the end of the caller's transaction,
     so two writers (an import and a live create) never both take the last place."""
-    Project.lock(project.pk)
     _, max_sessions = limits_of(project)
-    return max_sessions is not None and Session.objects.filter(project=project).count() > max_sessions
+    if max_sessions is None:
+        return False  # and no lock: every other writer of the project would wait for the import
+    Project.lock(project.pk)
+    return Session.objects.filter(project=project).count() > max_sessions

@@ -276,6 +276,9 @@ def stop_add(request: HttpRequest, session_id: int) -> HttpResponse:
     data, actor, ip = form.cleaned_data, access.actor_of(request), audit.client_ip(request)
     try:
         with transaction.atomic():  # a new tour is kept only with its first stop
+            # The session before the new tour's audit entry takes the log's head (access.hold's
+            # order): its delete, meanwhile, took them the other way round, a deadlock (review).
+            access.hold(Session, session.pk)
             if data["tour"]:
                 tour = access.tour_for(request, data["tour"], need=Role.MAINTAINER)
             else:
