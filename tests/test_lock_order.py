@@ -335,3 +335,20 @@ def test_a_members_role_set_as_their_account_is_deleted_both_end(member):
 
     assert _run(change, delete) == []
     assert not get_user_model().objects.filter(username="x").exists() and not Membership.objects.exists()
+
+
+def test_a_delete_that_waited_for_a_tours_rewrite_says_no_stop_it_did_not_remove(monkeypatch, make_session, project):
+    first, second = make_session(events=3), make_session(events=3)
+    ada = access.Actor(user=get_user_model().objects.create_superuser("ada"))
+    tour = tours.create_tour(actor=ada, project=project, title="T")
+    tours.set_stops(actor=ada, tour=tour, stops=[tours.StopSpec(session=second.pk, seq=0, title="s")])
+    there = _pausing_at_the_head(monkeypatch)  # the rewrite holds the tour, the delete waits for it
+
+    def delete() -> None:
+        there.wait(WAIT)
+        deletion.delete_session(actor=ada, session=Session.objects.get(pk=second.pk))
+
+    rewrite = [tours.StopSpec(session=first.pk, seq=0, title="s")]
+    assert _run(lambda: tours.set_stops(actor=ada, tour=tour, stops=rewrite), delete) == []
+    logged = AuditEntry.objects.filter(target=f"tour:{tour.pk}", action="tour.change").values_list("detail", flat=True)
+    assert not any("stops_removed" in detail for detail in logged), list(logged)
