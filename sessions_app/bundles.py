@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -79,10 +79,15 @@ class BundleStream:
 
     events: int
     head: str
-    chunks: Iterator[bytes]
+    chunks: Generator[bytes, None, None]
 
     def __iter__(self) -> Iterator[bytes]:
         return self.chunks
+
+    def close(self) -> None:
+        """What a response calls when its download ends, whole or cut short: the generator's
+        temporary file and zip go at once, not when it is collected."""
+        self.chunks.close()
 
 
 def stream_bundle(*, session: Session, exported_by: str) -> BundleStream:

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from . import audit, originals
 from .access import Actor, NotVisible
-from .models import AuditEntry, Checkpoint, Comment, Review, Session, ShareLink, Tour, TourStop
+from .models import AuditEntry, Checkpoint, Comment, Project, Review, Session, ShareLink, Tour, TourStop
 from .models.audit import log_name
 
 
@@ -29,18 +29,14 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
     meanwhile go with it."""
     session_id = session.pk
     with transaction.atomic():
-        # The live writer appends under this row's lock (ingest/live.py), so the count read under
+        shortened = hold_for_delete(session.project_id, Session.objects.filter(pk=session_id))
+        # The live writer appends under the row's lock (ingest/live.py), so the count read under
         # it is the number of events that go, not the one the caller loaded a moment ago.
-        locked = Session.objects.select_for_update(no_key=True).filter(pk=session_id)
+        locked = Session.objects.filter(pk=session_id)
         events = locked.values_list("event_count", flat=True).first()
         if events is None:  # deleted by someone else since the caller looked it up
             raise NotVisible(f"session {session_id} not found")
         holding = originals.jobs_holding(locked)
-        lock_tours(tours_through(session))
-        # Counted under the lock: a tour rewritten meanwhile no longer stops here (review). None
-        # can gain a stop here: its writer holds this session first.
-        shortened = tours_through(session)
-        lock_links(ShareLink.objects.filter(session_id=session_id))
         detail = {"events": events, "source_session_id": session.source_session_id}
         if shortened:
             detail["tour_stops"] = {str(tour.pk): stops for tour, stops in shortened}
@@ -53,6 +49,25 @@ def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> 
         originals.note_orphans(job_ids=holding)
         note_shortened(shortened, actor=actor, ip=ip, with_session=session_id)
     return events
+
+
+def hold_for_delete(project_id: int, sessions: QuerySet[Session]) -> list[tuple[Tour, int]]:
+    """Lock what deleting `sessions` (of one project) takes with it, in access.hold's order and
+    before the deletion takes the log's head: the project (a team change holding it writes its
+    entry, then revokes links the delete takes), the sessions and their sub-agents' (whose
+    `parent` the database sets to null; a comment on one holds it before the head), the tours
+    they shorten, their share links. Returns those tours with the stops they lose, counted
+    under the lock (a tour rewritten meanwhile may no longer stop there; none can gain a stop
+    there: its writer holds the session first). Each deadlock this closes was proved on
+    PostgreSQL by a review (tests/test_lock_order.py)."""
+    Project.lock(project_id)
+    list(sessions.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
+    children = Session.objects.filter(parent__in=sessions).select_for_update(no_key=True)
+    list(children.order_by("pk").values_list("pk", flat=True))
+    lock_tours(tours_through(sessions))
+    shortened = tours_through(sessions)
+    lock_links(ShareLink.objects.filter(session__in=sessions))
+    return shortened
 
 
 def lock_tours(shortened: list[tuple[Tour, int]]) -> None:

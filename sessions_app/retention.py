@@ -19,7 +19,7 @@ from django.db.models import Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
 from . import audit
-from .deletion import note_shortened, tours_through
+from .deletion import hold_for_delete, note_shortened
 from .models import Checkpoint, Project, Session
 from .models.planning import planned_for_values
 from .originals import jobs_holding, note_orphans
@@ -127,9 +127,9 @@ def _clean_project(project: Project, outcome: ProjectCleanup, *, include_checkpo
         while ids := list(doomed.order_by("pk").values_list("pk", flat=True)[:DELETE_CHUNK]):
             with transaction.atomic():
                 chunk = Session.objects.filter(pk__in=ids)
+                shortened = hold_for_delete(project.pk, chunk)
                 events = chunk.aggregate(events=Sum("event_count"))["events"] or 0
                 jobs = jobs_holding(chunk)
-                shortened = tours_through(chunk)
                 outcome.sessions += chunk.delete()[1].get(Session._meta.label, 0)
                 outcome.events += events
                 note_orphans(job_ids=jobs)  # their originals go after the grace period

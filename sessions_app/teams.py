@@ -145,7 +145,9 @@ def remove_member(*, actor: Actor, project: Project, username: str, ip: str | No
     with transaction.atomic():
         Project.lock(project.pk)
         member = (
-            Membership.objects.select_for_update().select_related("user")
+            # The membership's row only (`of`): the account's too took it after the membership (a
+            # deadlock with the account's delete) and blocked a comment's key check on it (review).
+            Membership.objects.select_for_update(of=("self",)).select_related("user")
             .filter(project=project, user__username=username).first()
         )  # fmt: skip
         if member is None:

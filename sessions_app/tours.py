@@ -271,6 +271,7 @@ def delete_tour(*, actor: Actor, tour: Tour, ip: str | None = None) -> int:
     visitors' links had died without a word."""
     tour_id = tour.pk
     with transaction.atomic():
+        Project.lock(tour.project_id)  # first: deletion.delete_session says why
         stops = len(_current(tour))
         lock_links(ShareLink.objects.filter(tour=tour))
         links = ShareLink.objects.active().filter(tour=tour).count()

@@ -292,3 +292,17 @@ def test_a_bundles_audit_entry_names_the_events_it_holds_of_a_growing_session(mo
         chain = orjson.loads(bundle.read("manifest.json"))["chain"]
     logged = orjson.loads(AuditEntry.objects.get(action="bundle.export").detail)
     assert (logged["events"], logged["head"]) == (chain["last_seq"] + 1, chain["head"]) == (5, logged["head"])
+
+
+def test_a_bundle_download_closed_midway_closes_its_stream(acme):
+    # A client gone mid-download: the server closes the response, which must close the stream
+    # (its temporary file, its zip) at once.
+    from django.http import StreamingHttpResponse
+
+    from sessions_app import bundles
+
+    stream = bundles.stream_bundle(session=recorded(acme, events=3), exported_by="t")
+    response = StreamingHttpResponse(stream, content_type="application/zip")
+    next(iter(response))
+    response.close()
+    assert stream.chunks.gi_frame is None

@@ -18,7 +18,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection, transaction
 from django.test import Client
 
-from sessions_app import access, audit, checkpoints, deletion, sharing, teams, tours
+from sessions_app import access, audit, checkpoints, comments, deletion, sharing, teams, tours
 from sessions_app.canonical import SessionMeta
 from sessions_app.ingest import live
 from sessions_app.ingest.uploads import accept_upload
@@ -352,3 +352,129 @@ def test_a_delete_that_waited_for_a_tours_rewrite_says_no_stop_it_did_not_remove
     assert _run(lambda: tours.set_stops(actor=ada, tour=tour, stops=rewrite), delete) == []
     logged = AuditEntry.objects.filter(target=f"tour:{tour.pk}", action="tour.change").values_list("detail", flat=True)
     assert not any("stops_removed" in detail for detail in logged), list(logged)
+
+
+def _two_admins_and_mia(project: Project, mia_role: str = Role.ADMIN) -> tuple[access.Actor, object]:
+    users = get_user_model().objects
+    ada, mia = users.create_superuser("ada"), users.create_user("mia")
+    Membership.objects.create(project=project, user=ada, role=Role.ADMIN)
+    Membership.objects.create(project=project, user=mia, role=mia_role)
+    return access.Actor(user=ada), mia
+
+
+@pytest.mark.parametrize("change", ["remove", "demote"])
+def test_a_member_removed_as_a_session_with_their_link_is_deleted_both_end(monkeypatch, make_session, project, change):
+    # The delete held the link (it goes with the session) and asked for the head; the team
+    # change held the head (its entry) and asked for the link, to revoke it (REVIEW3).
+    session = make_session(events=3)
+    ada, mia = _two_admins_and_mia(project)
+    sharing.create_link(actor=access.Actor(user=mia), session=session)
+    there = _pausing_at_the_head(monkeypatch, seconds=1.5)
+
+    def team() -> None:
+        there.wait(WAIT)
+        if change == "remove":
+            teams.remove_member(actor=ada, project=project, username="mia")
+        else:
+            teams.set_member(actor=ada, project=project, username="mia", role=Role.VIEWER)
+
+    delete = lambda: deletion.delete_session(actor=ada, session=Session.objects.get(pk=session.pk))  # noqa: E731
+    assert _run(delete, team) == []
+
+
+def test_a_member_removed_as_a_tour_with_their_link_is_deleted_both_end(monkeypatch, project):
+    ada, mia = _two_admins_and_mia(project)
+    tour = tours.create_tour(actor=ada, project=project, title="T")
+    sharing.create_link(actor=access.Actor(user=mia), tour=tour)
+    there = _pausing_at_the_head(monkeypatch, seconds=1.5)
+
+    def team() -> None:
+        there.wait(WAIT)
+        teams.remove_member(actor=ada, project=project, username="mia")
+
+    assert _run(lambda: tours.delete_tour(actor=ada, tour=Tour.objects.get(pk=tour.pk)), team) == []
+
+
+def test_a_member_removed_as_their_comment_commits_both_end(monkeypatch, make_session, project):
+    # The comment held the head; its author's key check at commit waited for the removal's lock
+    # on the account, taken with the membership's (no `of`), while the removal waited for the head.
+    session = make_session(events=3)
+    ada, mia = _two_admins_and_mia(project, Role.REVIEWER)
+    audit.record(action="project.change", actor="setup", project=project)
+    holds_head, entry_hash = threading.Event(), audit.entry_hash
+
+    def pausing(**values):
+        if threading.current_thread().name == "t0" and not holds_head.is_set():
+            holds_head.set()
+            time.sleep(1.5)
+        return entry_hash(**values)
+
+    monkeypatch.setattr(audit, "entry_hash", pausing)
+
+    def team() -> None:
+        holds_head.wait(WAIT)
+        teams.remove_member(actor=ada, project=project, username="mia")
+
+    comment = lambda: comments.create_comment(actor=access.Actor(user=mia), session=session, body="hi", seq=0)  # noqa: E731
+    assert _run(comment, team) == []
+
+
+def test_a_parent_deleted_as_a_comment_on_its_child_is_made_both_end(monkeypatch, make_session, project):
+    parent, child = make_session(events=3), make_session(events=3)
+    Session.objects.filter(pk=child.pk).update(parent=parent)
+    ada = access.Actor(user=get_user_model().objects.create_superuser("ada"))
+    audit.record(action="project.change", actor="setup", project=project)
+    there = _pausing_at_the_head(monkeypatch, seconds=1.5)
+
+    def delete() -> None:  # the parent, the head, then the child's parent set to null
+        there.wait(WAIT)
+        deletion.delete_session(actor=ada, session=Session.objects.get(pk=parent.pk))
+
+    comment = lambda: comments.create_comment(actor=ada, session=Session.objects.get(pk=child.pk), body="hi", seq=0)  # noqa: E731
+    assert _run(comment, delete) == []
+
+
+def test_retention_and_the_delete_of_a_tour_stopping_on_its_session_both_end(monkeypatch, make_session, project):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app import retention
+
+    session = make_session(events=3)
+    ada = access.Actor(user=get_user_model().objects.create_superuser("ada"))
+    tour = tours.create_tour(actor=ada, project=project, title="T")
+    tours.add_stop(actor=ada, tour=tour, session=session, seq=0, title="s")
+    there = _pausing_at_the_head(monkeypatch, seconds=1.5)
+
+    def clean() -> None:
+        there.wait(WAIT)
+        retention.delete_expired_sessions(days=1, now=timezone.now() + timedelta(days=3))
+
+    assert _run(lambda: tours.delete_tour(actor=ada, tour=Tour.objects.get(pk=tour.pk)), clean) == []
+    assert not Session.objects.filter(pk=session.pk).exists()
+
+
+def test_a_member_removed_as_their_account_is_deleted_both_end(project):
+    ada, mia = _two_admins_and_mia(project, Role.REVIEWER)
+    held = threading.Event()
+
+    def pause(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "auth_user" in sql and "FOR UPDATE" in sql and not held.is_set():
+            held.set()
+            time.sleep(1.5)  # the account is held; the removal takes the membership meanwhile
+        return result
+
+    def delete() -> None:
+        with connection.execute_wrapper(pause), transaction.atomic():
+            get_user_model().objects.get(username="mia").delete()
+
+    def team() -> None:
+        held.wait(WAIT)
+        try:
+            teams.remove_member(actor=ada, project=project, username="mia")
+        except teams.TeamError:
+            pass  # the account went first
+
+    assert _run(delete, team) == []
