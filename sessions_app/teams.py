@@ -73,7 +73,7 @@ class MemberChange:
 
 
 def hold_the_account_deleted(sender: type, instance: object, **kwargs: object) -> None:
-    """pre_delete of a user (the admin's delete, a command): the account's row is locked before
+    """pre_delete of a user (the admin's delete, single or bulk): the account's row is locked before
     Django deletes its memberships, so a role being set meanwhile (which holds the row, then the
     membership's) is waited for, or waits: they took the two the other way round, a deadlock
     (review)."""
