@@ -38,6 +38,7 @@ from django.utils.crypto import constant_time_compare
 
 from .models import ApiKey, ImportJob, Membership, Project, Role, Session, ShareLink, Tour, TourStop
 from .models.fixed_lookup import FixedLookup
+from .models.locks import lock_rows
 
 
 class NotVisible(Http404):
@@ -54,8 +55,7 @@ def hold(model: type[Session] | type[Tour], *pks: int) -> None:
     wanted = sorted(set(pks))
     if not wanted:
         return
-    found = set(model.objects.select_for_update(no_key=True).filter(pk__in=wanted).order_by("pk")
-                .values_list("pk", flat=True))  # fmt: skip
+    found = lock_rows(model.objects.filter(pk__in=wanted))
     for pk in wanted:
         if pk not in found:
             raise NotVisible(f"{model._meta.verbose_name} {pk} not found")

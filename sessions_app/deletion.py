@@ -20,6 +20,7 @@ from . import audit, originals
 from .access import Actor, NotVisible
 from .models import AuditEntry, Checkpoint, Comment, Project, Review, Session, ShareLink, Tour, TourStop
 from .models.audit import log_name
+from .models.locks import lock_rows
 
 
 def delete_session(*, actor: Actor, session: Session, ip: str | None = None) -> int:
@@ -61,9 +62,8 @@ def hold_for_delete(project_id: int, sessions: QuerySet[Session]) -> list[tuple[
     there: its writer holds the session first). Each deadlock this closes was proved on
     PostgreSQL by a review (tests/test_lock_order.py)."""
     Project.lock(project_id)
-    list(sessions.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
-    children = Session.objects.filter(parent__in=sessions).select_for_update(no_key=True)
-    list(children.order_by("pk").values_list("pk", flat=True))
+    lock_rows(sessions)
+    lock_rows(Session.objects.filter(parent__in=sessions))
     lock_tours(tours_through(sessions))
     shortened = tours_through(sessions)
     lock_links(ShareLink.objects.filter(session__in=sessions))
@@ -74,15 +74,14 @@ def lock_tours(shortened: list[tuple[Tour, int]]) -> None:
     """Lock the tours a deletion shortens, before it takes the log's head (access.hold's order):
     a stop added to one (holding its session, then the tour, then the head) waits for the
     deletion, or the deletion for it, never each for the other."""
-    tours = Tour.objects.select_for_update(no_key=True).filter(pk__in=[tour.pk for tour, _ in shortened])
-    list(tours.order_by("pk").values_list("pk", flat=True))
+    lock_rows(Tour.objects.filter(pk__in=[tour.pk for tour, _ in shortened]))
 
 
 def lock_links(links: QuerySet[ShareLink]) -> None:
     """Lock the share links a deletion takes with it (the database's cascade), before the log's
     head: a link opened or revoked meanwhile takes its row, then the head, and the cascade had
     waited for its row while holding the head, a deadlock (review)."""
-    list(links.select_for_update().order_by("pk").values_list("pk", flat=True))
+    lock_rows(links, no_key=False)
 
 
 def note_shortened(shortened: list[tuple[Tour, int]], *, actor: Actor | str, ip: str | None = None,

@@ -18,6 +18,7 @@ from . import audit
 from .access import Actor
 from .lookalikes import as_picked, hidden_in_name, twin_in
 from .models import ApiKey, Membership, Project, Role
+from .models.locks import lock_rows
 from .models.onboarding import SHARING_ROLES
 from .sharing import revoke_links_made_by
 
@@ -77,7 +78,7 @@ def hold_the_account_deleted(sender: type, instance: object, **kwargs: object) -
     Django deletes its memberships, so a role being set meanwhile (which holds the row, then the
     membership's) is waited for, or waits: they took the two the other way round, a deadlock
     (review)."""
-    list(sender.objects.select_for_update().filter(pk=instance.pk).values_list("pk", flat=True))
+    lock_rows(sender.objects.filter(pk=instance.pk), no_key=False)
 
 
 def _no_user(username: str) -> TeamError:
@@ -104,7 +105,7 @@ def set_member(
         Project.lock(project.pk)
         # Held to the commit, as the project: a user deleted (or deactivated) since the look above
         # failed the membership's key at commit, a 500 (RACES).
-        if users.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk", flat=True).first() is None:
+        if not lock_rows(users.filter(pk=user.pk)):
             raise _no_user(username)
         current = Membership.objects.select_for_update().filter(project=project, user=user).first()
         if current is not None and add_only:

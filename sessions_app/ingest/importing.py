@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from .. import audit
 from ..canonical import CanonicalEvent, ParsedSession, Problem, Problems
-from ..deletion import holding_team_work, lock_tours, note_shortened, tours_through
+from ..deletion import holding_team_work, note_shortened, tours_through
 from ..formats import GZIP_MAGIC, Source, detect, registry
 from ..models import (
     ImportJob,
@@ -35,6 +35,7 @@ from ..models import (
     RedactionRules,
     Session,
 )
+from ..models.locks import lock_rows
 from ..originals import jobs_holding, note_orphans
 from ..redaction import Redactor
 from ..worker_liveness import heartbeat, this_worker
@@ -456,7 +457,7 @@ def _hold(session_ids: list[int]) -> None:
     """Lock these sessions' rows to the end of the import's transaction (access.hold's lock, a
     chunk a statement: a file may supersede more sessions than a statement binds values)."""
     for part in batched(sorted(session_ids), min(2000, (connection.features.max_query_params or 2000) // 2)):
-        list(Session.objects.select_for_update(no_key=True).filter(pk__in=part).order_by("pk").values_list("pk"))
+        lock_rows(Session.objects.filter(pk__in=part))
 
 
 def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
@@ -471,7 +472,6 @@ def _replace(session_ids: list[int], *, by: Session, actor: str) -> list[int]:
         gone = list(replaced.values_list("pk", "event_count", "source_session_id"))
         jobs = jobs_holding(replaced)
         shortened = tours_through(replaced)
-        lock_tours(shortened)
         replaced.delete()
         note_orphans(job_ids=jobs)
         audit.record_many(action="session.delete", actor=actor, project=by.project_id, entries=[

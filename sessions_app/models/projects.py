@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from .fixed_lookup import FixedLookup
+from .locks import lock_rows
 
 logger = logging.getLogger("replay.access")
 
@@ -83,7 +84,7 @@ class Project(models.Model):
         (an audit entry, a job) checks its key with FOR KEY SHARE, which FOR UPDATE blocks. An
         audit write holding its log's head then waited on this lock while its holder waited for
         the head: a deadlock (tests/test_lock_order.py)."""
-        list(cls.objects.select_for_update(no_key=True).filter(pk=pk).values_list("pk", flat=True))
+        lock_rows(cls.objects.filter(pk=pk))
 
 
 class Membership(models.Model):
